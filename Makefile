@@ -1,0 +1,53 @@
+# TiraStore — see README.md. `make demo` and `make test` work on a fresh
+# machine with Go >= 1.22, a C/C++ compiler and CPython 3 with pip.
+PYTHON ?= python3
+GO     ?= go
+CXX    ?= g++
+CC     ?= gcc
+export CGO_ENABLED := 1
+
+LIB := build/libtirastore.so
+
+.PHONY: all build install test test-go test-python test-c lint header demo bench clean
+
+all: build
+
+# The shared library (build/ and python/tirastore/) via build.sh.
+build:
+	./build.sh
+
+# The Python package in editable mode, with its test dependencies; the
+# build backend compiles the Go library (python/hatch_build.py).
+install:
+	$(PYTHON) -m pip install -q -e ".[dev]"
+
+lint:
+	@out="$$(gofmt -l capi core tests 2>/dev/null)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run ./capi/genheader -check
+
+test-go:
+	$(GO) test -race -count=1 ./...
+
+test-c: build
+	$(CC) -std=c11 -Wall -Wextra -Werror -Iinclude tests/c/test_capi.c -Lbuild -ltirastore -Wl,-rpath,$(CURDIR)/build -o build/test_capi
+	./build/test_capi
+	$(CXX) -std=c++17 -Wall -Wextra -Werror -Iinclude examples/harness.cpp -Lbuild -ltirastore -Wl,-rpath,$(CURDIR)/build -o build/harness
+	./build/harness build/harness-test.db
+
+test-python: install
+	$(PYTHON) -m pytest -q tests/python
+
+# Everything CI runs (.ci/run calls exactly this).
+test: lint test-go test-c test-python
+
+# The main job: an autoscheduler-like workload on ./tirastore-demo/cache.db.
+demo: install
+	$(PYTHON) examples/demo.py --db tirastore-demo/cache.db
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem ./core/...
+
+clean:
+	rm -rf build dist python/tirastore/libtirastore.so tirastore-demo .pytest_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Build libtirastore.so (the Go engine behind the C ABI of include/tirastore.h)
+# into build/ and next to the Python package. Needs Go >= 1.22 and a C compiler.
+set -euo pipefail
+cd "$(dirname "$0")"
+export CGO_ENABLED=1
+mkdir -p build
+go build -trimpath -buildmode=c-shared -o build/libtirastore.so ./capi
+rm -f build/libtirastore.h   # cgo's own header; include/tirastore.h is the contract
+cp build/libtirastore.so python/tirastore/libtirastore.so.tmp
+mv -f python/tirastore/libtirastore.so.tmp python/tirastore/libtirastore.so

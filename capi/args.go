@@ -1,0 +1,213 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/tirastore/tirastore/core"
+	"github.com/tirastore/tirastore/core/pyjson"
+)
+
+// args is the decoded JSON object of one call, with typed getters whose
+// errors read like Python's ("lookup(): program_name must be str, not None").
+type args struct {
+	method string
+	obj    *pyjson.Object
+}
+
+func parseArgs(method string, data []byte) (*args, error) {
+	a := &args{method: method, obj: pyjson.NewObject()}
+	if len(data) == 0 {
+		return a, nil
+	}
+	v, err := pyjson.Parse(data)
+	if err != nil {
+		return nil, misuse("%s(): arguments are not valid JSON: %v", method, err)
+	}
+	obj, ok := v.(*pyjson.Object)
+	if !ok {
+		return nil, misuse("%s(): arguments must be a JSON object, not %s", method, pyTypeName(v))
+	}
+	a.obj = obj
+	return a, nil
+}
+
+// pyTypeName names a decoded JSON value by the Python type it came from.
+func pyTypeName(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "None"
+	case bool:
+		return "bool"
+	case string:
+		return "str"
+	case pyjson.Number:
+		if x.IsInt() {
+			return "int"
+		}
+		return "float"
+	case []any:
+		return "list"
+	case *pyjson.Object:
+		return "dict"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+func (a *args) typeErr(name, want string, v any) error {
+	return &core.Error{Kind: core.KindType, Message: fmt.Sprintf("%s(): %s must be %s, not %s", a.method, name, want, pyTypeName(v))}
+}
+
+func (a *args) get(name string) (any, bool) { return a.obj.Get(name) }
+
+// str is a required string argument.
+func (a *args) str(name string) (string, error) {
+	v, ok := a.get(name)
+	if !ok {
+		return "", &core.Error{Kind: core.KindType, Message: fmt.Sprintf("%s(): missing required argument %s", a.method, name)}
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", a.typeErr(name, "str", v)
+	}
+	return s, nil
+}
+
+// optStr is a string argument that may be absent or null ("" then).
+func (a *args) optStr(name string) (string, error) {
+	v, ok := a.get(name)
+	if !ok || v == nil {
+		return "", nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", a.typeErr(name, "str or None", v)
+	}
+	return s, nil
+}
+
+func (a *args) boolean(name string, def bool) (bool, error) {
+	v, ok := a.get(name)
+	if !ok {
+		return def, nil
+	}
+	b, ok := v.(bool)
+	if !ok {
+		return false, a.typeErr(name, "bool", v)
+	}
+	return b, nil
+}
+
+func (a *args) integer(name string, def int64) (int64, error) {
+	v, ok := a.get(name)
+	if !ok {
+		return def, nil
+	}
+	n, ok := v.(pyjson.Number)
+	if !ok || !n.IsInt() {
+		return 0, a.typeErr(name, "int", v)
+	}
+	i, err := strconv.ParseInt(string(n), 10, 64)
+	if err != nil {
+		return 0, &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("%s(): %s is out of range: %s", a.method, name, n)}
+	}
+	return i, nil
+}
+
+// seconds is a duration in (fractional) seconds; null gives def.
+func (a *args) seconds(name string, def time.Duration) (time.Duration, error) {
+	v, ok := a.get(name)
+	if !ok || v == nil {
+		return def, nil
+	}
+	n, ok := v.(pyjson.Number)
+	if !ok {
+		return 0, a.typeErr(name, "float", v)
+	}
+	f, err := n.Float64()
+	if err != nil || !n.IsFinite() || f > 1e9 {
+		return 0, &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("%s(): %s must be a finite number of seconds, got %s", a.method, name, n)}
+	}
+	return time.Duration(f * float64(time.Second)), nil
+}
+
+// times is execution_times: null, or a list of numbers.
+func (a *args) times(obj *pyjson.Object, prefix string) ([]pyjson.Number, error) {
+	v, _ := obj.Get("execution_times")
+	if v == nil {
+		return nil, nil
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return nil, a.typeErr(prefix+"execution_times", "a list of numbers or None", v)
+	}
+	out := make([]pyjson.Number, len(list))
+	for i, x := range list {
+		n, ok := x.(pyjson.Number)
+		if !ok {
+			return nil, a.typeErr(fmt.Sprintf("%sexecution_times[%d]", prefix, i), "int or float", x)
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+func (a *args) measurement(obj *pyjson.Object, prefix string) (core.Measurement, error) {
+	var m core.Measurement
+	sched, ok := obj.Get("tiralib_schedule_string")
+	if !ok {
+		return m, &core.Error{Kind: core.KindType, Message: fmt.Sprintf("%s(): missing required argument %stiralib_schedule_string", a.method, prefix)}
+	}
+	if m.Schedule, ok = sched.(string); !ok {
+		return m, a.typeErr(prefix+"tiralib_schedule_string", "str", sched)
+	}
+	legal, ok := obj.Get("is_legal")
+	if !ok {
+		return m, &core.Error{Kind: core.KindType, Message: fmt.Sprintf("%s(): missing required argument %sis_legal", a.method, prefix)}
+	}
+	if m.IsLegal, ok = legal.(bool); !ok {
+		return m, a.typeErr(prefix+"is_legal", "bool", legal)
+	}
+	var err error
+	m.ExecutionTimes, err = a.times(obj, prefix)
+	return m, err
+}
+
+// schedules is record_many's list of {tiralib_schedule_string, is_legal,
+// execution_times} objects.
+func (a *args) schedules(name string) ([]core.Measurement, error) {
+	v, ok := a.get(name)
+	if !ok {
+		return nil, &core.Error{Kind: core.KindType, Message: fmt.Sprintf("%s(): missing required argument %s", a.method, name)}
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return nil, a.typeErr(name, "a list of dicts", v)
+	}
+	out := make([]core.Measurement, len(list))
+	for i, x := range list {
+		obj, ok := x.(*pyjson.Object)
+		if !ok {
+			return nil, a.typeErr(fmt.Sprintf("%s[%d]", name, i), "dict", x)
+		}
+		m, err := a.measurement(obj, fmt.Sprintf("%s[%d].", name, i))
+		if err != nil {
+			return nil, err
+		}
+		out[i] = m
+	}
+	return out, nil
+}
+
+// check rejects keys outside params, before anything runs: a typo in a C
+// caller's JSON must not silently fall back to a default.
+func (a *args) check(params []string) error {
+	for _, k := range a.obj.Keys() {
+		if !slices.Contains(params, k) {
+			return &core.Error{Kind: core.KindType, Message: fmt.Sprintf("%s() got an unexpected argument %q", a.method, k)}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,249 @@
+// Command genheader writes include/tirastore.h from the capi package: one
+// prototype per //export function (with its doc comment) and one #define
+// per status constant tagged "C: NAME". The header is checked in; the test
+// beside this file fails when it is out of date.
+//
+//	go run ./capi/genheader            # rewrite include/tirastore.h
+//	go run ./capi/genheader -check     # exit 1 if it is stale
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+func main() {
+	dir := flag.String("capi", "capi", "directory of the capi package")
+	out := flag.String("o", "include/tirastore.h", "header to write")
+	check := flag.Bool("check", false, "compare instead of writing; exit 1 if different")
+	flag.Parse()
+	h, err := Generate(*dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "genheader:", err)
+		os.Exit(2)
+	}
+	if *check {
+		old, _ := os.ReadFile(*out)
+		if !bytes.Equal(old, h) {
+			fmt.Fprintf(os.Stderr, "genheader: %s is out of date; run: go run ./capi/genheader\n", *out)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := os.WriteFile(*out, h, 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "genheader:", err)
+		os.Exit(2)
+	}
+}
+
+// cTypes maps the cgo types used in exported signatures to C. A *C.char
+// parameter is always an input string in this ABI, hence const.
+var cTypes = map[string]string{
+	"*C.char":        "const char *",
+	"**C.char":       "char **",
+	"C.int":          "int",
+	"C.uint64_t":     "uint64_t",
+	"*C.uint64_t":    "uint64_t *",
+	"C.size_t":       "size_t",
+	"unsafe.Pointer": "void *",
+}
+
+// Generate renders the header for the capi package in dir.
+func Generate(dir string) ([]byte, error) {
+	fset := token.NewFileSet()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(files)
+	var funcs, consts []string
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
+		if err != nil {
+			return nil, err
+		}
+		for _, decl := range f.Decls {
+			switch d := decl.(type) {
+			case *ast.FuncDecl:
+				if proto, ok, err := prototype(d); err != nil {
+					return nil, fmt.Errorf("%s: %w", fset.Position(d.Pos()), err)
+				} else if ok {
+					funcs = append(funcs, proto)
+				}
+			case *ast.GenDecl:
+				consts = append(consts, defines(d)...)
+			}
+		}
+	}
+	var b bytes.Buffer
+	b.WriteString(headerTop)
+	b.WriteString("/* Status codes: every function returning int returns one of these. */\n")
+	for _, c := range consts {
+		b.WriteString(c)
+	}
+	b.WriteString("\n")
+	for _, f := range funcs {
+		b.WriteString(f)
+	}
+	b.WriteString(headerBottom)
+	return b.Bytes(), nil
+}
+
+func typeString(e ast.Expr) string {
+	switch t := e.(type) {
+	case *ast.StarExpr:
+		return "*" + typeString(t.X)
+	case *ast.SelectorExpr:
+		return typeString(t.X) + "." + t.Sel.Name
+	case *ast.Ident:
+		return t.Name
+	}
+	return fmt.Sprintf("%T", e)
+}
+
+func cType(e ast.Expr) (string, error) {
+	g := typeString(e)
+	c, ok := cTypes[g]
+	if !ok {
+		return "", fmt.Errorf("no C type for %s", g)
+	}
+	return c, nil
+}
+
+func prototype(d *ast.FuncDecl) (string, bool, error) {
+	if d.Doc == nil {
+		return "", false, nil
+	}
+	var doc []string
+	exported := ""
+	for _, c := range d.Doc.List {
+		if name, ok := strings.CutPrefix(c.Text, "//export "); ok {
+			exported = strings.TrimSpace(name)
+			continue
+		}
+		doc = append(doc, strings.TrimPrefix(strings.TrimPrefix(c.Text, "//"), " "))
+	}
+	if exported == "" {
+		return "", false, nil
+	}
+	for len(doc) > 0 && strings.TrimSpace(doc[len(doc)-1]) == "" {
+		doc = doc[:len(doc)-1]
+	}
+	ret := "void"
+	if d.Type.Results != nil && len(d.Type.Results.List) > 0 {
+		var err error
+		if ret, err = cType(d.Type.Results.List[0].Type); err != nil {
+			return "", false, err
+		}
+	}
+	var params []string
+	for _, p := range d.Type.Params.List {
+		ct, err := cType(p.Type)
+		if err != nil {
+			return "", false, err
+		}
+		for _, n := range p.Names {
+			params = append(params, strings.TrimSuffix(ct, " ")+spaceFor(ct)+n.Name)
+		}
+	}
+	if len(params) == 0 {
+		params = []string{"void"}
+	}
+	var b strings.Builder
+	b.WriteString("/*\n")
+	for _, l := range doc {
+		if l == "" {
+			b.WriteString(" *\n")
+		} else {
+			b.WriteString(" * " + l + "\n")
+		}
+	}
+	b.WriteString(" */\n")
+	fmt.Fprintf(&b, "%s%s%s(%s);\n\n", ret, spaceFor(ret), exported, strings.Join(params, ", "))
+	return b.String(), true, nil
+}
+
+// spaceFor puts a space between a type and a name unless the type ends in '*'.
+func spaceFor(t string) string {
+	if strings.HasSuffix(t, "*") {
+		return ""
+	}
+	return " "
+}
+
+func defines(d *ast.GenDecl) []string {
+	if d.Tok != token.CONST {
+		return nil
+	}
+	var out []string
+	for _, spec := range d.Specs {
+		vs, ok := spec.(*ast.ValueSpec)
+		if !ok || vs.Comment == nil || len(vs.Values) != 1 {
+			continue
+		}
+		text := strings.TrimSpace(vs.Comment.Text())
+		rest, ok := strings.CutPrefix(text, "C: ")
+		if !ok {
+			continue
+		}
+		name, comment, _ := strings.Cut(rest, " ")
+		lit, ok := vs.Values[0].(*ast.BasicLit)
+		if !ok {
+			continue
+		}
+		out = append(out, fmt.Sprintf("#define %-26s %3s /* %s */\n", name, lit.Value, comment))
+	}
+	return out
+}
+
+const headerTop = `/*
+ * tirastore.h — the C ABI of TiraStore, a shared measurement cache for
+ * compiler autoschedulers (one SQLite file on Lustre/NFS, a hard-link lock).
+ *
+ * GENERATED by "go run ./capi/genheader" from capi/*.go; do not edit.
+ *
+ * Link with -ltirastore (libtirastore.so, built by build.sh / make build).
+ *
+ * Conventions (modelled on sqlite3.h):
+ *  - A store is an opaque uint64_t handle from tirastore_open; 0 is never a
+ *    valid handle and selects the standalone utilities in tirastore_call.
+ *  - Arguments and results are UTF-8 JSON text. Every call that can fail
+ *    returns a status code and, through "char **out", a JSON document:
+ *    {"result": ...} on success, {"error": {"type", "message", "code"}} on
+ *    failure. "type" names the Python exception class of the same error.
+ *  - Ownership: every buffer returned through "out" is allocated by the
+ *    library and owned by the caller, who frees it exactly once with
+ *    tirastore_free. Input strings stay owned by the caller and are not
+ *    retained after the call returns.
+ *  - Threads: all functions may be called from any thread, concurrently,
+ *    on the same or different handles.
+ */
+#ifndef TIRASTORE_H
+#define TIRASTORE_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+`
+
+const headerBottom = `#ifdef __cplusplus
+}
+#endif
+
+#endif /* TIRASTORE_H */
+`

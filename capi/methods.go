@@ -1,0 +1,266 @@
+package main
+
+import (
+	"context"
+
+	"github.com/tirastore/tirastore/core"
+	"github.com/tirastore/tirastore/core/keys"
+	"github.com/tirastore/tirastore/core/schedule"
+)
+
+// method is one entry of the call table. Methods with store == false are
+// the standalone utilities and take handle 0.
+type method struct {
+	store  bool
+	params []string // the accepted argument names; anything else is a TypeError
+	run    func(ctx context.Context, st *core.Store, a *args) (any, error)
+}
+
+var (
+	noParams      []string
+	programParams = []string{"program_name", "program_source_code", "tiralib_schedule_string"}
+	recordParams  = []string{"program_name", "program_source_code", "tiralib_schedule_string", "is_legal", "execution_times", "overwrite"}
+)
+
+// methods is the whole C-callable API besides open/close. New commands (the
+// operations CLI, the config cache) are new entries here; the ABI itself
+// does not change.
+var methods = map[string]method{
+	"version": {false, noParams, func(_ context.Context, _ *core.Store, a *args) (any, error) {
+		return core.Version, nil
+	}},
+	"normalize_schedule": {false, []string{"schedule"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {
+		s, err := a.str("schedule")
+		if err != nil {
+			return nil, err
+		}
+		return schedule.Normalize(s), nil
+	}},
+	"validate_schedule": {false, []string{"schedule"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {
+		s, err := a.str("schedule")
+		if err != nil {
+			return nil, err
+		}
+		ok, reason := schedule.Validate(s)
+		return []any{ok, reason}, nil
+	}},
+	"normalize_program": {false, []string{"source"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {
+		s, err := a.str("source")
+		if err != nil {
+			return nil, err
+		}
+		return schedule.NormalizeProgram(s), nil
+	}},
+	"make_program_hash": {false, []string{"source"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {
+		s, err := a.str("source")
+		if err != nil {
+			return nil, err
+		}
+		return keys.ProgramHash(s), nil
+	}},
+	"make_record_key": {false, []string{"program_hash", "tiralib_schedule_string"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {
+		h, err := a.str("program_hash")
+		if err != nil {
+			return nil, err
+		}
+		s, err := a.str("tiralib_schedule_string")
+		if err != nil {
+			return nil, err
+		}
+		return keys.RecordKey(h, s), nil
+	}},
+
+	"info": {true, noParams, func(_ context.Context, st *core.Store, a *args) (any, error) {
+		return storeInfo(st), nil
+	}},
+	"lookup": {true, programParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		name, src, sched, err := programArgs(a, true)
+		if err != nil {
+			return nil, err
+		}
+		r, err := st.Lookup(ctx, name, src, sched)
+		if r == nil || err != nil {
+			return nil, err
+		}
+		return r, nil
+	}},
+	"contains": {true, programParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		name, src, sched, err := programArgs(a, true)
+		if err != nil {
+			return nil, err
+		}
+		return st.Contains(ctx, name, src, sched)
+	}},
+	"record": {true, recordParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		name, src, _, err := programArgs(a, false)
+		if err != nil {
+			return nil, err
+		}
+		m, err := a.measurement(a.obj, "")
+		if err != nil {
+			return nil, err
+		}
+		overwrite, err := a.boolean("overwrite", false)
+		if err != nil {
+			return nil, err
+		}
+		return st.Record(ctx, name, src, m, overwrite)
+	}},
+	"record_many": {true, []string{"program_name", "program_source_code", "schedules", "overwrite"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		name, src, _, err := programArgs(a, false)
+		if err != nil {
+			return nil, err
+		}
+		ms, err := a.schedules("schedules")
+		if err != nil {
+			return nil, err
+		}
+		overwrite, err := a.boolean("overwrite", false)
+		if err != nil {
+			return nil, err
+		}
+		return st.RecordMany(ctx, name, src, ms, overwrite)
+	}},
+	"get_program_source": {true, []string{"program_name"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		name, err := a.str("program_name")
+		if err != nil {
+			return nil, err
+		}
+		return anySlice(st.GetProgramSource(ctx, name))
+	}},
+	"get_program_records": {true, []string{"program_name", "program_source_code"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		name, src, _, err := programArgs(a, false)
+		if err != nil {
+			return nil, err
+		}
+		return anySlice(st.GetProgramRecords(ctx, name, src))
+	}},
+	"backup": {true, []string{"backup_path"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		p, err := a.optStr("backup_path")
+		if err != nil {
+			return nil, err
+		}
+		return st.Backup(ctx, p)
+	}},
+	"export": {true, []string{"output_path", "fmt"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		p, err := a.str("output_path")
+		if err != nil {
+			return nil, err
+		}
+		f, err := a.optStr("fmt")
+		if err != nil {
+			return nil, err
+		}
+		if _, given := a.obj.Get("fmt"); !given {
+			f = "json"
+		}
+		return st.Export(ctx, p, f)
+	}},
+	"count": {true, noParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		return st.Count(ctx)
+	}},
+	"program_count": {true, noParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		return st.ProgramCount(ctx)
+	}},
+	"stats": {true, noParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		return st.Stats(ctx)
+	}},
+	"keys": {true, []string{"limit", "offset"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		limit, err := a.integer("limit", 0)
+		if err != nil {
+			return nil, err
+		}
+		offset, err := a.integer("offset", 0)
+		if err != nil {
+			return nil, err
+		}
+		return st.Keys(ctx, limit, offset)
+	}},
+	"get": {true, []string{"key"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		k, err := a.str("key")
+		if err != nil {
+			return nil, err
+		}
+		r, err := st.Get(ctx, k)
+		if r == nil || err != nil {
+			return nil, err
+		}
+		return r, nil
+	}},
+	"put": {true, []string{"key", "program_hash", "schedule", "result_json", "overwrite"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		var f [4]string
+		for i, n := range []string{"key", "program_hash", "schedule", "result_json"} {
+			var err error
+			if f[i], err = a.str(n); err != nil {
+				return nil, err
+			}
+		}
+		overwrite, err := a.boolean("overwrite", false)
+		if err != nil {
+			return nil, err
+		}
+		return st.Put(ctx, f[0], f[1], f[2], f[3], overwrite)
+	}},
+	"delete": {true, []string{"key"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		k, err := a.str("key")
+		if err != nil {
+			return nil, err
+		}
+		return st.Delete(ctx, k)
+	}},
+	"writes_allowed": {true, noParams, func(_ context.Context, st *core.Store, a *args) (any, error) {
+		return st.WritesAllowed(), nil
+	}},
+	"cpu_model": {true, noParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		return optional(st.CPUModel(ctx))
+	}},
+	"slurm_cpus": {true, noParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		return optional(st.SlurmCPUs(ctx))
+	}},
+}
+
+// programArgs reads program_name, program_source_code and, when withSched,
+// tiralib_schedule_string.
+func programArgs(a *args, withSched bool) (name, src, sched string, err error) {
+	if name, err = a.str("program_name"); err != nil {
+		return
+	}
+	if src, err = a.str("program_source_code"); err != nil {
+		return
+	}
+	if withSched {
+		sched, err = a.str("tiralib_schedule_string")
+	}
+	return
+}
+
+func optional(p *string, err error) (any, error) {
+	if p == nil || err != nil {
+		return nil, err
+	}
+	return *p, nil
+}
+
+// storeInfo is what open returns and "info" repeats: what the caller needs
+// to build its own handle object.
+func storeInfo(st *core.Store) map[string]any {
+	return map[string]any{
+		"db_path":        st.Path(),
+		"lock_path":      st.LockPath(),
+		"source_project": st.SourceProject(),
+		"writes_allowed": st.WritesAllowed(),
+		"warning":        st.Warning(),
+	}
+}
+
+// anySlice hands a typed result list to the JSON encoder, which takes []any.
+func anySlice[T any](xs []T, err error) (any, error) {
+	if err != nil {
+		return nil, err
+	}
+	out := make([]any, len(xs))
+	for i, x := range xs {
+		out[i] = x
+	}
+	return out, nil
+}

@@ -1,0 +1,85 @@
+package core
+
+import (
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tirastore/tirastore/core/pyjson"
+	"github.com/tirastore/tirastore/core/schedule"
+)
+
+// now is the clock for record dates; tests replace it.
+var now = time.Now
+
+// checkText rejects strings that the original could not have stored
+// faithfully: invalid UTF-8 (Python refuses to encode lone surrogates) and
+// NUL characters (SQLite's text functions and C callers truncate at NUL).
+func checkText(field, s string) error {
+	if !utf8.ValidString(s) {
+		return newError(KindValue, "%s is not valid UTF-8 (lone surrogates cannot be stored)", field)
+	}
+	if i := strings.IndexByte(s, 0); i >= 0 {
+		return newError(KindValue, "%s contains a NUL character at offset %d", field, i)
+	}
+	return nil
+}
+
+func checkTexts(pairs ...string) error {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if err := checkText(pairs[i], pairs[i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Measurement is one result to record: the schedule it was measured under,
+// whether it was legal, and the measured times (nil means None).
+type Measurement struct {
+	Schedule       string
+	IsLegal        bool
+	ExecutionTimes []pyjson.Number
+}
+
+// Times converts float64 measurements into the number form Measurement
+// carries, formatted as Python would write them.
+func Times(xs ...float64) []pyjson.Number {
+	out := make([]pyjson.Number, len(xs))
+	for i, x := range xs {
+		out[i] = pyjson.Number(pyjson.FormatFloat(x))
+	}
+	return out
+}
+
+// resultJSON validates m's times and renders result_json exactly as the
+// original wrote it: {"is_legal":<bool>,"execution_times":<list or null>}.
+func (m *Measurement) resultJSON() (string, error) {
+	if m.IsLegal && len(m.ExecutionTimes) == 0 {
+		return "", newError(KindValue, "execution_times must be provided (non-empty list) when is_legal is True.")
+	}
+	obj := pyjson.NewObject()
+	obj.Set("is_legal", m.IsLegal)
+	if m.ExecutionTimes == nil {
+		obj.Set("execution_times", nil)
+	} else {
+		for i, t := range m.ExecutionTimes {
+			if _, err := t.Float64(); err != nil {
+				return "", newError(KindValue, "execution_times[%d] is not a number: %q", i, string(t))
+			}
+			if !t.IsFinite() {
+				return "", newError(KindValue, "execution_times[%d] must be a finite number, got %s", i, string(t))
+			}
+		}
+		obj.Set("execution_times", m.ExecutionTimes)
+	}
+	b, err := pyjson.Marshal(obj, pyjson.Compact)
+	if err != nil {
+		return "", wrapError(KindInternal, err, "encode result_json: %v", err)
+	}
+	return string(b), nil
+}
+
+// pyRepr renders a string as Python's repr() would, for messages that the
+// original formatted with !r.
+func pyRepr(s string) string { return schedule.Repr(s) }

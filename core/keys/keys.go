@@ -1,0 +1,101 @@
+// Package keys computes the two identifiers the original Python TiraStore
+// stores in its database: program_hash and the record key.
+//
+// Both are persisted and shared with Python workers on the same database
+// file, so they must be bit-identical to the original's (COMPAT.md, "Program
+// normalization and hash" and "Record key"); any difference silently splits
+// one cache into two.
+package keys
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/tirastore/tirastore/core/pyjson"
+	"github.com/tirastore/tirastore/core/schedule"
+)
+
+// ProgramHash returns program_hash: the lowercase hex SHA-256 of the UTF-8
+// bytes of schedule.NormalizeProgram(source), as the original's
+// make_program_hash does, so that sources differing only in comments,
+// #include lines and whitespace share one programs row. Bytes that are not
+// valid UTF-8 are hashed as they are (the original cannot hash such text).
+func ProgramHash(source string) string {
+	sum := sha256.Sum256([]byte(schedule.NormalizeProgram(source)))
+	return hex.EncodeToString(sum[:])
+}
+
+// RecordKey returns the records.key of a measurement: the lowercase hex
+// SHA-256 of the UTF-8 bytes of the canonical JSON (Python's
+// json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=True)) of
+// {"program_hash": programHash, "tiralib_schedule_string":
+// schedule.Normalize(sched)}. It normalizes sched itself so that every
+// spelling of a schedule maps to the same key, whoever computes it.
+//
+// Inputs are expected to be valid UTF-8. If not, each stray byte 0xNN is
+// encoded as the JSON escape \udcNN, which is what the original produces for
+// a str decoded with errors="surrogateescape"; no valid input can give such a
+// key, so invalid input never collides with a real record.
+func RecordKey(programHash, sched string) string {
+	doc := canonicalJSON(programHash, schedule.Normalize(sched))
+	sum := sha256.Sum256(doc)
+	return hex.EncodeToString(sum[:])
+}
+
+// canonicalJSON returns the canonical JSON of the record-key document.
+func canonicalJSON(programHash, normSched string) []byte {
+	if utf8.ValidString(programHash) && utf8.ValidString(normSched) {
+		obj := pyjson.NewObject()
+		obj.Set("program_hash", programHash)
+		obj.Set("tiralib_schedule_string", normSched)
+		doc, err := pyjson.Marshal(obj, pyjson.Canonical)
+		if err != nil {
+			panic("keys: pyjson rejected valid UTF-8: " + err.Error()) // cannot happen
+		}
+		return doc
+	}
+	// sort_keys order: "program_hash" < "tiralib_schedule_string".
+	var b strings.Builder
+	b.WriteString(`{"program_hash":`)
+	b.WriteString(quoteSurrogateEscape(programHash))
+	b.WriteString(`,"tiralib_schedule_string":`)
+	b.WriteString(quoteSurrogateEscape(normSched))
+	b.WriteString(`}`)
+	return []byte(b.String())
+}
+
+// quoteSurrogateEscape returns the canonical JSON string for s, writing each
+// byte that is not valid UTF-8 as \udcNN. Valid runs go through pyjson.
+func quoteSurrogateEscape(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for len(s) > 0 {
+		i := 0
+		for i < len(s) {
+			r, n := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && n == 1 {
+				break
+			}
+			i += n
+		}
+		if i > 0 {
+			q, err := pyjson.Marshal(s[:i], pyjson.Canonical)
+			if err != nil {
+				panic("keys: pyjson rejected valid UTF-8: " + err.Error())
+			}
+			b.Write(q[1 : len(q)-1])
+		}
+		if i < len(s) {
+			const hexDigits = "0123456789abcdef"
+			b.WriteString(`\udc`)
+			b.WriteByte(hexDigits[s[i]>>4])
+			b.WriteByte(hexDigits[s[i]&0xF])
+			i++
+		}
+		s = s[i:]
+	}
+	b.WriteByte('"')
+	return b.String()
+}

@@ -1,0 +1,581 @@
+package lock
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// newTestLock returns a lock path in a fresh directory and fast options.
+func newTestLock(t *testing.T) (string, Options) {
+	t.Helper()
+	dir := physTempDir(t)
+	return filepath.Join(dir, "cache.db.lock"), Options{MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
+}
+
+// claims lists the claim files left in dir.
+func claims(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".lock_") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// writeLockFile plants a lock file as some other holder would.
+func writeLockFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func holderJSON(host string, pid int, ts float64) string {
+	return fmt.Sprintf(`{"hostname": %q, "pid": %d, "timestamp": %s}`, host, pid, strconv.FormatFloat(ts, 'f', -1, 64))
+}
+
+func TestAcquireRelease(t *testing.T) {
+	path, opt := newTestLock(t)
+	l := New(path, opt)
+	for i := 0; i < 3; i++ {
+		if err := l.Acquire(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatalf("lock file missing while held: %v", err)
+		}
+		cs := claims(t, filepath.Dir(path))
+		if len(cs) != 1 {
+			t.Fatalf("want exactly one claim while held, got %v", cs)
+		}
+		cfi, err := os.Stat(filepath.Join(filepath.Dir(path), cs[0]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !os.SameFile(fi, cfi) {
+			t.Fatal("lock file is not a hard link of the claim")
+		}
+		if err := l.Release(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("lock file still there after release: %v", err)
+		}
+		if cs := claims(t, filepath.Dir(path)); len(cs) != 0 {
+			t.Fatalf("claims left after release: %v", cs)
+		}
+	}
+	if err := l.Release(); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("second Release: %v, want ErrNotHeld", err)
+	}
+}
+
+func TestClaimNameModeAndContent(t *testing.T) {
+	path, opt := newTestLock(t)
+	opt.Hostname = "node042"
+	l := New(path, opt)
+	before := unixSeconds(time.Now())
+	if err := l.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	after := unixSeconds(time.Now())
+	cs := claims(t, filepath.Dir(path))
+	re := regexp.MustCompile(`^\.lock_node042_` + strconv.Itoa(os.Getpid()) + `_[a-z0-9_]{8}$`)
+	if len(cs) != 1 || !re.MatchString(cs[0]) {
+		t.Fatalf("claim names %v do not match %s", cs, re)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm()&^0o600 != 0 {
+		t.Errorf("claim mode %v, want 0600 (like mkstemp)", fi.Mode().Perm())
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re = regexp.MustCompile(`^\{"hostname": "node042", "pid": ` + strconv.Itoa(os.Getpid()) + `, "timestamp": [0-9]+\.[0-9]+\}$`)
+	if !re.Match(data) {
+		t.Fatalf("content %q does not look like json.dumps output", data)
+	}
+	h, err := ReadHolder(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Hostname != "node042" || h.PID != os.Getpid() || h.Timestamp < before-0.001 || h.Timestamp > after+0.001 {
+		t.Errorf("holder %+v, want node042/%d/[%f,%f]", h, os.Getpid(), before, after)
+	}
+}
+
+// TestContentMatchesPythonJSON: python3 json.loads must read our record, and
+// json.dumps of what it read must give back exactly our bytes.
+func TestContentMatchesPythonJSON(t *testing.T) {
+	py := python3(t)
+	var inputs []string
+	for _, c := range []struct {
+		host string
+		pid  int
+		ts   float64
+	}{
+		{"node1", 42, 1764000000.123456},
+		{"node1", 1, 1764000000},
+		{"n\u00f6d\u00e9-\U0001F600", 4194304, 1700000000.5},
+		{`we"ird\host`, 7, 0.1},
+		{"x", 99, 1.5e-7},
+	} {
+		b, err := claimContent(c.host, c.pid, c.ts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inputs = append(inputs, string(b))
+	}
+	for i := 0; i < 200; i++ {
+		b, _ := claimContent("h", os.Getpid(), unixSeconds(time.Now().Add(time.Duration(i)*7777777*time.Nanosecond)))
+		inputs = append(inputs, string(b))
+	}
+	// A live lock file too.
+	path, opt := newTestLock(t)
+	l := New(path, opt)
+	if err := l.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	live, _ := os.ReadFile(path)
+	l.Release()
+	inputs = append(inputs, string(live))
+
+	in, _ := json.Marshal(inputs)
+	script := `
+import json, sys
+bad = []
+for s in json.load(sys.stdin):
+    d = json.loads(s)
+    ok = (list(d) == ["hostname", "pid", "timestamp"] and type(d["hostname"]) is str
+          and type(d["pid"]) is int and type(d["timestamp"]) is float
+          and json.dumps(d) == s)
+    if not ok:
+        bad.append([s, json.dumps(d)])
+print(json.dumps(bad))
+`
+	cmd := exec.Command(py, "-c", script)
+	cmd.Stdin = strings.NewReader(string(in))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("python: %v\n%s", err, out)
+	}
+	var bad [][2]string
+	if err := json.Unmarshal(out, &bad); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for _, b := range bad {
+		t.Errorf("ours %q, json.dumps(json.loads(ours)) %q", b[0], b[1])
+	}
+}
+
+func TestTimeoutErrorText(t *testing.T) {
+	e := &TimeoutError{
+		Path:   "/x/cache.db.lock",
+		Holder: &Holder{Hostname: "node042", PID: 1234, Timestamp: unixSeconds(time.Now()) - 8.2},
+		Waited: 12 * time.Second,
+	}
+	re := regexp.MustCompile(`^timed out after 12\.0s waiting for lock /x/cache\.db\.lock held by host node042 pid 1234 for 8\.[23]s$`)
+	if !re.MatchString(e.Error()) {
+		t.Errorf("got %q", e.Error())
+	}
+	e.Holder = nil
+	if got, want := e.Error(), "timed out after 12.0s waiting for lock /x/cache.db.lock (holder unknown)"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestTimeoutWhileHeldByOther(t *testing.T) {
+	path, opt := newTestLock(t)
+	a := New(path, opt)
+	if err := a.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release()
+	opt.Timeout = 150 * time.Millisecond
+	opt.Hostname = "other"
+	b := New(path, opt)
+	start := time.Now()
+	err := b.Acquire(context.Background())
+	var te *TimeoutError
+	if !errors.As(err, &te) {
+		t.Fatalf("want *TimeoutError, got %v", err)
+	}
+	if el := time.Since(start); el < 150*time.Millisecond || el > 10*time.Second {
+		t.Errorf("returned after %v, want about 150ms", el)
+	}
+	if te.Holder == nil || te.Holder.PID != os.Getpid() || te.Holder.Hostname != a.opt.Hostname {
+		t.Errorf("holder %+v, want ours", te.Holder)
+	}
+	if te.Path != path || te.Waited < 150*time.Millisecond {
+		t.Errorf("bad error fields: %+v", te)
+	}
+	t.Log(te)
+	if cs := claims(t, filepath.Dir(path)); len(cs) != 1 {
+		t.Errorf("timed-out claim not removed: %v", cs)
+	}
+}
+
+func TestContextCancel(t *testing.T) {
+	path, opt := newTestLock(t)
+	a := New(path, opt)
+	if err := a.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release()
+	// Long backoff: cancellation must not wait for it.
+	opt.MinBackoff, opt.MaxBackoff = 30*time.Second, 60*time.Second
+	b := New(path, opt)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	start := time.Now()
+	err := b.Acquire(ctx)
+	if !errors.Is(err, context.Canceled) || err != context.Canceled {
+		t.Fatalf("want ctx.Err() itself, got %v", err)
+	}
+	// Generous: shared CI machines stall goroutines for a second or more.
+	if el := time.Since(start); el > 5*time.Second {
+		t.Errorf("cancel took %v to be noticed", el)
+	}
+	// Already cancelled: returns at once, touches nothing.
+	if err := b.Acquire(ctx); err != context.Canceled {
+		t.Fatalf("got %v", err)
+	}
+	dctx, dcancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer dcancel()
+	if err := b.Acquire(dctx); err != context.DeadlineExceeded {
+		t.Fatalf("got %v", err)
+	}
+	if cs := claims(t, filepath.Dir(path)); len(cs) != 1 {
+		t.Errorf("cancelled claims not removed: %v", cs)
+	}
+}
+
+// TestInProcessWait: goroutines sharing one Lock wait on the in-process mutex,
+// which honours ctx and Timeout too.
+func TestInProcessWait(t *testing.T) {
+	path, opt := newTestLock(t)
+	opt.Timeout = 100 * time.Millisecond
+	l := New(path, opt)
+	if err := l.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error)
+	go func() { errc <- l.Acquire(context.Background()) }()
+	var te *TimeoutError
+	if err := <-errc; !errors.As(err, &te) || te.Holder == nil {
+		t.Fatalf("want *TimeoutError naming the holder, got %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { errc <- l.Acquire(ctx) }()
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	if err := <-errc; err != context.Canceled {
+		t.Fatalf("want context.Canceled, got %v", err)
+	}
+	go func() { errc <- l.Acquire(context.Background()) }()
+	time.Sleep(20 * time.Millisecond)
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("waiter did not get the lock: %v", err)
+	}
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGoroutinesExclusive: many goroutines, one shared Lock and several
+// separate Locks on the same file; the race detector checks the counter.
+func TestGoroutinesExclusive(t *testing.T) {
+	path, opt := newTestLock(t)
+	opt.MinBackoff, opt.MaxBackoff = 50*time.Microsecond, time.Millisecond
+	shared := New(path, opt)
+	var (
+		counter int
+		inside  int32
+		wg      sync.WaitGroup
+		mu      sync.Mutex // only to report overlap without a data race
+		overlap bool
+	)
+	for g := 0; g < 8; g++ {
+		l := shared
+		if g%2 == 1 {
+			l = New(path, opt) // a separate Lock: only the file protocol protects
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 100; i++ {
+				if err := l.Acquire(context.Background()); err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				inside++
+				overlap = overlap || inside > 1
+				mu.Unlock()
+				c := counter
+				time.Sleep(10 * time.Microsecond)
+				counter = c + 1
+				mu.Lock()
+				inside--
+				mu.Unlock()
+				if err := l.Release(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if overlap || counter != 800 {
+		t.Fatalf("counter %d (want 800), overlap %v", counter, overlap)
+	}
+	if cs := claims(t, filepath.Dir(path)); len(cs) != 0 {
+		t.Errorf("claims left: %v", cs)
+	}
+}
+
+func TestStaleLockBroken(t *testing.T) {
+	path, opt := newTestLock(t)
+	now := unixSeconds(time.Now())
+	// Older than the default 600 s: broken.
+	writeLockFile(t, path, holderJSON("deadnode", 1, now-601))
+	l := New(path, opt)
+	l.opt.Timeout = 5 * time.Second
+	if err := l.Acquire(context.Background()); err != nil {
+		t.Fatalf("stale lock not broken: %v", err)
+	}
+	h, err := ReadHolder(path)
+	if err != nil || h.PID != os.Getpid() {
+		t.Fatalf("lock is not ours after breaking: %+v %v", h, err)
+	}
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Younger than StaleTimeout: respected.
+	writeLockFile(t, path, holderJSON("livenode", 2, now-5))
+	opt.Timeout = 100 * time.Millisecond
+	err = New(path, opt).Acquire(context.Background())
+	var te *TimeoutError
+	if !errors.As(err, &te) || te.Holder == nil || te.Holder.Hostname != "livenode" {
+		t.Fatalf("fresh lock: want timeout naming livenode, got %v", err)
+	}
+	// Same file, shorter StaleTimeout: broken.
+	opt.StaleTimeout = time.Second
+	l = New(path, opt)
+	if err := l.Acquire(context.Background()); err != nil {
+		t.Fatalf("custom StaleTimeout: %v", err)
+	}
+	l.Release()
+
+	// Integer timestamps (a Python int) count too; negative StaleTimeout never breaks.
+	writeLockFile(t, path, `{"hostname": "n", "pid": 3, "timestamp": 1000}`)
+	opt.StaleTimeout = -1
+	if err := New(path, opt).Acquire(context.Background()); !errors.As(err, &te) {
+		t.Fatalf("StaleTimeout<0 must never break: %v", err)
+	}
+	opt.StaleTimeout = 0
+	l = New(path, opt)
+	if err := l.Acquire(context.Background()); err != nil {
+		t.Fatalf("int timestamp: %v", err)
+	}
+	l.Release()
+	if cs := claims(t, filepath.Dir(path)); len(cs) != 0 {
+		t.Errorf("claims left: %v", cs)
+	}
+}
+
+func TestUnparseableLockNeverBroken(t *testing.T) {
+	for _, content := range []string{
+		"", "garbage", "{", "[]", "{}", `{"hostname": "n", "pid": 1}`,
+		`{"hostname": "n", "pid": 1, "timestamp": "1000"}`,
+		`{"hostname": "n", "pid": 1, "timestamp": null}`,
+		`{"hostname": "n", "pid": 1, "timestamp": NaN}`,
+		`{"hostname": "n", "pid": 1, "timestamp": Infinity}`,
+		"\xff\xfe{}",
+	} {
+		path, opt := newTestLock(t)
+		writeLockFile(t, path, content)
+		opt.StaleTimeout = time.Nanosecond // anything parseable is stale
+		opt.Timeout = 60 * time.Millisecond
+		err := New(path, opt).Acquire(context.Background())
+		var te *TimeoutError
+		if !errors.As(err, &te) {
+			t.Errorf("%q: want timeout, got %v", content, err)
+			continue
+		}
+		if got, _ := os.ReadFile(path); string(got) != content {
+			t.Errorf("%q: lock file changed to %q", content, got)
+		}
+		if cs := claims(t, filepath.Dir(path)); len(cs) != 0 {
+			t.Errorf("%q: claims left: %v", content, cs)
+		}
+	}
+}
+
+func TestReleaseKeepsForeignLock(t *testing.T) {
+	path, opt := newTestLock(t)
+	l := New(path, opt)
+	if err := l.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// Someone judged us stale, broke the lock and took it.
+	os.Remove(path)
+	foreign := holderJSON("thief", 77, unixSeconds(time.Now()))
+	writeLockFile(t, path, foreign)
+	if err := l.Release(); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("Release: %v, want ErrLockLost", err)
+	}
+	if got, _ := os.ReadFile(path); string(got) != foreign {
+		t.Fatalf("foreign lock touched: %q", got)
+	}
+	if cs := claims(t, filepath.Dir(path)); len(cs) != 0 {
+		t.Errorf("claim left: %v", cs)
+	}
+	// And a lock that simply vanished.
+	os.Remove(path)
+	if err := l.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(path)
+	if err := l.Release(); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("Release: %v, want ErrLockLost", err)
+	}
+	// The Lock is usable again.
+	if err := l.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBreakStaleChecksInode: a stale judgement about one file must not
+// remove a different file that has since taken its name.
+func TestBreakStaleChecksInode(t *testing.T) {
+	path, _ := newTestLock(t)
+	writeLockFile(t, path, holderJSON("old", 1, 1))
+	_, id, err := readHolder(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(path)
+	// The freed inode number is typically reused at once by the next file:
+	// the ctime must tell them apart.
+	fresh := holderJSON("fresh", 2, unixSeconds(time.Now()))
+	time.Sleep(10 * time.Millisecond) // coarse-ctime filesystems
+	writeLockFile(t, path, fresh)
+	if nid, _ := lstatID(path); nid == id.id {
+		t.Log("inode number reused")
+	}
+	if breakStale(path, id) {
+		t.Fatal("breakStale reported success on a replaced lock")
+	}
+	if got, _ := os.ReadFile(path); string(got) != fresh {
+		t.Fatal("fresh lock removed")
+	}
+	_, id, _ = readHolder(path)
+	if !breakStale(path, id) {
+		t.Fatal("same inode not broken")
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("lock still there")
+	}
+}
+
+// TestLinkCountMeansHeld: link() failing although it did link (the lost NFS
+// reply case) must count as success.
+func TestLinkCountMeansHeld(t *testing.T) {
+	path, _ := newTestLock(t)
+	c, err := newClaim(filepath.Dir(path), "h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.remove()
+	if err := os.Link(c.path, path); err != nil { // the "first" link
+		t.Fatal(err)
+	}
+	held, err := tryLink(c, path) // the retransmit: EEXIST
+	if err != nil || !held {
+		t.Fatalf("held=%v err=%v, want held", held, err)
+	}
+	os.Remove(path)
+	writeLockFile(t, path, "x")
+	if held, err := tryLink(c, path); err != nil || held {
+		t.Fatalf("foreign lock: held=%v err=%v", held, err)
+	}
+}
+
+func TestAcquireErrors(t *testing.T) {
+	l := New(filepath.Join(t.TempDir(), "no", "such", "dir", "x.db.lock"), Options{Timeout: time.Second})
+	err := l.Acquire(context.Background())
+	var te *TimeoutError
+	if err == nil || errors.As(err, &te) || !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("missing dir: want an immediate not-exist error, got %v", err)
+	}
+	// The in-process mutex must have been released.
+	dir := t.TempDir()
+	l = New(filepath.Join(dir, "x.db.lock"), Options{})
+	if err := os.Chmod(dir, 0o500); err != nil {
+		t.Fatal(err)
+	}
+	if os.Getuid() != 0 { // root ignores directory permissions
+		if err := l.Acquire(context.Background()); !errors.Is(err, os.ErrPermission) {
+			t.Fatalf("read-only dir: %v", err)
+		}
+	}
+	os.Chmod(dir, 0o700)
+	if err := l.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+}
+
+func TestBackoffBounds(t *testing.T) {
+	l := New("/x", Options{MinBackoff: time.Millisecond, MaxBackoff: 100 * time.Millisecond})
+	for attempt := 0; attempt < 100; attempt++ {
+		ceil := min(100*time.Millisecond, time.Millisecond<<min(attempt, 20))
+		for i := 0; i < 50; i++ {
+			if d := l.backoff(attempt); d < 0 || d > ceil {
+				t.Fatalf("backoff(%d) = %v, want [0, %v]", attempt, d, ceil)
+			}
+		}
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	l := New("/x", Options{})
+	if l.opt.StaleTimeout != 600*time.Second || l.opt.Timeout != 600*time.Second ||
+		l.opt.MinBackoff != 5*time.Millisecond || l.opt.MaxBackoff != 500*time.Millisecond {
+		t.Errorf("defaults: %+v", l.opt)
+	}
+	if h, _ := os.Hostname(); l.opt.Hostname != h {
+		t.Errorf("hostname %q, want %q", l.opt.Hostname, h)
+	}
+}

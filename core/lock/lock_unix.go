@@ -1,0 +1,64 @@
+//go:build unix
+
+package lock
+
+import (
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// fileID identifies an inode: two names of one file have the same fileID.
+// Inode numbers are reused as soon as a file is freed, so fileID alone only
+// proves identity while we keep the inode alive (our own claim); see stamp.
+type fileID struct{ dev, ino uint64 }
+
+// stamp identifies one inode at one moment: fileID plus ctime, which changes
+// whenever the inode's link count or content changes. A reused inode number
+// (a stale lock freed, a new claim created and linked) has a new ctime.
+type stamp struct {
+	id               fileID
+	ctimeSec, ctimeN int64
+}
+
+func stampOf(st *unix.Stat_t) stamp {
+	return stamp{
+		id:       fileID{uint64(st.Dev), uint64(st.Ino)},
+		ctimeSec: int64(st.Ctim.Sec),
+		ctimeN:   int64(st.Ctim.Nsec),
+	}
+}
+
+func fstatStamp(f *os.File) (stamp, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return stamp{}, &os.PathError{Op: "fstat", Path: f.Name(), Err: err}
+	}
+	return stampOf(&st), nil
+}
+
+func lstatStamp(path string) (stamp, error) {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		return stamp{}, &os.PathError{Op: "lstat", Path: path, Err: err}
+	}
+	return stampOf(&st), nil
+}
+
+func fstatID(f *os.File) (fileID, error) {
+	s, err := fstatStamp(f)
+	return s.id, err
+}
+
+func lstatID(path string) (fileID, error) {
+	s, err := lstatStamp(path)
+	return s.id, err
+}
+
+func linkCount(path string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	return uint64(st.Nlink), nil
+}

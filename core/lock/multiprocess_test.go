@@ -1,0 +1,267 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Environment of the child processes started by runChildren.
+const (
+	envChildDir    = "TIRASTORE_LOCK_CHILD_DIR"    // set: act as a child, in this directory
+	envChildCycles = "TIRASTORE_LOCK_CHILD_CYCLES" // increments to perform
+	envChildNoLock = "TIRASTORE_LOCK_CHILD_NOLOCK" // "1": skip the lock (negative control)
+)
+
+// TestLockChildProcess is the body of one child process; it does nothing in a
+// normal run.
+func TestLockChildProcess(t *testing.T) {
+	dir := os.Getenv(envChildDir)
+	if dir == "" {
+		t.Skip("helper for the multi-process tests")
+	}
+	cycles, _ := strconv.Atoi(os.Getenv(envChildCycles))
+	noLock := os.Getenv(envChildNoLock) == "1"
+	l := New(filepath.Join(dir, "cache.db.lock"), Options{
+		MinBackoff: 50 * time.Microsecond, MaxBackoff: 2 * time.Millisecond, Timeout: 5 * time.Minute,
+	})
+	for i := 0; i < cycles; i++ {
+		if !noLock {
+			if err := l.Acquire(context.Background()); err != nil {
+				t.Fatalf("acquire: %v", err)
+			}
+		}
+		if err := criticalSection(dir, !noLock); err != nil {
+			t.Fatal(err)
+		}
+		if !noLock {
+			if err := l.Release(); err != nil {
+				t.Fatalf("release: %v", err)
+			}
+		}
+	}
+}
+
+// criticalSection is a deliberately slow read-modify-write of a counter file.
+// With strict set it also proves exclusivity with an O_EXCL marker file.
+func criticalSection(dir string, strict bool) error {
+	marker := filepath.Join(dir, "inside")
+	if strict {
+		f, err := os.OpenFile(marker, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			return fmt.Errorf("two processes inside the critical section: %w", err)
+		}
+		f.Close()
+	}
+	counter := filepath.Join(dir, "counter")
+	data, err := os.ReadFile(counter)
+	if err != nil {
+		return err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil && strict {
+		return fmt.Errorf("counter %q: %w", data, err)
+	}
+	time.Sleep(100 * time.Microsecond)
+	if err := os.WriteFile(counter, []byte(strconv.Itoa(n+1)), 0o644); err != nil {
+		return err
+	}
+	if strict {
+		return os.Remove(marker)
+	}
+	return nil
+}
+
+// runChildren runs n copies of this test binary as TestLockChildProcess plus
+// the extra commands, all at once, and returns the final counter.
+func runChildren(t *testing.T, dir string, n, cycles int, noLock bool, extra ...*exec.Cmd) int {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "counter"), []byte("0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var cmds []*exec.Cmd
+	for i := 0; i < n; i++ {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestLockChildProcess$", "-test.count=1", "-test.timeout=10m")
+		cmd.Env = append(os.Environ(),
+			envChildDir+"="+dir, envChildCycles+"="+strconv.Itoa(cycles))
+		if noLock {
+			cmd.Env = append(cmd.Env, envChildNoLock+"=1")
+		}
+		cmds = append(cmds, cmd)
+	}
+	cmds = append(cmds, extra...)
+	outs := make([]*strings.Builder, len(cmds))
+	for i, cmd := range cmds {
+		outs[i] = &strings.Builder{}
+		cmd.Stdout, cmd.Stderr = outs[i], outs[i]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("child %d (%s): %v\n%s", i, filepath.Base(cmd.Path), err, outs[i])
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "counter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+	return got
+}
+
+// TestMultiProcessMutualExclusion: 8 processes x 200 locked increments.
+func TestMultiProcessMutualExclusion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	dir := physTempDir(t)
+	start := time.Now()
+	got := runChildren(t, dir, 8, 200, false)
+	if got != 1600 {
+		t.Fatalf("counter = %d, want 1600", got)
+	}
+	t.Logf("8 processes x 200 cycles in %v", time.Since(start))
+	if cs := claims(t, dir); len(cs) != 0 {
+		t.Errorf("claims left: %v", cs)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cache.db.lock")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("lock file left: %v", err)
+	}
+}
+
+// TestMultiProcessNegativeControl: the same run without the lock must lose
+// increments; otherwise the test above proves nothing.
+func TestMultiProcessNegativeControl(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	dir := physTempDir(t)
+	got := runChildren(t, dir, 8, 200, true)
+	t.Logf("without locking: counter = %d of 1600", got)
+	if got >= 1600 {
+		t.Fatalf("negative control did not lose increments (counter %d): the critical section is too narrow to test anything", got)
+	}
+}
+
+// pyWorker follows the original library's protocol as COMPAT.md describes it
+// (mkstemp claim, json.dump, link, backoff with jitter, stale breaking by
+// timestamp, release = unlink lock then claim) around the same critical
+// section, so Go and "old Python" workers can be run against each other.
+const pyWorker = `
+import json, os, random, socket, sys, tempfile, time
+
+def acquire(lock_path, stale=600.0):
+    d = os.path.dirname(lock_path)
+    host = socket.gethostname()
+    delay = 0.00005
+    while True:
+        fd, tmp = tempfile.mkstemp(prefix=".lock_%s_%d_" % (host, os.getpid()), dir=d)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"hostname": host, "pid": os.getpid(), "timestamp": time.time()}, f)
+        try:
+            os.link(tmp, lock_path)
+            return tmp
+        except FileExistsError:
+            os.unlink(tmp)
+        try:
+            with open(lock_path) as f:
+                info = json.load(f)
+            if time.time() - info["timestamp"] > stale:
+                os.unlink(lock_path)
+                continue
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        time.sleep(random.uniform(0, delay))
+        delay = min(delay * 2, 0.002)
+
+def release(lock_path, tmp):
+    os.unlink(lock_path)
+    os.unlink(tmp)
+
+d, cycles = sys.argv[1], int(sys.argv[2])
+lock_path = os.path.join(d, "cache.db.lock")
+marker = os.path.join(d, "inside")
+counter = os.path.join(d, "counter")
+for _ in range(cycles):
+    tmp = acquire(lock_path)
+    os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    with open(counter) as f:
+        n = int(f.read())
+    time.sleep(0.0001)
+    with open(counter, "w") as f:
+        f.write(str(n + 1))
+    os.unlink(marker)
+    release(lock_path, tmp)
+`
+
+// TestMixedGoAndPythonWorkers: 4 Go processes and 4 Python processes using
+// the original protocol exclude each other.
+func TestMixedGoAndPythonWorkers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	py := python3(t)
+	dir := physTempDir(t)
+	var extra []*exec.Cmd
+	for i := 0; i < 4; i++ {
+		extra = append(extra, exec.Command(py, "-c", pyWorker, dir, "150"))
+	}
+	if got := runChildren(t, dir, 4, 150, false, extra...); got != 1200 {
+		t.Fatalf("counter = %d, want 1200", got)
+	}
+	if cs := claims(t, dir); len(cs) != 0 {
+		t.Errorf("claims left: %v", cs)
+	}
+}
+
+// TestPythonHeldLock: a lock taken by a Python worker is respected, its
+// holder record is readable, and once stale it is broken by Go.
+func TestPythonHeldLock(t *testing.T) {
+	py := python3(t)
+	dir := physTempDir(t)
+	path := filepath.Join(dir, "cache.db.lock")
+	script := `
+import json, os, socket, sys, tempfile, time
+d, age = sys.argv[1], float(sys.argv[2])
+fd, tmp = tempfile.mkstemp(prefix=".lock_%s_%d_" % (socket.gethostname(), os.getpid()), dir=d)
+with os.fdopen(fd, "w") as f:
+    json.dump({"hostname": socket.gethostname(), "pid": os.getpid(), "timestamp": time.time() - age}, f)
+os.link(tmp, os.path.join(d, "cache.db.lock"))
+print(os.getpid())
+`
+	out, err := exec.Command(py, "-c", script, dir, "0").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pypid, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+	l := New(path, Options{Timeout: 100 * time.Millisecond, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
+	err = l.Acquire(context.Background())
+	var te *TimeoutError
+	if !errors.As(err, &te) || te.Holder == nil || te.Holder.PID != pypid {
+		t.Fatalf("want timeout naming python pid %d, got %v", pypid, err)
+	}
+	// Clean up the live one (a dead Python process left claim and lock).
+	for _, c := range claims(t, dir) {
+		os.Remove(filepath.Join(dir, c))
+	}
+	os.Remove(path)
+
+	if _, err := exec.Command(py, "-c", script, dir, "700").Output(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Acquire(context.Background()); err != nil {
+		t.Fatalf("stale Python lock not broken: %v", err)
+	}
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
+	}
+}

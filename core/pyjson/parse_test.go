@@ -1,0 +1,199 @@
+package pyjson
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// compact renders a parsed value for comparison; NonASCII keeps it readable.
+var compactRaw = Options{Indent: -1, ItemSep: ",", KeySep: ":"}
+
+func TestParseValid(t *testing.T) {
+	tests := []struct {
+		in, want string // want: Marshal(Parse(in), compactRaw)
+	}{
+		{`null`, `null`},
+		{`true`, `true`},
+		{`false`, `false`},
+		{` 	 "x"` + "\r\n", `"x"`},
+		{`0`, `0`},
+		{`-0`, `0`},
+		{`-0.0`, `-0.0`},
+		{`1.50`, `1.5`},
+		{`1E5`, `100000.0`},
+		{`1e-5`, `1e-05`},
+		{`1e400`, `Infinity`},
+		{`-1e400`, `-Infinity`},
+		{`NaN`, `NaN`},
+		{`Infinity`, `Infinity`},
+		{`-Infinity`, `-Infinity`},
+		{`123456789012345678901234567890`, `123456789012345678901234567890`},
+		{`[]`, `[]`},
+		{`[ ]`, `[]`},
+		{`{}`, `{}`},
+		{"{ \n}", `{}`},
+		{`[1, [2, [3]], {"a": []}]`, `[1,[2,[3]],{"a":[]}]`},
+		{`{"b": 1, "a": 2}`, `{"b":1,"a":2}`},
+		// Duplicate keys: last value wins, first position kept.
+		{`{"a": 1, "b": 2, "a": 3}`, `{"a":3,"b":2}`},
+		// Escapes.
+		{`"\" \\ \/ \b \f \n \r \t"`, `"\" \\ / \b \f \n \r \t"`},
+		{`"\u0041\u00e9\u00E9\u4e2d"`, `"Aéé中"`},
+		{`"\ud83d\ude00"`, `"😀"`},
+		{`"\uD83D\uDE00"`, `"😀"`},
+		{`"\u0000"`, `"\u0000"`},
+		{"\"raw \x7f é 中 😀\"", "\"raw \x7f é 中 😀\""},
+		{`"<>&"`, `"<>&"`},
+	}
+	for _, tc := range tests {
+		v, err := Parse([]byte(tc.in))
+		if err != nil {
+			t.Errorf("Parse(%q) error: %v", tc.in, err)
+			continue
+		}
+		got, err := Marshal(v, compactRaw)
+		if err != nil {
+			t.Errorf("Marshal(Parse(%q)) error: %v", tc.in, err)
+			continue
+		}
+		if string(got) != tc.want {
+			t.Errorf("Parse(%q) -> %s, want %s", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestParseTypes(t *testing.T) {
+	v, err := Parse([]byte(`[null, true, "s", 1.50, 1E5, -0, NaN, [], {}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []any{nil, true, "s", Number("1.50"), Number("1E5"), Number("-0"), Number("NaN"), []any{}, NewObject()}
+	if !reflect.DeepEqual(v, want) {
+		t.Errorf("Parse types = %#v, want %#v", v, want)
+	}
+	o, err := Parse([]byte(`{"z": 1, "y": {"x": null}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := o.(*Object)
+	if got := obj.Keys(); !reflect.DeepEqual(got, []string{"z", "y"}) {
+		t.Errorf("keys = %v", got)
+	}
+	inner, _ := obj.Get("y")
+	if x, ok := inner.(*Object).Get("x"); !ok || x != nil {
+		t.Errorf("inner x = %v, %v", x, ok)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		in     string
+		msg    string // prefix of SyntaxError.Msg
+		offset int    // byte offset
+	}{
+		// Messages and positions as CPython 3.11 reports them.
+		{``, "Expecting value", 0},
+		{` `, "Expecting value", 1},
+		{`nul`, "Expecting value", 0},
+		{`-`, "Expecting value", 0},
+		{`-Inf`, "Expecting value", 0},
+		{`-NaN`, "Expecting value", 0},
+		{`+1`, "Expecting value", 0},
+		{`.5`, "Expecting value", 0},
+		{`'a'`, "Expecting value", 0},
+		{`[`, "Expecting value", 1},
+		{`[1,]`, "Expecting value", 3},
+		{`[1 2]`, "Expecting ',' delimiter", 3},
+		{`[1`, "Expecting ',' delimiter", 2},
+		{`{`, "Expecting property name enclosed in double quotes", 1},
+		{`{"a":1,}`, "Expecting property name enclosed in double quotes", 7},
+		{`{1:2}`, "Expecting property name enclosed in double quotes", 1},
+		{`{"a" 1}`, "Expecting ':' delimiter", 5},
+		{`{"a":}`, "Expecting value", 5},
+		{`{"a":1 "b":2}`, "Expecting ',' delimiter", 7},
+		{`"abc`, "Unterminated string starting at", 0},
+		{`["abc\`, "Unterminated string starting at", 1},
+		{`"\u12`, "Invalid \\uXXXX escape", 2},
+		{`"\u1234`, "Invalid \\uXXXX escape", 2}, // CPython wants one more char
+		{`"\u12G4"`, "Invalid \\uXXXX escape", 2},
+		{`"\ud800\u12G4"`, "Invalid \\uXXXX escape", 8},
+		{`"\x"`, "Invalid \\escape", 1},
+		{`"\'"`, "Invalid \\escape", 1},
+		{"\"a\x01\"", "Invalid control character at", 2},
+		{"\"a\nb\"", "Invalid control character at", 2},
+		{"\"a\tb\"", "Invalid control character at", 2},
+		{`1.`, "Extra data", 1},
+		{`01`, "Extra data", 1},
+		{`1e`, "Extra data", 1},
+		{`1e+`, "Extra data", 1},
+		{`1 2`, "Extra data", 2},
+		{`{} x`, "Extra data", 3},
+		{`nulll`, "Extra data", 4},
+		{`[1]]`, "Extra data", 3},
+		{"\ufeff[1]", "Unexpected UTF-8 BOM", 0},
+		{"\u00a0 1", "Expecting value", 0}, // NBSP is not JSON whitespace
+		{"\f1", "Expecting value", 0},
+		// This package's own rejections.
+		{"\"a\xff\"", "Invalid UTF-8", 2},
+		{"\"\xed\xa0\x80\"", "Invalid UTF-8", 1}, // UTF-8-encoded surrogate
+		{"[\"\xc3\"]", "Invalid UTF-8", 2},
+		{`"\ud800"`, "Lone surrogate", 1},
+		{`"ab\udc00"`, "Lone surrogate", 3},
+		{`"\ud800\u0041"`, "Lone surrogate", 1},
+		{`"\ud800\ud800"`, "Lone surrogate", 1},
+		{`"\udbff"`, "Lone surrogate", 1},
+		{`"x\ud83d`, "Invalid \\uXXXX escape", 3},
+		{`"\ud83d"`, "Lone surrogate", 1},
+		{strings.Repeat("1", MaxIntDigits+1), "Exceeds the limit (4300 digits)", 0},
+		{"[-" + strings.Repeat("1", MaxIntDigits+1) + "]", "Exceeds the limit (4300 digits)", 1},
+		{strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1), "Nesting deeper than", MaxDepth},
+		{strings.Repeat(`{"a":`, MaxDepth+1) + "1" + strings.Repeat("}", MaxDepth+1), "Nesting deeper than", 5 * MaxDepth},
+	}
+	for _, tc := range tests {
+		v, err := Parse([]byte(tc.in))
+		var se *SyntaxError
+		if !errors.As(err, &se) {
+			t.Errorf("Parse(%.40q) = %v, %v; want SyntaxError %q", tc.in, v, err, tc.msg)
+			continue
+		}
+		if !strings.HasPrefix(se.Msg, tc.msg) || se.Offset != tc.offset {
+			t.Errorf("Parse(%.40q) error %q at %d, want %q at %d", tc.in, se.Msg, se.Offset, tc.msg, tc.offset)
+		}
+		if !strings.Contains(err.Error(), "byte offset") {
+			t.Errorf("error text %q lacks the byte offset", err)
+		}
+	}
+}
+
+func TestParseLimitsAccepted(t *testing.T) {
+	// Exactly at the limits is fine.
+	for _, in := range []string{
+		strings.Repeat("9", MaxIntDigits),
+		"-" + strings.Repeat("9", MaxIntDigits),
+		"1" + strings.Repeat("0", 5000) + ".0", // floats have no digit limit
+		strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth),
+	} {
+		if _, err := Parse([]byte(in)); err != nil {
+			t.Errorf("Parse(%.30q...) error: %v", in, err)
+		}
+	}
+}
+
+func TestSyntaxErrorPosition(t *testing.T) {
+	// Line and column as JSONDecodeError computes them; column counts
+	// characters, the offset counts bytes.
+	_, err := Parse([]byte("[\"é\",\n  \"ü\" x]"))
+	var se *SyntaxError
+	if !errors.As(err, &se) {
+		t.Fatalf("want SyntaxError, got %v", err)
+	}
+	if se.Msg != "Expecting ',' delimiter" || se.Line != 2 || se.Column != 7 || se.Offset != 14 {
+		t.Errorf("got %+v", se)
+	}
+	want := "pyjson: Expecting ',' delimiter: line 2 column 7 (byte offset 14)"
+	if err.Error() != want {
+		t.Errorf("Error() = %q, want %q", err.Error(), want)
+	}
+}

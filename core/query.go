@@ -1,0 +1,321 @@
+package core
+
+import (
+	"context"
+
+	"github.com/tirastore/tirastore/core/keys"
+	"github.com/tirastore/tirastore/core/pyjson"
+	"github.com/tirastore/tirastore/core/sqlite"
+)
+
+// Result is a stored measurement as lookup returns it. IsLegal and
+// ExecutionTimes are typed for Go callers; PyJSON hands other languages the
+// stored values exactly (ints stay ints, NaN stays NaN).
+type Result struct {
+	IsLegal        bool
+	ExecutionTimes []float64 // nil when the record stores null
+	Schedule       string
+	Hostname       string
+	Username       string
+	CreationDate   string
+	UpdateDate     string
+	SourceProject  string
+
+	legal any // the stored is_legal value
+	times any // the stored execution_times value
+}
+
+// PyJSON is the LookupResult field order of the original, with the stored
+// JSON values untouched.
+func (r *Result) PyJSON() any {
+	o := pyjson.NewObject()
+	o.Set("is_legal", r.legal)
+	o.Set("execution_times", r.times)
+	o.Set("schedule", r.Schedule)
+	o.Set("hostname", r.Hostname)
+	o.Set("username", r.Username)
+	o.Set("creation_date", r.CreationDate)
+	o.Set("update_date", r.UpdateDate)
+	o.Set("source_project", r.SourceProject)
+	return o
+}
+
+// parseResult reads result_json leniently, as Python's json.loads does
+// (NaN and Infinity tokens included).
+func parseResult(key, resultJSON string) (legal, times any, err error) {
+	v, err := pyjson.Parse([]byte(resultJSON))
+	if err != nil {
+		return nil, nil, newError(KindValue, "record %s: result_json is not valid JSON: %v", key, err)
+	}
+	obj, ok := v.(*pyjson.Object)
+	if !ok {
+		return nil, nil, newError(KindValue, "record %s: result_json is not a JSON object", key)
+	}
+	legal, _ = obj.Get("is_legal")
+	times, _ = obj.Get("execution_times")
+	return legal, times, nil
+}
+
+func newResult(rec *sqlite.Record) (*Result, error) {
+	legal, times, err := parseResult(rec.Key, rec.ResultJSON)
+	if err != nil {
+		return nil, err
+	}
+	r := &Result{
+		Schedule: rec.Schedule, Hostname: rec.Hostname, Username: rec.Username,
+		CreationDate: rec.CreationDate, UpdateDate: rec.UpdateDate, SourceProject: rec.SourceProject,
+		legal: legal, times: times,
+	}
+	switch l := legal.(type) {
+	case bool:
+		r.IsLegal = l
+	case pyjson.Number:
+		f, _ := l.Float64()
+		r.IsLegal = f != 0
+	}
+	if list, ok := times.([]any); ok {
+		r.ExecutionTimes = make([]float64, 0, len(list))
+		for _, t := range list {
+			if n, ok := t.(pyjson.Number); ok {
+				f, _ := n.Float64()
+				r.ExecutionTimes = append(r.ExecutionTimes, f)
+			}
+		}
+	}
+	return r, nil
+}
+
+func recordKey(source, sched string) (string, error) {
+	if err := checkTexts("program_source_code", source, "tiralib_schedule_string", sched); err != nil {
+		return "", err
+	}
+	return keys.RecordKey(keys.ProgramHash(source), sched), nil
+}
+
+// Lookup returns the stored result for (program, schedule), or nil when
+// there is none. The program name does not take part in the key.
+func (s *Store) Lookup(ctx context.Context, programName, source, sched string) (*Result, error) {
+	if err := checkText("program_name", programName); err != nil {
+		return nil, err
+	}
+	key, err := recordKey(source, sched)
+	if err != nil {
+		return nil, err
+	}
+	var rec *sqlite.Record
+	if err := s.withDB(ctx, "lookup", func(db *sqlite.DB) (err error) {
+		rec, err = db.Get(key)
+		return err
+	}); err != nil || rec == nil {
+		return nil, err
+	}
+	return newResult(rec)
+}
+
+// Contains reports whether a record exists for (program, schedule).
+func (s *Store) Contains(ctx context.Context, programName, source, sched string) (bool, error) {
+	if err := checkText("program_name", programName); err != nil {
+		return false, err
+	}
+	key, err := recordKey(source, sched)
+	if err != nil {
+		return false, err
+	}
+	var found bool
+	err = s.withDB(ctx, "contains", func(db *sqlite.DB) (err error) {
+		found, err = db.Contains(key)
+		return err
+	})
+	return found, err
+}
+
+// ProgramSource is one stored source version of a program name.
+type ProgramSource struct {
+	ProgramHash string
+	SourceCode  string
+}
+
+// PyJSON gives the original's dict: {"program_hash", "source_code"}.
+func (p ProgramSource) PyJSON() any {
+	o := pyjson.NewObject()
+	o.Set("program_hash", p.ProgramHash)
+	o.Set("source_code", p.SourceCode)
+	return o
+}
+
+// GetProgramSource lists every source version stored under a program name,
+// ordered by program hash.
+func (s *Store) GetProgramSource(ctx context.Context, programName string) ([]ProgramSource, error) {
+	if err := checkText("program_name", programName); err != nil {
+		return nil, err
+	}
+	var progs []sqlite.Program
+	if err := s.withDB(ctx, "get_program_source", func(db *sqlite.DB) (err error) {
+		progs, err = db.ProgramsByName(programName)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	out := make([]ProgramSource, len(progs))
+	for i, p := range progs {
+		out[i] = ProgramSource{ProgramHash: p.Hash, SourceCode: p.Source}
+	}
+	return out, nil
+}
+
+// GetProgramRecords returns every result recorded for a program's source,
+// ordered by creation date.
+func (s *Store) GetProgramRecords(ctx context.Context, programName, source string) ([]*Result, error) {
+	if err := checkTexts("program_name", programName, "program_source_code", source); err != nil {
+		return nil, err
+	}
+	hash := keys.ProgramHash(source)
+	var recs []*sqlite.Record
+	if err := s.withDB(ctx, "get_program_records", func(db *sqlite.DB) (err error) {
+		recs, err = db.RecordsByProgram(hash)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	out := make([]*Result, 0, len(recs))
+	for _, rec := range recs {
+		r, err := newResult(rec)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// Count is the number of records.
+func (s *Store) Count(ctx context.Context) (n int64, err error) {
+	err = s.withDB(ctx, "count", func(db *sqlite.DB) (err error) {
+		n, err = db.CountRecords()
+		return err
+	})
+	return n, err
+}
+
+// ProgramCount is the number of distinct programs.
+func (s *Store) ProgramCount(ctx context.Context) (n int64, err error) {
+	err = s.withDB(ctx, "program_count", func(db *sqlite.DB) (err error) {
+		n, err = db.CountPrograms()
+		return err
+	})
+	return n, err
+}
+
+// Stats is the original's stats() summary.
+type Stats struct {
+	TotalRecords, LegalRecords, IllegalRecords, TotalPrograms int64
+	SourceProjects, Users                                     []string
+	CPUModel, SlurmCPUs                                       *string // nil when db_meta lacks the row
+}
+
+// PyJSON gives the original's dict, in its key order.
+func (st *Stats) PyJSON() any {
+	o := pyjson.NewObject()
+	o.Set("total_records", st.TotalRecords)
+	o.Set("legal_records", st.LegalRecords)
+	o.Set("illegal_records", st.IllegalRecords)
+	o.Set("total_programs", st.TotalPrograms)
+	o.Set("source_projects", st.SourceProjects)
+	o.Set("users", st.Users)
+	o.Set("cpu_model", optString(st.CPUModel))
+	o.Set("slurm_cpus", optString(st.SlurmCPUs))
+	return o
+}
+
+func optString(p *string) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+func metaPtr(db *sqlite.DB, key string) (*string, error) {
+	v, ok, err := db.Meta(key)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// Stats summarizes the database.
+func (s *Store) Stats(ctx context.Context) (*Stats, error) {
+	var st Stats
+	err := s.withDB(ctx, "stats", func(db *sqlite.DB) error {
+		ss, err := db.Stats()
+		if err != nil {
+			return err
+		}
+		st = Stats{TotalRecords: ss.Total, LegalRecords: ss.Legal, IllegalRecords: ss.Illegal,
+			TotalPrograms: ss.Programs, SourceProjects: ss.SourceProjects, Users: ss.Users}
+		if st.CPUModel, err = metaPtr(db, "cpu_model"); err != nil {
+			return err
+		}
+		st.SlurmCPUs, err = metaPtr(db, "slurm_cpus")
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// Keys lists record keys ordered by creation date; limit > 0 paginates.
+func (s *Store) Keys(ctx context.Context, limit, offset int64) (keys []string, err error) {
+	err = s.withDB(ctx, "keys", func(db *sqlite.DB) (err error) {
+		keys, err = db.Keys(limit, offset)
+		return err
+	})
+	return keys, err
+}
+
+// RawRecord is a record row joined with its program, as get() returns it.
+type RawRecord sqlite.Record
+
+// PyJSON gives the original's dict: the record columns, then program_name
+// and source_code.
+func (r *RawRecord) PyJSON() any {
+	o := pyjson.NewObject()
+	for _, kv := range [][2]string{
+		{"key", r.Key}, {"program_hash", r.ProgramHash}, {"schedule", r.Schedule},
+		{"result_json", r.ResultJSON}, {"hostname", r.Hostname}, {"username", r.Username},
+		{"creation_date", r.CreationDate}, {"update_date", r.UpdateDate},
+		{"source_project", r.SourceProject}, {"program_name", r.ProgramName}, {"source_code", r.SourceCode},
+	} {
+		o.Set(kv[0], kv[1])
+	}
+	return o
+}
+
+// Get returns the raw record for a key, or nil.
+func (s *Store) Get(ctx context.Context, key string) (*RawRecord, error) {
+	if err := checkText("key", key); err != nil {
+		return nil, err
+	}
+	var rec *sqlite.Record
+	if err := s.withDB(ctx, "get", func(db *sqlite.DB) (err error) {
+		rec, err = db.Get(key)
+		return err
+	}); err != nil || rec == nil {
+		return nil, err
+	}
+	return (*RawRecord)(rec), nil
+}
+
+// CPUModel is the cpu_model stored in db_meta (ok false when absent).
+func (s *Store) CPUModel(ctx context.Context) (*string, error) { return s.meta(ctx, "cpu_model") }
+
+// SlurmCPUs is the slurm_cpus stored in db_meta (nil when absent).
+func (s *Store) SlurmCPUs(ctx context.Context) (*string, error) { return s.meta(ctx, "slurm_cpus") }
+
+func (s *Store) meta(ctx context.Context, key string) (v *string, err error) {
+	err = s.withDB(ctx, key, func(db *sqlite.DB) (err error) {
+		v, err = metaPtr(db, key)
+		return err
+	})
+	return v, err
+}

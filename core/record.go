@@ -1,0 +1,100 @@
+package core
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/keys"
+	"github.com/tirastore/tirastore/core/schedule"
+	"github.com/tirastore/tirastore/core/sqlite"
+)
+
+// prepared is one validated record, ready to write.
+type prepared struct {
+	key, schedule, resultJSON string
+}
+
+// prepare validates one measurement the way the original did, in its order
+// (times, then the normalized schedule), and computes its key.
+func prepare(programHash string, m *Measurement) (*prepared, error) {
+	if err := checkText("tiralib_schedule_string", m.Schedule); err != nil {
+		return nil, err
+	}
+	rj, err := m.resultJSON()
+	if err != nil {
+		return nil, err
+	}
+	norm := schedule.Normalize(m.Schedule)
+	if ok, reason := schedule.Validate(norm); !ok {
+		return nil, newError(KindValue, "Invalid schedule string: %s", reason)
+	}
+	return &prepared{key: keys.RecordKey(programHash, m.Schedule), schedule: norm, resultJSON: rj}, nil
+}
+
+// Record stores one measurement and reports whether it wrote (false when the
+// record exists and overwrite is false). The program row is inserted if
+// absent; both happen in one transaction.
+func (s *Store) Record(ctx context.Context, programName, source string, m Measurement, overwrite bool) (bool, error) {
+	n, err := s.record(ctx, programName, source, []Measurement{m}, overwrite, false)
+	return n == 1, err
+}
+
+// RecordMany stores several measurements of one program in one transaction.
+// Every entry is validated first; on any error nothing is written and the
+// message says which entry (schedules[i]: ...). It returns how many records
+// were written.
+func (s *Store) RecordMany(ctx context.Context, programName, source string, ms []Measurement, overwrite bool) (int, error) {
+	return s.record(ctx, programName, source, ms, overwrite, true)
+}
+
+func (s *Store) record(ctx context.Context, programName, source string, ms []Measurement, overwrite, many bool) (int, error) {
+	if err := checkTexts("program_name", programName, "program_source_code", source); err != nil {
+		return 0, err
+	}
+	if err := s.checkWrites(); err != nil {
+		return 0, err
+	}
+	hash := keys.ProgramHash(source)
+	rows := make([]*prepared, len(ms))
+	for i := range ms {
+		p, err := prepare(hash, &ms[i])
+		if err != nil {
+			if many {
+				e := err.(*Error)
+				return 0, &Error{Kind: e.Kind, Message: fmt.Sprintf("schedules[%d]: %s", i, e.Message), Err: e.Err}
+			}
+			return 0, err
+		}
+		rows[i] = p
+	}
+	written := 0
+	err := s.withDB(ctx, "record", func(db *sqlite.DB) error {
+		stamp := identity.NowISO(now())
+		return db.Tx(func(tx *sql.Tx) error {
+			written = 0
+			if err := sqlite.PutProgram(tx, sqlite.Program{Hash: hash, Name: programName, Source: source}); err != nil {
+				return err
+			}
+			for _, p := range rows {
+				ok, err := sqlite.PutRecord(tx, &sqlite.Record{
+					Key: p.key, ProgramHash: hash, Schedule: p.schedule, ResultJSON: p.resultJSON,
+					Hostname: s.hostname, Username: s.username, CreationDate: stamp, UpdateDate: stamp,
+					SourceProject: s.opts.SourceProject,
+				}, overwrite)
+				if err != nil {
+					return err
+				}
+				if ok {
+					written++
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return 0, err
+	}
+	return written, nil
+}

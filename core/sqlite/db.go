@@ -1,0 +1,164 @@
+// Package sqlite is the storage layer: the schema of the original library
+// (schema_version 2), its statements, and the connection settings it needs on
+// a cluster filesystem. It is the only package that imports go-sqlite3.
+//
+// Nothing here locks: every function assumes the caller holds the hard-link
+// lock for the whole life of the connection, from Open to Close, because
+// SQLite's own POSIX locks are not trusted across nodes.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	sqlite3 "github.com/mattn/go-sqlite3"
+)
+
+// SchemaVersion is the db_meta schema_version this engine reads and writes.
+const SchemaVersion = 2
+
+// The DDL is the original's text, byte for byte, so that sqlite_master of a
+// database created here is identical to one created by the original.
+const (
+	createMeta = `CREATE TABLE IF NOT EXISTS db_meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+`
+	createPrograms = `CREATE TABLE IF NOT EXISTS programs (
+    program_hash    TEXT PRIMARY KEY,
+    program_name    TEXT NOT NULL,
+    source_code     TEXT NOT NULL
+);
+`
+	createRecords = `CREATE TABLE IF NOT EXISTS records (
+    key                TEXT PRIMARY KEY,
+    program_hash       TEXT NOT NULL REFERENCES programs(program_hash),
+    schedule           TEXT NOT NULL,
+    result_json        TEXT NOT NULL,
+    hostname           TEXT NOT NULL,
+    username           TEXT NOT NULL,
+    creation_date      TEXT NOT NULL,
+    update_date        TEXT NOT NULL,
+    source_project     TEXT NOT NULL DEFAULT ''
+);
+`
+)
+
+// DB is one SQLite connection with the settings the original used:
+// journal_mode=DELETE (WAL needs shared memory, which breaks on Lustre),
+// synchronous=FULL, foreign_keys=ON, busy_timeout=0 (our lock serializes).
+type DB struct {
+	db *sql.DB
+}
+
+// uriPath escapes the characters that end or alter the path part of an
+// SQLite URI filename, so that any file name works.
+func uriPath(path string) string {
+	r := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
+	return r.Replace(path)
+}
+
+// Open opens an existing database file read-write. It never creates the
+// file: creation (with the original's 0666 mode) is the caller's job.
+func Open(path string) (*DB, error) {
+	dsn := "file:" + uriPath(path) +
+		"?mode=rw&_journal_mode=DELETE&_synchronous=FULL&_foreign_keys=1&_busy_timeout=0&_txlock=immediate"
+	db, err := sql.Open("sqlite3", dsn)
+	if err != nil {
+		return nil, err
+	}
+	// One connection, never recycled behind our back: it must be closed
+	// before the lock is released.
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	db.SetConnMaxLifetime(0)
+	if err := db.Ping(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &DB{db: db}, nil
+}
+
+// Close closes the connection; SQLite deletes its journal before it returns.
+func (d *DB) Close() error { return d.db.Close() }
+
+// IsNotDatabase reports errors that mean "this file is not a usable SQLite
+// database" (SQLITE_NOTADB, SQLITE_CORRUPT), as opposed to I/O trouble.
+func IsNotDatabase(err error) bool {
+	var se sqlite3.Error
+	if errors.As(err, &se) {
+		return se.Code == sqlite3.ErrNotADB || se.Code == sqlite3.ErrCorrupt
+	}
+	return false
+}
+
+// IsConstraint reports a constraint violation (e.g. a record whose program
+// is missing), which is the caller's bad input rather than a broken file.
+func IsConstraint(err error) bool {
+	var se sqlite3.Error
+	return errors.As(err, &se) && se.Code == sqlite3.ErrConstraint
+}
+
+// Tx runs fn inside one write transaction (BEGIN IMMEDIATE), committing on
+// nil and rolling back on error.
+func (d *DB) Tx(fn func(tx *sql.Tx) error) error {
+	tx, err := d.db.BeginTx(context.Background(), nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// Init creates the tables and the db_meta rows of a new database. It is
+// idempotent: existing tables and meta rows are left as they are.
+func (d *DB) Init(cpuModel, slurmCPUs, createdAt string) error {
+	return d.Tx(func(tx *sql.Tx) error {
+		for _, ddl := range []string{createMeta, createPrograms, createRecords} {
+			if _, err := tx.Exec(ddl); err != nil {
+				return err
+			}
+		}
+		for _, kv := range [][2]string{
+			{"schema_version", fmt.Sprint(SchemaVersion)},
+			{"cpu_model", cpuModel},
+			{"slurm_cpus", slurmCPUs},
+			{"created_at", createdAt},
+		} {
+			if _, err := tx.Exec("INSERT OR IGNORE INTO db_meta (key, value) VALUES (?, ?)", kv[0], kv[1]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// HasTables reports whether the database has been initialised (an empty
+// file left by a creator that crashed before Init has not).
+func (d *DB) HasTables() (bool, error) {
+	var n int
+	err := d.db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('db_meta', 'programs', 'records')`).Scan(&n)
+	return n == 3, err
+}
+
+// Meta returns a db_meta value; ok is false when the row is absent.
+func (d *DB) Meta(key string) (value string, ok bool, err error) {
+	err = d.db.QueryRow("SELECT value FROM db_meta WHERE key = ?", key).Scan(&value)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	return value, err == nil, err
+}
+
+// IsSQLiteError reports any error that SQLite itself raised.
+func IsSQLiteError(err error) bool {
+	var se sqlite3.Error
+	return errors.As(err, &se)
+}

@@ -1,0 +1,254 @@
+package sqlite
+
+import (
+	"database/sql"
+	"errors"
+)
+
+// Record is one row of the records table, with the program's name and
+// source when the read joined them in.
+type Record struct {
+	Key           string
+	ProgramHash   string
+	Schedule      string
+	ResultJSON    string
+	Hostname      string
+	Username      string
+	CreationDate  string
+	UpdateDate    string
+	SourceProject string
+	ProgramName   string
+	SourceCode    string
+}
+
+// Program is one row of the programs table.
+type Program struct {
+	Hash   string
+	Name   string
+	Source string
+}
+
+// The joined read is an inner join, as in the original: a record whose
+// program row is missing is not found.
+const selectJoined = `SELECT r.key, r.program_hash, r.schedule, r.result_json, r.hostname, r.username,
+       r.creation_date, r.update_date, r.source_project, p.program_name, p.source_code
+  FROM records r JOIN programs p ON r.program_hash = p.program_hash`
+
+func scanJoined(sc interface{ Scan(...any) error }) (*Record, error) {
+	var r Record
+	err := sc.Scan(&r.Key, &r.ProgramHash, &r.Schedule, &r.ResultJSON, &r.Hostname, &r.Username,
+		&r.CreationDate, &r.UpdateDate, &r.SourceProject, &r.ProgramName, &r.SourceCode)
+	return &r, err
+}
+
+// Get returns the record with its program, or nil when there is none.
+func (d *DB) Get(key string) (*Record, error) {
+	r, err := scanJoined(d.db.QueryRow(selectJoined+" WHERE r.key = ?", key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Contains reports whether a record exists (no join, as in the original).
+func (d *DB) Contains(key string) (bool, error) {
+	var one int
+	err := d.db.QueryRow("SELECT 1 FROM records WHERE key = ?", key).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// RecordsByProgram returns a program's records ordered by creation_date.
+func (d *DB) RecordsByProgram(programHash string) ([]*Record, error) {
+	rows, err := d.db.Query(selectJoined+" WHERE r.program_hash = ? ORDER BY r.creation_date", programHash)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Record
+	for rows.Next() {
+		r, err := scanJoined(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// ProgramsByName returns every source version recorded under a name,
+// ordered by program_hash.
+func (d *DB) ProgramsByName(name string) ([]Program, error) {
+	return d.programs("SELECT program_hash, program_name, source_code FROM programs WHERE program_name = ? ORDER BY program_hash", name)
+}
+
+// AllPrograms returns every program ordered by (program_name, program_hash),
+// the export order.
+func (d *DB) AllPrograms() ([]Program, error) {
+	return d.programs("SELECT program_hash, program_name, source_code FROM programs ORDER BY program_name, program_hash")
+}
+
+func (d *DB) programs(query string, args ...any) ([]Program, error) {
+	rows, err := d.db.Query(query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Program
+	for rows.Next() {
+		var p Program
+		if err := rows.Scan(&p.Hash, &p.Name, &p.Source); err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// ScheduleResult is the part of a record that an export writes.
+type ScheduleResult struct {
+	Schedule   string
+	ResultJSON string
+}
+
+// ProgramResults returns a program's (schedule, result_json) pairs ordered by
+// creation_date, as the export lists them.
+func (d *DB) ProgramResults(programHash string) ([]ScheduleResult, error) {
+	rows, err := d.db.Query("SELECT schedule, result_json FROM records WHERE program_hash = ? ORDER BY creation_date", programHash)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []ScheduleResult
+	for rows.Next() {
+		var s ScheduleResult
+		if err := rows.Scan(&s.Schedule, &s.ResultJSON); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// PutProgram inserts a program unless its hash is present: the first name
+// stored for a hash wins.
+func PutProgram(tx *sql.Tx, p Program) error {
+	_, err := tx.Exec("INSERT OR IGNORE INTO programs (program_hash, program_name, source_code) VALUES (?, ?, ?)", p.Hash, p.Name, p.Source)
+	return err
+}
+
+// PutRecord inserts r, or with overwrite replaces an existing row's
+// program_hash, schedule, result_json, hostname, username, update_date and
+// source_project while keeping its creation_date. It reports whether a
+// write happened. r.CreationDate is used as both dates of a new row.
+func PutRecord(tx *sql.Tx, r *Record, overwrite bool) (bool, error) {
+	var one int
+	err := tx.QueryRow("SELECT 1 FROM records WHERE key = ?", r.Key).Scan(&one)
+	exists := err == nil
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return false, err
+	}
+	switch {
+	case exists && !overwrite:
+		return false, nil
+	case exists:
+		_, err = tx.Exec(`UPDATE records SET program_hash = ?, schedule = ?, result_json = ?, hostname = ?,
+       username = ?, update_date = ?, source_project = ? WHERE key = ?`,
+			r.ProgramHash, r.Schedule, r.ResultJSON, r.Hostname, r.Username, r.UpdateDate, r.SourceProject, r.Key)
+	default:
+		_, err = tx.Exec(`INSERT INTO records (key, program_hash, schedule, result_json, hostname, username,
+       creation_date, update_date, source_project) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			r.Key, r.ProgramHash, r.Schedule, r.ResultJSON, r.Hostname, r.Username, r.CreationDate, r.UpdateDate, r.SourceProject)
+	}
+	return err == nil, err
+}
+
+// Delete removes a record and reports whether it existed.
+func (d *DB) Delete(key string) (bool, error) {
+	res, err := d.db.Exec("DELETE FROM records WHERE key = ?", key)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}
+
+// CountRecords is the number of rows in records.
+func (d *DB) CountRecords() (int64, error) { return d.count("SELECT COUNT(*) FROM records") }
+
+// CountPrograms is the number of rows in programs.
+func (d *DB) CountPrograms() (int64, error) { return d.count("SELECT COUNT(*) FROM programs") }
+
+func (d *DB) count(query string) (n int64, err error) {
+	err = d.db.QueryRow(query).Scan(&n)
+	return n, err
+}
+
+// Stats are the counts and distinct values the original's stats() reports.
+type Stats struct {
+	Total, Legal, Illegal, Programs int64
+	SourceProjects, Users           []string
+}
+
+// Stats computes the summary with the original's queries (json_extract on
+// result_json, which SQLite also accepts with NaN/Infinity tokens).
+func (d *DB) Stats() (*Stats, error) {
+	var s Stats
+	var err error
+	if s.Total, err = d.count("SELECT COUNT(*) FROM records"); err != nil {
+		return nil, err
+	}
+	if s.Legal, err = d.count("SELECT COUNT(*) FROM records WHERE json_extract(result_json, '$.is_legal') = 1"); err != nil {
+		return nil, err
+	}
+	if s.Illegal, err = d.count("SELECT COUNT(*) FROM records WHERE json_extract(result_json, '$.is_legal') = 0"); err != nil {
+		return nil, err
+	}
+	if s.Programs, err = d.CountPrograms(); err != nil {
+		return nil, err
+	}
+	if s.SourceProjects, err = d.strings("SELECT DISTINCT source_project FROM records"); err != nil {
+		return nil, err
+	}
+	if s.Users, err = d.strings("SELECT DISTINCT username FROM records"); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// Keys lists record keys by creation_date; limit > 0 paginates.
+func (d *DB) Keys(limit, offset int64) ([]string, error) {
+	if limit > 0 {
+		return d.strings("SELECT key FROM records ORDER BY creation_date LIMIT ? OFFSET ?", limit, offset)
+	}
+	return d.strings("SELECT key FROM records ORDER BY creation_date")
+}
+
+func (d *DB) strings(query string, args ...any) ([]string, error) {
+	rows, err := d.db.Query(query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []string{}
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// VacuumInto writes a consistent, compacted copy of the database to path,
+// which must not exist or be empty.
+func (d *DB) VacuumInto(path string) error {
+	_, err := d.db.Exec("VACUUM INTO ?", path)
+	return err
+}

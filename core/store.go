@@ -1,0 +1,314 @@
+// Package core is the TiraStore engine: the API of the original Python
+// library (lookup, record, record_many, ...) over one SQLite file that many
+// processes on many nodes share, serialized by the hard-link lock.
+//
+// Every operation runs as: acquire the lock -> open SQLite -> work -> close
+// -> release, exactly as the original did, so old Python workers and this
+// engine can share one database file during a migration.
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+
+	"github.com/tirastore/tirastore/core/cpu"
+	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/lock"
+	"github.com/tirastore/tirastore/core/sqlite"
+)
+
+// Store is an open handle on one database. It is safe for concurrent use by
+// many goroutines; the hard-link lock serializes them with every other
+// process using the same file.
+type Store struct {
+	path     string
+	lockPath string
+	opts     Options
+	lk       *lock.Lock
+
+	hostname   string
+	username   string
+	localCPU   string
+	localSlurm string
+
+	writesAllowed bool
+	warning       string
+
+	mu     sync.RWMutex // held shared by operations, exclusively by Close
+	closed bool
+}
+
+// Open connects to the database at path, creating it (and its directory)
+// when it does not exist, and runs the original's CPU check: on a mismatch
+// writes are disabled (unless opts.AllowCPUMismatch) and Warning says why.
+func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	if err := checkText("db_path", path); err != nil {
+		return nil, err
+	}
+	if path == "" {
+		return nil, newError(KindValue, "db_path must not be empty")
+	}
+	opts = opts.withDefaults()
+	abs, err := resolvePath(path)
+	if err != nil {
+		return nil, wrapError(KindOS, err, "cannot resolve database path %q: %v", path, err)
+	}
+	lockPath, err := lock.PathFor(abs)
+	if err != nil {
+		return nil, wrapError(KindOS, err, "cannot derive the lock path of %s: %v", abs, err)
+	}
+	s := &Store{
+		path:          abs,
+		lockPath:      lockPath,
+		opts:          opts,
+		hostname:      identity.Hostname(),
+		username:      identity.Username(),
+		localCPU:      opts.CPUModel,
+		localSlurm:    opts.SlurmCPUs,
+		writesAllowed: true,
+	}
+	if s.localCPU == "" {
+		s.localCPU = cpu.Model()
+	}
+	if s.localSlurm == "" {
+		s.localSlurm = cpu.SlurmCPUs()
+	}
+	s.lk = lock.New(lockPath, lock.Options{
+		StaleTimeout: opts.StaleLockTimeout,
+		Timeout:      opts.LockTimeout,
+		Hostname:     s.hostname,
+	})
+	// The lock's claim file lives beside the database, so the directory
+	// must exist before the lock can be taken.
+	dir := filepath.Dir(abs)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o777); err != nil {
+			return nil, s.classify(err, "create the database directory")
+		}
+	}
+	if err := s.initOrValidate(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// initOrValidate creates a missing database or checks the CPU metadata of an
+// existing one, under the lock.
+func (s *Store) initOrValidate(ctx context.Context) error {
+	if err := s.lk.Acquire(ctx); err != nil {
+		return s.classify(err, "open")
+	}
+	defer s.lk.Release()
+
+	created, err := s.createFile()
+	if err != nil {
+		return s.classify(err, "create the database")
+	}
+	db, err := sqlite.Open(s.path)
+	if err != nil {
+		return s.classify(err, "open")
+	}
+	defer db.Close()
+
+	ok, err := db.HasTables()
+	if err != nil {
+		return s.classify(err, "open")
+	}
+	if !ok {
+		if !created && !emptyFile(s.path) {
+			return newError(KindDatabase, "%s is an SQLite database but not a TiraStore one (tables db_meta, programs, records missing)", s.path)
+		}
+		return s.classify(db.Init(s.localCPU, s.localSlurm, identity.NowISO(now())), "initialise the database")
+	}
+	if err := s.checkSchema(db); err != nil {
+		return err
+	}
+	return s.checkCPU(db)
+}
+
+// createFile creates the database file with the original's mode 0666 (and
+// its directory with 1777, best effort) when it does not exist yet. The mode
+// is set with fchmod because the process umask must not be touched: it is
+// shared with every thread of the host program.
+func (s *Store) createFile() (bool, error) {
+	f, err := os.OpenFile(s.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
+	if errors.Is(err, fs.ErrExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	if err := f.Chmod(0o666); err != nil {
+		return true, err
+	}
+	_ = os.Chmod(filepath.Dir(s.path), 0o777|fs.ModeSticky)
+	return true, nil
+}
+
+func emptyFile(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Size() == 0
+}
+
+func (s *Store) checkSchema(db *sqlite.DB) error {
+	v, ok, err := db.Meta("schema_version")
+	if err != nil {
+		return s.classify(err, "read db_meta")
+	}
+	want := fmt.Sprint(sqlite.SchemaVersion)
+	switch {
+	case !ok:
+		return newError(KindDatabase, "%s has no schema_version in db_meta; it was not written by TiraStore", s.path)
+	case v == want:
+		return nil
+	case len(v) > len(want) || (len(v) == len(want) && v > want):
+		return newError(KindDatabase, "%s has schema_version %s, newer than this library's %s: upgrade tirastore", s.path, v, want)
+	default:
+		return newError(KindDatabase, "%s has schema_version %s; this library reads version %s only (the original's first format needs a migration)", s.path, v, want)
+	}
+}
+
+func (s *Store) checkCPU(db *sqlite.DB) error {
+	dbCPU, _, err := db.Meta("cpu_model")
+	if err != nil {
+		return s.classify(err, "read db_meta")
+	}
+	dbSlurm, _, err := db.Meta("slurm_cpus")
+	if err != nil {
+		return s.classify(err, "read db_meta")
+	}
+	var parts []string
+	if dbCPU != "" && dbCPU != s.localCPU {
+		parts = append(parts, fmt.Sprintf("  CPU model: DB=%s  local=%s", pyRepr(dbCPU), pyRepr(s.localCPU)))
+	}
+	if dbSlurm != "" && dbSlurm != "N/A" && dbSlurm != s.localSlurm {
+		parts = append(parts, fmt.Sprintf("  SLURM_CPUS_PER_TASK: DB=%s  local=%s", pyRepr(dbSlurm), pyRepr(s.localSlurm)))
+	}
+	if len(parts) > 0 && !s.opts.AllowCPUMismatch {
+		s.writesAllowed = false
+		s.warning = "[TiraStore] CPU metadata mismatch — write operations disabled.\n"
+		for _, p := range parts {
+			s.warning += p + "\n"
+		}
+		s.warning += "  Set allow_cpu_mismatch=True to override."
+	}
+	return nil
+}
+
+// Close marks the store closed; later calls fail with ErrClosed. Calls in
+// flight finish first. Closing twice is harmless.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return nil
+}
+
+// Path is the resolved absolute path of the database file.
+func (s *Store) Path() string { return s.path }
+
+// LockPath is the hard-link lock's path (COMPAT: <db>.with_suffix(".db.lock")).
+func (s *Store) LockPath() string { return s.lockPath }
+
+// SourceProject is the project name stamped on records this store writes.
+func (s *Store) SourceProject() string { return s.opts.SourceProject }
+
+// WritesAllowed is false when the CPU check failed at Open.
+func (s *Store) WritesAllowed() bool { return s.writesAllowed }
+
+// Warning is the original's CPU-mismatch message, or "" when writes are
+// allowed; callers print it the way their language prints warnings.
+func (s *Store) Warning() string { return s.warning }
+
+// withDB runs fn with a fresh connection while holding the lock: the
+// original's acquire -> open -> work -> close -> release cycle.
+func (s *Store) withDB(ctx context.Context, op string, fn func(db *sqlite.DB) error) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if err := s.lk.Acquire(ctx); err != nil {
+		return s.classify(err, op)
+	}
+	defer s.lk.Release()
+	db, err := sqlite.Open(s.path)
+	if err != nil {
+		return s.classify(err, op)
+	}
+	err = fn(db)
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	return s.classify(err, op)
+}
+
+func (s *Store) checkWrites() error {
+	if !s.writesAllowed {
+		return newError(KindPermission, "Write operations are disabled due to CPU metadata mismatch. Initialize with allow_cpu_mismatch=True to override.")
+	}
+	return nil
+}
+
+// classify turns any error from the layers below into an *Error whose
+// message names the database file and the failed operation.
+func (s *Store) classify(err error, op string) error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	var te *lock.TimeoutError
+	switch {
+	case errors.As(err, &te):
+		return wrapError(KindTimeout, err, "%s: %v", s.path, err)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return wrapError(KindInterrupted, err, "%s: %s interrupted while waiting for the lock", s.path, op)
+	case sqlite.IsNotDatabase(err):
+		return wrapError(KindDatabase, err, "%s: cannot %s: %v", s.path, op, err)
+	case errors.Is(err, fs.ErrNotExist):
+		return wrapError(KindNotFound, err, "cannot %s %s: %v", op, s.path, err)
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
+		return wrapError(KindPermission, err, "cannot %s %s: %v", op, s.path, err)
+	}
+	var pe *fs.PathError
+	var le *os.LinkError
+	if errors.As(err, &pe) || errors.As(err, &le) || errors.Is(err, syscall.ENOSPC) {
+		return wrapError(KindOS, err, "cannot %s %s: %v", op, s.path, err)
+	}
+	if sqlite.IsSQLiteError(err) {
+		return wrapError(KindOperational, err, "%s: cannot %s: %v", s.path, op, err)
+	}
+	return wrapError(KindInternal, err, "%s: %s: %v", s.path, op, err)
+}
+
+// resolvePath makes path absolute and resolves symlinks in the part that
+// exists, like Python's non-strict Path.resolve().
+func resolvePath(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	rest := ""
+	cur := abs
+	for {
+		if real, err := filepath.EvalSymlinks(cur); err == nil {
+			return filepath.Join(real, rest), nil
+		}
+		parent := filepath.Dir(cur)
+		if parent == cur {
+			return abs, nil
+		}
+		rest = filepath.Join(filepath.Base(cur), rest)
+		cur = parent
+	}
+}

@@ -1,0 +1,239 @@
+package core
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	_ "github.com/mattn/go-sqlite3"
+
+	"github.com/tirastore/tirastore/core/keys"
+	"github.com/tirastore/tirastore/core/pyjson"
+)
+
+var ctx = context.Background()
+
+func openTemp(t *testing.T, opts Options) *Store {
+	t.Helper()
+	if opts.CPUModel == "" {
+		opts.CPUModel = "Test CPU"
+	}
+	st, err := Open(ctx, filepath.Join(t.TempDir(), "cache.db"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+const src = "void blur() { /* c */ }"
+const sched = "S(L0,L1,4,8,comps=['c1'])"
+
+func TestRecordLookupRoundTrip(t *testing.T) {
+	st := openTemp(t, Options{SourceProject: "p1"})
+	wrote, err := st.Record(ctx, "blur", src, Measurement{Schedule: " S( L0, L1,4,8,comps=[\"c1\"])", IsLegal: true,
+		ExecutionTimes: []pyjson.Number{"1", "1.0", "0.042", "1e-05"}}, false)
+	if err != nil || !wrote {
+		t.Fatalf("record: %v %v", wrote, err)
+	}
+	r, err := st.Lookup(ctx, "other name", src, sched)
+	if err != nil || r == nil {
+		t.Fatalf("lookup: %v %v", r, err)
+	}
+	if !r.IsLegal || r.Schedule != sched || r.SourceProject != "p1" || len(r.ExecutionTimes) != 4 || r.ExecutionTimes[3] != 1e-05 {
+		t.Fatalf("unexpected result %+v", r)
+	}
+	b, _ := pyjson.Marshal(r.PyJSON(), pyjson.Compact)
+	if !strings.HasPrefix(string(b), `{"is_legal":true,"execution_times":[1,1.0,0.042,1e-05],"schedule":`) {
+		t.Fatalf("PyJSON: %s", b)
+	}
+	// A second record without overwrite writes nothing.
+	if wrote, err := st.Record(ctx, "blur", src, Measurement{Schedule: sched, IsLegal: false}, false); wrote || err != nil {
+		t.Fatalf("second record: %v %v", wrote, err)
+	}
+	raw, err := st.Get(ctx, keys.RecordKey(keys.ProgramHash(src), sched))
+	if err != nil || raw == nil {
+		t.Fatal(raw, err)
+	}
+	if raw.ResultJSON != `{"is_legal":true,"execution_times":[1,1.0,0.042,1e-05]}` || raw.ProgramName != "blur" {
+		t.Fatalf("raw %+v", raw)
+	}
+	if miss, err := st.Lookup(ctx, "blur", src, "U(L0,4,comps=['c1'])"); miss != nil || err != nil {
+		t.Fatalf("miss: %v %v", miss, err)
+	}
+}
+
+func TestRecordValidation(t *testing.T) {
+	st := openTemp(t, Options{})
+	cases := []struct {
+		name, prog, source string
+		m                  Measurement
+		want               string
+	}{
+		{"missing times", "p", src, Measurement{Schedule: sched, IsLegal: true}, "execution_times must be provided (non-empty list) when is_legal is True."},
+		{"empty times", "p", src, Measurement{Schedule: sched, IsLegal: true, ExecutionTimes: []pyjson.Number{}}, "execution_times must be provided"},
+		{"nan", "p", src, Measurement{Schedule: sched, IsLegal: true, ExecutionTimes: []pyjson.Number{"NaN"}}, "finite"},
+		{"inf", "p", src, Measurement{Schedule: sched, IsLegal: true, ExecutionTimes: []pyjson.Number{"1e999"}}, "finite"},
+		{"bad schedule", "p", src, Measurement{Schedule: "S(L0)", IsLegal: false}, "Invalid schedule string: Malformed S transformation: 'S(L0)'"},
+		{"nul", "p\x00", src, Measurement{Schedule: sched}, "NUL"},
+		{"utf8", "p", "\xff", Measurement{Schedule: sched}, "UTF-8"},
+	}
+	for _, c := range cases {
+		_, err := st.Record(ctx, c.prog, c.source, c.m, false)
+		if KindOf(err) != KindValue || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v (kind %v), want ValueError containing %q", c.name, err, KindOf(err), c.want)
+		}
+	}
+	n, err := st.RecordMany(ctx, "p", src, []Measurement{
+		{Schedule: sched, IsLegal: false},
+		{Schedule: "X(L0)", IsLegal: false},
+	}, false)
+	if n != 0 || KindOf(err) != KindValue || !strings.HasPrefix(err.Error(), "schedules[1]: Invalid schedule string: Unknown transformation: 'X'") {
+		t.Fatalf("record_many: %d %v", n, err)
+	}
+	if c, _ := st.Count(ctx); c != 0 {
+		t.Fatalf("something was written: %d", c)
+	}
+}
+
+func TestCPUMismatchDisablesWrites(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cache.db")
+	a, err := Open(ctx, path, Options{CPUModel: "X", SlurmCPUs: "4"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	b, err := Open(ctx, path, Options{CPUModel: "Y", SlurmCPUs: "4"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.WritesAllowed() || !strings.Contains(b.Warning(), "CPU model: DB='X'  local='Y'") {
+		t.Fatalf("writes %v warning %q", b.WritesAllowed(), b.Warning())
+	}
+	_, err = b.Record(ctx, "p", src, Measurement{Schedule: sched}, false)
+	if KindOf(err) != KindPermission || !strings.Contains(err.Error(), "CPU metadata mismatch") {
+		t.Fatalf("record with mismatch: %v", err)
+	}
+	c, err := Open(ctx, path, Options{CPUModel: "X", SlurmCPUs: "8"})
+	if err != nil || c.WritesAllowed() {
+		t.Fatalf("slurm mismatch not detected: %v", err)
+	}
+	d, err := Open(ctx, path, Options{CPUModel: "Y", SlurmCPUs: "8", AllowCPUMismatch: true})
+	if err != nil || !d.WritesAllowed() {
+		t.Fatalf("allow_cpu_mismatch: %v", err)
+	}
+}
+
+func TestClosedStore(t *testing.T) {
+	st := openTemp(t, Options{})
+	st.Close()
+	st.Close()
+	if _, err := st.Count(ctx); !errors.Is(err, ErrClosed) || KindOf(err) != KindClosed {
+		t.Fatalf("count after close: %v", err)
+	}
+}
+
+func TestNotADatabase(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cache.db")
+	if err := os.WriteFile(path, []byte(strings.Repeat("this is not sqlite ", 100)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(ctx, path, Options{CPUModel: "X"})
+	if KindOf(err) != KindDatabase || !strings.Contains(err.Error(), path) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestNewerSchemaRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cache.db")
+	st, err := Open(ctx, path, Options{CPUModel: "X"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	db, err := sql.Open("sqlite3", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE db_meta SET value = '3' WHERE key = 'schema_version'`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	_, err = Open(ctx, path, Options{CPUModel: "X"})
+	if KindOf(err) != KindDatabase || !strings.Contains(err.Error(), "newer") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestCreatesFileModeAndNoLockLeft(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "sub", "dir")
+	st, err := Open(ctx, filepath.Join(dir, "cache.db"), Options{CPUModel: "X"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Record(ctx, "p", src, Measurement{Schedule: sched, IsLegal: false}, false); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(st.Path())
+	if err != nil || fi.Mode().Perm() != 0o666 {
+		t.Fatalf("db mode %v %v", fi.Mode(), err)
+	}
+	if st.LockPath() != filepath.Join(dir, "cache.db.lock") {
+		t.Fatalf("lock path %s", st.LockPath())
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.Name() != "cache.db" {
+			t.Errorf("left behind: %s", e.Name())
+		}
+	}
+}
+
+func TestConcurrentGoroutines(t *testing.T) {
+	st := openTemp(t, Options{})
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 20; i++ {
+				s := "U(L0," + string(rune('1'+g)) + ",comps=['c" + string(rune('a'+i)) + "'])"
+				if _, err := st.Record(ctx, "p", src, Measurement{Schedule: s, IsLegal: true, ExecutionTimes: Times(float64(g), float64(i))}, false); err != nil {
+					t.Error(err)
+					return
+				}
+				if r, err := st.Lookup(ctx, "p", src, s); err != nil || r == nil || r.ExecutionTimes[1] != float64(i) {
+					t.Errorf("lookup %s: %v %v", s, r, err)
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	if n, _ := st.Count(ctx); n != 160 {
+		t.Fatalf("count %d", n)
+	}
+}
+
+func TestExportFormats(t *testing.T) {
+	st := openTemp(t, Options{})
+	if _, err := st.Export(ctx, filepath.Join(t.TempDir(), "x"), "xml"); KindOf(err) != KindValue || err.Error() != "fmt must be 'json' or 'jsonl', got 'xml'" {
+		t.Fatalf("bad format: %v", err)
+	}
+	st.Record(ctx, "é", "a", Measurement{Schedule: sched, IsLegal: true, ExecutionTimes: Times(1)}, false)
+	st.Record(ctx, "é", "b", Measurement{Schedule: sched, IsLegal: false}, false)
+	out, err := st.Export(ctx, filepath.Join(t.TempDir(), "x.jsonl"), "jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(out)
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], `{"é_v1": {"Tiramisu_cpp": `) {
+		t.Fatalf("jsonl: %q", b)
+	}
+}

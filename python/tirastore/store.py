@@ -1,0 +1,261 @@
+"""TiraStore: the Python face of the engine, with the original's API.
+
+All behaviour (normalization, hashing, validation, locking, SQLite) lives in
+the native library; this module only adapts it to Python: keyword
+arguments, ``pathlib.Path`` results, a dataclass for lookups, exceptions, a
+context manager.
+
+>>> import tempfile, os
+>>> from tirastore import TiraStore
+>>> with TiraStore(os.path.join(tempfile.mkdtemp(), "cache.db")) as store:
+...     store.record("blur", "void blur() {}", "S(L0,L1,4,8,comps=['c1'])", True, [0.04])
+...     store.lookup("blur", "void blur() {}", "S(L0,L1,4,8,comps=['c1'])").execution_times
+True
+[0.04]
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from tirastore import _native
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+@dataclass
+class LookupResult:
+    """A stored measurement, as :meth:`TiraStore.lookup` returns it."""
+
+    is_legal: bool
+    execution_times: Optional[list]
+    schedule: str
+    hostname: str
+    username: str
+    creation_date: str
+    update_date: str
+    source_project: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (same keys as the original)."""
+        return {
+            "is_legal": self.is_legal,
+            "execution_times": self.execution_times,
+            "schedule": self.schedule,
+            "hostname": self.hostname,
+            "username": self.username,
+            "creation_date": self.creation_date,
+            "update_date": self.update_date,
+            "source_project": self.source_project,
+        }
+
+
+def _fspath(where: str, name: str, value: Any) -> str:
+    try:
+        path = os.fspath(value)
+    except TypeError:
+        raise TypeError(f"{where}(): {name} must be str or os.PathLike, not {type(value).__name__}") from None
+    if isinstance(path, bytes):
+        raise TypeError(f"{where}(): {name} must be str or os.PathLike[str], not bytes")
+    return path
+
+
+class TiraStore:
+    """A measurement cache in one SQLite file shared by many processes and nodes.
+
+    Parameters are the original's: ``db_path`` (created if missing),
+    ``source_project`` (stamped on new records), ``cpu_model`` and
+    ``slurm_cpus`` (detected when None), ``allow_cpu_mismatch``,
+    ``stale_lock_timeout`` (seconds before another holder's lock counts as
+    abandoned), plus ``lock_timeout``: how long an operation waits for the
+    lock before raising ``TimeoutError`` naming the holder (None: 600 s;
+    negative: forever).
+    """
+
+    def __init__(
+        self,
+        db_path: PathLike,
+        source_project: str = "",
+        cpu_model: Optional[str] = None,
+        slurm_cpus: Optional[str] = None,
+        allow_cpu_mismatch: bool = False,
+        stale_lock_timeout: float = 600.0,
+        lock_timeout: Optional[float] = 600.0,
+    ) -> None:
+        self._handle = 0
+        path = _fspath("TiraStore", "db_path", db_path)
+        self._handle, info = _native.open_store(
+            path,
+            {
+                "source_project": source_project,
+                "cpu_model": cpu_model,
+                "slurm_cpus": slurm_cpus,
+                "allow_cpu_mismatch": allow_cpu_mismatch,
+                "stale_lock_timeout": stale_lock_timeout,
+                "lock_timeout": lock_timeout,
+            },
+        )
+        self.db_path = Path(info["db_path"])
+        self.source_project = info["source_project"]
+        self.allow_cpu_mismatch = allow_cpu_mismatch
+        self._writes_allowed = bool(info["writes_allowed"])
+        if info["warning"]:
+            print(info["warning"])
+
+    def _call(self, method: str, **args: Any) -> Any:
+        return _native.call(self._handle, method, **args)
+
+    # -- lookup & record ---------------------------------------------------
+
+    def lookup(self, program_name: str, program_source_code: str, tiralib_schedule_string: str) -> Optional[LookupResult]:
+        """Return the stored :class:`LookupResult`, or None on a miss."""
+        found = self._call(
+            "lookup",
+            program_name=program_name,
+            program_source_code=program_source_code,
+            tiralib_schedule_string=tiralib_schedule_string,
+        )
+        return None if found is None else LookupResult(**found)
+
+    def record(
+        self,
+        program_name: str,
+        program_source_code: str,
+        tiralib_schedule_string: str,
+        is_legal: bool,
+        execution_times: Optional[list] = None,
+        overwrite: bool = False,
+    ) -> bool:
+        """Store one measurement; False when it existed and overwrite is False."""
+        return self._call(
+            "record",
+            program_name=program_name,
+            program_source_code=program_source_code,
+            tiralib_schedule_string=tiralib_schedule_string,
+            is_legal=is_legal,
+            execution_times=execution_times,
+            overwrite=overwrite,
+        )
+
+    def record_many(self, program_name: str, program_source_code: str, schedules: list, overwrite: bool = False) -> int:
+        """Store many schedules of one program in one transaction; returns how many were written."""
+        return self._call(
+            "record_many",
+            program_name=program_name,
+            program_source_code=program_source_code,
+            schedules=schedules,
+            overwrite=overwrite,
+        )
+
+    def contains(self, program_name: str, program_source_code: str, tiralib_schedule_string: str) -> bool:
+        """Whether a record exists for the input."""
+        return self._call(
+            "contains",
+            program_name=program_name,
+            program_source_code=program_source_code,
+            tiralib_schedule_string=tiralib_schedule_string,
+        )
+
+    # -- programs ----------------------------------------------------------
+
+    def get_program_source(self, program_name: str) -> list[dict[str, str]]:
+        """Every stored source version of a program name: dicts with program_hash and source_code."""
+        return self._call("get_program_source", program_name=program_name)
+
+    def get_program_records(self, program_name: str, program_source_code: str) -> list[LookupResult]:
+        """Every record of a program, oldest first."""
+        rows = self._call("get_program_records", program_name=program_name, program_source_code=program_source_code)
+        return [LookupResult(**r) for r in rows]
+
+    # -- backup & export ---------------------------------------------------
+
+    def backup(self, backup_path: Optional[PathLike] = None) -> Path:
+        """Write a consistent snapshot of the database; returns its Path."""
+        dest = None if backup_path is None else _fspath("backup", "backup_path", backup_path)
+        return Path(self._call("backup", backup_path=dest))
+
+    def export(self, output_path: PathLike, fmt: str = "json") -> Path:
+        """Export every program and its schedules as ``json`` or ``jsonl``; returns the Path."""
+        return Path(self._call("export", output_path=_fspath("export", "output_path", output_path), fmt=fmt))
+
+    # -- admin -------------------------------------------------------------
+
+    def get(self, key: str) -> Optional[dict[str, Any]]:
+        """The raw record (joined with its program) for a SHA-256 key, or None."""
+        return self._call("get", key=key)
+
+    def put(self, key: str, program_hash: str, schedule: str, result_json: str, overwrite: bool = False) -> bool:
+        """Low-level insert/update by raw key; the program must exist."""
+        return self._call(
+            "put", key=key, program_hash=program_hash, schedule=schedule, result_json=result_json, overwrite=overwrite
+        )
+
+    def delete(self, key: str) -> bool:
+        """Delete a record by key; True if it existed."""
+        return self._call("delete", key=key)
+
+    def count(self) -> int:
+        """Number of records."""
+        return self._call("count")
+
+    def program_count(self) -> int:
+        """Number of distinct programs."""
+        return self._call("program_count")
+
+    def stats(self) -> dict[str, Any]:
+        """Summary: record counts, programs, projects, users, CPU metadata."""
+        return self._call("stats")
+
+    def keys(self, limit: int = 0, offset: int = 0) -> list[str]:
+        """Record keys by creation date; ``limit > 0`` paginates."""
+        return self._call("keys", limit=limit, offset=offset)
+
+    @property
+    def writes_allowed(self) -> bool:
+        """False when the CPU check disabled writes at connection time."""
+        return self._writes_allowed
+
+    @property
+    def cpu_model(self) -> Optional[str]:
+        """The CPU model stored in the database metadata."""
+        return self._call("cpu_model")
+
+    @property
+    def slurm_cpus(self) -> Optional[str]:
+        """The SLURM_CPUS_PER_TASK value stored in the database metadata."""
+        return self._call("slurm_cpus")
+
+    # -- lifetime ----------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._handle == 0
+
+    def close(self) -> None:
+        """Release the handle; later calls raise ValueError. Closing twice is harmless."""
+        handle, self._handle = self._handle, 0
+        if handle:
+            _native.close_store(handle)
+
+    def __enter__(self) -> "TiraStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return (
+            f"TiraStore(db_path={str(self.db_path)!r}, "
+            f"source_project={self.source_project!r}, "
+            f"writes_allowed={self._writes_allowed})"
+        )
