@@ -15,6 +15,7 @@ package cpu
 
 import (
 	"context"
+	"github.com/tirastore/tirastore/core/environ"
 	"os"
 	"os/exec"
 	"strings"
@@ -133,7 +134,7 @@ func procField(text string, cantBeNumber bool, names ...string) string {
 // SlurmCPUs returns SLURM_CPUS_PER_TASK, or "N/A" when it is unset. Like
 // Python's os.environ.get, a variable set to "" yields "".
 func SlurmCPUs() string {
-	if v, ok := os.LookupEnv("SLURM_CPUS_PER_TASK"); ok {
+	if v, ok := environ.Lookup("SLURM_CPUS_PER_TASK"); ok {
 		return v
 	}
 	return SlurmUnset

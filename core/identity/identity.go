@@ -5,6 +5,7 @@ package identity
 
 import (
 	"fmt"
+	"github.com/tirastore/tirastore/core/environ"
 	"os"
 	"os/user"
 	"strconv"
@@ -41,7 +42,7 @@ var lookupUID = func(uid string) (string, error) {
 // Python does; a CGO_ENABLED=0 build only reads /etc/passwd.
 func Username() string {
 	for _, name := range []string{"LOGNAME", "USER", "LNAME", "USERNAME"} {
-		if v := os.Getenv(name); v != "" {
+		if v := environ.Get(name); v != "" {
 			return v
 		}
 	}

@@ -1,0 +1,346 @@
+"""Shared fixtures and independent oracles for the tirastore Python test suite.
+
+Everything in this file is written from /work/shared/COMPAT.md and the
+original README: the oracles below use only Python's re/hashlib/json/sqlite3
+and never call into the library under test, so they can judge it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import pytest
+
+# Values used for stores created by the fixtures.  Explicit values keep the
+# tests independent of the machine's CPU and of SLURM_CPUS_PER_TASK.
+TEST_CPU = "Test CPU Model @ 1.00GHz"
+TEST_SLURM = "4"
+TEST_PROJECT = "proj-A"
+
+SRC_BLUR = "void blur() {\n  /* body */\n  int x = 1; // one\n}\n"
+SCHED_S = "S(L0,L1,4,8,comps=['c1'])"
+SCHED_I = "I(L0,L1,comps=['c1'])"
+SCHED_R = "R(L0,comps=['c1'])"
+
+RECORD_COLUMNS = [
+    "key",
+    "program_hash",
+    "schedule",
+    "result_json",
+    "hostname",
+    "username",
+    "creation_date",
+    "update_date",
+    "source_project",
+]
+
+# Schema of the original (COMPAT.md, schema_version 2), verbatim.
+ORIGINAL_SCHEMA_SQL = [
+    "CREATE TABLE IF NOT EXISTS db_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+    """CREATE TABLE IF NOT EXISTS programs (
+        program_hash TEXT PRIMARY KEY, program_name TEXT NOT NULL,
+        source_code TEXT NOT NULL);""",
+    """CREATE TABLE IF NOT EXISTS records (
+        key TEXT PRIMARY KEY,
+        program_hash TEXT NOT NULL REFERENCES programs(program_hash),
+        schedule TEXT NOT NULL, result_json TEXT NOT NULL,
+        hostname TEXT NOT NULL, username TEXT NOT NULL,
+        creation_date TEXT NOT NULL, update_date TEXT NOT NULL,
+        source_project TEXT NOT NULL DEFAULT '');""",
+]
+
+ISO_UTC_RE = re.compile(
+    r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{6})?\+00:00$"
+)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: long-running test")
+
+
+# ---------------------------------------------------------------------------
+# Independent oracles (from COMPAT.md)
+# ---------------------------------------------------------------------------
+
+
+def strip_ws(s: str) -> str:
+    """Remove every character for which str.isspace() is true."""
+    return "".join(ch for ch in s if not ch.isspace())
+
+
+_COMPS_BLOCK = re.compile(r"comps=\[([^\]]*)\]")
+
+
+def oracle_normalize_schedule(s: str) -> str:
+    if not s:
+        return ""
+    s = strip_ws(s)
+
+    def _fix(m: re.Match) -> str:
+        items = m.group(1).split(",")
+        return "comps=[" + ",".join("'" + it.strip("'\"") + "'" for it in items) + "]"
+
+    return _COMPS_BLOCK.sub(_fix, s)
+
+
+# Python's re, on str patterns, has exactly the semantics COMPAT.md asks for:
+# \d == str.isdecimal(), \w == "_" or str.isalnum().
+_Q = r"""(?:'[^']*'|"[^"]*")"""
+_ID = r"[A-Za-z_]\w*"
+_CN = rf"(?:{_Q}|{_ID})"
+_COMPS = rf"comps=\[{_CN}(?:,{_CN})*\]"
+_INT = r"\d+"
+_SINT = r"-?\d+"
+_LX = r"L\d+"
+_GRAMMAR = {
+    "S": rf"S\({_LX},{_LX},{_SINT},{_SINT},{_COMPS}\)",
+    "I": rf"I\({_LX},{_LX},{_COMPS}\)",
+    "R": rf"R\({_LX},{_COMPS}\)",
+    "P": rf"P\({_LX},{_COMPS}\)",
+    "T2": rf"T2\({_LX},{_LX},{_INT},{_INT},{_COMPS}\)",
+    "T3": rf"T3\({_LX},{_LX},{_LX},{_INT},{_INT},{_INT},{_COMPS}\)",
+    "U": rf"U\({_LX},{_INT},{_COMPS}\)",
+    "F": rf"F\({_LX},{_COMPS}\)",
+}
+_GRAMMAR_RE = {k: re.compile(v) for k, v in _GRAMMAR.items()}
+_NAME_RE = re.compile(r"[A-Z][A-Z0-9]*")
+
+
+def oracle_validate_schedule(s: str) -> tuple[bool, str]:
+    if not s:
+        return True, ""
+    s = strip_ws(s)
+    for seg in s.split("|"):
+        if not seg:
+            return False, "Empty segment in schedule (leading, trailing, or double '|')."
+        m = _NAME_RE.match(seg)
+        if not m:
+            return (
+                False,
+                f"Unrecognized token (does not start with a transformation name): {seg!r}",
+            )
+        name = m.group(0)
+        rule = _GRAMMAR_RE.get(name)
+        if rule is None:
+            return False, f"Unknown transformation: {name!r} in {seg!r}"
+        if not rule.fullmatch(seg):
+            return False, f"Malformed {name} transformation: {seg!r}"
+    return True, ""
+
+
+def oracle_normalize_program(src: str) -> str:
+    if not src:
+        return ""
+    text = re.sub(r"/\*.*?\*/", "", src, flags=re.DOTALL)
+    text = re.sub(r"//[^\n]*", "", text)
+    text = re.sub(
+        r'^\s*#\s*include\s*[<"][^>"]*[>"]\s*$', "", text, flags=re.MULTILINE
+    )
+    return strip_ws(text)
+
+
+def oracle_program_hash(src: str) -> str:
+    return hashlib.sha256(oracle_normalize_program(src).encode("utf-8")).hexdigest()
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def expected_key(source: str, schedule: str) -> str:
+    """Record key, computed independently of the library (COMPAT.md)."""
+    obj = {
+        "program_hash": oracle_program_hash(source),
+        "tiralib_schedule_string": oracle_normalize_schedule(schedule),
+    }
+    return hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()
+
+
+def expected_result_json(is_legal: bool, times: Optional[Iterable[Any]]) -> str:
+    """What the original writes into result_json."""
+    t = None if times is None else list(times)
+    return json.dumps(
+        {"is_legal": is_legal, "execution_times": t},
+        separators=(",", ":"),
+        ensure_ascii=True,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Raw database helpers (stdlib sqlite3 only)
+# ---------------------------------------------------------------------------
+
+
+def raw_connect(db: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(db))
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+def raw_query(db: Path, sql: str, params: tuple = ()) -> list[dict]:
+    conn = raw_connect(db)
+    try:
+        return [dict(r) for r in conn.execute(sql, params).fetchall()]
+    finally:
+        conn.close()
+
+
+def raw_records(db: Path) -> dict[str, dict]:
+    return {r["key"]: r for r in raw_query(db, "SELECT * FROM records")}
+
+
+def raw_programs(db: Path) -> dict[str, dict]:
+    return {r["program_hash"]: r for r in raw_query(db, "SELECT * FROM programs")}
+
+
+def raw_meta(db: Path) -> dict[str, str]:
+    return {r["key"]: r["value"] for r in raw_query(db, "SELECT * FROM db_meta")}
+
+
+def create_original_db(
+    db: Path,
+    cpu_model: str = TEST_CPU,
+    slurm_cpus: str = TEST_SLURM,
+    created_at: str = "2026-02-21T15:30:12.123456+00:00",
+) -> None:
+    """Create an empty DB exactly as the original would (schema + db_meta)."""
+    conn = sqlite3.connect(str(db))
+    try:
+        conn.execute("PRAGMA journal_mode=DELETE;")
+        for stmt in ORIGINAL_SCHEMA_SQL:
+            conn.execute(stmt)
+        for k, v in (
+            ("schema_version", "2"),
+            ("cpu_model", cpu_model),
+            ("slurm_cpus", slurm_cpus),
+            ("created_at", created_at),
+        ):
+            conn.execute("INSERT OR IGNORE INTO db_meta (key, value) VALUES (?, ?)", (k, v))
+        conn.commit()
+    finally:
+        conn.close()
+    os.chmod(db, 0o666)
+
+
+def original_insert(
+    db: Path,
+    program_name: str,
+    source: str,
+    schedule: str,
+    result_json: str,
+    hostname: str = "node042",
+    username: str = "olduser",
+    creation_date: str = "2026-02-21T15:30:12.123456+00:00",
+    update_date: Optional[str] = None,
+    source_project: str = "old-project",
+) -> str:
+    """Insert one record the way the original does; returns its key."""
+    h = oracle_program_hash(source)
+    key = expected_key(source, schedule)
+    conn = sqlite3.connect(str(db))
+    try:
+        conn.execute("PRAGMA foreign_keys=ON;")
+        if conn.execute("SELECT 1 FROM programs WHERE program_hash=?", (h,)).fetchone() is None:
+            conn.execute(
+                "INSERT INTO programs (program_hash, program_name, source_code) VALUES (?, ?, ?)",
+                (h, program_name, source),
+            )
+        conn.execute(
+            "INSERT INTO records (key, program_hash, schedule, result_json, hostname, "
+            "username, creation_date, update_date, source_project) VALUES (?,?,?,?,?,?,?,?,?)",
+            (
+                key,
+                h,
+                oracle_normalize_schedule(schedule),
+                result_json,
+                hostname,
+                username,
+                creation_date,
+                update_date or creation_date,
+                source_project,
+            ),
+        )
+        conn.commit()
+    finally:
+        conn.close()
+    return key
+
+
+def lock_path_for(db: Path) -> Path:
+    return Path(db).resolve().with_suffix(".db.lock")
+
+
+def leftover_lock_files(directory: Path) -> list[str]:
+    """Lock files and claim files left in *directory*."""
+    return sorted(
+        p.name
+        for p in Path(directory).iterdir()
+        if p.name.startswith(".lock_") or p.name.endswith(".db.lock")
+    )
+
+
+def write_fake_lock(lock: Path, age_seconds: float = 0.0, hostname: str = "other-node",
+                    pid: int = 999999) -> None:
+    """Hold the lock the way another (original) holder would."""
+    payload = json.dumps(
+        {"hostname": hostname, "pid": pid, "timestamp": time.time() - age_seconds}
+    )
+    lock.write_text(payload, encoding="utf-8")
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        resident_pages = int(f.read().split()[1])
+    return resident_pages * os.sysconf("SC_PAGE_SIZE")
+
+
+# ---------------------------------------------------------------------------
+# Fixtures
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tirastore_mod():
+    import tirastore
+
+    return tirastore
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "cache.db"
+
+
+@pytest.fixture
+def make_store(tmp_path: Path):
+    """Factory: make_store(path=None, **kwargs) -> TiraStore, closed at teardown."""
+    from tirastore import TiraStore
+
+    opened = []
+
+    def _make(path: Optional[Path] = None, **kwargs):
+        kwargs.setdefault("source_project", TEST_PROJECT)
+        kwargs.setdefault("cpu_model", TEST_CPU)
+        kwargs.setdefault("slurm_cpus", TEST_SLURM)
+        s = TiraStore(path if path is not None else tmp_path / "cache.db", **kwargs)
+        opened.append(s)
+        return s
+
+    yield _make
+    for s in opened:
+        try:
+            s.close()
+        except Exception:
+            pass
+
+
+@pytest.fixture
+def store(make_store, db_path):
+    return make_store(db_path)

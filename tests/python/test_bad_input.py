@@ -1,0 +1,280 @@
+"""Bad input: TypeError for wrong types, ValueError for bad values.
+
+In every case nothing is written and the store keeps working afterwards.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from conftest import SCHED_I, SCHED_R, SCHED_S, SRC_BLUR, leftover_lock_files
+
+WRONG_TYPES = [None, 1, 1.5, b"blur", ["blur"], ("blur",), {"a": 1}]
+WRONG_TYPE_IDS = ["None", "int", "float", "bytes", "list", "tuple", "dict"]
+
+NUL_OR_SURROGATE = ["a\x00b", "\x00", "x\ud800", "\udfff", "a\ud83d"]
+NUL_IDS = ["nul-mid", "nul-only", "lone-high", "lone-low", "lone-high-2"]
+
+BAD_TIMES_TYPE = ["1.0", "", {"a": 1.0}, {1.0}, 1.5, 3, True, b"\x00"]
+BAD_TIMES_TYPE_IDS = ["str", "empty-str", "dict", "set", "float", "int", "bool", "bytes"]
+
+BAD_ELEMENTS = [["1.0"], [None], [True], [False], [1.0, "x"], [[1.0]], [1.0, None], [1j]]
+BAD_ELEMENT_IDS = ["str", "None", "True", "False", "mixed-str", "nested", "mixed-None", "complex"]
+
+NON_FINITE = [[math.nan], [math.inf], [-math.inf], [1.0, float("nan")], [1.0, 2.0, -math.inf]]
+NON_FINITE_IDS = ["nan", "inf", "-inf", "mixed-nan", "mixed-ninf"]
+
+BAD_IS_LEGAL = [1, 0, "true", None, 1.0, [True]]
+BAD_IS_LEGAL_IDS = ["int1", "int0", "str", "None", "float", "list"]
+
+
+@pytest.fixture
+def seeded(store):
+    """A store with one record and one program, plus a checker."""
+    store.record("blur", SRC_BLUR, SCHED_R, True, [1.0])
+
+    def check_untouched_and_working():
+        assert store.count() == 1
+        assert store.program_count() == 1
+        assert store.lookup("blur", SRC_BLUR, SCHED_R).execution_times == [1.0]
+        assert store.writes_allowed is True
+        # store keeps working: a valid write succeeds and is visible
+        assert store.record("blur", SRC_BLUR, SCHED_S, True, [2.0]) is True
+        assert store.lookup("blur", SRC_BLUR, SCHED_S).execution_times == [2.0]
+        assert store.delete(store.keys()[-1]) is True
+        assert store.count() == 1
+        assert leftover_lock_files(store.db_path.parent) == []
+
+    return store, check_untouched_and_working
+
+
+# ---------------------------------------------------------------------------
+# record
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", WRONG_TYPES, ids=WRONG_TYPE_IDS)
+@pytest.mark.parametrize("pos", ["program_name", "program_source_code", "tiralib_schedule_string"])
+def test_record_wrong_string_types(seeded, pos, bad):
+    store, check = seeded
+    args = {
+        "program_name": "blur2",
+        "program_source_code": "void f() {}",
+        "tiralib_schedule_string": SCHED_I,
+        "is_legal": True,
+        "execution_times": [1.0],
+    }
+    args[pos] = bad
+    with pytest.raises(TypeError):
+        store.record(**args)
+    check()
+
+
+@pytest.mark.parametrize("bad", NUL_OR_SURROGATE, ids=NUL_IDS)
+@pytest.mark.parametrize("pos", ["program_name", "program_source_code", "tiralib_schedule_string"])
+def test_record_nul_and_surrogates(seeded, pos, bad):
+    store, check = seeded
+    args = {
+        "program_name": "blur2",
+        "program_source_code": "void f() {}",
+        "tiralib_schedule_string": SCHED_I,
+        "is_legal": True,
+        "execution_times": [1.0],
+    }
+    if pos == "tiralib_schedule_string":
+        # keep the schedule grammatically valid: the bad char is in a quoted name
+        args[pos] = f"R(L0,comps=['{bad}'])"
+    else:
+        args[pos] = args[pos] + bad
+    with pytest.raises(ValueError):
+        store.record(**args)
+    check()
+
+
+@pytest.mark.parametrize("bad", BAD_TIMES_TYPE, ids=BAD_TIMES_TYPE_IDS)
+@pytest.mark.parametrize("is_legal", [True, False])
+def test_record_execution_times_not_a_list(seeded, bad, is_legal):
+    store, check = seeded
+    with pytest.raises(TypeError):
+        store.record("blur", SRC_BLUR, SCHED_I, is_legal, bad)
+    check()
+
+
+@pytest.mark.parametrize("bad", BAD_ELEMENTS, ids=BAD_ELEMENT_IDS)
+def test_record_execution_times_bad_elements(seeded, bad):
+    store, check = seeded
+    with pytest.raises(TypeError):
+        store.record("blur", SRC_BLUR, SCHED_I, True, bad)
+    check()
+
+
+@pytest.mark.parametrize("bad", NON_FINITE, ids=NON_FINITE_IDS)
+def test_record_execution_times_non_finite(seeded, bad):
+    store, check = seeded
+    with pytest.raises(ValueError):
+        store.record("blur", SRC_BLUR, SCHED_I, True, bad)
+    check()
+
+
+@pytest.mark.parametrize("bad", BAD_IS_LEGAL, ids=BAD_IS_LEGAL_IDS)
+def test_record_is_legal_not_bool(seeded, bad):
+    store, check = seeded
+    with pytest.raises(TypeError):
+        store.record("blur", SRC_BLUR, SCHED_I, bad, [1.0])
+    check()
+
+
+def test_record_overwrite_of_existing_with_bad_value_keeps_old(seeded):
+    store, check = seeded
+    with pytest.raises(ValueError):
+        store.record("blur", SRC_BLUR, SCHED_R, True, [math.nan], overwrite=True)
+    with pytest.raises(TypeError):
+        store.record("blur", SRC_BLUR, SCHED_R, True, ["x"], overwrite=True)
+    check()
+
+
+# ---------------------------------------------------------------------------
+# record_many
+# ---------------------------------------------------------------------------
+
+
+def _ok(sched=SCHED_S):
+    return {"tiralib_schedule_string": sched, "is_legal": True, "execution_times": [1.0]}
+
+
+@pytest.mark.parametrize("bad", WRONG_TYPES, ids=WRONG_TYPE_IDS)
+@pytest.mark.parametrize("pos", ["program_name", "program_source_code"])
+def test_record_many_wrong_program_types(seeded, pos, bad):
+    store, check = seeded
+    args = {"program_name": "blur2", "program_source_code": "void f() {}", "schedules": [_ok()]}
+    args[pos] = bad
+    with pytest.raises(TypeError):
+        store.record_many(**args)
+    check()
+
+
+@pytest.mark.parametrize("bad", [None, 1, "R(L0,comps=[c])", {"tiralib_schedule_string": SCHED_S}])
+def test_record_many_schedules_not_a_list(seeded, bad):
+    store, check = seeded
+    with pytest.raises(TypeError):
+        store.record_many("blur", SRC_BLUR, bad)
+    check()
+
+
+@pytest.mark.parametrize("bad_entry", [None, "R(L0,comps=[c])", 5, [SCHED_S, True, [1.0]]])
+def test_record_many_entry_not_a_dict(seeded, bad_entry):
+    store, check = seeded
+    with pytest.raises(TypeError):
+        store.record_many("blur", SRC_BLUR, [_ok(SCHED_I), bad_entry])
+    check()
+
+
+@pytest.mark.parametrize(
+    "field, bad",
+    [
+        ("tiralib_schedule_string", None),
+        ("tiralib_schedule_string", 7),
+        ("tiralib_schedule_string", b"R(L0,comps=[c])"),
+        ("tiralib_schedule_string", ["R(L0,comps=[c])"]),
+        ("is_legal", 1),
+        ("is_legal", "yes"),
+        ("is_legal", None),
+        ("execution_times", "1.0"),
+        ("execution_times", {"a": 1.0}),
+        ("execution_times", 2.5),
+        ("execution_times", ["1.0"]),
+        ("execution_times", [None]),
+        ("execution_times", [True]),
+    ],
+)
+def test_record_many_entry_wrong_types(seeded, field, bad):
+    store, check = seeded
+    entry = _ok(SCHED_I)
+    entry[field] = bad
+    with pytest.raises(TypeError):
+        store.record_many("blur", SRC_BLUR, [_ok(), entry])
+    check()
+
+
+@pytest.mark.parametrize("bad", NON_FINITE, ids=NON_FINITE_IDS)
+def test_record_many_non_finite(seeded, bad):
+    store, check = seeded
+    entry = _ok(SCHED_I)
+    entry["execution_times"] = bad
+    with pytest.raises(ValueError):
+        store.record_many("blur", SRC_BLUR, [_ok(), entry])
+    check()
+
+
+@pytest.mark.parametrize("bad", NUL_OR_SURROGATE, ids=NUL_IDS)
+def test_record_many_nul_and_surrogates(seeded, bad):
+    store, check = seeded
+    with pytest.raises(ValueError):
+        store.record_many("blur" + bad, SRC_BLUR, [_ok()])
+    with pytest.raises(ValueError):
+        store.record_many("blur", SRC_BLUR + bad, [_ok()])
+    with pytest.raises(ValueError):
+        store.record_many("blur", SRC_BLUR, [_ok(), _ok(f"R(L0,comps=['{bad}'])")])
+    check()
+
+
+def test_record_many_tuple_times_accepted(store):
+    entry = {"tiralib_schedule_string": SCHED_S, "is_legal": True, "execution_times": (1, 2.0)}
+    assert store.record_many("blur", SRC_BLUR, [entry]) == 1
+    got = store.lookup("blur", SRC_BLUR, SCHED_S).execution_times
+    assert got == [1, 2.0] and [type(x) for x in got] == [int, float]
+
+
+# ---------------------------------------------------------------------------
+# read paths
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", WRONG_TYPES, ids=WRONG_TYPE_IDS)
+@pytest.mark.parametrize("pos", [0, 1, 2])
+def test_lookup_and_contains_wrong_types(seeded, pos, bad):
+    store, check = seeded
+    args = ["blur", SRC_BLUR, SCHED_R]
+    args[pos] = bad
+    with pytest.raises(TypeError):
+        store.lookup(*args)
+    with pytest.raises(TypeError):
+        store.contains(*args)
+    check()
+
+
+@pytest.mark.parametrize("bad", NUL_OR_SURROGATE, ids=NUL_IDS)
+@pytest.mark.parametrize("pos", [0, 1, 2])
+def test_lookup_and_contains_nul_and_surrogates(seeded, pos, bad):
+    store, check = seeded
+    args = ["blur", SRC_BLUR, SCHED_R]
+    args[pos] = args[pos] + bad
+    with pytest.raises(ValueError):
+        store.lookup(*args)
+    with pytest.raises(ValueError):
+        store.contains(*args)
+    check()
+
+
+@pytest.mark.parametrize("bad", WRONG_TYPES, ids=WRONG_TYPE_IDS)
+def test_program_queries_wrong_types(seeded, bad):
+    store, check = seeded
+    with pytest.raises(TypeError):
+        store.get_program_source(bad)
+    with pytest.raises(TypeError):
+        store.get_program_records("blur", bad)
+    with pytest.raises(TypeError):
+        store.get_program_records(bad, SRC_BLUR)
+    check()
+
+
+@pytest.mark.parametrize("bad", [None, 1, b"k", ["k"]])
+def test_get_delete_wrong_types(seeded, bad):
+    store, check = seeded
+    with pytest.raises(TypeError):
+        store.get(bad)
+    with pytest.raises(TypeError):
+        store.delete(bad)
+    check()

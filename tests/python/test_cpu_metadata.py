@@ -1,0 +1,296 @@
+"""CPU metadata recorded at creation and checked on connect (COMPAT.md)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import (
+    SCHED_I,
+    SCHED_R,
+    SCHED_S,
+    SRC_BLUR,
+    create_original_db,
+    expected_key,
+    oracle_program_hash,
+    raw_meta,
+)
+
+from tirastore import TiraStore
+
+
+def _create(db: Path, cpu="X", slurm="4"):
+    s = TiraStore(db, source_project="creator", cpu_model=cpu, slurm_cpus=slurm)
+    s.record("blur", SRC_BLUR, SCHED_R, True, [1.0])
+    s.close()
+
+
+def _assert_writes_blocked(s: TiraStore, tmp_path: Path):
+    assert s.writes_allowed is False
+    with pytest.raises(PermissionError, match="CPU metadata mismatch"):
+        s.record("blur", SRC_BLUR, SCHED_S, True, [1.0])
+    with pytest.raises(PermissionError, match="CPU metadata mismatch"):
+        s.record("blur", SRC_BLUR, SCHED_R, True, [2.0], overwrite=True)
+    with pytest.raises(PermissionError, match="CPU metadata mismatch"):
+        s.record_many(
+            "blur",
+            SRC_BLUR,
+            [{"tiralib_schedule_string": SCHED_I, "is_legal": False, "execution_times": None}],
+        )
+    with pytest.raises(PermissionError):
+        s.put(
+            expected_key(SRC_BLUR, SCHED_I),
+            oracle_program_hash(SRC_BLUR),
+            SCHED_I,
+            '{"is_legal":false,"execution_times":null}',
+        )
+    with pytest.raises(PermissionError):
+        s.delete(expected_key(SRC_BLUR, SCHED_R))
+    # nothing changed, reads still work
+    assert s.count() == 1
+    r = s.lookup("blur", SRC_BLUR, SCHED_R)
+    assert r is not None and r.execution_times == [1.0]
+    assert s.contains("blur", SRC_BLUR, SCHED_R)
+    assert s.keys() == [expected_key(SRC_BLUR, SCHED_R)]
+    assert s.get(expected_key(SRC_BLUR, SCHED_R)) is not None
+    assert s.stats()["total_records"] == 1
+    assert len(s.get_program_records("blur", SRC_BLUR)) == 1
+    assert len(s.get_program_source("blur")) == 1
+    assert s.export(tmp_path / "mismatch_export.json").exists()
+    assert s.backup(tmp_path / "mismatch_backup.db").exists()
+    assert "False" in repr(s)
+
+
+def test_cpu_model_mismatch(tmp_path, capfd):
+    db = tmp_path / "cache.db"
+    _create(db, cpu="X", slurm="4")
+    capfd.readouterr()
+    s = TiraStore(db, cpu_model="Y", slurm_cpus="4")
+    try:
+        out = capfd.readouterr().out
+        assert "CPU metadata mismatch" in out
+        assert s.cpu_model == "X"  # the DB's value, not the local one
+        assert s.slurm_cpus == "4"
+        _assert_writes_blocked(s, tmp_path)
+    finally:
+        s.close()
+
+
+def test_slurm_cpus_mismatch(tmp_path, capfd):
+    db = tmp_path / "cache.db"
+    _create(db, cpu="X", slurm="4")
+    capfd.readouterr()
+    s = TiraStore(db, cpu_model="X", slurm_cpus="8")
+    try:
+        assert "CPU metadata mismatch" in capfd.readouterr().out
+        assert s.slurm_cpus == "4"
+        _assert_writes_blocked(s, tmp_path)
+    finally:
+        s.close()
+
+
+def test_matching_metadata_no_warning(tmp_path, capfd):
+    db = tmp_path / "cache.db"
+    _create(db, cpu="X", slurm="4")
+    capfd.readouterr()
+    s = TiraStore(db, cpu_model="X", slurm_cpus="4")
+    try:
+        captured = capfd.readouterr()
+        assert "mismatch" not in captured.out
+        assert s.writes_allowed is True
+        assert s.record("blur", SRC_BLUR, SCHED_S, True, [1.0]) is True
+    finally:
+        s.close()
+
+
+def test_db_slurm_na_never_mismatches(tmp_path, capfd):
+    db = tmp_path / "cache.db"
+    _create(db, cpu="X", slurm="N/A")
+    assert raw_meta(db)["slurm_cpus"] == "N/A"
+    capfd.readouterr()
+    s = TiraStore(db, cpu_model="X", slurm_cpus="8")
+    try:
+        assert "mismatch" not in capfd.readouterr().out
+        assert s.writes_allowed is True
+        assert s.record("blur", SRC_BLUR, SCHED_S, True, [1.0]) is True
+    finally:
+        s.close()
+
+
+def test_empty_db_values_never_mismatch(tmp_path, capfd):
+    # An original-format DB whose cpu_model / slurm_cpus are empty strings.
+    db = tmp_path / "cache.db"
+    create_original_db(db, cpu_model="", slurm_cpus="")
+    capfd.readouterr()
+    s = TiraStore(db, cpu_model="Whatever CPU", slurm_cpus="16")
+    try:
+        assert "mismatch" not in capfd.readouterr().out
+        assert s.writes_allowed is True
+        assert s.record("blur", SRC_BLUR, SCHED_S, True, [1.0]) is True
+        assert s.cpu_model == ""
+        assert s.slurm_cpus == ""
+    finally:
+        s.close()
+
+
+def test_empty_cpu_model_but_slurm_mismatch(tmp_path):
+    db = tmp_path / "cache.db"
+    create_original_db(db, cpu_model="", slurm_cpus="4")
+    s = TiraStore(db, cpu_model="Whatever CPU", slurm_cpus="8")
+    try:
+        assert s.writes_allowed is False
+    finally:
+        s.close()
+
+
+def test_allow_cpu_mismatch_lets_writes_through(tmp_path):
+    db = tmp_path / "cache.db"
+    _create(db, cpu="X", slurm="4")
+    s = TiraStore(db, cpu_model="Y", slurm_cpus="8", allow_cpu_mismatch=True)
+    try:
+        assert s.allow_cpu_mismatch is True
+        assert s.writes_allowed is True
+        assert s.record("blur", SRC_BLUR, SCHED_S, True, [1.0]) is True
+        assert s.record_many(
+            "blur",
+            SRC_BLUR,
+            [{"tiralib_schedule_string": SCHED_I, "is_legal": False, "execution_times": None}],
+        ) == 1
+        assert s.delete(expected_key(SRC_BLUR, SCHED_I)) is True
+        assert s.count() == 2
+        # metadata of the DB is untouched
+        assert s.cpu_model == "X"
+        assert raw_meta(db)["cpu_model"] == "X"
+        assert raw_meta(db)["slurm_cpus"] == "4"
+    finally:
+        s.close()
+
+
+def test_mismatch_store_reflects_in_repr(tmp_path):
+    db = tmp_path / "cache.db"
+    _create(db)
+    s = TiraStore(db, cpu_model="Y", slurm_cpus="4")
+    try:
+        r = repr(s)
+        assert "writes_allowed" in r and "False" in r
+    finally:
+        s.close()
+
+
+def test_explicit_values_stored_at_creation(tmp_path):
+    db = tmp_path / "cache.db"
+    _create(db, cpu="Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz", slurm="32")
+    meta = raw_meta(db)
+    assert meta["cpu_model"] == "Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz"
+    assert meta["slurm_cpus"] == "32"
+
+
+def _local_cpu_brand() -> str | None:
+    try:
+        import cpuinfo  # type: ignore
+
+        info = cpuinfo.get_cpu_info()
+        v = info.get("brand_raw", info.get("brand"))
+        if v:
+            return v
+    except Exception:
+        pass
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def test_autodetected_cpu_model(tmp_path, monkeypatch, capfd):
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    db = tmp_path / "auto.db"
+    s = TiraStore(db)
+    try:
+        detected = s.cpu_model
+        assert isinstance(detected, str) and detected
+        expected = _local_cpu_brand()
+        if expected is not None:
+            assert detected == expected
+        else:
+            assert detected == "unknown"
+    finally:
+        s.close()
+    capfd.readouterr()
+    # reopening on the same machine with auto-detection: no mismatch
+    s2 = TiraStore(db)
+    try:
+        assert "mismatch" not in capfd.readouterr().out
+        assert s2.writes_allowed is True
+    finally:
+        s2.close()
+
+
+def test_empty_cpu_model_argument_means_autodetect(tmp_path):
+    db = tmp_path / "auto.db"
+    s = TiraStore(db, cpu_model="", slurm_cpus="4")
+    try:
+        assert s.cpu_model != ""
+        assert s.cpu_model == (_local_cpu_brand() or "unknown")
+    finally:
+        s.close()
+
+
+def test_slurm_cpus_default_na(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    db = tmp_path / "na.db"
+    s = TiraStore(db, cpu_model="X")
+    try:
+        assert s.slurm_cpus == "N/A"
+        assert raw_meta(db)["slurm_cpus"] == "N/A"
+    finally:
+        s.close()
+
+
+def test_slurm_cpus_from_environment_in_process(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "12")
+    db = tmp_path / "env.db"
+    s = TiraStore(db, cpu_model="X")
+    try:
+        assert s.slurm_cpus == "12"
+    finally:
+        s.close()
+    # the local value is also read from the environment when checking
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "6")
+    s2 = TiraStore(db, cpu_model="X")
+    try:
+        assert s2.writes_allowed is False
+    finally:
+        s2.close()
+
+
+def test_slurm_cpus_from_environment_subprocess(tmp_path):
+    db = tmp_path / "env2.db"
+    code = (
+        "import sys\n"
+        "from tirastore import TiraStore\n"
+        "s = TiraStore(sys.argv[1], cpu_model='X')\n"
+        "print('SLURM=' + s.slurm_cpus)\n"
+        "print('WRITES=' + str(s.writes_allowed))\n"
+        "s.close()\n"
+    )
+    env = dict(os.environ, SLURM_CPUS_PER_TASK="24")
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(db)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert "SLURM=24" in out.stdout
+    env["SLURM_CPUS_PER_TASK"] = "48"
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(db)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert "CPU metadata mismatch" in out.stdout
+    assert "WRITES=False" in out.stdout

@@ -1,0 +1,217 @@
+"""The examples in examples/ run cleanly and print what they promise.
+
+Each example runs as a subprocess, the way a user runs it. The C++ harness
+is compiled with g++ against build/libtirastore.so (skipped without g++ or
+without the built library).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tirastore
+from tirastore import _native
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+BUILD_LIB = REPO / "build" / "libtirastore.so"
+
+
+def run(args: list, timeout: float = 120, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [str(a) for a in args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=cwd,
+    )
+    assert proc.returncode == 0, (
+        f"{args} exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+    )
+    return proc
+
+
+def lookup(db: Path, name: str, source: str, schedule: str):
+    with tirastore.TiraStore(db) as store:
+        return store.lookup(name, source, schedule)
+
+
+# ---------------------------------------------------------------------------
+# quickstart.py
+# ---------------------------------------------------------------------------
+
+
+def test_quickstart_temp_dir():
+    out = run([sys.executable, EXAMPLES / "quickstart.py"]).stdout
+    assert "record() wrote a new record: True" in out
+    assert "is_legal        = True" in out
+    assert "execution_times = [0.042, 0.039, 0.041]" in out
+    assert "source_project  = autoscheduler-v2" in out
+    assert "lookup() of an unmeasured schedule: None" in out
+    assert "record_many() wrote 2 new record(s) of 3" in out
+    assert "total_records    3" in out
+
+
+def test_quickstart_db_argument(tmp_path):
+    db = tmp_path / "sub" / "qs.db"
+    run([sys.executable, EXAMPLES / "quickstart.py", db])
+    assert db.exists()
+    assert (tmp_path / "sub" / "dataset.json").exists()
+    r = lookup(db, "blur", "void blur() { ... }", "S(L0,L1,4,8,comps=['c1'])")
+    assert r is not None and r.execution_times == [0.042, 0.039, 0.041]
+    # A second run on the same database finds everything already there.
+    out = run([sys.executable, EXAMPLES / "quickstart.py", db]).stdout
+    assert "record() wrote a new record: False" in out
+    assert "record_many() wrote 0 new record(s)" in out
+
+
+# ---------------------------------------------------------------------------
+# notebook_ctypes.py
+# ---------------------------------------------------------------------------
+
+
+def test_notebook_ctypes(tmp_path):
+    db = tmp_path / "nb.db"
+    env = dict(os.environ, TIRASTORE_LIB=str(_native.library_path().resolve()))
+    out = run([sys.executable, EXAMPLES / "notebook_ctypes.py", db], env=env).stdout
+    assert f"libtirastore {tirastore.__version__} via ctypes" in out
+    assert "record -> True" in out
+    assert "execution_times  [1.25, 1.21, 1.23]" in out
+    assert "source_project   notebook" in out
+    assert "count -> 1" in out
+    assert out.rstrip().endswith("closed")
+    r = lookup(db, "matmul", "void matmul() { /* C[i][j] += A[i][k] * B[k][j] */ }",
+               "T2(L0,L1,32,32,comps=['c1'])|U(L2,4,comps=['c1'])")
+    assert r is not None and r.is_legal and r.source_project == "notebook"
+
+
+def test_notebook_ctypes_bad_library(tmp_path):
+    env = dict(os.environ, TIRASTORE_LIB=str(tmp_path / "missing.so"))
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "notebook_ctypes.py"), str(tmp_path / "x.db")],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 1
+    assert "notebook_ctypes: cannot load" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ---------------------------------------------------------------------------
+# demo.py
+# ---------------------------------------------------------------------------
+
+
+def run_demo(db: Path, *extra: str) -> dict:
+    out = run([sys.executable, EXAMPLES / "demo.py", "--db", db, "--workers", "2", "--schedules", "10",
+               "--quiet", "--json", *extra], timeout=180).stdout
+    return json.loads(out)
+
+
+def test_demo_two_passes(tmp_path):
+    db = tmp_path / "demo" / "cache.db"
+    summary = run_demo(db, "--passes", "2")
+    tasks = summary["tasks"]
+    first, second = summary["passes"]
+    assert tasks == 4 * 10
+    # Pass 1 on a new database: everything missed once was written once.
+    assert first["misses"] >= tasks
+    assert first["written"] == tasks == first["db_records"]
+    assert first["written"] + first["already"] == first["misses"]
+    # Pass 2: all hits.
+    assert second["misses"] == 0
+    assert second["written"] == 0
+    assert second["hits"] == second["lookups"] == first["lookups"]
+    assert second["db_records"] == tasks
+    assert second["saved_s"] > 0
+    with tirastore.TiraStore(db) as store:
+        stats = store.stats()
+    assert stats["total_records"] == tasks
+    assert stats["source_projects"] == ["demo-autoscheduler"]
+    assert 0 < stats["illegal_records"] < tasks
+
+
+def test_demo_rerun_is_all_hits_and_table_output(tmp_path):
+    db = tmp_path / "cache.db"
+    run_demo(db, "--passes", "1")
+    out = run([sys.executable, EXAMPLES / "demo.py", "--db", db, "--workers", "2", "--schedules", "10",
+               "--passes", "1"], timeout=180)
+    # No TTY here: progress comes as whole lines on stderr, never "\r".
+    assert "\r" not in out.stderr
+    assert "pass 1/1" in out.stderr
+    lines = out.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["pass", "lookups"])
+    row = lines[header + 2].split()
+    assert row[0] == "1"
+    lookups, hits, misses, written = map(int, row[1:5])
+    assert (hits, misses, written) == (lookups, 0, 0)
+
+
+def test_demo_bad_arguments(tmp_path):
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "demo.py"), "--db", str(tmp_path / "x.db"),
+                           "--workers", "0"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "--workers must be at least 1" in proc.stderr
+
+
+# ---------------------------------------------------------------------------
+# harness.cpp
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory) -> Path:
+    cxx = shutil.which(os.environ.get("CXX", "g++"))
+    if cxx is None:
+        pytest.skip("no C++ compiler (g++)")
+    if not BUILD_LIB.exists():
+        pytest.skip(f"{BUILD_LIB} is not built (./build.sh)")
+    exe = tmp_path_factory.mktemp("harness") / "harness"
+    proc = subprocess.run(
+        [cxx, "-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{REPO / 'include'}", str(EXAMPLES / "harness.cpp"),
+         f"-L{BUILD_LIB.parent}", "-ltirastore", f"-Wl,-rpath,{BUILD_LIB.parent}", "-o", str(exe)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, f"g++ failed:\n{proc.stderr}"
+    return exe
+
+
+def test_harness(harness, tmp_path):
+    db = tmp_path / "harness.db"
+    out = run([harness, db]).stdout.splitlines()
+    assert out[0] == f"tirastore {tirastore.__version__}"
+    assert out[1].startswith("open:   {") and '"source_project":"cpp-harness"' in out[1]
+    assert out[2] == "lookup: null"
+    assert out[3] == "record: true"
+    found = json.loads(out[4].removeprefix("lookup: "))
+    assert found["is_legal"] is True
+    assert found["execution_times"] == [0.042, 0.039, 0.041]
+    assert found["schedule"] == "S(L0,L1,4,8,comps=['c1'])"
+    assert found["source_project"] == "cpp-harness"
+    assert out[5] == "count:  1"
+    assert out[6] == "closed"
+    # Python sees the C++ client's record (same key derivation).
+    r = lookup(db, "blur", "void blur() {\n    var i(\"i\", 0, 1024), j(\"j\", 0, 1024);\n"
+                           "    computation c1(\"c1\", {i, j}, in(i, j) + in(i, j + 1));\n}\n",
+               "S(L0,L1,4,8,comps=['c1'])")
+    assert r is not None and r.source_project == "cpp-harness"
+    # A second run: the record is already there.
+    out = run([harness, db]).stdout.splitlines()
+    assert out[2].startswith("lookup: {")
+    assert out[3] == "record: false (already stored)"
+
+
+def test_harness_reports_errors(harness, tmp_path):
+    # The database's directory cannot be created (a file is in the way):
+    # open fails, exit status 1, the library's message on stderr.
+    (tmp_path / "file").write_text("not a directory")
+    proc = subprocess.run([str(harness), str(tmp_path / "file" / "cache.db")], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1
+    assert "harness: tirastore_open(" in proc.stderr and "failed with status" in proc.stderr
+    proc = subprocess.run([str(harness)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "usage:" in proc.stderr

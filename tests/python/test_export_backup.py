@@ -1,0 +1,240 @@
+"""export() byte-exactness and backup() (README + COMPAT.md)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from conftest import (
+    SCHED_I,
+    SCHED_R,
+    SCHED_S,
+    SRC_BLUR,
+    TEST_CPU,
+    TEST_SLURM,
+    oracle_normalize_schedule,
+    oracle_program_hash,
+    raw_query,
+)
+
+from tirastore import TiraStore
+
+
+def _populate(store):
+    """Record a varied data set; return the expected export dict (spec algorithm)."""
+    progs = []  # (name, source, [(schedule, is_legal, times), ...]) in recording order
+    blur_a = "void blur() { int a = 1; }"
+    blur_b = "void blur() { int b = 2; /* v2 */ }"
+    abc = "// café\n#include <x.h>\nvoid abc() { puts(\"日本 😀\"); }\n"
+    zeta = "void zeta() {}"
+    upper = "void Upper() {}"
+    emile = "void émile() {}"
+    plan = [
+        ("blur", blur_a, SCHED_S, True, [0.04, 1e-05, 1234567.0, 3]),
+        ("zeta", zeta, SCHED_R, False, None),
+        ("blur", blur_b, 'I( L0, L1, comps=["c1"])', False, []),
+        ("abc", abc, "R(L0,comps=['ç'])", True, [1.0, 2]),
+        ("blur", blur_a, SCHED_I, False, None),
+        ("Upper", upper, "T2(L0,L1,32,32,comps=[c])", True, [0.5]),
+        ("émile", emile, "U(L1,8,comps=['é'])", True, [1e16, -0.0]),
+        ("zeta", zeta, "F(L0,comps=[a,b])", True, [0.1]),
+    ]
+    for name, src, sched, legal, times in plan:
+        assert store.record(name, src, sched, legal, times) is True
+        time.sleep(0.002)  # distinct creation dates
+
+    # the spec's algorithm, written out independently
+    by_prog: dict[tuple[str, str], dict] = {}
+    for name, src, sched, legal, times in plan:
+        h = oracle_program_hash(src)
+        by_prog.setdefault((name, h), {"name": name, "src": src, "records": []})
+        by_prog[(name, h)]["records"].append(
+            {
+                "schedule_str": oracle_normalize_schedule(sched),
+                "is_legal": legal,
+                "execution_times": None if times is None else list(times),
+            }
+        )
+    ordered = [by_prog[k] for k in sorted(by_prog)]
+    name_counts: dict[str, int] = {}
+    for p in ordered:
+        name_counts[p["name"]] = name_counts.get(p["name"], 0) + 1
+    seen: dict[str, int] = {}
+    out: dict[str, dict] = {}
+    for p in ordered:
+        n = p["name"]
+        if name_counts[n] > 1:
+            seen[n] = seen.get(n, 0) + 1
+            key = f"{n}_v{seen[n]}"
+        else:
+            key = n
+        out[key] = {
+            "Tiramisu_cpp": p["src"],
+            "schedules_list": p["records"],
+            "program_name": n,
+        }
+    return out
+
+
+def test_export_json_exact_bytes(store, tmp_path):
+    expected = _populate(store)
+    assert list(expected)[:3] == ["Upper", "abc", "blur_v1"]  # binary name order
+    assert "blur_v2" in expected and "blur" not in expected
+    out = store.export(tmp_path / "dataset.json", fmt="json")
+    assert isinstance(out, Path)
+    assert out == (tmp_path / "dataset.json").resolve()
+    want = json.dumps(expected, indent=2, ensure_ascii=False) + "\n"
+    got = out.read_bytes()
+    assert got == want.encode("utf-8")
+
+
+def test_export_json_is_default_format(store, tmp_path):
+    expected = _populate(store)
+    out = store.export(tmp_path / "d.json")
+    assert out.read_text(encoding="utf-8") == json.dumps(expected, indent=2, ensure_ascii=False) + "\n"
+
+
+def test_export_jsonl_exact_bytes(store, tmp_path):
+    expected = _populate(store)
+    out = store.export(str(tmp_path / "dataset.jsonl"), fmt="jsonl")
+    assert isinstance(out, Path)
+    want = "".join(json.dumps({k: v}, ensure_ascii=False) + "\n" for k, v in expected.items())
+    assert out.read_bytes() == want.encode("utf-8")
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == len(expected)
+
+
+def test_export_v_suffix_follows_program_hash_order(store, tmp_path):
+    srcs = [f"void blur() {{ return {i}; }}" for i in range(4)]
+    for s in srcs:
+        store.record("blur", s, SCHED_R, True, [1.0])
+    data = json.loads(store.export(tmp_path / "x.json").read_text(encoding="utf-8"))
+    assert list(data) == ["blur_v1", "blur_v2", "blur_v3", "blur_v4"]
+    by_hash = sorted(srcs, key=oracle_program_hash)
+    assert [data[f"blur_v{i + 1}"]["Tiramisu_cpp"] for i in range(4)] == by_hash
+    assert all(v["program_name"] == "blur" for v in data.values())
+
+
+def test_export_value_key_order(store, tmp_path):
+    store.record("blur", SRC_BLUR, SCHED_S, True, [0.04])
+    text = store.export(tmp_path / "x.json").read_text(encoding="utf-8")
+    data = json.loads(text)
+    assert list(data["blur"]) == ["Tiramisu_cpp", "schedules_list", "program_name"]
+    assert list(data["blur"]["schedules_list"][0]) == ["schedule_str", "is_legal", "execution_times"]
+
+
+def test_export_empty_db(store, tmp_path):
+    assert store.export(tmp_path / "e.json").read_bytes() == b"{}\n"
+    assert store.export(tmp_path / "e.jsonl", fmt="jsonl").read_bytes() == b""
+
+
+def test_export_program_without_records(store, tmp_path):
+    store.record("blur", SRC_BLUR, SCHED_R, True, [1.0])
+    store.delete(store.keys()[0])
+    data = json.loads(store.export(tmp_path / "x.json").read_text(encoding="utf-8"))
+    assert data == {"blur": {"Tiramisu_cpp": SRC_BLUR, "schedules_list": [], "program_name": "blur"}}
+
+
+def test_export_overwrites_existing_file(store, tmp_path):
+    target = tmp_path / "x.json"
+    target.write_text("old content that is much longer than the new export " * 10)
+    store.export(target)
+    assert target.read_bytes() == b"{}\n"
+
+
+def test_export_relative_path_resolved(store, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = store.export("rel.json")
+    assert out == (tmp_path / "rel.json").resolve()
+    assert out.is_absolute() and out.exists()
+
+
+@pytest.mark.parametrize("fmt", ["xml", "JSON", "Jsonl", "", "csv", " json"])
+def test_export_bad_format(store, tmp_path, fmt):
+    store.record("blur", SRC_BLUR, SCHED_R, True, [1.0])
+    target = tmp_path / "bad.out"
+    with pytest.raises(ValueError):
+        store.export(target, fmt=fmt)
+    assert not target.exists()
+    assert store.count() == 1
+
+
+# ---------------------------------------------------------------------------
+# backup
+# ---------------------------------------------------------------------------
+
+
+def _dump(db: Path) -> dict[str, list]:
+    conn = sqlite3.connect(str(db))
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        return {
+            t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall())
+            for t in ("db_meta", "programs", "records")
+        }
+    finally:
+        conn.close()
+
+
+def test_backup_default_path(store, db_path):
+    store.record_many(
+        "blur",
+        SRC_BLUR,
+        [
+            {"tiralib_schedule_string": SCHED_S, "is_legal": True, "execution_times": [0.04]},
+            {"tiralib_schedule_string": SCHED_I, "is_legal": False, "execution_times": None},
+        ],
+    )
+    before = datetime.now(timezone.utc).replace(microsecond=0)
+    bk = store.backup()
+    after = datetime.now(timezone.utc)
+    assert isinstance(bk, Path)
+    assert bk.parent == db_path.resolve().parent
+    m = re.fullmatch(r"cache_(\d{8}T\d{6}Z)\.db", bk.name)
+    assert m, bk.name
+    ts = datetime.strptime(m.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
+    assert before <= ts <= after
+    assert bk.exists()
+    assert _dump(bk) == _dump(db_path)
+
+
+def test_backup_default_name_uses_stem(make_store, tmp_path):
+    s = make_store(tmp_path / "data.sqlite")
+    bk = s.backup()
+    assert re.fullmatch(r"data_\d{8}T\d{6}Z\.db", bk.name), bk.name
+    assert bk.parent == tmp_path.resolve()
+
+
+@pytest.mark.parametrize("as_str", [True, False])
+def test_backup_custom_path(store, db_path, tmp_path, as_str):
+    store.record("blur", SRC_BLUR, SCHED_R, True, [1.0, 2])
+    target = tmp_path / "sub_backup.db"
+    bk = store.backup(str(target) if as_str else target)
+    assert isinstance(bk, Path)
+    assert bk == target.resolve()
+    assert _dump(bk) == _dump(db_path)
+
+
+def test_backup_relative_path_resolved(store, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    bk = store.backup("rel_backup.db")
+    assert bk == (tmp_path / "rel_backup.db").resolve()
+    assert bk.exists()
+
+
+def test_backup_is_usable_store(store, tmp_path):
+    store.record("blur", SRC_BLUR, SCHED_R, True, [1.0, 2])
+    bk = store.backup(tmp_path / "bk.db")
+    store.record("blur", SRC_BLUR, SCHED_S, True, [3.0])  # after the snapshot
+    with TiraStore(bk, cpu_model=TEST_CPU, slurm_cpus=TEST_SLURM) as b:
+        assert b.writes_allowed is True
+        assert b.count() == 1
+        assert b.lookup("blur", SRC_BLUR, SCHED_R).execution_times == [1.0, 2]
+        assert b.lookup("blur", SRC_BLUR, SCHED_S) is None
+    assert raw_query(bk, "SELECT value FROM db_meta WHERE key='cpu_model'") == [{"value": TEST_CPU}]

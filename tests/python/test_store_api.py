@@ -1,0 +1,842 @@
+"""Every public TiraStore method, its return types and its error paths."""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import math
+import os
+import socket
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from conftest import (
+    ISO_UTC_RE,
+    SCHED_I,
+    SCHED_R,
+    SCHED_S,
+    SRC_BLUR,
+    TEST_CPU,
+    TEST_PROJECT,
+    TEST_SLURM,
+    expected_key,
+    expected_result_json,
+    leftover_lock_files,
+    oracle_normalize_schedule,
+    oracle_program_hash,
+    raw_programs,
+    raw_records,
+)
+
+from tirastore import LookupResult, TiraStore
+
+GET_KEYS = {
+    "key",
+    "program_hash",
+    "schedule",
+    "result_json",
+    "hostname",
+    "username",
+    "creation_date",
+    "update_date",
+    "source_project",
+    "program_name",
+    "source_code",
+}
+RESULT_FIELDS = [
+    "is_legal",
+    "execution_times",
+    "schedule",
+    "hostname",
+    "username",
+    "creation_date",
+    "update_date",
+    "source_project",
+]
+
+
+def _parse_iso(s: str) -> datetime:
+    assert ISO_UTC_RE.match(s), s
+    return datetime.fromisoformat(s)
+
+
+# ---------------------------------------------------------------------------
+# construction, attributes, repr, close
+# ---------------------------------------------------------------------------
+
+
+def test_constructor_attributes(store, db_path):
+    assert isinstance(store.db_path, Path)
+    assert store.db_path == db_path.resolve()
+    assert store.source_project == TEST_PROJECT
+    assert store.allow_cpu_mismatch is False
+    assert store.writes_allowed is True
+    assert store.cpu_model == TEST_CPU
+    assert store.slurm_cpus == TEST_SLURM
+    assert db_path.exists()
+
+
+def test_constructor_defaults(tmp_path):
+    s = TiraStore(tmp_path / "d.db", cpu_model=TEST_CPU, slurm_cpus="2")
+    try:
+        assert s.source_project == ""
+        assert s.allow_cpu_mismatch is False
+        assert s.writes_allowed is True
+    finally:
+        s.close()
+
+
+def test_db_path_accepts_str_and_resolves_relative(tmp_path, monkeypatch, make_store):
+    monkeypatch.chdir(tmp_path)
+    s = make_store("rel.db")
+    assert s.db_path == (tmp_path / "rel.db").resolve()
+    assert s.db_path.is_absolute()
+    assert (tmp_path / "rel.db").exists()
+
+
+def test_db_path_resolves_symlinks(tmp_path, make_store):
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(real, target_is_directory=True)
+    s = make_store(link / "c.db")
+    assert s.db_path == (real / "c.db").resolve()
+    assert (real / "c.db").exists()
+
+
+def test_repr(store, db_path):
+    r = repr(store)
+    assert "TiraStore" in r
+    assert str(db_path.resolve()) in r
+    assert TEST_PROJECT in r
+    assert "writes_allowed" in r and "True" in r
+
+
+def test_close_then_use_raises(store):
+    store.record("blur", SRC_BLUR, SCHED_R, True, [1.0])
+    store.close()
+    for call in (
+        lambda: store.lookup("blur", SRC_BLUR, SCHED_R),
+        lambda: store.record("blur", SRC_BLUR, SCHED_S, True, [1.0]),
+        lambda: store.record_many("blur", SRC_BLUR, []),
+        lambda: store.contains("blur", SRC_BLUR, SCHED_R),
+        lambda: store.count(),
+        lambda: store.program_count(),
+        lambda: store.stats(),
+        lambda: store.keys(),
+        lambda: store.get("0" * 64),
+        lambda: store.delete("0" * 64),
+        lambda: store.get_program_source("blur"),
+        lambda: store.get_program_records("blur", SRC_BLUR),
+        lambda: store.export(store.db_path.with_name("x.json")),
+        lambda: store.backup(),
+    ):
+        with pytest.raises(ValueError, match="closed"):
+            call()
+
+
+def test_close_is_idempotent(store):
+    store.close()
+    store.close()
+
+
+def test_context_manager(db_path):
+    with TiraStore(db_path, cpu_model=TEST_CPU, slurm_cpus=TEST_SLURM) as s:
+        assert isinstance(s, TiraStore)
+        assert s.record("blur", SRC_BLUR, SCHED_R, True, [0.5]) is True
+    with pytest.raises(ValueError, match="closed"):
+        s.count()
+    with TiraStore(db_path, cpu_model=TEST_CPU, slurm_cpus=TEST_SLURM) as s2:
+        assert s2.count() == 1
+
+
+def test_context_manager_does_not_swallow_exceptions(db_path):
+    with pytest.raises(KeyError):
+        with TiraStore(db_path, cpu_model=TEST_CPU, slurm_cpus=TEST_SLURM):
+            raise KeyError("boom")
+
+
+def test_two_stores_on_same_file_see_each_other(make_store, db_path):
+    a = make_store(db_path)
+    b = make_store(db_path)
+    a.record("blur", SRC_BLUR, SCHED_R, True, [1.0])
+    assert b.contains("blur", SRC_BLUR, SCHED_R)
+    assert b.lookup("blur", SRC_BLUR, SCHED_R).execution_times == [1.0]
+
+
+# ---------------------------------------------------------------------------
+# LookupResult
+# ---------------------------------------------------------------------------
+
+
+def test_lookup_result_dataclass_fields():
+    assert dataclasses.is_dataclass(LookupResult)
+    assert [f.name for f in dataclasses.fields(LookupResult)] == RESULT_FIELDS
+
+
+def test_lookup_result_to_dict(store):
+    store.record("blur", SRC_BLUR, SCHED_S, True, [0.042, 0.039, 0.041])
+    r = store.lookup("blur", SRC_BLUR, SCHED_S)
+    assert isinstance(r, LookupResult)
+    d = r.to_dict()
+    assert isinstance(d, dict)
+    assert list(d.keys()) == RESULT_FIELDS
+    for f in RESULT_FIELDS:
+        assert d[f] == getattr(r, f)
+
+
+def test_lookup_result_constructible():
+    r = LookupResult(True, [1.0], "R(L0,comps=['c'])", "h", "u", "c", "u2", "p")
+    assert r.to_dict()["hostname"] == "h"
+
+
+# ---------------------------------------------------------------------------
+# record / lookup / contains
+# ---------------------------------------------------------------------------
+
+
+def test_record_and_lookup_roundtrip(store):
+    before = datetime.now(timezone.utc)
+    assert store.record("blur", SRC_BLUR, SCHED_S, True, [0.042, 0.039, 0.041]) is True
+    after = datetime.now(timezone.utc)
+    r = store.lookup("blur", SRC_BLUR, SCHED_S)
+    assert r.is_legal is True
+    assert r.execution_times == [0.042, 0.039, 0.041]
+    assert isinstance(r.execution_times, list)
+    assert r.schedule == SCHED_S
+    assert r.hostname == socket.gethostname()
+    assert r.username == getpass.getuser()
+    assert r.source_project == TEST_PROJECT
+    c = _parse_iso(r.creation_date)
+    assert before - timedelta(seconds=2) <= c <= after + timedelta(seconds=2)
+    assert r.update_date == r.creation_date
+
+
+def test_lookup_missing_returns_none(store):
+    assert store.lookup("blur", SRC_BLUR, SCHED_S) is None
+    store.record("blur", SRC_BLUR, SCHED_S, True, [1.0])
+    assert store.lookup("blur", SRC_BLUR, SCHED_I) is None
+    assert store.lookup("blur", "void other() {}", SCHED_S) is None
+
+
+def test_lookup_invalid_schedule_is_just_a_miss(store):
+    # the original validates only on write
+    assert store.lookup("blur", SRC_BLUR, "not a schedule") is None
+    assert store.contains("blur", SRC_BLUR, "X(L0)") is False
+
+
+def test_record_illegal_without_times(store):
+    assert store.record("blur", SRC_BLUR, SCHED_I, False, None) is True
+    r = store.lookup("blur", SRC_BLUR, SCHED_I)
+    assert r.is_legal is False
+    assert r.execution_times is None
+
+
+def test_record_illegal_default_times(store):
+    assert store.record("blur", SRC_BLUR, SCHED_I, False) is True
+    assert store.lookup("blur", SRC_BLUR, SCHED_I).execution_times is None
+
+
+def test_record_illegal_with_empty_list_and_with_times(store):
+    assert store.record("blur", SRC_BLUR, SCHED_I, False, []) is True
+    assert store.lookup("blur", SRC_BLUR, SCHED_I).execution_times == []
+    assert store.record("blur", SRC_BLUR, SCHED_R, False, [0.5]) is True
+    assert store.lookup("blur", SRC_BLUR, SCHED_R).execution_times == [0.5]
+
+
+def test_record_keyword_arguments(store):
+    assert (
+        store.record(
+            program_name="blur",
+            program_source_code=SRC_BLUR,
+            tiralib_schedule_string=SCHED_S,
+            is_legal=True,
+            execution_times=[0.04],
+            overwrite=False,
+        )
+        is True
+    )
+    assert store.lookup(
+        program_name="blur", program_source_code=SRC_BLUR, tiralib_schedule_string=SCHED_S
+    ).execution_times == [0.04]
+    assert store.contains(
+        program_name="blur", program_source_code=SRC_BLUR, tiralib_schedule_string=SCHED_S
+    ) is True
+
+
+def test_empty_schedule_is_valid(store):
+    assert store.record("blur", SRC_BLUR, "", True, [1.0]) is True
+    assert store.lookup("blur", SRC_BLUR, "").execution_times == [1.0]
+    assert store.lookup("blur", SRC_BLUR, "  \u3000 ").execution_times == [1.0]
+
+
+@pytest.mark.parametrize("times", [None, []])
+def test_record_legal_requires_times(store, times):
+    with pytest.raises(ValueError) as ei:
+        store.record("blur", SRC_BLUR, SCHED_S, True, times)
+    assert str(ei.value) == (
+        "execution_times must be provided (non-empty list) when is_legal is True."
+    )
+    assert store.count() == 0
+    assert store.program_count() == 0
+
+
+def test_record_legal_requires_times_default(store):
+    with pytest.raises(ValueError, match="execution_times must be provided"):
+        store.record("blur", SRC_BLUR, SCHED_S, True)
+    assert store.count() == 0
+
+
+@pytest.mark.parametrize(
+    "sched, reason",
+    [
+        ("X(L0)", "Unknown transformation: 'X' in 'X(L0)'"),
+        ("R(L0)", "Malformed R transformation: 'R(L0)'"),
+        ("R(L0,comps=[c])|", "Empty segment in schedule (leading, trailing, or double '|')."),
+        ("(L0)", "Unrecognized token (does not start with a transformation name): '(L0)'"),
+        ("T2(L0,L1,-4,8)", "Malformed T2 transformation: 'T2(L0,L1,-4,8)'"),
+        # the normalized form is what gets validated and quoted
+        ("R( L0 )", "Malformed R transformation: 'R(L0)'"),
+        # normalization quotes comp names; the reason shows the segment as
+        # Python's repr() does (double quotes around a text with ' in it)
+        ("R(L0,comps=[c],)", "Malformed R transformation: \"R(L0,comps=['c'],)\""),
+        ("X(L0,comps=[c])", "Unknown transformation: 'X' in \"X(L0,comps=['c'])\""),
+    ],
+)
+def test_record_invalid_schedule(store, sched, reason):
+    with pytest.raises(ValueError) as ei:
+        store.record("blur", SRC_BLUR, sched, False, None)
+    assert str(ei.value) == "Invalid schedule string: " + reason
+    assert str(ei.value).startswith("Invalid schedule string: ")
+    assert store.count() == 0
+    assert store.program_count() == 0
+
+
+def test_record_validates_normalized_form(store):
+    # comps=[] is malformed as such, but normalizes to comps=[''] which is valid
+    assert store.record("blur", SRC_BLUR, "R(L0,comps=[])", True, [1.0]) is True
+    r = store.lookup("blur", SRC_BLUR, "R(L0,comps=[''])")
+    assert r is not None and r.schedule == "R(L0,comps=[''])"
+
+
+def test_record_returns_false_when_exists(store):
+    assert store.record("blur", SRC_BLUR, SCHED_S, True, [1.0]) is True
+    assert store.record("blur", SRC_BLUR, SCHED_S, True, [2.0]) is False
+    assert store.lookup("blur", SRC_BLUR, SCHED_S).execution_times == [1.0]
+    assert store.count() == 1
+
+
+def test_overwrite_keeps_creation_date_updates_update_date(make_store, db_path):
+    s1 = make_store(db_path, source_project="first")
+    assert s1.record("blur", SRC_BLUR, SCHED_S, True, [1.0]) is True
+    r1 = s1.lookup("blur", SRC_BLUR, SCHED_S)
+    time.sleep(0.05)
+    s2 = make_store(db_path, source_project="second")
+    assert s2.record("blur", SRC_BLUR, SCHED_S, False, None, overwrite=True) is True
+    r2 = s2.lookup("blur", SRC_BLUR, SCHED_S)
+    assert r2.is_legal is False and r2.execution_times is None
+    assert r2.creation_date == r1.creation_date
+    assert r2.update_date > r1.update_date
+    assert _parse_iso(r2.update_date) > _parse_iso(r1.update_date)
+    assert r2.source_project == "second"
+    assert s2.count() == 1
+
+
+def test_overwrite_on_missing_record_inserts(store):
+    assert store.record("blur", SRC_BLUR, SCHED_S, True, [1.0], overwrite=True) is True
+    r = store.lookup("blur", SRC_BLUR, SCHED_S)
+    assert r.creation_date == r.update_date
+
+
+def test_cosmetic_variants_share_a_record(store):
+    store.record("blur", SRC_BLUR, SCHED_R, True, [1.0])
+    src2 = "#include <tiramisu.h>\n" + SRC_BLUR.replace(" ", "  ") + "// trailing\n"
+    sched2 = 'R( L0 , comps=["c1"] )'
+    assert store.contains("blur", src2, sched2)
+    assert store.lookup("blur", src2, sched2).execution_times == [1.0]
+    assert store.record("blur", src2, sched2, True, [2.0]) is False
+    assert store.count() == 1
+    assert store.program_count() == 1
+
+
+def test_program_name_is_not_part_of_the_key(store):
+    store.record("blur", SRC_BLUR, SCHED_R, True, [1.0])
+    assert store.lookup("other_name", SRC_BLUR, SCHED_R).execution_times == [1.0]
+    assert store.contains("other_name", SRC_BLUR, SCHED_R) is True
+    assert store.record("other_name", SRC_BLUR, SCHED_R, True, [3.0]) is False
+
+
+def test_first_program_name_wins(store, db_path):
+    store.record("first", SRC_BLUR, SCHED_R, True, [1.0])
+    cosmetic = "// a comment\n" + SRC_BLUR
+    store.record("second", cosmetic, SCHED_S, True, [2.0])
+    assert store.program_count() == 1
+    progs = raw_programs(db_path)
+    assert len(progs) == 1
+    (p,) = progs.values()
+    assert p["program_name"] == "first"
+    assert p["source_code"] == SRC_BLUR  # original text of the first insert
+    assert store.get_program_source("second") == []
+    assert store.get(expected_key(cosmetic, SCHED_S))["program_name"] == "first"
+
+
+def test_contains(store):
+    assert store.contains("blur", SRC_BLUR, SCHED_S) is False
+    store.record("blur", SRC_BLUR, SCHED_S, False)
+    assert store.contains("blur", SRC_BLUR, SCHED_S) is True
+
+
+def test_stored_columns(store, db_path):
+    store.record("blur", SRC_BLUR, 'S( L0, L1, 4, 8, comps=["c1"] )', True, [0.5, 2])
+    rows = raw_records(db_path)
+    key = expected_key(SRC_BLUR, SCHED_S)
+    assert list(rows) == [key]
+    row = rows[key]
+    assert row["program_hash"] == oracle_program_hash(SRC_BLUR)
+    assert row["schedule"] == SCHED_S
+    assert row["result_json"] == '{"is_legal":true,"execution_times":[0.5,2]}'
+    assert row["hostname"] == socket.gethostname()
+    assert row["username"] == getpass.getuser()
+    assert row["source_project"] == TEST_PROJECT
+    assert ISO_UTC_RE.match(row["creation_date"])
+    assert row["creation_date"] == row["update_date"]
+    progs = raw_programs(db_path)
+    assert progs[oracle_program_hash(SRC_BLUR)] == {
+        "program_hash": oracle_program_hash(SRC_BLUR),
+        "program_name": "blur",
+        "source_code": SRC_BLUR,
+    }
+
+
+def test_username_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOGNAME", "alice_tira")
+    s = TiraStore(tmp_path / "u.db", cpu_model=TEST_CPU, slurm_cpus=TEST_SLURM)
+    try:
+        s.record("blur", SRC_BLUR, SCHED_R, False)
+        assert s.lookup("blur", SRC_BLUR, SCHED_R).username == "alice_tira"
+    finally:
+        s.close()
+
+
+# ---------------------------------------------------------------------------
+# execution_times representation
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "times, expected_json",
+    [
+        ([0.042, 1e-05, 1234567.0], "[0.042,1e-05,1234567.0]"),
+        ([1.0], "[1.0]"),
+        ([1, 2], "[1,2]"),
+        ([1, 2.5, 3], "[1,2.5,3]"),
+        ([0.1, 1 / 3], "[0.1,0.3333333333333333]"),
+        ([1e16, 1.5e16, 1e15], "[1e+16,1.5e+16,1000000000000000.0]"),
+        ([1e-4, 9.999e-05], "[0.0001,9.999e-05]"),
+        ([-0.0, 0.0, 0], "[-0.0,0.0,0]"),
+        ([5e-324, 1.7976931348623157e308], "[5e-324,1.7976931348623157e+308]"),
+        ([123456789012345.6], "[123456789012345.6]"),
+        ([-2.5, -3], "[-2.5,-3]"),
+        ([2**53 + 1], "[9007199254740993]"),
+        ([0.30000000000000004], "[0.30000000000000004]"),
+    ],
+)
+def test_result_json_float_format(store, db_path, times, expected_json):
+    store.record("blur", SRC_BLUR, SCHED_S, True, times)
+    row = raw_records(db_path)[expected_key(SRC_BLUR, SCHED_S)]
+    assert row["result_json"] == '{"is_legal":true,"execution_times":' + expected_json + "}"
+    assert row["result_json"] == expected_result_json(True, times)
+
+
+def test_result_json_exact_example(store, db_path):
+    store.record("blur", SRC_BLUR, SCHED_S, True, [0.042, 1e-05, 1234567.0])
+    row = raw_records(db_path)[expected_key(SRC_BLUR, SCHED_S)]
+    assert row["result_json"] == '{"is_legal":true,"execution_times":[0.042,1e-05,1234567.0]}'
+
+
+def test_result_json_illegal(store, db_path):
+    store.record("blur", SRC_BLUR, SCHED_I, False, None)
+    store.record("blur", SRC_BLUR, SCHED_R, False, [])
+    rows = raw_records(db_path)
+    assert rows[expected_key(SRC_BLUR, SCHED_I)]["result_json"] == (
+        '{"is_legal":false,"execution_times":null}'
+    )
+    assert rows[expected_key(SRC_BLUR, SCHED_R)]["result_json"] == (
+        '{"is_legal":false,"execution_times":[]}'
+    )
+
+
+def test_int_and_float_types_survive_roundtrip(store):
+    store.record("blur", SRC_BLUR, SCHED_S, True, [1.0])
+    store.record("blur", SRC_BLUR, SCHED_R, True, [1, 2])
+    store.record("blur", SRC_BLUR, SCHED_I, True, [3, 4.0, 2**53 + 1])
+    a = store.lookup("blur", SRC_BLUR, SCHED_S).execution_times
+    assert a == [1.0] and type(a[0]) is float
+    b = store.lookup("blur", SRC_BLUR, SCHED_R).execution_times
+    assert b == [1, 2] and all(type(x) is int for x in b)
+    c = store.lookup("blur", SRC_BLUR, SCHED_I).execution_times
+    assert [type(x) for x in c] == [int, float, int]
+    assert c == [3, 4.0, 2**53 + 1]
+
+
+def test_floats_roundtrip_exactly(store):
+    vals = [0.1, 1 / 3, 2 / 3, 1e-300, 1e300, 123.456, 5e-324, math.pi, -math.e]
+    store.record("blur", SRC_BLUR, SCHED_S, True, vals)
+    got = store.lookup("blur", SRC_BLUR, SCHED_S).execution_times
+    assert got == vals
+    assert all(type(x) is float for x in got)
+    assert [math.copysign(1, x) for x in got] == [math.copysign(1, x) for x in vals]
+
+
+def test_tuple_times_accepted(store, db_path):
+    assert store.record("blur", SRC_BLUR, SCHED_S, True, (1.5, 2)) is True
+    assert store.lookup("blur", SRC_BLUR, SCHED_S).execution_times == [1.5, 2]
+    row = raw_records(db_path)[expected_key(SRC_BLUR, SCHED_S)]
+    assert row["result_json"] == '{"is_legal":true,"execution_times":[1.5,2]}'
+
+
+# ---------------------------------------------------------------------------
+# record_many
+# ---------------------------------------------------------------------------
+
+
+def _entries():
+    return [
+        {"tiralib_schedule_string": SCHED_S, "is_legal": True, "execution_times": [0.04]},
+        {"tiralib_schedule_string": SCHED_I, "is_legal": False, "execution_times": None},
+        {"tiralib_schedule_string": SCHED_R, "is_legal": True, "execution_times": [0.03, 0.031]},
+    ]
+
+
+def test_record_many_basic(store, db_path):
+    n = store.record_many("blur", SRC_BLUR, _entries())
+    assert n == 3 and type(n) is int
+    assert store.count() == 3
+    assert store.program_count() == 1
+    assert store.lookup("blur", SRC_BLUR, SCHED_S).execution_times == [0.04]
+    assert store.lookup("blur", SRC_BLUR, SCHED_I).is_legal is False
+    assert store.lookup("blur", SRC_BLUR, SCHED_R).execution_times == [0.03, 0.031]
+    rows = raw_records(db_path)
+    assert set(rows) == {expected_key(SRC_BLUR, e["tiralib_schedule_string"]) for e in _entries()}
+    for e in _entries():
+        row = rows[expected_key(SRC_BLUR, e["tiralib_schedule_string"])]
+        assert row["result_json"] == expected_result_json(e["is_legal"], e["execution_times"])
+        assert row["schedule"] == oracle_normalize_schedule(e["tiralib_schedule_string"])
+
+
+def test_record_many_keyword_arguments(store):
+    n = store.record_many(
+        program_name="blur", program_source_code=SRC_BLUR, schedules=_entries(), overwrite=False
+    )
+    assert n == 3
+
+
+def test_record_many_execution_times_key_optional_when_illegal(store):
+    n = store.record_many(
+        "blur", SRC_BLUR, [{"tiralib_schedule_string": SCHED_I, "is_legal": False}]
+    )
+    assert n == 1
+    assert store.lookup("blur", SRC_BLUR, SCHED_I).execution_times is None
+
+
+def test_record_many_skips_existing_without_overwrite(store):
+    store.record("blur", SRC_BLUR, SCHED_S, True, [9.0])
+    assert store.record_many("blur", SRC_BLUR, _entries()) == 2
+    assert store.lookup("blur", SRC_BLUR, SCHED_S).execution_times == [9.0]
+    assert store.count() == 3
+
+
+def test_record_many_overwrite(store):
+    store.record("blur", SRC_BLUR, SCHED_S, True, [9.0])
+    c0 = store.lookup("blur", SRC_BLUR, SCHED_S).creation_date
+    time.sleep(0.02)
+    assert store.record_many("blur", SRC_BLUR, _entries(), overwrite=True) == 3
+    r = store.lookup("blur", SRC_BLUR, SCHED_S)
+    assert r.execution_times == [0.04]
+    assert r.creation_date == c0
+    assert r.update_date > c0
+
+
+def test_record_many_empty_list(store):
+    assert store.record_many("blur", SRC_BLUR, []) == 0
+    assert store.count() == 0
+
+
+def test_record_many_duplicate_in_batch(store):
+    entries = [
+        {"tiralib_schedule_string": SCHED_R, "is_legal": True, "execution_times": [1.0]},
+        {"tiralib_schedule_string": 'R( L0, comps=["c1"])', "is_legal": True, "execution_times": [2.0]},
+    ]
+    assert store.record_many("blur", SRC_BLUR, entries) == 1
+    assert store.count() == 1
+    assert store.lookup("blur", SRC_BLUR, SCHED_R).execution_times == [1.0]
+
+
+def test_record_many_tuple_of_entries(store):
+    assert store.record_many("blur", SRC_BLUR, tuple(_entries())) == 3
+
+
+def test_record_many_invalid_schedule_writes_nothing(store):
+    store.record("x", "int x;", SCHED_R, True, [1.0])
+    entries = _entries() + [
+        {"tiralib_schedule_string": "R(L0)", "is_legal": False, "execution_times": None}
+    ]
+    with pytest.raises(ValueError) as ei:
+        store.record_many("blur", SRC_BLUR, entries)
+    assert str(ei.value) == (
+        "schedules[3]: Invalid schedule string: Malformed R transformation: 'R(L0)'"
+    )
+    assert store.count() == 1
+    assert store.program_count() == 1
+    assert store.get_program_source("blur") == []
+
+
+def test_record_many_missing_times_writes_nothing(store):
+    entries = _entries()
+    entries[1] = {"tiralib_schedule_string": SCHED_I, "is_legal": True, "execution_times": []}
+    with pytest.raises(ValueError) as ei:
+        store.record_many("blur", SRC_BLUR, entries)
+    assert str(ei.value) == (
+        "schedules[1]: execution_times must be provided (non-empty list) when is_legal is True."
+    )
+    assert store.count() == 0
+    assert store.program_count() == 0
+
+
+def test_record_many_first_error_reported(store):
+    entries = [
+        {"tiralib_schedule_string": SCHED_R, "is_legal": True, "execution_times": [1.0]},
+        {"tiralib_schedule_string": "X(L0,comps=[c])", "is_legal": False, "execution_times": None},
+        {"tiralib_schedule_string": "R(L0)", "is_legal": False, "execution_times": None},
+    ]
+    with pytest.raises(ValueError) as ei:
+        store.record_many("blur", SRC_BLUR, entries)
+    assert str(ei.value).startswith("schedules[1]: Invalid schedule string: Unknown transformation")
+    assert store.count() == 0
+
+
+# ---------------------------------------------------------------------------
+# get_program_source / get_program_records
+# ---------------------------------------------------------------------------
+
+
+def test_get_program_source_ordered_by_hash(store):
+    sources = [f"void blur() {{ return {i}; }}" for i in range(6)]
+    for src in sources:
+        store.record("blur", src, SCHED_R, True, [1.0])
+    store.record("other", "int other;", SCHED_R, True, [1.0])
+    got = store.get_program_source("blur")
+    assert isinstance(got, list)
+    expected = sorted(
+        ({"program_hash": oracle_program_hash(s), "source_code": s} for s in sources),
+        key=lambda d: d["program_hash"],
+    )
+    assert got == expected
+    for d in got:
+        assert set(d) == {"program_hash", "source_code"}
+
+
+def test_get_program_source_unknown(store):
+    assert store.get_program_source("nope") == []
+
+
+def test_get_program_source_keeps_original_text(store):
+    src = "/* ü */\n#include <x.h>\nvoid f() {\n\treturn;\n}\n"
+    store.record("f", src, SCHED_R, False)
+    assert store.get_program_source("f") == [
+        {"program_hash": oracle_program_hash(src), "source_code": src}
+    ]
+
+
+def test_get_program_records(store):
+    store.record("blur", SRC_BLUR, SCHED_S, True, [1.0])
+    time.sleep(0.002)
+    store.record("blur", SRC_BLUR, 'I( L0, L1, comps=["c1"])', False, None)
+    time.sleep(0.002)
+    store.record("blur", SRC_BLUR, SCHED_R, True, [2, 3])
+    store.record("other", "int other;", SCHED_R, True, [1.0])
+    recs = store.get_program_records("blur", "// cosmetic\n" + SRC_BLUR)
+    assert isinstance(recs, list) and all(isinstance(r, LookupResult) for r in recs)
+    assert [r.schedule for r in recs] == [SCHED_S, SCHED_I, SCHED_R]
+    assert [r.execution_times for r in recs] == [[1.0], None, [2, 3]]
+    assert [r.is_legal for r in recs] == [True, False, True]
+    dates = [r.creation_date for r in recs]
+    assert dates == sorted(dates)
+    assert store.get_program_records("blur", "void unknown(){}") == []
+
+
+# ---------------------------------------------------------------------------
+# keys / get / put / delete / count / program_count / stats
+# ---------------------------------------------------------------------------
+
+
+def _three(store):
+    out = []
+    for sched in (SCHED_S, SCHED_I, SCHED_R):
+        store.record("blur", SRC_BLUR, sched, False)
+        out.append(expected_key(SRC_BLUR, sched))
+        time.sleep(0.002)
+    return out
+
+
+def test_keys_ordering_and_pagination(store):
+    ks = _three(store)
+    assert store.keys() == ks
+    assert store.keys(limit=2) == ks[:2]
+    assert store.keys(limit=2, offset=1) == ks[1:]
+    assert store.keys(2, 2) == ks[2:]
+    assert store.keys(limit=10, offset=5) == []
+    assert store.keys(limit=0, offset=1) == ks  # paginates only when limit > 0
+    assert store.keys(limit=-1, offset=2) == ks
+    assert all(type(k) is str for k in store.keys())
+
+
+def test_keys_empty(store):
+    assert store.keys() == []
+
+
+def test_get(store):
+    store.record("blur", SRC_BLUR, SCHED_S, True, [0.5])
+    key = expected_key(SRC_BLUR, SCHED_S)
+    row = store.get(key)
+    assert isinstance(row, dict)
+    assert set(row) == GET_KEYS
+    assert row["key"] == key
+    assert row["program_hash"] == oracle_program_hash(SRC_BLUR)
+    assert row["schedule"] == SCHED_S
+    assert row["result_json"] == '{"is_legal":true,"execution_times":[0.5]}'
+    assert row["program_name"] == "blur"
+    assert row["source_code"] == SRC_BLUR
+    assert row["source_project"] == TEST_PROJECT
+    assert row["hostname"] == socket.gethostname()
+    assert row["username"] == getpass.getuser()
+    assert row["creation_date"] == row["update_date"]
+
+
+def test_get_missing(store):
+    assert store.get("0" * 64) is None
+    assert store.get("") is None
+
+
+def test_put_and_delete(store, db_path):
+    store.record("blur", SRC_BLUR, SCHED_S, True, [0.5])
+    h = oracle_program_hash(SRC_BLUR)
+    key = expected_key(SRC_BLUR, SCHED_R)
+    rj = '{"is_legal":false,"execution_times":null}'
+    assert store.put(key, h, SCHED_R, rj) is True
+    assert store.count() == 2
+    r = store.lookup("blur", SRC_BLUR, SCHED_R)
+    assert r.is_legal is False and r.execution_times is None
+    assert r.source_project == TEST_PROJECT
+    assert store.get(key)["result_json"] == rj
+    # exists, no overwrite
+    assert store.put(key, h, SCHED_R, '{"is_legal":true,"execution_times":[7.0]}') is False
+    assert store.get(key)["result_json"] == rj
+    created = store.get(key)["creation_date"]
+    time.sleep(0.01)
+    assert store.put(key, h, SCHED_R, '{"is_legal":true,"execution_times":[7.0]}', overwrite=True) is True
+    row = store.get(key)
+    assert row["result_json"] == '{"is_legal":true,"execution_times":[7.0]}'
+    assert row["creation_date"] == created and row["update_date"] > created
+    assert store.lookup("blur", SRC_BLUR, SCHED_R).execution_times == [7.0]
+    # delete
+    assert store.delete(key) is True
+    assert store.delete(key) is False
+    assert store.get(key) is None
+    assert store.count() == 1
+    assert store.program_count() == 1  # programs are never deleted
+    assert store.contains("blur", SRC_BLUR, SCHED_S)
+
+
+def test_put_arbitrary_key(store):
+    store.record("blur", SRC_BLUR, SCHED_S, True, [0.5])
+    h = oracle_program_hash(SRC_BLUR)
+    assert store.put("my-admin-key", h, "anything", '{"is_legal":false,"execution_times":null}') is True
+    assert store.get("my-admin-key")["schedule"] == "anything"
+    assert "my-admin-key" in store.keys()
+
+
+def test_put_unknown_program_hash_fails(store):
+    with pytest.raises(Exception):
+        store.put("k" * 64, "f" * 64, SCHED_R, '{"is_legal":false,"execution_times":null}')
+    assert store.count() == 0
+    # the store keeps working
+    assert store.record("blur", SRC_BLUR, SCHED_R, False) is True
+
+
+def test_delete_missing(store):
+    assert store.delete("0" * 64) is False
+
+
+def test_counts(store):
+    assert store.count() == 0 and type(store.count()) is int
+    assert store.program_count() == 0 and type(store.program_count()) is int
+    store.record_many("blur", SRC_BLUR, _entries())
+    store.record("other", "int other;", SCHED_R, True, [1.0])
+    assert store.count() == 4
+    assert store.program_count() == 2
+
+
+def test_stats(make_store, db_path):
+    s1 = make_store(db_path, source_project="p1")
+    s1.record_many("blur", SRC_BLUR, _entries())
+    s2 = make_store(db_path, source_project="p2")
+    s2.record("other", "int other;", SCHED_R, False)
+    st = s2.stats()
+    assert isinstance(st, dict)
+    assert set(st) == {
+        "total_records",
+        "legal_records",
+        "illegal_records",
+        "total_programs",
+        "source_projects",
+        "users",
+        "cpu_model",
+        "slurm_cpus",
+    }
+    assert st["total_records"] == 4
+    assert st["legal_records"] == 2
+    assert st["illegal_records"] == 2
+    assert st["total_programs"] == 2
+    assert isinstance(st["source_projects"], list)
+    assert sorted(st["source_projects"]) == ["p1", "p2"]
+    assert st["users"] == [getpass.getuser()]
+    assert st["cpu_model"] == TEST_CPU
+    assert st["slurm_cpus"] == TEST_SLURM
+
+
+def test_stats_empty(store):
+    st = store.stats()
+    assert st["total_records"] == 0
+    assert st["legal_records"] == 0
+    assert st["illegal_records"] == 0
+    assert st["total_programs"] == 0
+    assert st["source_projects"] == []
+    assert st["users"] == []
+
+
+def test_no_lock_files_left_after_operations(store, db_path, tmp_path):
+    store.record("blur", SRC_BLUR, SCHED_R, True, [1.0])
+    store.record_many("blur", SRC_BLUR, _entries())
+    store.lookup("blur", SRC_BLUR, SCHED_R)
+    store.contains("blur", SRC_BLUR, SCHED_R)
+    store.keys()
+    store.stats()
+    store.get(expected_key(SRC_BLUR, SCHED_R))
+    store.delete(expected_key(SRC_BLUR, SCHED_R))
+    store.get_program_records("blur", SRC_BLUR)
+    store.get_program_source("blur")
+    store.export(tmp_path / "out.json")
+    store.backup(tmp_path / "bk.db")
+    _ = store.cpu_model, store.slurm_cpus
+    with pytest.raises(ValueError):
+        store.record("blur", SRC_BLUR, "R(L0)", False)
+    assert leftover_lock_files(tmp_path) == []
+    assert not Path(str(db_path) + ".lock").exists()
+    store.close()
+    assert leftover_lock_files(tmp_path) == []
+    assert not (tmp_path / "cache.db-journal").exists()
+    assert not (tmp_path / "cache.db-wal").exists()
