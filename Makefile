@@ -5,6 +5,8 @@ GO     ?= go
 CXX    ?= g++
 CC     ?= gcc
 export CGO_ENABLED := 1
+export PIP_ROOT_USER_ACTION := ignore
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 LIB := build/libtirastore.so
 

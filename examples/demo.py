@@ -231,7 +231,7 @@ def plan(n_workers: int, n_schedules: int) -> tuple[list[Task], list[list[Task]]
     Every worker starts with the baselines of all programs (all workers at
     once: they race). The rest of the tasks form a ring; worker w takes a
     window of about 2/N of it starting at w/N, so every task is covered by
-    one or two workers, in a per-worker shuffled order.
+    about two workers (one when N is 1), each in its own shuffled order.
     """
     per_program = [schedules_for(p, n_schedules) for p in PROGRAMS]
     tasks = [(pi, s) for pi, scheds in enumerate(per_program) for s in scheds]
