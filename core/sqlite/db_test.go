@@ -1,0 +1,131 @@
+package sqlite
+
+import (
+	"database/sql"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func newDB(t *testing.T, name string) (*DB, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	db, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := db.Init("cpu", "N/A", "2026-01-01T00:00:00+00:00"); err != nil {
+		t.Fatal(err)
+	}
+	return db, path
+}
+
+// The stored DDL must be the original's, so that sqlite_master of a new
+// database is identical whichever library created it. SQLite drops
+// "IF NOT EXISTS" and the trailing ";\n" when it stores the statement.
+func TestSchemaTextIsTheOriginals(t *testing.T) {
+	db, _ := newDB(t, "c.db")
+	want := map[string]string{
+		"db_meta":  "CREATE TABLE db_meta (\n    key   TEXT PRIMARY KEY,\n    value TEXT NOT NULL\n)",
+		"programs": "CREATE TABLE programs (\n    program_hash    TEXT PRIMARY KEY,\n    program_name    TEXT NOT NULL,\n    source_code     TEXT NOT NULL\n)",
+	}
+	rows, err := db.db.Query("SELECT name, sql FROM sqlite_master WHERE type = 'table'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var name, ddl string
+		rows.Scan(&name, &ddl)
+		n++
+		if w, ok := want[name]; ok && ddl != w {
+			t.Errorf("%s: got %q want %q", name, ddl, w)
+		}
+		if name == "records" && !strings.Contains(ddl, "program_hash       TEXT NOT NULL REFERENCES programs(program_hash),") {
+			t.Errorf("records DDL: %q", ddl)
+		}
+	}
+	if n != 3 {
+		t.Fatalf("%d tables", n)
+	}
+	for key, val := range map[string]string{"schema_version": "2", "cpu_model": "cpu", "slurm_cpus": "N/A"} {
+		if v, ok, err := db.Meta(key); v != val || !ok || err != nil {
+			t.Errorf("meta %s = %q %v %v", key, v, ok, err)
+		}
+	}
+	// Init is idempotent and keeps the first values.
+	if err := db.Init("other", "8", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if v, _, _ := db.Meta("cpu_model"); v != "cpu" {
+		t.Errorf("Init overwrote cpu_model: %q", v)
+	}
+}
+
+func TestPutRecordOverwriteKeepsCreationDate(t *testing.T) {
+	db, _ := newDB(t, "c.db")
+	put := func(result, stamp string, overwrite bool) bool {
+		var wrote bool
+		err := db.Tx(func(tx *sql.Tx) (err error) {
+			if err = PutProgram(tx, Program{Hash: "h", Name: "first", Source: "s"}); err != nil {
+				return err
+			}
+			wrote, err = PutRecord(tx, &Record{Key: "k", ProgramHash: "h", Schedule: "S", ResultJSON: result,
+				Hostname: "n", Username: "u", CreationDate: stamp, UpdateDate: stamp, SourceProject: "p"}, overwrite)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wrote
+	}
+	if !put("{}", "t1", false) || put("{}", "t2", false) || !put(`{"x":1}`, "t3", true) {
+		t.Fatal("unexpected write results")
+	}
+	r, err := db.Get("k")
+	if err != nil || r == nil {
+		t.Fatal(r, err)
+	}
+	if r.CreationDate != "t1" || r.UpdateDate != "t3" || r.ResultJSON != `{"x":1}` || r.ProgramName != "first" {
+		t.Fatalf("%+v", r)
+	}
+	if err := db.Tx(func(tx *sql.Tx) error {
+		_, err := PutRecord(tx, &Record{Key: "k2", ProgramHash: "missing"}, false)
+		return err
+	}); !IsConstraint(err) {
+		t.Fatalf("foreign key not enforced: %v", err)
+	}
+}
+
+// File names with URI metacharacters must name the file itself.
+func TestOpenOddFileNames(t *testing.T) {
+	for _, name := range []string{"a?b.db", "a#b.db", "a%20b.db", "sp ace.db", "ünï.db"} {
+		_, path := newDB(t, name)
+		if _, err := os.Stat(path); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		entries, _ := os.ReadDir(filepath.Dir(path))
+		if len(entries) != 1 {
+			t.Errorf("%s: stray files %v", name, entries)
+		}
+	}
+}
+
+func TestNotADatabaseIsClassified(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.db")
+	os.WriteFile(path, []byte(strings.Repeat("garbage!", 512)), 0o666)
+	db, err := Open(path)
+	if err == nil {
+		_, err = db.HasTables()
+		db.Close()
+	}
+	if !IsNotDatabase(err) {
+		t.Fatalf("got %v", err)
+	}
+}
