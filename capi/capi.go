@@ -95,22 +95,20 @@ func lookupHandle(h uint64) (*core.Store, error) {
 // reply encodes a result or an error into a library-owned C string and
 // returns the status. out may be NULL when the caller wants the status only.
 func reply(out **C.char, result any, err error) C.int {
-	status := statusOK
-	var doc *pyjson.Object
+	var b []byte
 	if err == nil {
-		doc = pyjson.NewObject()
+		doc := pyjson.NewObject()
 		doc.Set("result", result)
-		if _, merr := pyjson.Marshal(doc, pyjson.Compact); merr != nil {
-			err = &core.Error{Kind: core.KindInternal, Message: "encode result: " + merr.Error()}
+		if b, err = pyjson.Marshal(doc, pyjson.Compact); err != nil {
+			err = &core.Error{Kind: core.KindInternal, Message: "encode result: " + err.Error()}
 		}
 	}
+	status := statusOK
 	if err != nil {
-		status = statusInternal
-		typ := "RuntimeError"
-		switch e := err.(type) {
-		case *callError:
-			status, typ = e.status, "ValueError"
-		default:
+		typ := "ValueError"
+		if e, ok := err.(*callError); ok {
+			status = e.status
+		} else {
 			k := core.KindOf(err)
 			status, typ = kindStatus[k], k.PythonName()
 		}
@@ -118,15 +116,14 @@ func reply(out **C.char, result any, err error) C.int {
 		eo.Set("type", typ)
 		eo.Set("message", err.Error())
 		eo.Set("code", status)
-		doc = pyjson.NewObject()
+		doc := pyjson.NewObject()
 		doc.Set("error", eo)
-	}
-	if out != nil {
-		b, merr := pyjson.Marshal(doc, pyjson.Compact)
-		if merr != nil {
-			b = []byte(`{"error":{"type":"RuntimeError","message":"cannot encode reply","code":1}}`)
+		if b, err = pyjson.Marshal(doc, pyjson.Compact); err != nil {
+			b = []byte(`{"error":{"type":"RuntimeError","message":"cannot encode the error reply","code":1}}`)
 			status = statusInternal
 		}
+	}
+	if out != nil {
 		*out = C.CString(string(b))
 	}
 	return C.int(status)
