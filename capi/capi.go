@@ -17,9 +17,11 @@ import "C"
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -116,6 +118,10 @@ func reply(out **C.char, result any, err error) C.int {
 		eo.Set("type", typ)
 		eo.Set("message", err.Error())
 		eo.Set("code", status)
+		var errno syscall.Errno
+		if errors.As(err, &errno) {
+			eo.Set("errno", int(errno)) // lets Python pick the OSError subclass, as open() would
+		}
 		doc := pyjson.NewObject()
 		doc.Set("error", eo)
 		if b, err = pyjson.Marshal(doc, pyjson.Compact); err != nil {

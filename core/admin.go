@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/tirastore/tirastore/core/identity"
@@ -94,6 +96,13 @@ func (s *Store) Backup(ctx context.Context, dest string) (string, error) {
 	if fi, err := os.Stat(dest); err == nil && fi.IsDir() {
 		dest = filepath.Join(dest, filepath.Base(s.path))
 	}
+	if dest == s.path {
+		return "", newError(KindValue, "backup path %s is the database itself", dest)
+	}
+	if _, err := os.Stat(filepath.Dir(dest)); err != nil {
+		k, _ := osKind(err)
+		return "", wrapError(k, err, "cannot back up to %s: %v", dest, err)
+	}
 	tmp := fmt.Sprintf("%s.tmp-%d-%d", dest, os.Getpid(), time.Now().UnixNano())
 	defer os.Remove(tmp)
 	err = s.withDB(ctx, "back up", func(db *sqlite.DB) error {
@@ -142,6 +151,10 @@ func (s *Store) Export(ctx context.Context, path, format string) (string, error)
 	out, err := resolvePath(path)
 	if err != nil {
 		return "", wrapError(KindOS, err, "cannot resolve export path: %v", err)
+	}
+	if fi, err := os.Stat(out); err == nil && fi.IsDir() {
+		perr := &fs.PathError{Op: "open", Path: out, Err: syscall.EISDIR}
+		return "", wrapError(KindOS, perr, "cannot write export: %v", perr)
 	}
 	type program struct {
 		sqlite.Program
@@ -217,7 +230,8 @@ func (s *Store) Export(ctx context.Context, path, format string) (string, error)
 		}
 	}
 	if err := writeFileAtomic(out, buf); err != nil {
-		return "", wrapError(KindOS, err, "cannot write export %s: %v", out, err)
+		k, _ := osKind(err)
+		return "", wrapError(k, err, "cannot write export %s: %v", out, err)
 	}
 	return out, nil
 }

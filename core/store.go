@@ -275,20 +275,34 @@ func (s *Store) classify(err error, op string) error {
 		return wrapError(KindInterrupted, err, "%s: %s interrupted while waiting for the lock", s.path, op)
 	case sqlite.IsNotDatabase(err):
 		return wrapError(KindDatabase, err, "%s: cannot %s: %v", s.path, op, err)
-	case errors.Is(err, fs.ErrNotExist):
-		return wrapError(KindNotFound, err, "cannot %s %s: %v", op, s.path, err)
-	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
-		return wrapError(KindPermission, err, "cannot %s %s: %v", op, s.path, err)
 	}
-	var pe *fs.PathError
-	var le *os.LinkError
-	if errors.As(err, &pe) || errors.As(err, &le) || errors.Is(err, syscall.ENOSPC) {
-		return wrapError(KindOS, err, "cannot %s %s: %v", op, s.path, err)
+	if k, ok := osKind(err); ok {
+		return wrapError(k, err, "cannot %s %s: %v", op, s.path, err)
 	}
 	if sqlite.IsSQLiteError(err) {
 		return wrapError(KindOperational, err, "%s: cannot %s: %v", s.path, op, err)
 	}
 	return wrapError(KindInternal, err, "%s: %s: %v", s.path, op, err)
+}
+
+// osKind classifies a filesystem error the way Python's OSError subclasses
+// do (FileNotFoundError, PermissionError, OSError); ok is false for errors
+// that do not come from the operating system.
+func osKind(err error) (Kind, bool) {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return KindNotFound, true
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
+		return KindPermission, true
+	}
+	var pe *fs.PathError
+	var le *os.LinkError
+	var se *os.SyscallError
+	var errno syscall.Errno
+	if errors.As(err, &pe) || errors.As(err, &le) || errors.As(err, &se) || errors.As(err, &errno) {
+		return KindOS, true
+	}
+	return KindInternal, false
 }
 
 // resolvePath makes path absolute and resolves symlinks in the part that

@@ -107,7 +107,12 @@ def _reply(status: int, out) -> Any:
     if status == 0:
         return doc["result"]
     err = doc["error"]
-    raise _EXCEPTIONS.get(err["type"], RuntimeError)(err["message"])
+    cls = _EXCEPTIONS.get(err["type"], RuntimeError)
+    if "errno" in err and issubclass(cls, OSError):
+        # OSError(errno, msg) becomes the matching subclass (FileNotFoundError,
+        # IsADirectoryError, ...), as the original's open() and shutil raised.
+        raise OSError(err["errno"], err["message"])
+    raise cls(err["message"])
 
 
 def version() -> str:

@@ -238,3 +238,62 @@ def test_backup_is_usable_store(store, tmp_path):
         assert b.lookup("blur", SRC_BLUR, SCHED_R).execution_times == [1.0, 2]
         assert b.lookup("blur", SRC_BLUR, SCHED_S) is None
     assert raw_query(bk, "SELECT value FROM db_meta WHERE key='cpu_model'") == [{"value": TEST_CPU}]
+
+
+# ---------------------------------------------------------------------------
+# filesystem errors: the original raised what open() / shutil.copy2 raise
+# ---------------------------------------------------------------------------
+
+
+def test_export_to_missing_directory_raises_file_not_found(store, tmp_path):
+    store.record("blur", SRC_BLUR, SCHED_R, True, [1.0])
+    with pytest.raises(FileNotFoundError):
+        store.export(tmp_path / "no_such_dir" / "x.json")
+    assert store.count() == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache.db"]
+
+
+def test_backup_to_missing_directory_raises_file_not_found(store, tmp_path):
+    store.record("blur", SRC_BLUR, SCHED_R, True, [1.0])
+    with pytest.raises(FileNotFoundError):
+        store.backup(tmp_path / "no_such_dir" / "x.db")
+    assert store.count() == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache.db"]
+
+
+def test_export_non_finite_values_from_original_db(tmp_path):
+    """The original's json.dump writes NaN/Infinity tokens; so must export."""
+    import math
+
+    from conftest import create_original_db, original_insert
+
+    db = tmp_path / "o.db"
+    create_original_db(db)
+    original_insert(db, "a", "int a;", SCHED_R,
+                    '{"is_legal":true,"execution_times":[NaN,Infinity,-Infinity,1]}')
+    expected = {
+        "a": {
+            "Tiramisu_cpp": "int a;",
+            "schedules_list": [
+                {"schedule_str": SCHED_R, "is_legal": True,
+                 "execution_times": [math.nan, math.inf, -math.inf, 1]}
+            ],
+            "program_name": "a",
+        }
+    }
+    with TiraStore(db, cpu_model=TEST_CPU, slurm_cpus=TEST_SLURM) as s:
+        j = s.export(tmp_path / "o.json")
+        jl = s.export(tmp_path / "o.jsonl", fmt="jsonl")
+    assert j.read_text(encoding="utf-8") == json.dumps(expected, indent=2, ensure_ascii=False) + "\n"
+    assert jl.read_text(encoding="utf-8") == json.dumps(expected, ensure_ascii=False) + "\n"
+
+
+def test_export_onto_a_directory_raises_is_a_directory(store, tmp_path):
+    with pytest.raises(IsADirectoryError):
+        store.export(tmp_path)
+
+
+def test_backup_onto_the_database_itself_is_refused(store):
+    with pytest.raises(ValueError, match="database itself"):
+        store.backup(store.db_path)
+    assert store.count() == 0

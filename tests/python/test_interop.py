@@ -396,3 +396,31 @@ def test_open_existing_does_not_rewrite_meta(tmp_path):
         "created_at": "2020-01-01T00:00:00+00:00",
     }.items():
         assert meta[k] == v, k
+
+
+@pytest.mark.parametrize(
+    "stored, legal, times",
+    [
+        # other spellings a Python json.loads reader accepts
+        ('{"is_legal": true, "execution_times": [1.0, 2]}', True, [1.0, 2]),
+        ('{"execution_times":[1.5],"is_legal":true}', True, [1.5]),
+        ('{"is_legal":true,"execution_times":[1E5,1e+5,-0,-0.0,1.0e-5]}', True,
+         [100000.0, 100000.0, 0, -0.0, 1e-05]),
+        ('{"is_legal":true,"execution_times":[12345678901234567890123]}', True,
+         [12345678901234567890123]),
+        ('{"is_legal":false}', False, None),
+        (' {"is_legal":true,"execution_times":[1]}\n', True, [1]),
+    ],
+)
+def test_reads_lenient_result_json(tmp_path, stored, legal, times):
+    db = tmp_path / "o.db"
+    create_original_db(db)
+    original_insert(db, "a", "int a;", SCHED_R, stored)
+    with TiraStore(db, cpu_model=TEST_CPU, slurm_cpus=TEST_SLURM) as s:
+        r = s.lookup("a", "int a;", SCHED_R)
+        assert r.is_legal is legal
+        assert _same_times(r.execution_times, times), r.execution_times
+        if times:
+            assert [math.copysign(1, x) for x in r.execution_times] == [
+                math.copysign(1, x) for x in times
+            ]

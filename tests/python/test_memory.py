@@ -5,6 +5,8 @@ from __future__ import annotations
 import gc
 import time
 
+import pytest
+
 from conftest import SRC_BLUR, rss_bytes
 
 MIB = 1024 * 1024
@@ -22,6 +24,7 @@ def _src(p: int) -> str:
     return SRC_BLUR.replace("blur", f"blur{p}")
 
 
+@pytest.mark.slow
 def test_lookup_rss_flat(store, record_property):
     for p in range(N_PROGRAMS):
         n = store.record_many(

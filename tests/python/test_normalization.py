@@ -531,3 +531,28 @@ def test_differential_normalize_program():
         elif make_program_hash(src) != oracle_program_hash(src):
             mismatches.append(("hash", src))
     assert not mismatches, "first mismatches: " + repr(mismatches[:10])
+
+
+def test_all_code_points_whitespace_in_one_call():
+    every = "".join(chr(c) for c in range(1, 0x110000) if not 0xD800 <= c <= 0xDFFF)
+    assert normalize_schedule(every) == oracle_normalize_schedule(every)
+    # no "//", "/*" or "#include" occurs in this text: only whitespace goes
+    assert normalize_program(every) == "".join(ch for ch in every if not ch.isspace())
+
+
+@pytest.mark.slow
+def test_all_code_points_digit_and_word_classes():
+    """Exhaustive: every code point as a loop-level digit, identifier tail and head."""
+    bad = []
+    for cp in range(1, 0x110000):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        ch = chr(cp)
+        for s in (f"R(L{ch},comps=[c])", f"R(L0,comps=[a{ch}])", f"R(L0,comps=[{ch}])",
+                  f"T2(L0,L1,{ch},4,comps=[c])"):
+            if tuple(validate_schedule(s)) != oracle_validate_schedule(s):
+                bad.append((hex(cp), s))
+                break
+        if len(bad) > 20:
+            break
+    assert not bad, bad

@@ -840,3 +840,52 @@ def test_no_lock_files_left_after_operations(store, db_path, tmp_path):
     assert leftover_lock_files(tmp_path) == []
     assert not (tmp_path / "cache.db-journal").exists()
     assert not (tmp_path / "cache.db-wal").exists()
+
+
+def test_big_ints_and_many_floats_roundtrip(store, db_path):
+    import random
+
+    rng = random.Random(7)
+    floats = [rng.uniform(-1e3, 1e3) * 10 ** rng.randint(-30, 30) for _ in range(300)]
+    floats += [float(rng.randint(-10**17, 10**17)) for _ in range(100)]
+    floats += [1e22, 1e-7, 0.000123, 1e21, 9.999999999999999e15, 2.5e-8]
+    store.record("blur", SRC_BLUR, SCHED_S, True, floats)
+    ints = [2**70, -(2**63), 2**64 - 1, 0, -1]
+    store.record("blur", SRC_BLUR, SCHED_R, True, ints)
+    rows = raw_records(db_path)
+    assert rows[expected_key(SRC_BLUR, SCHED_S)]["result_json"] == expected_result_json(True, floats)
+    assert rows[expected_key(SRC_BLUR, SCHED_R)]["result_json"] == expected_result_json(True, ints)
+    got_f = store.lookup("blur", SRC_BLUR, SCHED_S).execution_times
+    assert got_f == floats and all(type(x) is float for x in got_f)
+    got_i = store.lookup("blur", SRC_BLUR, SCHED_R).execution_times
+    assert got_i == ints and all(type(x) is int for x in got_i)
+
+
+def test_threads_sharing_one_store_and_separate_stores(make_store, db_path):
+    import threading
+
+    shared = make_store(db_path)
+    separate = [make_store(db_path) for _ in range(4)]
+    errors, wins = [], []
+
+    def worker(w, st):
+        try:
+            for i in range(40):
+                assert st.record("w", f"void w{w}() {{}}", f"U(L0,{i},comps=[c])", True, [float(i)])
+                if st.record("c", "void c() {}", f"U(L1,{i},comps=[c])", True, [float(w)]):
+                    wins.append(i)
+                r = st.lookup("w", f"void w{w}() {{}}", f"U(L0,{i},comps=[c])")
+                assert r.execution_times == [float(i)]
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=worker, args=(w, shared)) for w in range(4)]
+    threads += [threading.Thread(target=worker, args=(4 + w, separate[w])) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert errors == []
+    assert sorted(wins) == list(range(40))
+    assert shared.count() == 8 * 40 + 40
+    assert leftover_lock_files(db_path.parent) == []
