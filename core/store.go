@@ -18,6 +18,7 @@ import (
 	"syscall"
 
 	"github.com/tirastore/tirastore/core/cpu"
+	"github.com/tirastore/tirastore/core/failpoint"
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/lock"
 	"github.com/tirastore/tirastore/core/sqlite"
@@ -101,10 +102,11 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 // initOrValidate creates a missing database or checks the CPU metadata of an
 // existing one, under the lock.
 func (s *Store) initOrValidate(ctx context.Context) error {
-	if err := s.lk.Acquire(ctx); err != nil {
+	release, err := s.acquire(ctx)
+	if err != nil {
 		return s.classify(err, "open")
 	}
-	defer s.lk.Release()
+	defer release()
 
 	created, err := s.createFile()
 	if err != nil {
@@ -235,19 +237,36 @@ func (s *Store) withDB(ctx context.Context, op string, fn func(db *sqlite.DB) er
 	if s.closed {
 		return ErrClosed
 	}
-	if err := s.lk.Acquire(ctx); err != nil {
+	release, err := s.acquire(ctx)
+	if err != nil {
 		return s.classify(err, op)
 	}
-	defer s.lk.Release()
+	defer release()
 	db, err := sqlite.Open(s.path)
 	if err != nil {
 		return s.classify(err, op)
 	}
+	failpoint.Inject(failpoint.DBOpened)
 	err = fn(db)
 	if cerr := db.Close(); err == nil {
 		err = cerr
 	}
+	failpoint.Inject(failpoint.BeforeRelease)
 	return s.classify(err, op)
+}
+
+// acquire takes the hard-link lock and returns its release. Only a
+// failpoint build can switch the lock off, for the negative controls of the
+// concurrency tests.
+func (s *Store) acquire(ctx context.Context) (release func(), err error) {
+	if failpoint.Enabled(failpoint.LockDisabled) {
+		return func() {}, nil
+	}
+	if err := s.lk.Acquire(ctx); err != nil {
+		return nil, err
+	}
+	failpoint.Inject(failpoint.LockAcquired)
+	return func() { s.lk.Release() }, nil
 }
 
 func (s *Store) checkWrites() error {
@@ -292,7 +311,7 @@ func osKind(err error) (Kind, bool) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return KindNotFound, true
-	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
+	case errors.Is(err, fs.ErrPermission):
 		return KindPermission, true
 	}
 	var pe *fs.PathError

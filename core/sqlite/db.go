@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
+
+	"github.com/tirastore/tirastore/core/failpoint"
 )
 
 // SchemaVersion is the db_meta schema_version this engine reads and writes.
@@ -50,7 +52,14 @@ const (
 
 // DB is one SQLite connection with the settings the original used:
 // journal_mode=DELETE (WAL needs shared memory, which breaks on Lustre),
-// synchronous=FULL, foreign_keys=ON, busy_timeout=0 (our lock serializes).
+// synchronous=FULL, foreign_keys=ON, busy_timeout=0 (our lock serializes),
+// and SQLite's "unix-none" VFS: the unix VFS without POSIX advisory locks.
+// Those locks are node-local or absent on Lustre (localflock/noflock) and
+// can hang on some NFS setups, so they protect nothing across nodes and can
+// only hurt; the hard-link lock, held from Open to Close, is the one that
+// serializes. With no lock to consult, a connection that finds a journal
+// treats it as hot and rolls it back, which is right precisely because no
+// other writer can be alive while we hold the hard-link lock.
 type DB struct {
 	db *sql.DB
 }
@@ -66,7 +75,7 @@ func uriPath(path string) string {
 // file: creation (with the original's 0666 mode) is the caller's job.
 func Open(path string) (*DB, error) {
 	dsn := "file:" + uriPath(path) +
-		"?mode=rw&_journal_mode=DELETE&_synchronous=FULL&_foreign_keys=1&_busy_timeout=0&_txlock=immediate"
+		"?mode=rw&vfs=unix-none&_journal_mode=DELETE&_synchronous=FULL&_foreign_keys=1&_busy_timeout=0&_txlock=immediate"
 	db, err := sql.Open("sqlite3", dsn)
 	if err != nil {
 		return nil, err
@@ -114,7 +123,12 @@ func (d *DB) Tx(fn func(tx *sql.Tx) error) error {
 		tx.Rollback()
 		return err
 	}
-	return tx.Commit()
+	failpoint.Inject(failpoint.BeforeCommit)
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	failpoint.Inject(failpoint.AfterCommit)
+	return nil
 }
 
 // Init creates the tables and the db_meta rows of a new database. It is

@@ -1,0 +1,38 @@
+// Package failpoint lets robustness tests stop the engine at named moments,
+// as etcd's bbolt does: a test sets TIRASTORE_FAILPOINTS and the engine,
+// built with -tags failpoints, kills itself (or sleeps, or panics) when it
+// reaches a named point, e.g. between writing a record and committing it.
+//
+// In a normal build every call here compiles to nothing: Inject is an empty
+// function and Enabled returns false, so the production library carries no
+// test switches at all. build.sh failpoints builds the test variant into
+// build/failpoints/libtirastore.so.
+//
+// TIRASTORE_FAILPOINTS is a ';'-separated list of name=action, where action
+// is one of
+//
+//	kill          SIGKILL this process (a crash: no deferred cleanup runs)
+//	kill@P        kill with probability P (0..1) each time the point is hit
+//	exit          os.Exit(77) without cleanup
+//	sleep(MS)     sleep MS milliseconds (widen a race window)
+//	panic         panic (the C layer must turn it into an error)
+//	on            a switch, read with Enabled (e.g. lock-disabled=on)
+package failpoint
+
+// The points the engine defines. Tests refer to them by these names.
+const (
+	// LockAcquired: the hard-link lock is held, SQLite not yet opened.
+	LockAcquired = "lock-acquired"
+	// DBOpened: SQLite is open under the lock, nothing read yet.
+	DBOpened = "db-opened"
+	// BeforeCommit: a write transaction has run its statements, not committed.
+	BeforeCommit = "before-commit"
+	// AfterCommit: the transaction committed, the connection is still open.
+	AfterCommit = "after-commit"
+	// BeforeRelease: SQLite is closed, the lock is still held.
+	BeforeRelease = "before-release"
+	// LockDisabled is a switch, not a point: the engine skips the hard-link
+	// lock entirely. Only the negative controls of the concurrency tests set
+	// it, to show that those tests catch an unprotected database.
+	LockDisabled = "lock-disabled"
+)
