@@ -56,9 +56,11 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	var found bool
-	err := s.withDB(ctx, "delete", func(db *sqlite.DB) (err error) {
-		found, err = db.Delete(key)
-		return err
+	err := s.withDB(ctx, "delete", func(db *sqlite.DB) error {
+		return db.Tx(func(tx *sql.Tx) (err error) {
+			found, err = sqlite.DeleteRecord(tx, key)
+			return err
+		})
 	})
 	return found, err
 }

@@ -168,9 +168,9 @@ func PutRecord(tx *sql.Tx, r *Record, overwrite bool) (bool, error) {
 	return err == nil, err
 }
 
-// Delete removes a record and reports whether it existed.
-func (d *DB) Delete(key string) (bool, error) {
-	res, err := d.db.Exec("DELETE FROM records WHERE key = ?", key)
+// DeleteRecord removes a record and reports whether it existed.
+func DeleteRecord(tx *sql.Tx, key string) (bool, error) {
+	res, err := tx.Exec("DELETE FROM records WHERE key = ?", key)
 	if err != nil {
 		return false, err
 	}
