@@ -10,7 +10,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 LIB := build/libtirastore.so
 
-.PHONY: all build install test test-go test-python test-c lint header demo bench clean
+.PHONY: all build build-failpoints install test test-go test-python test-c lint header demo bench fusebed clean
 
 all: build
 
@@ -37,7 +37,11 @@ test-c: build
 	$(CXX) -std=c++17 -Wall -Wextra -Werror -Iinclude examples/harness.cpp -Lbuild -ltirastore -Wl,-rpath,$(CURDIR)/build -o build/harness
 	./build/harness build/harness-test.db
 
-test-python: install
+# The test variant of the library with failpoints compiled in (crash tests).
+build-failpoints:
+	./build.sh failpoints
+
+test-python: install build-failpoints
 	$(PYTHON) -m pytest -q tests/python
 
 # Everything CI runs (.ci/run calls exactly this).
@@ -49,6 +53,9 @@ demo: install
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./core/...
+
+# The Lustre-like FUSE test bed (tests/fusebed/main.go documents it).
+fusebed: ; go build -o build/fusebed ./tests/fusebed
 
 clean:
 	rm -rf build dist python/tirastore/libtirastore.so tirastore-demo .pytest_cache
