@@ -3,6 +3,7 @@ package lock
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -12,11 +13,98 @@ import (
 	"github.com/tirastore/tirastore/core/pyjson"
 )
 
+// record is what a claim (and therefore the lock, while held) says about its
+// holder: the original's three keys, then the extras a Go holder adds.
+type record struct {
+	hostname string
+	pid      int
+	proc     procIdentity
+	every    time.Duration // heartbeat interval; 0: no heartbeat keys
+}
+
+// encode returns the holder record with timestamp ts and heartbeat counter
+// beats, in json.dumps's layout:
+//
+//	{"hostname": "node1", "pid": 42, "timestamp": 1764000000.123456,
+//	 "start_time": 244679, "boot_id": "c238...", "pid_ns": 4026531836,
+//	 "heartbeat_interval": 30.0, "heartbeat": 0}
+//
+// (on one line). The timestamp always has six decimals, so that it has the
+// same width in every rewrite until the year 2286: the bytes of all other
+// keys then stay at the same offsets, and a reader that races a heartbeat
+// and sees a mix of two versions still reads the unchanging keys exactly
+// (see Heartbeat in the package doc). Keys that could not be determined are
+// left out.
+func (r *record) encode(ts float64, beats uint64) ([]byte, error) {
+	host, err := pyjson.Marshal(r.hostname, pyjson.Default)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, 256)
+	b = append(b, `{"hostname": `...)
+	b = append(b, host...)
+	b = append(b, `, "pid": `...)
+	b = strconv.AppendInt(b, int64(r.pid), 10)
+	b = append(b, `, "timestamp": `...)
+	b = strconv.AppendFloat(b, ts, 'f', 6, 64)
+	if r.proc.startTime != 0 {
+		b = append(b, `, "start_time": `...)
+		b = strconv.AppendUint(b, r.proc.startTime, 10)
+	}
+	if r.proc.bootID != "" {
+		id, err := pyjson.Marshal(r.proc.bootID, pyjson.Default)
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, `, "boot_id": `...)
+		b = append(b, id...)
+	}
+	if r.proc.pidNS != 0 {
+		b = append(b, `, "pid_ns": `...)
+		b = strconv.AppendUint(b, r.proc.pidNS, 10)
+	}
+	if r.every > 0 {
+		b = append(b, `, "heartbeat_interval": `...)
+		b = append(b, pyjson.FormatFloat(r.every.Seconds())...)
+		b = append(b, `, "heartbeat": `...)
+		b = strconv.AppendUint(b, beats, 10)
+	}
+	return append(b, '}'), nil
+}
+
+// recordSize is the fixed length of every version of r's record: the
+// longest timestamp of this era and the longest counter, so that a
+// heartbeat never changes the file's size.
+func (r *record) recordSize() (int, error) {
+	b, err := r.encode(9999999999.999999, math.MaxUint64)
+	return len(b), err
+}
+
+// padded is encode, followed by spaces up to size (JSON allows trailing
+// whitespace; json.loads and the original's json.load skip it).
+func (r *record) padded(ts float64, beats uint64, size int) ([]byte, error) {
+	b, err := r.encode(ts, beats)
+	if err != nil {
+		return nil, err
+	}
+	for len(b) < size {
+		b = append(b, ' ')
+	}
+	return b, nil
+}
+
 // claim is this process's claim file; while the lock is held, the lock file
 // is a second name of the same inode (id).
 type claim struct {
 	path string
 	id   fileID
+	rec  *record
+	size int
+
+	// While held: the claim open for heartbeats (from the first beat), and
+	// the counter. Owned by the heartbeat goroutine while it runs.
+	f     *os.File
+	beats uint64
 }
 
 // mkstemp's alphabet and length for the random part of the name.
@@ -32,17 +120,25 @@ func ClaimPrefix(hostname string, pid int) string {
 	return ".lock_" + hostname + "_" + strconv.Itoa(pid) + "_"
 }
 
+func randomName(n int) string {
+	name := make([]byte, n)
+	for j := range name {
+		name[j] = claimChars[rand.IntN(len(claimChars))]
+	}
+	return string(name)
+}
+
 // newClaim creates an empty claim file in dir, named and permissioned like
 // tempfile.mkstemp(prefix=ClaimPrefix(...), dir=dir).
-func newClaim(dir, hostname string) (*claim, error) {
-	prefix := ClaimPrefix(hostname, os.Getpid())
+func newClaim(dir string, rec *record) (*claim, error) {
+	size, err := rec.recordSize()
+	if err != nil {
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	prefix := ClaimPrefix(rec.hostname, rec.pid)
 	for i := 0; i < claimTries; i++ {
-		name := make([]byte, claimRandom)
-		for j := range name {
-			name[j] = claimChars[rand.IntN(len(claimChars))]
-		}
-		p := filepath.Join(dir, prefix+string(name))
-		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		p := filepath.Join(dir, prefix+randomName(claimRandom))
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 		if errors.Is(err, os.ErrExist) {
 			continue
 		}
@@ -55,24 +151,25 @@ func newClaim(dir, hostname string) (*claim, error) {
 			os.Remove(p)
 			return nil, fmt.Errorf("lock: create claim: %w", err)
 		}
-		return &claim{path: p, id: id}, nil
+		return &claim{path: p, id: id, rec: rec, size: size}, nil
 	}
 	return nil, fmt.Errorf("lock: create claim in %s: no free name after %d tries", dir, claimTries)
 }
 
-// writeClaim (step 1) stores the holder record with a fresh timestamp. It
-// runs before every link attempt so that the timestamp the lock carries is
-// the moment it was taken. The file is closed before link so that NFS
-// close-to-open consistency shows the content to other nodes.
-func (c *claim) write(hostname string, pid int, now time.Time) error {
-	data, err := claimContent(hostname, pid, unixSeconds(now))
+// write (step 1) stores the holder record with a fresh timestamp. It runs
+// before every link attempt, while the claim is not the lock and nobody
+// reads it, so that the timestamp the lock starts with is the moment it was
+// taken. The file is closed before link so that NFS close-to-open
+// consistency shows the content to other nodes.
+func (c *claim) write(now time.Time) error {
+	data, err := c.rec.padded(unixSeconds(now), 0, c.size)
 	if err != nil {
 		return err
 	}
 	f, err := os.OpenFile(c.path, os.O_WRONLY|os.O_TRUNC, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		// Someone removed our claim; start over with a new one.
-		nc, cerr := newClaim(filepath.Dir(c.path), hostname)
+		nc, cerr := newClaim(filepath.Dir(c.path), c.rec)
 		if cerr != nil {
 			return cerr
 		}
@@ -87,20 +184,57 @@ func (c *claim) write(hostname string, pid int, now time.Time) error {
 	if err := errors.Join(werr, cerr); err != nil {
 		return fmt.Errorf("lock: write claim: %w", err)
 	}
+	c.beats = 0
 	return nil
 }
 
-// claimContent is json.dumps({"hostname": h, "pid": pid, "timestamp": ts}).
-func claimContent(hostname string, pid int, ts float64) ([]byte, error) {
-	o := pyjson.NewObject()
-	o.Set("hostname", hostname)
-	o.Set("pid", pid)
-	o.Set("timestamp", ts)
-	return pyjson.Marshal(o, pyjson.Default)
+// openForBeats opens the claim, which is now the lock, for heartbeats. It
+// checks that the name still leads to our inode.
+func (c *claim) openForBeats() error {
+	f, err := os.OpenFile(c.path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	if id, err := fstatID(f); err != nil || id != c.id {
+		f.Close()
+		return fmt.Errorf("lock: claim %s was replaced", c.path)
+	}
+	c.f = f
+	return nil
+}
+
+// beat rewrites the record in place with timestamp now and the next
+// counter: one pwrite of the whole fixed-size record at offset 0, so the
+// file is never empty, never changes size, and every version a reader can
+// get is complete; then fsync, without which an NFS client may keep the
+// new bytes in its cache and other nodes would go on seeing the old ones.
+func (c *claim) beat(now time.Time) error {
+	n := c.beats + 1
+	data, err := c.rec.padded(unixSeconds(now), n, c.size)
+	if err != nil {
+		return err
+	}
+	if _, err := c.f.WriteAt(data, 0); err != nil {
+		return err
+	}
+	if err := c.f.Sync(); err != nil {
+		return err
+	}
+	c.beats = n
+	return nil
+}
+
+// closeBeats closes the heartbeat handle, if any.
+func (c *claim) closeBeats() {
+	if c.f != nil {
+		c.f.Close()
+		c.f = nil
+	}
 }
 
 // remove deletes the claim; a claim already gone is fine.
 func (c *claim) remove() error {
+	c.closeBeats()
 	if err := os.Remove(c.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}

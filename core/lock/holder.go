@@ -1,17 +1,20 @@
 package lock
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/tirastore/tirastore/core/pyjson"
 )
 
-// maxLockFile bounds what we read from a lock file; real ones are ~80 bytes.
+// maxLockFile bounds what we read from a lock file; real ones are 80 (Python)
+// to about 300 (Go) bytes.
 const maxLockFile = 64 << 10
 
 // Holder is what a lock file says about its owner: the JSON the original
@@ -20,45 +23,65 @@ type Holder struct {
 	Hostname  string
 	PID       int
 	Timestamp float64 // seconds since the epoch, as Python time.time()
+
+	// Extras of a Go holder; zero in a record written by Python.
+	startTime uint64        // "start_time": /proc starttime of PID
+	bootID    string        // "boot_id": kernel boot the holder ran under
+	pidNS     uint64        // "pid_ns": inode of the holder's pid namespace
+	every     time.Duration // "heartbeat_interval": promised rewrite period
 }
 
 // ReadHolder reports who holds lockPath. The error wraps os.ErrNotExist if
 // nobody does, and is a parse error if the file is not a holder record (such
-// a lock is never broken as stale).
+// a lock is never broken).
 func ReadHolder(lockPath string) (*Holder, error) {
 	h, _, err := readHolder(lockPath)
 	return h, err
 }
 
-// readHolder (step 3) also returns the stamp of the inode the record was
-// read from, so that breakStale can make sure it removes that very file.
-func readHolder(lockPath string) (*Holder, stamp, error) {
+// lockState is one observation of a lock file: the inode's stamp (fstat of
+// the descriptor read from) and a hash of the bytes read. Two observations
+// are of an unchanged lock iff their lockStates are equal.
+type lockState struct {
+	stamp
+	sum [sha256.Size]byte
+}
+
+// readHolder (step 3) also returns the state of the inode the record was
+// read from, so that the waiter can tell how long it has stayed unchanged
+// and breakLock can make sure it removes that very file.
+func readHolder(lockPath string) (*Holder, lockState, error) {
 	f, err := os.Open(lockPath)
 	if err != nil {
-		return nil, stamp{}, err
+		return nil, lockState{}, err
 	}
 	defer f.Close()
-	id, err := fstatStamp(f)
+	return readHolderFile(f, lockPath)
+}
+
+func readHolderFile(f *os.File, name string) (*Holder, lockState, error) {
+	st, err := fstatStamp(f)
 	if err != nil {
-		return nil, stamp{}, err
+		return nil, lockState{}, err
 	}
 	data, err := io.ReadAll(io.LimitReader(f, maxLockFile+1))
 	if err != nil {
-		return nil, stamp{}, err
+		return nil, lockState{}, err
 	}
 	if len(data) > maxLockFile {
-		return nil, stamp{}, fmt.Errorf("lock: %s: not a lock record (over %d bytes)", lockPath, maxLockFile)
+		return nil, lockState{}, fmt.Errorf("lock: %s: not a lock record (over %d bytes)", name, maxLockFile)
 	}
 	h, err := parseHolder(data)
 	if err != nil {
-		return nil, stamp{}, fmt.Errorf("lock: %s: %w", lockPath, err)
+		return nil, lockState{}, fmt.Errorf("lock: %s: %w", name, err)
 	}
-	return h, id, nil
+	return h, lockState{stamp: st, sum: sha256.Sum256(data)}, nil
 }
 
 // parseHolder reads a holder record the way the original uses it: a JSON
 // object whose "timestamp" is a number. hostname and pid are informative
-// only; missing or odd ones read as "" and 0.
+// only; missing or odd ones read as "" and 0. The Go extras are taken only
+// when well-formed, else ignored as if absent.
 func parseHolder(data []byte) (*Holder, error) {
 	v, err := pyjson.Parse(data)
 	if err != nil {
@@ -81,27 +104,34 @@ func parseHolder(data []byte) (*Holder, error) {
 	if s, ok := o.Get("hostname"); ok {
 		h.Hostname, _ = s.(string)
 	}
-	if p, ok := o.Get("pid"); ok {
-		if n, ok := p.(pyjson.Number); ok && n.IsInt() {
-			if pid, err := strconv.ParseInt(string(n), 10, 64); err == nil && pid >= 0 && pid <= math.MaxInt32 {
-				h.PID = int(pid)
+	if pid, ok := uintKey(o, "pid"); ok && pid <= math.MaxInt32 {
+		h.PID = int(pid)
+	}
+	h.startTime, _ = uintKey(o, "start_time")
+	h.pidNS, _ = uintKey(o, "pid_ns")
+	if s, ok := o.Get("boot_id"); ok {
+		h.bootID, _ = s.(string)
+	}
+	if v, ok := o.Get("heartbeat_interval"); ok {
+		if n, ok := v.(pyjson.Number); ok {
+			if f, err := n.Float64(); err == nil && f > 0 && f < 1e9 {
+				h.every = time.Duration(f * float64(time.Second))
 			}
 		}
 	}
 	return h, nil
 }
 
-// breakStale (step 4) unlinks the lock if it is still the inode judged
-// stale (same device, inode number and ctime). It reports whether the lock
-// is now gone (by us or anyone), i.e. whether retrying at once makes sense.
-func breakStale(lockPath string, judged stamp) bool {
-	id, err := lstatStamp(lockPath)
-	if err != nil {
-		return errors.Is(err, os.ErrNotExist)
+// uintKey reads a non-negative JSON integer.
+func uintKey(o *pyjson.Object, key string) (uint64, bool) {
+	v, ok := o.Get(key)
+	if !ok {
+		return 0, false
 	}
-	if id != judged {
-		return false // replaced by a new holder meanwhile
+	n, ok := v.(pyjson.Number)
+	if !ok || !n.IsInt() {
+		return 0, false
 	}
-	err = os.Remove(lockPath)
-	return err == nil || errors.Is(err, os.ErrNotExist)
+	u, err := strconv.ParseUint(string(n), 10, 64)
+	return u, err == nil
 }

@@ -1,8 +1,10 @@
 // Package lock implements TiraStore's cross-node mutex: a lock file created
 // with link(2), which is atomic on NFS and Lustre where fcntl/flock are not
-// trustworthy. It speaks the original Python TiraStore's protocol exactly, so
-// old Python workers and new Go workers exclude each other on the same
-// database during a migration.
+// trustworthy. It speaks the original Python TiraStore's protocol, so old
+// Python workers and new Go workers exclude each other on the same database
+// during a migration, and adds what the original lacks on a cluster: a
+// heartbeat, staleness measured on the waiter's own clock, breaking dead
+// holders on the same host at once, and breaking by rename-and-verify.
 //
 // # Files
 //
@@ -10,77 +12,272 @@
 //
 //	/d/cache.db.lock                      the lock; exists iff someone holds it
 //	/d/.lock_<host>_<pid>_<8 random>      a claim file, one per contender
+//	/d/cache.db.lock.stale.<host>.<pid>.<8 random>
+//	                                      a lock a breaker has moved aside,
+//	                                      for microseconds (see Breaking)
 //
-// Both hold the same JSON text, written by json.dumps in Python:
+// The lock is a second name (hard link) of its holder's claim, so both hold
+// the same text. A Python holder writes, with json.dumps:
 //
 //	{"hostname": "node1", "pid": 42, "timestamp": 1764000000.123456}
 //
-// because the lock is a second name (hard link) of its holder's claim.
-// Claims are created O_CREAT|O_EXCL with mode 0600, like tempfile.mkstemp.
+// A Go holder writes the same three keys first, then extras that Python
+// ignores, then spaces up to a fixed length (JSON allows trailing
+// whitespace; json.load skips it), all on one line:
+//
+//	{"hostname": "node1", "pid": 42, "timestamp": 1764000000.123456,
+//	 "start_time": 244679, "boot_id": "c23871bb-...", "pid_ns": 4026531836,
+//	 "heartbeat_interval": 30.0, "heartbeat": 17}
+//
+// The extras are:
+//
+//   - start_time: field 22 of /proc/<pid>/stat (clock ticks after boot), to
+//     tell the holder from a later process that got the same pid;
+//   - boot_id: /proc/sys/kernel/random/boot_id, which changes at every boot;
+//   - pid_ns: inode number of /proc/self/ns/pid, the holder's pid namespace;
+//   - heartbeat_interval (seconds) and heartbeat (a counter): present iff the
+//     holder heartbeats, i.e. promises to rewrite the record that often.
+//
+// Keys that cannot be determined (no /proc) are left out. The timestamp
+// always has six decimals, so every version of a record has its keys at the
+// same offsets. Claims are created O_CREAT|O_EXCL with mode 0644 (the
+// original's mkstemp made them 0600), so that waiters of other users can
+// read who holds the lock and name the holder in their errors.
 //
 // # Acquire
 //
-//  1. writeClaim: write {"hostname", "pid", "timestamp": now} into our claim.
-//     The original creates a fresh claim per attempt; this package creates one
-//     claim per Acquire and rewrites its timestamp before every attempt
-//     (open O_TRUNC, write, close), which costs Lustre's metadata server one
-//     inode update instead of a create plus an unlink per retry. Other
-//     contenders never look at claims, so this is invisible to them.
+//  1. write: write the record, timestamp now, heartbeat 0, into our claim
+//     (open O_TRUNC, write, close: the claim is not the lock yet and nobody
+//     reads it). The original creates a fresh claim per attempt; this
+//     package creates one per Acquire and rewrites it before every attempt,
+//     which costs Lustre's metadata server one inode update instead of a
+//     create plus an unlink per retry. Other contenders never look at
+//     claims, so this is invisible to them.
 //  2. tryLink: link(claim, lock). Success means we hold the lock. On any
 //     failure, stat the claim: a link count of 2 means the link did happen
 //     (an NFS retransmitted LINK whose first reply was lost answers EEXIST),
 //     so we hold the lock. EEXIST otherwise means someone else holds it; any
 //     other error is returned (e.g. a filesystem without hard links).
-//  3. readHolder: open the lock, note its inode and ctime (fstat) and parse
-//     its JSON.
-//  4. breakStale: if the JSON parsed and now - timestamp > StaleTimeout
-//     (default 600 s, the original rule), the holder is presumed dead: lstat
-//     the lock again and unlink it only if it is still the file we judged
-//     (same device, inode number and ctime: inode numbers are reused at once
-//     when a file is freed, so the number alone can match a brand-new lock),
-//     then retry at once. A lock file that cannot be read or parsed is never
-//     broken (original rule), so a Go holder must always write parseable JSON.
+//  3. readHolder: open the lock, fstat it, read and parse it. The state
+//     (device, inode, size, mtime, ctime, SHA-256 of the bytes) is noted
+//     with the monotonic time at which this Lock first saw exactly that
+//     state (see Staleness).
+//  4. judge, and if the holder is dead (Dead holders) or stale (Staleness),
+//     breakLock (Breaking), then retry at once. A lock file that cannot be
+//     read or parsed, or whose timestamp is NaN or infinite, is never
+//     broken (the original never breaks those either).
 //  5. Otherwise sleep (exponential backoff with full jitter, MinBackoff to
-//     MaxBackoff) and go to 1, until Timeout or until ctx is done. The claim
-//     is removed on every failure path.
+//     MaxBackoff) and go to 1, until Timeout or until ctx is done; the
+//     *TimeoutError names the holder's host and pid, its age by its
+//     timestamp and how long the lock file stayed unchanged as seen here.
+//     The claim is removed on every failure path.
+//  6. Once held: start the heartbeat.
 //
 // Goroutines of one process share one *Lock: they are first serialized by an
 // in-process mutex (which also honours ctx and Timeout), so the file protocol
 // runs for one goroutine at a time.
 //
+// # Heartbeat
+//
+// While held, a goroutine rewrites the record every HeartbeatInterval
+// (default min(StaleTimeout/4, 30 s)) with the current timestamp and the
+// next counter, until Release. Old Python waiters therefore see a fresh
+// timestamp and do not break a Go holder that works longer than their
+// stale_lock_timeout; Go waiters see the file change (Staleness).
+//
+// The rewrite is one pwrite of the whole record, padded to its fixed length,
+// at offset 0 of the claim (which is the lock inode), through a descriptor
+// opened at the first beat (holds shorter than an interval never open it). The file is never truncated, never empty
+// and never changes size, and every version is complete JSON. Then fsync:
+// without it an NFS client may keep the new bytes in its page cache for up
+// to ~30 s and other nodes would go on reading the old timestamp. The cost
+// is one WRITE plus one COMMIT (NFS), or one OST write and sync (Lustre),
+// per interval for the single holder of a database: negligible. A beat that
+// fails is retried at the next tick; only beats failing for StaleTimeout can
+// get the lock broken. Release stops the goroutine before unlinking.
+//
+// Torn reads: Linux does not make read(2) atomic against a concurrent
+// write(2) on the same page, so a reader on the holder's node (or on the NFS
+// server) that races a beat within the ~100 ns of the copy may see a mix of
+// two versions. Because both versions have the same length and layout, the
+// mix is still parseable and every key but timestamp and heartbeat reads
+// exactly; the timestamp may read as a mix of the old and new digits. Go
+// waiters are not misled (a mix is just "changed", and breakLock compares the
+// bytes again after moving the file). A Python waiter could be: see
+// Remaining holes.
+//
+// # Staleness
+//
+// A holder that is not provably dead is stale when either
+//
+//   - its lock file has stayed unchanged (same state, see Acquire step 3)
+//     for StaleTimeout, as measured by this process on its monotonic
+//     clock, whatever the timestamp in it says; or
+//   - its timestamp is older than StaleTimeout by our wall clock (the
+//     original rule) and the record promises no heartbeat (written by
+//     Python, or by Go with heartbeats off): stale at once, exactly as the
+//     original and the Python waiters judge it; or
+//   - its timestamp is older than StaleTimeout and it promises heartbeats,
+//     but it has also stayed unchanged here for heartbeatGrace = three
+//     promised intervals + 1 s (at most StaleTimeout; 91 s by default).
+//
+// So clock skew cannot break a live Go holder: it changes its file every
+// interval, which resets the count, whatever its clock or ours says (see
+// TestSkewedRemoteHeartbeatingHolderNotBroken: three hours behind). A
+// Python holder never heartbeats: after StaleTimeout unchanged it is dead or
+// overdue either way, which is also the original rule measured locally, and
+// a node with a clock ahead of ours cannot keep a dead lock alive.
+//
+// Why the timestamp still counts at all: with the unchanged rule alone, a
+// waiter that arrives at a lock dead for hours would wait StaleTimeout
+// before breaking it, and with the default Timeout (= StaleTimeout) its
+// Acquire would time out first; the original breaks such a lock at once. Why
+// only as an alternative for records without heartbeat, and after a grace
+// for the others: a waiter whose clock runs ahead (or a holder whose clock
+// runs behind) would otherwise break live heartbeating holders early.
+//
+// The observation is kept by the Lock across Acquire calls (one that times
+// out does not restart the count for the next) and dropped when the Lock
+// takes the lock.
+//
+// # Dead holders
+//
+// A holder is dead, and its lock is broken at once without any staleness
+// wait, when its record names our host name, the same boot_id as ours (same
+// kernel, no reboot since) and the same pid_ns (same pid namespace), and
+// either kill(pid, 0) fails with ESRCH or the live pid's start time in
+// /proc/<pid>/stat differs from the recorded start_time (the pid was
+// reused). EPERM from kill means alive (another user's process); a pid that
+// kill still finds but /proc hides (hidepid) counts as alive.
+//
+// Records without boot_id or pid_ns, in particular every Python record, are
+// never judged by pid: a host name alone does not prove that the pid means
+// the same process here. Containers routinely share the node's host name
+// (host networking, Apptainer/Singularity, --uts=host) while having their
+// own pid namespace, where our kill() finds nothing; boot_id is shared by
+// all containers of one kernel, which is why pid_ns is compared as well.
+// Such holders are left to Staleness. A Python record with a live pid on
+// this host is likewise treated as alive (there is no start_time to detect
+// pid reuse).
+//
+// # Breaking a lock
+//
+// breakLock removes a lock judged breakable only if it is still the very
+// file judged:
+//
+//  1. re-check: lstat the lock path; if it is no longer the judged state
+//     (inode, size, mtime, ctime), give up (most races end here, cheaply).
+//  2. rename(lock, aside) to a fresh private name. Rename moves one directory
+//     entry atomically, so of several breakers only one moves a given lock
+//     file; the others' renames fail (ENOENT: the path is free) or move
+//     whatever file has the name by then. (NFS: a retransmitted RENAME
+//     whose first reply was lost reports ENOENT; aside is checked.)
+//  3. verify: open aside; same device and inode, same size and mtime
+//     (rename changes only the ctime) and the same bytes as judged?
+//  4. If so, unlink aside: the judged lock is gone; retry at once.
+//     If not (we moved a fresh lock that replaced the judged one, or the
+//     judged lock heartbeated in between), put it back with link(aside,
+//     lock), then unlink aside. link never replaces an existing name.
+//
+// Why two Go breakers can never remove a live lock: a breaker unlinks only
+// its own aside name, and only after step 3 has shown that the inode behind
+// that name is the one it judged, unmodified. The inode judged was, when
+// read, a dead holder's or a stale one's; the verification rules out both
+// an inode number reused by a newer lock (different mtime and bytes: the
+// timestamp and, for Go, start_time) and a holder that heartbeated since
+// (different mtime and bytes). Any other file that a breaker moves is put
+// back. The re-check is only an optimisation: on NFS, lstat may answer from
+// the attribute cache, whereas step 3 opens a new name and revalidates.
+//
+// What remains (Remaining holes): a live lock can be displaced, i.e. be
+// absent from the lock path between another breaker's rename and its link
+// back, two consecutive syscalls. That needs the judged lock to be removed
+// and a fresh one linked between that breaker's re-check and its rename
+// (two more consecutive syscalls). If a newcomer links during the
+// displacement, the link back fails: the newcomer holds the lock, the
+// displaced holder has lost it while still working, and its Release reports
+// ErrLockLost (TestPutBackLosesToNewcomer).
+//
 // # Release
 //
-// Unlink the lock only if it is still our claim's inode, then unlink the
-// claim. If the lock had been broken (it is missing, or is now someone
-// else's), Release leaves it alone and reports ErrLockLost.
+// Stop the heartbeat, unlink the lock only if it is still our claim's inode
+// (same device and inode number: we keep the claim alive, so the number
+// cannot have been reused), then unlink the claim. If the lock had been
+// broken (it is missing, or is now someone else's), Release leaves it alone
+// and reports ErrLockLost.
 //
 // # Who may unlink what
 //
-//   - its own claim: its creator, always;
-//   - the lock: its holder (same inode as its claim), or a contender that has
-//     judged that very inode stale.
+//   - a claim: its creator, always;
+//   - the lock path: its holder, at Release, if it is its claim's inode;
+//     a Go breaker only by renaming it to its own aside name, after which
+//     the aside name is unlinked, or linked back and unlinked, by that
+//     breaker only;
+//   - old Python workers: the lock path, unconditionally, when they release
+//     and when they judge it stale by its timestamp.
 //
-// # Known holes, left for the hardening issue
+// # Interoperation with old Python workers
 //
-//   - Staleness is a fixed age. A holder that legitimately works longer than
-//     StaleTimeout loses its lock (no heartbeat/renewal yet), and a dead holder
-//     blocks everyone for up to StaleTimeout (no dead-pid check on the same
-//     host yet). Python workers break by this same rule.
-//   - The re-check before unlinking a stale lock narrows, but does not close,
-//     the race between two breakers: between our lstat and our unlink another
-//     breaker may remove the stale lock and a third process may link a fresh
-//     one, which our unlink would then remove. Check-then-unlink on a path
-//     cannot be made atomic (a later fix: rename the judged lock to a unique
-//     name, verify it, then unlink). Old Python workers break with no check,
-//     and an old Python holder that was broken as stale unlinks whatever lock
-//     exists when it releases.
-//   - Clock skew between nodes shifts the staleness judgement by the skew.
-//   - Claims left by crashed processes are never swept (harmless: a claim
-//     with link count 1 is not a lock).
-//   - Claims are 0600 as in the original, so another user cannot read a
-//     holder's details (it shows as unknown, and is never broken by them);
-//     in a 1777 directory another user could not unlink it anyway.
-//   - Unix only (link counts and inode numbers).
+// Python and Go workers exclude each other (TestMixedGoAndPythonWorkers),
+// Python waiters read Go records (extra keys, padding) and do not break a
+// heartbeating Go holder (TestHeartbeatKeepsPythonWaiterAway), and Go breaks
+// a Python holder exactly when Python waiters would, or when its lock has
+// stayed unchanged for StaleTimeout. What old Python workers can still do
+// wrong, as in the original:
+//
+//   - A Python breaker checks then unlinks: between its read and its unlink
+//     the stale lock may be replaced by a fresh one (Go or Python), which it
+//     then removes.
+//   - A Python holder whose lock was broken as stale (it worked longer than
+//     stale_lock_timeout; it never heartbeats) unlinks, at release, whatever
+//     lock then exists, possibly a Go holder's.
+//   - A Python waiter judges by its own wall clock: if it runs ahead of a Go
+//     holder's clock by more than StaleTimeout minus HeartbeatInterval, it
+//     breaks that live holder.
+//   - A Python waiter on the holder's node can read a torn heartbeat whose
+//     timestamp mixes the old value's leading digits with the new value's
+//     trailing ones. When the beat carries over a thousands digit (say
+//     ...0999.x -> ...1029.x), that mix can read up to ~1000 s too old, and
+//     the waiter breaks the live lock. It needs a read overlapping a pwrite
+//     to within ~100 ns, the split to fall on one of two or three bytes and
+//     such a carry (one beat in ~30): well under once a year per database,
+//     even with 64 Python waiters polling continuously. Go waiters are
+//     immune.
+//   - Python waiters do not know the dead-holder rule; they wait for
+//     staleness, as before.
+//
+// # Remaining holes
+//
+//   - Displacement by a Go breaker (Breaking) and the Python cases above.
+//   - A breaker that crashes between its rename and its unlink or link back
+//     leaves an aside file; if it had moved a live lock by mistake, that
+//     holder has lost it. Aside files, like the claims of crashed
+//     processes, are never swept (harmless: neither is a lock).
+//   - A live process keeps its lock fresh however long its critical section
+//     runs, even if it hangs: only killing it frees the lock (at once for
+//     waiters on its host; after heartbeatGrace or StaleTimeout elsewhere).
+//     A held Lock that is never released stays held until its process
+//     exits.
+//   - A waiter that first sees a dead remote Go holder's lock breaks it
+//     after heartbeatGrace (91 s by default) if the lock's timestamp is
+//     already old by our clock, else after StaleTimeout of observation; so
+//     its first Acquire may time out when Timeout <= StaleTimeout (the
+//     next Acquire of the same Lock continues the count; a new process
+//     starts over).
+//   - A waiter whose StaleTimeout is shorter than a holder's heartbeat
+//     interval breaks that live holder, as a short stale_lock_timeout did in
+//     the original: workers should share one StaleTimeout, and
+//     HeartbeatInterval must stay well below every worker's.
+//   - Fairness: waiters retry at random, and a process that releases and
+//     re-acquires at once usually wins (convoys), so single waits have a
+//     long tail although the total wait per process is fair on average
+//     (see Test64Contenders). Queue-based hand-off is a later issue.
+//   - In a sticky (1777) directory, another user's abandoned lock cannot be
+//     moved or unlinked: waiters report it in their TimeoutError (with the
+//     EPERM) and its owner or an administrator must remove it. Locks of old
+//     Python workers are 0600, so other users cannot even read them.
+//   - Unix only (link counts and inode numbers); the dead-holder rule needs
+//     Linux's /proc.
 package lock
 
 import (
@@ -102,7 +299,13 @@ const (
 	DefaultTimeout      = 600 * time.Second
 	DefaultMinBackoff   = 5 * time.Millisecond
 	DefaultMaxBackoff   = 500 * time.Millisecond
+	// MaxDefaultHeartbeat caps the default heartbeat interval,
+	// min(StaleTimeout/4, MaxDefaultHeartbeat).
+	MaxDefaultHeartbeat = 30 * time.Second
 )
+
+// minHeartbeat bounds how often a holder rewrites its lock file.
+const minHeartbeat = time.Millisecond
 
 // ctxPoll bounds how long a waiting Acquire goes without looking at ctx, for
 // callers that cancel it from a signal handler.
@@ -117,10 +320,13 @@ var ErrNotHeld = errors.New("lock: not held")
 // critical section may not have been exclusive, which callers may want to log.
 var ErrLockLost = errors.New("lock: lock file was broken by another process before release")
 
-// Options tune a Lock; the zero value gives the original's behaviour.
+// Options tune a Lock; the zero value gives the original's behaviour plus
+// heartbeats and the dead-holder rule.
 type Options struct {
-	// StaleTimeout: a lock whose JSON timestamp is older is broken
-	// (original rule). 0 means 600 s; a negative value never breaks.
+	// StaleTimeout: a lock that stayed unchanged this long is broken; so is
+	// one whose timestamp is older and that does not heartbeat (the
+	// original rule). See "Staleness" in the package doc. 0 means 600 s; a
+	// negative value never breaks any lock, not even a dead holder's.
 	StaleTimeout time.Duration
 	// Timeout: how long Acquire waits before returning *TimeoutError.
 	// 0 means 600 s; a negative value waits forever.
@@ -129,6 +335,11 @@ type Options struct {
 	Hostname string
 	// Backoff bounds between attempts; defaults 5 ms and 500 ms.
 	MinBackoff, MaxBackoff time.Duration
+	// HeartbeatInterval: while held, the lock file's timestamp is rewritten
+	// this often. 0 means min(StaleTimeout/4, 30 s) (30 s if StaleTimeout
+	// is negative); a negative value turns heartbeats off, which makes the
+	// lock look like a Python holder's (broken by its timestamp).
+	HeartbeatInterval time.Duration
 }
 
 // Lock is the hard-link lock on one lock path. One Lock is meant to be shared
@@ -136,11 +347,36 @@ type Options struct {
 type Lock struct {
 	path string
 	opt  Options
+	rec  *record
+	// clock is the wall clock for timestamps and ages; tests skew it.
+	clock func() time.Time
 
 	sem chan struct{} // in-process mutex; a channel so waiting honours ctx
 
-	mu    sync.Mutex // guards claim
+	mu    sync.Mutex // guards claim and beat
 	claim *claim     // non-nil while held
+	beat  *heartbeat // non-nil while held with heartbeats
+
+	// The rest belongs to whoever holds sem (the one goroutine running
+	// acquireFile).
+	seen struct { // the lock file state last seen while waiting
+		valid bool
+		state lockState
+		since time.Time // monotonic: when first seen
+	}
+	stats stats
+	// breakErr is why the last attempt to break a stale lock failed (e.g.
+	// EPERM: another user's lock in a sticky directory), for TimeoutError.
+	breakErr error
+}
+
+// stats are counters for tests and benchmarks.
+type stats struct {
+	acquired  int // Acquire successes
+	links     int // link() attempts
+	breaks    int // locks removed as stale or dead
+	putBacks  int // locks moved aside by mistake and linked back
+	displaced int // ... of which the lock path had been taken meanwhile
 }
 
 // New returns a Lock for lockPath (normally PathFor(dbPath)); nothing is
@@ -164,7 +400,20 @@ func New(lockPath string, opt Options) *Lock {
 	if opt.MaxBackoff < opt.MinBackoff {
 		opt.MaxBackoff = opt.MinBackoff
 	}
-	return &Lock{path: lockPath, opt: opt, sem: make(chan struct{}, 1)}
+	if opt.HeartbeatInterval == 0 {
+		opt.HeartbeatInterval = MaxDefaultHeartbeat
+		if opt.StaleTimeout > 0 {
+			opt.HeartbeatInterval = min(opt.StaleTimeout/4, MaxDefaultHeartbeat)
+		}
+	}
+	if opt.HeartbeatInterval > 0 && opt.HeartbeatInterval < minHeartbeat {
+		opt.HeartbeatInterval = minHeartbeat
+	}
+	rec := &record{hostname: opt.Hostname, pid: os.Getpid(), proc: self()}
+	if opt.HeartbeatInterval > 0 {
+		rec.every = opt.HeartbeatInterval
+	}
+	return &Lock{path: lockPath, opt: opt, rec: rec, clock: time.Now, sem: make(chan struct{}, 1)}
 }
 
 // Path returns the lock file path, for messages.
@@ -192,8 +441,12 @@ func (l *Lock) Acquire(ctx context.Context) error {
 		<-l.sem
 		return err
 	}
+	var hb *heartbeat
+	if l.rec.every > 0 {
+		hb = l.startHeartbeat(c)
+	}
 	l.mu.Lock()
-	l.claim = c
+	l.claim, l.beat = c, hb
 	l.mu.Unlock()
 	return nil
 }
@@ -218,14 +471,14 @@ func (l *Lock) lockLocal(ctx context.Context, start, deadline time.Time) error {
 		return ctx.Err()
 	case <-timeout:
 		h, _ := ReadHolder(l.path)
-		return &TimeoutError{Path: l.path, Holder: h, Waited: time.Since(start)}
+		return &TimeoutError{Path: l.path, Holder: h, Waited: time.Since(start), now: l.clock()}
 	}
 }
 
 // acquireFile runs the file protocol; it returns the claim that is now the
 // lock, or an error after removing the claim.
 func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (_ *claim, err error) {
-	c, err := newClaim(dirOf(l.path), l.opt.Hostname)
+	c, err := newClaim(dirOf(l.path), l.rec)
 	if err != nil {
 		return nil, err
 	}
@@ -234,41 +487,53 @@ func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (_ *c
 			c.remove()
 		}
 	}()
-	var last *Holder
+	var (
+		last      *Holder
+		readErr   error
+		unchanged time.Duration
+	)
+	l.breakErr = nil
 	quick := 0 // consecutive retries without sleeping
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if err := c.write(l.opt.Hostname, os.Getpid(), time.Now()); err != nil {
+		if err := c.write(l.clock()); err != nil {
 			return nil, err
 		}
+		l.stats.links++
 		held, err := tryLink(c, l.path)
 		if err != nil {
 			return nil, err
 		}
 		if held {
+			l.stats.acquired++
+			l.seen.valid = false
 			return c, nil
 		}
 		retryNow := false
-		h, id, rerr := readHolder(l.path)
+		h, st, rerr := readHolder(l.path)
 		switch {
 		case rerr == nil:
 			last = h
-			if l.isStale(h, time.Now()) {
-				// A failed unlink (say, EPERM in a sticky directory) is
+			unchanged = l.observe(st, time.Now())
+			if l.judge(h, unchanged, l.clock()) != verdictLive {
+				// A failed break (say, EPERM in a sticky directory) is
 				// not fatal: keep waiting, as for a live holder.
-				retryNow = breakStale(l.path, id)
+				retryNow = l.breakLock(st)
 			}
 		case errors.Is(rerr, os.ErrNotExist):
 			retryNow = true // released between our link and our read
+		default:
+			readErr = rerr // e.g. another user's 0600 lock file
 		}
 		now := time.Now()
 		if !deadline.IsZero() && !now.Before(deadline) {
-			return nil, &TimeoutError{Path: l.path, Holder: last, Waited: now.Sub(start)}
+			return nil, &TimeoutError{Path: l.path, Holder: last, Waited: now.Sub(start), Unchanged: unchanged,
+				ReadErr: readErr, BreakErr: l.breakErr, now: l.clock()}
 		}
 		// Bounded, so that odd states (a dangling symlink at the lock path,
-		// a fresh lock from a node whose clock is far behind) cannot spin.
+		// a lock that keeps being replaced) cannot spin.
 		if retryNow && quick < 3 {
 			quick++
 			continue
@@ -296,15 +561,6 @@ func (l *Lock) backoff(attempt int) time.Duration {
 	return rand.N(ceil + 1)
 }
 
-// isStale is the original's rule: now - timestamp > stale_lock_timeout,
-// evaluated in float seconds (so NaN and +Inf timestamps are never stale).
-func (l *Lock) isStale(h *Holder, now time.Time) bool {
-	if l.opt.StaleTimeout < 0 {
-		return false
-	}
-	return unixSeconds(now)-h.Timestamp > l.opt.StaleTimeout.Seconds()
-}
-
 // sleepCtx sleeps d, returning early with ctx.Err() when ctx is done. ctx is
 // also polled every ctxPoll, in case its Done channel is not the only signal.
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -327,19 +583,57 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// Release gives the lock up: the lock file is unlinked only if it is still
-// our claim, then the claim is unlinked. It returns ErrNotHeld if the lock is
-// not held, and ErrLockLost (after cleaning up) if the lock file had been
-// broken by someone else. The in-process mutex is released in all cases.
+// heartbeat is the goroutine that keeps a held lock fresh.
+type heartbeat struct {
+	stop chan struct{}
+	done chan struct{}
+}
+
+// startHeartbeat rewrites c's record every HeartbeatInterval until stopped.
+// The claim is opened at the first beat, so that the many holds shorter than
+// an interval cost the metadata server no open and close. A failed open or
+// beat is retried at the next tick; only if beats keep failing for
+// StaleTimeout can the lock be broken. The goroutine owns c.f and c.beats
+// until done is closed.
+func (l *Lock) startHeartbeat(c *claim) *heartbeat {
+	hb := &heartbeat{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(hb.done)
+		t := time.NewTicker(l.rec.every)
+		defer t.Stop()
+		for {
+			select {
+			case <-hb.stop:
+				return
+			case <-t.C:
+				if c.f == nil && c.openForBeats() != nil {
+					continue
+				}
+				c.beat(l.clock())
+			}
+		}
+	}()
+	return hb
+}
+
+// Release gives the lock up: the heartbeat stops, the lock file is unlinked
+// only if it is still our claim, then the claim is unlinked. It returns
+// ErrNotHeld if the lock is not held, and ErrLockLost (after cleaning up) if
+// the lock file had been broken by someone else. The in-process mutex is
+// released in all cases.
 func (l *Lock) Release() error {
 	l.mu.Lock()
-	c := l.claim
-	l.claim = nil
+	c, hb := l.claim, l.beat
+	l.claim, l.beat = nil, nil
 	l.mu.Unlock()
 	if c == nil {
 		return ErrNotHeld
 	}
 	defer func() { <-l.sem }()
+	if hb != nil {
+		close(hb.stop)
+		<-hb.done
+	}
 	var errs []error
 	switch id, err := lstatID(l.path); {
 	case err == nil && id == c.id:
@@ -363,16 +657,42 @@ type TimeoutError struct {
 	Path   string
 	Holder *Holder // nil if the lock file could not be read or parsed
 	Waited time.Duration
+	// Unchanged is how long the lock file had stayed exactly as it was, as
+	// seen from this process (0 if unknown). A live Go holder rewrites it
+	// every HeartbeatInterval; a large value means a Python holder, or a
+	// holder that stopped heartbeating.
+	Unchanged time.Duration
+	// ReadErr is why the lock file could not be read (nil if it could), and
+	// BreakErr why it was judged abandoned but could not be removed: both
+	// typically "permission denied" for another user's lock.
+	ReadErr, BreakErr error
+
+	now time.Time // wall clock when it was made; zero: time.Now()
 }
 
-// Error names the lock, the holder and how long it has held the lock.
+// Error names the lock, the holder, how long it has held the lock by its
+// timestamp, and how long the lock had not changed.
 func (e *TimeoutError) Error() string {
 	s := fmt.Sprintf("timed out after %.1fs waiting for lock %s", e.Waited.Seconds(), e.Path)
 	if e.Holder == nil {
+		if e.ReadErr != nil {
+			return s + fmt.Sprintf(" (holder unknown: cannot read the lock file: %v; remove it as its owner or an administrator if its holder is gone)", e.ReadErr)
+		}
 		return s + " (holder unknown)"
 	}
-	age := unixSeconds(time.Now()) - e.Holder.Timestamp
-	return s + fmt.Sprintf(" held by host %s pid %d for %.1fs", e.Holder.Hostname, e.Holder.PID, age)
+	now := e.now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	age := unixSeconds(now) - e.Holder.Timestamp
+	s += fmt.Sprintf(" held by host %s pid %d for %.1fs", e.Holder.Hostname, e.Holder.PID, age)
+	if e.Unchanged > 0 {
+		s += fmt.Sprintf(" (lock file unchanged for %.1fs as seen here)", e.Unchanged.Seconds())
+	}
+	if e.BreakErr != nil {
+		s += fmt.Sprintf("; it is abandoned but could not be removed: %v (remove it as its owner or an administrator)", e.BreakErr)
+	}
+	return s
 }
 
 // unixSeconds is Python's time.time() for t.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,22 @@ func newTestLock(t *testing.T) (string, Options) {
 	t.Helper()
 	dir := physTempDir(t)
 	return filepath.Join(dir, "cache.db.lock"), Options{MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
+}
+
+// asides lists the files breakers moved aside, left in dir.
+func asides(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		if strings.Contains(e.Name(), ".lock.stale.") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
 }
 
 // claims lists the claim files left in dir.
@@ -107,16 +124,22 @@ func TestClaimNameModeAndContent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fi.Mode().Perm()&^0o600 != 0 {
-		t.Errorf("claim mode %v, want 0600 (like mkstemp)", fi.Mode().Perm())
+	if fi.Mode().Perm()&^0o644 != 0 || fi.Mode().Perm()&0o044 == 0 {
+		t.Errorf("claim mode %v, want 0644 (readable by other users' waiters)", fi.Mode().Perm())
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	re = regexp.MustCompile(`^\{"hostname": "node042", "pid": ` + strconv.Itoa(os.Getpid()) + `, "timestamp": [0-9]+\.[0-9]+\}$`)
+	// The original's three keys first, then the Go extras, then padding.
+	re = regexp.MustCompile(`^\{"hostname": "node042", "pid": ` + strconv.Itoa(os.Getpid()) +
+		`, "timestamp": [0-9]{10}\.[0-9]{6}, "start_time": [0-9]+, "boot_id": "[0-9a-f-]{36}", "pid_ns": [0-9]+` +
+		`, "heartbeat_interval": 30\.0, "heartbeat": 0\} +$`)
 	if !re.Match(data) {
-		t.Fatalf("content %q does not look like json.dumps output", data)
+		t.Fatalf("content %q does not match %s", data, re)
+	}
+	if size, _ := l.rec.recordSize(); len(data) != size {
+		t.Errorf("record is %d bytes, want the fixed size %d", len(data), size)
 	}
 	h, err := ReadHolder(path)
 	if err != nil {
@@ -127,31 +150,50 @@ func TestClaimNameModeAndContent(t *testing.T) {
 	}
 }
 
-// TestContentMatchesPythonJSON: python3 json.loads must read our record, and
-// json.dumps of what it read must give back exactly our bytes.
+// TestContentMatchesPythonJSON: python3 json.loads must read our records,
+// padded or not, with the types the original expects, the timestamp to the
+// microsecond and the extras as written.
 func TestContentMatchesPythonJSON(t *testing.T) {
 	py := python3(t)
-	var inputs []string
+	type want struct {
+		Text  string  `json:"text"`
+		Host  string  `json:"host"`
+		PID   int     `json:"pid"`
+		TS    float64 `json:"ts"`
+		Beats uint64  `json:"beats"`
+	}
+	var inputs []want
+	me := self()
 	for _, c := range []struct {
 		host string
 		pid  int
 		ts   float64
+		proc procIdentity
+		hb   time.Duration
 	}{
-		{"node1", 42, 1764000000.123456},
-		{"node1", 1, 1764000000},
-		{"n\u00f6d\u00e9-\U0001F600", 4194304, 1700000000.5},
-		{`we"ird\host`, 7, 0.1},
-		{"x", 99, 1.5e-7},
+		{"node1", 42, 1764000000.123456, me, 30 * time.Second},
+		{"node1", 1, 1764000000, procIdentity{}, 0},
+		{"n\u00f6d\u00e9-\U0001F600", 4194304, 1700000000.5, me, time.Millisecond},
+		{`we"ird\host`, 7, 0.1, procIdentity{startTime: 1, bootID: `"\`, pidNS: 2}, 1500 * time.Millisecond},
+		{"x", 99, 1.5e-7, me, 0},
 	} {
-		b, err := claimContent(c.host, c.pid, c.ts)
-		if err != nil {
-			t.Fatal(err)
+		r := &record{hostname: c.host, pid: c.pid, proc: c.proc, every: c.hb}
+		size, _ := r.recordSize()
+		for _, beats := range []uint64{0, 1, 12345, math.MaxUint64} {
+			b, err := r.padded(c.ts, beats, size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b) != size {
+				t.Fatalf("%q: %d bytes, want %d", b, len(b), size)
+			}
+			inputs = append(inputs, want{string(b), c.host, c.pid, c.ts, beats})
 		}
-		inputs = append(inputs, string(b))
 	}
 	for i := 0; i < 200; i++ {
-		b, _ := claimContent("h", os.Getpid(), unixSeconds(time.Now().Add(time.Duration(i)*7777777*time.Nanosecond)))
-		inputs = append(inputs, string(b))
+		ts := unixSeconds(time.Now().Add(time.Duration(i) * 7777777 * time.Nanosecond))
+		b, _ := (&record{hostname: "h", pid: os.Getpid(), proc: me, every: time.Second}).encode(ts, uint64(i))
+		inputs = append(inputs, want{string(b), "h", os.Getpid(), ts, uint64(i)})
 	}
 	// A live lock file too.
 	path, opt := newTestLock(t)
@@ -160,20 +202,26 @@ func TestContentMatchesPythonJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	live, _ := os.ReadFile(path)
+	h, _ := ReadHolder(path)
 	l.Release()
-	inputs = append(inputs, string(live))
+	inputs = append(inputs, want{string(live), h.Hostname, h.PID, h.Timestamp, 0})
 
 	in, _ := json.Marshal(inputs)
 	script := `
 import json, sys
 bad = []
-for s in json.load(sys.stdin):
-    d = json.loads(s)
-    ok = (list(d) == ["hostname", "pid", "timestamp"] and type(d["hostname"]) is str
-          and type(d["pid"]) is int and type(d["timestamp"]) is float
-          and json.dumps(d) == s)
+for w in json.load(sys.stdin):
+    d = json.loads(w["text"])
+    keys = list(d)
+    ok = (keys[:3] == ["hostname", "pid", "timestamp"] and d["hostname"] == w["host"]
+          and type(d["pid"]) is int and d["pid"] == w["pid"]
+          and type(d["timestamp"]) is float and abs(d["timestamp"] - w["ts"]) <= 5e-7)
+    if "heartbeat" in d:
+        ok = ok and d["heartbeat"] == w["beats"] and type(d["heartbeat_interval"]) is float
+    if "start_time" in d:
+        ok = ok and type(d["start_time"]) is int and type(d["pid_ns"]) is int and type(d["boot_id"]) is str
     if not ok:
-        bad.append([s, json.dumps(d)])
+        bad.append([w["text"], repr(d)])
 print(json.dumps(bad))
 `
 	cmd := exec.Command(py, "-c", script)
@@ -187,7 +235,14 @@ print(json.dumps(bad))
 		t.Fatalf("%v: %s", err, out)
 	}
 	for _, b := range bad {
-		t.Errorf("ours %q, json.dumps(json.loads(ours)) %q", b[0], b[1])
+		t.Errorf("ours %q, json.loads gave %s", b[0], b[1])
+	}
+	// And our own parser reads back what we wrote.
+	for _, w := range inputs {
+		h, err := parseHolder([]byte(w.Text))
+		if err != nil || h.Hostname != w.Host || h.PID != w.PID || math.Abs(h.Timestamp-w.TS) > 5e-7 {
+			t.Errorf("parseHolder(%q) = %+v, %v", w.Text, h, err)
+		}
 	}
 }
 
@@ -198,6 +253,11 @@ func TestTimeoutErrorText(t *testing.T) {
 		Waited: 12 * time.Second,
 	}
 	re := regexp.MustCompile(`^timed out after 12\.0s waiting for lock /x/cache\.db\.lock held by host node042 pid 1234 for 8\.[23]s$`)
+	if !re.MatchString(e.Error()) {
+		t.Errorf("got %q", e.Error())
+	}
+	e.Unchanged = 3 * time.Second
+	re = regexp.MustCompile(`^timed out after 12\.0s waiting for lock /x/cache\.db\.lock held by host node042 pid 1234 for 8\.[23]s \(lock file unchanged for 3\.0s as seen here\)$`)
 	if !re.MatchString(e.Error()) {
 		t.Errorf("got %q", e.Error())
 	}
@@ -476,36 +536,41 @@ func TestReleaseKeepsForeignLock(t *testing.T) {
 	}
 }
 
-// TestBreakStaleChecksInode: a stale judgement about one file must not
-// remove a different file that has since taken its name.
-func TestBreakStaleChecksInode(t *testing.T) {
-	path, _ := newTestLock(t)
-	writeLockFile(t, path, holderJSON("old", 1, 1))
-	_, id, err := readHolder(path)
+// TestBreakLockChecksInode: a judgement about one file must not remove a
+// different file that has since taken its name, even with the same content
+// and, often, the same inode number.
+func TestBreakLockChecksInode(t *testing.T) {
+	path, opt := newTestLock(t)
+	l := New(path, opt)
+	old := holderJSON("old", 1, 1)
+	writeLockFile(t, path, old)
+	_, st, err := readHolder(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	os.Remove(path)
 	// The freed inode number is typically reused at once by the next file:
-	// the ctime must tell them apart.
-	fresh := holderJSON("fresh", 2, unixSeconds(time.Now()))
-	time.Sleep(10 * time.Millisecond) // coarse-ctime filesystems
-	writeLockFile(t, path, fresh)
-	if nid, _ := lstatID(path); nid == id.id {
+	// ctime and mtime must tell them apart.
+	time.Sleep(10 * time.Millisecond) // coarse-timestamp filesystems
+	writeLockFile(t, path, old)
+	if nst, _ := lstatStamp(path); nst.id == st.id {
 		t.Log("inode number reused")
 	}
-	if breakStale(path, id) {
-		t.Fatal("breakStale reported success on a replaced lock")
+	if l.breakLock(st) {
+		t.Fatal("breakLock reported success on a replaced lock")
 	}
-	if got, _ := os.ReadFile(path); string(got) != fresh {
-		t.Fatal("fresh lock removed")
+	if got, _ := os.ReadFile(path); string(got) != old {
+		t.Fatal("replacement lock removed")
 	}
-	_, id, _ = readHolder(path)
-	if !breakStale(path, id) {
+	_, st, _ = readHolder(path)
+	if !l.breakLock(st) {
 		t.Fatal("same inode not broken")
 	}
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Fatal("lock still there")
+	}
+	if asides(t, filepath.Dir(path)) != nil {
+		t.Fatal("aside files left")
 	}
 }
 
@@ -513,7 +578,7 @@ func TestBreakStaleChecksInode(t *testing.T) {
 // reply case) must count as success.
 func TestLinkCountMeansHeld(t *testing.T) {
 	path, _ := newTestLock(t)
-	c, err := newClaim(filepath.Dir(path), "h")
+	c, err := newClaim(filepath.Dir(path), &record{hostname: "h", pid: os.Getpid()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -572,8 +637,25 @@ func TestBackoffBounds(t *testing.T) {
 func TestDefaults(t *testing.T) {
 	l := New("/x", Options{})
 	if l.opt.StaleTimeout != 600*time.Second || l.opt.Timeout != 600*time.Second ||
-		l.opt.MinBackoff != 5*time.Millisecond || l.opt.MaxBackoff != 500*time.Millisecond {
+		l.opt.MinBackoff != 5*time.Millisecond || l.opt.MaxBackoff != 500*time.Millisecond ||
+		l.opt.HeartbeatInterval != 30*time.Second {
 		t.Errorf("defaults: %+v", l.opt)
+	}
+	for _, c := range []struct{ stale, hb, want time.Duration }{
+		{time.Minute, 0, 15 * time.Second},
+		{-1, 0, 30 * time.Second},
+		{time.Hour, 0, 30 * time.Second},
+		{time.Minute, time.Second, time.Second},
+		{time.Minute, -1, -1},
+		{time.Minute, time.Nanosecond, time.Millisecond},
+	} {
+		l := New("/x", Options{StaleTimeout: c.stale, HeartbeatInterval: c.hb})
+		if l.opt.HeartbeatInterval != c.want {
+			t.Errorf("StaleTimeout %v HeartbeatInterval %v: got %v, want %v", c.stale, c.hb, l.opt.HeartbeatInterval, c.want)
+		}
+		if (l.rec.every > 0) != (c.want > 0) {
+			t.Errorf("record heartbeat %v for interval %v", l.rec.every, c.want)
+		}
 	}
 	if h, _ := os.Hostname(); l.opt.Hostname != h {
 		t.Errorf("hostname %q, want %q", l.opt.Hostname, h)

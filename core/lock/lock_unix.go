@@ -13,20 +13,34 @@ import (
 // proves identity while we keep the inode alive (our own claim); see stamp.
 type fileID struct{ dev, ino uint64 }
 
-// stamp identifies one inode at one moment: fileID plus ctime, which changes
-// whenever the inode's link count or content changes. A reused inode number
-// (a stale lock freed, a new claim created and linked) has a new ctime.
+// stamp identifies one inode at one moment: fileID plus size, mtime and
+// ctime. ctime changes whenever the inode's link count, name or content
+// changes, so a reused inode number (a stale lock freed, a new claim created
+// and linked) has a new ctime; mtime and size change with the content only
+// (rename does not touch them), which is what sameContentAs compares after
+// moving a lock aside.
 type stamp struct {
 	id               fileID
+	size             int64
+	mtimeSec, mtimeN int64
 	ctimeSec, ctimeN int64
 }
 
 func stampOf(st *unix.Stat_t) stamp {
 	return stamp{
 		id:       fileID{uint64(st.Dev), uint64(st.Ino)},
+		size:     int64(st.Size),
+		mtimeSec: int64(st.Mtim.Sec),
+		mtimeN:   int64(st.Mtim.Nsec),
 		ctimeSec: int64(st.Ctim.Sec),
 		ctimeN:   int64(st.Ctim.Nsec),
 	}
+}
+
+// sameContentAs: same inode, and neither written nor resized since o was
+// taken, ignoring ctime (which a rename or a new link changes).
+func (s stamp) sameContentAs(o stamp) bool {
+	return s.id == o.id && s.size == o.size && s.mtimeSec == o.mtimeSec && s.mtimeN == o.mtimeN
 }
 
 func fstatStamp(f *os.File) (stamp, error) {

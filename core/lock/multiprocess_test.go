@@ -2,11 +2,13 @@ package lock
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,7 +20,20 @@ const (
 	envChildDir    = "TIRASTORE_LOCK_CHILD_DIR"    // set: act as a child, in this directory
 	envChildCycles = "TIRASTORE_LOCK_CHILD_CYCLES" // increments to perform
 	envChildNoLock = "TIRASTORE_LOCK_CHILD_NOLOCK" // "1": skip the lock (negative control)
+	envChildStats  = "TIRASTORE_LOCK_CHILD_STATS"  // "1": default backoff; write waits to stats.<pid>.json
+	// envTestDirs: "M1:M2:...", the same directory mounted several times
+	// (tests/fusebed, or one directory of a cluster file system seen from
+	// several nodes' mounts); Test64Contenders then spreads its children
+	// over the mounts.
+	envTestDirs = "TIRASTORE_LOCK_TEST_DIRS"
 )
+
+// childStats is what a child with envChildStats reports: per acquisition,
+// the wait in nanoseconds and the link() attempts it took.
+type childStats struct {
+	Waits []int64 `json:"waits"`
+	Links []int   `json:"links"`
+}
 
 // TestLockChildProcess is the body of one child process; it does nothing in a
 // normal run.
@@ -29,14 +44,37 @@ func TestLockChildProcess(t *testing.T) {
 	}
 	cycles, _ := strconv.Atoi(os.Getenv(envChildCycles))
 	noLock := os.Getenv(envChildNoLock) == "1"
-	l := New(filepath.Join(dir, "cache.db.lock"), Options{
-		MinBackoff: 50 * time.Microsecond, MaxBackoff: 2 * time.Millisecond, Timeout: 5 * time.Minute,
-	})
+	withStats := os.Getenv(envChildStats) == "1"
+	opt := Options{MinBackoff: 50 * time.Microsecond, MaxBackoff: 2 * time.Millisecond, Timeout: 5 * time.Minute}
+	if withStats {
+		opt = Options{Timeout: 5 * time.Minute} // production backoff
+	}
+	l := New(filepath.Join(dir, "cache.db.lock"), opt)
+	var st childStats
+	if withStats {
+		// Start together: report ready, wait for the parent's "go".
+		os.WriteFile(filepath.Join(dir, "ready."+strconv.Itoa(os.Getpid())), nil, 0o644)
+		for {
+			if _, err := os.Stat(filepath.Join(dir, "go")); err == nil {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		defer func() {
+			b, _ := json.Marshal(st)
+			if err := os.WriteFile(filepath.Join(dir, "stats."+strconv.Itoa(os.Getpid())+".json"), b, 0o644); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
 	for i := 0; i < cycles; i++ {
 		if !noLock {
+			start, links := time.Now(), l.stats.links
 			if err := l.Acquire(context.Background()); err != nil {
 				t.Fatalf("acquire: %v", err)
 			}
+			st.Waits = append(st.Waits, int64(time.Since(start)))
+			st.Links = append(st.Links, l.stats.links-links)
 		}
 		if err := criticalSection(dir, !noLock); err != nil {
 			t.Fatal(err)
@@ -83,17 +121,39 @@ func criticalSection(dir string, strict bool) error {
 // the extra commands, all at once, and returns the final counter.
 func runChildren(t *testing.T, dir string, n, cycles int, noLock bool, extra ...*exec.Cmd) int {
 	t.Helper()
+	return runChildrenCmds(t, dir, n, cycles, noLock, nil, nil, extra)
+}
+
+func runChildrenEnv(t *testing.T, dir string, n, cycles int, noLock bool, env []string, views ...string) int {
+	t.Helper()
+	return runChildrenCmds(t, dir, n, cycles, noLock, env, views, nil)
+}
+
+// runChildrenCmds runs the children with extra environment and, if views is
+// not empty, child i working in views[i%len(views)] (the same directory
+// through another mount) instead of dir.
+func runChildrenCmds(t *testing.T, dir string, n, cycles int, noLock bool, env, views []string, extra []*exec.Cmd) int {
+	t.Helper()
+	startTogether := false
+	for _, e := range env {
+		startTogether = startTogether || e == envChildStats+"=1"
+	}
 	if err := os.WriteFile(filepath.Join(dir, "counter"), []byte("0"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var cmds []*exec.Cmd
 	for i := 0; i < n; i++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestLockChildProcess$", "-test.count=1", "-test.timeout=10m")
+		cdir := dir
+		if len(views) > 0 {
+			cdir = views[i%len(views)]
+		}
 		cmd.Env = append(os.Environ(),
-			envChildDir+"="+dir, envChildCycles+"="+strconv.Itoa(cycles))
+			envChildDir+"="+cdir, envChildCycles+"="+strconv.Itoa(cycles))
 		if noLock {
 			cmd.Env = append(cmd.Env, envChildNoLock+"=1")
 		}
+		cmd.Env = append(cmd.Env, env...)
 		cmds = append(cmds, cmd)
 	}
 	cmds = append(cmds, extra...)
@@ -102,6 +162,19 @@ func runChildren(t *testing.T, dir string, n, cycles int, noLock bool, extra ...
 		outs[i] = &strings.Builder{}
 		cmd.Stdout, cmd.Stderr = outs[i], outs[i]
 		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if startTogether {
+		// Children that wait for "go" (envChildStats) say they are ready.
+		for {
+			ready, _ := filepath.Glob(filepath.Join(dir, "ready.*"))
+			if len(ready) >= n {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -135,6 +208,81 @@ func TestMultiProcessMutualExclusion(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "cache.db.lock")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("lock file left: %v", err)
+	}
+}
+
+// Test64Contenders: 64 processes with the production backoff each take the
+// lock contendCycles times around a tiny critical section. It checks only
+// correctness (the exact counter, exclusivity) and progress (everyone
+// finishes, within the Acquire timeout of 5 minutes); the wait figures are
+// reported, not asserted, since they depend on the machine.
+func Test64Contenders(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	const procs, contendCycles = 64, 10
+	dir := physTempDir(t)
+	var views []string
+	if v := os.Getenv(envTestDirs); v != "" {
+		// One directory seen through several mounts ("nodes"): the children
+		// use the views in turn.
+		name := "contenders." + strconv.Itoa(os.Getpid())
+		for _, m := range strings.Split(v, ":") {
+			views = append(views, filepath.Join(m, name))
+		}
+		if err := os.Mkdir(views[0], 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(views[0]) })
+		dir = views[0]
+	}
+	start := time.Now()
+	got := runChildrenEnv(t, dir, procs, contendCycles, false, []string{envChildStats + "=1"}, views...)
+	elapsed := time.Since(start)
+	if got != procs*contendCycles {
+		t.Fatalf("counter = %d, want %d", got, procs*contendCycles)
+	}
+	var waits []time.Duration
+	links, firstTry, perProcWorst := 0, 0, time.Duration(0)
+	files, _ := filepath.Glob(filepath.Join(dir, "stats.*.json"))
+	if len(files) != procs {
+		t.Fatalf("%d stats files, want %d", len(files), procs)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st childStats
+		if err := json.Unmarshal(b, &st); err != nil {
+			t.Fatal(err)
+		}
+		var total time.Duration
+		for i, w := range st.Waits {
+			waits = append(waits, time.Duration(w))
+			links += st.Links[i]
+			total += time.Duration(w)
+			if st.Links[i] == 1 {
+				firstTry++
+			}
+		}
+		perProcWorst = max(perProcWorst, total)
+	}
+	sort.Slice(waits, func(i, j int) bool { return waits[i] < waits[j] })
+	n := len(waits)
+	var sum time.Duration
+	for _, w := range waits {
+		sum += w
+	}
+	line := fmt.Sprintf("64 contenders x %d: %d acquisitions in %v; wait median %v, p99 %v, worst %v, mean %v; "+
+		"link() per acquisition %.2f, %d%% at the first try; slowest process waited %v in total",
+		contendCycles, n, elapsed.Round(time.Millisecond), waits[n/2].Round(time.Microsecond),
+		waits[n*99/100].Round(time.Microsecond), waits[n-1].Round(time.Microsecond),
+		(sum / time.Duration(n)).Round(time.Microsecond), float64(links)/float64(n), firstTry*100/n, perProcWorst.Round(time.Millisecond))
+	t.Log(line)
+	fmt.Println(line)
+	if cs := claims(t, dir); len(cs) != 0 {
+		t.Errorf("claims left: %v", cs)
 	}
 }
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import pwd
 import shutil
@@ -163,15 +164,26 @@ def _run_as_nobody(body: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
 
 
+@pytest.fixture
+def shared_tmp():
+    """A directory every user can reach (pytest's own tmp root is 0700)."""
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="tirastore-faults-", dir="/tmp"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
 @needs_root
-def test_directory_not_writable_by_this_user(tmp_path):
+def test_directory_not_writable_by_this_user(shared_tmp):
     """Another user's private directory: a PermissionError that names it."""
+    tmp_path = shared_tmp
     d = tmp_path / "private"
     with TiraStore(d / "cache.db", cpu_model=TEST_CPU) as s:
         s.record("p", "src", SCHED, True, [1.0])
     d.chmod(0o755)
     (d / "cache.db").chmod(0o644)
-    tmp_path.chmod(0o755)
     out = _run_as_nobody(f"""
         try:
             tirastore.TiraStore({str(d / 'cache.db')!r}, cpu_model={TEST_CPU!r}, lock_timeout=5)
@@ -179,4 +191,29 @@ def test_directory_not_writable_by_this_user(tmp_path):
             print("PermissionError:", e)
     """)
     assert "PermissionError:" in out.stdout, out.stdout + out.stderr
-    assert str(d) in out.stdout
+    assert str(d) in out.stdout and "create claim" in out.stdout  # the directory, not the path to it
+
+
+@needs_root
+def test_another_users_abandoned_lock(shared_tmp):
+    """A lock of another user that is abandoned but, in the sticky (1777)
+    directory, cannot be removed by us: the TimeoutError says so and names
+    the lock, its holder and the permission error."""
+    d = shared_tmp / "shared"
+    TiraStore(d / "cache.db", cpu_model=TEST_CPU).close()  # creates d with mode 1777
+    lock = d / "cache.db.lock"
+    # Root's lock, written by the original protocol an hour ago: stale.
+    lock.write_text(json.dumps({"hostname": "node042", "pid": 4242, "timestamp": time.time() - 3600}))
+    lock.chmod(0o644)
+    out = _run_as_nobody(f"""
+        try:
+            tirastore.TiraStore({str(d / 'cache.db')!r}, cpu_model={TEST_CPU!r}, lock_timeout=1)
+        except TimeoutError as e:
+            print("TimeoutError:", e)
+    """)
+    assert "TimeoutError:" in out.stdout, out.stdout + out.stderr
+    msg = out.stdout
+    assert str(lock) in msg and "node042" in msg and "4242" in msg
+    assert "could not be removed" in msg
+    assert "operation not permitted" in msg or "permission denied" in msg  # EPERM in a sticky directory
+    assert lock.exists()

@@ -1,0 +1,225 @@
+package lock
+
+import (
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// Test hooks, called (when set) at the points of breakLock where another
+// process can overtake a breaker; tests block in them to force the races.
+// Only tests set them, while no Lock that could reach them is running.
+var (
+	testHookBeforeCheck   func(*Lock) // judged stale; before the lstat re-check
+	testHookBeforeRename  func(*Lock) // re-check passed; before rename
+	testHookBeforePutBack func(*Lock) // moved file is not the judged one; before link back
+)
+
+func callHook(h func(*Lock), l *Lock) {
+	if h != nil {
+		h(l)
+	}
+}
+
+// verdict is a waiter's judgement of the current lock file.
+type verdict int
+
+const (
+	verdictLive  verdict = iota // respect it
+	verdictStale                // breakable: unchanged too long (see isStale)
+	verdictDead                 // breakable: its process is gone from this host
+)
+
+// observe records that the lock file is in state st at monotonic time now
+// and returns how long it has been in exactly that state as seen here: the
+// time since this Lock first saw st, 0 if st is new. The memory survives
+// Acquire calls (one Acquire timing out does not restart the count for the
+// next) and is cleared when this Lock takes the lock.
+func (l *Lock) observe(st lockState, now time.Time) time.Duration {
+	if l.seen.valid && l.seen.state == st {
+		return now.Sub(l.seen.since)
+	}
+	l.seen.valid, l.seen.state, l.seen.since = true, st, now
+	return 0
+}
+
+// judge decides what to do about holder h, whose record has stayed
+// unchanged for the given time as seen here.
+func (l *Lock) judge(h *Holder, unchanged time.Duration, wall time.Time) verdict {
+	// The original never breaks a lock whose timestamp is NaN or infinite
+	// (its age comparison is false), so it is as good as unparseable: no
+	// real holder writes one.
+	if l.opt.StaleTimeout < 0 || math.IsNaN(h.Timestamp) || math.IsInf(h.Timestamp, 0) {
+		return verdictLive
+	}
+	if l.deadOnThisHost(h) {
+		return verdictDead
+	}
+	if l.isStale(h, unchanged, wall) {
+		return verdictStale
+	}
+	return verdictLive
+}
+
+// isStale is the staleness rule (see "Staleness" in the package doc):
+//
+//   - a record unchanged for StaleTimeout, as measured on this node's
+//     monotonic clock, is stale, whatever its timestamp says;
+//   - a record whose timestamp is older than StaleTimeout by our wall clock
+//     (the original rule, evaluated in float seconds) is stale at once if
+//     it does not promise heartbeats (written by Python, or by Go with
+//     heartbeats off), and otherwise only once it has also missed its
+//     heartbeats: unchanged here for heartbeatGrace.
+//
+// So a heartbeating holder is never stale, however skewed the clocks.
+func (l *Lock) isStale(h *Holder, unchanged time.Duration, wall time.Time) bool {
+	t := l.opt.StaleTimeout
+	if unchanged >= t {
+		return true
+	}
+	if !(unixSeconds(wall)-h.Timestamp > t.Seconds()) {
+		return false
+	}
+	if h.every <= 0 {
+		return true
+	}
+	return unchanged >= heartbeatGrace(h.every, t)
+}
+
+// heartbeatGrace is how long a waiter must see no heartbeat from a holder
+// that promised one every `every` before its old timestamp counts: three
+// periods (two missed beats are tolerated: a slow fsync, a stalled node)
+// plus a second for the waiter's own polling, at most StaleTimeout.
+func heartbeatGrace(every, staleTimeout time.Duration) time.Duration {
+	return min(staleTimeout, 3*every+time.Second)
+}
+
+// deadOnThisHost is the dead-holder rule: the holder ran on this host,
+// under this very kernel (boot_id) and in our pid namespace (pid_ns), and
+// its pid is gone or now belongs to a process that started at another time
+// (pid reuse). A record without boot_id or pid_ns (Python, or a Go holder
+// without /proc) is never judged this way: a host name alone does not
+// prove that its pid means the same process here (containers share host
+// names; nodes get renamed; the node may have rebooted).
+func (l *Lock) deadOnThisHost(h *Holder) bool {
+	me := self()
+	if h.Hostname != l.opt.Hostname || h.bootID == "" || h.bootID != me.bootID ||
+		h.pidNS == 0 || h.pidNS != me.pidNS {
+		return false
+	}
+	switch probePID(h.PID) {
+	case pidGone:
+		return true
+	case pidAlive:
+	default:
+		return false
+	}
+	if h.startTime == 0 {
+		return false // nothing to tell a recycled pid from the holder
+	}
+	st, err := procStartTime(h.PID)
+	if err != nil {
+		// Gone from /proc: it exited since kill(), or /proc hides other
+		// users' processes (hidepid); only kill() can tell.
+		return errors.Is(err, errNoProcess) && probePID(h.PID) == pidGone
+	}
+	return st != h.startTime
+}
+
+// breakLock (step 4) removes the lock file if, and only if, it is still
+// the file judged breakable: same inode, same size, mtime and content. It
+// reports whether the lock path is now free (removed by us or by anyone),
+// i.e. whether retrying at once makes sense.
+//
+// The lock is first moved aside with rename, which moves exactly one
+// directory entry atomically, then checked under its private name, and
+// only then unlinked. A moved file that is not the judged one (a fresh lock
+// that replaced it, or the judged lock rewritten by a heartbeat) is linked
+// back to the lock path. See "Breaking a lock" in the package doc for why
+// two breakers can never remove a live lock.
+func (l *Lock) breakLock(judged lockState) bool {
+	callHook(testHookBeforeCheck, l)
+	// Cheap re-check: most races are lost here, without moving anything.
+	cur, err := lstatStamp(l.path)
+	if err != nil {
+		return errors.Is(err, os.ErrNotExist)
+	}
+	if cur != judged.stamp {
+		return false
+	}
+	callHook(testHookBeforeRename, l)
+	aside := asideName(l.path, l.opt.Hostname)
+	if err := os.Rename(l.path, aside); err != nil {
+		// An NFS RENAME retransmitted after a lost reply fails with ENOENT
+		// although the first one moved the file: look before giving up.
+		if _, serr := os.Lstat(aside); serr != nil {
+			if !errors.Is(err, os.ErrNotExist) {
+				l.breakErr = err
+			}
+			return errors.Is(err, os.ErrNotExist)
+		}
+	}
+	if movedIsJudged(aside, judged) {
+		if err := os.Remove(aside); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return false
+		}
+		l.stats.breaks++
+		return true
+	}
+	callHook(testHookBeforePutBack, l)
+	l.putBack(aside)
+	return false
+}
+
+// asideName is a fresh private name for moving the lock at lockPath aside:
+// "<lock>.stale.<host>.<pid>.<random>", shortened if that would exceed the
+// 255-byte name limit (a rename to a too-long name would fail and the lock
+// could never be broken).
+func asideName(lockPath, host string) string {
+	dir, base := filepath.Split(lockPath)
+	tail := "." + strconv.Itoa(os.Getpid()) + "." + randomName(8)
+	suffix := ".stale." + host + tail
+	if len(base)+len(suffix) > maxNameLen {
+		suffix = ".stale" + tail
+		if over := len(base) + len(suffix) - maxNameLen; over > 0 {
+			base = base[:len(base)-over]
+		}
+	}
+	return dir + base + suffix
+}
+
+// maxNameLen is NAME_MAX on Linux, NFS and Lustre.
+const maxNameLen = 255
+
+// movedIsJudged reports whether the file now named aside is the one judged:
+// same inode, size and mtime (rename changes only its ctime) and the same
+// bytes.
+func movedIsJudged(aside string, judged lockState) bool {
+	f, err := os.Open(aside)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	_, st, err := readHolderFile(f, aside)
+	return err == nil && st.sameContentAs(judged.stamp) && st.sum == judged.sum
+}
+
+// putBack restores a lock that breakLock moved aside by mistake. link does
+// not replace an existing name, so if a newcomer has taken the free lock
+// path meanwhile, the newcomer keeps it and the displaced holder will get
+// ErrLockLost from Release: this is the one way a Go breaker can still cost
+// a live holder its lock (see "Remaining holes").
+func (l *Lock) putBack(aside string) {
+	l.stats.putBacks++
+	if err := os.Link(aside, l.path); err != nil {
+		a, aerr := lstatID(aside)
+		p, perr := lstatID(l.path)
+		if aerr != nil || perr != nil || a != p { // not an NFS lost reply
+			l.stats.displaced++
+		}
+	}
+	os.Remove(aside)
+}
