@@ -10,7 +10,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 LIB := build/libtirastore.so
 
-.PHONY: all build build-failpoints install test test-go test-python test-c lint header demo bench fusebed clean
+.PHONY: all build build-failpoints install test test-go test-python test-c lint header demo bench fusebed torture clean
 
 all: build
 
@@ -56,6 +56,14 @@ bench: build
 
 # The Lustre-like FUSE test bed (tests/fusebed/main.go documents it).
 fusebed: ; go build -o build/fusebed ./tests/fusebed
+
+# The local torture run of the lock on the FUSE bed (tests/multinode/torture.py):
+# 8 simulated nodes x 8 workers on one database, SIGKILLs inside and outside
+# the lock, restarts, exact verification; then the negative control (the lock
+# switched off, smaller), which must fail verification.
+torture: build build-failpoints fusebed
+	$(PYTHON) tests/multinode/torture.py
+	$(PYTHON) tests/multinode/torture.py --no-lock --expect-failure --nodes 4 --per-node 4 --nrecords 8 --ncontested 6 --kills 5
 
 clean:
 	rm -rf build dist python/tirastore/libtirastore.so tirastore-demo .pytest_cache
