@@ -5,9 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -419,9 +422,57 @@ func TestDeadHolderBrokenAtOnce(t *testing.T) {
 		t.Errorf("breaks = %d", w.stats.breaks)
 	}
 	w.Release()
-	// The dead child's claim stays (nobody sweeps claims); it is not a lock.
-	for _, c := range claims(t, dir) {
-		os.Remove(filepath.Join(dir, c))
+	// The dead child's claim was swept by the first successful Acquire.
+	if w.stats.swept != 1 {
+		t.Errorf("swept = %d, want the dead child's claim", w.stats.swept)
+	}
+	if left := claims(t, dir); len(left) != 0 {
+		t.Errorf("claims left: %v", left)
+	}
+}
+
+// TestSweepSparesWhatItCannotProveDead: claims of live processes, of other
+// hosts, and Python claims (no boot id) of dead pids are left alone.
+func TestSweepSparesWhatItCannotProveDead(t *testing.T) {
+	if self().bootID == "" || self().pidNS == 0 {
+		t.Skip("no /proc identity on this system")
+	}
+	dir := physTempDir(t)
+	path := filepath.Join(dir, "cache.db.lock")
+	l := New(path, Options{Hostname: "h1"})
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	me := self()
+	myStart, err := procStartTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	goRec := func(host string, pid int) string {
+		return fmt.Sprintf(`{"hostname": %q, "pid": %d, "timestamp": 1.0, "start_time": %d, "boot_id": %q, "pid_ns": %d}`,
+			host, pid, myStart, me.bootID, me.pidNS)
+	}
+	files := map[string]string{
+		".lock_h1_1_live":      goRec("h1", os.Getpid()),
+		".lock_h2_1_otherhost": goRec("h2", dead.Process.Pid),
+		".lock_h1_1_python":    fmt.Sprintf(`{"hostname": "h1", "pid": %d, "timestamp": 1.0}`, dead.Process.Pid),
+		".lock_h1_1_dead":      goRec("h1", dead.Process.Pid),
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	left := claims(t, dir)
+	sort.Strings(left)
+	want := []string{".lock_h1_1_live", ".lock_h1_1_python", ".lock_h2_1_otherhost"}
+	if !slices.Equal(left, want) || l.stats.swept != 1 {
+		t.Fatalf("left %v (swept %d), want %v", left, l.stats.swept, want)
 	}
 }
 

@@ -251,8 +251,11 @@
 //   - Displacement by a Go breaker (Breaking) and the Python cases above.
 //   - A breaker that crashes between its rename and its unlink or link back
 //     leaves an aside file; if it had moved a live lock by mistake, that
-//     holder has lost it. Aside files, like the claims of crashed
-//     processes, are never swept (harmless: neither is a lock).
+//     holder has lost it. Aside files are never swept (harmless: not a
+//     lock). Claims of killed processes are swept by the first successful
+//     Acquire of each Lock, but only those of this host that the
+//     dead-holder rule proves dead (sweep.go); other hosts' and Python
+//     claims stay.
 //   - A live process keeps its lock fresh however long its critical section
 //     runs, even if it hangs: only killing it frees the lock (at once for
 //     waiters on its host; after heartbeatGrace or StaleTimeout elsewhere).
@@ -368,6 +371,7 @@ type Lock struct {
 	// breakErr is why the last attempt to break a stale lock failed (e.g.
 	// EPERM: another user's lock in a sticky directory), for TimeoutError.
 	breakErr error
+	swept    bool // sweepClaims has run
 }
 
 // stats are counters for tests and benchmarks.
@@ -377,6 +381,7 @@ type stats struct {
 	breaks    int // locks removed as stale or dead
 	putBacks  int // locks moved aside by mistake and linked back
 	displaced int // ... of which the lock path had been taken meanwhile
+	swept     int // dead processes' claims removed by sweepClaims
 }
 
 // New returns a Lock for lockPath (normally PathFor(dbPath)); nothing is
@@ -444,6 +449,10 @@ func (l *Lock) Acquire(ctx context.Context) error {
 	var hb *heartbeat
 	if l.rec.every > 0 {
 		hb = l.startHeartbeat(c)
+	}
+	if !l.swept {
+		l.swept = true
+		l.sweepClaims()
 	}
 	l.mu.Lock()
 	l.claim, l.beat = c, hb
