@@ -1,11 +1,10 @@
 package cpu
 
 import (
-	"encoding/json"
 	"os"
-	"os/exec"
-	"strings"
 	"testing"
+
+	"github.com/tirastore/tirastore/core/internal/pytest"
 )
 
 const sampleX86 = `processor	: 0
@@ -148,34 +147,19 @@ func TestSlurmCPUs(t *testing.T) {
 	}
 }
 
-// pyCPUInfo returns a Python interpreter that can import cpuinfo, or skips.
+// needPyCPUInfo skips unless the interpreter can import cpuinfo.
 // TIRASTORE_TEST_PYTHON selects the interpreter (e.g. a venv with py-cpuinfo).
-func pyCPUInfo(t *testing.T) string {
+func needPyCPUInfo(t *testing.T) {
 	t.Helper()
-	py := os.Getenv("TIRASTORE_TEST_PYTHON")
-	if py == "" {
-		var err error
-		if py, err = exec.LookPath("python3"); err != nil {
-			t.Skip("python3 not found")
-		}
+	if err := pytest.Command(t, "import cpuinfo").Run(); err != nil {
+		t.Skipf("py-cpuinfo not importable by %s (set %s)", pytest.Python(t), pytest.EnvPython)
 	}
-	if err := exec.Command(py, "-c", "import cpuinfo").Run(); err != nil {
-		t.Skipf("py-cpuinfo not importable by %s (set TIRASTORE_TEST_PYTHON)", py)
-	}
-	return py
 }
 
 func TestModelMatchesPyCPUInfo(t *testing.T) {
-	py := pyCPUInfo(t)
-	out, err := exec.Command(py, "-c",
-		"import cpuinfo, json; print(json.dumps(cpuinfo.get_cpu_info().get('brand_raw', '')))").Output()
-	if err != nil {
-		t.Fatalf("py-cpuinfo: %v", err)
-	}
+	needPyCPUInfo(t)
 	var want string
-	if err := json.Unmarshal(out, &want); err != nil {
-		t.Fatalf("decode %q: %v", out, err)
-	}
+	pytest.RunJSON(t, "import cpuinfo, json; print(json.dumps(cpuinfo.get_cpu_info().get('brand_raw', '')))", nil, &want)
 	if want == "" {
 		want = Unknown // the original's last fallback
 	}
@@ -187,13 +171,12 @@ func TestModelMatchesPyCPUInfo(t *testing.T) {
 // TestParsersMatchPyCPUInfo feeds the same texts to py-cpuinfo's own field
 // parser.
 func TestParsersMatchPyCPUInfo(t *testing.T) {
-	py := pyCPUInfo(t)
+	needPyCPUInfo(t)
 	texts := []string{sampleX86, samplePPC, sampleARM64, sampleARM32, "",
 		"model name\t:\nmodel name : X\n", "model name : A: B : C\n",
 		"model name : 1234\ncpu : Real\n", "MODEL NAME : Up\n", "model name \t:   Padded CPU  \r\n",
 		"model name :\u00a0X\u00a0\n", "a\x1cmodel name: sep\n", "cpu : \u0661\u0662\ncpu : ok",
 		sampleLscpuARM, sampleLscpuModelOnly, "Model: 85\n"}
-	in, _ := json.Marshal(texts)
 	script := `
 import json, sys
 from cpuinfo import cpuinfo as c
@@ -208,16 +191,8 @@ for t in json.load(sys.stdin):
     out.append([p, l])
 print(json.dumps(out))
 `
-	cmd := exec.Command(py, "-c", script)
-	cmd.Stdin = strings.NewReader(string(in))
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("python: %v", err)
-	}
 	var want [][2]string
-	if err := json.Unmarshal(out, &want); err != nil {
-		t.Fatal(err)
-	}
+	pytest.RunJSON(t, script, texts, &want)
 	for i, text := range texts {
 		if got := ParseProcCPUInfo(text); got != want[i][0] {
 			t.Errorf("proc %q: got %q, py-cpuinfo %q", text, got, want[i][0])

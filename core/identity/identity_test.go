@@ -1,26 +1,17 @@
 package identity
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-)
 
-func python(t *testing.T) string {
-	t.Helper()
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 not found")
-	}
-	return py
-}
+	"github.com/tirastore/tirastore/core/internal/pytest"
+)
 
 func TestNowISOExamples(t *testing.T) {
 	cases := []struct {
@@ -46,7 +37,7 @@ func TestNowISOExamples(t *testing.T) {
 // in Python from whole seconds and microseconds (the sub-microsecond part is
 // dropped, as datetime.now() floors the clock).
 func TestNowISOMatchesPython(t *testing.T) {
-	py := python(t)
+	pytest.Python(t)
 	rng := rand.New(rand.NewSource(1))
 	const minSec, maxSec = -62135596800, 253402300799 // 0001-01-01 .. 9999-12-31T23:59:59
 	var times []time.Time
@@ -84,13 +75,7 @@ for line in sys.stdin:
     s, us = map(int, line.split())
     print((epoch + timedelta(seconds=s, microseconds=us)).isoformat())
 `
-	cmd := exec.Command(py, "-c", script)
-	cmd.Stdin = strings.NewReader(in.String())
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("python: %v", err)
-	}
-	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	lines := pytest.Lines(pytest.Run(t, script, []byte(in.String())))
 	if len(lines) != len(times) {
 		t.Fatalf("python gave %d lines for %d times", len(lines), len(times))
 	}
@@ -105,7 +90,6 @@ for line in sys.stdin:
 // come back unchanged through fromisoformat().isoformat() and be close to
 // Python's own datetime.now(timezone.utc).
 func TestNowISOLiveRoundTrips(t *testing.T) {
-	py := python(t)
 	s := NowISO(time.Now())
 	script := `
 import sys
@@ -115,15 +99,13 @@ d = datetime.fromisoformat(s)
 assert d.isoformat() == s, (d.isoformat(), s)
 assert abs((datetime.now(timezone.utc) - d).total_seconds()) < 60, s
 `
-	if out, err := exec.Command(py, "-c", script, s).CombinedOutput(); err != nil {
-		t.Errorf("python rejected %q: %v\n%s", s, err, out)
-	}
+	pytest.Run(t, script, nil, s) // a failed assert names s
 }
 
 var userVars = []string{"LOGNAME", "USER", "LNAME", "USERNAME"}
 
 func TestUsernameMatchesGetpass(t *testing.T) {
-	py := python(t)
+	pytest.Python(t)
 	// Each variable unset, empty or set to a distinct name: 3^4 combinations,
 	// all evaluated by one Python process that edits its own os.environ.
 	type setting struct {
@@ -149,7 +131,6 @@ func TestUsernameMatchesGetpass(t *testing.T) {
 		}
 		combos = append(combos, cs)
 	}
-	in, _ := json.Marshal(combos)
 	script := `
 import getpass, json, os, sys
 out = []
@@ -162,16 +143,8 @@ for combo in json.load(sys.stdin):
     out.append(getpass.getuser())
 print(json.dumps(out))
 `
-	cmd := exec.Command(py, "-c", script)
-	cmd.Stdin = strings.NewReader(string(in))
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("python: %v", err)
-	}
 	var want []string
-	if err := json.Unmarshal(out, &want); err != nil {
-		t.Fatal(err)
-	}
+	pytest.RunJSON(t, script, combos, &want)
 	for i, cs := range combos {
 		for _, s := range cs {
 			if s.Value == nil {
@@ -204,11 +177,7 @@ func TestUsernameFallsBackToUID(t *testing.T) {
 }
 
 func TestHostnameMatchesPython(t *testing.T) {
-	py := python(t)
-	out, err := exec.Command(py, "-c", "import socket; print(socket.gethostname())").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := pytest.Run(t, "import socket; print(socket.gethostname())", nil)
 	if got, want := Hostname(), strings.TrimSpace(string(out)); got != want {
 		t.Errorf("Hostname() = %q, socket.gethostname() = %q", got, want)
 	}

@@ -1,15 +1,12 @@
 package keys
 
 import (
-	"bytes"
-	"encoding/json"
 	"math/rand"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/tirastore/tirastore/core/internal/pytest"
 )
 
 // Vectors computed once with CPython 3.11 (hashlib + json) from the original's
@@ -137,10 +134,7 @@ var keyPieces = []string{
 }
 
 func TestDifferentialPython(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 not found; differential test skipped")
-	}
+	pytest.Python(t)
 	r := rand.New(rand.NewSource(42))
 	piece := func() string { return keyPieces[r.Intn(len(keyPieces))] }
 	text := func(n int) string {
@@ -175,25 +169,10 @@ func TestDifferentialPython(t *testing.T) {
 		hx := func(s string) string { return strings.ToLower(hexOf(s)) }
 		cases = append(cases, keyCase{Src: hx(src), Hash: hx(h), Sched: hx(sched), Valid: utf8.ValidString(src), UsePH: i%2 == 0 && utf8.ValidString(src)})
 	}
-	in, err := json.Marshal(cases)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "keys.py")
-	if err := os.WriteFile(path, []byte(pythonKeys), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(py, path)
-	cmd.Stdin = bytes.NewReader(in)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	res, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("python3: %v\n%s", err, stderr.String())
-	}
 	var out [][2]string
-	if err := json.Unmarshal(res, &out); err != nil || len(out) != len(cases) {
-		t.Fatalf("python output: %v (%d results for %d cases)", err, len(out), len(cases))
+	pytest.RunJSON(t, pythonKeys, cases, &out)
+	if len(out) != len(cases) {
+		t.Fatalf("python output: %d results for %d cases", len(out), len(cases))
 	}
 	fails := 0
 	for i, c := range cases {

@@ -3,7 +3,6 @@ package lock
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -16,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tirastore/tirastore/core/internal/pytest"
 )
 
 // goRecord is the record a Go holder with the given identity would write.
@@ -564,16 +565,10 @@ type pyReadResult struct {
 	Bad                 []string
 }
 
-func runPyReader(t *testing.T, py, path string, secs float64) pyReadResult {
+func runPyReader(t *testing.T, path string, secs float64) pyReadResult {
 	t.Helper()
-	out, err := exec.Command(py, "-c", pyReader, path, strconv.FormatFloat(secs, 'f', -1, 64)).Output()
-	if err != nil {
-		t.Fatalf("python reader: %v", err)
-	}
 	var r pyReadResult
-	if err := json.Unmarshal(out, &r); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
+	pytest.RunJSON(t, pyReader, nil, &r, path, strconv.FormatFloat(secs, 'f', -1, 64))
 	return r
 }
 
@@ -583,7 +578,7 @@ func runPyReader(t *testing.T, py, path string, secs float64) pyReadResult {
 // The negative control rewrites the file the naive way (truncate, write)
 // and the same reader does catch that.
 func TestHeartbeatRewritesInPlace(t *testing.T) {
-	py := python3(t)
+	pytest.Python(t)
 	path, opt := newTestLock(t)
 	opt.HeartbeatInterval = 2 * time.Millisecond
 	l := New(path, opt)
@@ -614,7 +609,7 @@ func TestHeartbeatRewritesInPlace(t *testing.T) {
 			}
 		}
 	}()
-	r := runPyReader(t, py, path, 1.0)
+	r := runPyReader(t, path, 1.0)
 	close(stop)
 	wg.Wait()
 	after, _ := lstatStamp(path)
@@ -655,7 +650,7 @@ func TestHeartbeatRewritesInPlace(t *testing.T) {
 			f.Close()
 		}
 	}()
-	nr := runPyReader(t, py, naive, 0.5)
+	nr := runPyReader(t, naive, 0.5)
 	<-done
 	t.Logf("naive rewrite: %+v", nr)
 	if nr.Fails == 0 {
@@ -701,7 +696,7 @@ print(json.dumps({"acquired": False, "broke": broke}))
 // 0.8 s stale timeout does not break a Go holder that works for 1.6 s with
 // heartbeats, and does break it without (the negative control).
 func TestHeartbeatKeepsPythonWaiterAway(t *testing.T) {
-	py := python3(t)
+	pytest.Python(t)
 	for _, hb := range []time.Duration{50 * time.Millisecond, -1} {
 		path, opt := newTestLock(t)
 		opt.HeartbeatInterval = hb
@@ -709,7 +704,7 @@ func TestHeartbeatKeepsPythonWaiterAway(t *testing.T) {
 		if err := l.Acquire(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(py, "-c", pyWaiter, path, "0.8", "10")
+		cmd := pytest.Command(t, pyWaiter, path, "0.8", "10")
 		var out strings.Builder
 		cmd.Stdout = &out
 		if err := cmd.Start(); err != nil {

@@ -2,12 +2,10 @@ package lock
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -15,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tirastore/tirastore/core/internal/pytest"
 )
 
 // newTestLock returns a lock path in a fresh directory and fast options.
@@ -154,7 +154,7 @@ func TestClaimNameModeAndContent(t *testing.T) {
 // padded or not, with the types the original expects, the timestamp to the
 // microsecond and the extras as written.
 func TestContentMatchesPythonJSON(t *testing.T) {
-	py := python3(t)
+	pytest.Python(t)
 	type want struct {
 		Text  string  `json:"text"`
 		Host  string  `json:"host"`
@@ -206,7 +206,6 @@ func TestContentMatchesPythonJSON(t *testing.T) {
 	l.Release()
 	inputs = append(inputs, want{string(live), h.Hostname, h.PID, h.Timestamp, 0})
 
-	in, _ := json.Marshal(inputs)
 	script := `
 import json, sys
 bad = []
@@ -224,16 +223,8 @@ for w in json.load(sys.stdin):
         bad.append([w["text"], repr(d)])
 print(json.dumps(bad))
 `
-	cmd := exec.Command(py, "-c", script)
-	cmd.Stdin = strings.NewReader(string(in))
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("python: %v\n%s", err, out)
-	}
 	var bad [][2]string
-	if err := json.Unmarshal(out, &bad); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
+	pytest.RunJSON(t, script, inputs, &bad)
 	for _, b := range bad {
 		t.Errorf("ours %q, json.loads gave %s", b[0], b[1])
 	}

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tirastore/tirastore/core/internal/pytest"
 )
 
 // Environment of the child processes started by runChildren.
@@ -357,11 +359,11 @@ func TestMixedGoAndPythonWorkers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
-	py := python3(t)
+	pytest.Python(t)
 	dir := physTempDir(t)
 	var extra []*exec.Cmd
 	for i := 0; i < 4; i++ {
-		extra = append(extra, exec.Command(py, "-c", pyWorker, dir, "150"))
+		extra = append(extra, pytest.Command(t, pyWorker, dir, "150"))
 	}
 	if got := runChildren(t, dir, 4, 150, false, extra...); got != 1200 {
 		t.Fatalf("counter = %d, want 1200", got)
@@ -374,7 +376,7 @@ func TestMixedGoAndPythonWorkers(t *testing.T) {
 // TestPythonHeldLock: a lock taken by a Python worker is respected, its
 // holder record is readable, and once stale it is broken by Go.
 func TestPythonHeldLock(t *testing.T) {
-	py := python3(t)
+	pytest.Python(t)
 	dir := physTempDir(t)
 	path := filepath.Join(dir, "cache.db.lock")
 	script := `
@@ -386,13 +388,10 @@ with os.fdopen(fd, "w") as f:
 os.link(tmp, os.path.join(d, "cache.db.lock"))
 print(os.getpid())
 `
-	out, err := exec.Command(py, "-c", script, dir, "0").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := pytest.Run(t, script, nil, dir, "0")
 	pypid, _ := strconv.Atoi(strings.TrimSpace(string(out)))
 	l := New(path, Options{Timeout: 100 * time.Millisecond, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
-	err = l.Acquire(context.Background())
+	err := l.Acquire(context.Background())
 	var te *TimeoutError
 	if !errors.As(err, &te) || te.Holder == nil || te.Holder.PID != pypid {
 		t.Fatalf("want timeout naming python pid %d, got %v", pypid, err)
@@ -403,9 +402,7 @@ print(os.getpid())
 	}
 	os.Remove(path)
 
-	if _, err := exec.Command(py, "-c", script, dir, "700").Output(); err != nil {
-		t.Fatal(err)
-	}
+	pytest.Run(t, script, nil, dir, "700")
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatalf("stale Python lock not broken: %v", err)
 	}

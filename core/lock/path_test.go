@@ -1,12 +1,12 @@
 package lock
 
 import (
-	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tirastore/tirastore/core/internal/pytest"
 )
 
 // physTempDir is a temp dir with symlinks resolved (e.g. macOS /var -> /private/var).
@@ -148,7 +148,7 @@ func TestPathForRoot(t *testing.T) {
 
 // TestPathForMatchesPython compares with pathlib itself on one tree.
 func TestPathForMatchesPython(t *testing.T) {
-	py := python3(t)
+	pytest.Python(t)
 	dir := physTempDir(t)
 	for _, s := range [][2]string{{"real", "link"}, {"real/deep", "linkdeep"}, {"../..", "up"}, {"loop2", "loop1"}, {"loop1", "loop2"}, {"nowhere", "dangling"}, {"/", "rootlink"}} {
 		if strings.HasPrefix(s[0], "real") {
@@ -168,7 +168,6 @@ func TestPathForMatchesPython(t *testing.T) {
 		dir + "/link/abs.db", dir + "//real//abs.db", "/", "//x.db", "",
 	}
 	chdir(t, dir)
-	in, _ := json.Marshal(inputs)
 	script := `
 import json, sys
 from pathlib import Path
@@ -180,17 +179,8 @@ for p in json.load(sys.stdin):
         out.append(None)
 print(json.dumps(out))
 `
-	cmd := exec.Command(py, "-c", script)
-	cmd.Dir = dir
-	cmd.Stdin = strings.NewReader(string(in))
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("python: %v", err)
-	}
 	var want []*string
-	if err := json.Unmarshal(out, &want); err != nil {
-		t.Fatal(err)
-	}
+	pytest.RunJSON(t, script, inputs, &want) // in dir, after chdir
 	for i, p := range inputs {
 		got, err := PathFor(p)
 		switch {

@@ -10,41 +10,26 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/tirastore/tirastore/core/internal/pytest"
 )
 
-func python(t *testing.T) string {
+// pyLines runs script with stdin and returns its stdout lines, noting when
+// the interpreter is not the 3.11 this package mirrors.
+func pyLines(t *testing.T, script string, stdin []byte, args ...string) []string {
 	t.Helper()
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 not found; skipping differential test")
-	}
-	out, err := exec.Command(py, "-c", "import sys; print('%d.%d' % sys.version_info[:2])").Output()
+	v, err := pytest.Version(t)
 	if err != nil {
 		t.Skipf("python3 does not run: %v", err)
 	}
-	if v := strings.TrimSpace(string(out)); v != "3.11" {
+	if v != "3.11" {
 		t.Logf("python3 is %s; this package mirrors 3.11", v)
 	}
-	return py
-}
-
-// runPython runs script with stdin and returns its stdout lines.
-func runPython(t *testing.T, script string, stdin []byte, args ...string) []string {
-	t.Helper()
-	cmd := exec.Command(python(t), append([]string{"-c", script}, args...)...)
-	cmd.Stdin = bytes.NewReader(stdin)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("python3 failed: %v\n%s", err, stderr.String())
-	}
-	return strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	return pytest.Lines(pytest.Run(t, script, stdin, args...))
 }
 
 func unhex(t *testing.T, s string) string {
@@ -119,7 +104,7 @@ func TestPythonFormatFloat(t *testing.T) {
 	for _, f := range fs {
 		fmt.Fprintf(&in, "%x\n", math.Float64bits(f))
 	}
-	lines := runPython(t, pyFloats, in.Bytes())
+	lines := pyLines(t, pyFloats, in.Bytes())
 	if len(lines) != len(fs) {
 		t.Fatalf("python returned %d lines for %d floats", len(lines), len(fs))
 	}
@@ -167,7 +152,7 @@ func TestPythonNumbers(t *testing.T) {
 	for _, n := range ns {
 		in.WriteString(string(n) + "\n")
 	}
-	lines := runPython(t, pyNumbers, in.Bytes())
+	lines := pyLines(t, pyNumbers, in.Bytes())
 	if len(lines) != len(ns) {
 		t.Fatalf("python returned %d lines for %d numbers", len(lines), len(ns))
 	}
@@ -246,7 +231,7 @@ func TestPythonMarshal(t *testing.T) {
 		in.Write(b)
 		in.WriteByte('\n')
 	}
-	lines := runPython(t, pyBuild, in.Bytes(), pyOptionsArg(t))
+	lines := pyLines(t, pyBuild, in.Bytes(), pyOptionsArg(t))
 	if len(lines) != cases*len(pyOptions) {
 		t.Fatalf("python returned %d lines, want %d", len(lines), cases*len(pyOptions))
 	}
@@ -330,7 +315,7 @@ func TestPythonParse(t *testing.T) {
 		in.WriteString(hex.EncodeToString(txt))
 		in.WriteByte('\n')
 	}
-	lines := runPython(t, pyParse, in.Bytes(), pyOptionsArg(t))
+	lines := pyLines(t, pyParse, in.Bytes(), pyOptionsArg(t))
 	if len(lines) != len(texts) {
 		t.Fatalf("python returned %d lines for %d texts", len(lines), len(texts))
 	}

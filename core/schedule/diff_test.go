@@ -1,16 +1,14 @@
 package schedule
 
 import (
-	"bytes"
-	"encoding/json"
 	"math/rand"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/tirastore/tirastore/core/internal/pytest"
 )
 
 // pythonReference is an independent re-implementation of the original's
@@ -94,35 +92,6 @@ type pyOut struct {
 	NormValid [][2]any `json:"normvalid"`
 	Prog      []string `json:"prog"`
 	Idem      []string `json:"idem"`
-}
-
-// runPython runs script with python3, feeding in as JSON and decoding the
-// JSON it prints into out. It skips the test when python3 is missing.
-func runPython(t *testing.T, script string, in, out any) {
-	t.Helper()
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 not found; differential test skipped")
-	}
-	path := filepath.Join(t.TempDir(), "ref.py")
-	if err := os.WriteFile(path, []byte(script), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	data, err := json.Marshal(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(py, path)
-	cmd.Stdin = bytes.NewReader(data)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	res, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("python3: %v\n%s", err, stderr.String())
-	}
-	if err := json.Unmarshal(res, out); err != nil {
-		t.Fatalf("decoding python output: %v", err)
-	}
 }
 
 // gen produces random schedules and programs that stress the grammar.
@@ -430,7 +399,7 @@ func TestDifferentialPython(t *testing.T) {
 	in.Programs = validOnly(in.Programs)
 
 	var out pyOut
-	runPython(t, pythonReference, in, &out)
+	pytest.RunJSON(t, pythonReference, in, &out)
 	if len(out.Norm) != len(in.Schedules) || len(out.Prog) != len(in.Programs) {
 		t.Fatalf("python returned %d/%d results for %d/%d inputs", len(out.Norm), len(out.Prog), len(in.Schedules), len(in.Programs))
 	}

@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/tirastore/tirastore/core/internal/pytest"
 )
 
 // TestTablesUpToDate regenerates the tables with the local python3 and
@@ -12,18 +14,14 @@ import (
 // 3.11 (Unicode 14); with another Python version the character database
 // differs, so the test is skipped rather than failed.
 func TestTablesUpToDate(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 not found")
-	}
-	ver, err := exec.Command(py, "-c", "import sys; print('%d.%d' % sys.version_info[:2])").Output()
+	v, err := pytest.Version(t)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := strings.TrimSpace(string(ver)); !strings.HasPrefix(pythonVersion, v+".") {
+	if !strings.HasPrefix(pythonVersion, v+".") {
 		t.Skipf("python3 is %s; tables come from CPython %s", v, pythonVersion)
 	}
-	want, err := exec.Command(py, "gen_tables.py", "-o", "-").Output()
+	want, err := exec.Command(pytest.Python(t), "gen_tables.py", "-o", "-").Output()
 	if err != nil {
 		t.Fatalf("gen_tables.py: %v", err)
 	}
