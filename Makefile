@@ -42,7 +42,7 @@ build-failpoints:
 	./build.sh failpoints
 
 test-python: install build-failpoints
-	$(PYTHON) -m pytest -q tests/python
+	$(PYTHON) -m pytest -q -rs tests/python
 
 # Everything CI runs (.ci/run calls exactly this).
 test: lint test-go test-c test-python
