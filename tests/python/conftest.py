@@ -344,3 +344,60 @@ def make_store(tmp_path: Path):
 @pytest.fixture
 def store(make_store, db_path):
     return make_store(db_path)
+
+
+# ---------------------------------------------------------------------------
+# The FUSE test bed and the failpoints build, shared by the multi-node and
+# mixed-fleet tests (tests/multinode/harness.py drives build/fusebed).
+# ---------------------------------------------------------------------------
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+_REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(_REPO / "tests" / "multinode"))
+
+import harness  # noqa: E402
+
+
+def _try_make(target_path: Path, cmd: list[str]) -> str:
+    """Build target_path with cmd if missing; '' on success, else why not."""
+    if target_path.exists():
+        return ""
+    try:
+        r = subprocess.run(cmd, cwd=_REPO, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{' '.join(cmd)} failed: {e}"
+    if r.returncode != 0 or not target_path.exists():
+        return f"{' '.join(cmd)} failed: {(r.stderr or r.stdout).strip()[-300:]}"
+    return ""
+
+
+@pytest.fixture(scope="session")
+def failpoints_lib() -> Path:
+    why = _try_make(harness.FAILPOINTS_LIB, ["./build.sh", "failpoints"])
+    if why:
+        pytest.skip(f"the failpoints build is unavailable: {why}")
+    return harness.FAILPOINTS_LIB
+
+
+@pytest.fixture(scope="module")
+def bed(tmp_path_factory):
+    """A FUSE bed: one backing directory, two mounts (two simulated nodes)."""
+    why = harness.bed_unavailable_reason()
+    if why and str(harness.FUSEBED) in why:  # only the binary is missing: build it
+        build_why = _try_make(harness.FUSEBED, ["make", "-s", "fusebed"])
+        why = harness.bed_unavailable_reason() if not build_why else f"{why}; {build_why}"
+    if why:
+        pytest.skip(f"FUSE test bed unavailable: {why}")
+    root = tmp_path_factory.mktemp("bed")
+    b = harness.FuseBed(root / "backing", [root / "m0", root / "m1"], log=root / "fusebed.log")
+    try:
+        b.start()
+    except harness.BedUnavailable as e:
+        pytest.skip(f"FUSE test bed unavailable: {e}")
+    try:
+        yield b
+    finally:
+        b.stop()
+        assert not any(os.path.ismount(m) for m in b.mounts), "the bed left a mount behind"

@@ -415,32 +415,6 @@ def _no_leftovers(dbdir: Path) -> None:
     assert left == []
 
 
-@pytest.fixture(scope="module")
-def failpoints_lib():
-    if not harness.FAILPOINTS_LIB.exists():
-        r = subprocess.run(["./build.sh", "failpoints"], cwd=REPO, capture_output=True, timeout=300)
-        if r.returncode != 0 or not harness.FAILPOINTS_LIB.exists():
-            pytest.skip("the failpoints build is unavailable (./build.sh failpoints failed)")
-    return harness.FAILPOINTS_LIB
-
-
-@pytest.fixture(scope="module")
-def bed(tmp_path_factory):
-    why = harness.bed_unavailable_reason()
-    if why:
-        pytest.skip(f"FUSE test bed unavailable: {why}")
-    root = tmp_path_factory.mktemp("mixedbed")
-    b = harness.FuseBed(root / "backing", [root / "m0", root / "m1"], log=root / "fusebed.log")
-    try:
-        b.start()
-    except harness.BedUnavailable as e:
-        pytest.skip(f"FUSE test bed unavailable: {e}")
-    try:
-        yield b
-    finally:
-        b.stop()
-
-
 def _check_good(db: Path, log_dir: Path, orig_parity: int, nodes: int) -> None:
     v, summary = verify_results.verify(db, log_dir, NW, NR, NC)
     assert v == [], "\n".join(v)

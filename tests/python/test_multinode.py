@@ -47,49 +47,6 @@ NORMAL_LIB = REPO / "python" / "tirastore" / "libtirastore.so"
 # ---------------------------------------------------------------------------
 
 
-def _try_make(target_path: Path, cmd: list[str]) -> str:
-    """Build target_path with cmd if missing; '' on success, else why not."""
-    if target_path.exists():
-        return ""
-    try:
-        r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"{' '.join(cmd)} failed: {e}"
-    if r.returncode != 0 or not target_path.exists():
-        return f"{' '.join(cmd)} failed: {(r.stderr or r.stdout).strip()[-300:]}"
-    return ""
-
-
-@pytest.fixture(scope="session")
-def failpoints_lib() -> Path:
-    why = _try_make(harness.FAILPOINTS_LIB, ["./build.sh", "failpoints"])
-    if why:
-        pytest.skip(f"the failpoints build is unavailable: {why}")
-    return harness.FAILPOINTS_LIB
-
-
-@pytest.fixture(scope="module")
-def bed(tmp_path_factory):
-    """A FUSE bed: one backing directory, two mounts (two simulated nodes)."""
-    why = harness.bed_unavailable_reason()
-    if why and str(harness.FUSEBED) in why:  # only the binary is missing: build it
-        build_why = _try_make(harness.FUSEBED, ["make", "-s", "fusebed"])
-        why = harness.bed_unavailable_reason() if not build_why else f"{why}; {build_why}"
-    if why:
-        pytest.skip(f"FUSE test bed unavailable: {why}")
-    root = tmp_path_factory.mktemp("bed")
-    b = harness.FuseBed(root / "backing", [root / "m0", root / "m1"], log=root / "fusebed.log")
-    try:
-        b.start()
-    except harness.BedUnavailable as e:
-        pytest.skip(f"FUSE test bed unavailable: {e}")
-    try:
-        yield b
-    finally:
-        b.stop()
-        assert not any(os.path.ismount(m) for m in b.mounts), "the bed left a mount behind"
-
-
 def _fleet(dbs: list[Path], log_dir: Path, nrecords: int, ncontested: int, env_for=None,
            kill_rate=0.0, max_kills=0, holder_bias=0.5, stale=1.0, max_runs=6, deadline=90,
            sample=6, immune=()):
