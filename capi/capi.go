@@ -207,6 +207,7 @@ func tirastore_open(db_path *C.char, options_json *C.char, handle *C.uint64_t, o
 	if err := a.check(openParams); err != nil {
 		return reply(out, nil, err)
 	}
+	o.Interruptible = interruptible
 	st, err := core.Open(context.Background(), string(goBytes(db_path)), o)
 	if err != nil {
 		return reply(out, nil, err)

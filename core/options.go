@@ -1,6 +1,9 @@
 package core
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Options are the constructor parameters of the original TiraStore, plus the
 // lock wait limit. The zero value gives the original's defaults.
@@ -21,6 +24,12 @@ type Options struct {
 	// with a timeout error naming the holder. 0 means 600 s; negative waits
 	// forever.
 	LockTimeout time.Duration
+	// Interruptible, when set, wraps every wait for the lock: it returns a
+	// context that the host cancels when the user interrupts (Ctrl-C), and
+	// a stop function called when the wait ends. The C layer sets it so
+	// that a Python caller blocked on a contended lock gets
+	// KeyboardInterrupt instead of waiting out the lock timeout.
+	Interruptible func(ctx context.Context) (context.Context, func())
 }
 
 // DefaultStaleLockTimeout and DefaultLockTimeout are the original's figures:

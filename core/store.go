@@ -262,6 +262,11 @@ func (s *Store) acquire(ctx context.Context) (release func(), err error) {
 	if failpoint.Enabled(failpoint.LockDisabled) {
 		return func() {}, nil
 	}
+	if s.opts.Interruptible != nil {
+		var stop func()
+		ctx, stop = s.opts.Interruptible(ctx)
+		defer stop()
+	}
 	if err := s.lk.Acquire(ctx); err != nil {
 		return nil, err
 	}

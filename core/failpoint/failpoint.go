@@ -35,4 +35,7 @@ const (
 	// lock entirely. Only the negative controls of the concurrency tests set
 	// it, to show that those tests catch an unprotected database.
 	LockDisabled = "lock-disabled"
+	// InterruptDisabled is a switch: the C layer does not catch Ctrl-C
+	// during lock waits (the negative control of the interrupt test).
+	InterruptDisabled = "interrupt-disabled"
 )
