@@ -7,12 +7,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/pyjson"
+	"github.com/tirastore/tirastore/core/pypath"
 	"github.com/tirastore/tirastore/core/sqlite"
 )
 
@@ -65,18 +65,6 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	return found, err
 }
 
-// pyStem and pySuffix follow Python's PurePath.stem/.suffix: the suffix is
-// the last dot and what follows, unless the dot leads or ends the name.
-func pySuffix(name string) string {
-	i := strings.LastIndexByte(name, '.')
-	if 0 < i && i < len(name)-1 {
-		return name[i:]
-	}
-	return ""
-}
-
-func pyStem(name string) string { return strings.TrimSuffix(name, pySuffix(name)) }
-
 // Backup writes a consistent snapshot of the database to dest and returns
 // its absolute path. With dest "" the name is <stem>_<UTC timestamp>.db
 // beside the database, as in the original; an existing directory receives a
@@ -89,9 +77,9 @@ func (s *Store) Backup(ctx context.Context, dest string) (string, error) {
 	}
 	if dest == "" {
 		stamp := now().UTC().Format("20060102T150405Z")
-		dest = filepath.Join(filepath.Dir(s.path), pyStem(filepath.Base(s.path))+"_"+stamp+".db")
+		dest = filepath.Join(filepath.Dir(s.path), pypath.Stem(filepath.Base(s.path))+"_"+stamp+".db")
 	}
-	dest, err := resolvePath(dest)
+	dest, err := pypath.Resolve(dest)
 	if err != nil {
 		return "", wrapError(KindOS, err, "cannot resolve backup path: %v", err)
 	}
@@ -150,7 +138,7 @@ func (s *Store) Export(ctx context.Context, path, format string) (string, error)
 	if err := checkText("output_path", path); err != nil {
 		return "", err
 	}
-	out, err := resolvePath(path)
+	out, err := pypath.Resolve(path)
 	if err != nil {
 		return "", wrapError(KindOS, err, "cannot resolve export path: %v", err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/tirastore/tirastore/core/failpoint"
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/lock"
+	"github.com/tirastore/tirastore/core/pypath"
 	"github.com/tirastore/tirastore/core/sqlite"
 )
 
@@ -56,7 +57,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, newError(KindValue, "db_path must not be empty")
 	}
 	opts = opts.withDefaults()
-	abs, err := resolvePath(path)
+	abs, err := pypath.Resolve(path)
 	if err != nil {
 		return nil, wrapError(KindOS, err, "cannot resolve database path %q: %v", path, err)
 	}
@@ -327,26 +328,4 @@ func osKind(err error) (Kind, bool) {
 		return KindOS, true
 	}
 	return KindInternal, false
-}
-
-// resolvePath makes path absolute and resolves symlinks in the part that
-// exists, like Python's non-strict Path.resolve().
-func resolvePath(path string) (string, error) {
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return "", err
-	}
-	rest := ""
-	cur := abs
-	for {
-		if real, err := filepath.EvalSymlinks(cur); err == nil {
-			return filepath.Join(real, rest), nil
-		}
-		parent := filepath.Dir(cur)
-		if parent == cur {
-			return abs, nil
-		}
-		rest = filepath.Join(filepath.Base(cur), rest)
-		cur = parent
-	}
 }
