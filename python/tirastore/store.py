@@ -86,18 +86,18 @@ class TiraStore:
         lock_timeout: Optional[float] = 600.0,
     ) -> None:
         self._handle = 0
+        self._gen = _native.generation
         path = _fspath("TiraStore", "db_path", db_path)
-        self._handle, info = _native.open_store(
-            path,
-            {
-                "source_project": source_project,
-                "cpu_model": cpu_model,
-                "slurm_cpus": slurm_cpus,
-                "allow_cpu_mismatch": allow_cpu_mismatch,
-                "stale_lock_timeout": stale_lock_timeout,
-                "lock_timeout": lock_timeout,
-            },
-        )
+        options = {
+            "source_project": source_project,
+            "cpu_model": cpu_model,
+            "slurm_cpus": slurm_cpus,
+            "allow_cpu_mismatch": allow_cpu_mismatch,
+            "stale_lock_timeout": stale_lock_timeout,
+            "lock_timeout": lock_timeout,
+        }
+        self._handle, info = _native.open_store(path, options)
+        self._options = options
         self.db_path = Path(info["db_path"])
         self.source_project = info["source_project"]
         self.allow_cpu_mismatch = allow_cpu_mismatch
@@ -106,7 +106,48 @@ class TiraStore:
             print(info["warning"])
 
     def _call(self, method: str, **args: Any) -> Any:
+        if self._gen != _native.generation:  # forked or unpickled: re-open in this process's copy
+            self._reopen()
         return _native.call(self._handle, method, **args)
+
+    def _reopen(self) -> None:
+        """Open this store's handle in the library copy of the current process.
+
+        A handle belongs to one copy of the library (see the "Fork safety"
+        notes of ``tirastore._native``): after a fork the child has a fresh
+        copy in which the parent's handle number means nothing, so the store
+        re-opens by path and options. The parent's handle is left alone.
+        """
+        with _native.reopen_lock:
+            gen = _native.generation
+            if self._gen == gen:
+                return
+            if self._handle:  # a closed store stays closed
+                self._handle, info = _native.open_store(str(self.db_path), self._options)
+                self._writes_allowed = bool(info["writes_allowed"])
+            self._gen = gen
+
+    # -- pickling (multiprocessing spawn/forkserver, or any pickled task) ---
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "db_path": str(self.db_path),
+            "options": dict(self._options),
+            "source_project": self.source_project,
+            "allow_cpu_mismatch": self.allow_cpu_mismatch,
+            "writes_allowed": self._writes_allowed,
+            "closed": self.closed,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # The handle is opened lazily, on first use, in this process's copy.
+        self._options = dict(state["options"])
+        self.db_path = Path(state["db_path"])
+        self.source_project = state["source_project"]
+        self.allow_cpu_mismatch = state["allow_cpu_mismatch"]
+        self._writes_allowed = bool(state["writes_allowed"])
+        self._handle = 0 if state["closed"] else -1  # -1: not yet opened here
+        self._gen = -1
 
     # -- lookup & record ---------------------------------------------------
 
@@ -238,7 +279,9 @@ class TiraStore:
     def close(self) -> None:
         """Release the handle; later calls raise ValueError. Closing twice is harmless."""
         handle, self._handle = self._handle, 0
-        if handle:
+        # A handle of another generation belongs to the parent's copy of the
+        # library (dead in this process): the parent closes it, not us.
+        if handle and self._gen == _native.generation:
             _native.close_store(handle)
 
     def __enter__(self) -> "TiraStore":

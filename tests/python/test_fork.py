@@ -60,8 +60,10 @@ def rollup() -> dict:
     return out
 
 
-def wait_all(pids: list[int], timeout: float) -> dict[int, int]:
-    """waitpid every pid within timeout; kills and reports (-1) the ones that hang."""
+def wait_all(pids: list[int], timeout: float) -> dict[int, object]:
+    """waitpid every pid within timeout; kills and reports ("hung") the ones that hang.
+
+    Others report their exit code (negative: killed by that signal)."""
     deadline = time.monotonic() + timeout
     status = {}
     pending = set(pids)
@@ -76,7 +78,7 @@ def wait_all(pids: list[int], timeout: float) -> dict[int, int]:
     for pid in pending:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
-        status[pid] = -1  # hung
+        status[pid] = "hung"
     return status
 
 
@@ -165,6 +167,29 @@ def test_fork_before_any_store_call_and_utilities(tmp_path):
     pid = in_child(child)
     assert wait_all([pid], CHILD_TIMEOUT) == {pid: 0}
     assert tirastore.validate_schedule("R(L0,comps=['c'])") == (True, "")
+
+
+def test_fallback_to_temporary_file(tmp_path, monkeypatch):
+    """Where memfd cannot be used, the fresh copy comes from an unlinked temporary file."""
+    store = new_store(tmp_path / "cache.db")
+    store.record(PROGRAM, SRC, sched(1), True, times(1))
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+
+    def child():
+        def no_memfd(*a, **k):
+            raise OSError(38, "memfd_create disabled by the test")
+
+        os.memfd_create = no_memfd
+        import tempfile
+
+        tempfile.tempdir = str(tmpdir)
+        ok = store.lookup(PROGRAM, SRC, sched(1)).execution_times == times(1)
+        return ok and _native.loaded_from.startswith(str(tmpdir)) and not os.listdir(tmpdir)
+
+    pid = in_child(child)
+    assert wait_all([pid], CHILD_TIMEOUT) == {pid: 0}
+    store.close()
 
 
 def test_closed_store_stays_closed_in_child(tmp_path):
@@ -388,22 +413,24 @@ def test_stress_1000_forks_under_gc_churn(tmp_path):
             store.stats()
             churn_calls[0] += N_SEEDED + 1
             _churn(100)
+            time.sleep(0.005)  # leave the two cores mostly to the children
 
     churner = threading.Thread(target=parent_churn, daemon=True)
     churner.start()
 
     def child_for(n: int):
         def run():
-            _churn(60)
+            _churn(40)  # allocation churn with a full gc.collect() before the first call
             k = n % N_SEEDED
             if store.lookup(PROGRAM, SRC, sched(k)).execution_times != times(k):
                 return False
-            gc.collect()
-            for j in range(20):  # churn the child's Go heap
+            for j in range(10):  # churn the child's Go heap, with young-generation collections
                 store.contains(PROGRAM, SRC, sched(j))
+                junk = [[j] * 16 for _ in range(200)]
+                del junk
+                gc.collect(j % 2)
             if not store.record(PROGRAM, SRC, sched(n, 7), True, times(n, 7)):
                 return False
-            _churn(30)
             return store.contains(PROGRAM, SRC, sched(n, 7))
 
         return run
@@ -417,7 +444,7 @@ def test_stress_1000_forks_under_gc_churn(tmp_path):
             batch = wait_all(pids, CHILD_TIMEOUT)
             statuses.update(batch)
             bad = {p: s for p, s in batch.items() if s != 0}
-            assert not bad, f"batch at {start}: children failed or hung (-1 = hung): {bad}"
+            assert not bad, f"batch at {start}: children failed or hung: {bad}"
     finally:
         stop.set()
         churner.join(timeout=60)
@@ -470,3 +497,86 @@ def test_negative_control_without_reload_child_hangs(tmp_path, reload, expected)
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == expected, (out.stdout, out.stderr)
+
+
+# ---------------------------------------------------------------------------
+# Signal chaining through two runtimes
+# ---------------------------------------------------------------------------
+
+_SEGV = textwrap.dedent(
+    """
+    import ctypes, faulthandler, os, sys, time
+    from tirastore import TiraStore
+    s = TiraStore(sys.argv[1], cpu_model="cpu", slurm_cpus="1")
+    s.count()
+    faulthandler.enable()
+    pid = os.fork()
+    if pid == 0:
+        s.count()  # loads the fresh copy: its SIGSEGV handler now sits in front
+        ctypes.string_at(0)  # a fault outside Go: forwarded fresh Go -> dead Go -> faulthandler
+        os._exit(0)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        done, st = os.waitpid(pid, os.WNOHANG)
+        if done:
+            print("STATUS", os.waitstatus_to_exitcode(st), flush=True)
+            sys.exit(0)
+        time.sleep(0.01)
+    os.kill(pid, 9)
+    print("HUNG", flush=True)
+    """
+)
+
+
+def test_fault_outside_go_in_reloaded_child_reaches_python(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-c", _SEGV, str(tmp_path / "c.db")],
+        capture_output=True, text=True, timeout=60, start_new_session=True,
+    )
+    assert out.stdout.strip() == f"STATUS {-signal.SIGSEGV}", (out.stdout, out.stderr)
+    assert "Fatal Python error: Segmentation fault" in out.stderr
+
+
+_SIGINT = textwrap.dedent(
+    """
+    import os, signal, sys, tempfile, threading, time
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[2])
+    from conftest import lock_path_for, write_fake_lock
+    from tirastore import TiraStore
+    db = Path(sys.argv[1])
+    s = TiraStore(db, cpu_model="cpu", slurm_cpus="1", lock_timeout=3)
+    s.count()
+    write_fake_lock(lock_path_for(db), hostname="other-node")
+    def wait_for_lock():
+        try:
+            s.record("p", "void f() {}", "R(L0,comps=['c'])", True, [1.0])
+        except TimeoutError:
+            pass
+    t = threading.Thread(target=wait_for_lock)
+    t.start()
+    time.sleep(0.3)  # the waiting call has armed the library's SIGINT handler
+    pid = os.fork()
+    if pid == 0:
+        try:
+            # the fresh copy is loaded (the parent's database stays locked)
+            TiraStore(db.with_name("other.db"), cpu_model="cpu", slurm_cpus="1").count()
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(2)
+            os._exit(3)  # SIGINT swallowed by the dead runtime's handler
+        except KeyboardInterrupt:
+            os._exit(0)
+    _, st = os.waitpid(pid, 0)
+    print("CHILD", os.waitstatus_to_exitcode(st), flush=True)
+    t.join()
+    """
+)
+
+
+def test_ctrl_c_in_child_forked_during_a_lock_wait(tmp_path):
+    """A fork while another thread waits for the lock: the child still gets KeyboardInterrupt."""
+    out = subprocess.run(
+        [sys.executable, "-c", _SIGINT, str(tmp_path / "c.db"), str(Path(__file__).parent)],
+        capture_output=True, text=True, timeout=60, start_new_session=True,
+    )
+    assert out.stdout.strip() == "CHILD 0", (out.stdout, out.stderr)
