@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import (
+    RECORD_COLUMNS,
     ISO_UTC_RE,
     SCHED_I,
     SCHED_R,
@@ -33,19 +34,7 @@ from conftest import (
 
 from tirastore import LookupResult, TiraStore
 
-GET_KEYS = {
-    "key",
-    "program_hash",
-    "schedule",
-    "result_json",
-    "hostname",
-    "username",
-    "creation_date",
-    "update_date",
-    "source_project",
-    "program_name",
-    "source_code",
-}
+GET_KEYS = {*RECORD_COLUMNS, "program_name", "source_code"}
 RESULT_FIELDS = [
     "is_legal",
     "execution_times",
