@@ -36,6 +36,8 @@ test-c: build
 	./build/test_capi
 	$(CXX) -std=c++17 -Wall -Wextra -Werror -Iinclude examples/harness.cpp -Lbuild -ltirastore -Wl,-rpath,$(CURDIR)/build -o build/harness
 	./build/harness build/harness-test.db
+	$(CC) -std=c11 -Wall -Wextra -Werror -Iinclude tests/c/test_fork.c -Lbuild -ltirastore -Wl,-rpath,$(CURDIR)/build -o build/test_fork
+	./build/test_fork
 
 # The test variant of the library with failpoints compiled in (crash tests).
 build-failpoints:

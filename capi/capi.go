@@ -3,6 +3,12 @@
 // call, JSON out. include/tirastore.h is generated from the //export
 // functions and status constants of this package (go run ./capi/genheader).
 //
+// The public C symbols (tirastore_open, ...) are thin C functions in
+// forkguard.c that check, before entering Go, that the process is not a
+// child forked after the library was loaded (the Go runtime does not
+// survive fork(); entering it there would hang), then call the Go exports
+// tirastoreGo_open, ...; the header names them without "Go".
+//
 // The shape follows SQLite's C API: opaque integer handles, a status code
 // from every call, and one owner for every buffer (the library allocates,
 // tirastore_free releases). No Go pointer crosses the boundary.
@@ -46,6 +52,7 @@ const (
 	statusInterrupted = 11 // C: TIRASTORE_ERR_INTERRUPTED a lock wait was interrupted (KeyboardInterrupt)
 	statusHandle      = 12 // C: TIRASTORE_ERR_HANDLE unknown or already closed handle (ValueError)
 	statusMisuse      = 13 // C: TIRASTORE_ERR_MISUSE NULL pointer, invalid JSON, unknown method (ValueError)
+	statusForked      = 14 // C: TIRASTORE_ERR_FORKED called in a child of fork(): this copy's Go runtime is gone (RuntimeError)
 )
 
 var kindStatus = map[core.Kind]int{
@@ -157,8 +164,8 @@ var versionCString = C.CString(core.Version)
 // tirastore_version returns the library version ("1.2.3"). The string is
 // static: do not free it.
 //
-//export tirastore_version
-func tirastore_version() *C.char { return versionCString }
+//export tirastoreGo_version
+func tirastoreGo_version() *C.char { return versionCString }
 
 var openParams = []string{"source_project", "cpu_model", "slurm_cpus", "allow_cpu_mismatch", "stale_lock_timeout", "lock_timeout"}
 
@@ -172,8 +179,8 @@ var openParams = []string{"source_project", "cpu_model", "slurm_cpus", "allow_cp
 // "message", "code"}}. *out is owned by the caller: free it with
 // tirastore_free.
 //
-//export tirastore_open
-func tirastore_open(db_path *C.char, options_json *C.char, handle *C.uint64_t, out **C.char) (status C.int) {
+//export tirastoreGo_open
+func tirastoreGo_open(db_path *C.char, options_json *C.char, handle *C.uint64_t, out **C.char) (status C.int) {
 	defer guard(out, &status)
 	if db_path == nil || handle == nil {
 		return reply(out, nil, misuse("tirastore_open: db_path and handle must not be NULL"))
@@ -224,8 +231,8 @@ func tirastore_open(db_path *C.char, options_json *C.char, handle *C.uint64_t, o
 // tirastore_close closes a handle. Closing an unknown or already closed
 // handle returns TIRASTORE_ERR_HANDLE and changes nothing. out may be NULL.
 //
-//export tirastore_close
-func tirastore_close(handle C.uint64_t, out **C.char) (status C.int) {
+//export tirastoreGo_close
+func tirastoreGo_close(handle C.uint64_t, out **C.char) (status C.int) {
 	defer guard(out, &status)
 	handles.Lock()
 	st, ok := handles.stores[uint64(handle)]
@@ -248,8 +255,8 @@ func tirastore_close(handle C.uint64_t, out **C.char) (status C.int) {
 // tokens NaN and Infinity when a stored measurement holds them (as
 // Python's json module writes them).
 //
-//export tirastore_call
-func tirastore_call(handle C.uint64_t, method *C.char, args_json *C.char, out **C.char) (status C.int) {
+//export tirastoreGo_call
+func tirastoreGo_call(handle C.uint64_t, method *C.char, args_json *C.char, out **C.char) (status C.int) {
 	defer guard(out, &status)
 	if method == nil {
 		return reply(out, nil, misuse("tirastore_call: method must not be NULL"))
@@ -280,8 +287,8 @@ func tirastore_call(handle C.uint64_t, method *C.char, args_json *C.char, out **
 // tirastore_free releases a buffer the library returned through an out
 // parameter. NULL is ignored. Each buffer must be freed exactly once.
 //
-//export tirastore_free
-func tirastore_free(buf *C.char) {
+//export tirastoreGo_free
+func tirastoreGo_free(buf *C.char) {
 	C.free(unsafe.Pointer(buf))
 }
 

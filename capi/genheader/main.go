@@ -129,7 +129,9 @@ func prototype(d *ast.FuncDecl) (string, bool, error) {
 	exported := ""
 	for _, c := range d.Doc.List {
 		if name, ok := strings.CutPrefix(c.Text, "//export "); ok {
-			exported = strings.TrimSpace(name)
+			// The Go export tirastoreGo_X sits behind the C entry point
+			// tirastore_X (capi/forkguard.c), which is what callers see.
+			exported = strings.Replace(strings.TrimSpace(name), "tirastoreGo_", "tirastore_", 1)
 			continue
 		}
 		doc = append(doc, strings.TrimPrefix(strings.TrimPrefix(c.Text, "//"), " "))

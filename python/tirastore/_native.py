@@ -40,7 +40,9 @@ this module makes forked children load their own copy of the library:
 * The parent is untouched: it keeps its library and its handles.
   Grandchildren work the same way (each generation loads one more copy).
 * ``TIRASTORE_FORK_RELOAD=0`` (read at import) disables all this, for the
-  negative-control test only: a forked child then hangs on its first call.
+  negative-control test only: a forked child's first call then fails with
+  RuntimeError (the C entry points refuse with TIRASTORE_ERR_FORKED rather
+  than enter the dead runtime, which would hang).
 
 Known risks and limits:
 
