@@ -59,6 +59,12 @@ int tirastore_call(uint64_t handle, const char *method, const char *args_json, c
 	return tirastoreGo_call(handle, (char *)method, (char *)args_json, out);
 }
 
-// Replies are allocated with malloc (C.CString in Go, strdup above), so
-// freeing them needs no Go at all, also in a forked child.
-void tirastore_free(const char *buf) { free((void *)buf); }
+void tirastore_free(const char *buf) {
+	// Replies are allocated with malloc (C.CString in Go, strdup above), so
+	// a forked child can free them without entering Go.
+	if (tirastore_forked) {
+		free((void *)buf);
+		return;
+	}
+	tirastoreGo_free((char *)buf);
+}
