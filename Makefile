@@ -30,6 +30,7 @@ lint:
 
 test-go:
 	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -tags failpoints ./core/failpoint/
 
 test-c: build
 	$(CC) -std=c11 -Wall -Wextra -Werror -Iinclude tests/c/test_capi.c -Lbuild -ltirastore -Wl,-rpath,$(CURDIR)/build -o build/test_capi
