@@ -91,12 +91,17 @@ var handles = struct {
 	stores map[uint64]*core.Store
 }{stores: map[uint64]*core.Store{}}
 
-func lookupHandle(h uint64) (*core.Store, error) {
+// findHandle returns the store behind h, removing it from the table when
+// remove is set (tirastore_close).
+func findHandle(h uint64, remove bool) (*core.Store, error) {
 	handles.Lock()
 	defer handles.Unlock()
-	st, ok := handles.stores[uint64(h)]
+	st, ok := handles.stores[h]
 	if !ok {
 		return nil, &callError{statusHandle, fmt.Sprintf("unknown or closed TiraStore handle %d", h)}
+	}
+	if remove {
+		delete(handles.stores, h)
 	}
 	return st, nil
 }
@@ -234,12 +239,9 @@ func tirastoreGo_open(db_path *C.char, options_json *C.char, handle *C.uint64_t,
 //export tirastoreGo_close
 func tirastoreGo_close(handle C.uint64_t, out **C.char) (status C.int) {
 	defer guard(out, &status)
-	handles.Lock()
-	st, ok := handles.stores[uint64(handle)]
-	delete(handles.stores, uint64(handle))
-	handles.Unlock()
-	if !ok {
-		return reply(out, nil, &callError{statusHandle, fmt.Sprintf("unknown or closed TiraStore handle %d", handle)})
+	st, err := findHandle(uint64(handle), true)
+	if err != nil {
+		return reply(out, nil, err)
 	}
 	return reply(out, nil, st.Close())
 }
@@ -269,7 +271,7 @@ func tirastoreGo_call(handle C.uint64_t, method *C.char, args_json *C.char, out 
 	var st *core.Store
 	if m.store {
 		var err error
-		if st, err = lookupHandle(uint64(handle)); err != nil {
+		if st, err = findHandle(uint64(handle), false); err != nil {
 			return reply(out, nil, err)
 		}
 	}
