@@ -93,7 +93,7 @@ func (s *Store) Backup(ctx context.Context, dest string) (string, error) {
 		k, _ := osKind(err)
 		return "", wrapError(k, err, "cannot back up to %s: %v", dest, err)
 	}
-	tmp := fmt.Sprintf("%s.tmp-%d-%d", dest, os.Getpid(), time.Now().UnixNano())
+	tmp := tempBeside(dest)
 	defer os.Remove(tmp)
 	err = s.withDB(ctx, "back up", func(db *sqlite.DB) error {
 		if err := db.VacuumInto(tmp); err != nil {
@@ -226,10 +226,16 @@ func (s *Store) Export(ctx context.Context, path, format string) (string, error)
 	return out, nil
 }
 
+// tempBeside names a private temporary file next to path, so that the
+// final rename stays within one directory (and one filesystem).
+func tempBeside(path string) string {
+	return fmt.Sprintf("%s.tmp-%d-%d", path, os.Getpid(), time.Now().UnixNano())
+}
+
 // writeFileAtomic writes data to a temporary file beside path and renames it
 // into place, so a reader never sees a half-written export.
 func writeFileAtomic(path string, data []byte) error {
-	tmp := fmt.Sprintf("%s.tmp-%d-%d", path, os.Getpid(), time.Now().UnixNano())
+	tmp := tempBeside(path)
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
 	if err != nil {
 		return err
