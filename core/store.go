@@ -329,3 +329,8 @@ func osKind(err error) (Kind, bool) {
 	}
 	return KindInternal, false
 }
+
+// LockStats are the counters of this store's hard-link lock: Links per
+// Acquired is how many link() attempts an acquisition cost, i.e. how hard
+// waiting polled the shared filesystem's metadata server.
+func (s *Store) LockStats() lock.Stats { return s.lk.Stats() }

@@ -166,7 +166,7 @@ func (l *Lock) breakLock(judged lockState) bool {
 		if err := os.Remove(aside); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return false
 		}
-		l.stats.breaks++
+		l.stats.breaks.Add(1)
 		return true
 	}
 	callHook(testHookBeforePutBack, l)
@@ -213,12 +213,12 @@ func movedIsJudged(aside string, judged lockState) bool {
 // ErrLockLost from Release: this is the one way a Go breaker can still cost
 // a live holder its lock (see "Remaining holes").
 func (l *Lock) putBack(aside string) {
-	l.stats.putBacks++
+	l.stats.putBacks.Add(1)
 	if err := os.Link(aside, l.path); err != nil {
 		a, aerr := lstatID(aside)
 		p, perr := lstatID(l.path)
 		if aerr != nil || perr != nil || a != p { // not an NFS lost reply
-			l.stats.displaced++
+			l.stats.displaced.Add(1)
 		}
 	}
 	os.Remove(aside)

@@ -120,8 +120,8 @@ func TestTwoBreakersFreshLockSurvives(t *testing.T) {
 			if err := a.Acquire(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			if a.stats.breaks != 1 {
-				t.Fatalf("A broke %d locks, want 1", a.stats.breaks)
+			if a.stats.breaks.Load() != 1 {
+				t.Fatalf("A broke %d locks, want 1", a.stats.breaks.Load())
 			}
 			close(p.resumed)
 			gone := <-res
@@ -132,8 +132,8 @@ func TestTwoBreakersFreshLockSurvives(t *testing.T) {
 				if gone || !survived || rerr != nil {
 					t.Fatalf("fresh lock lost: breakLock=%v survived=%v Release=%v", gone, survived, rerr)
 				}
-				if b.stats.putBacks != 1 || b.stats.displaced != 0 || b.stats.breaks != 0 {
-					t.Errorf("B stats %+v, want one put-back", b.stats)
+				if b.stats.putBacks.Load() != 1 || b.stats.displaced.Load() != 0 || b.stats.breaks.Load() != 0 {
+					t.Errorf("B stats %+v, want one put-back", b.Stats())
 				}
 			} else {
 				if survived || !errors.Is(rerr, ErrLockLost) {
@@ -182,8 +182,8 @@ func TestBreakerRecheckSeesReplacement(t *testing.T) {
 	if err := <-errc; !errors.As(err, &te) || te.Holder == nil || te.Holder.Hostname != "fresh" {
 		t.Fatalf("B: want a timeout naming the fresh holder, got %v", err)
 	}
-	if b.stats.putBacks != 0 || b.stats.breaks != 0 {
-		t.Errorf("B stats %+v: it moved something", b.stats)
+	if b.stats.putBacks.Load() != 0 || b.stats.breaks.Load() != 0 {
+		t.Errorf("B stats %+v: it moved something", b.Stats())
 	}
 	if err := a.Release(); err != nil {
 		t.Fatalf("fresh holder: %v", err)
@@ -221,8 +221,8 @@ func TestPutBackLosesToNewcomer(t *testing.T) {
 	if <-res {
 		t.Error("breakLock reported the judged lock broken")
 	}
-	if b.stats.displaced != 1 {
-		t.Errorf("stats %+v, want one displacement", b.stats)
+	if b.stats.displaced.Load() != 1 {
+		t.Errorf("stats %+v, want one displacement", b.Stats())
 	}
 	if err := fresh.Release(); !errors.Is(err, ErrLockLost) {
 		t.Errorf("displaced holder: Release = %v, want ErrLockLost", err)
@@ -260,14 +260,14 @@ func TestBreakerPutsBackHeartbeatedLock(t *testing.T) {
 	})
 	// A beat between our read and the re-check makes breakLock give up
 	// before the rename (also correct, but not what is tested): retry.
-	for try := 0; try < 5 && b.stats.putBacks == 0; try++ {
+	for try := 0; try < 5 && b.stats.putBacks.Load() == 0; try++ {
 		_, judged, _ = readHolder(path)
 		if b.breakLock(judged) {
 			t.Fatal("a heartbeating lock was broken")
 		}
 	}
-	if b.stats.putBacks != 1 || b.stats.displaced != 0 {
-		t.Errorf("stats %+v, want one put-back", b.stats)
+	if b.stats.putBacks.Load() != 1 || b.stats.displaced.Load() != 0 {
+		t.Errorf("stats %+v, want one put-back", b.Stats())
 	}
 	if err := h.Release(); err != nil {
 		t.Fatalf("holder lost its lock: %v", err)
@@ -419,13 +419,13 @@ func TestDeadHolderBrokenAtOnce(t *testing.T) {
 		t.Fatalf("dead holder not broken: %v", err)
 	}
 	t.Logf("dead holder broken after %v", time.Since(start))
-	if w.stats.breaks != 1 {
-		t.Errorf("breaks = %d", w.stats.breaks)
+	if w.stats.breaks.Load() != 1 {
+		t.Errorf("breaks = %d", w.stats.breaks.Load())
 	}
 	w.Release()
 	// The dead child's claim was swept by the first successful Acquire.
-	if w.stats.swept != 1 {
-		t.Errorf("swept = %d, want the dead child's claim", w.stats.swept)
+	if w.stats.swept.Load() != 1 {
+		t.Errorf("swept = %d, want the dead child's claim", w.stats.swept.Load())
 	}
 	if left := claims(t, dir); len(left) != 0 {
 		t.Errorf("claims left: %v", left)
@@ -472,8 +472,8 @@ func TestSweepSparesWhatItCannotProveDead(t *testing.T) {
 	left := claims(t, dir)
 	sort.Strings(left)
 	want := []string{".lock_h1_1_live", ".lock_h1_1_python", ".lock_h2_1_otherhost"}
-	if !slices.Equal(left, want) || l.stats.swept != 1 {
-		t.Fatalf("left %v (swept %d), want %v", left, l.stats.swept, want)
+	if !slices.Equal(left, want) || l.stats.swept.Load() != 1 {
+		t.Fatalf("left %v (swept %d), want %v", left, l.stats.swept.Load(), want)
 	}
 }
 

@@ -290,6 +290,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tirastore/tirastore/core/identity"
@@ -374,14 +375,27 @@ type Lock struct {
 	swept    bool // sweepClaims has run
 }
 
-// stats are counters for tests and benchmarks.
+// stats are counters for tests, benchmarks and monitoring (Lock.Stats).
+// They are atomic so that Stats may read them while another goroutine waits.
 type stats struct {
-	acquired  int // Acquire successes
-	links     int // link() attempts
-	breaks    int // locks removed as stale or dead
-	putBacks  int // locks moved aside by mistake and linked back
-	displaced int // ... of which the lock path had been taken meanwhile
-	swept     int // dead processes' claims removed by sweepClaims
+	acquired  atomic.Int64 // Acquire successes
+	links     atomic.Int64 // link() attempts
+	breaks    atomic.Int64 // locks removed as stale or dead
+	putBacks  atomic.Int64 // locks moved aside by mistake and linked back
+	displaced atomic.Int64 // ... of which the lock path had been taken meanwhile
+	swept     atomic.Int64 // dead processes' claims removed by sweepClaims
+}
+
+// Stats is a snapshot of a Lock's counters. Links per Acquired is how hard
+// this process polled the shared filesystem's metadata server for the lock;
+// Breaks counts locks it removed as abandoned.
+type Stats struct {
+	Acquired, Links, Breaks int64
+}
+
+// Stats returns the counters since New; safe to call at any time.
+func (l *Lock) Stats() Stats {
+	return Stats{Acquired: l.stats.acquired.Load(), Links: l.stats.links.Load(), Breaks: l.stats.breaks.Load()}
 }
 
 // New returns a Lock for lockPath (normally PathFor(dbPath)); nothing is
@@ -510,13 +524,13 @@ func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (_ *c
 		if err := c.write(l.clock()); err != nil {
 			return nil, err
 		}
-		l.stats.links++
+		l.stats.links.Add(1)
 		held, err := tryLink(c, l.path)
 		if err != nil {
 			return nil, err
 		}
 		if held {
-			l.stats.acquired++
+			l.stats.acquired.Add(1)
 			l.seen.valid = false
 			return c, nil
 		}

@@ -71,12 +71,12 @@ func TestLockChildProcess(t *testing.T) {
 	}
 	for i := 0; i < cycles; i++ {
 		if !noLock {
-			start, links := time.Now(), l.stats.links
+			start, links := time.Now(), l.stats.links.Load()
 			if err := l.Acquire(context.Background()); err != nil {
 				t.Fatalf("acquire: %v", err)
 			}
 			st.Waits = append(st.Waits, int64(time.Since(start)))
-			st.Links = append(st.Links, l.stats.links-links)
+			st.Links = append(st.Links, int(l.stats.links.Load()-links))
 		}
 		if err := criticalSection(dir, !noLock); err != nil {
 			t.Fatal(err)

@@ -42,7 +42,7 @@ func (l *Lock) sweepClaims() {
 		// A link made since we read it would have changed its ctime.
 		if cur, err := lstatStamp(p); err == nil && cur == st.stamp {
 			os.Remove(p)
-			l.stats.swept++
+			l.stats.swept.Add(1)
 		}
 	}
 }
