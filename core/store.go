@@ -206,12 +206,16 @@ func (s *Store) checkCPU(db *sqlite.DB) error {
 }
 
 // Close marks the store closed; later calls fail with ErrClosed. Calls in
-// flight finish first. Closing twice is harmless.
+// flight finish first. It closes the kept connection and removes the lock's
+// claim file. Closing twice is harmless.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
 	s.closed = true
-	return nil
+	return s.lk.Close()
 }
 
 // Path is the resolved absolute path of the database file.

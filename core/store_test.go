@@ -186,10 +186,20 @@ func TestCreatesFileModeAndNoLockLeft(t *testing.T) {
 	if st.LockPath() != filepath.Join(dir, "cache.db.lock") {
 		t.Fatalf("lock path %s", st.LockPath())
 	}
+	// While open: the database and this store's reusable claim, no lock.
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
+		if e.Name() != "cache.db" && !strings.HasPrefix(e.Name(), ".lock_") {
+			t.Errorf("left behind while open: %s", e.Name())
+		}
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ = os.ReadDir(dir)
+	for _, e := range entries {
 		if e.Name() != "cache.db" {
-			t.Errorf("left behind: %s", e.Name())
+			t.Errorf("left behind after Close: %s", e.Name())
 		}
 	}
 }

@@ -93,18 +93,28 @@ func (r *record) padded(ts float64, beats uint64, size int) ([]byte, error) {
 	return b, nil
 }
 
-// claim is this process's claim file; while the lock is held, the lock file
-// is a second name of the same inode (id).
+// claim is this process's claim file. One claim serves every Acquire of a
+// Lock: it is created at the first and removed by Close, so that a
+// steady-state acquisition costs the metadata server one link and one
+// unlink instead of the original's create, link, unlink, unlink. While the
+// lock is held, the lock file is a second name of the same inode (id).
 type claim struct {
 	path string
 	id   fileID
 	rec  *record
 	size int
 
-	// While held: the claim open for heartbeats (from the first beat), and
-	// the counter. Owned by the heartbeat goroutine while it runs.
-	f     *os.File
+	// f stays open for the claim's life: the record is rewritten through it
+	// (before each link attempt and at each heartbeat) without an open.
+	f *os.File
+	// beats counts heartbeats since the last acquisition; owned by the
+	// heartbeat goroutine while it runs.
 	beats uint64
+	// flushed is when the record was last fsynced (monotonic), and
+	// flushEvery how stale the copy other nodes can see may become (see
+	// write).
+	flushed    time.Time
+	flushEvery time.Duration
 }
 
 // mkstemp's alphabet and length for the random part of the name.
@@ -128,9 +138,9 @@ func randomName(n int) string {
 	return string(name)
 }
 
-// newClaim creates an empty claim file in dir, named and permissioned like
-// tempfile.mkstemp(prefix=ClaimPrefix(...), dir=dir).
-func newClaim(dir string, rec *record) (*claim, error) {
+// newClaim creates an empty claim file in dir, named like
+// tempfile.mkstemp(prefix=ClaimPrefix(...), dir=dir), and keeps it open.
+func newClaim(dir string, rec *record, flushEvery time.Duration) (*claim, error) {
 	size, err := rec.recordSize()
 	if err != nil {
 		return nil, fmt.Errorf("lock: %w", err)
@@ -138,7 +148,7 @@ func newClaim(dir string, rec *record) (*claim, error) {
 	prefix := ClaimPrefix(rec.hostname, rec.pid)
 	for i := 0; i < claimTries; i++ {
 		p := filepath.Join(dir, prefix+randomName(claimRandom))
-		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 		if errors.Is(err, os.ErrExist) {
 			continue
 		}
@@ -146,60 +156,43 @@ func newClaim(dir string, rec *record) (*claim, error) {
 			return nil, fmt.Errorf("lock: create claim: %w", err)
 		}
 		id, err := fstatID(f)
-		f.Close()
 		if err != nil {
+			f.Close()
 			os.Remove(p)
 			return nil, fmt.Errorf("lock: create claim: %w", err)
 		}
-		return &claim{path: p, id: id, rec: rec, size: size}, nil
+		return &claim{path: p, id: id, rec: rec, size: size, f: f, flushEvery: flushEvery}, nil
 	}
 	return nil, fmt.Errorf("lock: create claim in %s: no free name after %d tries", dir, claimTries)
 }
 
-// write (step 1) stores the holder record with a fresh timestamp. It runs
-// before every link attempt, while the claim is not the lock and nobody
-// reads it, so that the timestamp the lock starts with is the moment it was
-// taken. The file is closed before link so that NFS close-to-open
-// consistency shows the content to other nodes.
+// write (step 1) stores the holder record with a fresh timestamp, so that
+// the lock starts with the moment it was taken. It runs before every link
+// attempt, while the claim is not the lock and nobody reads it: one pwrite
+// of the fixed-size record at offset 0, no open, no truncate.
+//
+// fsync only when the last one is older than flushEvery (the heartbeat
+// interval). Local filesystems and Lustre show other nodes the new bytes at
+// once; an NFS client may keep them in its cache until written back, so an
+// NFS waiter may read an older timestamp, at most flushEvery (plus the
+// kernel's writeback delay, itself flushed by the next beat) older. That is
+// far below any stale timeout the heartbeat rule allows, and Go waiters do
+// not judge a lock by its bytes alone: link changes its ctime.
 func (c *claim) write(now time.Time) error {
 	data, err := c.rec.padded(unixSeconds(now), 0, c.size)
 	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(c.path, os.O_WRONLY|os.O_TRUNC, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		// Someone removed our claim; start over with a new one.
-		nc, cerr := newClaim(filepath.Dir(c.path), c.rec)
-		if cerr != nil {
-			return cerr
+	if _, err := c.f.WriteAt(data, 0); err != nil {
+		return fmt.Errorf("lock: write claim: %w", err)
+	}
+	if mono := time.Now(); c.flushed.IsZero() || mono.Sub(c.flushed) >= c.flushEvery {
+		if err := c.f.Sync(); err != nil {
+			return fmt.Errorf("lock: write claim: %w", err)
 		}
-		*c = *nc
-		f, err = os.OpenFile(c.path, os.O_WRONLY|os.O_TRUNC, 0)
-	}
-	if err != nil {
-		return fmt.Errorf("lock: write claim: %w", err)
-	}
-	_, werr := f.Write(data)
-	cerr := f.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		return fmt.Errorf("lock: write claim: %w", err)
+		c.flushed = mono
 	}
 	c.beats = 0
-	return nil
-}
-
-// openForBeats opens the claim, which is now the lock, for heartbeats. It
-// checks that the name still leads to our inode.
-func (c *claim) openForBeats() error {
-	f, err := os.OpenFile(c.path, os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	if id, err := fstatID(f); err != nil || id != c.id {
-		f.Close()
-		return fmt.Errorf("lock: claim %s was replaced", c.path)
-	}
-	c.f = f
 	return nil
 }
 
@@ -220,25 +213,25 @@ func (c *claim) beat(now time.Time) error {
 	if err := c.f.Sync(); err != nil {
 		return err
 	}
+	c.flushed = time.Now()
 	c.beats = n
 	return nil
 }
 
-// closeBeats closes the heartbeat handle, if any.
-func (c *claim) closeBeats() {
-	if c.f != nil {
-		c.f.Close()
-		c.f = nil
-	}
-}
-
-// remove deletes the claim; a claim already gone is fine.
+// remove closes and deletes the claim; a claim already gone is fine.
 func (c *claim) remove() error {
-	c.closeBeats()
+	c.f.Close()
 	if err := os.Remove(c.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	return nil
+}
+
+// gone reports whether the claim's name no longer leads to its inode
+// (someone deleted the file): the next link would fail with ENOENT.
+func (c *claim) gone() bool {
+	id, err := lstatID(c.path)
+	return err != nil || id != c.id
 }
 
 // tryLink (step 2) makes the claim the lock. A link count of 2 after a
@@ -249,7 +242,7 @@ func tryLink(c *claim, lockPath string) (held bool, err error) {
 	if err == nil {
 		return true, nil
 	}
-	if n, serr := linkCount(c.path); serr == nil && n == 2 {
+	if n, serr := fdLinkCount(c.f); serr == nil && n == 2 {
 		return true, nil
 	}
 	if errors.Is(err, os.ErrExist) {

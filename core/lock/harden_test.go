@@ -144,6 +144,8 @@ func TestTwoBreakersFreshLockSurvives(t *testing.T) {
 			if as := asides(t, filepath.Dir(path)); len(as) != 0 {
 				t.Errorf("aside files left: %v", as)
 			}
+			a.Close()
+			b.Close()
 			if cs := claims(t, filepath.Dir(path)); len(cs) != 0 {
 				t.Errorf("claims left: %v", cs)
 			}
@@ -230,6 +232,8 @@ func TestPutBackLosesToNewcomer(t *testing.T) {
 	if err := newcomer.Release(); err != nil {
 		t.Errorf("newcomer: %v", err)
 	}
+	fresh.Close()
+	newcomer.Close()
 	if as, cs := asides(t, filepath.Dir(path)), claims(t, filepath.Dir(path)); len(as)+len(cs) != 0 {
 		t.Errorf("left over: %v %v", as, cs)
 	}
@@ -427,6 +431,7 @@ func TestDeadHolderBrokenAtOnce(t *testing.T) {
 	if w.stats.swept.Load() != 1 {
 		t.Errorf("swept = %d, want the dead child's claim", w.stats.swept.Load())
 	}
+	w.Close()
 	if left := claims(t, dir); len(left) != 0 {
 		t.Errorf("claims left: %v", left)
 	}
@@ -469,6 +474,7 @@ func TestSweepSparesWhatItCannotProveDead(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Release()
+	l.Close()
 	left := claims(t, dir)
 	sort.Strings(left)
 	want := []string{".lock_h1_1_live", ".lock_h1_1_python", ".lock_h2_1_otherhost"}
@@ -746,6 +752,7 @@ func TestReleaseStopsHeartbeat(t *testing.T) {
 			t.Fatal("heartbeat goroutine still running after Release")
 		}
 	}
+	l.Close()
 	if ents, _ := os.ReadDir(filepath.Dir(path)); len(ents) != 0 {
 		t.Errorf("files left: %v", ents)
 	}

@@ -356,10 +356,20 @@ type Lock struct {
 	clock func() time.Time
 
 	sem chan struct{} // in-process mutex; a channel so waiting honours ctx
+	// noGate: the node-local queue could not be opened (or is switched
+	// off); gated: the current holder holds it. Owned by the sem holder.
+	noGate, gated bool
 
 	mu    sync.Mutex // guards claim and beat
 	claim *claim     // non-nil while held
 	beat  *heartbeat // non-nil while held with heartbeats
+
+	// own is this process's claim file, created by the first Acquire and
+	// reused by every later one until Close; gate is the node-local queue
+	// in front of the file protocol (nil when unavailable). Both belong to
+	// whoever holds sem.
+	own  *claim
+	gate *gate
 
 	// The rest belongs to whoever holds sem (the one goroutine running
 	// acquireFile).
@@ -455,11 +465,36 @@ func (l *Lock) Acquire(ctx context.Context) error {
 	if err := l.lockLocal(ctx, start, deadline); err != nil {
 		return err
 	}
+	if l.gate == nil && !l.noGate {
+		l.gate = openGate(l.path)
+		l.noGate = l.gate == nil
+	}
+	gated := false
+	if l.gate != nil {
+		switch err := l.gate.lock(ctx, deadline); {
+		case err == nil:
+			gated = true
+		case errors.Is(err, errGateTimeout):
+			<-l.sem
+			h, _ := ReadHolder(l.path)
+			return &TimeoutError{Path: l.path, Holder: h, Waited: time.Since(start), now: l.clock(),
+				Queue: l.gate.holder()}
+		case errors.Is(err, errGateUnavailable):
+			// e.g. EDEADLK: proceed without the queue; it only orders.
+		default:
+			<-l.sem
+			return err
+		}
+	}
 	c, err := l.acquireFile(ctx, start, deadline)
 	if err != nil {
+		if gated {
+			l.gate.unlock()
+		}
 		<-l.sem
 		return err
 	}
+	l.gated = gated
 	var hb *heartbeat
 	if l.rec.every > 0 {
 		hb = l.startHeartbeat(c)
@@ -501,15 +536,12 @@ func (l *Lock) lockLocal(ctx context.Context, start, deadline time.Time) error {
 // acquireFile runs the file protocol; it returns the claim that is now the
 // lock, or an error after removing the claim.
 func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (_ *claim, err error) {
-	c, err := newClaim(dirOf(l.path), l.rec)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			c.remove()
+	if l.own == nil {
+		if l.own, err = newClaim(dirOf(l.path), l.rec, l.flushEvery()); err != nil {
+			return nil, err
 		}
-	}()
+	}
+	c := l.own
 	var (
 		last      *Holder
 		readErr   error
@@ -526,6 +558,15 @@ func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (_ *c
 		}
 		l.stats.links.Add(1)
 		held, err := tryLink(c, l.path)
+		if err != nil && errors.Is(err, os.ErrNotExist) && c.gone() {
+			// Someone deleted our claim file: make a new one.
+			c.f.Close()
+			if l.own, err = newClaim(dirOf(l.path), l.rec, l.flushEvery()); err != nil {
+				return nil, err
+			}
+			c = l.own
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -612,12 +653,10 @@ type heartbeat struct {
 	done chan struct{}
 }
 
-// startHeartbeat rewrites c's record every HeartbeatInterval until stopped.
-// The claim is opened at the first beat, so that the many holds shorter than
-// an interval cost the metadata server no open and close. A failed open or
-// beat is retried at the next tick; only if beats keep failing for
-// StaleTimeout can the lock be broken. The goroutine owns c.f and c.beats
-// until done is closed.
+// startHeartbeat rewrites c's record every HeartbeatInterval until stopped,
+// through the claim's open descriptor. A failed beat is retried at the next
+// tick; only if beats keep failing for StaleTimeout can the lock be broken.
+// The goroutine owns c.beats and c.flushed until done is closed.
 func (l *Lock) startHeartbeat(c *claim) *heartbeat {
 	hb := &heartbeat{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
@@ -629,9 +668,6 @@ func (l *Lock) startHeartbeat(c *claim) *heartbeat {
 			case <-hb.stop:
 				return
 			case <-t.C:
-				if c.f == nil && c.openForBeats() != nil {
-					continue
-				}
 				c.beat(l.clock())
 			}
 		}
@@ -652,7 +688,13 @@ func (l *Lock) Release() error {
 	if c == nil {
 		return ErrNotHeld
 	}
-	defer func() { <-l.sem }()
+	defer func() {
+		if l.gated {
+			l.gated = false
+			l.gate.unlock()
+		}
+		<-l.sem
+	}()
 	if hb != nil {
 		close(hb.stop)
 		<-hb.done
@@ -668,10 +710,38 @@ func (l *Lock) Release() error {
 	default:
 		errs = append(errs, err)
 	}
-	if err := c.remove(); err != nil {
-		errs = append(errs, err)
-	}
 	return errors.Join(errs...)
+}
+
+// Close removes this Lock's claim file and closes its descriptors. The Lock
+// must not be held; a later Acquire starts over with a new claim. Processes
+// that exit without Close leave their claim behind: sweepClaims removes it
+// at the next Acquire of a process on the same host.
+func (l *Lock) Close() error {
+	l.sem <- struct{}{}
+	defer func() { <-l.sem }()
+	var err error
+	if l.own != nil {
+		err = l.own.remove()
+		l.own = nil
+	}
+	if l.gate != nil {
+		l.gate.close()
+		l.gate, l.noGate = nil, false
+	}
+	return err
+}
+
+// flushEvery is how often write fsyncs the claim: the heartbeat interval,
+// which bounds how old a record other nodes may see.
+func (l *Lock) flushEvery() time.Duration {
+	if l.rec.every > 0 {
+		return l.rec.every
+	}
+	if l.opt.StaleTimeout > 0 {
+		return min(l.opt.StaleTimeout/4, MaxDefaultHeartbeat)
+	}
+	return MaxDefaultHeartbeat
 }
 
 // TimeoutError says who held the lock when Acquire gave up, because "timed
@@ -689,6 +759,10 @@ type TimeoutError struct {
 	// BreakErr why it was judged abandoned but could not be removed: both
 	// typically "permission denied" for another user's lock.
 	ReadErr, BreakErr error
+	// Queue is the pid of the process of this node that was ahead of us in
+	// the node-local queue when we gave up waiting there (0 if we got
+	// through it, or if unknown).
+	Queue int
 
 	now time.Time // wall clock when it was made; zero: time.Now()
 }
@@ -697,6 +771,9 @@ type TimeoutError struct {
 // timestamp, and how long the lock had not changed.
 func (e *TimeoutError) Error() string {
 	s := fmt.Sprintf("timed out after %.1fs waiting for lock %s", e.Waited.Seconds(), e.Path)
+	if e.Queue > 0 {
+		s += fmt.Sprintf(" (queued behind pid %d of this host, which waits for or holds the lock)", e.Queue)
+	}
 	if e.Holder == nil {
 		if e.ReadErr != nil {
 			return s + fmt.Sprintf(" (holder unknown: cannot read the lock file: %v; remove it as its owner or an administrator if its holder is gone)", e.ReadErr)

@@ -96,12 +96,19 @@ func TestAcquireRelease(t *testing.T) {
 		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("lock file still there after release: %v", err)
 		}
-		if cs := claims(t, filepath.Dir(path)); len(cs) != 0 {
-			t.Fatalf("claims left after release: %v", cs)
+		// The claim is kept for the next Acquire (one per Lock).
+		if cs := claims(t, filepath.Dir(path)); len(cs) != 1 {
+			t.Fatalf("claims after release: %v, want just our reused one", cs)
 		}
 	}
 	if err := l.Release(); !errors.Is(err, ErrNotHeld) {
 		t.Fatalf("second Release: %v, want ErrNotHeld", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if cs := claims(t, filepath.Dir(path)); len(cs) != 0 {
+		t.Fatalf("claims left after Close: %v", cs)
 	}
 }
 
@@ -284,8 +291,13 @@ func TestTimeoutWhileHeldByOther(t *testing.T) {
 		t.Errorf("bad error fields: %+v", te)
 	}
 	t.Log(te)
+	// a's claim is the lock; b keeps its claim for its next Acquire.
+	if cs := claims(t, filepath.Dir(path)); len(cs) != 2 {
+		t.Errorf("claims %v, want the holder's and the waiter's", cs)
+	}
+	b.Close()
 	if cs := claims(t, filepath.Dir(path)); len(cs) != 1 {
-		t.Errorf("timed-out claim not removed: %v", cs)
+		t.Errorf("timed-out claim not removed by Close: %v", cs)
 	}
 }
 
@@ -319,8 +331,12 @@ func TestContextCancel(t *testing.T) {
 	if err := b.Acquire(dctx); err != context.DeadlineExceeded {
 		t.Fatalf("got %v", err)
 	}
+	if cs := claims(t, filepath.Dir(path)); len(cs) > 2 {
+		t.Errorf("claims %v, want at most the holder's and the waiter's", cs)
+	}
+	b.Close()
 	if cs := claims(t, filepath.Dir(path)); len(cs) != 1 {
-		t.Errorf("cancelled claims not removed: %v", cs)
+		t.Errorf("cancelled claims not removed by Close: %v", cs)
 	}
 }
 
@@ -362,9 +378,10 @@ func TestInProcessWait(t *testing.T) {
 // TestGoroutinesExclusive: many goroutines, one shared Lock and several
 // separate Locks on the same file; the race detector checks the counter.
 func TestGoroutinesExclusive(t *testing.T) {
+	var tr tracker
 	path, opt := newTestLock(t)
 	opt.MinBackoff, opt.MaxBackoff = 50*time.Microsecond, time.Millisecond
-	shared := New(path, opt)
+	shared := tr.New(path, opt)
 	var (
 		counter int
 		inside  int32
@@ -375,7 +392,7 @@ func TestGoroutinesExclusive(t *testing.T) {
 	for g := 0; g < 8; g++ {
 		l := shared
 		if g%2 == 1 {
-			l = New(path, opt) // a separate Lock: only the file protocol protects
+			l = tr.New(path, opt) // a separate Lock: only the file protocol protects
 		}
 		wg.Add(1)
 		go func() {
@@ -406,17 +423,19 @@ func TestGoroutinesExclusive(t *testing.T) {
 	if overlap || counter != 800 {
 		t.Fatalf("counter %d (want 800), overlap %v", counter, overlap)
 	}
+	tr.closeAll()
 	if cs := claims(t, filepath.Dir(path)); len(cs) != 0 {
 		t.Errorf("claims left: %v", cs)
 	}
 }
 
 func TestStaleLockBroken(t *testing.T) {
+	var tr tracker
 	path, opt := newTestLock(t)
 	now := unixSeconds(time.Now())
 	// Older than the default 600 s: broken.
 	writeLockFile(t, path, holderJSON("deadnode", 1, now-601))
-	l := New(path, opt)
+	l := tr.New(path, opt)
 	l.opt.Timeout = 5 * time.Second
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatalf("stale lock not broken: %v", err)
@@ -432,14 +451,14 @@ func TestStaleLockBroken(t *testing.T) {
 	// Younger than StaleTimeout: respected.
 	writeLockFile(t, path, holderJSON("livenode", 2, now-5))
 	opt.Timeout = 100 * time.Millisecond
-	err = New(path, opt).Acquire(context.Background())
+	err = tr.New(path, opt).Acquire(context.Background())
 	var te *TimeoutError
 	if !errors.As(err, &te) || te.Holder == nil || te.Holder.Hostname != "livenode" {
 		t.Fatalf("fresh lock: want timeout naming livenode, got %v", err)
 	}
 	// Same file, shorter StaleTimeout: broken.
 	opt.StaleTimeout = time.Second
-	l = New(path, opt)
+	l = tr.New(path, opt)
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatalf("custom StaleTimeout: %v", err)
 	}
@@ -448,21 +467,23 @@ func TestStaleLockBroken(t *testing.T) {
 	// Integer timestamps (a Python int) count too; negative StaleTimeout never breaks.
 	writeLockFile(t, path, `{"hostname": "n", "pid": 3, "timestamp": 1000}`)
 	opt.StaleTimeout = -1
-	if err := New(path, opt).Acquire(context.Background()); !errors.As(err, &te) {
+	if err := tr.New(path, opt).Acquire(context.Background()); !errors.As(err, &te) {
 		t.Fatalf("StaleTimeout<0 must never break: %v", err)
 	}
 	opt.StaleTimeout = 0
-	l = New(path, opt)
+	l = tr.New(path, opt)
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatalf("int timestamp: %v", err)
 	}
 	l.Release()
+	tr.closeAll()
 	if cs := claims(t, filepath.Dir(path)); len(cs) != 0 {
 		t.Errorf("claims left: %v", cs)
 	}
 }
 
 func TestUnparseableLockNeverBroken(t *testing.T) {
+	var tr tracker
 	for _, content := range []string{
 		"", "garbage", "{", "[]", "{}", `{"hostname": "n", "pid": 1}`,
 		`{"hostname": "n", "pid": 1, "timestamp": "1000"}`,
@@ -475,7 +496,7 @@ func TestUnparseableLockNeverBroken(t *testing.T) {
 		writeLockFile(t, path, content)
 		opt.StaleTimeout = time.Nanosecond // anything parseable is stale
 		opt.Timeout = 60 * time.Millisecond
-		err := New(path, opt).Acquire(context.Background())
+		err := tr.New(path, opt).Acquire(context.Background())
 		var te *TimeoutError
 		if !errors.As(err, &te) {
 			t.Errorf("%q: want timeout, got %v", content, err)
@@ -484,6 +505,7 @@ func TestUnparseableLockNeverBroken(t *testing.T) {
 		if got, _ := os.ReadFile(path); string(got) != content {
 			t.Errorf("%q: lock file changed to %q", content, got)
 		}
+		tr.closeAll()
 		if cs := claims(t, filepath.Dir(path)); len(cs) != 0 {
 			t.Errorf("%q: claims left: %v", content, cs)
 		}
@@ -491,8 +513,9 @@ func TestUnparseableLockNeverBroken(t *testing.T) {
 }
 
 func TestReleaseKeepsForeignLock(t *testing.T) {
+	var tr tracker
 	path, opt := newTestLock(t)
-	l := New(path, opt)
+	l := tr.New(path, opt)
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -506,6 +529,7 @@ func TestReleaseKeepsForeignLock(t *testing.T) {
 	if got, _ := os.ReadFile(path); string(got) != foreign {
 		t.Fatalf("foreign lock touched: %q", got)
 	}
+	tr.closeAll()
 	if cs := claims(t, filepath.Dir(path)); len(cs) != 0 {
 		t.Errorf("claim left: %v", cs)
 	}
@@ -569,7 +593,7 @@ func TestBreakLockChecksInode(t *testing.T) {
 // reply case) must count as success.
 func TestLinkCountMeansHeld(t *testing.T) {
 	path, _ := newTestLock(t)
-	c, err := newClaim(filepath.Dir(path), &record{hostname: "h", pid: os.Getpid()})
+	c, err := newClaim(filepath.Dir(path), &record{hostname: "h", pid: os.Getpid()}, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -650,5 +674,21 @@ func TestDefaults(t *testing.T) {
 	}
 	if h, _ := os.Hostname(); l.opt.Hostname != h {
 		t.Errorf("hostname %q, want %q", l.opt.Hostname, h)
+	}
+}
+
+// tracker remembers the Locks a test makes, so that it can Close them (which
+// removes their reused claim files) before counting leftover claims.
+type tracker []*Lock
+
+func (tr *tracker) New(path string, opt Options) *Lock {
+	l := New(path, opt)
+	*tr = append(*tr, l)
+	return l
+}
+
+func (tr *tracker) closeAll() {
+	for _, l := range *tr {
+		l.Close()
 	}
 }

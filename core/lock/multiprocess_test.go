@@ -87,6 +87,9 @@ func TestLockChildProcess(t *testing.T) {
 			}
 		}
 	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
 }
 
 // criticalSection is a deliberately slow read-modify-write of a counter file.

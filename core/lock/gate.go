@@ -1,0 +1,195 @@
+package lock
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tirastore/tirastore/core/environ"
+)
+
+// # The node-local queue (gate)
+//
+// Polling link() with backoff is the only way to wait for the lock across
+// nodes, but it is unfair and loads the metadata server: 32 processes of one
+// node that all poll convoy behind whichever process happens to retry when
+// the lock is free, and each poll is a round trip. So the processes of one
+// node first queue on a node-local file lock, and only the process at the
+// head of that queue runs the link protocol. Waiting in the queue is a
+// blocking fcntl(F_SETLKW) in the kernel: no polling at all, and a release
+// wakes the next waiter at once (Linux orders the waiters of one whole-file
+// lock roughly first come, first served).
+//
+// The queue is only an optimisation. The hard-link lock stays the one that
+// excludes (processes of other nodes, of other containers, old Python
+// workers never see the gate), so anything that goes wrong with the gate
+// falls back to plain link polling:
+//
+//   - the gate file is /dev/shm/tirastore-gate-<sha256(lock path)>, mode
+//     0666 so that all users of a shared database queue together; if it
+//     cannot be opened read-write (another user's file with a stricter
+//     mode, no /dev/shm and no writable $TMPDIR), there is no gate;
+//   - classic POSIX record locks belong to the process: the kernel drops
+//     them when it dies (a killed process never blocks the queue), and a
+//     fork()ed child does not inherit them (open file description locks
+//     would be inherited, and a child living on after its parent was killed
+//     would block the node forever);
+//   - EDEADLK (the kernel's deadlock detector sees two processes each
+//     queued on a database while at the head of another's queue) and any
+//     other error mean: go on without the gate;
+//   - TIRASTORE_NODE_QUEUE=0 switches it off (for comparisons).
+//
+// Waiting for the gate honours ctx and the Acquire deadline: the blocking
+// call runs on its own goroutine, and one that is abandoned releases the
+// gate as soon as it gets it. Two Locks of one process on the same database
+// share one owner (the process), so they pass the gate together; the
+// hard-link lock still orders them.
+type gate struct {
+	f *os.File
+
+	mu      sync.Mutex
+	pending int  // abandoned waits still blocked in the kernel
+	closed  bool // close was called; the last pending wait closes f
+}
+
+var (
+	errGateTimeout     = errors.New("lock: timed out in the node-local queue")
+	errGateUnavailable = errors.New("lock: node-local queue unavailable")
+)
+
+// gateDir is where gate files live: /dev/shm (memory, node-local), else
+// the temporary directory.
+func gateDir() string {
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		return "/dev/shm"
+	}
+	return os.TempDir()
+}
+
+// openGate opens (creating if needed) the gate file of lockPath, or returns
+// nil when there is none to use.
+func openGate(lockPath string) *gate {
+	if environ.Get("TIRASTORE_NODE_QUEUE") == "0" {
+		return nil
+	}
+	sum := sha256.Sum256([]byte(lockPath))
+	p := filepath.Join(gateDir(), "tirastore-gate-"+hex.EncodeToString(sum[:12]))
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o666)
+	if err != nil {
+		return nil
+	}
+	// The umask may have narrowed the mode; other users must be able to
+	// open the file read-write to queue. Only the owner can widen it.
+	if fi, err := f.Stat(); err == nil && fi.Mode().Perm() != 0o666 {
+		_ = f.Chmod(0o666)
+	}
+	return &gate{f: f}
+}
+
+// wholeFile is a write lock on the whole gate file.
+func wholeFile(typ int16) *unix.Flock_t {
+	return &unix.Flock_t{Type: typ, Whence: 0, Start: 0, Len: 0}
+}
+
+// lock waits until this process is at the head of the queue, ctx is done
+// (ctx.Err()) or deadline passes (errGateTimeout). errGateUnavailable means
+// the caller should proceed without the gate.
+func (g *gate) lock(ctx context.Context, deadline time.Time) error {
+	// The common uncontended case costs one non-blocking call.
+	switch err := unix.FcntlFlock(g.f.Fd(), unix.F_SETLK, wholeFile(unix.F_WRLCK)); {
+	case err == nil:
+		return nil
+	case !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EACCES):
+		return errGateUnavailable
+	}
+	done := make(chan error, 1)
+	go func() {
+		for {
+			err := unix.FcntlFlock(g.f.Fd(), unix.F_SETLKW, wholeFile(unix.F_WRLCK))
+			if !errors.Is(err, unix.EINTR) {
+				done <- err
+				return
+			}
+		}
+	}()
+	var timeout <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		timeout = t.C
+	}
+	poll := time.NewTicker(ctxPoll)
+	defer poll.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return errGateUnavailable
+			}
+			return nil
+		case <-ctx.Done():
+			g.abandon(done)
+			return ctx.Err()
+		case <-timeout:
+			g.abandon(done)
+			return errGateTimeout
+		case <-poll.C:
+			if err := ctx.Err(); err != nil {
+				g.abandon(done)
+				return err
+			}
+		}
+	}
+}
+
+// abandon lets a pending wait finish on its own and give the gate back.
+func (g *gate) abandon(done <-chan error) {
+	g.mu.Lock()
+	g.pending++
+	g.mu.Unlock()
+	go func() {
+		err := <-done
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if err == nil {
+			g.unlock()
+		}
+		g.pending--
+		if g.closed && g.pending == 0 {
+			g.f.Close()
+		}
+	}()
+}
+
+// unlock lets the next process of this node through.
+func (g *gate) unlock() {
+	_ = unix.FcntlFlock(g.f.Fd(), unix.F_SETLK, wholeFile(unix.F_UNLCK))
+}
+
+// holder is the pid of a process that holds the gate (0 if none or unknown),
+// for timeout messages.
+func (g *gate) holder() int {
+	lk := wholeFile(unix.F_WRLCK)
+	if err := unix.FcntlFlock(g.f.Fd(), unix.F_GETLK, lk); err != nil || lk.Type == unix.F_UNLCK {
+		return 0
+	}
+	return int(lk.Pid)
+}
+
+// close releases the descriptor (and with it this process's gate lock), or
+// leaves that to the last abandoned wait still blocked on it.
+func (g *gate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	if g.pending == 0 {
+		g.f.Close()
+	}
+}
