@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"io/fs"
 	"os"
@@ -32,8 +31,8 @@ func (s *Store) Put(ctx context.Context, key, programHash, sched, resultJSON str
 	var wrote bool
 	err := s.withDB(ctx, "put", func(db *sqlite.DB) error {
 		stamp := identity.NowISO(now())
-		return db.Tx(func(tx *sql.Tx) (err error) {
-			wrote, err = sqlite.PutRecord(tx, &sqlite.Record{
+		return db.Tx(func(tx *sqlite.Tx) (err error) {
+			wrote, err = tx.PutRecord(&sqlite.Record{
 				Key: key, ProgramHash: programHash, Schedule: sched, ResultJSON: resultJSON,
 				Hostname: s.hostname, Username: s.username, CreationDate: stamp, UpdateDate: stamp,
 				SourceProject: s.opts.SourceProject,
@@ -57,8 +56,8 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	}
 	var found bool
 	err := s.withDB(ctx, "delete", func(db *sqlite.DB) error {
-		return db.Tx(func(tx *sql.Tx) (err error) {
-			found, err = sqlite.DeleteRecord(tx, key)
+		return db.Tx(func(tx *sqlite.Tx) (err error) {
+			found, err = tx.DeleteRecord(key)
 			return err
 		})
 	})

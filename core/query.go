@@ -2,6 +2,8 @@ package core
 
 import (
 	"context"
+	"fmt"
+	"sync"
 
 	"github.com/tirastore/tirastore/core/keys"
 	"github.com/tirastore/tirastore/core/pyjson"
@@ -85,31 +87,151 @@ func newResult(rec *sqlite.Record) (*Result, error) {
 	return r, nil
 }
 
-func recordKey(source, sched string) (string, error) {
+func (s *Store) recordKey(source, sched string) (string, error) {
 	if err := checkTexts("program_source_code", source, "tiralib_schedule_string", sched); err != nil {
 		return "", err
 	}
-	return keys.RecordKey(keys.ProgramHash(source), sched), nil
+	return keys.RecordKey(s.progs.hash(source), sched), nil
+}
+
+// programHashes remembers the hashes of the last few program sources: an
+// autoscheduler asks about many schedules of one program, and normalizing
+// and hashing a long source for each lookup would cost more than the
+// lookup itself.
+type programHashes struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+const maxProgramHashes = 64
+
+func (p *programHashes) hash(source string) string {
+	p.mu.Lock()
+	h, ok := p.m[source]
+	p.mu.Unlock()
+	if ok {
+		return h
+	}
+	h = keys.ProgramHash(source)
+	p.mu.Lock()
+	if p.m == nil || len(p.m) >= maxProgramHashes {
+		p.m = make(map[string]string)
+	}
+	p.m[source] = h
+	p.mu.Unlock()
+	return h
 }
 
 // Lookup returns the stored result for (program, schedule), or nil when
-// there is none. The program name does not take part in the key.
+// there is none. The program name does not take part in the key. A
+// repeated lookup is answered from the process's cache when the database
+// provably has not changed since (see resultCache).
 func (s *Store) Lookup(ctx context.Context, programName, source, sched string) (*Result, error) {
 	if err := checkText("program_name", programName); err != nil {
 		return nil, err
 	}
-	key, err := recordKey(source, sched)
+	key, err := s.recordKey(source, sched)
 	if err != nil {
 		return nil, err
 	}
-	var rec *sqlite.Record
-	if err := s.withDB(ctx, "lookup", func(db *sqlite.DB) (err error) {
-		rec, err = db.Get(key)
-		return err
-	}); err != nil || rec == nil {
+	rec, err := s.read(ctx, "lookup", key)
+	if err != nil || rec == nil {
 		return nil, err
 	}
 	return newResult(rec)
+}
+
+// read returns the joined record for key (nil: absent), from the cache if
+// it is provably current, else under the lock.
+func (s *Store) read(ctx context.Context, op, key string) (*sqlite.Record, error) {
+	if rec, ok := s.cached(key); ok {
+		return rec, nil
+	}
+	var rec *sqlite.Record
+	err := s.withDB(ctx, op, func(db *sqlite.DB) (err error) {
+		if rec, err = db.Get(key); err != nil {
+			return err
+		}
+		s.cache.sync()
+		s.cache.put(key, rec)
+		return nil
+	})
+	return rec, err
+}
+
+// cached is the lock-free path of read.
+func (s *Store) cached(key string) (*sqlite.Record, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, false // withDB reports it
+	}
+	return s.cache.get(key)
+}
+
+// LookupMany looks up several schedules of one program under one
+// acquisition of the lock and in one read transaction; the results are in
+// the order of schedules (nil where absent). Invalid input anywhere fails
+// the whole call, naming the entry (schedules[i]: ...).
+func (s *Store) LookupMany(ctx context.Context, programName, source string, schedules []string) ([]*Result, error) {
+	if err := checkTexts("program_name", programName, "program_source_code", source); err != nil {
+		return nil, err
+	}
+	hash := s.progs.hash(source)
+	keyList := make([]string, len(schedules))
+	for i, sc := range schedules {
+		if err := checkText("tiralib_schedule_string", sc); err != nil {
+			e := err.(*Error)
+			return nil, &Error{Kind: e.Kind, Message: fmt.Sprintf("schedules[%d]: %s", i, e.Message), Err: e.Err}
+		}
+		keyList[i] = keys.RecordKey(hash, sc)
+	}
+	recs := make([]*sqlite.Record, len(keyList))
+	var missing []int
+	for i, k := range keyList {
+		if rec, ok := s.cached(k); ok {
+			recs[i] = rec
+		} else {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) > 0 {
+		err := s.withDB(ctx, "lookup_many", func(db *sqlite.DB) error {
+			err := db.Read(func(r *sqlite.Reader) error {
+				for _, i := range missing {
+					rec, err := r.Get(keyList[i])
+					if err != nil {
+						return err
+					}
+					recs[i] = rec
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			s.cache.sync()
+			for _, i := range missing {
+				s.cache.put(keyList[i], recs[i])
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	out := make([]*Result, len(recs))
+	for i, rec := range recs {
+		if rec == nil {
+			continue
+		}
+		r, err := newResult(rec)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = r
+	}
+	return out, nil
 }
 
 // Contains reports whether a record exists for (program, schedule).
@@ -117,9 +239,12 @@ func (s *Store) Contains(ctx context.Context, programName, source, sched string)
 	if err := checkText("program_name", programName); err != nil {
 		return false, err
 	}
-	key, err := recordKey(source, sched)
+	key, err := s.recordKey(source, sched)
 	if err != nil {
 		return false, err
+	}
+	if rec, ok := s.cached(key); ok {
+		return rec != nil, nil
 	}
 	var found bool
 	err = s.withDB(ctx, "contains", func(db *sqlite.DB) (err error) {

@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 
 	"github.com/tirastore/tirastore/core/identity"
@@ -72,13 +71,13 @@ func (s *Store) record(ctx context.Context, programName, source string, ms []Mea
 	written := 0
 	err := s.withDB(ctx, "record", func(db *sqlite.DB) error {
 		stamp := identity.NowISO(now())
-		return db.Tx(func(tx *sql.Tx) error {
+		return db.Tx(func(tx *sqlite.Tx) error {
 			written = 0
-			if err := sqlite.PutProgram(tx, sqlite.Program{Hash: hash, Name: programName, Source: source}); err != nil {
+			if err := tx.PutProgram(sqlite.Program{Hash: hash, Name: programName, Source: source}); err != nil {
 				return err
 			}
 			for _, p := range rows {
-				ok, err := sqlite.PutRecord(tx, &sqlite.Record{
+				ok, err := tx.PutRecord(&sqlite.Record{
 					Key: p.key, ProgramHash: hash, Schedule: p.schedule, ResultJSON: p.resultJSON,
 					Hostname: s.hostname, Username: s.username, CreationDate: stamp, UpdateDate: stamp,
 					SourceProject: s.opts.SourceProject,

@@ -42,6 +42,13 @@ type Store struct {
 	writesAllowed bool
 	warning       string
 
+	// fresh: open a new connection for every operation (see conn.go).
+	fresh bool
+	// conn is the kept connection; used and replaced only under the lock.
+	conn  *conn
+	cache resultCache
+	progs programHashes
+
 	mu     sync.RWMutex // held shared by operations, exclusively by Close
 	closed bool
 }
@@ -94,7 +101,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 			return nil, s.classify(err, "create the database directory")
 		}
 	}
+	s.fresh, _ = freshConnections(dir)
 	if err := s.initOrValidate(ctx); err != nil {
+		s.lk.Close()
 		return nil, err
 	}
 	return s, nil
@@ -102,7 +111,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 
 // initOrValidate creates a missing database or checks the CPU metadata of an
 // existing one, under the lock.
-func (s *Store) initOrValidate(ctx context.Context) error {
+func (s *Store) initOrValidate(ctx context.Context) (err error) {
 	release, err := s.acquire(ctx)
 	if err != nil {
 		return s.classify(err, "open")
@@ -113,11 +122,12 @@ func (s *Store) initOrValidate(ctx context.Context) error {
 	if err != nil {
 		return s.classify(err, "create the database")
 	}
-	db, err := sqlite.Open(s.path)
+	c, err := s.connect()
 	if err != nil {
 		return s.classify(err, "open")
 	}
-	defer db.Close()
+	db := c.db
+	defer s.endOp(&err)
 
 	ok, err := db.HasTables()
 	if err != nil {
@@ -129,7 +139,7 @@ func (s *Store) initOrValidate(ctx context.Context) error {
 		}
 		return s.classify(db.Init(s.localCPU, s.localSlurm, identity.NowISO(now())), "initialise the database")
 	}
-	if err := s.checkSchema(db); err != nil {
+	if err = s.checkSchema(db); err != nil {
 		return err
 	}
 	return s.checkCPU(db)
@@ -215,6 +225,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.dropConn()
 	return s.lk.Close()
 }
 
@@ -234,9 +245,9 @@ func (s *Store) WritesAllowed() bool { return s.writesAllowed }
 // allowed; callers print it the way their language prints warnings.
 func (s *Store) Warning() string { return s.warning }
 
-// withDB runs fn with a fresh connection while holding the lock: the
-// original's acquire -> open -> work -> close -> release cycle.
-func (s *Store) withDB(ctx context.Context, op string, fn func(db *sqlite.DB) error) error {
+// withDB runs fn on the kept connection (see conn.go) while holding the
+// lock.
+func (s *Store) withDB(ctx context.Context, op string, fn func(db *sqlite.DB) error) (err error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
@@ -247,17 +258,28 @@ func (s *Store) withDB(ctx context.Context, op string, fn func(db *sqlite.DB) er
 		return s.classify(err, op)
 	}
 	defer release()
-	db, err := sqlite.Open(s.path)
+	c, err := s.connect()
 	if err != nil {
 		return s.classify(err, op)
 	}
 	failpoint.Inject(failpoint.DBOpened)
-	err = fn(db)
-	if cerr := db.Close(); err == nil {
-		err = cerr
+	defer s.endOp(&err)
+	return s.classify(fn(c.db), op)
+}
+
+// endOp ends an operation under the lock: the cache learns the generation
+// the operation left behind, and a connection that failed for any reason
+// other than the caller's input is closed, so that the next operation starts
+// from a new one. With fresh connections it is closed in any case.
+func (s *Store) endOp(errp *error) {
+	if *errp == nil {
+		s.cache.sync()
+	}
+	var e *Error
+	if s.fresh || (*errp != nil && (!errors.As(*errp, &e) || (e.Kind != KindValue && e.Kind != KindType))) {
+		s.dropConn()
 	}
 	failpoint.Inject(failpoint.BeforeRelease)
-	return s.classify(err, op)
 }
 
 // acquire takes the hard-link lock and returns its release. Only a

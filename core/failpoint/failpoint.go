@@ -29,7 +29,8 @@ const (
 	BeforeCommit = "before-commit"
 	// AfterCommit: the transaction committed, the connection is still open.
 	AfterCommit = "after-commit"
-	// BeforeRelease: SQLite is closed, the lock is still held.
+	// BeforeRelease: the operation is done (its transaction committed or
+	// rolled back), the lock is still held.
 	BeforeRelease = "before-release"
 	// LockDisabled is a switch, not a point: the engine skips the hard-link
 	// lock entirely. Only the negative controls of the concurrency tests set
@@ -38,4 +39,12 @@ const (
 	// InterruptDisabled is a switch: the C layer does not catch Ctrl-C
 	// during lock waits (the negative control of the interrupt test).
 	InterruptDisabled = "interrupt-disabled"
+	// SQLiteExclusive is a switch: the kept connection runs in SQLite's
+	// exclusive locking mode, in which it never rereads pages that another
+	// process changed (the negative control of the revalidation tests).
+	SQLiteExclusive = "sqlite-exclusive"
+	// CacheTrust is a switch: lookups are served from the in-process cache
+	// without comparing the database header (the negative control of the
+	// cache tests).
+	CacheTrust = "cache-trust"
 )

@@ -62,6 +62,10 @@ const (
 // other writer can be alive while we hold the hard-link lock.
 type DB struct {
 	db *sql.DB
+
+	// stmts are the prepared statements of the hot paths, prepared once per
+	// connection (a Store keeps its connection across operations).
+	stmts map[string]*sql.Stmt
 }
 
 // uriPath escapes the characters that end or alter the path part of an
@@ -89,11 +93,63 @@ func Open(path string) (*DB, error) {
 		db.Close()
 		return nil, err
 	}
-	return &DB{db: db}, nil
+	return &DB{db: db, stmts: map[string]*sql.Stmt{}}, nil
 }
 
-// Close closes the connection; SQLite deletes its journal before it returns.
-func (d *DB) Close() error { return d.db.Close() }
+// Close closes the connection. Outside a transaction SQLite writes nothing
+// when it closes (the journal was deleted at the last commit).
+func (d *DB) Close() error {
+	for _, st := range d.stmts {
+		st.Close()
+	}
+	return d.db.Close()
+}
+
+// stmt returns the prepared form of query, preparing it on first use.
+func (d *DB) stmt(query string) (*sql.Stmt, error) {
+	if st, ok := d.stmts[query]; ok {
+		return st, nil
+	}
+	st, err := d.db.Prepare(query)
+	if err != nil {
+		return nil, err
+	}
+	d.stmts[query] = st
+	return st, nil
+}
+
+// Pragma runs a PRAGMA statement (tests and negative controls).
+func (d *DB) Pragma(stmt string) error {
+	_, err := d.db.Exec(stmt)
+	return err
+}
+
+// Reader reads inside one read transaction (see Read).
+type Reader struct {
+	d  *DB
+	tx *sql.Tx
+}
+
+// Get is DB.Get inside the reader's transaction.
+func (r *Reader) Get(key string) (*Record, error) {
+	if st, ok := r.d.stmts[getQuery]; ok {
+		return getRecord(r.tx.Stmt(st).QueryRow(key))
+	}
+	return getRecord(r.tx.QueryRow(getQuery, key))
+}
+
+// Read runs fn in one transaction that it always rolls back: many reads see
+// one snapshot and pay SQLite's per-transaction checks (hot journal,
+// change counter) once. It writes nothing, so failpoints do not fire.
+func (d *DB) Read(fn func(r *Reader) error) error {
+	d.prepare(getQuery)
+	tx, err := d.db.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	return fn(&Reader{d: d, tx: tx})
+}
 
 // IsNotDatabase reports errors that mean "this file is not a usable SQLite
 // database" (SQLITE_NOTADB, SQLITE_CORRUPT), as opposed to I/O trouble.
@@ -112,19 +168,48 @@ func IsConstraint(err error) bool {
 	return errors.As(err, &se) && se.Code == sqlite3.ErrConstraint
 }
 
+// Tx is one write transaction, with the statements that write records.
+type Tx struct {
+	*sql.Tx
+	d *DB
+}
+
+// exec runs query inside the transaction, prepared if Tx could prepare it
+// beforehand (not before the tables exist).
+func (tx *Tx) exec(query string, args ...any) (sql.Result, error) {
+	if st, ok := tx.d.stmts[query]; ok {
+		return tx.Stmt(st).Exec(args...)
+	}
+	return tx.Exec(query, args...)
+}
+
+// writeStatements are prepared before a write transaction begins: the
+// connection pool has one connection, which the transaction then holds, so
+// nothing can be prepared on the DB from inside it.
+var writeStatements = []string{insertProgram, insertRecord, upsertRecord, deleteRecord}
+
+// prepare prepares queries not prepared yet, ignoring failures (a table
+// that does not exist yet): exec then runs them unprepared.
+func (d *DB) prepare(queries ...string) {
+	for _, q := range queries {
+		d.stmt(q)
+	}
+}
+
 // Tx runs fn inside one write transaction (BEGIN IMMEDIATE), committing on
 // nil and rolling back on error.
-func (d *DB) Tx(fn func(tx *sql.Tx) error) error {
-	tx, err := d.db.BeginTx(context.Background(), nil)
+func (d *DB) Tx(fn func(tx *Tx) error) error {
+	d.prepare(writeStatements...)
+	stx, err := d.db.BeginTx(context.Background(), nil)
 	if err != nil {
 		return err
 	}
-	if err := fn(tx); err != nil {
-		tx.Rollback()
+	if err := fn(&Tx{Tx: stx, d: d}); err != nil {
+		stx.Rollback()
 		return err
 	}
 	failpoint.Inject(failpoint.BeforeCommit)
-	if err := tx.Commit(); err != nil {
+	if err := stx.Commit(); err != nil {
 		return err
 	}
 	failpoint.Inject(failpoint.AfterCommit)
@@ -134,7 +219,7 @@ func (d *DB) Tx(fn func(tx *sql.Tx) error) error {
 // Init creates the tables and the db_meta rows of a new database. It is
 // idempotent: existing tables and meta rows are left as they are.
 func (d *DB) Init(cpuModel, slurmCPUs, createdAt string) error {
-	return d.Tx(func(tx *sql.Tx) error {
+	return d.Tx(func(tx *Tx) error {
 		for _, ddl := range []string{createMeta, createPrograms, createRecords} {
 			if _, err := tx.Exec(ddl); err != nil {
 				return err

@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"database/sql"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,11 +71,11 @@ func TestPutRecordOverwriteKeepsCreationDate(t *testing.T) {
 	db, _ := newDB(t, "c.db")
 	put := func(result, stamp string, overwrite bool) bool {
 		var wrote bool
-		err := db.Tx(func(tx *sql.Tx) (err error) {
-			if err = PutProgram(tx, Program{Hash: "h", Name: "first", Source: "s"}); err != nil {
+		err := db.Tx(func(tx *Tx) (err error) {
+			if err = tx.PutProgram(Program{Hash: "h", Name: "first", Source: "s"}); err != nil {
 				return err
 			}
-			wrote, err = PutRecord(tx, &Record{Key: "k", ProgramHash: "h", Schedule: "S", ResultJSON: result,
+			wrote, err = tx.PutRecord(&Record{Key: "k", ProgramHash: "h", Schedule: "S", ResultJSON: result,
 				Hostname: "n", Username: "u", CreationDate: stamp, UpdateDate: stamp, SourceProject: "p"}, overwrite)
 			return err
 		})
@@ -95,8 +94,8 @@ func TestPutRecordOverwriteKeepsCreationDate(t *testing.T) {
 	if r.CreationDate != "t1" || r.UpdateDate != "t3" || r.ResultJSON != `{"x":1}` || r.ProgramName != "first" {
 		t.Fatalf("%+v", r)
 	}
-	if err := db.Tx(func(tx *sql.Tx) error {
-		_, err := PutRecord(tx, &Record{Key: "k2", ProgramHash: "missing"}, false)
+	if err := db.Tx(func(tx *Tx) error {
+		_, err := tx.PutRecord(&Record{Key: "k2", ProgramHash: "missing"}, false)
 		return err
 	}); !IsConstraint(err) {
 		t.Fatalf("foreign key not enforced: %v", err)

@@ -41,9 +41,19 @@ func scanJoined(sc interface{ Scan(...any) error }) (*Record, error) {
 	return &r, err
 }
 
+const getQuery = selectJoined + " WHERE r.key = ?"
+
 // Get returns the record with its program, or nil when there is none.
 func (d *DB) Get(key string) (*Record, error) {
-	r, err := scanJoined(d.db.QueryRow(selectJoined+" WHERE r.key = ?", key))
+	st, err := d.stmt(getQuery)
+	if err != nil {
+		return nil, err
+	}
+	return getRecord(st.QueryRow(key))
+}
+
+func getRecord(row *sql.Row) (*Record, error) {
+	r, err := scanJoined(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -55,8 +65,12 @@ func (d *DB) Get(key string) (*Record, error) {
 
 // Contains reports whether a record exists (no join, as in the original).
 func (d *DB) Contains(key string) (bool, error) {
+	st, err := d.stmt("SELECT 1 FROM records WHERE key = ?")
+	if err != nil {
+		return false, err
+	}
 	var one int
-	err := d.db.QueryRow("SELECT 1 FROM records WHERE key = ?", key).Scan(&one)
+	err = st.QueryRow(key).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
@@ -137,40 +151,50 @@ func (d *DB) ProgramResults(programHash string) ([]ScheduleResult, error) {
 
 // PutProgram inserts a program unless its hash is present: the first name
 // stored for a hash wins.
-func PutProgram(tx *sql.Tx, p Program) error {
-	_, err := tx.Exec("INSERT OR IGNORE INTO programs (program_hash, program_name, source_code) VALUES (?, ?, ?)", p.Hash, p.Name, p.Source)
+func (tx *Tx) PutProgram(p Program) error {
+	_, err := tx.exec(insertProgram, p.Hash, p.Name, p.Source)
 	return err
 }
+
+// One statement per record: insert-if-absent, or with overwrite an upsert
+// that replaces program_hash, schedule, result_json, hostname, username,
+// update_date and source_project and keeps creation_date (the original's
+// SELECT, then UPDATE or INSERT, in one step). OR IGNORE resolves only the
+// primary-key conflict here: no column is ever NULL, and foreign-key
+// violations are not ignorable.
+const (
+	insertProgram = "INSERT OR IGNORE INTO programs (program_hash, program_name, source_code) VALUES (?, ?, ?)"
+	deleteRecord  = "DELETE FROM records WHERE key = ?"
+	insertRecord  = `INSERT OR IGNORE INTO records (key, program_hash, schedule, result_json, hostname, username,
+       creation_date, update_date, source_project) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	upsertRecord = `INSERT INTO records (key, program_hash, schedule, result_json, hostname, username,
+       creation_date, update_date, source_project) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+  ON CONFLICT(key) DO UPDATE SET program_hash = excluded.program_hash, schedule = excluded.schedule,
+       result_json = excluded.result_json, hostname = excluded.hostname, username = excluded.username,
+       update_date = excluded.update_date, source_project = excluded.source_project`
+)
 
 // PutRecord inserts r, or with overwrite replaces an existing row's
 // program_hash, schedule, result_json, hostname, username, update_date and
 // source_project while keeping its creation_date. It reports whether a
 // write happened. r.CreationDate is used as both dates of a new row.
-func PutRecord(tx *sql.Tx, r *Record, overwrite bool) (bool, error) {
-	var one int
-	err := tx.QueryRow("SELECT 1 FROM records WHERE key = ?", r.Key).Scan(&one)
-	exists := err == nil
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+func (tx *Tx) PutRecord(r *Record, overwrite bool) (bool, error) {
+	q := insertRecord
+	if overwrite {
+		q = upsertRecord
+	}
+	res, err := tx.exec(q, r.Key, r.ProgramHash, r.Schedule, r.ResultJSON, r.Hostname, r.Username,
+		r.CreationDate, r.UpdateDate, r.SourceProject)
+	if err != nil {
 		return false, err
 	}
-	switch {
-	case exists && !overwrite:
-		return false, nil
-	case exists:
-		_, err = tx.Exec(`UPDATE records SET program_hash = ?, schedule = ?, result_json = ?, hostname = ?,
-       username = ?, update_date = ?, source_project = ? WHERE key = ?`,
-			r.ProgramHash, r.Schedule, r.ResultJSON, r.Hostname, r.Username, r.UpdateDate, r.SourceProject, r.Key)
-	default:
-		_, err = tx.Exec(`INSERT INTO records (key, program_hash, schedule, result_json, hostname, username,
-       creation_date, update_date, source_project) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			r.Key, r.ProgramHash, r.Schedule, r.ResultJSON, r.Hostname, r.Username, r.CreationDate, r.UpdateDate, r.SourceProject)
-	}
-	return err == nil, err
+	n, err := res.RowsAffected()
+	return n > 0, err
 }
 
 // DeleteRecord removes a record and reports whether it existed.
-func DeleteRecord(tx *sql.Tx, key string) (bool, error) {
-	res, err := tx.Exec("DELETE FROM records WHERE key = ?", key)
+func (tx *Tx) DeleteRecord(key string) (bool, error) {
+	res, err := tx.exec(deleteRecord, key)
 	if err != nil {
 		return false, err
 	}

@@ -1,0 +1,112 @@
+package core
+
+import (
+	"os"
+	"sync"
+
+	"github.com/tirastore/tirastore/core/failpoint"
+	"github.com/tirastore/tirastore/core/sqlite"
+)
+
+// resultCache serves repeated lookups of one process without the lock.
+//
+// Every entry (a record, or "absent") was read under the lock, and the cache
+// remembers the database generation (see generation) read right after it,
+// still under the lock. A lookup that finds its key here reads the header
+// through the kept descriptor (one pread, no metadata round trip) and
+// checks that the file still has a name; if the generation is unchanged, no
+// transaction has committed since the entry was read, so the entry is still
+// what a locked read would return, and it is served. Otherwise the entries
+// are dropped and the lookup takes the lock.
+//
+// Why a lock-free header read cannot make us serve a stale entry: a writer
+// increments the change counter in page 1 during its commit, before the
+// commit is acknowledged; so a lookup that starts after another process's
+// record() returned reads the new counter. A writer that crashed mid-commit
+// may leave page 1 changed (the lookup then takes the lock, whose next
+// holder rolls back) or unchanged with other pages already written (the
+// committed content is still the old one, which the entry reflects). A
+// rollback restores the old header and the old content together.
+//
+// Only the lock-free check is new; a Store on a filesystem that needs fresh
+// connections (NFS) never uses it (see conn).
+type resultCache struct {
+	mu      sync.Mutex
+	hdr     *os.File // nil: no lock-free reads (no kept connection)
+	gen     generation
+	entries map[string]*sqlite.Record // nil value: known to be absent
+}
+
+// maxCached bounds the cache; when full it starts over (lookups of an
+// autoscheduler are mostly of new schedules, so recency buys little).
+const maxCached = 1 << 16
+
+// setFile points lock-free reads at a new header descriptor (nil: none) and
+// forgets every entry.
+func (c *resultCache) setFile(hdr *os.File) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.hdr = hdr
+	c.entries = nil
+}
+
+// get returns the entry for key if the database is provably unchanged since
+// it was read; ok is false otherwise (take the lock).
+func (c *resultCache) get(key string) (rec *sqlite.Record, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rec, ok = c.entries[key]
+	if !ok || c.hdr == nil {
+		return nil, false
+	}
+	if failpoint.Enabled(failpoint.CacheTrust) {
+		return rec, true
+	}
+	if !c.unchanged() {
+		c.entries = nil
+		return nil, false
+	}
+	return rec, true
+}
+
+// unchanged: the file still has a name and the same generation.
+func (c *resultCache) unchanged() bool {
+	if ok, err := linked(c.hdr); err != nil || !ok {
+		return false
+	}
+	h, err := readHeader(c.hdr)
+	return err == nil && h.generation() == c.gen
+}
+
+// sync re-reads the generation; called under the lock after every
+// operation. Entries survive only if nothing committed since they were read.
+func (c *resultCache) sync() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hdr == nil {
+		return
+	}
+	h, err := readHeader(c.hdr)
+	if err != nil {
+		c.entries = nil
+		return
+	}
+	if g := h.generation(); g != c.gen {
+		c.gen = g
+		c.entries = nil
+	}
+}
+
+// put remembers what a locked read returned for key (nil: absent). The
+// caller holds the lock and has called sync since the read.
+func (c *resultCache) put(key string, rec *sqlite.Record) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hdr == nil {
+		return
+	}
+	if c.entries == nil || len(c.entries) >= maxCached {
+		c.entries = make(map[string]*sqlite.Record)
+	}
+	c.entries[key] = rec
+}
