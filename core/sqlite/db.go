@@ -79,7 +79,7 @@ func uriPath(path string) string {
 // file: creation (with the original's 0666 mode) is the caller's job.
 func Open(path string) (*DB, error) {
 	dsn := "file:" + uriPath(path) +
-		"?mode=rw&vfs=unix-none&_journal_mode=DELETE&_synchronous=FULL&_foreign_keys=1&_busy_timeout=0&_txlock=immediate"
+		"?mode=rw&vfs=" + VFSName + "&_journal_mode=DELETE&_synchronous=FULL&_foreign_keys=1&_busy_timeout=0&_txlock=immediate"
 	db, err := sql.Open("sqlite3", dsn)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,525 @@
+/*
+** vfs.c: the "tirastore" SQLite VFS, a thin shim over SQLite's built-in
+** "unix-none" VFS (the unix VFS without POSIX advisory locks). vfs.go explains
+** why it exists and why each removed system call is safe; in short, per
+** transaction it drops every path-based call except stat(journal),
+** open(journal) and unlink(journal):
+**
+**   - xAccess(<db>-wal, EXISTS) answers "no" without a stat: this VFS cannot
+**     run WAL at all (no xShmMap), and the engine refuses WAL-mode files.
+**   - main database files are unix-none files, wrapped only to carry the
+**     per-connection state below and to close it with the database;
+**   - rollback journals are plain POSIX files implemented here: created with
+**     the database's mode (and owner, as root) remembered from one stat per
+**     connection, and made durable by fsync on a directory descriptor kept
+**     open with the connection instead of open(dir)+fsync+close each time.
+**
+** Everything else (temp files, xDelete, xFullPathname, ...) is unix-none's.
+** Every call runs under the caller's hard-link lock; SQLite serializes the
+** calls on one connection, and no state is shared between connections.
+*/
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "vfs_sqlite3.h"
+
+#ifndef O_LARGEFILE
+# define O_LARGEFILE 0
+#endif
+#ifndef O_CLOEXEC
+# define O_CLOEXEC 0
+#endif
+
+/* Values of SQLite's unix VFS that this file mirrors. */
+#define TIRA_SECTOR_SIZE   4096  /* SQLITE_DEFAULT_SECTOR_SIZE */
+#define TIRA_MIN_FD        3     /* SQLITE_MINIMUM_FILE_DESCRIPTOR */
+#define TIRA_DEFAULT_PERM  0644  /* SQLITE_DEFAULT_FILE_PERMISSIONS */
+
+/* Round up to a multiple of 8, the alignment SQLite gives sqlite3_file. */
+#define TIRA_ROUND8(x) (((x) + 7) & ~7)
+
+/* A main database file: our header followed by unix-none's own file. */
+typedef struct TiraDb {
+  sqlite3_file base;   /* pMethods = &tiraDbMethods */
+  sqlite3_file *real;  /* unix-none's file, stored right after this struct */
+  const char *zPath;   /* the name given to xOpen; valid until xClose */
+  int haveInfo;        /* mode, uid, gid and dirFd below are set */
+  mode_t mode;         /* permission bits of the database file */
+  uid_t uid;           /* owner of the database file */
+  gid_t gid;           /* group of the database file */
+  int dirFd;           /* directory of the database, or -1 */
+} TiraDb;
+
+/* A rollback journal, implemented here with plain POSIX calls. */
+typedef struct TiraJrnl {
+  sqlite3_file base;   /* pMethods = &tiraJrnlMethods */
+  int fd;              /* the journal */
+  int dirFd;           /* the database's kept directory descriptor, or -1 */
+  int dirSync;         /* created by this open: sync the directory once */
+  const char *zPath;   /* the name given to xOpen; valid until xClose */
+} TiraJrnl;
+
+static sqlite3_vfs *origVfs;          /* "unix-none" */
+static sqlite3_vfs tiraVfs;           /* "tirastore", a copy of it, edited */
+static const sqlite3_io_methods tiraDbMethods;
+static const sqlite3_io_methods tiraJrnlMethods;
+
+/* ---------------------------------------------------------------- helpers */
+
+/* open(2) as SQLite's robust_open does it: close-on-exec, retried on EINTR,
+** and never returning descriptors 0-2 (a stray write to stderr must not
+** land in a journal); those are parked on /dev/null and the open retried. */
+static int tiraRobustOpen(const char *zPath, int flags, mode_t mode){
+  for(;;){
+    int fd = open(zPath, flags|O_CLOEXEC, mode);
+    if( fd<0 ){
+      if( errno==EINTR ) continue;
+      return -1;
+    }
+    if( fd>=TIRA_MIN_FD ) return fd;
+    if( (flags & (O_CREAT|O_EXCL))==(O_CREAT|O_EXCL) ) unlink(zPath);
+    close(fd);
+    if( open("/dev/null", O_RDONLY)<0 ) return -1;
+  }
+}
+
+/* Open the directory that holds zPath (as SQLite's openDirectory does);
+** returns -1 on any failure, which callers treat as "no directory sync",
+** like SQLite. */
+static int tiraOpenDirectory(const char *zPath){
+  int fd;
+  char *zDir = strdup(zPath);
+  char *zSlash;
+  if( zDir==0 ) return -1;
+  zSlash = strrchr(zDir, '/');
+  if( zSlash==zDir ){
+    zDir[1] = 0;                 /* "/x" -> "/" */
+  }else if( zSlash ){
+    *zSlash = 0;                 /* "/a/x" -> "/a" */
+  }else{
+    strcpy(zDir, ".");           /* "x" -> "." */
+  }
+  fd = tiraRobustOpen(zDir, O_RDONLY|O_DIRECTORY, 0);
+  free(zDir);
+  return fd;
+}
+
+/* The once-per-connection metadata of the database that new journals need:
+** its mode and owner (one stat, where SQLite's findCreateFileMode stats the
+** database for every journal it creates) and a descriptor on its directory
+** (where SQLite's unixSync opens and closes the directory every time). */
+static int tiraDbLoadInfo(TiraDb *p){
+  struct stat st;
+  if( p->haveInfo ) return SQLITE_OK;
+  if( stat(p->zPath, &st)!=0 ) return SQLITE_IOERR_FSTAT;
+  p->mode = st.st_mode & 0777;
+  p->uid = st.st_uid;
+  p->gid = st.st_gid;
+  p->dirFd = tiraOpenDirectory(p->zPath);
+  p->haveInfo = 1;
+  return SQLITE_OK;
+}
+
+/* The TiraDb whose pager opens journal zJournal, or 0 when the database was
+** not opened through this VFS. sqlite3_database_file_object() is the API
+** SQLite provides to VFS shims for exactly this; it is valid for the journal
+** names the pager passes to xOpen, which are the only ones that reach it. */
+static TiraDb *tiraJournalOwner(const char *zJournal){
+  sqlite3_file *f = sqlite3_database_file_object(zJournal);
+  return (f && f->pMethods==&tiraDbMethods) ? (TiraDb*)f : 0;
+}
+
+/* ------------------------------------------------------ main database file */
+
+/* Close unix-none's file, then the kept directory descriptor. */
+static int tiraDbClose(sqlite3_file *pFile){
+  TiraDb *p = (TiraDb*)pFile;
+  int rc = p->real->pMethods->xClose(p->real);
+  if( p->dirFd>=0 ) close(p->dirFd);
+  p->dirFd = -1;
+  return rc;
+}
+
+/* Forward to unix-none. */
+static int tiraDbRead(sqlite3_file *pFile, void *pBuf, int iAmt, sqlite3_int64 iOfst){
+  sqlite3_file *r = ((TiraDb*)pFile)->real;
+  return r->pMethods->xRead(r, pBuf, iAmt, iOfst);
+}
+
+/* Forward to unix-none. */
+static int tiraDbWrite(sqlite3_file *pFile, const void *pBuf, int iAmt, sqlite3_int64 iOfst){
+  sqlite3_file *r = ((TiraDb*)pFile)->real;
+  return r->pMethods->xWrite(r, pBuf, iAmt, iOfst);
+}
+
+/* Forward to unix-none. */
+static int tiraDbTruncate(sqlite3_file *pFile, sqlite3_int64 size){
+  sqlite3_file *r = ((TiraDb*)pFile)->real;
+  return r->pMethods->xTruncate(r, size);
+}
+
+/* Forward to unix-none. */
+static int tiraDbSync(sqlite3_file *pFile, int flags){
+  sqlite3_file *r = ((TiraDb*)pFile)->real;
+  return r->pMethods->xSync(r, flags);
+}
+
+/* Forward to unix-none. */
+static int tiraDbFileSize(sqlite3_file *pFile, sqlite3_int64 *pSize){
+  sqlite3_file *r = ((TiraDb*)pFile)->real;
+  return r->pMethods->xFileSize(r, pSize);
+}
+
+/* Forward to unix-none (a no-op there). */
+static int tiraDbLock(sqlite3_file *pFile, int eLock){
+  sqlite3_file *r = ((TiraDb*)pFile)->real;
+  return r->pMethods->xLock(r, eLock);
+}
+
+/* Forward to unix-none (a no-op there). */
+static int tiraDbUnlock(sqlite3_file *pFile, int eLock){
+  sqlite3_file *r = ((TiraDb*)pFile)->real;
+  return r->pMethods->xUnlock(r, eLock);
+}
+
+/* Forward to unix-none (always "not reserved" there). */
+static int tiraDbCheckReservedLock(sqlite3_file *pFile, int *pResOut){
+  sqlite3_file *r = ((TiraDb*)pFile)->real;
+  return r->pMethods->xCheckReservedLock(r, pResOut);
+}
+
+/* Forward to unix-none. */
+static int tiraDbFileControl(sqlite3_file *pFile, int op, void *pArg){
+  sqlite3_file *r = ((TiraDb*)pFile)->real;
+  return r->pMethods->xFileControl(r, op, pArg);
+}
+
+/* Forward to unix-none. */
+static int tiraDbSectorSize(sqlite3_file *pFile){
+  sqlite3_file *r = ((TiraDb*)pFile)->real;
+  return r->pMethods->xSectorSize(r);
+}
+
+/* Forward to unix-none. */
+static int tiraDbDeviceCharacteristics(sqlite3_file *pFile){
+  sqlite3_file *r = ((TiraDb*)pFile)->real;
+  return r->pMethods->xDeviceCharacteristics(r);
+}
+
+/* Version 1: no shared memory, so SQLite can never run this file in WAL
+** mode (sqlite3PagerWalSupported needs xShmMap; unix-none has none either),
+** and no memory mapping (mmap_size is 0 by default, so none is lost). */
+static const sqlite3_io_methods tiraDbMethods = {
+  1,
+  tiraDbClose,
+  tiraDbRead,
+  tiraDbWrite,
+  tiraDbTruncate,
+  tiraDbSync,
+  tiraDbFileSize,
+  tiraDbLock,
+  tiraDbUnlock,
+  tiraDbCheckReservedLock,
+  tiraDbFileControl,
+  tiraDbSectorSize,
+  tiraDbDeviceCharacteristics,
+  0, 0, 0, 0, 0, 0
+};
+
+/* Open a main database through unix-none and wrap it. Nothing else happens
+** here: the metadata new journals need is loaded at the first journal. */
+static int tiraDbOpen(const char *zName, sqlite3_file *pFile, int flags, int *pOutFlags){
+  TiraDb *p = (TiraDb*)pFile;
+  int rc;
+  memset(p, 0, sizeof(*p));
+  p->real = (sqlite3_file*)((char*)p + TIRA_ROUND8(sizeof(TiraDb)));
+  p->zPath = zName;
+  p->dirFd = -1;
+  p->real->pMethods = 0;
+  rc = origVfs->xOpen(origVfs, zName, p->real, flags, pOutFlags);
+  if( rc!=SQLITE_OK ){
+    if( p->real->pMethods ) p->real->pMethods->xClose(p->real);
+    return rc;
+  }
+  p->base.pMethods = &tiraDbMethods;
+  return SQLITE_OK;
+}
+
+/* -------------------------------------------------------- rollback journal */
+
+/* Close the journal. */
+static int tiraJrnlClose(sqlite3_file *pFile){
+  TiraJrnl *p = (TiraJrnl*)pFile;
+  close(p->fd);   /* never retried: on Linux the descriptor is gone anyway */
+  p->fd = -1;
+  return SQLITE_OK;
+}
+
+/* pread until iAmt bytes or end of file; a short read zero-fills the rest
+** and says so, as SQLite requires. Errors map as in unixRead. */
+static int tiraJrnlRead(sqlite3_file *pFile, void *pBuf, int iAmt, sqlite3_int64 iOfst){
+  TiraJrnl *p = (TiraJrnl*)pFile;
+  char *z = (char*)pBuf;
+  int got = 0;
+  while( got<iAmt ){
+    ssize_t n = pread(p->fd, z + got, (size_t)(iAmt - got), (off_t)(iOfst + got));
+    if( n<0 ){
+      if( errno==EINTR ) continue;
+      if( errno==EIO || errno==ERANGE || errno==ENXIO ) return SQLITE_IOERR_CORRUPTFS;
+      return SQLITE_IOERR_READ;
+    }
+    if( n==0 ) break;
+    got += (int)n;
+  }
+  if( got<iAmt ){
+    memset(z + got, 0, (size_t)(iAmt - got));
+    return SQLITE_IOERR_SHORT_READ;
+  }
+  return SQLITE_OK;
+}
+
+/* pwrite all iAmt bytes, looping on partial writes and EINTR. A full disk
+** (ENOSPC, or a write that makes no progress) is SQLITE_FULL, as in unixWrite. */
+static int tiraJrnlWrite(sqlite3_file *pFile, const void *pBuf, int iAmt, sqlite3_int64 iOfst){
+  TiraJrnl *p = (TiraJrnl*)pFile;
+  const char *z = (const char*)pBuf;
+  while( iAmt>0 ){
+    ssize_t n = pwrite(p->fd, z, (size_t)iAmt, (off_t)iOfst);
+    if( n<0 ){
+      if( errno==EINTR ) continue;
+      return errno==ENOSPC ? SQLITE_FULL : SQLITE_IOERR_WRITE;
+    }
+    if( n==0 ) return SQLITE_FULL;
+    z += n;
+    iAmt -= (int)n;
+    iOfst += n;
+  }
+  return SQLITE_OK;
+}
+
+/* ftruncate, retried on EINTR. */
+static int tiraJrnlTruncate(sqlite3_file *pFile, sqlite3_int64 size){
+  TiraJrnl *p = (TiraJrnl*)pFile;
+  int rc;
+  do{ rc = ftruncate(p->fd, (off_t)size); }while( rc<0 && errno==EINTR );
+  return rc ? SQLITE_IOERR_TRUNCATE : SQLITE_OK;
+}
+
+/* fsync the journal (fdatasync when SQLite says the inode need not be
+** flushed: the size still is, the rest SQLite does not care about). The
+** first sync after creating the journal also fsyncs its directory, so that
+** the new name survives a power loss: the same one-time directory sync as
+** unixSync, through the connection's kept descriptor. As in unixSync, a
+** directory that cannot be opened or synced is not an error. */
+static int tiraJrnlSync(sqlite3_file *pFile, int flags){
+  TiraJrnl *p = (TiraJrnl*)pFile;
+  int rc;
+#if defined(__linux__)
+  rc = (flags & SQLITE_SYNC_DATAONLY) ? fdatasync(p->fd) : fsync(p->fd);
+#else
+  (void)flags;
+  rc = fsync(p->fd);
+#endif
+  if( rc ) return SQLITE_IOERR_FSYNC;
+  if( p->dirSync ){
+    if( p->dirFd>=0 ){
+      (void)fsync(p->dirFd);
+    }else{
+      int fd = tiraOpenDirectory(p->zPath);   /* fallback: SQLite's way */
+      if( fd>=0 ){
+        (void)fsync(fd);
+        close(fd);
+      }
+    }
+    p->dirSync = 0;
+  }
+  return SQLITE_OK;
+}
+
+/* The size from fstat (descriptor-based, no path lookup). */
+static int tiraJrnlFileSize(sqlite3_file *pFile, sqlite3_int64 *pSize){
+  TiraJrnl *p = (TiraJrnl*)pFile;
+  struct stat st;
+  if( fstat(p->fd, &st)!=0 ) return SQLITE_IOERR_FSTAT;
+  *pSize = (sqlite3_int64)st.st_size;
+  return SQLITE_OK;
+}
+
+/* Journals are never locked (unix-none does not lock them either). */
+static int tiraJrnlLock(sqlite3_file *pFile, int eLock){
+  (void)pFile; (void)eLock;
+  return SQLITE_OK;
+}
+
+/* Journals are never locked. */
+static int tiraJrnlUnlock(sqlite3_file *pFile, int eLock){
+  (void)pFile; (void)eLock;
+  return SQLITE_OK;
+}
+
+/* Journals are never locked: nobody holds a reserved lock. */
+static int tiraJrnlCheckReservedLock(sqlite3_file *pFile, int *pResOut){
+  (void)pFile;
+  *pResOut = 0;
+  return SQLITE_OK;
+}
+
+/* No file controls: SQLite treats SQLITE_NOTFOUND as "not supported". */
+static int tiraJrnlFileControl(sqlite3_file *pFile, int op, void *pArg){
+  (void)pFile; (void)op; (void)pArg;
+  return SQLITE_NOTFOUND;
+}
+
+/* The unix VFS's default sector size. (The pager sizes journal headers from
+** the database file's sector size, not this one.) */
+static int tiraJrnlSectorSize(sqlite3_file *pFile){
+  (void)pFile;
+  return TIRA_SECTOR_SIZE;
+}
+
+/* What unixDeviceCharacteristics gives a journal on Linux: powersafe
+** overwrite (SQLITE_POWERSAFE_OVERWRITE defaults to 1) and sub-page reads.
+** Nothing stronger (no atomic, safe-append, sequential or undeletable-when-
+** open claim). The pager reads these flags from the database file only. */
+static int tiraJrnlDeviceCharacteristics(sqlite3_file *pFile){
+  (void)pFile;
+  return SQLITE_IOCAP_POWERSAFE_OVERWRITE | SQLITE_IOCAP_SUBPAGE_READ;
+}
+
+static const sqlite3_io_methods tiraJrnlMethods = {
+  1,
+  tiraJrnlClose,
+  tiraJrnlRead,
+  tiraJrnlWrite,
+  tiraJrnlTruncate,
+  tiraJrnlSync,
+  tiraJrnlFileSize,
+  tiraJrnlLock,
+  tiraJrnlUnlock,
+  tiraJrnlCheckReservedLock,
+  tiraJrnlFileControl,
+  tiraJrnlSectorSize,
+  tiraJrnlDeviceCharacteristics,
+  0, 0, 0, 0, 0, 0
+};
+
+/* Open (or create) the rollback journal of database db, like unixOpen does
+** for SQLITE_OPEN_MAIN_JOURNAL: O_NOFOLLOW, a read-only retry when
+** read-write fails, SQLITE_READONLY_DIRECTORY when the directory forbids
+** creating it. A journal this call may have created gets the database's
+** mode whatever the umask (fchmod, only when it differs) and, as root, its
+** owner (fchown, only when it differs), exactly SQLite's policy, from the
+** metadata remembered per connection instead of a stat of the database. */
+static int tiraJrnlOpen(TiraDb *db, const char *zName, sqlite3_file *pFile, int flags, int *pOutFlags){
+  TiraJrnl *p = (TiraJrnl*)pFile;
+  int isCreate = (flags & SQLITE_OPEN_CREATE)!=0;
+  int oflags = O_LARGEFILE|O_NOFOLLOW;
+  mode_t mode = TIRA_DEFAULT_PERM;
+  int fd, rc;
+
+  memset(p, 0, sizeof(*p));
+  p->fd = -1;
+  p->dirFd = -1;
+  if( isCreate ){
+    rc = tiraDbLoadInfo(db);
+    if( rc!=SQLITE_OK ) return rc;
+    if( db->mode ) mode = db->mode;
+  }
+  oflags |= (flags & SQLITE_OPEN_READWRITE) ? O_RDWR : O_RDONLY;
+  if( isCreate ) oflags |= O_CREAT;
+  if( flags & SQLITE_OPEN_EXCLUSIVE ) oflags |= O_EXCL;
+
+  fd = tiraRobustOpen(zName, oflags, mode);
+  if( fd<0 ){
+    int err = errno;
+    if( isCreate && err==EACCES && access(zName, F_OK)!=0 ){
+      return SQLITE_READONLY_DIRECTORY;
+    }
+    if( err!=EISDIR && (flags & SQLITE_OPEN_READWRITE) ){
+      flags &= ~(SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE);
+      flags |= SQLITE_OPEN_READONLY;
+      isCreate = 0;
+      fd = tiraRobustOpen(zName, (oflags & ~(O_RDWR|O_CREAT|O_EXCL)) | O_RDONLY, 0);
+    }
+    if( fd<0 ) return SQLITE_CANTOPEN;
+  }
+
+  if( isCreate && db->mode ){
+    struct stat st;
+    if( fstat(fd, &st)==0 ){
+      if( st.st_size==0 && (st.st_mode & 0777)!=db->mode ){
+        (void)fchmod(fd, db->mode);
+      }
+      if( (st.st_uid!=db->uid || st.st_gid!=db->gid) && geteuid()==0 ){
+        (void)fchown(fd, db->uid, db->gid);
+      }
+    }
+  }
+
+  p->fd = fd;
+  p->zPath = zName;
+  if( isCreate ){
+    p->dirFd = db->dirFd;
+    p->dirSync = 1;
+  }
+  if( pOutFlags ) *pOutFlags = flags;
+  p->base.pMethods = &tiraJrnlMethods;
+  return SQLITE_OK;
+}
+
+/* --------------------------------------------------------------- the VFS */
+
+/* Main databases are wrapped, rollback journals are ours, everything else
+** (temp files, sub-journals, super-journals, a journal of a database this
+** VFS did not open) is unix-none's, unchanged. */
+static int tiraOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile, int flags, int *pOutFlags){
+  (void)pVfs;
+  if( flags & SQLITE_OPEN_MAIN_DB ){
+    return tiraDbOpen(zName, pFile, flags, pOutFlags);
+  }
+  if( (flags & SQLITE_OPEN_MAIN_JOURNAL) && zName ){
+    TiraDb *db = tiraJournalOwner(zName);
+    if( db ) return tiraJrnlOpen(db, zName, pFile, flags, pOutFlags);
+  }
+  return origVfs->xOpen(origVfs, zName, pFile, flags, pOutFlags);
+}
+
+/* "Does <db>-wal exist?" is answered "no" without a stat: a database opened
+** here can never be in WAL mode (see tiraDbMethods and vfs.go). Every other
+** question goes to unix-none. */
+static int tiraAccess(sqlite3_vfs *pVfs, const char *zPath, int flags, int *pResOut){
+  size_t n = strlen(zPath);
+  (void)pVfs;
+  if( flags==SQLITE_ACCESS_EXISTS && n>=4 && memcmp(zPath + n - 4, "-wal", 4)==0 ){
+    *pResOut = 0;
+    return SQLITE_OK;
+  }
+  return origVfs->xAccess(origVfs, zPath, flags, pResOut);
+}
+
+/* Register the VFS (not as the default) once; called from Go under a
+** sync.Once. Returns an SQLite result code. The VFS is a copy of unix-none
+** with xOpen, xAccess, szOsFile and zName replaced: the unix VFS's methods
+** are shared by all its variants and find their locking style through
+** pAppData, which the copy keeps, so the ones left in place behave exactly
+** as in unix-none. */
+int tirastore_vfs_register(void){
+  int sz;
+  if( origVfs ) return SQLITE_OK;
+  origVfs = sqlite3_vfs_find("unix-none");
+  if( origVfs==0 ) return SQLITE_ERROR;
+  tiraVfs = *origVfs;
+  tiraVfs.pNext = 0;
+  tiraVfs.zName = "tirastore";
+  sz = TIRA_ROUND8((int)sizeof(TiraDb)) + origVfs->szOsFile;
+  if( sz<(int)sizeof(TiraJrnl) ) sz = (int)sizeof(TiraJrnl);
+  tiraVfs.szOsFile = sz;
+  tiraVfs.xOpen = tiraOpen;
+  tiraVfs.xAccess = tiraAccess;
+  return sqlite3_vfs_register(&tiraVfs, 0);
+}
