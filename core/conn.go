@@ -104,19 +104,6 @@ func readHeader(f *os.File) (*header, error) {
 	return &h, nil
 }
 
-// checkHeader refuses databases that are not in rollback-journal mode:
-// WAL needs shared memory that does not work across nodes, and the engine
-// counts on the change counter, which WAL does not maintain.
-func checkHeader(path string, h *header) error {
-	if string(h[:16]) != "SQLite format 3\x00" {
-		return nil // empty or not a database: SQLite reports it
-	}
-	if h[18] == 2 || h[19] == 2 {
-		return newError(KindDatabase, "%s is in WAL journal mode; TiraStore needs a rollback-journal database on a shared filesystem (convert it with: sqlite3 %s 'PRAGMA journal_mode=DELETE')", path, path)
-	}
-	return nil
-}
-
 // linked reports whether f's file still has a name (it was not deleted or
 // replaced by a rename since it was opened).
 func linked(f *os.File) (bool, error) {
@@ -169,13 +156,18 @@ func (s *Store) connect() (*conn, error) {
 	return c, nil
 }
 
-// checkConn reads the header before SQLite does (see checkHeader).
+// checkConn reads the header before SQLite does and refuses a WAL-mode
+// database with a clear message (the VFS cannot open one: see
+// sqlite.CheckHeader).
 func (s *Store) checkConn(c *conn) error {
 	h, err := readHeader(c.hdr)
 	if err != nil {
 		return fmt.Errorf("read the database header: %w", err)
 	}
-	return checkHeader(s.path, h)
+	if err := sqlite.CheckHeader(s.path, h[:]); err != nil {
+		return newError(KindDatabase, "%v", err)
+	}
+	return nil
 }
 
 // dropConn closes the kept connection (after an error, or because the file

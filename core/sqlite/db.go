@@ -114,6 +114,9 @@ func (d *DB) stmt(query string) (*sql.Stmt, error) {
 	if err != nil {
 		return nil, err
 	}
+	if d.stmts == nil {
+		d.stmts = map[string]*sql.Stmt{}
+	}
 	d.stmts[query] = st
 	return st, nil
 }

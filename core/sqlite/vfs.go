@@ -31,7 +31,7 @@
 //     bytes 1) is always stale: SQLite checkpoints and deletes the WAL before
 //     it rewrites the header from WAL to rollback mode, and sets the header to
 //     WAL before it writes any WAL frame. The engine must still refuse WAL
-//     files up front with [CheckHeader] or [CheckFile], for a clear message
+//     files up front with [CheckHeader] (the engine reads the header through a descriptor it keeps), for a clear message
 //     instead of "unable to open database file". This coupling is deliberate:
 //     TiraStore needs journal_mode=DELETE (COMPAT.md), WAL's shared memory
 //     does not work across nodes, and this VFS depends on the header check.
@@ -80,8 +80,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"sync"
 )
 
@@ -144,21 +142,4 @@ func CheckHeader(path string, hdr []byte) error {
 		return &WALModeError{Path: path}
 	}
 	return nil
-}
-
-// CheckFile reads the header of the database file at path and applies
-// CheckHeader. It costs an open, a read and a close of the database path, so
-// it belongs where a connection is opened, not before each transaction.
-func CheckFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	hdr := make([]byte, HeaderSize)
-	n, err := io.ReadFull(f, hdr)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-		return err
-	}
-	return CheckHeader(path, hdr[:n])
 }

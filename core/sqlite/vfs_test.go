@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -123,7 +124,7 @@ func noJournal(t testing.TB, path string) {
 // fill creates table t with n rows of size-byte random blobs.
 func fill(t testing.TB, db *DB, n, size int) {
 	t.Helper()
-	err := db.Tx(func(tx *sql.Tx) error {
+	err := db.Tx(func(tx *Tx) error {
 		if _, err := tx.Exec("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)"); err != nil {
 			return err
 		}
@@ -169,7 +170,7 @@ func TestVFSReadWriteRollback(t *testing.T) {
 
 	// A transaction that fails after writing is rolled back.
 	boom := errors.New("boom")
-	err := db.Tx(func(tx *sql.Tx) error {
+	err := db.Tx(func(tx *Tx) error {
 		if _, err := tx.Exec("UPDATE t SET v = randomblob(300)"); err != nil {
 			return err
 		}
@@ -187,7 +188,7 @@ func TestVFSReadWriteRollback(t *testing.T) {
 	}
 
 	// A big transaction that spills, then fails: rolled back from the journal.
-	err = db.Tx(func(tx *sql.Tx) error {
+	err = db.Tx(func(tx *Tx) error {
 		if _, err := tx.Exec(`WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i < 3000)
 			INSERT INTO t SELECT 10000+i, randomblob(2000) FROM c`); err != nil {
 			return err
@@ -214,7 +215,7 @@ func TestVFSReadWriteRollback(t *testing.T) {
 	}
 
 	// The same big transaction committed.
-	err = db.Tx(func(tx *sql.Tx) error {
+	err = db.Tx(func(tx *Tx) error {
 		_, err := tx.Exec(`WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i < 3000)
 			INSERT INTO t SELECT 10000+i, randomblob(2000) FROM c`)
 		return err
@@ -260,7 +261,7 @@ func TestVFSJournalModeAndOwner(t *testing.T) {
 		db := openVFS(t, path, VFSName)
 		defer db.Close()
 		for i := 0; i < 2; i++ { // the first journal, and one from the remembered mode
-			err := db.Tx(func(tx *sql.Tx) error {
+			err := db.Tx(func(tx *Tx) error {
 				if _, err := tx.Exec("CREATE TABLE IF NOT EXISTS t (k INTEGER PRIMARY KEY, v BLOB)"); err != nil {
 					return err
 				}
@@ -432,11 +433,11 @@ func syscallHelper(t *testing.T, path, vfs string, n int) {
 	dir := filepath.Dir(path)
 	mark := func(name string) { os.Stat(filepath.Join(dir, syscallMark+name)) }
 	put := func(i int) {
-		err := db.Tx(func(tx *sql.Tx) error {
-			if err := PutProgram(tx, Program{Hash: "h", Name: "p", Source: "s"}); err != nil {
+		err := db.Tx(func(tx *Tx) error {
+			if err := tx.PutProgram(Program{Hash: "h", Name: "p", Source: "s"}); err != nil {
 				return err
 			}
-			_, err := PutRecord(tx, &Record{Key: fmt.Sprint("k", i), ProgramHash: "h", Schedule: "S", ResultJSON: "{}",
+			_, err := tx.PutRecord(&Record{Key: fmt.Sprint("k", i), ProgramHash: "h", Schedule: "S", ResultJSON: "{}",
 				Hostname: "n", Username: "u", CreationDate: "t", UpdateDate: "t"}, true)
 			return err
 		})
@@ -707,10 +708,10 @@ func TestWALDatabaseRefused(t *testing.T) {
 		t.Fatalf("no -wal file: %v", err)
 	}
 
-	err = CheckFile(path)
+	err = checkFile(path)
 	var we *WALModeError
 	if !errors.As(err, &we) || we.Path != path || !errors.Is(err, ErrWALMode) {
-		t.Fatalf("CheckFile: %v", err)
+		t.Fatalf("checkFile: %v", err)
 	}
 	t.Log(err)
 
@@ -730,15 +731,32 @@ func TestWALDatabaseRefused(t *testing.T) {
 	}
 	t.Logf("through %s: %v", VFSName, err)
 
-	// And CheckFile accepts rollback-journal databases, new empty files included.
+	// And checkFile accepts rollback-journal databases, new empty files included.
 	empty := newFile(t)
-	if err := CheckFile(empty); err != nil {
+	if err := checkFile(empty); err != nil {
 		t.Fatal(err)
 	}
 	db2 := openVFS(t, empty, VFSName)
 	fill(t, db2, 1, 1)
 	db2.Close()
-	if err := CheckFile(empty); err != nil {
+	if err := checkFile(empty); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// checkFile reads the header of the database file at path and applies
+// CheckHeader. It costs an open, a read and a close of the database path, so
+// it belongs where a connection is opened, not before each transaction.
+func checkFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	hdr := make([]byte, HeaderSize)
+	n, err := io.ReadFull(f, hdr)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return CheckHeader(path, hdr[:n])
 }
