@@ -175,6 +175,25 @@ func (a *args) measurement(obj *pyjson.Object, prefix string) (core.Measurement,
 	return m, err
 }
 
+// strList is a required list of strings (lookup_many's schedules).
+func (a *args) strList(name string) ([]string, error) {
+	v, ok := a.get(name)
+	if !ok {
+		return nil, &core.Error{Kind: core.KindType, Message: fmt.Sprintf("%s(): missing required argument %s", a.method, name)}
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return nil, a.typeErr(name, "a list of str", v)
+	}
+	out := make([]string, len(list))
+	for i, x := range list {
+		if out[i], ok = x.(string); !ok {
+			return nil, a.typeErr(fmt.Sprintf("%s[%d]", name, i), "str", x)
+		}
+	}
+	return out, nil
+}
+
 // schedules is record_many's list of {tiralib_schedule_string, is_legal,
 // execution_times} objects.
 func (a *args) schedules(name string) ([]core.Measurement, error) {

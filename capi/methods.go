@@ -84,6 +84,30 @@ var methods = map[string]method{
 		}
 		return r, nil
 	}},
+	"close_if_idle": {true, nil, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		return st.CloseIfIdle()
+	}},
+	"lookup_many": {true, []string{"program_name", "program_source_code", "schedules"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		name, src, _, err := programArgs(a, false)
+		if err != nil {
+			return nil, err
+		}
+		scheds, err := a.strList("schedules")
+		if err != nil {
+			return nil, err
+		}
+		rs, err := st.LookupMany(ctx, name, src, scheds)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]any, len(rs))
+		for i, r := range rs {
+			if r != nil {
+				out[i] = r
+			}
+		}
+		return out, nil
+	}},
 	"contains": {true, programParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		name, src, sched, err := programArgs(a, true)
 		if err != nil {

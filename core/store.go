@@ -221,6 +221,21 @@ func (s *Store) checkCPU(db *sqlite.DB) error {
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.closeLocked()
+}
+
+// CloseIfIdle is Close for exit handlers, which must never wait: it closes
+// the store unless an operation is in flight (say, in a thread that the
+// exiting program abandons) and reports whether it did.
+func (s *Store) CloseIfIdle() (bool, error) {
+	if !s.mu.TryLock() {
+		return false, nil
+	}
+	defer s.mu.Unlock()
+	return true, s.closeLocked()
+}
+
+func (s *Store) closeLocked() error {
 	if s.closed {
 		return nil
 	}

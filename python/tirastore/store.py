@@ -16,7 +16,9 @@ True
 
 from __future__ import annotations
 
+import atexit
 import os
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -63,6 +65,28 @@ def _fspath(where: str, name: str, value: Any) -> str:
     return path
 
 
+# Stores open in this process, for the exit handler below.
+_open_stores: "weakref.WeakSet[TiraStore]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_idle_stores() -> None:
+    """Close, at interpreter exit, every store that no thread is using.
+
+    A store keeps its SQLite connection and its lock claim file (a small
+    file beside the database) open between calls; closing removes the claim.
+    A store still busy in a thread that the exiting program abandons is left
+    alone, since exit must not wait; its claim is removed later by the next
+    process of this host that takes the lock.
+    """
+    for store in list(_open_stores):
+        if store._handle > 0 and store._gen == _native.generation:
+            try:
+                _native.call(store._handle, "close_if_idle")
+            except Exception:
+                pass
+
+
 class TiraStore:
     """A measurement cache in one SQLite file shared by many processes and nodes.
 
@@ -97,6 +121,7 @@ class TiraStore:
             "lock_timeout": lock_timeout,
         }
         self._handle, info = _native.open_store(path, options)
+        _open_stores.add(self)
         self._options = options
         self.db_path = Path(info["db_path"])
         self.source_project = info["source_project"]
@@ -124,6 +149,7 @@ class TiraStore:
                 return
             if self._handle:  # a closed store stays closed
                 self._handle, info = _native.open_store(str(self.db_path), self._options)
+                _open_stores.add(self)
                 self._writes_allowed = bool(info["writes_allowed"])
             self._gen = gen
 
@@ -160,6 +186,25 @@ class TiraStore:
             tiralib_schedule_string=tiralib_schedule_string,
         )
         return None if found is None else LookupResult(**found)
+
+    def lookup_many(
+        self, program_name: str, program_source_code: str, schedules: list[str]
+    ) -> list[Optional[LookupResult]]:
+        """Look up several schedules of one program at once (one lock acquisition).
+
+        Returns one entry per schedule, in order: a :class:`LookupResult`, or
+        None on a miss.
+
+        >>> store.lookup_many("p", src, ["S(L0,L1,4,8,comps=['c1'])", "U(L2,4,comps=['c1'])"])
+        [LookupResult(...), None]
+        """
+        found = self._call(
+            "lookup_many",
+            program_name=program_name,
+            program_source_code=program_source_code,
+            schedules=schedules,
+        )
+        return [None if r is None else LookupResult(**r) for r in found]
 
     def record(
         self,
