@@ -73,15 +73,20 @@ func gateDir() string {
 	return os.TempDir()
 }
 
+// gatePath is the gate file of lockPath. Gate files are never removed: a
+// process may be queued on one at any moment. They are empty.
+func gatePath(lockPath string) string {
+	sum := sha256.Sum256([]byte(lockPath))
+	return filepath.Join(gateDir(), "tirastore-gate-"+hex.EncodeToString(sum[:12]))
+}
+
 // openGate opens (creating if needed) the gate file of lockPath, or returns
 // nil when there is none to use.
 func openGate(lockPath string) *gate {
 	if environ.Get("TIRASTORE_NODE_QUEUE") == "0" {
 		return nil
 	}
-	sum := sha256.Sum256([]byte(lockPath))
-	p := filepath.Join(gateDir(), "tirastore-gate-"+hex.EncodeToString(sum[:12]))
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o666)
+	f, err := os.OpenFile(gatePath(lockPath), os.O_RDWR|os.O_CREATE, 0o666)
 	if err != nil {
 		return nil
 	}

@@ -21,7 +21,9 @@ import (
 func newTestLock(t *testing.T) (string, Options) {
 	t.Helper()
 	dir := physTempDir(t)
-	return filepath.Join(dir, "cache.db.lock"), Options{MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
+	path := filepath.Join(dir, "cache.db.lock")
+	t.Cleanup(func() { os.Remove(gatePath(path)) })
+	return path, Options{MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
 }
 
 // asides lists the files breakers moved aside, left in dir.

@@ -277,12 +277,28 @@ def lock_path_for(db: Path) -> Path:
     return Path(db).resolve().with_suffix(".db.lock")
 
 
+def _live_claim(p: Path) -> bool:
+    """A claim file that an open store keeps for its next operation: named
+    after a live process, and not (also) the lock."""
+    parts = p.name.split("_")
+    try:
+        pid = int(parts[-2])
+        os.kill(pid, 0)
+    except (ValueError, IndexError, ProcessLookupError):
+        return False
+    except PermissionError:
+        pass
+    return p.stat().st_nlink == 1
+
+
 def leftover_lock_files(directory: Path) -> list[str]:
-    """Lock files and claim files left in *directory*."""
+    """Lock files, and claim files of processes that are gone, left in
+    *directory*. (An open store keeps one claim file between operations; it
+    is removed when the store is closed.)"""
     return sorted(
         p.name
         for p in Path(directory).iterdir()
-        if p.name.startswith(".lock_") or p.name.endswith(".db.lock")
+        if p.name.endswith(".db.lock") or (p.name.startswith(".lock_") and not _live_claim(p))
     )
 
 
