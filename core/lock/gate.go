@@ -24,8 +24,7 @@ import (
 // node first queue on a node-local file lock, and only the process at the
 // head of that queue runs the link protocol. Waiting in the queue is a
 // blocking fcntl(F_SETLKW) in the kernel: no polling at all, and a release
-// wakes the next waiter at once (Linux orders the waiters of one whole-file
-// lock roughly first come, first served).
+// wakes the waiters at once (see the turnstile below for the order).
 //
 // The queue is only an optimisation. The hard-link lock stays the one that
 // excludes (processes of other nodes, of other containers, old Python
@@ -98,17 +97,40 @@ func openGate(lockPath string) *gate {
 	return &gate{f: f}
 }
 
-// wholeFile is a write lock on the whole gate file.
-func wholeFile(typ int16) *unix.Flock_t {
-	return &unix.Flock_t{Type: typ, Whence: 0, Start: 0, Len: 0}
+// The gate file's two one-byte ranges: a turnstile in front of the queue
+// proper. A waiter takes entry, then main, then gives entry back; the head
+// of the queue holds main. A process that releases main and wants it again
+// at once must first take entry, which the next waiter holds while it waits
+// for main: so the releaser queues behind it instead of barging ahead of the
+// waiters the kernel has just woken (which on a loaded node are not running
+// yet). Without the turnstile one process could re-acquire many times in a
+// row while others wait, the convoy that made single waits long.
+const (
+	entryByte = 0
+	mainByte  = 1
+)
+
+// byteLock is a write lock (typ F_WRLCK) or an unlock (F_UNLCK) of one byte.
+func byteLock(typ int16, at int64) *unix.Flock_t {
+	return &unix.Flock_t{Type: typ, Whence: 0, Start: at, Len: 1}
 }
 
 // lock waits until this process is at the head of the queue, ctx is done
 // (ctx.Err()) or deadline passes (errGateTimeout). errGateUnavailable means
 // the caller should proceed without the gate.
 func (g *gate) lock(ctx context.Context, deadline time.Time) error {
+	if err := g.wait(ctx, deadline, entryByte); err != nil {
+		return err
+	}
+	err := g.wait(ctx, deadline, mainByte)
+	g.unlockByte(entryByte)
+	return err
+}
+
+// wait takes the byte at, blocking as lock describes.
+func (g *gate) wait(ctx context.Context, deadline time.Time, at int64) error {
 	// The common uncontended case costs one non-blocking call.
-	switch err := unix.FcntlFlock(g.f.Fd(), unix.F_SETLK, wholeFile(unix.F_WRLCK)); {
+	switch err := unix.FcntlFlock(g.f.Fd(), unix.F_SETLK, byteLock(unix.F_WRLCK, at)); {
 	case err == nil:
 		return nil
 	case !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EACCES):
@@ -117,7 +139,7 @@ func (g *gate) lock(ctx context.Context, deadline time.Time) error {
 	done := make(chan error, 1)
 	go func() {
 		for {
-			err := unix.FcntlFlock(g.f.Fd(), unix.F_SETLKW, wholeFile(unix.F_WRLCK))
+			err := unix.FcntlFlock(g.f.Fd(), unix.F_SETLKW, byteLock(unix.F_WRLCK, at))
 			if !errors.Is(err, unix.EINTR) {
 				done <- err
 				return
@@ -140,22 +162,23 @@ func (g *gate) lock(ctx context.Context, deadline time.Time) error {
 			}
 			return nil
 		case <-ctx.Done():
-			g.abandon(done)
+			g.abandon(done, at)
 			return ctx.Err()
 		case <-timeout:
-			g.abandon(done)
+			g.abandon(done, at)
 			return errGateTimeout
 		case <-poll.C:
 			if err := ctx.Err(); err != nil {
-				g.abandon(done)
+				g.abandon(done, at)
 				return err
 			}
 		}
 	}
 }
 
-// abandon lets a pending wait finish on its own and give the gate back.
-func (g *gate) abandon(done <-chan error) {
+// abandon lets a pending wait for byte at finish on its own and give the
+// byte back.
+func (g *gate) abandon(done <-chan error, at int64) {
 	g.mu.Lock()
 	g.pending++
 	g.mu.Unlock()
@@ -164,7 +187,7 @@ func (g *gate) abandon(done <-chan error) {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		if err == nil {
-			g.unlock()
+			g.unlockByte(at)
 		}
 		g.pending--
 		if g.closed && g.pending == 0 {
@@ -174,14 +197,16 @@ func (g *gate) abandon(done <-chan error) {
 }
 
 // unlock lets the next process of this node through.
-func (g *gate) unlock() {
-	_ = unix.FcntlFlock(g.f.Fd(), unix.F_SETLK, wholeFile(unix.F_UNLCK))
+func (g *gate) unlock() { g.unlockByte(mainByte) }
+
+func (g *gate) unlockByte(at int64) {
+	_ = unix.FcntlFlock(g.f.Fd(), unix.F_SETLK, byteLock(unix.F_UNLCK, at))
 }
 
 // holder is the pid of a process that holds the gate (0 if none or unknown),
 // for timeout messages.
 func (g *gate) holder() int {
-	lk := wholeFile(unix.F_WRLCK)
+	lk := byteLock(unix.F_WRLCK, mainByte)
 	if err := unix.FcntlFlock(g.f.Fd(), unix.F_GETLK, lk); err != nil || lk.Type == unix.F_UNLCK {
 		return 0
 	}

@@ -280,9 +280,9 @@ def lock_path_for(db: Path) -> Path:
 def _live_claim(p: Path) -> bool:
     """A claim file that an open store keeps for its next operation: named
     after a live process, and not (also) the lock."""
-    parts = p.name.split("_")
+    # .lock_<hostname>_<pid>_<8 random characters, "_" among them>
     try:
-        pid = int(parts[-2])
+        pid = int(p.name[:-9].rsplit("_", 1)[1])
         os.kill(pid, 0)
     except (ValueError, IndexError, ProcessLookupError):
         return False

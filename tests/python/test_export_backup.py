@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import (
+    leftover_lock_files,
     SCHED_I,
     SCHED_R,
     SCHED_S,
@@ -250,7 +251,8 @@ def test_export_to_missing_directory_raises_file_not_found(store, tmp_path):
     with pytest.raises(FileNotFoundError):
         store.export(tmp_path / "no_such_dir" / "x.json")
     assert store.count() == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache.db"]
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".lock_")) == ["cache.db"]
+    assert leftover_lock_files(tmp_path) == []
 
 
 def test_backup_to_missing_directory_raises_file_not_found(store, tmp_path):
@@ -258,7 +260,8 @@ def test_backup_to_missing_directory_raises_file_not_found(store, tmp_path):
     with pytest.raises(FileNotFoundError):
         store.backup(tmp_path / "no_such_dir" / "x.db")
     assert store.count() == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache.db"]
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".lock_")) == ["cache.db"]
+    assert leftover_lock_files(tmp_path) == []
 
 
 def test_export_non_finite_values_from_original_db(tmp_path):

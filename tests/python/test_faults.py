@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_CPU
+from conftest import TEST_CPU, leftover_lock_files
 from tirastore import TiraStore
 
 ROOT = os.geteuid() == 0
@@ -46,7 +46,7 @@ def tmpfs(path: Path, size: str):
 
 
 def _no_lock_left(d: Path) -> None:
-    left = [p.name for p in d.iterdir() if p.name.endswith(".lock") or p.name.startswith(".lock_")]
+    left = leftover_lock_files(d)
     assert left == [], left
 
 
