@@ -3,8 +3,10 @@ package lock
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
@@ -174,6 +176,72 @@ func (g *gate) wait(ctx context.Context, deadline time.Time, at int64) error {
 			}
 		}
 	}
+}
+
+// # Fairness between nodes
+//
+// The queue hands the lock from one process of a node to the next without a
+// gap, while the heads of other nodes' queues sleep between polls: left
+// alone, a busy node would keep the lock as long as it has waiters, and the
+// other nodes would starve. So the processes of a node keep, in the gate
+// file, how many times in a row the node has taken the lock (streak) and
+// when its head last found the lock held by a process outside the queue
+// (foreignAt: another node, or a process that does not use the queue).
+// When the streak reaches fairShare while such contention was seen within
+// foreignMemory, the next head steps back once, for a random time up to the
+// heads' polling interval, so that a polling head elsewhere can take the
+// lock. A node alone never yields.
+const (
+	fairShare       = 8
+	foreignMemory   = 2 * time.Second
+	gatedMaxBackoff = 100 * time.Millisecond
+	stateOffset     = 8 // after the two lock bytes
+)
+
+// gateState is the node's shared fairness state (see above); only the
+// process holding the main byte reads or writes it.
+type gateState struct {
+	streak    uint64
+	foreignAt int64 // unix nanoseconds; 0: never
+}
+
+func (g *gate) state() gateState {
+	var b [16]byte
+	if n, _ := g.f.ReadAt(b[:], stateOffset); n < len(b) {
+		return gateState{}
+	}
+	return gateState{streak: binary.LittleEndian.Uint64(b[:8]), foreignAt: int64(binary.LittleEndian.Uint64(b[8:]))}
+}
+
+func (g *gate) setState(st gateState) {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], st.streak)
+	binary.LittleEndian.PutUint64(b[8:], uint64(st.foreignAt))
+	_, _ = g.f.WriteAt(b[:], stateOffset)
+}
+
+// noteAcquired counts one more acquisition in the node's streak.
+func (g *gate) noteAcquired() {
+	st := g.state()
+	st.streak++
+	g.setState(st)
+}
+
+// noteForeign records that a process outside the queue holds the lock.
+func (g *gate) noteForeign() {
+	g.setState(gateState{streak: 0, foreignAt: time.Now().UnixNano()})
+}
+
+// yieldIfDue steps back once if the node has had its fair share while
+// others wanted the lock.
+func (g *gate) yieldIfDue(ctx context.Context, maxBackoff time.Duration) error {
+	st := g.state()
+	if st.streak < fairShare || st.foreignAt == 0 || time.Since(time.Unix(0, st.foreignAt)) > foreignMemory {
+		return nil
+	}
+	st.streak = 0
+	g.setState(st)
+	return sleepCtx(ctx, rand.N(min(maxBackoff, gatedMaxBackoff)+1))
 }
 
 // abandon lets a pending wait for byte at finish on its own and give the

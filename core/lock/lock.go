@@ -469,11 +469,10 @@ func (l *Lock) Acquire(ctx context.Context) error {
 		l.gate = openGate(l.path)
 		l.noGate = l.gate == nil
 	}
-	gated := false
 	if l.gate != nil {
 		switch err := l.gate.lock(ctx, deadline); {
 		case err == nil:
-			gated = true
+			l.gated = true
 		case errors.Is(err, errGateTimeout):
 			<-l.sem
 			h, _ := ReadHolder(l.path)
@@ -488,13 +487,13 @@ func (l *Lock) Acquire(ctx context.Context) error {
 	}
 	c, err := l.acquireFile(ctx, start, deadline)
 	if err != nil {
-		if gated {
+		if l.gated {
+			l.gated = false
 			l.gate.unlock()
 		}
 		<-l.sem
 		return err
 	}
-	l.gated = gated
 	var hb *heartbeat
 	if l.rec.every > 0 {
 		hb = l.startHeartbeat(c)
@@ -542,6 +541,11 @@ func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (_ *c
 		}
 	}
 	c := l.own
+	if l.gated {
+		if err := l.gate.yieldIfDue(ctx, l.opt.MaxBackoff); err != nil {
+			return nil, err
+		}
+	}
 	var (
 		last      *Holder
 		readErr   error
@@ -573,7 +577,15 @@ func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (_ *c
 		if held {
 			l.stats.acquired.Add(1)
 			l.seen.valid = false
+			if l.gated {
+				l.gate.noteAcquired()
+			}
 			return c, nil
+		}
+		if l.gated {
+			// The holder is not queued on our gate: another node (or a
+			// process that does not use the queue) wants the lock too.
+			l.gate.noteForeign()
 		}
 		retryNow := false
 		h, st, rerr := readHolder(l.path)
@@ -603,7 +615,7 @@ func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (_ *c
 			continue
 		}
 		quick = 0
-		d := l.backoff(attempt)
+		d := l.backoff(attempt, l.gated)
 		if !deadline.IsZero() {
 			d = min(d, deadline.Sub(now))
 		}
@@ -614,9 +626,14 @@ func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (_ *c
 }
 
 // backoff is "full jitter": uniform in [0, min(MaxBackoff, MinBackoff*2^n)],
-// so that 64 waiters spread out instead of retrying in lockstep.
-func (l *Lock) backoff(attempt int) time.Duration {
+// so that 64 waiters spread out instead of retrying in lockstep. The head of
+// a node's queue polls for the whole node, so it polls at least every
+// gatedMaxBackoff: one poller per node, not one per process.
+func (l *Lock) backoff(attempt int, gated bool) time.Duration {
 	ceil := l.opt.MaxBackoff
+	if gated {
+		ceil = min(ceil, gatedMaxBackoff)
+	}
 	if attempt < 30 {
 		if d := l.opt.MinBackoff << attempt; d > 0 && d < ceil {
 			ceil = d

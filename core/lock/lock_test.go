@@ -640,12 +640,17 @@ func TestAcquireErrors(t *testing.T) {
 }
 
 func TestBackoffBounds(t *testing.T) {
-	l := New("/x", Options{MinBackoff: time.Millisecond, MaxBackoff: 100 * time.Millisecond})
+	l := New("/x", Options{MinBackoff: time.Millisecond, MaxBackoff: 300 * time.Millisecond})
 	for attempt := 0; attempt < 100; attempt++ {
-		ceil := min(100*time.Millisecond, time.Millisecond<<min(attempt, 20))
-		for i := 0; i < 50; i++ {
-			if d := l.backoff(attempt); d < 0 || d > ceil {
-				t.Fatalf("backoff(%d) = %v, want [0, %v]", attempt, d, ceil)
+		for _, gated := range []bool{false, true} {
+			ceil := min(300*time.Millisecond, time.Millisecond<<min(attempt, 20))
+			if gated {
+				ceil = min(ceil, gatedMaxBackoff)
+			}
+			for i := 0; i < 50; i++ {
+				if d := l.backoff(attempt, gated); d < 0 || d > ceil {
+					t.Fatalf("backoff(%d, gated %v) = %v, want [0, %v]", attempt, gated, d, ceil)
+				}
 			}
 		}
 	}
