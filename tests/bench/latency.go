@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// opResult is one row of the latency section: per call, and per record for
+// the batch rows.
+type opResult struct {
+	Summary    *summary `json:"per_call"`
+	PerRecord  *summary `json:"per_record,omitempty"`
+	Batch      int      `json:"batch,omitempty"`
+	Errors     int      `json:"errors"`
+	Timeouts   int      `json:"timeouts"`
+	Wrong      int      `json:"wrong_results"`
+	FirstError string   `json:"first_error,omitempty"`
+}
+
+func toOpResults(raw map[string]*stepResult) map[string]*opResult {
+	out := map[string]*opResult{}
+	for label, r := range raw {
+		o := &opResult{Summary: summarize(r.NS), Batch: r.Batch, Errors: r.Errors, Timeouts: r.Timeouts, Wrong: r.Wrong, FirstError: r.FirstError}
+		if r.Batch > 1 {
+			o.PerRecord = o.Summary.scaled(r.Batch)
+		}
+		out[label] = o
+	}
+	return out
+}
+
+// latencyGo runs the latency plan in this process on a fresh database.
+func latencyGo(cfg *config, impl string) (map[string]*opResult, error) {
+	if err := cfg.fresh(); err != nil {
+		return nil, err
+	}
+	steps, pool := latencyPlan(cfg.Go)
+	cfg.logf("latency %s: pool of %d records, %d lookups per row, %d records, record_many %d x100 %d x1000",
+		impl, pool, cfg.Go.Lookups, cfg.Go.Records, cfg.Go.Many100, cfg.Go.Many1000)
+	c, err := openClient(impl, cfg.dbPath())
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	t0 := time.Now()
+	out := toOpResults(runPlan(c, steps))
+	cfg.logf("latency %s: done in %.1f s", impl, time.Since(t0).Seconds())
+	return out, nil
+}
+
+// pySpec is what tests/bench/pybench.py reads.
+type pySpec struct {
+	Impl        string    `json:"impl"`
+	DB          string    `json:"db"`
+	Lib         string    `json:"lib"`
+	Repo        string    `json:"repo"`
+	ProgramName string    `json:"program_name"`
+	Source      string    `json:"source"`
+	SchedFormat string    `json:"sched_format"`
+	Times       []float64 `json:"times"`
+	CPUModel    string    `json:"cpu_model"`
+	Steps       []step    `json:"steps"`
+}
+
+// pyOutput is what pybench.py prints.
+type pyOutput struct {
+	Results map[string]*stepResult `json:"results"`
+	Skip    string                 `json:"skip,omitempty"`
+	Error   string                 `json:"error,omitempty"`
+}
+
+func (cfg *config) pySpec(impl string, steps []step) pySpec {
+	return pySpec{Impl: impl, DB: cfg.dbPath(), Lib: cfg.Lib, Repo: cfg.Repo, ProgramName: programName,
+		Source: programSource, SchedFormat: schedFormat, Times: benchTimes, CPUModel: benchCPU, Steps: steps}
+}
+
+// pythonCmd runs pybench.py on a spec file, against this tree's package and
+// library whatever tirastore the interpreter has installed.
+func pythonCmd(cfg *config, specPath string, wrap ...string) *exec.Cmd {
+	argv := append(append([]string{}, wrap...), cfg.Python, filepath.Join(cfg.Repo, "tests", "bench", "pybench.py"), specPath)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	env := []string{}
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "PYTHONPATH=") && !strings.HasPrefix(e, "TIRASTORE_LIB=") {
+			env = append(env, e)
+		}
+	}
+	pp := filepath.Join(cfg.Repo, "python")
+	if old := os.Getenv("PYTHONPATH"); old != "" {
+		pp += string(os.PathListSeparator) + old
+	}
+	cmd.Env = append(env, "PYTHONPATH="+pp, "TIRASTORE_LIB="+cfg.Lib, "PYTHONDONTWRITEBYTECODE=1")
+	return cmd
+}
+
+// runPython runs one pybench.py spec and decodes its output.
+func runPython(cfg *config, spec pySpec, wrap ...string) (*pyOutput, error) {
+	path, err := writeSpec(cfg, spec)
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(path)
+	cmd := pythonCmd(cfg, path, wrap...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	runErr := cmd.Run()
+	var out pyOutput
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+		return nil, fmt.Errorf("pybench.py %s: %v (%v)\n%s", spec.Impl, runErr, err, lastLines(stderr.String(), 15))
+	}
+	if out.Error != "" {
+		return nil, fmt.Errorf("pybench.py %s: %s", spec.Impl, out.Error)
+	}
+	return &out, nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// pythonPrereq says why Python rows cannot run, or "".
+func pythonPrereq(cfg *config) string {
+	if _, err := os.Stat(cfg.Lib); err != nil {
+		return fmt.Sprintf("%s missing (run ./build.sh or make build)", cfg.Lib)
+	}
+	if _, err := exec.LookPath(cfg.Python); err != nil {
+		return fmt.Sprintf("%s not found", cfg.Python)
+	}
+	return ""
+}
+
+// latencyPython runs the latency plan from Python: the tirastore package,
+// bare ctypes, and the Python reconstruction of the original.
+func latencyPython(cfg *config, res *results) {
+	if why := pythonPrereq(cfg); why != "" {
+		for _, impl := range []string{implPython, implCtypes, implOrigPy} {
+			res.Skipped["latency/"+impl] = why
+		}
+		cfg.logf("python rows skipped: %s", why)
+		return
+	}
+	for _, impl := range []string{implPython, implCtypes, implOrigPy} {
+		z := cfg.Py
+		if impl == implOrigPy {
+			z = cfg.Orig
+		}
+		if err := cfg.fresh(); err != nil {
+			res.Skipped["latency/"+impl] = err.Error()
+			continue
+		}
+		steps, pool := latencyPlan(z)
+		cfg.logf("latency %s: pool of %d records, %d lookups per row, %d records", impl, pool, z.Lookups, z.Records)
+		t0 := time.Now()
+		out, err := runPython(cfg, cfg.pySpec(impl, steps))
+		switch {
+		case err != nil:
+			res.Skipped["latency/"+impl] = err.Error()
+			cfg.logf("latency %s failed: %v", impl, err)
+		case out.Skip != "":
+			res.Skipped["latency/"+impl] = out.Skip
+			cfg.logf("latency %s skipped: %s", impl, out.Skip)
+		default:
+			res.Latency[impl] = toOpResults(out.Results)
+			cfg.logf("latency %s: done in %.1f s", impl, time.Since(t0).Seconds())
+		}
+	}
+}
