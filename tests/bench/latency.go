@@ -21,12 +21,16 @@ type opResult struct {
 	Timeouts   int      `json:"timeouts"`
 	Wrong      int      `json:"wrong_results"`
 	FirstError string   `json:"first_error,omitempty"`
+	SamplesNS  []int64  `json:"samples_ns,omitempty"` // every call's duration, with -raw
 }
 
-func toOpResults(raw map[string]*stepResult) map[string]*opResult {
+func toOpResults(raw map[string]*stepResult, keepSamples bool) map[string]*opResult {
 	out := map[string]*opResult{}
 	for label, r := range raw {
 		o := &opResult{Summary: summarize(r.NS), Batch: r.Batch, Errors: r.Errors, Timeouts: r.Timeouts, Wrong: r.Wrong, FirstError: r.FirstError}
+		if keepSamples {
+			o.SamplesNS = r.NS
+		}
 		if r.Batch > 1 {
 			o.PerRecord = o.Summary.scaled(r.Batch)
 		}
@@ -49,7 +53,7 @@ func latencyGo(cfg *config, impl string) (map[string]*opResult, error) {
 	}
 	defer c.Close()
 	t0 := time.Now()
-	out := toOpResults(runPlan(c, steps))
+	out := toOpResults(runPlan(c, steps), cfg.Raw)
 	cfg.logf("latency %s: done in %.1f s", impl, time.Since(t0).Seconds())
 	return out, nil
 }
@@ -170,7 +174,7 @@ func latencyPython(cfg *config, res *results) {
 			res.Skipped["latency/"+impl] = out.Skip
 			cfg.logf("latency %s skipped: %s", impl, out.Skip)
 		default:
-			res.Latency[impl] = toOpResults(out.Results)
+			res.Latency[impl] = toOpResults(out.Results, cfg.Raw)
 			cfg.logf("latency %s: done in %.1f s", impl, time.Since(t0).Seconds())
 		}
 	}

@@ -74,7 +74,7 @@ type config struct {
 	OpsPerWorker, TPPool        int
 	SyscallOps, SyscallMany     int
 	Sections                    map[string]bool
-	Keep                        bool
+	Keep, Raw                   bool
 	log                         io.Writer
 }
 
@@ -136,18 +136,19 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.Python, "python", "python3", "Python interpreter for the Python and ctypes rows")
 	fs.StringVar(&cfg.Lib, "lib", "", "libtirastore.so for Python and ctypes (default <repo>/build/libtirastore.so)")
 	fs.BoolVar(&cfg.Quick, "quick", false, "smoke-test sizes (seconds, not minutes; the figures are not meaningful)")
-	lookups := fs.Int("lookups", 1000, "iterations of each lookup/contains row")
-	records := fs.Int("records", 400, "iterations of the record new / record existing rows")
-	many100 := fs.Int("many100", 20, "iterations of record_many(100)")
-	many1000 := fs.Int("many1000", 8, "iterations of record_many(1000)")
+	lookups := fs.Int("lookups", 2000, "iterations of each lookup/contains row")
+	records := fs.Int("records", 500, "iterations of the record new / record existing rows")
+	many100 := fs.Int("many100", 30, "iterations of record_many(100)")
+	many1000 := fs.Int("many1000", 12, "iterations of record_many(1000)")
 	origDiv := fs.Int("orig-divisor", 4, "the Python original reference runs 1/N of the iterations")
 	procs := fs.String("procs", "1,2,4,8,16,32", "process counts of the throughput section")
-	fs.IntVar(&cfg.OpsPerWorker, "ops", 200, "operations per throughput worker (80% lookups, 20% new records)")
+	fs.IntVar(&cfg.OpsPerWorker, "ops", 400, "operations per throughput worker (80% lookups, 20% new records)")
 	fs.IntVar(&cfg.TPPool, "pool", 1000, "records preloaded before each throughput run")
-	fs.IntVar(&cfg.SyscallOps, "syscall-ops", 40, "traced operations per syscall row")
+	fs.IntVar(&cfg.SyscallOps, "syscall-ops", 50, "traced operations per syscall row")
 	fs.IntVar(&cfg.SyscallMany, "syscall-many", 3, "traced record_many(1000) calls per syscall row")
 	sections := fs.String("sections", "latency,python,syscalls,throughput", "sections to run")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the bench directory afterwards")
+	fs.BoolVar(&cfg.Raw, "raw", false, "also write every single duration (and every throughput worker's report) into the JSON")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -44,7 +44,7 @@ func configJSON(cfg *config) map[string]any {
 		"procs": cfg.Procs, "ops_per_worker": cfg.OpsPerWorker, "throughput_pool": cfg.TPPool,
 		"throughput_mix": "80% lookups (10% of them for absent keys), 20% records of new keys",
 		"syscall_ops":    cfg.SyscallOps, "syscall_record_many_1000_calls": cfg.SyscallMany,
-		"program_source_bytes": len(programSource), "schedule_format": schedFormat,
+		"program_source_bytes": len(programSource), "schedule_format": schedFormat, "raw_samples": cfg.Raw,
 		"baseline": "tests/bench/baseline: the original's protocol in Go (50 ms..5 s backoff, stale 600 s, fresh claim+link and fresh POSIX-locked connection per operation, two connections per record)",
 	}
 }

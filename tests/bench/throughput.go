@@ -51,6 +51,8 @@ type tpRun struct {
 	Wrong      int    `json:"wrong_results"`
 	FirstError string `json:"first_error,omitempty"`
 	Failed     string `json:"harness_failure,omitempty"`
+
+	Workers []*tpResult `json:"workers,omitempty"` // every worker's report, with -raw
 }
 
 // ok says the run lost nothing and nothing failed.
@@ -186,6 +188,9 @@ func throughputRun(cfg *config, impl string, procs int) *tpRun {
 		for _, i := range w.Acked {
 			expected[recordKey(tagWorkerBase+w.WID, i)] = true
 		}
+	}
+	if cfg.Raw {
+		r.Workers = results
 	}
 	all = append(append(all, lookups...), records...)
 	r.WallS = float64(slices.Max(ends)-t0) / 1e9

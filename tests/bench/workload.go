@@ -327,7 +327,7 @@ func preloadSteps(pool int) []step {
 // shows what an in-process cache gains. It returns the plan and the pool
 // size.
 func latencyPlan(z sizes) ([]step, int) {
-	const warm = 20
+	const warm = 50
 	hit := 0
 	contains := hit + z.Lookups
 	existing := contains + z.Lookups
