@@ -71,7 +71,7 @@ type config struct {
 	Quick                       bool
 	Go, Py, Orig                sizes
 	Procs                       []int
-	OpsPerWorker, TPPool        int
+	OpsPerWorker, TPPool, Reps  int
 	SyscallOps, SyscallMany     int
 	Sections                    map[string]bool
 	Keep, Raw                   bool
@@ -142,7 +142,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	many1000 := fs.Int("many1000", 12, "iterations of record_many(1000)")
 	origDiv := fs.Int("orig-divisor", 4, "the Python original reference runs 1/N of the iterations")
 	procs := fs.String("procs", "1,2,4,8,16,32", "process counts of the throughput section")
-	fs.IntVar(&cfg.OpsPerWorker, "ops", 400, "operations per throughput worker (80% lookups, 20% new records)")
+	fs.IntVar(&cfg.OpsPerWorker, "ops", 200, "operations per throughput worker (80% lookups, 20% new records); note that with convoys (the baseline) the p99 of a fixed-count run depends on it")
+	fs.IntVar(&cfg.Reps, "reps", 3, "repetitions of every throughput run (engine and baseline alternate)")
 	fs.IntVar(&cfg.TPPool, "pool", 1000, "records preloaded before each throughput run")
 	fs.IntVar(&cfg.SyscallOps, "syscall-ops", 50, "traced operations per syscall row")
 	fs.IntVar(&cfg.SyscallMany, "syscall-many", 3, "traced record_many(1000) calls per syscall row")
@@ -163,6 +164,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if !isSet(fs, "ops") {
 			cfg.OpsPerWorker = 25
 		}
+		if !isSet(fs, "reps") {
+			cfg.Reps = 1
+		}
 		if !isSet(fs, "pool") {
 			cfg.TPPool = 100
 		}
@@ -181,6 +185,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if cfg.Procs, err = parseProcs(*procs); err != nil {
 		return err
 	}
+	cfg.Reps = max(cfg.Reps, 1)
 	cfg.Sections = map[string]bool{}
 	for _, s := range strings.Split(*sections, ",") {
 		cfg.Sections[strings.TrimSpace(s)] = true

@@ -41,7 +41,7 @@ func configJSON(cfg *config) map[string]any {
 	return map[string]any{
 		"db_path": cfg.dbPath(), "lib": cfg.Lib, "python": cfg.Python,
 		"go_sizes": cfg.Go, "python_sizes": cfg.Py, "original_py_sizes": cfg.Orig,
-		"procs": cfg.Procs, "ops_per_worker": cfg.OpsPerWorker, "throughput_pool": cfg.TPPool,
+		"procs": cfg.Procs, "ops_per_worker": cfg.OpsPerWorker, "throughput_pool": cfg.TPPool, "throughput_repetitions": cfg.Reps,
 		"throughput_mix": "80% lookups (10% of them for absent keys), 20% records of new keys",
 		"syscall_ops":    cfg.SyscallOps, "syscall_record_many_1000_calls": cfg.SyscallMany,
 		"program_source_bytes": len(programSource), "schedule_format": schedFormat, "raw_samples": cfg.Raw,
@@ -477,13 +477,17 @@ func writeSyscalls(w io.Writer, res *results) {
 
 func writeThroughput(w io.Writer, cfg *config, res *results) {
 	fmt.Fprintf(w, "\n3. Aggregate throughput: P worker processes x %d operations (80%% lookups, 1 in 10 of them for absent keys; 20%% records of new keys),\n", cfg.OpsPerWorker)
-	fmt.Fprintf(w, "   fresh database preloaded with %d records, all workers released at once; afterwards the exact set of records is checked\n", cfg.TPPool)
-	fmt.Fprintf(w, "   (preload + every acknowledged record, nothing else). Latencies in ms, finish times in s since the start signal.\n")
+	fmt.Fprintf(w, "   %d repetition(s), engine and baseline alternating: ops/s, finish times and slow/fast are medians over repetitions, latency\n", cfg.Reps)
+	fmt.Fprintf(w, "   percentiles are over all their operations, worst op the worst of all; records and failures are summed over repetitions.\n")
+	fmt.Fprintf(w, "   Each run: fresh database preloaded with %d records, all workers released at once; afterwards the exact set of records is checked\n", cfg.TPPool)
+	fmt.Fprintf(w, "   (preload + every acknowledged record, nothing else). Latencies in ms (p50, p99, p99.9, mean of lookups), finish times in s since\n")
+	fmt.Fprintf(w, "   the start signal. With convoys (one process re-acquiring while the others back off) long waits are few but long: read p99\n")
+	fmt.Fprintf(w, "   together with mean, worst op and slow/fast.\n")
 	if len(res.Throughput) == 0 {
 		fmt.Fprintf(w, "   not run\n")
 		return
 	}
-	t := newTable("rl", "P", "client", "ops/s", "vs base", "lookup p50", "lookup p99", "p99/base", "all p99", "worst op",
+	t := newTable("rl", "P", "client", "ops/s", "vs base", "lookup p50", "lookup p99", "p99/base", "p99.9", "mean", "all p99", "worst op",
 		"fastest", "slowest", "slow/fast", "links/lock", "records exp/found", "lost", "failed ops", "timeouts")
 	for _, p := range cfg.Procs {
 		var b *tpRun
@@ -513,14 +517,15 @@ func writeThroughput(w io.Writer, cfg *config, res *results) {
 					p99vs = fmtNum(ratio(r.Lookup.P99, b.Lookup.P99))
 				}
 			}
-			lp50, lp99, allp99 := "-", "-", "-"
+			lp50, lp99, lp999, lmean, allp99 := "-", "-", "-", "-", "-"
 			if r.Lookup != nil {
 				lp50, lp99 = fmtNum(r.Lookup.Median/1e3), fmtNum(r.Lookup.P99/1e3)
+				lp999, lmean = fmtNum(r.Lookup.P999/1e3), fmtNum(r.Lookup.Mean/1e3)
 			}
 			if r.All != nil {
 				allp99 = fmtNum(r.All.P99 / 1e3)
 			}
-			t.add(fmt.Sprint(p), impl, fmt.Sprintf("%.0f", r.OpsPerS), vs, lp50, lp99, p99vs, allp99, fmtNum(r.WorstMS),
+			t.add(fmt.Sprint(p), impl, fmt.Sprintf("%.0f", r.OpsPerS), vs, lp50, lp99, p99vs, lp999, lmean, allp99, fmtNum(r.WorstMS),
 				fmtNum(r.FastestS), fmtNum(r.SlowestS), fmtNum(float64(r.SlowFast)), fmtNum(float64(r.LinksPerLock)),
 				fmt.Sprintf("%d/%d", r.Expected, r.Found), fmt.Sprint(r.Lost), fmt.Sprint(r.Errors+r.Wrong), fmt.Sprint(r.Timeouts))
 		}

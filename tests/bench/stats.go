@@ -13,6 +13,7 @@ type summary struct {
 	N      int     `json:"n"`
 	Median float64 `json:"median_us"`
 	P99    float64 `json:"p99_us"`
+	P999   float64 `json:"p999_us"`
 	Mean   float64 `json:"mean_us"`
 	Min    float64 `json:"min_us"`
 	Max    float64 `json:"max_us"`
@@ -33,6 +34,7 @@ func summarize(ns []int64) *summary {
 		N:      len(s),
 		Median: us(percentile(s, 50)),
 		P99:    us(percentile(s, 99)),
+		P999:   us(percentile(s, 99.9)),
 		Mean:   sum / float64(len(s)) / 1e3,
 		Min:    us(s[0]),
 		Max:    us(s[len(s)-1]),
@@ -54,7 +56,7 @@ func (s *summary) scaled(k int) *summary {
 		return s
 	}
 	f := float64(k)
-	return &summary{N: s.N, Median: s.Median / f, P99: s.P99 / f, Mean: s.Mean / f, Min: s.Min / f, Max: s.Max / f}
+	return &summary{N: s.N, Median: s.Median / f, P99: s.P99 / f, P999: s.P999 / f, Mean: s.Mean / f, Min: s.Min / f, Max: s.Max / f}
 }
 
 // ratio is a/b, or NaN when either is missing or b is zero.

@@ -53,6 +53,11 @@ type tpRun struct {
 	Failed     string `json:"harness_failure,omitempty"`
 
 	Workers []*tpResult `json:"workers,omitempty"` // every worker's report, with -raw
+
+	// Repetitions are the single runs an aggregated row combines.
+	Repetitions []*tpRun `json:"repetitions,omitempty"`
+
+	lookupNS, recordNS []int64 // for pooling repetitions
 }
 
 // ok says the run lost nothing and nothing failed.
@@ -62,19 +67,94 @@ func (r *tpRun) ok() bool {
 
 func throughputSection(cfg *config) map[string][]*tpRun {
 	out := map[string][]*tpRun{}
-	for _, impl := range []string{implEngine, implBaseline} {
-		for _, p := range cfg.Procs {
-			r := throughputRun(cfg, impl, p)
-			out[impl] = append(out[impl], r)
-			if r.Failed != "" {
-				cfg.logf("throughput %s P=%d: FAILED: %s", impl, p, r.Failed)
-				continue
+	for _, p := range cfg.Procs {
+		reps := map[string][]*tpRun{}
+		// Repetitions alternate engine and baseline, so that drift of the
+		// machine (page cache, other tenants of the VM) hits both alike.
+		for rep := 0; rep < cfg.Reps; rep++ {
+			for _, impl := range []string{implEngine, implBaseline} {
+				r := throughputRun(cfg, impl, p)
+				reps[impl] = append(reps[impl], r)
+				if r.Failed != "" {
+					cfg.logf("throughput %s P=%d: FAILED: %s", impl, p, r.Failed)
+					continue
+				}
+				cfg.logf("throughput %s P=%-2d %7.0f ops/s, lookup p99 %.1f ms, worst %.0f ms, slowest/fastest %.1f, records %d/%d, errors %d",
+					impl, p, r.OpsPerS, r.Lookup.P99/1e3, r.WorstMS, float64(r.SlowFast), r.Found, r.Expected, r.Errors)
 			}
-			cfg.logf("throughput %s P=%-2d %7.0f ops/s, lookup p99 %.1f ms, worst %.0f ms, slowest/fastest %.1f, records %d/%d, errors %d",
-				impl, p, r.OpsPerS, r.Lookup.P99/1e3, r.WorstMS, r.SlowFast, r.Found, r.Expected, r.Errors)
+		}
+		for _, impl := range []string{implEngine, implBaseline} {
+			out[impl] = append(out[impl], aggregate(reps[impl]))
 		}
 	}
 	return out
+}
+
+// aggregate combines repetitions of one (implementation, P) run: ops/s,
+// finish times and slowest/fastest are the median over repetitions, the
+// latency percentiles are over the pooled operations of all repetitions,
+// the worst operation is the worst of all, counts are summed (and every
+// repetition must have found exactly its records).
+func aggregate(reps []*tpRun) *tpRun {
+	if len(reps) == 1 {
+		return reps[0]
+	}
+	a := &tpRun{Impl: reps[0].Impl, Procs: reps[0].Procs, OpsPerWorker: reps[0].OpsPerWorker, Repetitions: reps, RecordsMatch: true}
+	var ops, fastest, slowest, slowFast, wall []float64
+	var lookups, records, all []int64
+	for _, r := range reps {
+		if r.Failed != "" {
+			if a.Failed == "" {
+				a.Failed = r.Failed
+			}
+			continue
+		}
+		a.TotalOps += r.TotalOps
+		ops = append(ops, r.OpsPerS)
+		wall = append(wall, r.WallS)
+		fastest = append(fastest, r.FastestS)
+		slowest = append(slowest, r.SlowestS)
+		slowFast = append(slowFast, float64(r.SlowFast))
+		lookups = append(lookups, r.lookupNS...)
+		records = append(records, r.recordNS...)
+		a.WorstMS = max(a.WorstMS, r.WorstMS)
+		a.Lock.Acquired += r.Lock.Acquired
+		a.Lock.Links += r.Lock.Links
+		a.Lock.Breaks += r.Lock.Breaks
+		a.Preloaded += r.Preloaded
+		a.Acked += r.Acked
+		a.Expected += r.Expected
+		a.Found += r.Found
+		a.Lost += r.Lost
+		a.Unexpected += r.Unexpected
+		a.RecordsMatch = a.RecordsMatch && r.RecordsMatch
+		a.Errors += r.Errors
+		a.Timeouts += r.Timeouts
+		a.Wrong += r.Wrong
+		if a.FirstError == "" {
+			a.FirstError = r.FirstError
+		}
+	}
+	if len(ops) == 0 {
+		return a
+	}
+	a.OpsPerS, a.WallS = median(ops), median(wall)
+	a.FastestS, a.SlowestS, a.SlowFast = median(fastest), median(slowest), fnum(median(slowFast))
+	all = append(append(all, lookups...), records...)
+	a.Lookup, a.Record, a.All = summarize(lookups), summarize(records), summarize(all)
+	a.LinksPerLock = fnum(ratio(float64(a.Lock.Links), float64(a.Lock.Acquired)))
+	return a
+}
+
+// median of a few values (the mean of the middle two for an even count).
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }
 
 type tpWorker struct {
@@ -192,6 +272,7 @@ func throughputRun(cfg *config, impl string, procs int) *tpRun {
 	if cfg.Raw {
 		r.Workers = results
 	}
+	r.lookupNS, r.recordNS = lookups, records
 	all = append(append(all, lookups...), records...)
 	r.WallS = float64(slices.Max(ends)-t0) / 1e9
 	r.OpsPerS = float64(r.TotalOps) / r.WallS
