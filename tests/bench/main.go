@@ -83,11 +83,36 @@ func (c *config) dbPath() string { return filepath.Join(c.dbDir(), "cache.db") }
 
 // fresh empties the database directory: every scenario starts from a new
 // database (and no lock or claim left by the previous one).
+//
+// <dir>/a is deleted only if this tool created it (it holds the marker
+// file), so that -dir pointed at a directory with an unrelated "a" in it
+// cannot lose data.
 func (c *config) fresh() error {
-	if err := os.RemoveAll(filepath.Join(c.Dir, dbSubdirs[0])); err != nil {
+	top := filepath.Join(c.Dir, dbSubdirs[0])
+	marker := filepath.Join(top, freshMarker)
+	if _, err := os.Stat(top); err == nil {
+		if _, err := os.Stat(marker); err != nil {
+			return fmt.Errorf("%s exists and was not created by this benchmark (no %s in it): choose another -dir", top, freshMarker)
+		}
+		if err := os.RemoveAll(top); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(c.dbDir(), 0o777); err != nil {
 		return err
 	}
-	return os.MkdirAll(c.dbDir(), 0o777)
+	return os.WriteFile(marker, nil, 0o644)
+}
+
+// freshMarker marks the directory tree the benchmark may delete.
+const freshMarker = ".tirastore-bench"
+
+// cleanup removes the database tree at the end of a run (unless -keep).
+func (c *config) cleanup() {
+	top := filepath.Join(c.Dir, dbSubdirs[0])
+	if _, err := os.Stat(filepath.Join(top, freshMarker)); err == nil {
+		os.RemoveAll(top)
+	}
 }
 
 func (c *config) logf(format string, a ...any) {
@@ -157,7 +182,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return errors.New("cannot find the repository root; pass -repo")
 	}
 	if cfg.Quick {
-		*lookups, *records, *many100, *many1000 = 30, 20, 3, 2
+		for _, q := range []struct {
+			name string
+			v    *int
+			n    int
+		}{{"lookups", lookups, 30}, {"records", records, 20}, {"many100", many100, 3}, {"many1000", many1000, 2}} {
+			if !isSet(fs, q.name) {
+				*q.v = q.n
+			}
+		}
 		if !isSet(fs, "procs") {
 			*procs = "1,2,4"
 		}
@@ -212,7 +245,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if !cfg.Keep {
-		defer os.RemoveAll(filepath.Join(cfg.Dir, dbSubdirs[0]))
+		defer cfg.cleanup()
 	}
 
 	started := time.Now()

@@ -208,8 +208,11 @@ func evaluateTargets(cfg *config, res *results) []*target {
 		}
 	}
 	if e != nil && e.Failed == "" {
-		slow = e.SlowestS / e.FastestS
+		slow = float64(e.SlowFast)
 		slowD = fmt.Sprintf("fastest %.2f s, slowest %.2f s", e.FastestS, e.SlowestS)
+		if len(e.Repetitions) > 1 {
+			slowD = fmt.Sprintf("median of %d repetitions; median fastest %.2f s, slowest %.2f s", len(e.Repetitions), e.FastestS, e.SlowestS)
+		}
 	}
 	atLeast("throughput", "aggregate throughput at "+p+", engine vs baseline", tput, 5, "x", tputD)
 	atMost("p99-lookup", "p99 lookup latency at "+p+", engine / baseline", p99, 0.2, "", p99D)
@@ -220,7 +223,7 @@ func evaluateTargets(cfg *config, res *results) []*target {
 	worst := math.NaN()
 	n := 0
 	for _, r := range res.Throughput[implEngine] {
-		n++
+		n += max(len(r.Repetitions), 1)
 		if !r.ok() {
 			bad = append(bad, fmt.Sprintf("P=%d: %s", r.Procs, tpProblem(r)))
 		}

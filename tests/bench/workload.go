@@ -307,7 +307,10 @@ var opTitles = map[string]string{
 
 // sizes are the iteration counts of the latency plan.
 type sizes struct {
-	Lookups, Records, Many100, Many1000 int
+	Lookups  int `json:"lookups"`
+	Records  int `json:"records"`
+	Many100  int `json:"record_many_100"`
+	Many1000 int `json:"record_many_1000"`
 }
 
 // preloadSteps write the pool of present records (tag 0) in batches.
