@@ -308,11 +308,14 @@ func byCallString(m map[string]float64) string {
 // syscallOps are the traced operations.
 var syscallOps = []string{opLookupHit, opLookupMiss, opContains, opRecordNew, opMany1000}
 
-// syscallPlan preloads, warms up with the same operation, then runs n
-// traced operations (batches of 1000 for record_many) between the markers.
+// syscallWarm is the number of warm-up operations before a traced window.
+const syscallWarm = 10
+
+// syscallPlan warms up with the same operation, then runs n traced
+// operations (batches of 1000 for record_many) between the markers; the
+// pool (n + syscallWarm records) is preloaded by another process.
 func syscallPlan(op string, n int, begin, end string) []step {
-	const warm = 10
-	steps := preloadSteps(n + warm)
+	const warm = syscallWarm
 	var w, m step
 	switch op {
 	case opLookupHit:
@@ -333,7 +336,7 @@ func syscallPlan(op string, n int, begin, end string) []step {
 	}
 	w.Label, w.Warmup = "warmup", true
 	m.Label, m.MarkBegin, m.MarkEnd = op, begin, end
-	return append(steps, w, m)
+	return []step{w, m}
 }
 
 // syscallSection traces every (implementation, operation) pair.
@@ -380,6 +383,13 @@ func traceOne(cfg *config, strace, impl, op string, n int) (*scRow, error) {
 	begin := filepath.Join(cfg.dbDir(), ".bench-strace-begin-"+op)
 	end := filepath.Join(cfg.dbDir(), ".bench-strace-end-"+op)
 	steps := syscallPlan(op, n, begin, end)
+	preloader := impl
+	if impl != implBaseline {
+		preloader = implEngine
+	}
+	if err := preloadDB(cfg, preloader, n+syscallWarm); err != nil {
+		return nil, err
+	}
 	tf, err := os.CreateTemp(cfg.Dir, "strace-*.txt")
 	if err != nil {
 		return nil, err
