@@ -40,14 +40,86 @@ func toOpResults(raw map[string]*stepResult, keepSamples bool) map[string]*opRes
 	return out
 }
 
+// latencySection measures every client's per-operation latency. It runs
+// in rounds (-latency-rounds), each round measuring baseline-go, engine-go,
+// python and ctypes in turn on fresh databases, and pools each row's
+// samples over the rounds: drift of a shared machine then weighs on every
+// client alike instead of on whichever ran in a bad minute. The Python
+// original reference runs in the first round only.
+func latencySection(cfg *config, res *results) error {
+	raw := map[string]map[string]*stepResult{}
+	add := func(impl string, m map[string]*stepResult) {
+		if raw[impl] == nil {
+			raw[impl] = map[string]*stepResult{}
+		}
+		for label, r := range m {
+			p := raw[impl][label]
+			if p == nil {
+				p = &stepResult{Label: r.Label, Batch: r.Batch}
+				raw[impl][label] = p
+			}
+			p.NS = append(p.NS, r.NS...)
+			p.Errors += r.Errors
+			p.Timeouts += r.Timeouts
+			p.Wrong += r.Wrong
+			if p.FirstError == "" {
+				p.FirstError = r.FirstError
+			}
+		}
+	}
+	pyWhy := ""
+	if cfg.Sections["python"] {
+		if pyWhy = pythonPrereq(cfg); pyWhy != "" {
+			for _, impl := range []string{implPython, implCtypes, implOrigPy} {
+				res.Skipped["latency/"+impl] = pyWhy
+			}
+			cfg.logf("python rows skipped: %s", pyWhy)
+		}
+	}
+	for round := 1; round <= cfg.Rounds; round++ {
+		if cfg.Sections["latency"] {
+			for _, impl := range []string{implBaseline, implEngine} {
+				m, err := latencyGo(cfg, impl, round)
+				if err != nil {
+					return fmt.Errorf("latency %s: %w", impl, err)
+				}
+				add(impl, m)
+			}
+		}
+		if !cfg.Sections["python"] || pyWhy != "" {
+			continue
+		}
+		for _, impl := range []string{implPython, implCtypes, implOrigPy} {
+			if impl == implOrigPy && round > 1 {
+				continue
+			}
+			if _, failed := res.Skipped["latency/"+impl]; failed {
+				continue
+			}
+			m, err := latencyPython(cfg, impl, round)
+			if err != nil {
+				res.Skipped["latency/"+impl] = err.Error()
+				delete(raw, impl)
+				cfg.logf("latency %s: %v", impl, err)
+				continue
+			}
+			add(impl, m)
+		}
+	}
+	for impl, m := range raw {
+		res.Latency[impl] = toOpResults(m, cfg.Raw)
+	}
+	return nil
+}
+
 // latencyGo runs the latency plan in this process on a fresh database.
-func latencyGo(cfg *config, impl string) (map[string]*opResult, error) {
+func latencyGo(cfg *config, impl string, round int) (map[string]*stepResult, error) {
 	if err := cfg.fresh(); err != nil {
 		return nil, err
 	}
 	steps, pool := latencyPlan(cfg.Go)
-	cfg.logf("latency %s: pool of %d records, %d lookups per row, %d records, record_many %d x100 %d x1000",
-		impl, pool, cfg.Go.Lookups, cfg.Go.Records, cfg.Go.Many100, cfg.Go.Many1000)
+	cfg.logf("latency %s (round %d): pool of %d records, %d lookups per row, %d records, record_many %d x100 %d x1000",
+		impl, round, pool, cfg.Go.Lookups, cfg.Go.Records, cfg.Go.Many100, cfg.Go.Many1000)
 	if err := preloadDB(cfg, impl, pool); err != nil {
 		return nil, err
 	}
@@ -57,8 +129,8 @@ func latencyGo(cfg *config, impl string) (map[string]*opResult, error) {
 	}
 	defer c.Close()
 	t0 := time.Now()
-	out := toOpResults(runPlan(c, steps), cfg.Raw)
-	cfg.logf("latency %s: done in %.1f s", impl, time.Since(t0).Seconds())
+	out := runPlan(c, steps)
+	cfg.logf("latency %s (round %d): done in %.1f s", impl, round, time.Since(t0).Seconds())
 	return out, nil
 }
 
@@ -147,49 +219,36 @@ func pythonPrereq(cfg *config) string {
 	return ""
 }
 
-// latencyPython runs the latency plan from Python: the tirastore package,
-// bare ctypes, and the Python reconstruction of the original.
-func latencyPython(cfg *config, res *results) {
-	if why := pythonPrereq(cfg); why != "" {
-		for _, impl := range []string{implPython, implCtypes, implOrigPy} {
-			res.Skipped["latency/"+impl] = why
-		}
-		cfg.logf("python rows skipped: %s", why)
-		return
+// latencyPython runs the latency plan from Python (pybench.py): the
+// tirastore package, bare ctypes, or the Python reconstruction of the
+// original. A client that cannot run here is an error saying why.
+func latencyPython(cfg *config, impl string, round int) (map[string]*stepResult, error) {
+	z := cfg.Py
+	if impl == implOrigPy {
+		z = cfg.Orig
 	}
-	for _, impl := range []string{implPython, implCtypes, implOrigPy} {
-		z := cfg.Py
-		if impl == implOrigPy {
-			z = cfg.Orig
-		}
-		if err := cfg.fresh(); err != nil {
-			res.Skipped["latency/"+impl] = err.Error()
-			continue
-		}
-		steps, pool := latencyPlan(z)
-		cfg.logf("latency %s: pool of %d records, %d lookups per row, %d records", impl, pool, z.Lookups, z.Records)
-		if impl == implOrigPy {
-			// OriginalStore must create the database itself (its CPU id);
-			// pybench.py preloads it through the engine in a second store.
-			steps = append(preloadSteps(pool), steps...)
-		} else if err := preloadDB(cfg, implEngine, pool); err != nil {
-			res.Skipped["latency/"+impl] = err.Error()
-			continue
-		}
-		t0 := time.Now()
-		out, err := runPython(cfg, cfg.pySpec(impl, steps))
-		switch {
-		case err != nil:
-			res.Skipped["latency/"+impl] = err.Error()
-			cfg.logf("latency %s failed: %v", impl, err)
-		case out.Skip != "":
-			res.Skipped["latency/"+impl] = out.Skip
-			cfg.logf("latency %s skipped: %s", impl, out.Skip)
-		default:
-			res.Latency[impl] = toOpResults(out.Results, cfg.Raw)
-			cfg.logf("latency %s: done in %.1f s", impl, time.Since(t0).Seconds())
-		}
+	if err := cfg.fresh(); err != nil {
+		return nil, err
 	}
+	steps, pool := latencyPlan(z)
+	cfg.logf("latency %s (round %d): pool of %d records, %d lookups per row, %d records", impl, round, pool, z.Lookups, z.Records)
+	if impl == implOrigPy {
+		// OriginalStore must create the database itself (its CPU id);
+		// pybench.py preloads it through the engine in a second store.
+		steps = append(preloadSteps(pool), steps...)
+	} else if err := preloadDB(cfg, implEngine, pool); err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	out, err := runPython(cfg, cfg.pySpec(impl, steps))
+	switch {
+	case err != nil:
+		return nil, err
+	case out.Skip != "":
+		return nil, errors.New(out.Skip)
+	}
+	cfg.logf("latency %s (round %d): done in %.1f s", impl, round, time.Since(t0).Seconds())
+	return out.Results, nil
 }
 
 // preloadDB writes the pool of present records (tag 0) in a separate

@@ -72,6 +72,7 @@ type config struct {
 	Go, Py, Orig                sizes
 	Procs                       []int
 	OpsPerWorker, TPPool, Reps  int
+	Rounds                      int
 	SyscallOps, SyscallMany     int
 	Sections                    map[string]bool
 	Keep, Raw                   bool
@@ -168,6 +169,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	origDiv := fs.Int("orig-divisor", 4, "the Python original reference runs 1/N of the iterations")
 	procs := fs.String("procs", "1,2,4,8,16,32", "process counts of the throughput section")
 	fs.IntVar(&cfg.OpsPerWorker, "ops", 200, "operations per throughput worker (80% lookups, 20% new records); note that with convoys (the baseline) the p99 of a fixed-count run depends on it")
+	fs.IntVar(&cfg.Rounds, "latency-rounds", 2, "rounds of the latency section (every client once per round, samples pooled)")
 	fs.IntVar(&cfg.Reps, "reps", 3, "repetitions of every throughput run (engine and baseline alternate)")
 	fs.IntVar(&cfg.TPPool, "pool", 1000, "records preloaded before each throughput run")
 	fs.IntVar(&cfg.SyscallOps, "syscall-ops", 50, "traced operations per syscall row")
@@ -200,6 +202,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if !isSet(fs, "reps") {
 			cfg.Reps = 1
 		}
+		if !isSet(fs, "latency-rounds") {
+			cfg.Rounds = 1
+		}
 		if !isSet(fs, "pool") {
 			cfg.TPPool = 100
 		}
@@ -218,7 +223,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if cfg.Procs, err = parseProcs(*procs); err != nil {
 		return err
 	}
-	cfg.Reps = max(cfg.Reps, 1)
+	cfg.Reps, cfg.Rounds = max(cfg.Reps, 1), max(cfg.Rounds, 1)
 	cfg.Sections = map[string]bool{}
 	for _, s := range strings.Split(*sections, ",") {
 		cfg.Sections[strings.TrimSpace(s)] = true
@@ -256,17 +261,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 
 	res.Latency = map[string]map[string]*opResult{}
 	res.Skipped = map[string]string{}
-	if cfg.Sections["latency"] {
-		for _, impl := range []string{implEngine, implBaseline} {
-			r, err := latencyGo(cfg, impl)
-			if err != nil {
-				return fmt.Errorf("latency %s: %w", impl, err)
-			}
-			res.Latency[impl] = r
+	if cfg.Sections["latency"] || cfg.Sections["python"] {
+		if err := latencySection(cfg, res); err != nil {
+			return err
 		}
-	}
-	if cfg.Sections["python"] {
-		latencyPython(cfg, res)
 	}
 	if cfg.Sections["syscalls"] {
 		res.Syscalls = syscallSection(cfg, res)

@@ -41,7 +41,7 @@ func configJSON(cfg *config) map[string]any {
 	return map[string]any{
 		"db_path": cfg.dbPath(), "lib": cfg.Lib, "python": cfg.Python,
 		"go_sizes": cfg.Go, "python_sizes": cfg.Py, "original_py_sizes": cfg.Orig,
-		"procs": cfg.Procs, "ops_per_worker": cfg.OpsPerWorker, "throughput_pool": cfg.TPPool, "throughput_repetitions": cfg.Reps,
+		"procs": cfg.Procs, "ops_per_worker": cfg.OpsPerWorker, "throughput_pool": cfg.TPPool, "throughput_repetitions": cfg.Reps, "latency_rounds": cfg.Rounds,
 		"throughput_mix": "80% lookups (10% of them for absent keys), 20% records of new keys",
 		"syscall_ops":    cfg.SyscallOps, "syscall_record_many_1000_calls": cfg.SyscallMany,
 		"program_source_bytes": len(programSource), "schedule_format": schedFormat, "raw_samples": cfg.Raw,
@@ -357,6 +357,7 @@ func writeReport(w io.Writer, cfg *config, res *results) {
 
 func writeLatency(w io.Writer, res *results) {
 	fmt.Fprintf(w, "\n1. Per-operation latency, one process, warm store (µs). speedup = baseline-go median / this median, same run, same disk.\n")
+	fmt.Fprintf(w, "   %d round(s), every client once per round on a fresh database preloaded by another process; samples pooled over rounds.\n", res.Config["latency_rounds"])
 	fmt.Fprintf(w, "   Lookup hits, contains and record-existing use keys this process has not read before; \"same key again\" repeats the lookup-hit keys.\n")
 	t := newTable("ll", "operation", "client", "n", "median", "p99", "mean", "median/rec", "speedup", "target", "met?", "failed")
 	ops := []string{opLookupHit, opLookupRepeat, opLookupMiss, opContains, opRecordNew, opRecordExisting, opMany100, opMany1000}
