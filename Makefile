@@ -54,8 +54,17 @@ test: lint test-go test-c test-python
 demo: install
 	$(PYTHON) examples/demo.py --db tirastore-demo/cache.db
 
+# Issue 5's benchmark: the engine from Go, Python and ctypes against the
+# original's per-operation protocol (tests/bench/baseline), same run, same
+# disk: a table on stdout and build/bench/results.{json,txt}. Python rows use
+# this tree's package and library (PYTHONPATH/TIRASTORE_LIB set by the tool);
+# only cffi must be importable, so `make install` runs only when it is not.
+# BENCHFLAGS: e.g. -quick, -dir /lustre/scratch/me/bench, -procs 1,8,64.
+BENCHFLAGS ?=
 bench: build
-	$(GO) test -run '^$$' -bench . -benchmem ./core/...
+	@$(PYTHON) -c 'import cffi' 2>/dev/null || $(MAKE) install
+	$(GO) build -o build/bench/tirastore-bench ./tests/bench
+	./build/bench/tirastore-bench -python $(PYTHON) $(BENCHFLAGS)
 
 # The Lustre-like FUSE test bed (tests/fusebed/main.go documents it).
 fusebed: ; go build -o build/fusebed ./tests/fusebed

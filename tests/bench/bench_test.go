@@ -1,0 +1,209 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestMain lets this test binary serve as the benchmark's worker processes
+// (run re-executes os.Executable() with workerEnv set).
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(workerEnv); spec != "" {
+		os.Exit(workerMain(spec))
+	}
+	os.Exit(m.Run())
+}
+
+// TestQuickRun is the smoke test: the whole benchmark in -quick mode into
+// a temporary directory. It checks that every section is in the JSON (or
+// says why it was skipped) and that every throughput run found exactly
+// the records it acknowledged. It asserts nothing about timings.
+func TestQuickRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the benchmark in -quick mode (tens of seconds)")
+	}
+	tmp := t.TempDir()
+	out := filepath.Join(tmp, "results.json")
+	var stdout, stderr bytes.Buffer
+	err := run([]string{"-quick", "-procs", "1,2", "-out", out, "-dir", filepath.Join(tmp, "dir")}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr.String())
+	}
+	t.Logf("report:\n%s", stdout.String())
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Machine    map[string]any                       `json:"machine"`
+		Latency    map[string]map[string]map[string]any `json:"latency"`
+		Syscalls   *syscallResults                      `json:"syscalls"`
+		Throughput map[string][]map[string]any          `json:"throughput"`
+		Targets    []map[string]any                     `json:"targets"`
+		Skipped    map[string]string                    `json:"skipped"`
+		Reference  map[string]any                       `json:"reference_original_issue5"`
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("results.json: %v", err)
+	}
+	for _, k := range []string{"cpu_model", "cores", "kernel", "fs_type", "go_version", "python_version", "date", "db_path"} {
+		if _, ok := res.Machine[k]; !ok {
+			t.Errorf("machine.%s missing", k)
+		}
+	}
+	if !strings.HasSuffix(res.Machine["db_path"].(string), filepath.Join("a", "b", "c", "d", "cache.db")) {
+		t.Errorf("database not 5 components deep: %v", res.Machine["db_path"])
+	}
+
+	ops := []string{opLookupHit, opLookupRepeat, opLookupMiss, opContains, opRecordNew, opRecordExisting, opMany100, opMany1000}
+	checkLatency := func(impl string, want []string) {
+		rows := res.Latency[impl]
+		if rows == nil {
+			if why := res.Skipped["latency/"+impl]; why != "" {
+				t.Logf("latency %s skipped: %s", impl, why)
+				return
+			}
+			t.Errorf("latency %s: neither measured nor skipped", impl)
+			return
+		}
+		for _, op := range want {
+			r := rows[op]
+			if r == nil || r["per_call"] == nil {
+				t.Errorf("latency %s %s missing", impl, op)
+				continue
+			}
+			if r["errors"].(float64) != 0 || r["wrong_results"].(float64) != 0 {
+				t.Errorf("latency %s %s: %v errors, %v wrong: %v", impl, op, r["errors"], r["wrong_results"], r["first_error"])
+			}
+		}
+		for label := range rows {
+			if strings.HasPrefix(label, "warmup/") {
+				t.Errorf("latency %s: failed warm-up %s: %v", impl, label, rows[label]["first_error"])
+			}
+		}
+	}
+	checkLatency(implEngine, ops)
+	checkLatency(implBaseline, ops)
+	checkLatency(implPython, ops)
+	checkLatency(implCtypes, ops)
+	checkLatency(implOrigPy, []string{opLookupHit, opLookupMiss, opRecordNew, opRecordExisting})
+
+	switch {
+	case res.Syscalls == nil:
+		t.Error("syscalls section missing")
+	case res.Syscalls.Skipped != "":
+		t.Logf("syscalls skipped: %s", res.Syscalls.Skipped)
+	default:
+		got := map[string]bool{}
+		for _, r := range res.Syscalls.Rows {
+			if r.Error != "" {
+				t.Errorf("syscalls %s %s: %s", r.Impl, r.Op, r.Error)
+			}
+			got[r.Impl+"/"+r.Op] = true
+		}
+		for _, impl := range []string{implEngine, implBaseline, implPython, implCtypes} {
+			if res.Skipped["syscalls/"+impl] != "" {
+				continue
+			}
+			for _, op := range syscallOps {
+				if !got[impl+"/"+op] {
+					t.Errorf("syscalls %s %s missing", impl, op)
+				}
+			}
+		}
+	}
+
+	for _, impl := range []string{implEngine, implBaseline} {
+		runs := res.Throughput[impl]
+		if len(runs) != 2 {
+			t.Errorf("throughput %s: %d runs, want 2", impl, len(runs))
+		}
+		for _, r := range runs {
+			if f, _ := r["harness_failure"].(string); f != "" {
+				t.Errorf("throughput %s P=%v: %s", impl, r["procs"], f)
+				continue
+			}
+			if r["records_match"] != true || r["expected_records"] != r["found_records"] {
+				t.Errorf("throughput %s P=%v: records expected %v, found %v, lost %v, unexpected %v", impl, r["procs"],
+					r["expected_records"], r["found_records"], r["lost_records"], r["unexpected_records"])
+			}
+			if r["errors"].(float64) != 0 || r["lock_timeouts"].(float64) != 0 || r["wrong_results"].(float64) != 0 {
+				t.Errorf("throughput %s P=%v: errors %v, timeouts %v, wrong %v: %v", impl, r["procs"],
+					r["errors"], r["lock_timeouts"], r["wrong_results"], r["first_error"])
+			}
+		}
+	}
+	if len(res.Targets) < 10 {
+		t.Errorf("%d targets evaluated", len(res.Targets))
+	}
+	if res.Reference == nil {
+		t.Error("reference figures missing")
+	}
+	if _, err := os.Stat(strings.TrimSuffix(out, ".json") + ".txt"); err != nil {
+		t.Errorf("table file: %v", err)
+	}
+}
+
+// The strace parser: kinds, locations, markers, unfinished calls.
+func TestCountWindow(t *testing.T) {
+	trace := `1 newfstatat(AT_FDCWD</w>, "/b/a/b/c/d/.begin", 0x1, 0) = -1 ENOENT (No such file or directory)
+1 openat(AT_FDCWD</w>, "/b/a/b/c/d/.lock_x", O_WRONLY|O_CREAT|O_EXCL, 0644) = 3</b/a/b/c/d/.lock_x>
+1 write(3</b/a/b/c/d/.lock_x>, "{}", 2) = 2
+1 close(3</b/a/b/c/d/.lock_x>) = 0
+2 linkat(AT_FDCWD</w>, "/b/a/b/c/d/.lock_x", AT_FDCWD</w>, "/b/a/b/c/d/cache.db.lock", 0 <unfinished ...>
+2 <... linkat resumed>) = 0
+1 newfstatat(AT_FDCWD</w>, "/w", {st_mode=S_IFDIR|0755, ...}, AT_SYMLINK_NOFOLLOW) = 0
+1 newfstatat(AT_FDCWD</w>, "/b", {st_mode=S_IFDIR|0755, ...}, AT_SYMLINK_NOFOLLOW) = 0
+1 newfstatat(AT_FDCWD</w>, "/b/a/b", {st_mode=S_IFDIR|0755, ...}, AT_SYMLINK_NOFOLLOW) = 0
+1 newfstatat(3</b/a/b/c/d/cache.db>, "", {st_mode=S_IFREG|0644, ...}, AT_EMPTY_PATH) = 0
+1 statx(AT_FDCWD</w>, "rel", AT_STATX_SYNC_AS_STAT, STATX_ALL, 0x1) = -1 ENOENT
+1 fcntl(3</b/a/b/c/d/cache.db>, F_SETLK, {l_type=F_RDLCK, l_whence=SEEK_SET, l_start=1073741824, l_len=1}) = 0
+1 fcntl(3</b/a/b/c/d/cache.db>, F_GETFL) = 0x8002 (flags O_RDWR|O_LARGEFILE)
+1 fstat(4</proc/self/stat>, {st_mode=S_IFREG|0444, ...}) = 0
+1 fdatasync(3</b/a/b/c/d/cache.db-journal>) = 0
+1 fchown(3</b/a/b/c/d/cache.db-journal>, 0, 0) = 0
+1 unlink("/b/a/b/c/d/cache.db-journal") = 0
+1 getdents64(5</b/a/b/c/d>, 0x1 /* 3 entries */, 32768) = 80
+1 futex(0x1, FUTEX_WAKE_PRIVATE, 1) = 0
+1 newfstatat(AT_FDCWD</w>, "/b/a/b/c/d/.end", 0x1, 0) = -1 ENOENT (No such file or directory)
+1 unlinkat(AT_FDCWD</w>, "/b/a/b/c/d/after-the-window", 0) = 0
+`
+	p := filepath.Join(t.TempDir(), "trace.txt")
+	if err := os.WriteFile(p, []byte(trace), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n, err := countWindow(p, ".begin", ".end", classifier{dbDir: "/b/a/b/c/d", root: "/b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, got, want int) {
+		t.Helper()
+		if got != want {
+			t.Errorf("%s = %d, want %d", what, got, want)
+		}
+	}
+	check("all", n.All, 17)
+	// openat, linkat, unlink, getdents64 in the DB dir; /b and /b/a/b are
+	// ancestors within the bench dir; /w and the relative statx are local.
+	check("path db dir", n.Path[locDBDir], 4)
+	check("path ancestors", n.Path[locAncestor], 2)
+	check("path local", n.Path[locLocal], 2)
+	check("locks", n.Lock[locDBDir], 1)
+	check("fd attr db", n.FdAttr[locDBDir], 1)
+	check("fd attr local", n.FdAttr[locLocal], 1)
+	check("attr set", n.FdAttrWrite[locDBDir], 1)
+	check("sync", n.Sync[locDBDir], 1)
+	check("data", n.Data[locDBDir], 1)
+	check("close", n.Closing[locDBDir], 1)
+	r := n.row("x", "y", 1, 1)
+	if r.Meta != 7 || r.ByCall["newfstatat"] != 2 || r.ByCall["fcntl"] != 1 {
+		t.Errorf("row %+v", r)
+	}
+	if _, err := countWindow(p, ".begin", ".never", classifier{dbDir: "/b/a/b/c/d", root: "/b"}); err == nil {
+		t.Error("a missing end marker must be an error")
+	}
+}

@@ -1,0 +1,327 @@
+// Command bench is TiraStore's benchmark (issue 5, "fewer metadata round
+// trips, and benchmarks side by side"): it measures the engine and, in the
+// same run on the same disk, a baseline that follows the original Python
+// library's per-operation protocol (package baseline), so that every figure
+// has a ratio beside it.
+//
+//	go run ./tests/bench [-quick] [-out build/bench/results.json] [-dir build/bench-tmp]
+//
+// Sections:
+//
+//  1. per-operation latency (median, p99, mean) from Go, engine and
+//     baseline: lookup hit/miss, contains, record new/existing,
+//     record_many(100/1000);
+//  2. the same rows for the engine from Python (the tirastore package) and
+//     through ctypes (the bare C ABI), and for the Python reconstruction of
+//     the original (tests/python/test_mixed_fleet.py) as a reference, all
+//     driven through tests/bench/pybench.py;
+//  3. metadata syscalls per operation, counted with strace in worker
+//     processes, classified by kind and by where they land (the database's
+//     directory and its ancestors = the shared filesystem, or node-local);
+//  4. aggregate throughput of 1..32 worker processes on an 80/20
+//     lookup/record mix, with the exact set of records checked afterwards.
+//
+// It prints one table per section, then which of the issue's targets hold,
+// and writes every raw figure as JSON. The exit code is 0 even when targets
+// are missed: this is a measurement, not a test (a harness failure, e.g. a
+// lost record, is reported in the tables and the JSON).
+//
+// The database lives 5 path components below the bench directory
+// (<dir>/a/b/c/d/cache.db), as deep as the original's reference
+// measurements; -dir puts it on another filesystem.
+//
+// Worker processes are this same executable, selected by the environment
+// variable TIRASTORE_BENCH_WORKER (a spec file path).
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// workerEnv names the worker spec file in a worker process's environment.
+const workerEnv = "TIRASTORE_BENCH_WORKER"
+
+func main() {
+	if spec := os.Getenv(workerEnv); spec != "" {
+		os.Exit(workerMain(spec))
+	}
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+}
+
+// dbSubdirs put the database 5 components below the bench directory.
+var dbSubdirs = []string{"a", "b", "c", "d"}
+
+// config is everything a run needs; flags fill it.
+type config struct {
+	Out, Dir, Repo, Python, Lib string
+	Exe                         string // the worker executable (this program)
+	Quick                       bool
+	Go, Py, Orig                sizes
+	Procs                       []int
+	OpsPerWorker, TPPool, Reps  int
+	Rounds                      int
+	SyscallOps, SyscallMany     int
+	Sections                    map[string]bool
+	Keep, Raw                   bool
+	log                         io.Writer
+}
+
+func (c *config) dbDir() string  { return filepath.Join(append([]string{c.Dir}, dbSubdirs...)...) }
+func (c *config) dbPath() string { return filepath.Join(c.dbDir(), "cache.db") }
+
+// fresh empties the database directory: every scenario starts from a new
+// database (and no lock or claim left by the previous one).
+//
+// <dir>/a is deleted only if this tool created it (it holds the marker
+// file), so that -dir pointed at a directory with an unrelated "a" in it
+// cannot lose data.
+func (c *config) fresh() error {
+	top := filepath.Join(c.Dir, dbSubdirs[0])
+	marker := filepath.Join(top, freshMarker)
+	if _, err := os.Stat(top); err == nil {
+		if _, err := os.Stat(marker); err != nil {
+			return fmt.Errorf("%s exists and was not created by this benchmark (no %s in it): choose another -dir", top, freshMarker)
+		}
+		if err := os.RemoveAll(top); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(c.dbDir(), 0o777); err != nil {
+		return err
+	}
+	return os.WriteFile(marker, nil, 0o644)
+}
+
+// freshMarker marks the directory tree the benchmark may delete.
+const freshMarker = ".tirastore-bench"
+
+// cleanup removes the database tree at the end of a run (unless -keep).
+func (c *config) cleanup() {
+	top := filepath.Join(c.Dir, dbSubdirs[0])
+	if _, err := os.Stat(filepath.Join(top, freshMarker)); err == nil {
+		os.RemoveAll(top)
+	}
+}
+
+func (c *config) logf(format string, a ...any) {
+	fmt.Fprintf(c.log, "[bench %s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
+}
+
+// findRepo walks up from dir to the directory holding this module's go.mod.
+func findRepo(dir string) string {
+	for d := dir; ; d = filepath.Dir(d) {
+		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && strings.Contains(string(b), "module github.com/tirastore/tirastore\n") {
+			return d
+		}
+		if d == filepath.Dir(d) {
+			return ""
+		}
+	}
+}
+
+func parseProcs(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bad process count %q", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// run is the whole benchmark; args are the command-line flags.
+func run(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cwd, _ := os.Getwd()
+	repoDefault := findRepo(cwd)
+	if repoDefault == "" {
+		if exe, err := os.Executable(); err == nil {
+			repoDefault = findRepo(filepath.Dir(exe))
+		}
+	}
+	cfg := &config{log: stderr}
+	fs.StringVar(&cfg.Repo, "repo", repoDefault, "repository root (for tests/bench/pybench.py and build/libtirastore.so)")
+	fs.StringVar(&cfg.Out, "out", "", "JSON output (default <repo>/build/bench/results.json; the table goes beside it as .txt)")
+	fs.StringVar(&cfg.Dir, "dir", "", "bench directory: the database goes to <dir>/a/b/c/d/cache.db (default <repo>/build/bench-tmp)")
+	fs.StringVar(&cfg.Python, "python", "python3", "Python interpreter for the Python and ctypes rows")
+	fs.StringVar(&cfg.Lib, "lib", "", "libtirastore.so for Python and ctypes (default <repo>/build/libtirastore.so)")
+	fs.BoolVar(&cfg.Quick, "quick", false, "smoke-test sizes (seconds, not minutes; the figures are not meaningful)")
+	lookups := fs.Int("lookups", 2000, "iterations of each lookup/contains row")
+	records := fs.Int("records", 500, "iterations of the record new / record existing rows")
+	many100 := fs.Int("many100", 30, "iterations of record_many(100)")
+	many1000 := fs.Int("many1000", 12, "iterations of record_many(1000)")
+	origDiv := fs.Int("orig-divisor", 4, "the Python original reference runs 1/N of the iterations")
+	procs := fs.String("procs", "1,2,4,8,16,32", "process counts of the throughput section")
+	fs.IntVar(&cfg.OpsPerWorker, "ops", 200, "operations per throughput worker (80% lookups, 20% new records); note that with convoys (the baseline) the p99 of a fixed-count run depends on it")
+	fs.IntVar(&cfg.Rounds, "latency-rounds", 2, "rounds of the latency section (every client once per round, samples pooled)")
+	fs.IntVar(&cfg.Reps, "reps", 3, "repetitions of every throughput run (engine and baseline alternate)")
+	fs.IntVar(&cfg.TPPool, "pool", 1000, "records preloaded before each throughput run")
+	fs.IntVar(&cfg.SyscallOps, "syscall-ops", 50, "traced operations per syscall row")
+	fs.IntVar(&cfg.SyscallMany, "syscall-many", 3, "traced record_many(1000) calls per syscall row")
+	sections := fs.String("sections", "latency,python,syscalls,throughput", "sections to run")
+	fs.BoolVar(&cfg.Keep, "keep", false, "keep the bench directory afterwards")
+	fs.BoolVar(&cfg.Raw, "raw", false, "also write every single duration (and every throughput worker's report) into the JSON")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if cfg.Repo == "" {
+		return errors.New("cannot find the repository root; pass -repo")
+	}
+	if cfg.Quick {
+		for _, q := range []struct {
+			name string
+			v    *int
+			n    int
+		}{{"lookups", lookups, 30}, {"records", records, 20}, {"many100", many100, 3}, {"many1000", many1000, 2}} {
+			if !isSet(fs, q.name) {
+				*q.v = q.n
+			}
+		}
+		if !isSet(fs, "procs") {
+			*procs = "1,2,4"
+		}
+		if !isSet(fs, "ops") {
+			cfg.OpsPerWorker = 25
+		}
+		if !isSet(fs, "reps") {
+			cfg.Reps = 1
+		}
+		if !isSet(fs, "latency-rounds") {
+			cfg.Rounds = 1
+		}
+		if !isSet(fs, "pool") {
+			cfg.TPPool = 100
+		}
+		if !isSet(fs, "syscall-ops") {
+			cfg.SyscallOps = 5
+		}
+		if !isSet(fs, "syscall-many") {
+			cfg.SyscallMany = 1
+		}
+	}
+	cfg.Go = sizes{*lookups, *records, *many100, *many1000}
+	cfg.Py = cfg.Go
+	d := max(*origDiv, 1)
+	cfg.Orig = sizes{max(*lookups/d, 1), max(*records/d, 1), max(*many100/d, 1), max(*many1000/d, 1)}
+	var err error
+	if cfg.Procs, err = parseProcs(*procs); err != nil {
+		return err
+	}
+	cfg.Reps, cfg.Rounds = max(cfg.Reps, 1), max(cfg.Rounds, 1)
+	cfg.Sections = map[string]bool{}
+	for _, s := range strings.Split(*sections, ",") {
+		cfg.Sections[strings.TrimSpace(s)] = true
+	}
+	if cfg.Out == "" {
+		cfg.Out = filepath.Join(cfg.Repo, "build", "bench", "results.json")
+	}
+	if cfg.Dir == "" {
+		cfg.Dir = filepath.Join(cfg.Repo, "build", "bench-tmp")
+	}
+	if cfg.Lib == "" {
+		cfg.Lib = filepath.Join(cfg.Repo, "build", "libtirastore.so")
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o777); err != nil {
+		return err
+	}
+	if cfg.Dir, err = filepath.Abs(cfg.Dir); err != nil {
+		return err
+	}
+	if cfg.Dir, err = filepath.EvalSymlinks(cfg.Dir); err != nil {
+		return err
+	}
+	if cfg.Exe, err = os.Executable(); err != nil {
+		return err
+	}
+	if !cfg.Keep {
+		defer cfg.cleanup()
+	}
+
+	started := time.Now()
+	res := &results{Schema: "tirastore-bench/1", Quick: cfg.Quick}
+	res.Machine = describeMachine(cfg)
+	res.Config = configJSON(cfg)
+	cfg.logf("machine: %s, %d cores, %s, %s on %s", res.Machine.CPUModel, res.Machine.Cores, res.Machine.Kernel, cfg.Dir, res.Machine.FSType)
+
+	res.Latency = map[string]map[string]*opResult{}
+	res.Skipped = map[string]string{}
+	if cfg.Sections["latency"] || cfg.Sections["python"] {
+		if err := latencySection(cfg, res); err != nil {
+			return err
+		}
+	}
+	if cfg.Sections["syscalls"] {
+		res.Syscalls = syscallSection(cfg, res)
+	}
+	if cfg.Sections["throughput"] {
+		res.Throughput = throughputSection(cfg)
+	}
+	res.Targets = evaluateTargets(cfg, res)
+	res.Reference = originalReference
+	res.ElapsedS = time.Since(started).Seconds()
+
+	var table strings.Builder
+	writeReport(&table, cfg, res)
+	io.WriteString(stdout, table.String())
+
+	if err := os.MkdirAll(filepath.Dir(cfg.Out), 0o777); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(cfg.Out, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	txt := strings.TrimSuffix(cfg.Out, filepath.Ext(cfg.Out)) + ".txt"
+	if err := os.WriteFile(txt, []byte(table.String()), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nwrote %s and %s (%.0f s)\n", cfg.Out, txt, res.ElapsedS)
+	return nil
+}
+
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// workerCmd is a command that runs this program as a worker on spec.
+func workerCmd(cfg *config, specPath string) *exec.Cmd {
+	cmd := exec.Command(cfg.Exe)
+	cmd.Env = append(os.Environ(), workerEnv+"="+specPath)
+	return cmd
+}
+
+// writeSpec stores a worker spec in a fresh file beside the bench dir.
+func writeSpec(cfg *config, v any) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp(cfg.Dir, "spec-*.json")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	_, err = f.Write(b)
+	return f.Name(), err
+}

@@ -1,0 +1,289 @@
+#!/usr/bin/env python3
+"""The Python side of the TiraStore benchmark (driven by tests/bench, Go).
+
+    python3 tests/bench/pybench.py SPEC.json   > results.json
+
+SPEC names an implementation and a plan (a list of steps, see step in
+tests/bench/workload.go); this script runs the plan exactly as the Go
+runner does and prints the raw timings as JSON:
+``{"results": {label: {"ns": [...], "errors", "timeouts", "wrong", ...}}}``,
+or ``{"skip": reason}`` when the implementation cannot run here.
+
+Implementations:
+
+* ``python``: the engine through the tirastore package (cffi), as users call it;
+* ``ctypes``: the engine through the bare C ABI of include/tirastore.h
+  (tirastore_open/call/free/close with JSON arguments), as
+  examples/notebook_ctypes.py does, without the package;
+* ``original-py``: ``OriginalStore`` of tests/python/test_mixed_fleet.py,
+  the repository's stdlib-only reconstruction of the original library's
+  protocol (lock, fresh sqlite3 connection per operation). It has no
+  contains() and no record_many(): those rows are left out, and its pool is
+  preloaded through the engine.
+
+Steps with ``mark_begin``/``mark_end`` stat() those (absent) paths right
+before and after the step, so an strace of this process can be cut there.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+
+def schedule(fmt: str, tag: int, i: int) -> str:
+    return fmt.replace("{tag}", str(tag)).replace("{i}", str(i))
+
+
+class Skip(Exception):
+    """This implementation cannot run here (a missing module, say)."""
+
+
+# -- the three clients ---------------------------------------------------------
+
+
+class PackageClient:
+    def __init__(self, spec: dict) -> None:
+        try:
+            import tirastore  # noqa: PLC0415
+        except ImportError as e:
+            raise Skip(f"import tirastore failed: {e}") from None
+        self.name, self.src, self.times = spec["program_name"], spec["source"], spec["times"]
+        self.store = tirastore.TiraStore(spec["db"], cpu_model=spec["cpu_model"], slurm_cpus="N/A")
+
+    def lookup(self, s: str) -> bool:
+        return self.store.lookup(self.name, self.src, s) is not None
+
+    def contains(self, s: str) -> bool:
+        return self.store.contains(self.name, self.src, s)
+
+    def record(self, s: str, overwrite: bool) -> bool:
+        return self.store.record(self.name, self.src, s, True, self.times, overwrite)
+
+    def record_many(self, entries: list, overwrite: bool) -> int:
+        return self.store.record_many(self.name, self.src, entries, overwrite)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+class CError(Exception):
+    pass
+
+
+class CTimeout(CError):
+    pass
+
+
+TIRASTORE_OK = 0
+TIRASTORE_ERR_TIMEOUT = 5
+
+
+class CtypesClient:
+    """The C ABI from ctypes; every "char **out" is a c_void_p (see
+    examples/notebook_ctypes.py), copied then freed."""
+
+    def __init__(self, spec: dict) -> None:
+        try:
+            lib = ctypes.CDLL(spec["lib"])
+        except OSError as e:
+            raise Skip(f"cannot load {spec['lib']}: {e}") from None
+        lib.tirastore_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p,
+                                       ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_void_p)]
+        lib.tirastore_open.restype = ctypes.c_int
+        lib.tirastore_close.argtypes = [ctypes.c_uint64, ctypes.POINTER(ctypes.c_void_p)]
+        lib.tirastore_close.restype = ctypes.c_int
+        lib.tirastore_call.argtypes = [ctypes.c_uint64, ctypes.c_char_p, ctypes.c_char_p,
+                                       ctypes.POINTER(ctypes.c_void_p)]
+        lib.tirastore_call.restype = ctypes.c_int
+        lib.tirastore_free.argtypes = [ctypes.c_void_p]
+        lib.tirastore_free.restype = None
+        self.lib = lib
+        self.name, self.src, self.times = spec["program_name"], spec["source"], spec["times"]
+        handle = ctypes.c_uint64(0)
+        out = ctypes.c_void_p()
+        opts = json.dumps({"cpu_model": spec["cpu_model"], "slurm_cpus": "N/A"}).encode()
+        status = lib.tirastore_open(spec["db"].encode(), opts, ctypes.byref(handle), ctypes.byref(out))
+        self._reply(status, out)
+        self.handle = handle.value
+
+    def _reply(self, status: int, out: ctypes.c_void_p) -> Any:
+        if not out.value:
+            raise CError(f"status {status} without a reply")
+        try:
+            doc = json.loads(ctypes.string_at(out.value))
+        finally:
+            self.lib.tirastore_free(out.value)
+        if status != TIRASTORE_OK:
+            err = doc.get("error", {})
+            raise (CTimeout if status == TIRASTORE_ERR_TIMEOUT else CError)(f"[{status}] {err.get('type')}: {err.get('message')}")
+        return doc["result"]
+
+    def call(self, method: bytes, args: dict) -> Any:
+        out = ctypes.c_void_p()
+        status = self.lib.tirastore_call(self.handle, method, json.dumps(args).encode(), ctypes.byref(out))
+        return self._reply(status, out)
+
+    def lookup(self, s: str) -> bool:
+        return self.call(b"lookup", {"program_name": self.name, "program_source_code": self.src,
+                                     "tiralib_schedule_string": s}) is not None
+
+    def contains(self, s: str) -> bool:
+        return self.call(b"contains", {"program_name": self.name, "program_source_code": self.src,
+                                       "tiralib_schedule_string": s})
+
+    def record(self, s: str, overwrite: bool) -> bool:
+        return self.call(b"record", {"program_name": self.name, "program_source_code": self.src,
+                                     "tiralib_schedule_string": s, "is_legal": True,
+                                     "execution_times": self.times, "overwrite": overwrite})
+
+    def record_many(self, entries: list, overwrite: bool) -> int:
+        return self.call(b"record_many", {"program_name": self.name, "program_source_code": self.src,
+                                          "schedules": entries, "overwrite": overwrite})
+
+    def close(self) -> None:
+        out = ctypes.c_void_p()
+        self._reply(self.lib.tirastore_close(self.handle, ctypes.byref(out)), out)
+
+
+class OriginalClient:
+    """OriginalStore of tests/python/test_mixed_fleet.py (creates the DB
+    with the test CPU id); the pool is preloaded through the engine."""
+
+    def __init__(self, spec: dict) -> None:
+        repo = Path(spec["repo"])
+        sys.path[:0] = [str(repo / "tests" / "python"), str(repo / "tests" / "multinode")]
+        try:
+            import plan  # noqa: PLC0415
+            from test_mixed_fleet import OriginalStore  # noqa: PLC0415
+        except Exception as e:  # noqa: BLE001  (pytest or a helper missing)
+            raise Skip(f"cannot import OriginalStore from tests/python/test_mixed_fleet.py: {e!r}") from None
+        self.plan = plan
+        self.name, self.src, self.times = spec["program_name"], spec["source"], spec["times"]
+        self.db = spec["db"]
+        self.store = OriginalStore(Path(self.db), "bench", 600.0)
+        self.engine = None
+
+    def lookup(self, s: str) -> bool:
+        return self.store.lookup(self.src, s) is not None
+
+    def record(self, s: str, overwrite: bool) -> bool:
+        return self.store.record(self.name, self.src, s, True, self.times, overwrite)
+
+    def preload(self, entries: list) -> int:
+        if self.engine is None:
+            import tirastore  # noqa: PLC0415
+
+            self.engine = tirastore.TiraStore(self.db, cpu_model=self.plan.TEST_CPU, slurm_cpus=self.plan.TEST_SLURM)
+        return self.engine.record_many(self.name, self.src, entries)
+
+    def done_preloading(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
+
+    def close(self) -> None:
+        self.done_preloading()
+
+
+CLIENTS: dict[str, Callable[[dict], Any]] = {
+    "python": PackageClient,
+    "ctypes": CtypesClient,
+    "original-py": OriginalClient,
+}
+
+
+# -- the plan runner (same semantics as runPlan in workload.go) ------------------
+
+
+def mark(path: str) -> None:
+    if path:
+        try:
+            os.stat(path)
+        except OSError:
+            pass
+
+
+def run_plan(client: Any, spec: dict) -> dict:
+    fmt, times = spec["sched_format"], spec["times"]
+    out = {}
+    original = isinstance(client, OriginalClient)
+    clock = time.perf_counter_ns
+    for s in spec["steps"]:
+        op, n, tag, start = s["op"], s["n"], s["tag"], s.get("start", 0)
+        batch, overwrite, expect = s.get("batch", 0), s.get("overwrite", False), s["expect"]
+        warm = s.get("warmup", False)
+        if original and not warm:
+            client.done_preloading()
+        if original and op == "contains":
+            continue  # no contains() in OriginalStore
+        if original and op == "record_many" and not warm:
+            continue  # no record_many() in OriginalStore
+        r = {"label": s["label"], "ns": [], "errors": 0, "timeouts": 0, "wrong": 0}
+        if batch:
+            r["batch"] = batch
+        mark(s.get("mark_begin", ""))
+        for k in range(n):
+            t0 = clock()
+            try:
+                if op == "lookup":
+                    ok = client.lookup(schedule(fmt, tag, start + k)) == expect
+                elif op == "contains":
+                    ok = client.contains(schedule(fmt, tag, start + k)) == expect
+                elif op == "record":
+                    ok = client.record(schedule(fmt, tag, start + k), overwrite) == expect
+                elif op == "record_many":
+                    entries = [{"tiralib_schedule_string": schedule(fmt, tag, start + k * batch + j),
+                                "is_legal": True, "execution_times": times} for j in range(batch)]
+                    t0 = clock()
+                    if original:
+                        got = client.preload(entries)
+                    else:
+                        got = client.record_many(entries, overwrite)
+                    ok = (got == batch) == expect
+                else:
+                    raise ValueError(f"unknown op {op!r}")
+                r["ns"].append(clock() - t0)
+                if not ok:
+                    r["wrong"] += 1
+                    r.setdefault("first_error", f"{op} {schedule(fmt, tag, start + k)}: unexpected result")
+            except Exception as e:  # noqa: BLE001  (counted, reported, the run goes on)
+                r["ns"].append(clock() - t0)
+                r["errors"] += 1
+                if isinstance(e, (TimeoutError, CTimeout)):
+                    r["timeouts"] += 1
+                r.setdefault("first_error", f"{type(e).__name__}: {e}")
+        mark(s.get("mark_end", ""))
+        if not warm:
+            out[s["label"]] = r
+        elif r["errors"] or r["wrong"]:
+            out["warmup/" + s["label"]] = r  # a failed preload or warm-up must not go unnoticed
+    return out
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[1]) as f:
+        spec = json.load(f)
+    try:
+        client = CLIENTS[spec["impl"]](spec)
+    except Skip as e:
+        print(json.dumps({"skip": str(e)}))
+        return 0
+    except Exception as e:  # noqa: BLE001
+        print(json.dumps({"error": f"open: {type(e).__name__}: {e}"}))
+        return 1
+    try:
+        results = run_plan(client, spec)
+    finally:
+        client.close()
+    print(json.dumps({"results": results}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
