@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -731,28 +732,42 @@ func TestHeartbeatKeepsPythonWaiterAway(t *testing.T) {
 	}
 }
 
-// TestReleaseStopsHeartbeat: after Release the claim is gone and no beat
-// recreates or touches anything; the goroutine is gone.
+// TestReleaseStopsHeartbeat: beats happen only while held (the claim's
+// content does not change between Release and the next Acquire), there is
+// one heartbeat goroutine per Lock, and Close ends it and removes the claim.
 func TestReleaseStopsHeartbeat(t *testing.T) {
 	path, opt := newTestLock(t)
 	opt.HeartbeatInterval = time.Millisecond
 	l := New(path, opt)
+	var first *heartbeat
 	for i := 0; i < 20; i++ {
 		if err := l.Acquire(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		hb := l.beat
+		if first == nil {
+			first = l.beat
+		} else if l.beat != first {
+			t.Fatal("a new heartbeat goroutine per acquisition")
+		}
 		time.Sleep(3 * time.Millisecond)
+		if data, err := os.ReadFile(path); err != nil || !regexp.MustCompile(`"heartbeat": [1-9]`).Match(data) {
+			t.Fatalf("no heartbeat while held: %q %v", data, err)
+		}
 		if err := l.Release(); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case <-hb.done:
-		default:
-			t.Fatal("heartbeat goroutine still running after Release")
+		before, _ := os.ReadFile(l.own.path)
+		time.Sleep(3 * time.Millisecond)
+		if after, _ := os.ReadFile(l.own.path); string(after) != string(before) {
+			t.Fatal("the claim was rewritten after Release")
 		}
 	}
 	l.Close()
+	select {
+	case <-first.done:
+	default:
+		t.Fatal("heartbeat goroutine still running after Close")
+	}
 	if ents, _ := os.ReadDir(filepath.Dir(path)); len(ents) != 0 {
 		t.Errorf("files left: %v", ents)
 	}

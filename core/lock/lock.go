@@ -46,13 +46,14 @@
 //
 // # Acquire
 //
-//  1. write: write the record, timestamp now, heartbeat 0, into our claim
-//     (open O_TRUNC, write, close: the claim is not the lock yet and nobody
-//     reads it). The original creates a fresh claim per attempt; this
-//     package creates one per Acquire and rewrites it before every attempt,
-//     which costs Lustre's metadata server one inode update instead of a
-//     create plus an unlink per retry. Other contenders never look at
-//     claims, so this is invisible to them.
+//  0. queue: take this node's queue (gate.go), so that one process per
+//     node polls the shared filesystem; skipped if unavailable.
+//  1. write: write the record, timestamp now, heartbeat 0, into our claim.
+//     One claim serves every Acquire of the Lock until Close (the original
+//     created a fresh one per attempt): it is created once and rewritten in
+//     place with one pwrite, so a steady-state acquisition costs the
+//     metadata server one link and, at release, one unlink (see claim.write
+//     for when it is fsynced). Other contenders never look at claims.
 //  2. tryLink: link(claim, lock). Success means we hold the lock. On any
 //     failure, stat the claim: a link count of 2 means the link did happen
 //     (an NFS retransmitted LINK whose first reply was lost answers EEXIST),
@@ -70,7 +71,7 @@
 //     MaxBackoff) and go to 1, until Timeout or until ctx is done; the
 //     *TimeoutError names the holder's host and pid, its age by its
 //     timestamp and how long the lock file stayed unchanged as seen here.
-//     The claim is removed on every failure path.
+//     The claim stays for the next Acquire; Close removes it.
 //  6. Once held: start the heartbeat.
 //
 // Goroutines of one process share one *Lock: they are first serialized by an
@@ -79,22 +80,23 @@
 //
 // # Heartbeat
 //
-// While held, a goroutine rewrites the record every HeartbeatInterval
-// (default min(StaleTimeout/4, 30 s)) with the current timestamp and the
-// next counter, until Release. Old Python waiters therefore see a fresh
+// While held, a goroutine (one per Lock, from its first Acquire to Close)
+// rewrites the record every HeartbeatInterval (default min(StaleTimeout/4,
+// 30 s)) with the current timestamp and the next counter. Old Python waiters therefore see a fresh
 // timestamp and do not break a Go holder that works longer than their
 // stale_lock_timeout; Go waiters see the file change (Staleness).
 //
 // The rewrite is one pwrite of the whole record, padded to its fixed length,
-// at offset 0 of the claim (which is the lock inode), through a descriptor
-// opened at the first beat (holds shorter than an interval never open it). The file is never truncated, never empty
+// at offset 0 of the claim (which is the lock inode), through the claim's
+// descriptor, which stays open. The file is never truncated, never empty
 // and never changes size, and every version is complete JSON. Then fsync:
 // without it an NFS client may keep the new bytes in its page cache for up
 // to ~30 s and other nodes would go on reading the old timestamp. The cost
 // is one WRITE plus one COMMIT (NFS), or one OST write and sync (Lustre),
 // per interval for the single holder of a database: negligible. A beat that
 // fails is retried at the next tick; only beats failing for StaleTimeout can
-// get the lock broken. Release stops the goroutine before unlinking.
+// get the lock broken. Beats run under the Lock's mutex and only while held,
+// so none touches the claim after Release has taken it back.
 //
 // Torn reads: Linux does not make read(2) atomic against a concurrent
 // write(2) on the same page, so a reader on the holder's node (or on the NFS
@@ -200,16 +202,19 @@
 //
 // # Release
 //
-// Stop the heartbeat, unlink the lock only if it is still our claim's inode
-// (same device and inode number: we keep the claim alive, so the number
-// cannot have been reused), then unlink the claim. If the lock had been
-// broken (it is missing, or is now someone else's), Release leaves it alone
-// and reports ErrLockLost.
+// Unlink the lock only if it is still our inode, then let the next process
+// of the node through the queue. The test is the link count of our claim,
+// read through its descriptor (no lookup of the lock path): 2 while the lock
+// path (or a breaker's aside name, for the microseconds of a break) links
+// it, 1 once a breaker has removed it. If the lock had been broken, Release
+// leaves the lock path alone and reports ErrLockLost. The claim stays for
+// the next Acquire.
 //
 // # Who may unlink what
 //
 //   - a claim: its creator, always;
-//   - the lock path: its holder, at Release, if it is its claim's inode;
+//   - the lock path: its holder, at Release, if its claim still has two
+//     links;
 //     a Go breaker only by renaming it to its own aside name, after which
 //     the aside name is unlinked, or linked back and unlinked, by that
 //     breaker only;
@@ -249,6 +254,14 @@
 // # Remaining holes
 //
 //   - Displacement by a Go breaker (Breaking) and the Python cases above.
+//   - Release judges by the claim's link count. While a breaker holds our
+//     lock under its aside name (between its rename and its unlink or link
+//     back: microseconds), the count is still 2 although the lock path is
+//     free or already a newcomer's, and our unlink would remove the
+//     newcomer's lock. It needs our live lock to have been judged
+//     breakable first (its heartbeat stalled for StaleTimeout). An lstat of
+//     the lock path would narrow the window to the lstat-unlink gap, at one
+//     more metadata round trip per operation.
 //   - A breaker that crashes between its rename and its unlink or link back
 //     leaves an aside file; if it had moved a live lock by mistake, that
 //     holder has lost it. Aside files are never swept (harmless: not a
@@ -360,9 +373,9 @@ type Lock struct {
 	// off); gated: the current holder holds it. Owned by the sem holder.
 	noGate, gated bool
 
-	mu    sync.Mutex // guards claim and beat
+	mu    sync.Mutex // guards claim, and the claim's record while held
 	claim *claim     // non-nil while held
-	beat  *heartbeat // non-nil while held with heartbeats
+	beat  *heartbeat // the heartbeat goroutine, from the first Acquire to Close (owned by the sem holder)
 
 	// own is this process's claim file, created by the first Acquire and
 	// reused by every later one until Close; gate is the node-local queue
@@ -494,16 +507,15 @@ func (l *Lock) Acquire(ctx context.Context) error {
 		<-l.sem
 		return err
 	}
-	var hb *heartbeat
-	if l.rec.every > 0 {
-		hb = l.startHeartbeat(c)
+	if l.rec.every > 0 && l.beat == nil {
+		l.beat = l.startHeartbeat()
 	}
 	if !l.swept {
 		l.swept = true
 		l.sweepClaims()
 	}
 	l.mu.Lock()
-	l.claim, l.beat = c, hb
+	l.claim = c
 	l.mu.Unlock()
 	return nil
 }
@@ -670,11 +682,16 @@ type heartbeat struct {
 	done chan struct{}
 }
 
-// startHeartbeat rewrites c's record every HeartbeatInterval until stopped,
-// through the claim's open descriptor. A failed beat is retried at the next
-// tick; only if beats keep failing for StaleTimeout can the lock be broken.
-// The goroutine owns c.beats and c.flushed until done is closed.
-func (l *Lock) startHeartbeat(c *claim) *heartbeat {
+// startHeartbeat starts this Lock's heartbeat: one goroutine for the
+// Lock's life (until Close), which every HeartbeatInterval rewrites the
+// record through the claim's open descriptor while the lock is held. One
+// goroutine per Lock rather than per acquisition: starting and joining a
+// goroutine at every operation cost cross-thread wake-ups on the hot path.
+// A beat runs under l.mu, so Release waits for a beat in progress and no
+// beat touches the claim once Release has taken it back. A failed beat is
+// retried at the next tick; only if beats keep failing for StaleTimeout can
+// the lock be broken.
+func (l *Lock) startHeartbeat() *heartbeat {
 	hb := &heartbeat{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(hb.done)
@@ -685,7 +702,11 @@ func (l *Lock) startHeartbeat(c *claim) *heartbeat {
 			case <-hb.stop:
 				return
 			case <-t.C:
-				c.beat(l.clock())
+				l.mu.Lock()
+				if l.claim != nil {
+					l.claim.beat(l.clock())
+				}
+				l.mu.Unlock()
 			}
 		}
 	}()
@@ -699,8 +720,8 @@ func (l *Lock) startHeartbeat(c *claim) *heartbeat {
 // released in all cases.
 func (l *Lock) Release() error {
 	l.mu.Lock()
-	c, hb := l.claim, l.beat
-	l.claim, l.beat = nil, nil
+	c := l.claim
+	l.claim = nil
 	l.mu.Unlock()
 	if c == nil {
 		return ErrNotHeld
@@ -712,22 +733,23 @@ func (l *Lock) Release() error {
 		}
 		<-l.sem
 	}()
-	if hb != nil {
-		close(hb.stop)
-		<-hb.done
+	// Our claim's link count tells, without a lookup of the lock path,
+	// whether the lock still has our inode: 2 while it does, 1 once a
+	// breaker removed it (then the path is free or someone else's, and we
+	// must not unlink it).
+	switch n, err := fdLinkCount(c.f); {
+	case err != nil:
+		return err
+	case n < 2:
+		return fmt.Errorf("%w: %s", ErrLockLost, l.path)
 	}
-	var errs []error
-	switch id, err := lstatID(l.path); {
-	case err == nil && id == c.id:
-		if err := os.Remove(l.path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
+	if err := os.Remove(l.path); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%w: %s", ErrLockLost, l.path)
 		}
-	case err == nil || errors.Is(err, os.ErrNotExist):
-		errs = append(errs, fmt.Errorf("%w: %s", ErrLockLost, l.path))
-	default:
-		errs = append(errs, err)
+		return err
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // Close removes this Lock's claim file and closes its descriptors. The Lock
@@ -737,6 +759,11 @@ func (l *Lock) Release() error {
 func (l *Lock) Close() error {
 	l.sem <- struct{}{}
 	defer func() { <-l.sem }()
+	if hb := l.beat; hb != nil {
+		l.beat = nil
+		close(hb.stop)
+		<-hb.done
+	}
 	var err error
 	if l.own != nil {
 		err = l.own.remove()
