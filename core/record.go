@@ -29,7 +29,7 @@ func prepare(programHash string, m *Measurement) (*prepared, error) {
 	if ok, reason := schedule.Validate(norm); !ok {
 		return nil, newError(KindValue, "Invalid schedule string: %s", reason)
 	}
-	return &prepared{key: keys.RecordKey(programHash, m.Schedule), schedule: norm, resultJSON: rj}, nil
+	return &prepared{key: keys.RecordKeyNormalized(programHash, norm), schedule: norm, resultJSON: rj}, nil
 }
 
 // Record stores one measurement and reports whether it wrote (false when the

@@ -39,8 +39,14 @@ func ProgramHash(source string) string {
 // a str decoded with errors="surrogateescape"; no valid input can give such a
 // key, so invalid input never collides with a real record.
 func RecordKey(programHash, sched string) string {
-	doc := canonicalJSON(programHash, schedule.Normalize(sched))
-	sum := sha256.Sum256(doc)
+	return RecordKeyNormalized(programHash, schedule.Normalize(sched))
+}
+
+// RecordKeyNormalized is RecordKey for a schedule that is already
+// normalized (schedule.Normalize), for callers that need the normalized
+// form anyway: normalizing twice would double the cost of a bulk insert.
+func RecordKeyNormalized(programHash, normSched string) string {
+	sum := sha256.Sum256(canonicalJSON(programHash, normSched))
 	return hex.EncodeToString(sum[:])
 }
 

@@ -1,6 +1,7 @@
 package keys
 
 import (
+	"github.com/tirastore/tirastore/core/schedule"
 	"math/rand"
 	"strings"
 	"testing"
@@ -205,4 +206,14 @@ func hexOf(s string) string {
 		b = append(b, digits[s[i]>>4], digits[s[i]&0xF])
 	}
 	return string(b)
+}
+
+// RecordKeyNormalized is RecordKey minus the normalization it skips.
+func TestRecordKeyNormalized(t *testing.T) {
+	for _, s := range []string{"", "S(L0,L1,4,8,comps=['c1'])", " S( L0 , L1,4,8 ,comps=[\"c1\", 'c2'])|U(L2,4,comps=[c1])", "I(L١,L2,comps=[x])\u3000", "\u00a0"} {
+		h := ProgramHash("void f(){}")
+		if got, want := RecordKeyNormalized(h, schedule.Normalize(s)), RecordKey(h, s); got != want {
+			t.Errorf("%q: %s != %s", s, got, want)
+		}
+	}
 }
