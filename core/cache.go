@@ -30,12 +30,33 @@ import (
 //
 // Only the lock-free check is new; a Store on a filesystem that needs fresh
 // connections (NFS) never uses it (see conn).
+//
+// # Whole programs
+//
+// An autoscheduler asks about many schedules of one program. When a locked
+// lookup finds that nothing has committed since this store's previous
+// locked operation (a read-mostly phase: the generation read when the lock
+// was taken is still the cache's), it loads every record of the program at
+// once (up to prefetchLimit of them) and marks the program complete: later
+// lookups of that program, hits and misses alike, are answered from memory
+// until something commits. While others write, generations change at
+// every operation and no prefetch happens, so writers never pay for it.
 type resultCache struct {
 	mu      sync.Mutex
 	hdr     *os.File // nil: no lock-free reads (no kept connection)
 	gen     generation
 	entries map[string]*sqlite.Record // nil value: known to be absent
+	// complete: programs (by hash) all of whose records are in entries;
+	// tooBig: programs found to have more than prefetchLimit records at gen.
+	complete, tooBig map[string]bool
+	// atAcquire is the generation read when the lock was last taken (see
+	// conn.checkConn), before this operation could change anything.
+	atAcquire generation
 }
+
+// prefetchLimit bounds a program prefetch: loading 10,000 records takes
+// about 20 ms here and some megabytes.
+const prefetchLimit = 10000
 
 // maxCached bounds the cache; when full it starts over (lookups of an
 // autoscheduler are mostly of new schedules, so recency buys little).
@@ -47,15 +68,24 @@ func (c *resultCache) setFile(hdr *os.File) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.hdr = hdr
-	c.entries = nil
+	c.reset()
 }
 
-// get returns the entry for key if the database is provably unchanged since
-// it was read; ok is false otherwise (take the lock).
-func (c *resultCache) get(key string) (rec *sqlite.Record, ok bool) {
+// reset forgets every entry (the caller holds c.mu).
+func (c *resultCache) reset() {
+	c.entries, c.complete, c.tooBig = nil, nil, nil
+}
+
+// get returns the entry for key of program progHash if the database is
+// provably unchanged since it was read; ok is false otherwise (take the
+// lock). An absent key of a complete program is a known miss.
+func (c *resultCache) get(progHash, key string) (rec *sqlite.Record, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	rec, ok = c.entries[key]
+	if !ok && c.complete[progHash] {
+		rec, ok = nil, true
+	}
 	if !ok || c.hdr == nil {
 		return nil, false
 	}
@@ -63,10 +93,56 @@ func (c *resultCache) get(key string) (rec *sqlite.Record, ok bool) {
 		return rec, true
 	}
 	if !c.unchanged() {
-		c.entries = nil
+		c.reset()
 		return nil, false
 	}
 	return rec, true
+}
+
+// noteAcquire remembers the generation read when the lock was taken.
+func (c *resultCache) noteAcquire(g generation) {
+	c.mu.Lock()
+	c.atAcquire = g
+	c.mu.Unlock()
+}
+
+// shouldPrefetch: a read-mostly phase (nothing committed since this store's
+// previous locked operation, which left entries) and progHash neither
+// complete nor known to be too big. The caller holds the lock.
+func (c *resultCache) shouldPrefetch(progHash string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hdr != nil && progHash != "" && len(c.entries) > 0 && c.atAcquire == c.gen &&
+		!c.complete[progHash] && !c.tooBig[progHash]
+}
+
+// putProgram remembers every record of a program (complete) or that it has
+// too many to prefetch (recs nil). The caller holds the lock and has called
+// sync since the read.
+func (c *resultCache) putProgram(progHash string, recs []*sqlite.Record) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hdr == nil {
+		return
+	}
+	if recs == nil {
+		if c.tooBig == nil {
+			c.tooBig = map[string]bool{}
+		}
+		c.tooBig[progHash] = true
+		return
+	}
+	if c.entries == nil || len(c.entries)+len(recs) > maxCached {
+		c.reset()
+		c.entries = make(map[string]*sqlite.Record, len(recs))
+	}
+	for _, r := range recs {
+		c.entries[r.Key] = r
+	}
+	if c.complete == nil {
+		c.complete = map[string]bool{}
+	}
+	c.complete[progHash] = true
 }
 
 // unchanged: the file still has a name and the same generation.
@@ -88,12 +164,12 @@ func (c *resultCache) sync() {
 	}
 	h, err := readHeader(c.hdr)
 	if err != nil {
-		c.entries = nil
+		c.reset()
 		return
 	}
 	if g := h.generation(); g != c.gen {
 		c.gen = g
-		c.entries = nil
+		c.reset()
 	}
 }
 
@@ -106,6 +182,7 @@ func (c *resultCache) put(key string, rec *sqlite.Record) {
 		return
 	}
 	if c.entries == nil || len(c.entries) >= maxCached {
+		c.reset()
 		c.entries = make(map[string]*sqlite.Record)
 	}
 	c.entries[key] = rec

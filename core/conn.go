@@ -167,6 +167,7 @@ func (s *Store) checkConn(c *conn) error {
 	if err := sqlite.CheckHeader(s.path, h[:]); err != nil {
 		return newError(KindDatabase, "%v", err)
 	}
+	s.cache.noteAcquire(h.generation())
 	return nil
 }
 

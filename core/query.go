@@ -87,13 +87,6 @@ func newResult(rec *sqlite.Record) (*Result, error) {
 	return r, nil
 }
 
-func (s *Store) recordKey(source, sched string) (string, error) {
-	if err := checkTexts("program_source_code", source, "tiralib_schedule_string", sched); err != nil {
-		return "", err
-	}
-	return keys.RecordKey(s.progs.hash(source), sched), nil
-}
-
 // programHashes remembers the hashes of the last few program sources: an
 // autoscheduler asks about many schedules of one program, and normalizing
 // and hashing a long source for each lookup would cost more than the
@@ -130,25 +123,39 @@ func (s *Store) Lookup(ctx context.Context, programName, source, sched string) (
 	if err := checkText("program_name", programName); err != nil {
 		return nil, err
 	}
-	key, err := s.recordKey(source, sched)
-	if err != nil {
+	if err := checkTexts("program_source_code", source, "tiralib_schedule_string", sched); err != nil {
 		return nil, err
 	}
-	rec, err := s.read(ctx, "lookup", key)
+	hash := s.progs.hash(source)
+	rec, err := s.read(ctx, "lookup", hash, keys.RecordKey(hash, sched))
 	if err != nil || rec == nil {
 		return nil, err
 	}
 	return newResult(rec)
 }
 
-// read returns the joined record for key (nil: absent), from the cache if
-// it is provably current, else under the lock.
-func (s *Store) read(ctx context.Context, op, key string) (*sqlite.Record, error) {
-	if rec, ok := s.cached(key); ok {
+// read returns the joined record for key of program progHash (nil:
+// absent), from the cache if it is provably current, else under the lock
+// (loading the whole program when the database is quiet: see
+// resultCache).
+func (s *Store) read(ctx context.Context, op, progHash, key string) (*sqlite.Record, error) {
+	if rec, ok := s.cached(progHash, key); ok {
 		return rec, nil
 	}
 	var rec *sqlite.Record
 	err := s.withDB(ctx, op, func(db *sqlite.DB) (err error) {
+		if s.cache.shouldPrefetch(progHash) {
+			recs, err := db.ProgramRecords(progHash, prefetchLimit)
+			if err != nil {
+				return err
+			}
+			s.cache.sync()
+			s.cache.putProgram(progHash, recs)
+			if recs != nil {
+				rec, _ = s.cache.get(progHash, key)
+				return nil
+			}
+		}
 		if rec, err = db.Get(key); err != nil {
 			return err
 		}
@@ -160,13 +167,13 @@ func (s *Store) read(ctx context.Context, op, key string) (*sqlite.Record, error
 }
 
 // cached is the lock-free path of read.
-func (s *Store) cached(key string) (*sqlite.Record, bool) {
+func (s *Store) cached(progHash, key string) (*sqlite.Record, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
 		return nil, false // withDB reports it
 	}
-	return s.cache.get(key)
+	return s.cache.get(progHash, key)
 }
 
 // LookupMany looks up several schedules of one program under one
@@ -189,7 +196,7 @@ func (s *Store) LookupMany(ctx context.Context, programName, source string, sche
 	recs := make([]*sqlite.Record, len(keyList))
 	var missing []int
 	for i, k := range keyList {
-		if rec, ok := s.cached(k); ok {
+		if rec, ok := s.cached(hash, k); ok {
 			recs[i] = rec
 		} else {
 			missing = append(missing, i)
@@ -239,15 +246,19 @@ func (s *Store) Contains(ctx context.Context, programName, source, sched string)
 	if err := checkText("program_name", programName); err != nil {
 		return false, err
 	}
-	key, err := s.recordKey(source, sched)
-	if err != nil {
+	if err := checkTexts("program_source_code", source, "tiralib_schedule_string", sched); err != nil {
 		return false, err
 	}
-	if rec, ok := s.cached(key); ok {
-		return rec != nil, nil
+	hash := s.progs.hash(source)
+	key := keys.RecordKey(hash, sched)
+	// Only a cached record answers: the cache holds joined reads, and a
+	// record whose program row is missing exists for contains (no join,
+	// as in the original) but not for lookup.
+	if rec, ok := s.cached(hash, key); ok && rec != nil {
+		return true, nil
 	}
 	var found bool
-	err = s.withDB(ctx, "contains", func(db *sqlite.DB) (err error) {
+	err := s.withDB(ctx, "contains", func(db *sqlite.DB) (err error) {
 		found, err = db.Contains(key)
 		return err
 	})

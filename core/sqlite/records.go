@@ -77,6 +77,31 @@ func (d *DB) Contains(key string) (bool, error) {
 	return err == nil, err
 }
 
+// ProgramRecords returns every record of a program (in no particular
+// order), or nil when it has more than limit of them.
+func (d *DB) ProgramRecords(programHash string, limit int) ([]*Record, error) {
+	st, err := d.stmt(selectJoined + " WHERE r.program_hash = ? LIMIT ?")
+	if err != nil {
+		return nil, err
+	}
+	rows, err := st.Query(programHash, limit+1)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []*Record{}
+	for rows.Next() {
+		r, err := scanJoined(rows)
+		if err != nil {
+			return nil, err
+		}
+		if out = append(out, r); len(out) > limit {
+			return nil, nil
+		}
+	}
+	return out, rows.Err()
+}
+
 // RecordsByProgram returns a program's records ordered by creation_date.
 func (d *DB) RecordsByProgram(programHash string) ([]*Record, error) {
 	rows, err := d.db.Query(selectJoined+" WHERE r.program_hash = ? ORDER BY r.creation_date", programHash)

@@ -1,0 +1,112 @@
+package core
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/tirastore/tirastore/core/keys"
+	"testing"
+)
+
+// Two stores on one file have separate connections and caches, as two
+// processes do (the cross-process version of these checks, with negative
+// controls, is tests/python/test_freshness.py).
+func twoStores(t *testing.T) (writer, reader *Store) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "cache.db")
+	var err error
+	if writer, err = Open(ctx, path, Options{CPUModel: "X"}); err != nil {
+		t.Fatal(err)
+	}
+	if reader, err = Open(ctx, path, Options{CPUModel: "X"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { writer.Close(); reader.Close() })
+	return writer, reader
+}
+
+func schedN(i int) string { return fmt.Sprintf("S(L0,L1,%d,8,comps=['c1'])", i) }
+
+func lookupTimes(t *testing.T, st *Store, i int) []float64 {
+	t.Helper()
+	r, err := st.Lookup(ctx, "p", src, schedN(i))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r == nil {
+		return nil
+	}
+	return r.ExecutionTimes
+}
+
+// TestProgramPrefetch: in a quiet phase the reader loads the whole program
+// and then answers hits and misses without taking the lock; a commit by the
+// other store is seen at once.
+func TestProgramPrefetch(t *testing.T) {
+	w, r := twoStores(t)
+	for i := 0; i < 3; i++ {
+		if _, err := w.Record(ctx, "p", src, Measurement{Schedule: schedN(i), IsLegal: true, ExecutionTimes: Times(float64(i))}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lookupTimes(t, r, 0) // locked: first operation at this generation
+	lookupTimes(t, r, 1) // locked: quiet since the last one: loads program p
+	before := r.LockStats().Acquired
+	for k := 0; k < 3; k++ {
+		for i := 0; i < 5; i++ {
+			got := lookupTimes(t, r, i)
+			if want := i < 3; (got != nil) != want || (want && got[0] != float64(i)) {
+				t.Fatalf("lookup %d = %v", i, got)
+			}
+		}
+	}
+	if n := r.LockStats().Acquired - before; n != 0 {
+		t.Errorf("%d lock acquisitions for lookups of a loaded program, want 0", n)
+	}
+	// A new record (a key the reader knows to be absent) and an overwrite.
+	if _, err := w.Record(ctx, "p", src, Measurement{Schedule: schedN(4), IsLegal: true, ExecutionTimes: Times(4.5)}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Record(ctx, "p", src, Measurement{Schedule: schedN(0), IsLegal: true, ExecutionTimes: Times(-1)}, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := lookupTimes(t, r, 4); len(got) != 1 || got[0] != 4.5 {
+		t.Fatalf("new record not seen: %v", got)
+	}
+	if got := lookupTimes(t, r, 0); len(got) != 1 || got[0] != -1 {
+		t.Fatalf("overwrite not seen: %v", got)
+	}
+	if ok, err := r.Contains(ctx, "p", src, schedN(4)); err != nil || !ok {
+		t.Fatalf("contains after the write: %v %v", ok, err)
+	}
+}
+
+// TestProgramTooBigToPrefetch: a program over prefetchLimit is read key by
+// key, and still correctly.
+func TestProgramTooBigToPrefetch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes prefetchLimit+1 records")
+	}
+	w, r := twoStores(t)
+	ms := make([]Measurement, prefetchLimit+1)
+	for i := range ms {
+		ms[i] = Measurement{Schedule: schedN(i), IsLegal: true, ExecutionTimes: Times(float64(i))}
+	}
+	if n, err := w.RecordMany(ctx, "p", src, ms, false); err != nil || n != len(ms) {
+		t.Fatal(n, err)
+	}
+	for k := 0; k < 3; k++ {
+		for _, i := range []int{0, 7, prefetchLimit, prefetchLimit + 5} {
+			got := lookupTimes(t, r, i)
+			if want := i <= prefetchLimit; (got != nil) != want || (want && got[0] != float64(i)) {
+				t.Fatalf("lookup %d = %v", i, got)
+			}
+		}
+	}
+	r.cache.mu.Lock()
+	complete, big := r.cache.complete[keys.ProgramHash(src)], r.cache.tooBig[keys.ProgramHash(src)]
+	r.cache.mu.Unlock()
+	if complete || !big {
+		t.Errorf("complete=%v tooBig=%v, want a program too big to load", complete, big)
+	}
+}
