@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/tirastore/tirastore/core"
 	"github.com/tirastore/tirastore/core/keys"
@@ -19,7 +20,11 @@ type method struct {
 var (
 	noParams      []string
 	programParams = []string{"program_name", "program_source_code", "tiralib_schedule_string"}
-	recordParams  = []string{"program_name", "program_source_code", "tiralib_schedule_string", "is_legal", "execution_times", "overwrite"}
+	// readParams: the reads also accept program_hash (what make_program_hash
+	// returns) instead of program_source_code, so that a binding need not
+	// send a long source with every lookup.
+	readParams   = []string{"program_name", "program_source_code", "program_hash", "tiralib_schedule_string"}
+	recordParams = []string{"program_name", "program_source_code", "tiralib_schedule_string", "is_legal", "execution_times", "overwrite"}
 )
 
 // methods is the whole C-callable API besides open/close. New commands (the
@@ -73,12 +78,17 @@ var methods = map[string]method{
 	"info": {true, noParams, func(_ context.Context, st *core.Store, a *args) (any, error) {
 		return storeInfo(st), nil
 	}},
-	"lookup": {true, programParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
-		name, src, sched, err := programArgs(a, true)
+	"lookup": {true, readParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		name, prog, sched, err := readArgs(a, true)
 		if err != nil {
 			return nil, err
 		}
-		r, err := st.Lookup(ctx, name, src, sched)
+		var r *core.Result
+		if prog.byHash {
+			r, err = st.LookupByHash(ctx, name, prog.hash, sched)
+		} else {
+			r, err = st.Lookup(ctx, name, prog.source, sched)
+		}
 		if r == nil || err != nil {
 			return nil, err
 		}
@@ -87,8 +97,8 @@ var methods = map[string]method{
 	"close_if_idle": {true, nil, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		return st.CloseIfIdle()
 	}},
-	"lookup_many": {true, []string{"program_name", "program_source_code", "schedules"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
-		name, src, _, err := programArgs(a, false)
+	"lookup_many": {true, []string{"program_name", "program_source_code", "program_hash", "schedules"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		name, prog, _, err := readArgs(a, false)
 		if err != nil {
 			return nil, err
 		}
@@ -96,7 +106,12 @@ var methods = map[string]method{
 		if err != nil {
 			return nil, err
 		}
-		rs, err := st.LookupMany(ctx, name, src, scheds)
+		var rs []*core.Result
+		if prog.byHash {
+			rs, err = st.LookupManyByHash(ctx, name, prog.hash, scheds)
+		} else {
+			rs, err = st.LookupMany(ctx, name, prog.source, scheds)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -108,12 +123,15 @@ var methods = map[string]method{
 		}
 		return out, nil
 	}},
-	"contains": {true, programParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
-		name, src, sched, err := programArgs(a, true)
+	"contains": {true, readParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		name, prog, sched, err := readArgs(a, true)
 		if err != nil {
 			return nil, err
 		}
-		return st.Contains(ctx, name, src, sched)
+		if prog.byHash {
+			return st.ContainsByHash(ctx, name, prog.hash, sched)
+		}
+		return st.Contains(ctx, name, prog.source, sched)
 	}},
 	"record": {true, recordParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		name, src, _, err := programArgs(a, false)
@@ -252,6 +270,36 @@ func programArgs(a *args, withSched bool) (name, src, sched string, err error) {
 	if src, err = a.str("program_source_code"); err != nil {
 		return
 	}
+	if withSched {
+		sched, err = a.str("tiralib_schedule_string")
+	}
+	return
+}
+
+// programRef is a read's program: its source, or its hash.
+type programRef struct {
+	source, hash string
+	byHash       bool
+}
+
+// readArgs is programArgs for the reads: exactly one of
+// program_source_code and program_hash.
+func readArgs(a *args, withSched bool) (name string, prog programRef, sched string, err error) {
+	if _, ok := a.get("program_hash"); !ok {
+		name, prog.source, sched, err = programArgs(a, withSched)
+		return
+	}
+	if _, ok := a.get("program_source_code"); ok {
+		err = &core.Error{Kind: core.KindType, Message: fmt.Sprintf("%s(): give program_source_code or program_hash, not both", a.method)}
+		return
+	}
+	if name, err = a.str("program_name"); err != nil {
+		return
+	}
+	if prog.hash, err = a.str("program_hash"); err != nil {
+		return
+	}
+	prog.byHash = true
 	if withSched {
 		sched, err = a.str("tiralib_schedule_string")
 	}

@@ -120,18 +120,35 @@ func (p *programHashes) hash(source string) string {
 // repeated lookup is answered from the process's cache when the database
 // provably has not changed since (see resultCache).
 func (s *Store) Lookup(ctx context.Context, programName, source, sched string) (*Result, error) {
-	if err := checkText("program_name", programName); err != nil {
+	if err := checkTexts("program_name", programName, "program_source_code", source); err != nil {
 		return nil, err
 	}
-	if err := checkTexts("program_source_code", source, "tiralib_schedule_string", sched); err != nil {
+	return s.LookupByHash(ctx, programName, s.progs.hash(source), sched)
+}
+
+// LookupByHash is Lookup for a caller that holds the program's hash
+// (keys.ProgramHash, the make_program_hash utility) instead of its source:
+// a binding then need not send a source of many kilobytes with every call.
+func (s *Store) LookupByHash(ctx context.Context, programName, programHash, sched string) (*Result, error) {
+	if err := checkProgramRef(programName, programHash, sched); err != nil {
 		return nil, err
 	}
-	hash := s.progs.hash(source)
-	rec, err := s.read(ctx, "lookup", hash, keys.RecordKey(hash, sched))
+	rec, err := s.read(ctx, "lookup", programHash, keys.RecordKey(programHash, sched))
 	if err != nil || rec == nil {
 		return nil, err
 	}
 	return newResult(rec)
+}
+
+// checkProgramRef validates the arguments of the ByHash methods.
+func checkProgramRef(programName, programHash, sched string) error {
+	if err := checkTexts("program_name", programName, "tiralib_schedule_string", sched); err != nil {
+		return err
+	}
+	if !keys.IsProgramHash(programHash) {
+		return newError(KindValue, "program_hash must be 64 lowercase hexadecimal digits (the SHA-256 that make_program_hash returns), got %s", pyRepr(programHash))
+	}
+	return nil
 }
 
 // read returns the joined record for key of program progHash (nil:
@@ -184,7 +201,14 @@ func (s *Store) LookupMany(ctx context.Context, programName, source string, sche
 	if err := checkTexts("program_name", programName, "program_source_code", source); err != nil {
 		return nil, err
 	}
-	hash := s.progs.hash(source)
+	return s.LookupManyByHash(ctx, programName, s.progs.hash(source), schedules)
+}
+
+// LookupManyByHash is LookupMany by program hash (see LookupByHash).
+func (s *Store) LookupManyByHash(ctx context.Context, programName, hash string, schedules []string) ([]*Result, error) {
+	if err := checkProgramRef(programName, hash, ""); err != nil {
+		return nil, err
+	}
 	keyList := make([]string, len(schedules))
 	for i, sc := range schedules {
 		if err := checkText("tiralib_schedule_string", sc); err != nil {
@@ -243,13 +267,17 @@ func (s *Store) LookupMany(ctx context.Context, programName, source string, sche
 
 // Contains reports whether a record exists for (program, schedule).
 func (s *Store) Contains(ctx context.Context, programName, source, sched string) (bool, error) {
-	if err := checkText("program_name", programName); err != nil {
+	if err := checkTexts("program_name", programName, "program_source_code", source); err != nil {
 		return false, err
 	}
-	if err := checkTexts("program_source_code", source, "tiralib_schedule_string", sched); err != nil {
+	return s.ContainsByHash(ctx, programName, s.progs.hash(source), sched)
+}
+
+// ContainsByHash is Contains by program hash (see LookupByHash).
+func (s *Store) ContainsByHash(ctx context.Context, programName, hash, sched string) (bool, error) {
+	if err := checkProgramRef(programName, hash, sched); err != nil {
 		return false, err
 	}
-	hash := s.progs.hash(source)
 	key := keys.RecordKey(hash, sched)
 	// Only a cached record answers: the cache holds joined reads, and a
 	// record whose program row is missing exists for contains (no join,

@@ -42,6 +42,20 @@ func RecordKey(programHash, sched string) string {
 	return RecordKeyNormalized(programHash, schedule.Normalize(sched))
 }
 
+// IsProgramHash reports whether h has the form of a program hash: 64
+// lowercase hexadecimal digits.
+func IsProgramHash(h string) bool {
+	if len(h) != 64 {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // RecordKeyNormalized is RecordKey for a schedule that is already
 // normalized (schedule.Normalize), for callers that need the normalized
 // form anyway: normalizing twice would double the cost of a bulk insert.

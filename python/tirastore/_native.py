@@ -343,9 +343,15 @@ def _default(obj: Any) -> Any:
     raise TypeError(f"an argument of type {type(obj).__name__} is not supported")
 
 
+# Made once: json.dumps/json.loads with non-default options build a new
+# encoder per call, which costs more than the library call itself.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=True, default=_default)
+_DECODER = json.JSONDecoder()
+
+
 def _encode(where: str, args: dict[str, Any]) -> bytes:
     try:
-        text = json.dumps(args, ensure_ascii=False, allow_nan=True, default=_default)
+        text = _ENCODER.encode(args)
     except TypeError as e:
         raise TypeError(f"{where}(): {e}") from None
     except ValueError as e:  # circular reference
@@ -364,7 +370,7 @@ def _reply(status: int, out) -> Any:
         text = ffi.string(out[0])
     finally:
         lib.tirastore_free(out[0])
-    doc = json.loads(text)
+    doc = _DECODER.decode(text.decode("utf-8"))
     if status == 0:
         return doc["result"]
     err = doc["error"]

@@ -65,6 +65,10 @@ def _fspath(where: str, name: str, value: Any) -> str:
     return path
 
 
+# Program hashes of recently used sources (computed by the library), shared
+# by the stores of this process: see TiraStore._program.
+_program_hashes: dict[str, str] = {}
+
 # Stores open in this process, for the exit handler below.
 _open_stores: "weakref.WeakSet[TiraStore]" = weakref.WeakSet()
 
@@ -177,14 +181,29 @@ class TiraStore:
 
     # -- lookup & record ---------------------------------------------------
 
+    @staticmethod
+    def _program(source: Any) -> dict[str, Any]:
+        """The program argument of a read: the source's hash once a read
+        with this very source has succeeded (reads accept ``program_hash``),
+        so that a long source is not encoded and parsed again at every
+        lookup; until then the source itself, which the library validates."""
+        h = _program_hashes.get(source) if type(source) is str else None
+        return {"program_source_code": source} if h is None else {"program_hash": h}
+
+    @staticmethod
+    def _remember(ref: dict[str, Any]) -> None:
+        """After a successful read sent by source: remember its hash."""
+        source = ref.get("program_source_code")
+        if type(source) is str and source not in _program_hashes:
+            if len(_program_hashes) >= 64:
+                _program_hashes.clear()
+            _program_hashes[source] = _native.call(0, "make_program_hash", source=source)
+
     def lookup(self, program_name: str, program_source_code: str, tiralib_schedule_string: str) -> Optional[LookupResult]:
         """Return the stored :class:`LookupResult`, or None on a miss."""
-        found = self._call(
-            "lookup",
-            program_name=program_name,
-            program_source_code=program_source_code,
-            tiralib_schedule_string=tiralib_schedule_string,
-        )
+        ref = self._program(program_source_code)
+        found = self._call("lookup", program_name=program_name, tiralib_schedule_string=tiralib_schedule_string, **ref)
+        self._remember(ref)
         return None if found is None else LookupResult(**found)
 
     def lookup_many(
@@ -198,12 +217,9 @@ class TiraStore:
         >>> store.lookup_many("p", src, ["S(L0,L1,4,8,comps=['c1'])", "U(L2,4,comps=['c1'])"])
         [LookupResult(...), None]
         """
-        found = self._call(
-            "lookup_many",
-            program_name=program_name,
-            program_source_code=program_source_code,
-            schedules=schedules,
-        )
+        ref = self._program(program_source_code)
+        found = self._call("lookup_many", program_name=program_name, schedules=schedules, **ref)
+        self._remember(ref)
         return [None if r is None else LookupResult(**r) for r in found]
 
     def record(
@@ -238,12 +254,10 @@ class TiraStore:
 
     def contains(self, program_name: str, program_source_code: str, tiralib_schedule_string: str) -> bool:
         """Whether a record exists for the input."""
-        return self._call(
-            "contains",
-            program_name=program_name,
-            program_source_code=program_source_code,
-            tiralib_schedule_string=tiralib_schedule_string,
-        )
+        ref = self._program(program_source_code)
+        found = self._call("contains", program_name=program_name, tiralib_schedule_string=tiralib_schedule_string, **ref)
+        self._remember(ref)
+        return found
 
     # -- programs ----------------------------------------------------------
 

@@ -878,3 +878,32 @@ def test_threads_sharing_one_store_and_separate_stores(make_store, db_path):
     assert sorted(wins) == list(range(40))
     assert shared.count() == 8 * 40 + 40
     assert leftover_lock_files(db_path.parent) == []
+
+
+def test_reads_by_program_hash(store):
+    """The C ABI's reads accept program_hash (what make_program_hash returns)
+    instead of program_source_code; the Python package uses it after a
+    first successful read by source."""
+    import tirastore
+    from tirastore import _native
+
+    src, sched = "void hashed() {}", "S(L0,L1,4,8,comps=['c1'])"
+    assert store.record("hashed", src, sched, True, [1.5])
+    h = tirastore.make_program_hash(src)
+    got = _native.call(store._handle, "lookup", program_name="hashed", program_hash=h, tiralib_schedule_string=sched)
+    assert got["execution_times"] == [1.5]
+    assert _native.call(store._handle, "contains", program_name="x", program_hash=h, tiralib_schedule_string=sched) is True
+    many = _native.call(store._handle, "lookup_many", program_name="x", program_hash=h, schedules=[sched, "R(L0,comps=[c])"])
+    assert many[0]["execution_times"] == [1.5] and many[1] is None
+    with pytest.raises(TypeError, match="not both"):
+        _native.call(store._handle, "lookup", program_name="x", program_source_code=src, program_hash=h,
+                     tiralib_schedule_string=sched)
+    for bad in ["", "ABC", h.upper(), h[:-1], h + "0", "g" * 64]:
+        with pytest.raises(ValueError, match="program_hash must be 64 lowercase"):
+            _native.call(store._handle, "lookup", program_name="x", program_hash=bad, tiralib_schedule_string=sched)
+    # The package: the first lookup goes by source, later ones by hash, and
+    # both give the same answers.
+    for _ in range(3):
+        assert store.lookup("hashed", src, sched).execution_times == [1.5]
+        assert store.contains("hashed", src, sched)
+        assert store.lookup("hashed", src, "R(L0,comps=[c])") is None
