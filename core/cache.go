@@ -3,6 +3,7 @@ package core
 import (
 	"os"
 	"sync"
+	"time"
 
 	"github.com/tirastore/tirastore/core/failpoint"
 	"github.com/tirastore/tirastore/core/sqlite"
@@ -50,13 +51,22 @@ type resultCache struct {
 	// tooBig: programs found to have more than prefetchLimit records at gen.
 	complete, tooBig map[string]bool
 	// atAcquire is the generation read when the lock was last taken (see
-	// conn.checkConn), before this operation could change anything.
+	// conn.checkConn), before this operation could change anything;
+	// genSince is when this store first saw gen (monotonic).
 	atAcquire generation
+	genSince  time.Time
 }
 
 // prefetchLimit bounds a program prefetch: loading 10,000 records takes
-// about 20 ms here and some megabytes.
-const prefetchLimit = 10000
+// about 20 ms here and some megabytes. quietBeforePrefetch is how long the
+// database must have stayed unchanged, as seen by this store's locked
+// operations, before it loads a program: while others write (a commit
+// every few milliseconds under load) it never does, and a store that gets
+// the lock twice in a row between two commits is not fooled.
+const (
+	prefetchLimit       = 10000
+	quietBeforePrefetch = 20 * time.Millisecond
+)
 
 // maxCached bounds the cache; when full it starts over (lookups of an
 // autoscheduler are mostly of new schedules, so recency buys little).
@@ -106,14 +116,15 @@ func (c *resultCache) noteAcquire(g generation) {
 	c.mu.Unlock()
 }
 
-// shouldPrefetch: a read-mostly phase (nothing committed since this store's
-// previous locked operation, which left entries) and progHash neither
-// complete nor known to be too big. The caller holds the lock.
+// shouldPrefetch: a quiet phase (nothing committed since this store's
+// previous locked operation, which left entries, nor for
+// quietBeforePrefetch before that) and progHash neither complete nor known
+// to be too big. The caller holds the lock.
 func (c *resultCache) shouldPrefetch(progHash string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.hdr != nil && progHash != "" && len(c.entries) > 0 && c.atAcquire == c.gen &&
-		!c.complete[progHash] && !c.tooBig[progHash]
+		time.Since(c.genSince) >= quietBeforePrefetch && !c.complete[progHash] && !c.tooBig[progHash]
 }
 
 // putProgram remembers every record of a program (complete) or that it has
@@ -167,8 +178,8 @@ func (c *resultCache) sync() {
 		c.reset()
 		return
 	}
-	if g := h.generation(); g != c.gen {
-		c.gen = g
+	if g := h.generation(); g != c.gen || c.genSince.IsZero() {
+		c.gen, c.genSince = g, time.Now()
 		c.reset()
 	}
 }

@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/tirastore/tirastore/core/keys"
 	"testing"
@@ -50,7 +51,8 @@ func TestProgramPrefetch(t *testing.T) {
 		}
 	}
 	lookupTimes(t, r, 0) // locked: first operation at this generation
-	lookupTimes(t, r, 1) // locked: quiet since the last one: loads program p
+	time.Sleep(quietBeforePrefetch + 5*time.Millisecond)
+	lookupTimes(t, r, 1) // locked: quiet long enough: loads program p
 	before := r.LockStats().Acquired
 	for k := 0; k < 3; k++ {
 		for i := 0; i < 5; i++ {
@@ -96,7 +98,8 @@ func TestProgramTooBigToPrefetch(t *testing.T) {
 		t.Fatal(n, err)
 	}
 	for k := 0; k < 3; k++ {
-		for _, i := range []int{0, 7, prefetchLimit, prefetchLimit + 5} {
+		time.Sleep(quietBeforePrefetch + 5*time.Millisecond)
+		for _, i := range []int{k, 7 + k, prefetchLimit - k, prefetchLimit + 5 + k} {
 			got := lookupTimes(t, r, i)
 			if want := i <= prefetchLimit; (got != nil) != want || (want && got[0] != float64(i)) {
 				t.Fatalf("lookup %d = %v", i, got)
@@ -108,5 +111,23 @@ func TestProgramTooBigToPrefetch(t *testing.T) {
 	r.cache.mu.Unlock()
 	if complete || !big {
 		t.Errorf("complete=%v tooBig=%v, want a program too big to load", complete, big)
+	}
+}
+
+// TestNoPrefetchWhileOthersWrite: a store that reads between commits (even
+// twice in a row) never loads whole programs.
+func TestNoPrefetchWhileOthersWrite(t *testing.T) {
+	w, r := twoStores(t)
+	for i := 0; i < 200; i++ {
+		if _, err := w.Record(ctx, "p", src, Measurement{Schedule: schedN(i), IsLegal: true, ExecutionTimes: Times(1)}, false); err != nil {
+			t.Fatal(err)
+		}
+		lookupTimes(t, r, i)
+		lookupTimes(t, r, i+1000)
+	}
+	r.cache.mu.Lock()
+	defer r.cache.mu.Unlock()
+	if len(r.cache.complete) != 0 {
+		t.Errorf("loaded a whole program while another store was writing")
 	}
 }
