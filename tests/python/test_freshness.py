@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -133,6 +134,10 @@ def scenario(tmp_path: Path, switch: str | None) -> list[str]:
             wrong.append(f"{step}: get_program_records stale")
 
     check("start")
+    # Quiet for longer than the engine waits before it loads a whole program
+    # (core/cache.go): the next locked read loads it, and later hits and
+    # misses of that program are answered from memory.
+    time.sleep(0.1)
     check("warm (answered from the cache)")
     # A new record the observer has seen absent (cached "absent").
     writer(db, "assert s.record('prog', %r, sched(5), True, [5.5])" % SRC)
