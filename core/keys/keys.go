@@ -56,6 +56,17 @@ func IsProgramHash(h string) bool {
 	return true
 }
 
+// plainASCII: printable ASCII without '"' or '\\', which canonical JSON
+// writes as is.
+func plainASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
 // RecordKeyNormalized is RecordKey for a schedule that is already
 // normalized (schedule.Normalize), for callers that need the normalized
 // form anyway: normalizing twice would double the cost of a bulk insert.
@@ -66,6 +77,15 @@ func RecordKeyNormalized(programHash, normSched string) string {
 
 // canonicalJSON returns the canonical JSON of the record-key document.
 func canonicalJSON(programHash, normSched string) []byte {
+	if plainASCII(programHash) && plainASCII(normSched) {
+		// The common case, without the general encoder: nothing to escape.
+		b := make([]byte, 0, 48+len(programHash)+len(normSched))
+		b = append(b, `{"program_hash":"`...)
+		b = append(b, programHash...)
+		b = append(b, `","tiralib_schedule_string":"`...)
+		b = append(b, normSched...)
+		return append(b, `"}`...)
+	}
 	if utf8.ValidString(programHash) && utf8.ValidString(normSched) {
 		obj := pyjson.NewObject()
 		obj.Set("program_hash", programHash)

@@ -1,6 +1,7 @@
 package keys
 
 import (
+	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/schedule"
 	"math/rand"
 	"strings"
@@ -214,6 +215,22 @@ func TestRecordKeyNormalized(t *testing.T) {
 		h := ProgramHash("void f(){}")
 		if got, want := RecordKeyNormalized(h, schedule.Normalize(s)), RecordKey(h, s); got != want {
 			t.Errorf("%q: %s != %s", s, got, want)
+		}
+	}
+}
+
+// The plain-ASCII shortcut of canonicalJSON writes what the encoder writes.
+func TestCanonicalJSONShortcut(t *testing.T) {
+	for _, s := range []string{"", "S(L0,L1,4,8,comps=['c1'])", "a b~!#$%&'()*+,-./:;<=>?@[]^_`{|}", "x\"y", "x\\y", "\x7f", "é", "\t"} {
+		obj := pyjson.NewObject()
+		obj.Set("program_hash", "abc")
+		obj.Set("tiralib_schedule_string", s)
+		want, err := pyjson.Marshal(obj, pyjson.Canonical)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := canonicalJSON("abc", s); string(got) != string(want) {
+			t.Errorf("%q: %s, want %s", s, got, want)
 		}
 	}
 }
