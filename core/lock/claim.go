@@ -242,7 +242,8 @@ func tryLink(c *claim, lockPath string) (held bool, err error) {
 	if err == nil {
 		return true, nil
 	}
-	if n, serr := fdLinkCount(c.f); serr == nil && n == 2 {
+	// By path, not fstat of c.f (see Release).
+	if n, serr := linkCount(c.path); serr == nil && n == 2 {
 		return true, nil
 	}
 	if errors.Is(err, os.ErrExist) {

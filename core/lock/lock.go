@@ -202,19 +202,23 @@
 //
 // # Release
 //
-// Unlink the lock only if it is still our inode, then let the next process
-// of the node through the queue. The test is the link count of our claim,
-// read through its descriptor (no lookup of the lock path): 2 while the lock
-// path (or a breaker's aside name, for the microseconds of a break) links
-// it, 1 once a breaker has removed it. If the lock had been broken, Release
-// leaves the lock path alone and reports ErrLockLost. The claim stays for
-// the next Acquire.
+// Unlink the lock only if it is still our claim's inode (lstat of the lock
+// path: same device and inode number; we keep the claim alive, so the
+// number cannot have been reused), then let the next process of the node
+// through the queue. If the lock had been broken (it is missing, or is now
+// someone else's), Release leaves it alone and reports ErrLockLost. The
+// claim stays for the next Acquire.
+//
+// Identity is always decided by looking a path up, never by fstat of our
+// own descriptor: some filesystems (FUSE ones, our test bed included)
+// answer fstat by one of the inode's paths, which after a break can be the
+// lock path holding someone else's lock. An fstat-based release was tried
+// and lost records in the torture run for exactly that reason.
 //
 // # Who may unlink what
 //
 //   - a claim: its creator, always;
-//   - the lock path: its holder, at Release, if its claim still has two
-//     links;
+//   - the lock path: its holder, at Release, if it is its claim's inode;
 //     a Go breaker only by renaming it to its own aside name, after which
 //     the aside name is unlinked, or linked back and unlinked, by that
 //     breaker only;
@@ -254,14 +258,6 @@
 // # Remaining holes
 //
 //   - Displacement by a Go breaker (Breaking) and the Python cases above.
-//   - Release judges by the claim's link count. While a breaker holds our
-//     lock under its aside name (between its rename and its unlink or link
-//     back: microseconds), the count is still 2 although the lock path is
-//     free or already a newcomer's, and our unlink would remove the
-//     newcomer's lock. It needs our live lock to have been judged
-//     breakable first (its heartbeat stalled for StaleTimeout). An lstat of
-//     the lock path would narrow the window to the lstat-unlink gap, at one
-//     more metadata round trip per operation.
 //   - A breaker that crashes between its rename and its unlink or link back
 //     leaves an aside file; if it had moved a live lock by mistake, that
 //     holder has lost it. Aside files are never swept (harmless: not a
@@ -733,23 +729,22 @@ func (l *Lock) Release() error {
 		}
 		<-l.sem
 	}()
-	// Our claim's link count tells, without a lookup of the lock path,
-	// whether the lock still has our inode: 2 while it does, 1 once a
-	// breaker removed it (then the path is free or someone else's, and we
-	// must not unlink it).
-	switch n, err := fdLinkCount(c.f); {
-	case err != nil:
-		return err
-	case n < 2:
-		return fmt.Errorf("%w: %s", ErrLockLost, l.path)
-	}
-	if err := os.Remove(l.path); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("%w: %s", ErrLockLost, l.path)
+	// Unlink the lock path only if it is still our inode. This must look
+	// the path up: an fstat of our claim is not enough. Some filesystems
+	// (FUSE ones among them, our test bed included) answer fstat by a path
+	// of the inode rather than by the inode itself, and after a break that
+	// path may be the lock path, now someone else's lock, with two links.
+	switch id, err := lstatID(l.path); {
+	case err == nil && id == c.id:
+		if err := os.Remove(l.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
 		}
+		return nil
+	case err == nil || errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("%w: %s", ErrLockLost, l.path)
+	default:
 		return err
 	}
-	return nil
 }
 
 // Close removes this Lock's claim file and closes its descriptors. The Lock

@@ -76,12 +76,3 @@ func linkCount(path string) (uint64, error) {
 	}
 	return uint64(st.Nlink), nil
 }
-
-// fdLinkCount is linkCount through an open descriptor: no path lookup.
-func fdLinkCount(f *os.File) (uint64, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return 0, &os.PathError{Op: "fstat", Path: f.Name(), Err: err}
-	}
-	return uint64(st.Nlink), nil
-}
