@@ -32,7 +32,11 @@ import (
 // (renamed over, or deleted and recreated): the kept descriptors would go on
 // reading the old inode. Each acquisition checks, through the header
 // descriptor (fstat: no path lookup), that the file still has a name
-// (link count > 0), and reopens by path if not.
+// (link count > 0), and reopens by path if not. (A filesystem that answers
+// fstat by the file's path, as some FUSE ones do, reports the new file's
+// link count there, so a replacement goes unnoticed on it; replacing the
+// database under running workers is not a supported operation anyway. The
+// lock never decides by fstat: see core/lock, Release.)
 //
 // Coherence: on local filesystems, Lustre and GPFS a read through a
 // descriptor kept open sees what other nodes wrote (Lustre's distributed
