@@ -280,10 +280,12 @@
 //     interval breaks that live holder, as a short stale_lock_timeout did in
 //     the original: workers should share one StaleTimeout, and
 //     HeartbeatInterval must stay well below every worker's.
-//   - Fairness: waiters retry at random, and a process that releases and
-//     re-acquires at once usually wins (convoys), so single waits have a
-//     long tail although the total wait per process is fair on average
-//     (see Test64Contenders). Queue-based hand-off is a later issue.
+//   - Fairness: within a node the queue (gate.go) orders waiters roughly
+//     first come, first served; between nodes the heads poll at random and
+//     a node yields after fairShare consecutive acquisitions when it has
+//     seen another node waiting, which bounds but does not order the waits.
+//     Processes without the queue (old Python workers, other containers)
+//     poll with backoff, as before.
 //   - In a sticky (1777) directory, another user's abandoned lock cannot be
 //     moved or unlinked: waiters report it in their TimeoutError (with the
 //     EPERM) and its owner or an administrator must remove it. Locks of old
