@@ -2,9 +2,11 @@
 // library (lookup, record, record_many, ...) over one SQLite file that many
 // processes on many nodes share, serialized by the hard-link lock.
 //
-// Every operation runs as: acquire the lock -> open SQLite -> work -> close
-// -> release, exactly as the original did, so old Python workers and this
-// engine can share one database file during a migration.
+// Every operation runs under the lock, as in the original, so old Python
+// workers and this engine can share one database file during a migration;
+// unlike the original, a Store keeps its SQLite connection and its claim
+// file between operations and answers repeated lookups from a cache that a
+// header read proves current (conn.go, cache.go, core/lock).
 package core
 
 import (
@@ -103,6 +105,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	s.fresh, _ = freshConnections(dir)
 	if err := s.initOrValidate(ctx); err != nil {
+		s.dropConn()
 		s.lk.Close()
 		return nil, err
 	}

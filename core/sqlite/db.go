@@ -2,9 +2,11 @@
 // (schema_version 2), its statements, and the connection settings it needs on
 // a cluster filesystem. It is the only package that imports go-sqlite3.
 //
-// Nothing here locks: every function assumes the caller holds the hard-link
-// lock for the whole life of the connection, from Open to Close, because
-// SQLite's own POSIX locks are not trusted across nodes.
+// Nothing here locks: every function that reads or writes assumes the
+// caller holds the hard-link lock, because SQLite's own POSIX locks are not
+// trusted across nodes. A connection may stay open between locked uses:
+// SQLite revalidates it at the start of every transaction, and outside a
+// transaction it neither reads nor writes the files.
 package sqlite
 
 import (
@@ -53,13 +55,14 @@ const (
 // DB is one SQLite connection with the settings the original used:
 // journal_mode=DELETE (WAL needs shared memory, which breaks on Lustre),
 // synchronous=FULL, foreign_keys=ON, busy_timeout=0 (our lock serializes),
-// and SQLite's "unix-none" VFS: the unix VFS without POSIX advisory locks.
-// Those locks are node-local or absent on Lustre (localflock/noflock) and
-// can hang on some NFS setups, so they protect nothing across nodes and can
-// only hurt; the hard-link lock, held from Open to Close, is the one that
-// serializes. With no lock to consult, a connection that finds a journal
-// treats it as hot and rolls it back, which is right precisely because no
-// other writer can be alive while we hold the hard-link lock.
+// and the tirastore VFS (vfs.go), built on SQLite's "unix-none": the unix VFS
+// without POSIX advisory locks. Those locks are node-local or absent on
+// Lustre (localflock/noflock) and can hang on some NFS setups, so they
+// protect nothing across nodes and can only hurt; the hard-link lock, held
+// around every use of the connection, is the one that serializes. With no
+// lock to consult, a connection that finds a journal treats it as hot and
+// rolls it back, which is right precisely because no other writer can be
+// alive while we hold the hard-link lock.
 type DB struct {
 	db *sql.DB
 
