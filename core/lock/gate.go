@@ -34,7 +34,8 @@ import (
 // falls back to plain link polling:
 //
 //   - the gate file is /dev/shm/tirastore-gate-<sha256(lock path)>, mode
-//     0666 so that all users of a shared database queue together; if it
+//     0666 so that all users of a shared database queue together (removed
+//     by the last Lock that closes while nobody is queued); if it
 //     cannot be opened read-write (another user's file with a stricter
 //     mode, no /dev/shm and no writable $TMPDIR), there is no gate;
 //   - classic POSIX record locks belong to the process: the kernel drops
@@ -53,7 +54,8 @@ import (
 // share one owner (the process), so they pass the gate together; the
 // hard-link lock still orders them.
 type gate struct {
-	f *os.File
+	f    *os.File
+	path string
 
 	mu      sync.Mutex
 	pending int  // abandoned waits still blocked in the kernel
@@ -74,8 +76,8 @@ func gateDir() string {
 	return os.TempDir()
 }
 
-// gatePath is the gate file of lockPath. Gate files are never removed: a
-// process may be queued on one at any moment. They are empty.
+// gatePath is the gate file of lockPath. The last Lock to close removes it
+// when nobody is queued (see close).
 func gatePath(lockPath string) string {
 	sum := sha256.Sum256([]byte(lockPath))
 	return filepath.Join(gateDir(), "tirastore-gate-"+hex.EncodeToString(sum[:12]))
@@ -96,7 +98,7 @@ func openGate(lockPath string) *gate {
 	if fi, err := f.Stat(); err == nil && fi.Mode().Perm() != 0o666 {
 		_ = f.Chmod(0o666)
 	}
-	return &gate{f: f}
+	return &gate{f: f, path: f.Name()}
 }
 
 // The gate file's two one-byte ranges: a turnstile in front of the queue
@@ -282,12 +284,23 @@ func (g *gate) holder() int {
 }
 
 // close releases the descriptor (and with it this process's gate lock), or
-// leaves that to the last abandoned wait still blocked on it.
+// leaves that to the last abandoned wait still blocked on it. If nobody is
+// queued (both bytes can be taken at once: a process blocked on a byte
+// implies another holding it), the file is removed too, so that temporary
+// databases do not leave gate files behind. A process that opened the file
+// just before may then queue on the removed inode while newcomers make a
+// new one: two queues for a while, which costs fairness, never exclusion.
 func (g *gate) close() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.closed = true
-	if g.pending == 0 {
-		g.f.Close()
+	if g.pending > 0 {
+		return
 	}
+	fd := g.f.Fd()
+	if unix.FcntlFlock(fd, unix.F_SETLK, byteLock(unix.F_WRLCK, entryByte)) == nil &&
+		unix.FcntlFlock(fd, unix.F_SETLK, byteLock(unix.F_WRLCK, mainByte)) == nil {
+		os.Remove(g.path)
+	}
+	g.f.Close()
 }

@@ -137,3 +137,28 @@ func TestGateFileMode(t *testing.T) {
 		t.Errorf("gate in %s", filepath.Dir(g.f.Name()))
 	}
 }
+
+// TestGateFileRemovedWhenIdle: closing the last Lock removes the gate file
+// when nobody is queued, and keeps it while another process is.
+func TestGateFileRemovedWhenIdle(t *testing.T) {
+	path, opt := newTestLock(t)
+	l := New(path, opt)
+	if err := l.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	if _, err := os.Stat(gatePath(path)); err != nil {
+		t.Fatalf("gate file missing while the Lock is open: %v", err)
+	}
+	l.Close()
+	if _, err := os.Stat(gatePath(path)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("gate file left after the last Close: %v", err)
+	}
+	// Another process holds the gate: closing ours must leave the file.
+	gateHolder(t, path)
+	g := openGate(path)
+	g.close()
+	if _, err := os.Stat(gatePath(path)); err != nil {
+		t.Fatalf("gate file removed while another process holds it: %v", err)
+	}
+}
