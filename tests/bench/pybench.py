@@ -72,62 +72,42 @@ class PackageClient:
         self.store.close()
 
 
-class CError(Exception):
-    pass
+# The C ABI's ctypes declarations and reply decoding are the ones of the
+# ctypes example (examples/notebook_ctypes.py), not a second copy.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+import notebook_ctypes as abi  # noqa: E402
 
-
-class CTimeout(CError):
-    pass
-
-
-TIRASTORE_OK = 0
 TIRASTORE_ERR_TIMEOUT = 5
 
 
+def is_lock_timeout(e: Exception) -> bool:
+    """A lock timeout from the package (TimeoutError) or from the C ABI."""
+    return isinstance(e, TimeoutError) or (isinstance(e, abi.TiraStoreError) and e.status == TIRASTORE_ERR_TIMEOUT)
+
+
 class CtypesClient:
-    """The C ABI from ctypes; every "char **out" is a c_void_p (see
-    examples/notebook_ctypes.py), copied then freed."""
+    """The C ABI from ctypes, through the declarations of
+    examples/notebook_ctypes.py (every "char **out" a c_void_p, copied then
+    freed)."""
 
     def __init__(self, spec: dict) -> None:
         try:
-            lib = ctypes.CDLL(spec["lib"])
-        except OSError as e:
-            raise Skip(f"cannot load {spec['lib']}: {e}") from None
-        lib.tirastore_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p,
-                                       ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_void_p)]
-        lib.tirastore_open.restype = ctypes.c_int
-        lib.tirastore_close.argtypes = [ctypes.c_uint64, ctypes.POINTER(ctypes.c_void_p)]
-        lib.tirastore_close.restype = ctypes.c_int
-        lib.tirastore_call.argtypes = [ctypes.c_uint64, ctypes.c_char_p, ctypes.c_char_p,
-                                       ctypes.POINTER(ctypes.c_void_p)]
-        lib.tirastore_call.restype = ctypes.c_int
-        lib.tirastore_free.argtypes = [ctypes.c_void_p]
-        lib.tirastore_free.restype = None
+            lib = abi.load(Path(spec["lib"]))
+        except SystemExit as e:
+            raise Skip(str(e)) from None
         self.lib = lib
         self.name, self.src, self.times = spec["program_name"], spec["source"], spec["times"]
         handle = ctypes.c_uint64(0)
         out = ctypes.c_void_p()
         opts = json.dumps({"cpu_model": spec["cpu_model"], "slurm_cpus": "N/A"}).encode()
         status = lib.tirastore_open(spec["db"].encode(), opts, ctypes.byref(handle), ctypes.byref(out))
-        self._reply(status, out)
+        abi.take_reply(lib, status, out)
         self.handle = handle.value
-
-    def _reply(self, status: int, out: ctypes.c_void_p) -> Any:
-        if not out.value:
-            raise CError(f"status {status} without a reply")
-        try:
-            doc = json.loads(ctypes.string_at(out.value))
-        finally:
-            self.lib.tirastore_free(out.value)
-        if status != TIRASTORE_OK:
-            err = doc.get("error", {})
-            raise (CTimeout if status == TIRASTORE_ERR_TIMEOUT else CError)(f"[{status}] {err.get('type')}: {err.get('message')}")
-        return doc["result"]
 
     def call(self, method: bytes, args: dict) -> Any:
         out = ctypes.c_void_p()
         status = self.lib.tirastore_call(self.handle, method, json.dumps(args).encode(), ctypes.byref(out))
-        return self._reply(status, out)
+        return abi.take_reply(self.lib, status, out)
 
     def lookup(self, s: str) -> bool:
         return self.call(b"lookup", {"program_name": self.name, "program_source_code": self.src,
@@ -148,7 +128,7 @@ class CtypesClient:
 
     def close(self) -> None:
         out = ctypes.c_void_p()
-        self._reply(self.lib.tirastore_close(self.handle, ctypes.byref(out)), out)
+        abi.take_reply(self.lib, self.lib.tirastore_close(self.handle, ctypes.byref(out)), out)
 
 
 class OriginalClient:
@@ -255,7 +235,7 @@ def run_plan(client: Any, spec: dict) -> dict:
             except Exception as e:  # noqa: BLE001  (counted, reported, the run goes on)
                 r["ns"].append(clock() - t0)
                 r["errors"] += 1
-                if isinstance(e, (TimeoutError, CTimeout)):
+                if is_lock_timeout(e):
                     r["timeouts"] += 1
                 r.setdefault("first_error", f"{type(e).__name__}: {e}")
         mark(s.get("mark_end", ""))
