@@ -138,17 +138,17 @@ type Reader struct {
 
 // Get is DB.Get inside the reader's transaction.
 func (r *Reader) Get(key string) (*Record, error) {
-	if st, ok := r.d.stmts[getQuery]; ok {
+	if st, ok := r.d.stmts[GetRecordSQL]; ok {
 		return getRecord(r.tx.Stmt(st).QueryRow(key))
 	}
-	return getRecord(r.tx.QueryRow(getQuery, key))
+	return getRecord(r.tx.QueryRow(GetRecordSQL, key))
 }
 
 // Read runs fn in one transaction that it always rolls back: many reads see
 // one snapshot and pay SQLite's per-transaction checks (hot journal,
 // change counter) once. It writes nothing, so failpoints do not fire.
 func (d *DB) Read(fn func(r *Reader) error) error {
-	d.prepare(getQuery)
+	d.prepare(GetRecordSQL)
 	tx, err := d.db.Begin()
 	if err != nil {
 		return err
@@ -173,6 +173,11 @@ func IsConstraint(err error) bool {
 	var se sqlite3.Error
 	return errors.As(err, &se) && se.Code == sqlite3.ErrConstraint
 }
+
+// SchemaDDL is the original's CREATE TABLE statements (schema_version 2),
+// byte for byte, for tools that create or check the schema themselves (the
+// benchmark's original-protocol baseline).
+func SchemaDDL() []string { return []string{createMeta, createPrograms, createRecords} }
 
 // Tx is one write transaction, with the statements that write records.
 type Tx struct {
@@ -226,7 +231,7 @@ func (d *DB) Tx(fn func(tx *Tx) error) error {
 // idempotent: existing tables and meta rows are left as they are.
 func (d *DB) Init(cpuModel, slurmCPUs, createdAt string) error {
 	return d.Tx(func(tx *Tx) error {
-		for _, ddl := range []string{createMeta, createPrograms, createRecords} {
+		for _, ddl := range SchemaDDL() {
 			if _, err := tx.Exec(ddl); err != nil {
 				return err
 			}

@@ -41,11 +41,13 @@ func scanJoined(sc interface{ Scan(...any) error }) (*Record, error) {
 	return &r, err
 }
 
-const getQuery = selectJoined + " WHERE r.key = ?"
+// GetRecordSQL is the lookup query: one record joined with its program
+// (inner join, as in the original), by key.
+const GetRecordSQL = selectJoined + " WHERE r.key = ?"
 
 // Get returns the record with its program, or nil when there is none.
 func (d *DB) Get(key string) (*Record, error) {
-	st, err := d.stmt(getQuery)
+	st, err := d.stmt(GetRecordSQL)
 	if err != nil {
 		return nil, err
 	}

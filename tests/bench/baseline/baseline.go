@@ -53,43 +53,11 @@ import (
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/pypath"
 	"github.com/tirastore/tirastore/core/schedule"
+	"github.com/tirastore/tirastore/core/sqlite" // the schema and lookup query text, shared with the engine
 )
-
-// The original's DDL, byte for byte as core/sqlite writes it, so that a
-// database created here has the same sqlite_master as one created there.
-var ddl = []string{
-	`CREATE TABLE IF NOT EXISTS db_meta (
-    key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-`,
-	`CREATE TABLE IF NOT EXISTS programs (
-    program_hash    TEXT PRIMARY KEY,
-    program_name    TEXT NOT NULL,
-    source_code     TEXT NOT NULL
-);
-`,
-	`CREATE TABLE IF NOT EXISTS records (
-    key                TEXT PRIMARY KEY,
-    program_hash       TEXT NOT NULL REFERENCES programs(program_hash),
-    schedule           TEXT NOT NULL,
-    result_json        TEXT NOT NULL,
-    hostname           TEXT NOT NULL,
-    username           TEXT NOT NULL,
-    creation_date      TEXT NOT NULL,
-    update_date        TEXT NOT NULL,
-    source_project     TEXT NOT NULL DEFAULT ''
-);
-`,
-}
 
 // nowFunc is the clock for record dates.
 var nowFunc = time.Now
-
-// selectJoined is the engine's lookup query (records joined with programs).
-const selectJoined = `SELECT r.key, r.program_hash, r.schedule, r.result_json, r.hostname, r.username,
-       r.creation_date, r.update_date, r.source_project, p.program_name, p.source_code
-  FROM records r JOIN programs p ON r.program_hash = p.program_hash WHERE r.key = ?`
 
 // Options are the original constructor's parameters the benchmark uses.
 type Options struct {
@@ -161,7 +129,7 @@ func (s *Store) initConn(db *sql.DB) error {
 		return err
 	}
 	defer tx.Rollback()
-	for _, q := range ddl {
+	for _, q := range sqlite.SchemaDDL() {
 		if _, err := tx.Exec(q); err != nil {
 			return err
 		}
@@ -266,7 +234,7 @@ func (s *Store) Lookup(name, source, sched string) (*Result, error) {
 	err := s.op(func(db *sql.DB) error {
 		var k, ph, pname, psrc string
 		var x Result
-		err := db.QueryRow(selectJoined, key).Scan(&k, &ph, &x.Schedule, &x.ResultJSON, &x.Hostname,
+		err := db.QueryRow(sqlite.GetRecordSQL, key).Scan(&k, &ph, &x.Schedule, &x.ResultJSON, &x.Hostname,
 			&x.Username, &x.CreationDate, &x.UpdateDate, &x.SourceProject, &pname, &psrc)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
