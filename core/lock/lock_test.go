@@ -28,22 +28,16 @@ func newTestLock(t *testing.T) (string, Options) {
 
 // asides lists the files breakers moved aside, left in dir.
 func asides(t *testing.T, dir string) []string {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range ents {
-		if strings.Contains(e.Name(), ".lock.stale.") {
-			out = append(out, e.Name())
-		}
-	}
-	return out
+	return filesIn(t, dir, func(name string) bool { return strings.Contains(name, ".lock.stale.") })
 }
 
 // claims lists the claim files left in dir.
 func claims(t *testing.T, dir string) []string {
+	return filesIn(t, dir, func(name string) bool { return strings.HasPrefix(name, ".lock_") })
+}
+
+// filesIn lists the names in dir that match.
+func filesIn(t *testing.T, dir string, match func(name string) bool) []string {
 	t.Helper()
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -51,7 +45,7 @@ func claims(t *testing.T, dir string) []string {
 	}
 	var out []string
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), ".lock_") {
+		if match(e.Name()) {
 			out = append(out, e.Name())
 		}
 	}
