@@ -55,6 +55,9 @@ type resultCache struct {
 	// genSince is when this store first saw gen (monotonic).
 	atAcquire generation
 	genSince  time.Time
+	// synced: sync ran in the current locked operation (reset when the
+	// lock is taken), so that finish need not read the header again.
+	synced bool
 }
 
 // prefetchLimit bounds a program prefetch: loading 10,000 records takes
@@ -112,7 +115,7 @@ func (c *resultCache) get(progHash, key string) (rec *sqlite.Record, ok bool) {
 // noteAcquire remembers the generation read when the lock was taken.
 func (c *resultCache) noteAcquire(g generation) {
 	c.mu.Lock()
-	c.atAcquire = g
+	c.atAcquire, c.synced = g, false
 	c.mu.Unlock()
 }
 
@@ -165,14 +168,31 @@ func (c *resultCache) unchanged() bool {
 	return err == nil && h.generation() == c.gen
 }
 
-// sync re-reads the generation; called under the lock after every
-// operation. Entries survive only if nothing committed since they were read.
+// sync re-reads the generation, under the lock, after a read whose result
+// is about to be put. Entries survive only if nothing committed since they
+// were read.
 func (c *resultCache) sync() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.syncLocked()
+}
+
+// finish ends every successful locked operation: the generation it left
+// behind (a write changed it), unless a sync in the operation read it
+// already.
+func (c *resultCache) finish() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.synced {
+		c.syncLocked()
+	}
+}
+
+func (c *resultCache) syncLocked() {
 	if c.hdr == nil {
 		return
 	}
+	c.synced = true
 	h, err := readHeader(c.hdr)
 	if err != nil {
 		c.reset()

@@ -61,22 +61,22 @@ const (
 )
 
 // freshConnections reports whether the database at path needs a fresh
-// connection per operation (see "Coherence" above), and why.
-func freshConnections(path string) (bool, string) {
-	if v := environ.Get("TIRASTORE_CONNECTION"); v == "fresh" {
-		return true, "TIRASTORE_CONNECTION=fresh"
+// connection per operation (see "Coherence" above): on request
+// (TIRASTORE_CONNECTION=fresh), on NFS (close-to-open consistency), and on
+// SMB/CIFS.
+func freshConnections(path string) bool {
+	if environ.Get("TIRASTORE_CONNECTION") == "fresh" {
+		return true
 	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(path, &st); err != nil {
-		return false, ""
+		return false
 	}
 	switch uint32(st.Type) {
-	case nfsSuperMagic:
-		return true, "NFS (close-to-open consistency)"
-	case smbSuperMagic, cifsSuperMagic, smb2SuperMagic:
-		return true, "SMB/CIFS"
+	case nfsSuperMagic, smbSuperMagic, cifsSuperMagic, smb2SuperMagic:
+		return true
 	}
-	return false, ""
+	return false
 }
 
 // header is the first 100 bytes of a database file.

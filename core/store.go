@@ -103,7 +103,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 			return nil, s.classify(err, "create the database directory")
 		}
 	}
-	s.fresh, _ = freshConnections(dir)
+	s.fresh = freshConnections(dir)
 	if err := s.initOrValidate(ctx); err != nil {
 		s.dropConn()
 		s.lk.Close()
@@ -291,7 +291,7 @@ func (s *Store) withDB(ctx context.Context, op string, fn func(db *sqlite.DB) er
 // from a new one. With fresh connections it is closed in any case.
 func (s *Store) endOp(errp *error) {
 	if *errp == nil {
-		s.cache.sync()
+		s.cache.finish()
 	}
 	var e *Error
 	if s.fresh || (*errp != nil && (!errors.As(*errp, &e) || (e.Kind != KindValue && e.Kind != KindType))) {
