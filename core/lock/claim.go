@@ -242,9 +242,15 @@ func tryLink(c *claim, lockPath string) (held bool, err error) {
 	if err == nil {
 		return true, nil
 	}
-	// By path, not fstat of c.f (see Release).
+	// The link may have happened although link() failed (a lost NFS
+	// reply). Held only if the lock path itself is our inode: a link count
+	// of 2 alone could also be a breaker's aside name of an earlier hold,
+	// and a filesystem that answers a stat from a stale name of the inode
+	// (the FUSE test bed can) would fake it. By path, not fstat (Release).
 	if n, serr := linkCount(c.path); serr == nil && n == 2 {
-		return true, nil
+		if id, lerr := lstatID(lockPath); lerr == nil && id == c.id {
+			return true, nil
+		}
 	}
 	if errors.Is(err, os.ErrExist) {
 		return false, nil
