@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"crypto/sha256"
 	"errors"
 	"math"
 	"os"
@@ -13,9 +14,15 @@ import (
 // process can overtake a breaker; tests block in them to force the races.
 // Only tests set them, while no Lock that could reach them is running.
 var (
-	testHookBeforeCheck   func(*Lock) // judged stale; before the lstat re-check
-	testHookBeforeRename  func(*Lock) // re-check passed; before rename
-	testHookBeforePutBack func(*Lock) // moved file is not the judged one; before link back
+	testHookBeforeCheck     func(*Lock) // judged stale; before the lstat re-check
+	testHookBeforeBreakLock func(*Lock) // cheap re-check passed; before taking the break lock
+	testHookBeforeRename    func(*Lock) // break lock held, re-check passed; before rename
+	testHookBeforePutBack   func(*Lock) // moved file is not the judged one; before link back
+
+	// testNoBreakLock makes breakLock skip the break lock, so that tests
+	// can show what it prevents (two breakers between re-check and rename)
+	// and exercise the put-back that remains as a second line of defence.
+	testNoBreakLock bool
 )
 
 func callHook(h func(*Lock), l *Lock) {
@@ -134,15 +141,17 @@ func (l *Lock) deadOnThisHost(h *Holder) bool {
 // reports whether the lock path is now free (removed by us or by anyone),
 // i.e. whether retrying at once makes sense.
 //
-// The lock is first moved aside with rename, which moves exactly one
-// directory entry atomically, then checked under its private name, and
-// only then unlinked. A moved file that is not the judged one (a fresh lock
-// that replaced it, or the judged lock rewritten by a heartbeat) is linked
-// back to the lock path. See "Breaking a lock" in the package doc for why
-// two breakers can never remove a live lock.
+// Breakers are serialized by the break lock (takeBreakLock): of several
+// waiters that judged the same abandoned lock, one moves it while the
+// others go back to waiting, and each re-checks the lock path only once it
+// holds the break lock. Without it, a breaker overtaken between its
+// re-check and its rename (another breaker removed the judged lock and a
+// newcomer took the free path) moves the newcomer's live lock; the put-back
+// then loses the lock path to yet another newcomer often enough that the
+// torture run caught two processes inside the lock (see "Breaking a lock").
 func (l *Lock) breakLock(judged lockState) bool {
 	callHook(testHookBeforeCheck, l)
-	// Cheap re-check: most races are lost here, without moving anything.
+	// Cheap re-check: most races are lost here, without taking anything.
 	cur, err := lstatStamp(l.path)
 	if err != nil {
 		return errors.Is(err, os.ErrNotExist)
@@ -150,9 +159,42 @@ func (l *Lock) breakLock(judged lockState) bool {
 	if cur != judged.stamp {
 		return false
 	}
+	callHook(testHookBeforeBreakLock, l)
+	if !testNoBreakLock {
+		if !l.takeBreakLock() {
+			return false
+		}
+		defer l.dropBreakLock()
+	}
+	if !l.moveAsideIfJudged(l.path, judged) {
+		return false
+	}
+	l.stats.breaks.Add(1)
+	return true
+}
+
+// moveAsideIfJudged removes the file at path if it is still the one
+// judged. Under the break lock only a holder's own release (or an old
+// Python worker) can change the lock path, so the re-check is what decides
+// for a dead holder; the rename and verification guard the rest. It
+// reports whether the path is now free.
+//
+// The file is first moved aside with rename, which moves exactly one
+// directory entry atomically, then checked under its private name, and
+// only then unlinked. A moved file that is not the judged one (a fresh lock
+// that replaced it, or the judged lock rewritten by a heartbeat) is linked
+// back to path. See "Breaking a lock" in the package doc.
+func (l *Lock) moveAsideIfJudged(path string, judged lockState) bool {
+	cur, err := lstatStamp(path)
+	if err != nil {
+		return errors.Is(err, os.ErrNotExist)
+	}
+	if cur != judged.stamp {
+		return false
+	}
 	callHook(testHookBeforeRename, l)
-	aside := asideName(l.path, l.opt.Hostname)
-	if err := os.Rename(l.path, aside); err != nil {
+	aside := asideName(path, l.opt.Hostname)
+	if err := os.Rename(path, aside); err != nil {
 		// An NFS RENAME retransmitted after a lost reply fails with ENOENT
 		// although the first one moved the file: look before giving up.
 		if _, serr := os.Lstat(aside); serr != nil {
@@ -166,12 +208,99 @@ func (l *Lock) breakLock(judged lockState) bool {
 		if err := os.Remove(aside); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return false
 		}
-		l.stats.breaks.Add(1)
 		return true
 	}
 	callHook(testHookBeforePutBack, l)
-	l.putBack(aside)
+	l.putBack(aside, path)
 	return false
+}
+
+// BreakSuffix is appended to the lock path to name the break lock, which a
+// waiter holds while it removes an abandoned lock (see takeBreakLock).
+const BreakSuffix = ".break"
+
+// takeBreakLock makes this waiter the only one removing abandoned locks of
+// this lock path, by linking its claim (which already holds its record) to
+// <lock>.break, as the lock itself is taken. A break takes a few metadata
+// operations, so a break lock that is in the way is normally released a
+// moment later: the waiter goes back to waiting, and by its next attempt
+// the lock path is free or holds a fresh lock. A break lock whose holder
+// died on this host (the dead-holder rule), or which has stayed unchanged
+// for breakGrace, is moved aside and removed like an abandoned lock; the
+// waiter takes the break lock at a later attempt.
+func (l *Lock) takeBreakLock() bool {
+	bp := l.path + BreakSuffix
+	c, err := l.ownClaim()
+	if err != nil {
+		l.breakErr = err
+		return false
+	}
+	if c.flushed.IsZero() {
+		// Never written (a test calling breakLock directly; Acquire
+		// writes before every attempt): the break lock names its holder.
+		if err := c.write(l.clock()); err != nil {
+			l.breakErr = err
+			return false
+		}
+	}
+	err = os.Link(c.path, bp)
+	if err == nil {
+		return true
+	}
+	// A lost NFS reply: the link was made (see tryLink).
+	if id, lerr := lstatID(bp); lerr == nil && id == c.id {
+		return true
+	}
+	if !errors.Is(err, os.ErrExist) {
+		l.breakErr = err
+		return false
+	}
+	h, st, rerr := readHolder(bp)
+	if rerr != nil {
+		if errors.Is(rerr, os.ErrNotExist) {
+			return false // released since: the next attempt may take it
+		}
+		// Unreadable (another user's, or an empty file of a crashed
+		// writer): judge it by how long it has stayed unchanged alone.
+		ls, lerr := lstatStamp(bp)
+		if lerr != nil {
+			return false
+		}
+		st = lockState{stamp: ls}
+	}
+	unchanged := l.observeBreak(st, time.Now())
+	if (h != nil && l.deadOnThisHost(h)) || unchanged >= breakGrace(l.opt.StaleTimeout) {
+		if l.moveAsideIfJudged(bp, st) {
+			l.seenBreak.valid = false
+		}
+	}
+	return false
+}
+
+// dropBreakLock removes the break lock if it is still our claim's (by
+// path, as Release decides).
+func (l *Lock) dropBreakLock() {
+	bp := l.path + BreakSuffix
+	if id, err := lstatID(bp); err == nil && id == l.own.id {
+		os.Remove(bp)
+	}
+}
+
+// breakGrace is how long a break lock must stay unchanged before a waiter
+// counts its holder as gone (killed on another host, or stopped): a break
+// takes milliseconds, so 10 s is long for a live breaker, and it is never
+// more than StaleTimeout, which tests set low.
+func breakGrace(staleTimeout time.Duration) time.Duration {
+	return min(staleTimeout, 10*time.Second)
+}
+
+// observeBreak is observe for the break lock.
+func (l *Lock) observeBreak(st lockState, now time.Time) time.Duration {
+	if l.seenBreak.valid && l.seenBreak.state == st {
+		return now.Sub(l.seenBreak.since)
+	}
+	l.seenBreak.valid, l.seenBreak.state, l.seenBreak.since = true, st, now
+	return 0
 }
 
 // asideName is a fresh private name for moving the lock at lockPath aside:
@@ -196,8 +325,13 @@ const maxNameLen = 255
 
 // movedIsJudged reports whether the file now named aside is the one judged:
 // same inode, size and mtime (rename changes only its ctime) and the same
-// bytes.
+// bytes. A judgement without bytes (sum zero: a break lock that could not
+// be read) is verified by the inode's stamp alone.
 func movedIsJudged(aside string, judged lockState) bool {
+	if judged.sum == ([sha256.Size]byte{}) {
+		st, err := lstatStamp(aside)
+		return err == nil && st.sameContentAs(judged.stamp)
+	}
 	f, err := os.Open(aside)
 	if err != nil {
 		return false
@@ -212,11 +346,11 @@ func movedIsJudged(aside string, judged lockState) bool {
 // path meanwhile, the newcomer keeps it and the displaced holder will get
 // ErrLockLost from Release: this is the one way a Go breaker can still cost
 // a live holder its lock (see "Remaining holes").
-func (l *Lock) putBack(aside string) {
+func (l *Lock) putBack(aside, path string) {
 	l.stats.putBacks.Add(1)
-	if err := os.Link(aside, l.path); err != nil {
+	if err := os.Link(aside, path); err != nil {
 		a, aerr := lstatID(aside)
-		p, perr := lstatID(l.path)
+		p, perr := lstatID(path)
 		if aerr != nil || perr != nil || a != p { // not an NFS lost reply
 			l.stats.displaced.Add(1)
 		}

@@ -87,15 +87,25 @@ func oldBreakStale(path string, judged stamp, pause func()) bool {
 	return os.Remove(path) == nil
 }
 
+// noBreakLock switches the break lock off for the rest of the test, so
+// that two breakers can be inside a break at once: what the put-back, the
+// second line of defence, is for (a break lock judged abandoned).
+func noBreakLock(t *testing.T) {
+	testNoBreakLock = true
+	t.Cleanup(func() { testNoBreakLock = false })
+}
+
 // TestTwoBreakersFreshLockSurvives: breakers A and B both judge the same
-// stale lock; B is paused after its re-check, A breaks the stale lock and
-// takes the lock (a fresh lock), then B resumes. With rename-and-verify B
-// moves the fresh lock aside, sees it is not the one it judged, and links
-// it back: the fresh holder keeps its lock. The same schedule with the old
-// check-then-unlink loses the fresh lock.
+// stale lock and (with the break lock off) both get past their re-check; B
+// is paused there, A breaks the stale lock and takes the lock (a fresh
+// lock), then B resumes. With rename-and-verify B moves the fresh lock
+// aside, sees it is not the one it judged, and links it back: the fresh
+// holder keeps its lock. The same schedule with the old check-then-unlink
+// loses the fresh lock.
 func TestTwoBreakersFreshLockSurvives(t *testing.T) {
 	for _, algo := range []string{"rename", "old-check-then-unlink"} {
 		t.Run(algo, func(t *testing.T) {
+			noBreakLock(t)
 			path, opt := newTestLock(t)
 			writeLockFile(t, path, holderJSON("deadnode", 1, unixSeconds(time.Now())-10000))
 			opt.Hostname = "breakerB"
@@ -193,11 +203,14 @@ func TestBreakerRecheckSeesReplacement(t *testing.T) {
 	}
 }
 
-// TestPutBackLosesToNewcomer shows the residual window: B moves a fresh lock
+// TestPutBackLosesToNewcomer shows the residual window when two breakers
+// are inside a break at once (the break lock off here; in production, after
+// a live breaker's break lock was judged abandoned): B moves a fresh lock
 // aside by mistake and, before B links it back, a newcomer takes the free
 // lock path. The newcomer keeps the lock, the displaced holder learns it at
 // Release (ErrLockLost), B counts a displacement, and nothing is left over.
 func TestPutBackLosesToNewcomer(t *testing.T) {
+	noBreakLock(t)
 	path, opt := newTestLock(t)
 	writeLockFile(t, path, holderJSON("deadnode", 1, 1))
 	_, judged, _ := readHolder(path)
@@ -235,6 +248,7 @@ func TestPutBackLosesToNewcomer(t *testing.T) {
 	}
 	fresh.Close()
 	newcomer.Close()
+	b.Close()
 	if as, cs := asides(t, filepath.Dir(path)), claims(t, filepath.Dir(path)); len(as)+len(cs) != 0 {
 		t.Errorf("left over: %v %v", as, cs)
 	}
@@ -800,4 +814,156 @@ func TestAsideName(t *testing.T) {
 		t.Fatalf("stale lock with a long name not broken: %v", err)
 	}
 	l.Release()
+}
+
+// breakLocks lists the break locks left in dir.
+func breakLocks(t *testing.T, dir string) []string {
+	return filesIn(t, dir, func(name string) bool { return strings.HasSuffix(name, BreakSuffix) })
+}
+
+// TestBreakLockSerializesBreakers is the schedule the torture run caught:
+// breakers A and B judge the same dead lock, B passes its re-check and is
+// paused before its rename. With the break lock, A cannot break meanwhile
+// (it times out, the judged lock untouched), and once B has broken the lock
+// A takes it. Negative control, break lock off: A breaks the judged lock
+// and takes the lock while B is paused, and B's rename then moves A's live
+// lock aside (a put-back), which is how two processes ended up inside the
+// lock once a newcomer took the path in the put-back window.
+func TestBreakLockSerializesBreakers(t *testing.T) {
+	for _, withBreakLock := range []bool{true, false} {
+		t.Run(fmt.Sprintf("breaklock=%v", withBreakLock), func(t *testing.T) {
+			if !withBreakLock {
+				noBreakLock(t)
+			}
+			path, opt := newTestLock(t)
+			dir := filepath.Dir(path)
+			writeLockFile(t, path, holderJSON("deadnode", 1, 1))
+			_, judged, err := readHolder(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opt.Hostname = "breakerB"
+			b := New(path, opt)
+			p := newPauser(b)
+			setHook(t, &testHookBeforeRename, p.hook)
+			res := make(chan bool, 1)
+			go func() { res <- b.breakLock(judged) }()
+			<-p.paused
+			opt.Hostname = "breakerA"
+			opt.Timeout = 300 * time.Millisecond
+			a := New(path, opt)
+			aErr := a.Acquire(context.Background())
+			if withBreakLock {
+				var te *TimeoutError
+				if !errors.As(aErr, &te) {
+					if aErr == nil {
+						a.Release()
+					}
+					t.Fatalf("A broke the lock while B was inside its break: Acquire = %v", aErr)
+				}
+				if st, err := lstatStamp(path); err != nil || st != judged.stamp {
+					t.Fatalf("the judged lock was touched while B held the break lock (err %v)", err)
+				}
+				close(p.resumed)
+				if !<-res {
+					t.Fatal("B did not break the judged lock")
+				}
+				if bl := breakLocks(t, dir); len(bl) != 0 {
+					t.Errorf("break lock left after the break: %v", bl)
+				}
+				a.opt.Timeout = 10 * time.Second
+				if err := a.Acquire(context.Background()); err != nil {
+					t.Fatalf("A after B's break: %v", err)
+				}
+				if b.stats.putBacks.Load() != 0 || a.stats.breaks.Load() != 0 {
+					t.Errorf("stats A %+v B %+v: want B's break only", a.Stats(), b.Stats())
+				}
+			} else {
+				if aErr != nil {
+					t.Fatalf("negative control: A could not break while B was paused: %v", aErr)
+				}
+				close(p.resumed)
+				if <-res {
+					t.Fatal("negative control: B reported the judged lock broken")
+				}
+				if b.stats.putBacks.Load() != 1 {
+					t.Fatalf("negative control: B stats %+v, want B to have moved A's live lock (one put-back)", b.Stats())
+				}
+				t.Log("without the break lock, B moved A's live lock aside, as expected")
+			}
+			if err := a.Release(); err != nil {
+				t.Errorf("A: Release = %v", err)
+			}
+			a.Close()
+			b.Close()
+			if left := append(append(asides(t, dir), claims(t, dir)...), breakLocks(t, dir)...); len(left) != 0 {
+				t.Errorf("left over: %v", left)
+			}
+		})
+	}
+}
+
+// TestAbandonedBreakLock: a break lock in the way is respected while its
+// holder may be working, and removed when its holder is provably dead on
+// this host (at once) or when it has stayed unchanged for breakGrace
+// (another host's, or unreadable): the abandoned lock behind it is then
+// broken as usual.
+func TestAbandonedBreakLock(t *testing.T) {
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	me := self()
+	cases := []struct {
+		name    string
+		content string
+		stale   time.Duration // StaleTimeout, hence breakGrace
+		needsID bool
+	}{
+		{"dead-on-this-host", "", time.Hour, true},
+		{"other-host", holderJSON("othernode", 1, unixSeconds(time.Now())), 300 * time.Millisecond, false},
+		{"unreadable", "", 300 * time.Millisecond, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.needsID && (me.bootID == "" || me.pidNS == 0) {
+				t.Skip("no /proc identity on this system: no dead-holder rule")
+			}
+			path, opt := newTestLock(t)
+			dir := filepath.Dir(path)
+			opt.Hostname = "waiter"
+			opt.StaleTimeout = tc.stale
+			content := tc.content
+			if tc.needsID {
+				content = goRecord(t, opt.Hostname, dead.Process.Pid, unixSeconds(time.Now()), procIdentity{startTime: 1, bootID: me.bootID, pidNS: me.pidNS}, time.Second)
+			}
+			writeLockFile(t, path+BreakSuffix, content)
+			writeLockFile(t, path, holderJSON("deadnode", 1, 1))
+			// Live-looking break lock first: a waiter with a short timeout
+			// and a long grace does not touch it.
+			if !tc.needsID {
+				o := opt
+				o.StaleTimeout, o.Timeout = time.Hour, 200*time.Millisecond
+				w := New(path, o)
+				mustTimeout(t, w, "break lock within its grace")
+				w.Close()
+				if _, err := os.Lstat(path + BreakSuffix); err != nil {
+					t.Fatalf("break lock removed within its grace: %v", err)
+				}
+			}
+			opt.Timeout = 10 * time.Second
+			w := New(path, opt)
+			if err := w.Acquire(context.Background()); err != nil {
+				t.Fatalf("abandoned break lock not removed: %v", err)
+			}
+			if w.stats.breaks.Load() != 1 {
+				t.Errorf("breaks = %d, want the dead lock broken", w.stats.breaks.Load())
+			}
+			w.Release()
+			w.Close()
+			if left := append(append(asides(t, dir), claims(t, dir)...), breakLocks(t, dir)...); len(left) != 0 {
+				t.Errorf("left over: %v", left)
+			}
+		})
+	}
 }

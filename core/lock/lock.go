@@ -12,9 +12,13 @@
 //
 //	/d/cache.db.lock                      the lock; exists iff someone holds it
 //	/d/.lock_<host>_<pid>_<8 random>      a claim file, one per contender
+//	/d/cache.db.lock.break                the break lock: a second name of
+//	                                      the claim of the one waiter that
+//	                                      is removing an abandoned lock
 //	/d/cache.db.lock.stale.<host>.<pid>.<8 random>
-//	                                      a lock a breaker has moved aside,
-//	                                      for microseconds (see Breaking)
+//	                                      a lock (or break lock) a breaker
+//	                                      has moved aside, for microseconds
+//	                                      (see Breaking)
 //
 // The lock is a second name (hard link) of its holder's claim, so both hold
 // the same text. A Python holder writes, with json.dumps:
@@ -55,9 +59,9 @@
 //     metadata server one link and, at release, one unlink (see claim.write
 //     for when it is fsynced). Other contenders never look at claims.
 //  2. tryLink: link(claim, lock). Success means we hold the lock. On any
-//     failure, stat the claim: a link count of 2 means the link did happen
-//     (an NFS retransmitted LINK whose first reply was lost answers EEXIST),
-//     so we hold the lock. EEXIST otherwise means someone else holds it; any
+//     failure, stat the claim: a link count of 2 with the lock path being
+//     our claim's inode means the link did happen (an NFS retransmitted
+//     LINK whose first reply was lost answers EEXIST), so we hold the lock. EEXIST otherwise means someone else holds it; any
 //     other error is returned (e.g. a filesystem without hard links).
 //  3. readHolder: open the lock, fstat it, read and parse it. The state
 //     (device, inode, size, mtime, ctime, SHA-256 of the bytes) is noted
@@ -169,36 +173,58 @@
 //
 //  1. re-check: lstat the lock path; if it is no longer the judged state
 //     (inode, size, mtime, ctime), give up (most races end here, cheaply).
-//  2. rename(lock, aside) to a fresh private name. Rename moves one directory
-//     entry atomically, so of several breakers only one moves a given lock
-//     file; the others' renames fail (ENOENT: the path is free) or move
-//     whatever file has the name by then. (NFS: a retransmitted RENAME
-//     whose first reply was lost reports ENOENT; aside is checked.)
-//  3. verify: open aside; same device and inode, same size and mtime
+//  2. take the break lock: link our claim (which holds our record) to
+//     <lock>.break. If another waiter holds it, give up and keep waiting:
+//     a break takes a few metadata operations, and by our next attempt the
+//     lock path is free or holds a fresh lock. A break lock whose holder is
+//     dead on this host (Dead holders), or that has stayed unchanged for
+//     breakGrace (10 s, at most StaleTimeout) as seen here, is removed the
+//     way a lock is (steps 4-6), and taken at a later attempt.
+//  3. re-check again, now as the only breaker.
+//  4. rename(lock, aside) to a fresh private name. Rename moves one directory
+//     entry atomically. (NFS: a retransmitted RENAME whose first reply was
+//     lost reports ENOENT; aside is checked.)
+//  5. verify: open aside; same device and inode, same size and mtime
 //     (rename changes only the ctime) and the same bytes as judged?
-//  4. If so, unlink aside: the judged lock is gone; retry at once.
-//     If not (we moved a fresh lock that replaced the judged one, or the
-//     judged lock heartbeated in between), put it back with link(aside,
-//     lock), then unlink aside. link never replaces an existing name.
+//  6. If so, unlink aside: the judged lock is gone. If not (we moved a fresh
+//     lock that replaced the judged one, or the judged lock heartbeated in
+//     between), put it back with link(aside, lock), then unlink aside. link
+//     never replaces an existing name.
+//  7. Remove the break lock (if it is still ours) and retry at once.
+//
+// Why the break lock: without it, several waiters that judged the same
+// abandoned lock all pass their re-check, and one that is overtaken between
+// its re-check and its rename (another breaker removed the judged lock, a
+// newcomer linked a fresh one) moves the newcomer's live lock aside. The
+// put-back then restores it unless yet another newcomer took the free path
+// in between, which displaces the first newcomer while it works. The
+// torture run (8 simulated nodes of one host, where every node's queue
+// head applies the dead-holder rule at the same moment) caught exactly this
+// about once in three runs: two processes inside the lock, a journal rolled
+// back under a live writer, acknowledged records lost. Under the break lock
+// the judged lock can change between step 3 and step 4 only by its own
+// holder's release (a live holder misjudged stale) or by an old Python
+// worker; a dead holder's lock cannot change at all.
 //
 // Why two Go breakers can never remove a live lock: a breaker unlinks only
-// its own aside name, and only after step 3 has shown that the inode behind
+// its own aside name, and only after step 5 has shown that the inode behind
 // that name is the one it judged, unmodified. The inode judged was, when
 // read, a dead holder's or a stale one's; the verification rules out both
 // an inode number reused by a newer lock (different mtime and bytes: the
 // timestamp and, for Go, start_time) and a holder that heartbeated since
 // (different mtime and bytes). Any other file that a breaker moves is put
-// back. The re-check is only an optimisation: on NFS, lstat may answer from
-// the attribute cache, whereas step 3 opens a new name and revalidates.
+// back. The re-checks are only an optimisation for that guarantee: on NFS,
+// lstat may answer from the attribute cache, whereas step 5 opens a new
+// name and revalidates.
 //
 // What remains (Remaining holes): a live lock can be displaced, i.e. be
-// absent from the lock path between another breaker's rename and its link
-// back, two consecutive syscalls. That needs the judged lock to be removed
-// and a fresh one linked between that breaker's re-check and its rename
-// (two more consecutive syscalls). If a newcomer links during the
-// displacement, the link back fails: the newcomer holds the lock, the
-// displaced holder has lost it while still working, and its Release reports
-// ErrLockLost (TestPutBackLosesToNewcomer).
+// absent from the lock path between a breaker's rename and its link back,
+// two consecutive syscalls, and lost if a newcomer links then. That needs
+// the breaker to have moved a live lock, which under the break lock needs a
+// live holder misjudged stale (or a Python worker) to release between the
+// breaker's step 3 and step 4, or two breakers at once (a live breaker
+// stalled for breakGrace, its break lock judged abandoned). The displaced
+// holder's Release reports ErrLockLost (TestPutBackLosesToNewcomer).
 //
 // # Release
 //
@@ -219,9 +245,12 @@
 //
 //   - a claim: its creator, always;
 //   - the lock path: its holder, at Release, if it is its claim's inode;
-//     a Go breaker only by renaming it to its own aside name, after which
-//     the aside name is unlinked, or linked back and unlinked, by that
-//     breaker only;
+//     a Go breaker only by renaming it to its own aside name, while holding
+//     the break lock, after which the aside name is unlinked, or linked back
+//     and unlinked, by that breaker only;
+//   - the break lock: its holder, when its break is over, if it is still
+//     its claim's inode; a waiter that judged it abandoned, by renaming it
+//     aside as for the lock;
 //   - old Python workers: the lock path, unconditionally, when they release
 //     and when they judge it stale by its timestamp.
 //
@@ -258,13 +287,16 @@
 // # Remaining holes
 //
 //   - Displacement by a Go breaker (Breaking) and the Python cases above.
+//     Python workers ignore the break lock.
 //   - A breaker that crashes between its rename and its unlink or link back
 //     leaves an aside file; if it had moved a live lock by mistake, that
 //     holder has lost it. Aside files are never swept (harmless: not a
 //     lock). Claims of killed processes are swept by the first successful
 //     Acquire of each Lock, but only those of this host that the
 //     dead-holder rule proves dead (sweep.go); other hosts' and Python
-//     claims stay.
+//     claims stay. A breaker killed while it holds the break lock holds up
+//     the breaking of abandoned locks: on its host until a waiter sees it
+//     dead, elsewhere for breakGrace.
 //   - A live process keeps its lock fresh however long its critical section
 //     runs, even if it hangs: only killing it frees the lock (at once for
 //     waiters on its host; after heartbeatGrace or StaleTimeout elsewhere).
@@ -384,16 +416,19 @@ type Lock struct {
 
 	// The rest belongs to whoever holds sem (the one goroutine running
 	// acquireFile).
-	seen struct { // the lock file state last seen while waiting
-		valid bool
-		state lockState
-		since time.Time // monotonic: when first seen
-	}
-	stats stats
+	seen, seenBreak observation // the lock file's, the break lock's
+	stats           stats
 	// breakErr is why the last attempt to break a stale lock failed (e.g.
 	// EPERM: another user's lock in a sticky directory), for TimeoutError.
 	breakErr error
 	swept    bool // sweepClaims has run
+}
+
+// observation is a file's state last seen while waiting, and since when.
+type observation struct {
+	valid bool
+	state lockState
+	since time.Time // monotonic: when first seen
 }
 
 // stats are counters for tests, benchmarks and monitoring (Lock.Stats).
@@ -544,13 +579,11 @@ func (l *Lock) lockLocal(ctx context.Context, start, deadline time.Time) error {
 
 // acquireFile runs the file protocol; it returns the claim that is now the
 // lock, or an error after removing the claim.
-func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (_ *claim, err error) {
-	if l.own == nil {
-		if l.own, err = newClaim(dirOf(l.path), l.rec, l.flushEvery()); err != nil {
-			return nil, err
-		}
+func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (*claim, error) {
+	c, err := l.ownClaim()
+	if err != nil {
+		return nil, err
 	}
-	c := l.own
 	if l.gated {
 		if err := l.gate.yieldIfDue(ctx, l.opt.MaxBackoff); err != nil {
 			return nil, err
@@ -633,6 +666,19 @@ func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (_ *c
 			return nil, err
 		}
 	}
+}
+
+// ownClaim returns this Lock's claim, creating it (empty: the first write
+// fills it) at the first Acquire.
+func (l *Lock) ownClaim() (*claim, error) {
+	if l.own == nil {
+		c, err := newClaim(dirOf(l.path), l.rec, l.flushEvery())
+		if err != nil {
+			return nil, err
+		}
+		l.own = c
+	}
+	return l.own, nil
 }
 
 // backoff is "full jitter": uniform in [0, min(MaxBackoff, MinBackoff*2^n)],
