@@ -111,7 +111,7 @@ func findHandle(h uint64, remove bool) (*core.Store, error) {
 func reply(out **C.char, result any, err error) C.int {
 	var b []byte
 	if err == nil {
-		doc := pyjson.NewObject()
+		doc := pyjson.NewObjectCap(1)
 		doc.Set("result", result)
 		if b, err = pyjson.Marshal(doc, pyjson.Compact); err != nil {
 			err = &core.Error{Kind: core.KindInternal, Message: "encode result: " + err.Error()}
@@ -142,7 +142,9 @@ func reply(out **C.char, result any, err error) C.int {
 		}
 	}
 	if out != nil {
-		*out = C.CString(string(b))
+		// One malloc and copy, NUL included (C.CString(string(b)) would
+		// copy twice). The reply never contains a NUL: JSON escapes it.
+		*out = (*C.char)(C.CBytes(append(b, 0)))
 	}
 	return C.int(status)
 }

@@ -30,7 +30,7 @@ type Result struct {
 // PyJSON is the LookupResult field order of the original, with the stored
 // JSON values untouched.
 func (r *Result) PyJSON() any {
-	o := pyjson.NewObject()
+	o := pyjson.NewObjectCap(8)
 	o.Set("is_legal", r.legal)
 	o.Set("execution_times", r.times)
 	o.Set("schedule", r.Schedule)

@@ -93,7 +93,7 @@ func (e *UnsupportedTypeError) Error() string {
 // uses item_separator="," and key_separator=": " — callers pass
 // ItemSep/KeySep explicitly).
 func Marshal(v any, opt Options) ([]byte, error) {
-	e := &encoder{opt: opt}
+	e := &encoder{opt: opt, buf: make([]byte, 0, 256)}
 	if err := e.value(v, 0); err != nil {
 		return nil, err
 	}

@@ -11,25 +11,55 @@ package pyjson
 type Object struct {
 	keys  []string
 	vals  []any
-	index map[string]int // key -> position in keys/vals
+	index map[string]int // key -> position in keys/vals; nil while small
+}
+
+// smallObject is the size up to which keys are found by a linear scan and
+// no index map is kept: records, replies and lock files are objects of 2 to
+// 10 keys, for which building a map cost more than the rest of encoding.
+const smallObject = 8
+
+// find returns the position of key.
+func (o *Object) find(key string) (int, bool) {
+	if o.index != nil {
+		i, ok := o.index[key]
+		return i, ok
+	}
+	for i, k := range o.keys {
+		if k == key {
+			return i, true
+		}
+	}
+	return 0, false
 }
 
 // NewObject returns an empty Object, like Python's {}.
 func NewObject() *Object { return &Object{} }
 
+// NewObjectCap is NewObject with room for n keys, for encoders that know
+// the shape of what they build (a reply, a record): no growing on Set.
+func NewObjectCap(n int) *Object {
+	return &Object{keys: make([]string, 0, n), vals: make([]any, 0, n)}
+}
+
 // Set stores v under key, like d[key] = v: a new key goes last, an existing
 // key keeps its position and gets the new value.
 func (o *Object) Set(key string, v any) {
-	if i, ok := o.index[key]; ok {
+	if i, ok := o.find(key); ok {
 		o.vals[i] = v
 		return
 	}
-	if o.index == nil {
-		o.index = make(map[string]int)
-	}
-	o.index[key] = len(o.keys)
 	o.keys = append(o.keys, key)
 	o.vals = append(o.vals, v)
+	switch {
+	case o.index != nil:
+		o.index[key] = len(o.keys) - 1
+	case len(o.keys) > smallObject:
+		o.index = make(map[string]int, 2*len(o.keys))
+		for i, k := range o.keys {
+			o.index[k] = i
+		}
+	}
 }
 
 // Get returns the value stored under key and whether the key is present,
@@ -38,7 +68,7 @@ func (o *Object) Get(key string) (any, bool) {
 	if o == nil {
 		return nil, false
 	}
-	i, ok := o.index[key]
+	i, ok := o.find(key)
 	if !ok {
 		return nil, false
 	}
@@ -68,19 +98,23 @@ func (o *Object) Delete(key string) bool {
 	if o == nil {
 		return false
 	}
-	i, ok := o.index[key]
+	i, ok := o.find(key)
 	if !ok {
 		return false
 	}
-	delete(o.index, key)
+	if o.index != nil {
+		delete(o.index, key)
+	}
 	copy(o.keys[i:], o.keys[i+1:])
 	copy(o.vals[i:], o.vals[i+1:])
 	o.keys[len(o.keys)-1] = ""
 	o.vals[len(o.vals)-1] = nil
 	o.keys = o.keys[:len(o.keys)-1]
 	o.vals = o.vals[:len(o.vals)-1]
-	for j := i; j < len(o.keys); j++ {
-		o.index[o.keys[j]] = j
+	if o.index != nil {
+		for j := i; j < len(o.keys); j++ {
+			o.index[o.keys[j]] = j
+		}
 	}
 	return true
 }

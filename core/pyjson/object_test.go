@@ -1,7 +1,10 @@
 package pyjson
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -68,5 +71,48 @@ func TestObjectZeroAndNil(t *testing.T) {
 	n.Range(func(string, any) bool { t.Error("Range on nil called fn"); return true })
 	if b, err := Marshal(n, Default); err != nil || string(b) != "{}" {
 		t.Errorf("Marshal(nil *Object) = %q, %v; want {}", b, err)
+	}
+}
+
+// TestObjectAcrossIndexThreshold checks Set, Get, Delete and order against
+// a plain model with objects growing past smallObject (where the index map
+// appears) and shrinking below it again, with repeated and deleted keys.
+func TestObjectAcrossIndexThreshold(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for run := 0; run < 200; run++ {
+		o := NewObject()
+		var model []string // keys in order
+		vals := map[string]int{}
+		for step := 0; step < 60; step++ {
+			k := fmt.Sprintf("k%d", rng.IntN(3*smallObject))
+			switch rng.IntN(3) {
+			case 0, 1:
+				o.Set(k, step)
+				if _, ok := vals[k]; !ok {
+					model = append(model, k)
+				}
+				vals[k] = step
+			case 2:
+				_, had := vals[k]
+				if got := o.Delete(k); got != had {
+					t.Fatalf("run %d step %d: Delete(%s) = %v, want %v", run, step, k, got, had)
+				}
+				if had {
+					delete(vals, k)
+					model = slices.DeleteFunc(model, func(m string) bool { return m == k })
+				}
+			}
+			if !slices.Equal(o.Keys(), model) {
+				t.Fatalf("run %d step %d: keys %v, want %v", run, step, o.Keys(), model)
+			}
+			for _, m := range model {
+				if v, ok := o.Get(m); !ok || v != vals[m] {
+					t.Fatalf("run %d step %d: Get(%s) = %v, %v; want %d", run, step, m, v, ok, vals[m])
+				}
+			}
+			if _, ok := o.Get("absent"); ok {
+				t.Fatal("Get of an absent key found it")
+			}
+		}
 	}
 }
