@@ -967,3 +967,46 @@ func TestAbandonedBreakLock(t *testing.T) {
 		})
 	}
 }
+
+// TestBreakerOvertakenBeforeBreakLock: B judged the dead lock, but A breaks
+// it and takes the lock before B gets the break lock. B's re-check under
+// the break lock sees the fresh lock and B moves nothing.
+func TestBreakerOvertakenBeforeBreakLock(t *testing.T) {
+	path, opt := newTestLock(t)
+	dir := filepath.Dir(path)
+	writeLockFile(t, path, holderJSON("deadnode", 1, 1))
+	_, judged, err := readHolder(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.Hostname = "breakerB"
+	b := New(path, opt)
+	p := newPauser(b)
+	setHook(t, &testHookBeforeBreakLock, p.hook)
+	res := make(chan bool, 1)
+	go func() { res <- b.breakLock(judged) }()
+	<-p.paused
+	opt.Hostname = "breakerA"
+	a := New(path, opt)
+	if err := a.Acquire(context.Background()); err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	close(p.resumed)
+	if <-res {
+		t.Error("B reported the judged lock broken")
+	}
+	if id, err := lstatID(path); err != nil || id != a.claim.id {
+		t.Fatalf("A's lock was moved (err %v)", err)
+	}
+	if b.stats.putBacks.Load() != 0 || b.stats.breaks.Load() != 0 {
+		t.Errorf("B stats %+v: it moved something", b.Stats())
+	}
+	if err := a.Release(); err != nil {
+		t.Errorf("A: Release = %v", err)
+	}
+	a.Close()
+	b.Close()
+	if left := append(append(asides(t, dir), claims(t, dir)...), breakLocks(t, dir)...); len(left) != 0 {
+		t.Errorf("left over: %v", left)
+	}
+}
