@@ -61,8 +61,9 @@
 //  2. tryLink: link(claim, lock). Success means we hold the lock. On any
 //     failure, stat the claim: a link count of 2 with the lock path being
 //     our claim's inode means the link did happen (an NFS retransmitted
-//     LINK whose first reply was lost answers EEXIST), so we hold the lock. EEXIST otherwise means someone else holds it; any
-//     other error is returned (e.g. a filesystem without hard links).
+//     LINK whose first reply was lost answers EEXIST), so we hold the
+//     lock. EEXIST otherwise means someone else holds it; any other error
+//     is returned (e.g. a filesystem without hard links).
 //  3. readHolder: open the lock, fstat it, read and parse it. The state
 //     (device, inode, size, mtime, ctime, SHA-256 of the bytes) is noted
 //     with the monotonic time at which this Lock first saw exactly that
