@@ -16,9 +16,10 @@
 //	                                      the claim of the one waiter that
 //	                                      is removing an abandoned lock
 //	/d/cache.db.lock.stale.<host>.<pid>.<8 random>
-//	                                      a lock (or break lock) a breaker
-//	                                      has moved aside, for microseconds
-//	                                      (see Breaking)
+//	/d/cache.db.lock.break.stale.<host>.<pid>.<8 random>
+//	                                      a lock, or a break lock, that a
+//	                                      breaker has moved aside, for
+//	                                      microseconds (see Breaking)
 //
 // The lock is a second name (hard link) of its holder's claim, so both hold
 // the same text. A Python holder writes, with json.dumps:
