@@ -15,8 +15,8 @@ type Object struct {
 }
 
 // smallObject is the size up to which keys are found by a linear scan and
-// no index map is kept: records, replies and lock files are objects of 2 to
-// 10 keys, for which building a map cost more than the rest of encoding.
+// no index map is kept: records, replies and lock files are objects of 1 to
+// 8 keys, for which building a map cost more than the rest of encoding.
 const smallObject = 8
 
 // find returns the position of key.
