@@ -243,17 +243,14 @@ func (l *Lock) takeBreakLock() bool {
 			return false
 		}
 	}
-	err = os.Link(c.path, bp)
-	if err == nil {
-		return true
-	}
-	// A lost NFS reply: the link was made (see tryLink).
-	if id, lerr := lstatID(bp); lerr == nil && id == c.id {
-		return true
-	}
-	if !errors.Is(err, os.ErrExist) {
+	// As the lock itself is taken, lost NFS replies included.
+	held, err := tryLink(c, bp)
+	if err != nil {
 		l.breakErr = err
 		return false
+	}
+	if held {
+		return true
 	}
 	h, st, rerr := readHolder(bp)
 	if rerr != nil {

@@ -234,9 +234,9 @@ func (c *claim) gone() bool {
 	return err != nil || id != c.id
 }
 
-// tryLink (step 2) makes the claim the lock. A link count of 2 after a
-// failure means the link was made anyway (lost NFS reply, retransmitted
-// request answered EEXIST).
+// tryLink (step 2) makes the claim the lock (or, for takeBreakLock, the
+// break lock). A link count of 2 after a failure means the link was made
+// anyway (lost NFS reply, retransmitted request answered EEXIST).
 func tryLink(c *claim, lockPath string) (held bool, err error) {
 	err = os.Link(c.path, lockPath)
 	if err == nil {

@@ -821,6 +821,35 @@ func breakLocks(t *testing.T, dir string) []string {
 	return filesIn(t, dir, func(name string) bool { return strings.HasSuffix(name, BreakSuffix) })
 }
 
+// checkNothingLeft fails the test if aside files, claims or break locks
+// are left in dir.
+func checkNothingLeft(t *testing.T, dir string) {
+	t.Helper()
+	if left := append(append(asides(t, dir), claims(t, dir)...), breakLocks(t, dir)...); len(left) != 0 {
+		t.Errorf("left over: %v", left)
+	}
+}
+
+// pausedBreaker plants a stale lock at path, starts breaker "breakerB"
+// breaking it, and returns once B is blocked in hook (resume it by closing
+// p.resumed); res receives breakLock's result.
+func pausedBreaker(t *testing.T, path string, opt Options, hook *func(*Lock)) (b *Lock, p *pauser, judged lockState, res <-chan bool) {
+	t.Helper()
+	writeLockFile(t, path, holderJSON("deadnode", 1, 1))
+	_, judged, err := readHolder(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.Hostname = "breakerB"
+	b = New(path, opt)
+	p = newPauser(b)
+	setHook(t, hook, p.hook)
+	r := make(chan bool, 1)
+	go func() { r <- b.breakLock(judged) }()
+	<-p.paused
+	return b, p, judged, r
+}
+
 // TestBreakLockSerializesBreakers is the schedule the torture run caught:
 // breakers A and B judge the same dead lock, B passes its re-check and is
 // paused before its rename. With the break lock, A cannot break meanwhile
@@ -837,18 +866,7 @@ func TestBreakLockSerializesBreakers(t *testing.T) {
 			}
 			path, opt := newTestLock(t)
 			dir := filepath.Dir(path)
-			writeLockFile(t, path, holderJSON("deadnode", 1, 1))
-			_, judged, err := readHolder(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			opt.Hostname = "breakerB"
-			b := New(path, opt)
-			p := newPauser(b)
-			setHook(t, &testHookBeforeRename, p.hook)
-			res := make(chan bool, 1)
-			go func() { res <- b.breakLock(judged) }()
-			<-p.paused
+			b, p, judged, res := pausedBreaker(t, path, opt, &testHookBeforeRename)
 			opt.Hostname = "breakerA"
 			opt.Timeout = 300 * time.Millisecond
 			a := New(path, opt)
@@ -896,9 +914,7 @@ func TestBreakLockSerializesBreakers(t *testing.T) {
 			}
 			a.Close()
 			b.Close()
-			if left := append(append(asides(t, dir), claims(t, dir)...), breakLocks(t, dir)...); len(left) != 0 {
-				t.Errorf("left over: %v", left)
-			}
+			checkNothingLeft(t, dir)
 		})
 	}
 }
@@ -961,9 +977,7 @@ func TestAbandonedBreakLock(t *testing.T) {
 			}
 			w.Release()
 			w.Close()
-			if left := append(append(asides(t, dir), claims(t, dir)...), breakLocks(t, dir)...); len(left) != 0 {
-				t.Errorf("left over: %v", left)
-			}
+			checkNothingLeft(t, dir)
 		})
 	}
 }
@@ -974,18 +988,7 @@ func TestAbandonedBreakLock(t *testing.T) {
 func TestBreakerOvertakenBeforeBreakLock(t *testing.T) {
 	path, opt := newTestLock(t)
 	dir := filepath.Dir(path)
-	writeLockFile(t, path, holderJSON("deadnode", 1, 1))
-	_, judged, err := readHolder(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt.Hostname = "breakerB"
-	b := New(path, opt)
-	p := newPauser(b)
-	setHook(t, &testHookBeforeBreakLock, p.hook)
-	res := make(chan bool, 1)
-	go func() { res <- b.breakLock(judged) }()
-	<-p.paused
+	b, p, _, res := pausedBreaker(t, path, opt, &testHookBeforeBreakLock)
 	opt.Hostname = "breakerA"
 	a := New(path, opt)
 	if err := a.Acquire(context.Background()); err != nil {
@@ -1006,7 +1009,5 @@ func TestBreakerOvertakenBeforeBreakLock(t *testing.T) {
 	}
 	a.Close()
 	b.Close()
-	if left := append(append(asides(t, dir), claims(t, dir)...), breakLocks(t, dir)...); len(left) != 0 {
-		t.Errorf("left over: %v", left)
-	}
+	checkNothingLeft(t, dir)
 }
