@@ -376,5 +376,6 @@ func osKind(err error) (Kind, bool) {
 
 // LockStats are the counters of this store's hard-link lock: Links per
 // Acquired is how many link() attempts an acquisition cost, i.e. how hard
-// waiting polled the shared filesystem's metadata server.
+// waiting polled the shared filesystem's metadata server; Held per
+// Acquired is the mean time an operation kept everyone else waiting.
 func (s *Store) LockStats() lock.Stats { return s.lk.Stats() }

@@ -405,9 +405,10 @@ type Lock struct {
 	// off); gated: the current holder holds it. Owned by the sem holder.
 	noGate, gated bool
 
-	mu    sync.Mutex // guards claim, and the claim's record while held
-	claim *claim     // non-nil while held
-	beat  *heartbeat // the heartbeat goroutine, from the first Acquire to Close (owned by the sem holder)
+	mu        sync.Mutex // guards claim and heldSince, and the claim's record while held
+	claim     *claim     // non-nil while held
+	heldSince time.Time  // when the current hold began (monotonic), for Stats.Held
+	beat      *heartbeat // the heartbeat goroutine, from the first Acquire to Close (owned by the sem holder)
 
 	// own is this process's claim file, created by the first Acquire and
 	// reused by every later one until Close; gate is the node-local queue
@@ -442,18 +443,24 @@ type stats struct {
 	putBacks  atomic.Int64 // locks moved aside by mistake and linked back
 	displaced atomic.Int64 // ... of which the lock path had been taken meanwhile
 	swept     atomic.Int64 // dead processes' claims removed by sweepClaims
+	heldNS    atomic.Int64 // total time held, Acquire's return to Release
 }
 
 // Stats is a snapshot of a Lock's counters. Links per Acquired is how hard
 // this process polled the shared filesystem's metadata server for the lock;
-// Breaks counts locks it removed as abandoned.
+// Breaks counts locks it removed as abandoned. Held per Acquired is the
+// mean critical section; Held summed over every process of a database and
+// divided by the elapsed time is how busy the lock was, which is what
+// bounds the throughput of all of them together.
 type Stats struct {
 	Acquired, Links, Breaks int64
+	Held                    time.Duration
 }
 
 // Stats returns the counters since New; safe to call at any time.
 func (l *Lock) Stats() Stats {
-	return Stats{Acquired: l.stats.acquired.Load(), Links: l.stats.links.Load(), Breaks: l.stats.breaks.Load()}
+	return Stats{Acquired: l.stats.acquired.Load(), Links: l.stats.links.Load(), Breaks: l.stats.breaks.Load(),
+		Held: time.Duration(l.stats.heldNS.Load())}
 }
 
 // New returns a Lock for lockPath (normally PathFor(dbPath)); nothing is
@@ -550,7 +557,7 @@ func (l *Lock) Acquire(ctx context.Context) error {
 		l.sweepClaims()
 	}
 	l.mu.Lock()
-	l.claim = c
+	l.claim, l.heldSince = c, time.Now()
 	l.mu.Unlock()
 	return nil
 }
@@ -766,13 +773,14 @@ func (l *Lock) startHeartbeat() *heartbeat {
 // released in all cases.
 func (l *Lock) Release() error {
 	l.mu.Lock()
-	c := l.claim
+	c, since := l.claim, l.heldSince
 	l.claim = nil
 	l.mu.Unlock()
 	if c == nil {
 		return ErrNotHeld
 	}
 	defer func() {
+		l.stats.heldNS.Add(int64(time.Since(since)))
 		if l.gated {
 			l.gated = false
 			l.gate.unlock()

@@ -108,6 +108,44 @@ func TestAcquireRelease(t *testing.T) {
 	}
 }
 
+// TestStatsHeld: Held grows by each hold, from Acquire's return to the end
+// of Release, and by nothing else (waiting, idling, a Release without a
+// hold): it lies between the sleeps inside the holds and the time spent in
+// Acquire-hold-Release as measured around the calls, which leaves out the
+// idle time between the holds.
+func TestStatsHeld(t *testing.T) {
+	path, opt := newTestLock(t)
+	l := New(path, opt)
+	defer l.Close()
+	if h := l.Stats().Held; h != 0 {
+		t.Fatalf("Held before any Acquire = %v", h)
+	}
+	const hold = 20 * time.Millisecond
+	var low, high time.Duration
+	for i := 0; i < 3; i++ {
+		start := time.Now()
+		if err := l.Acquire(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(hold)
+		if err := l.Release(); err != nil {
+			t.Fatal(err)
+		}
+		low, high = low+hold, high+time.Since(start)
+		time.Sleep(hold) // idle: must not count
+		if got := l.Stats().Held; got < low || got > high {
+			t.Fatalf("after %d holds: Held = %v, want in [%v, %v]", i+1, got, low, high)
+		}
+	}
+	before := l.Stats().Held
+	if err := l.Release(); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("Release without a hold: %v", err)
+	}
+	if got := l.Stats(); got.Held != before || got.Acquired != 3 {
+		t.Fatalf("stats after a Release without a hold: %+v, want Held %v and 3 acquisitions", got, before)
+	}
+}
+
 func TestClaimNameModeAndContent(t *testing.T) {
 	path, opt := newTestLock(t)
 	opt.Hostname = "node042"

@@ -37,6 +37,12 @@ type tpRun struct {
 
 	Lock         lockStats `json:"lock"`
 	LinksPerLock fnum      `json:"link_attempts_per_lock"`
+	// LockBusy is the workers' total time holding the lock over the wall
+	// time: the share of the run during which the lock was held, which is
+	// at most 1 (the lock excludes) and near 1 when the lock is what
+	// limits throughput. MeanHoldUS is the mean critical section.
+	LockBusy   fnum `json:"lock_busy"`
+	MeanHoldUS fnum `json:"mean_hold_us"`
 
 	Preloaded    int  `json:"preloaded"`
 	Acked        int  `json:"acked_new_records"`
@@ -94,13 +100,15 @@ func throughputSection(cfg *config) map[string][]*tpRun {
 // finish times and slowest/fastest are the median over repetitions, the
 // latency percentiles are over the pooled operations of all repetitions,
 // the worst operation is the worst of all, counts are summed (and every
-// repetition must have found exactly its records).
+// repetition must have found exactly its records), lock busy is the total
+// held over the total wall time.
 func aggregate(reps []*tpRun) *tpRun {
 	if len(reps) == 1 {
 		return reps[0]
 	}
 	a := &tpRun{Impl: reps[0].Impl, Procs: reps[0].Procs, OpsPerWorker: reps[0].OpsPerWorker, Repetitions: reps, RecordsMatch: true}
 	var ops, fastest, slowest, slowFast, wall []float64
+	var heldS, wallSum float64
 	var lookups, records, all []int64
 	for _, r := range reps {
 		if r.Failed != "" {
@@ -121,6 +129,9 @@ func aggregate(reps []*tpRun) *tpRun {
 		a.Lock.Acquired += r.Lock.Acquired
 		a.Lock.Links += r.Lock.Links
 		a.Lock.Breaks += r.Lock.Breaks
+		a.Lock.HeldNS += r.Lock.HeldNS
+		heldS += float64(r.Lock.HeldNS) / 1e9
+		wallSum += r.WallS
 		a.Preloaded += r.Preloaded
 		a.Acked += r.Acked
 		a.Expected += r.Expected
@@ -143,6 +154,8 @@ func aggregate(reps []*tpRun) *tpRun {
 	all = append(append(all, lookups...), records...)
 	a.Lookup, a.Record, a.All = summarize(lookups), summarize(records), summarize(all)
 	a.LinksPerLock = fnum(ratio(float64(a.Lock.Links), float64(a.Lock.Acquired)))
+	a.LockBusy = fnum(ratio(heldS, wallSum))
+	a.MeanHoldUS = fnum(ratio(float64(a.Lock.HeldNS)/1e3, float64(a.Lock.Acquired)))
 	return a
 }
 
@@ -264,6 +277,7 @@ func throughputRun(cfg *config, impl string, procs int) *tpRun {
 		r.Lock.Acquired += w.Lock.Acquired
 		r.Lock.Links += w.Lock.Links
 		r.Lock.Breaks += w.Lock.Breaks
+		r.Lock.HeldNS += w.Lock.HeldNS
 		r.Acked += len(w.Acked)
 		for _, i := range w.Acked {
 			expected[recordKey(tagWorkerBase+w.WID, i)] = true
@@ -283,6 +297,8 @@ func throughputRun(cfg *config, impl string, procs int) *tpRun {
 	r.FastestS, r.SlowestS = slices.Min(r.FinishS), slices.Max(r.FinishS)
 	r.SlowFast = fnum(ratio(r.SlowestS, r.FastestS))
 	r.LinksPerLock = fnum(ratio(float64(r.Lock.Links), float64(r.Lock.Acquired)))
+	r.LockBusy = fnum(ratio(float64(r.Lock.HeldNS)/1e9, r.WallS))
+	r.MeanHoldUS = fnum(ratio(float64(r.Lock.HeldNS)/1e3, float64(r.Lock.Acquired)))
 
 	// The exact set of records: the preloaded pool plus every acknowledged
 	// new record, nothing lost, nothing extra.

@@ -71,10 +71,11 @@ type lockStats struct {
 	Acquired int64 `json:"acquired"`
 	Links    int64 `json:"links"`
 	Breaks   int64 `json:"breaks"`
+	HeldNS   int64 `json:"held_ns"` // total time held
 }
 
 func (a lockStats) sub(b lockStats) lockStats {
-	return lockStats{a.Acquired - b.Acquired, a.Links - b.Links, a.Breaks - b.Breaks}
+	return lockStats{a.Acquired - b.Acquired, a.Links - b.Links, a.Breaks - b.Breaks, a.HeldNS - b.HeldNS}
 }
 
 // client is what the benchmark does with a store, implemented by the
@@ -142,7 +143,7 @@ func (c *engineClient) RecordMany(scheds []string, overwrite bool) (int, error) 
 
 func (c *engineClient) LockStats() lockStats {
 	s := c.st.LockStats()
-	return lockStats{Acquired: s.Acquired, Links: s.Links, Breaks: s.Breaks}
+	return lockStats{Acquired: s.Acquired, Links: s.Links, Breaks: s.Breaks, HeldNS: int64(s.Held)}
 }
 
 func (c *engineClient) Close() error { return c.st.Close() }
@@ -172,7 +173,7 @@ func (c *baselineClient) RecordMany(scheds []string, overwrite bool) (int, error
 
 func (c *baselineClient) LockStats() lockStats {
 	s := c.st.LockStats()
-	return lockStats{Acquired: s.Acquired, Links: s.Links, Breaks: s.Breaks}
+	return lockStats{Acquired: s.Acquired, Links: s.Links, Breaks: s.Breaks, HeldNS: int64(s.Held)}
 }
 
 func (c *baselineClient) Close() error { return nil }

@@ -56,6 +56,7 @@ func (o LockOptions) withDefaults() LockOptions {
 // metadata round trip on the shared filesystem) one acquisition took.
 type LockStats struct {
 	Acquired, Links, Breaks int64
+	Held                    time.Duration // total time held
 }
 
 // TimeoutError is returned when the lock was not obtained within Timeout.
@@ -82,7 +83,7 @@ type Lock struct {
 
 	mu sync.Mutex
 
-	acquired, links, breaks atomic.Int64
+	acquired, links, breaks, heldNS atomic.Int64
 }
 
 // NewLock returns the lock on lockPath (see lock.PathFor for the path of a
@@ -102,13 +103,15 @@ func (l *Lock) Path() string { return l.path }
 
 // Stats returns the counters since NewLock.
 func (l *Lock) Stats() LockStats {
-	return LockStats{Acquired: l.acquired.Load(), Links: l.links.Load(), Breaks: l.breaks.Load()}
+	return LockStats{Acquired: l.acquired.Load(), Links: l.links.Load(), Breaks: l.breaks.Load(),
+		Held: time.Duration(l.heldNS.Load())}
 }
 
 // Held is an acquired lock; Release gives it back.
 type Held struct {
 	l     *Lock
 	claim string
+	since time.Time
 }
 
 // Acquire takes the lock as the original did, every attempt from scratch:
@@ -133,7 +136,7 @@ func (l *Lock) Acquire() (*Held, error) {
 		err = os.Link(claim, l.path)
 		if err == nil {
 			l.acquired.Add(1)
-			return &Held{l: l, claim: claim}, nil
+			return &Held{l: l, claim: claim, since: time.Now()}, nil
 		}
 		os.Remove(claim)
 		if !errors.Is(err, fs.ErrExist) {
@@ -235,6 +238,7 @@ func (l *Lock) breakIfStale() (retry, broke bool) {
 // Release is the original's: unlink the lock path, then the claim.
 func (h *Held) Release() error {
 	defer h.l.mu.Unlock()
+	defer func() { h.l.heldNS.Add(int64(time.Since(h.since))) }()
 	err := os.Remove(h.l.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		err = nil
