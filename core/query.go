@@ -173,7 +173,7 @@ func (s *Store) read(ctx context.Context, op, progHash, key string) (*sqlite.Rec
 				return nil
 			}
 		}
-		if rec, err = db.Get(key); err != nil {
+		if rec, err = db.Lookup(key); err != nil {
 			return err
 		}
 		s.cache.sync()
@@ -230,7 +230,7 @@ func (s *Store) LookupManyByHash(ctx context.Context, programName, hash string, 
 		err := s.withDB(ctx, "lookup_many", func(db *sqlite.DB) error {
 			err := db.Read(func(r *sqlite.Reader) error {
 				for _, i := range missing {
-					rec, err := r.Get(keyList[i])
+					rec, err := r.Lookup(keyList[i])
 					if err != nil {
 						return err
 					}

@@ -136,19 +136,19 @@ type Reader struct {
 	tx *sql.Tx
 }
 
-// Get is DB.Get inside the reader's transaction.
-func (r *Reader) Get(key string) (*Record, error) {
-	if st, ok := r.d.stmts[GetRecordSQL]; ok {
+// Lookup is DB.Lookup inside the reader's transaction.
+func (r *Reader) Lookup(key string) (*Record, error) {
+	if st, ok := r.d.stmts[lookupSQL]; ok {
 		return getRecord(r.tx.Stmt(st).QueryRow(key))
 	}
-	return getRecord(r.tx.QueryRow(GetRecordSQL, key))
+	return getRecord(r.tx.QueryRow(lookupSQL, key))
 }
 
 // Read runs fn in one transaction that it always rolls back: many reads see
 // one snapshot and pay SQLite's per-transaction checks (hot journal,
 // change counter) once. It writes nothing, so failpoints do not fire.
 func (d *DB) Read(fn func(r *Reader) error) error {
-	d.prepare(GetRecordSQL)
+	d.prepare(lookupSQL)
 	tx, err := d.db.Begin()
 	if err != nil {
 		return err

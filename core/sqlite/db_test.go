@@ -128,3 +128,71 @@ func TestNotADatabaseIsClassified(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// TestLookupReads: Lookup and ProgramRecords return what Get returns of a
+// record except the program's name and source, which they do not read;
+// they keep the inner join (a record whose program row is missing, which
+// only a database written with foreign keys off can hold, is not found by
+// them, as by Get, while Contains, which never joined, finds it).
+func TestLookupReads(t *testing.T) {
+	db, _ := newDB(t, "l.db")
+	long := strings.Repeat("int x; // a long program source\n", 2000)
+	err := db.Tx(func(tx *Tx) error {
+		if err := tx.PutProgram(Program{Hash: "h", Name: "prog", Source: long}); err != nil {
+			return err
+		}
+		for _, k := range []string{"k1", "k2"} {
+			if _, err := tx.PutRecord(&Record{Key: k, ProgramHash: "h", Schedule: "S-" + k, ResultJSON: "{}",
+				Hostname: "n", Username: "u", CreationDate: "c", UpdateDate: "d", SourceProject: "p"}, false); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := db.Get("k1")
+	if err != nil || full == nil || full.SourceCode != long || full.ProgramName != "prog" {
+		t.Fatalf("Get: %v, %v", full, err)
+	}
+	want := *full
+	want.ProgramName, want.SourceCode = "", ""
+	got, err := db.Lookup("k1")
+	if err != nil || got == nil || *got != want {
+		t.Fatalf("Lookup = %+v, %v; want %+v", got, err, want)
+	}
+	var inTx *Record
+	if err := db.Read(func(r *Reader) (err error) { inTx, err = r.Lookup("k1"); return err }); err != nil || inTx == nil || *inTx != want {
+		t.Fatalf("Reader.Lookup = %+v, %v; want %+v", inTx, err, want)
+	}
+	recs, err := db.ProgramRecords("h", 10)
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("ProgramRecords = %v, %v", recs, err)
+	}
+	for _, r := range recs {
+		if r.ProgramName != "" || r.SourceCode != "" || r.ProgramHash != "h" || r.Schedule != "S-"+r.Key {
+			t.Fatalf("ProgramRecords row %+v", r)
+		}
+	}
+
+	// An orphan record: its program row is gone.
+	if err := db.Pragma("PRAGMA foreign_keys=OFF"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.db.Exec("INSERT INTO records VALUES ('k3', 'gone', 'S', '{}', 'n', 'u', 'c', 'd', 'p')"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := db.Get("k3"); err != nil || r != nil {
+		t.Fatalf("Get of an orphan: %+v, %v; want nil", r, err)
+	}
+	if r, err := db.Lookup("k3"); err != nil || r != nil {
+		t.Fatalf("Lookup of an orphan: %+v, %v; want nil", r, err)
+	}
+	if recs, err := db.ProgramRecords("gone", 10); err != nil || len(recs) != 0 {
+		t.Fatalf("ProgramRecords of a missing program: %v, %v; want none", recs, err)
+	}
+	if ok, err := db.Contains("k3"); err != nil || !ok {
+		t.Fatalf("Contains of an orphan: %v, %v; want true", ok, err)
+	}
+}

@@ -6,7 +6,8 @@ import (
 )
 
 // Record is one row of the records table, with the program's name and
-// source when the read joined them in.
+// source when the read joined them in (Get, RecordsByProgram; the lookup
+// reads, Lookup and ProgramRecords, leave both empty).
 type Record struct {
 	Key           string
 	ProgramHash   string
@@ -30,9 +31,20 @@ type Program struct {
 
 // The joined read is an inner join, as in the original: a record whose
 // program row is missing is not found.
-const selectJoined = `SELECT r.key, r.program_hash, r.schedule, r.result_json, r.hostname, r.username,
-       r.creation_date, r.update_date, r.source_project, p.program_name, p.source_code
+const (
+	recordColumns = `r.key, r.program_hash, r.schedule, r.result_json, r.hostname, r.username,
+       r.creation_date, r.update_date, r.source_project`
+	joinPrograms = `
   FROM records r JOIN programs p ON r.program_hash = p.program_hash`
+	selectJoined = "SELECT " + recordColumns + ", p.program_name, p.source_code" + joinPrograms
+	// selectLookup keeps the inner join, which the programs table's key
+	// index alone answers, but not the program's name and source: a lookup
+	// returns neither, and a source (often tens of kilobytes, in overflow
+	// pages) would otherwise be read and copied for every record, and kept
+	// with every entry of the store's result cache.
+	selectLookup = "SELECT " + recordColumns + ", '', ''" + joinPrograms
+	lookupSQL    = selectLookup + " WHERE r.key = ?"
+)
 
 func scanJoined(sc interface{ Scan(...any) error }) (*Record, error) {
 	var r Record
@@ -41,13 +53,23 @@ func scanJoined(sc interface{ Scan(...any) error }) (*Record, error) {
 	return &r, err
 }
 
-// GetRecordSQL is the lookup query: one record joined with its program
-// (inner join, as in the original), by key.
+// GetRecordSQL reads one record joined with its program (inner join, as in
+// the original), by key: what get returns, and the original's lookup read.
 const GetRecordSQL = selectJoined + " WHERE r.key = ?"
 
 // Get returns the record with its program, or nil when there is none.
 func (d *DB) Get(key string) (*Record, error) {
 	st, err := d.stmt(GetRecordSQL)
+	if err != nil {
+		return nil, err
+	}
+	return getRecord(st.QueryRow(key))
+}
+
+// Lookup is Get without the program's name and source (see selectLookup):
+// nil when the record or its program row is missing.
+func (d *DB) Lookup(key string) (*Record, error) {
+	st, err := d.stmt(lookupSQL)
 	if err != nil {
 		return nil, err
 	}
@@ -79,10 +101,10 @@ func (d *DB) Contains(key string) (bool, error) {
 	return err == nil, err
 }
 
-// ProgramRecords returns every record of a program (in no particular
-// order), or nil when it has more than limit of them.
+// ProgramRecords returns every record of a program as Lookup reads them
+// (in no particular order), or nil when it has more than limit of them.
 func (d *DB) ProgramRecords(programHash string, limit int) ([]*Record, error) {
-	st, err := d.stmt(selectJoined + " WHERE r.program_hash = ? LIMIT ?")
+	st, err := d.stmt(selectLookup + " WHERE r.program_hash = ? LIMIT ?")
 	if err != nil {
 		return nil, err
 	}
