@@ -53,7 +53,7 @@ import (
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/pypath"
 	"github.com/tirastore/tirastore/core/schedule"
-	"github.com/tirastore/tirastore/core/sqlite" // the schema and lookup query text, shared with the engine
+	"github.com/tirastore/tirastore/core/sqlite" // the schema text and the original's lookup read (GetRecordSQL), shared with the engine
 )
 
 // nowFunc is the clock for record dates.
