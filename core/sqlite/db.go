@@ -66,6 +66,13 @@ const (
 type DB struct {
 	db *sql.DB
 
+	// conn is the pool's one connection, checked out for the DB's whole
+	// life: every statement runs on it, and transactions are plain BEGIN /
+	// COMMIT / ROLLBACK statements. database/sql's own transactions start a
+	// goroutine each (Tx.awaitDone), which woke another thread at every
+	// operation; see Tx.
+	conn *sql.Conn
+
 	// stmts are the prepared statements of the hot paths, prepared once per
 	// connection (a Store keeps its connection across operations).
 	stmts map[string]*sql.Stmt
@@ -81,8 +88,17 @@ func uriPath(path string) string {
 // Open opens an existing database file read-write. It never creates the
 // file: creation (with the original's 0666 mode) is the caller's job.
 func Open(path string) (*DB, error) {
-	dsn := "file:" + uriPath(path) +
-		"?mode=rw&vfs=" + VFSName + "&_journal_mode=DELETE&_synchronous=FULL&_foreign_keys=1&_busy_timeout=0&_txlock=immediate"
+	return openDSN("file:" + uriPath(path) +
+		"?mode=rw&vfs=" + VFSName + "&_journal_mode=DELETE&_synchronous=FULL&_foreign_keys=1&_busy_timeout=0")
+}
+
+// bg is the context of every statement: an operation's deadline applies to
+// waiting for the lock, never to SQLite work under it (an interrupted
+// statement would only turn a finished wait into a failed operation).
+var bg = context.Background()
+
+// openDSN opens one connection to dsn and checks it out for good.
+func openDSN(dsn string) (*DB, error) {
 	db, err := sql.Open("sqlite3", dsn)
 	if err != nil {
 		return nil, err
@@ -92,11 +108,30 @@ func Open(path string) (*DB, error) {
 	db.SetMaxOpenConns(1)
 	db.SetMaxIdleConns(1)
 	db.SetConnMaxLifetime(0)
-	if err := db.Ping(); err != nil {
+	conn, err := db.Conn(bg)
+	if err == nil {
+		if err = conn.PingContext(bg); err != nil {
+			conn.Close()
+		}
+	}
+	if err != nil {
 		db.Close()
 		return nil, err
 	}
-	return &DB{db: db, stmts: map[string]*sql.Stmt{}}, nil
+	return &DB{db: db, conn: conn, stmts: map[string]*sql.Stmt{}}, nil
+}
+
+// exec, query and queryRow run one statement on the connection.
+func (d *DB) exec(query string, args ...any) (sql.Result, error) {
+	return d.conn.ExecContext(bg, query, args...)
+}
+
+func (d *DB) query(query string, args ...any) (*sql.Rows, error) {
+	return d.conn.QueryContext(bg, query, args...)
+}
+
+func (d *DB) queryRow(query string, args ...any) *sql.Row {
+	return d.conn.QueryRowContext(bg, query, args...)
 }
 
 // Close closes the connection. Outside a transaction SQLite writes nothing
@@ -105,6 +140,7 @@ func (d *DB) Close() error {
 	for _, st := range d.stmts {
 		st.Close()
 	}
+	d.conn.Close()
 	return d.db.Close()
 }
 
@@ -113,7 +149,7 @@ func (d *DB) stmt(query string) (*sql.Stmt, error) {
 	if st, ok := d.stmts[query]; ok {
 		return st, nil
 	}
-	st, err := d.db.Prepare(query)
+	st, err := d.conn.PrepareContext(bg, query)
 	if err != nil {
 		return nil, err
 	}
@@ -126,22 +162,21 @@ func (d *DB) stmt(query string) (*sql.Stmt, error) {
 
 // Pragma runs a PRAGMA statement (tests and negative controls).
 func (d *DB) Pragma(stmt string) error {
-	_, err := d.db.Exec(stmt)
+	_, err := d.exec(stmt)
 	return err
 }
 
 // Reader reads inside one read transaction (see Read).
 type Reader struct {
-	d  *DB
-	tx *sql.Tx
+	d *DB
 }
 
 // Lookup is DB.Lookup inside the reader's transaction.
 func (r *Reader) Lookup(key string) (*Record, error) {
 	if st, ok := r.d.stmts[lookupSQL]; ok {
-		return getRecord(r.tx.Stmt(st).QueryRow(key))
+		return getRecord(st.QueryRow(key))
 	}
-	return getRecord(r.tx.QueryRow(lookupSQL, key))
+	return getRecord(r.d.queryRow(lookupSQL, key))
 }
 
 // Read runs fn in one transaction that it always rolls back: many reads see
@@ -149,13 +184,16 @@ func (r *Reader) Lookup(key string) (*Record, error) {
 // change counter) once. It writes nothing, so failpoints do not fire.
 func (d *DB) Read(fn func(r *Reader) error) error {
 	d.prepare(lookupSQL)
-	tx, err := d.db.Begin()
-	if err != nil {
+	if _, err := d.exec("BEGIN"); err != nil {
 		return err
 	}
-	defer tx.Rollback()
-	return fn(&Reader{d: d, tx: tx})
+	defer d.rollback()
+	return fn(&Reader{d: d})
 }
+
+// rollback ends the open transaction, if SQLite has not already ended it
+// (some errors roll back by themselves; ROLLBACK then fails harmlessly).
+func (d *DB) rollback() { _, _ = d.exec("ROLLBACK") }
 
 // IsNotDatabase reports errors that mean "this file is not a usable SQLite
 // database" (SQLITE_NOTADB, SQLITE_CORRUPT), as opposed to I/O trouble.
@@ -180,23 +218,32 @@ func IsConstraint(err error) bool {
 func SchemaDDL() []string { return []string{createMeta, createPrograms, createRecords} }
 
 // Tx is one write transaction, with the statements that write records.
+//
+// It is BEGIN IMMEDIATE ... COMMIT run as statements on the DB's connection,
+// not a database/sql transaction: that one starts a goroutine per
+// transaction to watch its context (which here is never cancelled), and the
+// goroutine's start woke a second thread at every record, one more context
+// switch per operation on nodes where 32 processes share few cores.
 type Tx struct {
-	*sql.Tx
 	d *DB
+}
+
+// Exec runs one statement inside the transaction.
+func (tx *Tx) Exec(query string, args ...any) (sql.Result, error) {
+	return tx.d.exec(query, args...)
 }
 
 // exec runs query inside the transaction, prepared if Tx could prepare it
 // beforehand (not before the tables exist).
 func (tx *Tx) exec(query string, args ...any) (sql.Result, error) {
 	if st, ok := tx.d.stmts[query]; ok {
-		return tx.Stmt(st).Exec(args...)
+		return st.Exec(args...)
 	}
 	return tx.Exec(query, args...)
 }
 
-// writeStatements are prepared before a write transaction begins: the
-// connection pool has one connection, which the transaction then holds, so
-// nothing can be prepared on the DB from inside it.
+// writeStatements are prepared before a write transaction begins, so that
+// preparing never happens inside one.
 var writeStatements = []string{insertProgram, insertRecord, upsertRecord, deleteRecord}
 
 // prepare prepares queries not prepared yet, ignoring failures (a table
@@ -211,16 +258,19 @@ func (d *DB) prepare(queries ...string) {
 // nil and rolling back on error.
 func (d *DB) Tx(fn func(tx *Tx) error) error {
 	d.prepare(writeStatements...)
-	stx, err := d.db.BeginTx(context.Background(), nil)
-	if err != nil {
+	if _, err := d.exec("BEGIN IMMEDIATE"); err != nil {
 		return err
 	}
-	if err := fn(&Tx{Tx: stx, d: d}); err != nil {
-		stx.Rollback()
+	if err := fn(&Tx{d: d}); err != nil {
+		d.rollback()
 		return err
 	}
 	failpoint.Inject(failpoint.BeforeCommit)
-	if err := stx.Commit(); err != nil {
+	if _, err := d.exec("COMMIT"); err != nil {
+		// A failed COMMIT can leave the transaction open (SQLITE_BUSY,
+		// some I/O errors): end it, so that the connection's next use
+		// starts clean, as database/sql's Tx.Commit did for BUSY.
+		d.rollback()
 		return err
 	}
 	failpoint.Inject(failpoint.AfterCommit)
@@ -254,13 +304,13 @@ func (d *DB) Init(cpuModel, slurmCPUs, createdAt string) error {
 // file left by a creator that crashed before Init has not).
 func (d *DB) HasTables() (bool, error) {
 	var n int
-	err := d.db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('db_meta', 'programs', 'records')`).Scan(&n)
+	err := d.queryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('db_meta', 'programs', 'records')`).Scan(&n)
 	return n == 3, err
 }
 
 // Meta returns a db_meta value; ok is false when the row is absent.
 func (d *DB) Meta(key string) (value string, ok bool, err error) {
-	err = d.db.QueryRow("SELECT value FROM db_meta WHERE key = ?", key).Scan(&value)
+	err = d.queryRow("SELECT value FROM db_meta WHERE key = ?", key).Scan(&value)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", false, nil
 	}

@@ -1,8 +1,10 @@
 package sqlite
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"runtime/metrics"
 	"strings"
 	"testing"
 )
@@ -33,7 +35,7 @@ func TestSchemaTextIsTheOriginals(t *testing.T) {
 		"db_meta":  "CREATE TABLE db_meta (\n    key   TEXT PRIMARY KEY,\n    value TEXT NOT NULL\n)",
 		"programs": "CREATE TABLE programs (\n    program_hash    TEXT PRIMARY KEY,\n    program_name    TEXT NOT NULL,\n    source_code     TEXT NOT NULL\n)",
 	}
-	rows, err := db.db.Query("SELECT name, sql FROM sqlite_master WHERE type = 'table'")
+	rows, err := db.query("SELECT name, sql FROM sqlite_master WHERE type = 'table'")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,6 +101,80 @@ func TestPutRecordOverwriteKeepsCreationDate(t *testing.T) {
 		return err
 	}); !IsConstraint(err) {
 		t.Fatalf("foreign key not enforced: %v", err)
+	}
+}
+
+// A transaction is statements on the DB's one connection (see Tx): an error
+// from fn, and a COMMIT that fails, must both leave nothing written and the
+// connection outside any transaction, ready for the next one.
+func TestTxRollsBack(t *testing.T) {
+	db, _ := newDB(t, "tx.db")
+	put := func(tx *Tx, key, program string) error {
+		_, err := tx.PutRecord(&Record{Key: key, ProgramHash: program, Schedule: "S", ResultJSON: "{}",
+			Hostname: "n", Username: "u", CreationDate: "t", UpdateDate: "t"}, false)
+		return err
+	}
+	boom := errors.New("boom")
+	err := db.Tx(func(tx *Tx) error {
+		if err := tx.PutProgram(Program{Hash: "h", Name: "p", Source: "s"}); err != nil {
+			return err
+		}
+		if err := put(tx, "k1", "h"); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("Tx: %v, want fn's error", err)
+	}
+	// A deferred foreign-key violation fails at COMMIT, and SQLite keeps
+	// the transaction open after that failure.
+	err = db.Tx(func(tx *Tx) error {
+		if _, err := tx.Exec("PRAGMA defer_foreign_keys = ON"); err != nil {
+			return err
+		}
+		return put(tx, "k2", "missing")
+	})
+	if !IsConstraint(err) {
+		t.Fatalf("COMMIT of a deferred FK violation: %v, want a constraint error", err)
+	}
+	if err := db.Tx(func(tx *Tx) error {
+		if err := tx.PutProgram(Program{Hash: "h", Name: "p", Source: "s"}); err != nil {
+			return err
+		}
+		return put(tx, "k3", "h")
+	}); err != nil {
+		t.Fatalf("the next transaction: %v", err)
+	}
+	for key, want := range map[string]bool{"k1": false, "k2": false, "k3": true} {
+		if ok, err := db.Contains(key); err != nil || ok != want {
+			t.Errorf("Contains(%s) = %v, %v; want %v", key, ok, err, want)
+		}
+	}
+}
+
+// Transactions and reads start no goroutine (database/sql's transactions
+// start one each; see Tx): an operation must not wake a second thread.
+func TestTxStartsNoGoroutine(t *testing.T) {
+	db, _ := newDB(t, "g.db")
+	sample := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	created := func() uint64 { metrics.Read(sample); return sample[0].Value.Uint64() }
+	const n = 100
+	before := created()
+	for i := range n {
+		if err := db.Tx(func(tx *Tx) error {
+			return tx.PutProgram(Program{Hash: string(rune('a' + i%26)), Name: "p", Source: "s"})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Read(func(r *Reader) error { _, err := r.Lookup("k"); return err }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A few goroutines may come from elsewhere in the process (the race
+	// detector, the runtime); one per operation may not.
+	if got := created() - before; got > n/10 {
+		t.Fatalf("%d goroutines created by %d transactions and %d reads", got, n, n)
 	}
 }
 
@@ -180,7 +256,7 @@ func TestLookupReads(t *testing.T) {
 	if err := db.Pragma("PRAGMA foreign_keys=OFF"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.db.Exec("INSERT INTO records VALUES ('k3', 'gone', 'S', '{}', 'n', 'u', 'c', 'd', 'p')"); err != nil {
+	if _, err := db.exec("INSERT INTO records VALUES ('k3', 'gone', 'S', '{}', 'n', 'u', 'c', 'd', 'p')"); err != nil {
 		t.Fatal(err)
 	}
 	if r, err := db.Get("k3"); err != nil || r != nil {

@@ -128,7 +128,7 @@ func (d *DB) ProgramRecords(programHash string, limit int) ([]*Record, error) {
 
 // RecordsByProgram returns a program's records ordered by creation_date.
 func (d *DB) RecordsByProgram(programHash string) ([]*Record, error) {
-	rows, err := d.db.Query(selectJoined+" WHERE r.program_hash = ? ORDER BY r.creation_date", programHash)
+	rows, err := d.query(selectJoined+" WHERE r.program_hash = ? ORDER BY r.creation_date", programHash)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +157,7 @@ func (d *DB) AllPrograms() ([]Program, error) {
 }
 
 func (d *DB) programs(query string, args ...any) ([]Program, error) {
-	rows, err := d.db.Query(query, args...)
+	rows, err := d.query(query, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +182,7 @@ type ScheduleResult struct {
 // ProgramResults returns a program's (schedule, result_json) pairs ordered by
 // creation_date, as the export lists them.
 func (d *DB) ProgramResults(programHash string) ([]ScheduleResult, error) {
-	rows, err := d.db.Query("SELECT schedule, result_json FROM records WHERE program_hash = ? ORDER BY creation_date", programHash)
+	rows, err := d.query("SELECT schedule, result_json FROM records WHERE program_hash = ? ORDER BY creation_date", programHash)
 	if err != nil {
 		return nil, err
 	}
@@ -258,7 +258,7 @@ func (d *DB) CountRecords() (int64, error) { return d.count("SELECT COUNT(*) FRO
 func (d *DB) CountPrograms() (int64, error) { return d.count("SELECT COUNT(*) FROM programs") }
 
 func (d *DB) count(query string) (n int64, err error) {
-	err = d.db.QueryRow(query).Scan(&n)
+	err = d.queryRow(query).Scan(&n)
 	return n, err
 }
 
@@ -303,7 +303,7 @@ func (d *DB) Keys(limit, offset int64) ([]string, error) {
 }
 
 func (d *DB) strings(query string, args ...any) ([]string, error) {
-	rows, err := d.db.Query(query, args...)
+	rows, err := d.query(query, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -322,6 +322,6 @@ func (d *DB) strings(query string, args ...any) ([]string, error) {
 // VacuumInto writes a consistent, compacted copy of the database to path,
 // which must not exist or be empty.
 func (d *DB) VacuumInto(path string) error {
-	_, err := d.db.Exec("VACUUM INTO ?", path)
+	_, err := d.exec("VACUUM INTO ?", path)
 	return err
 }

@@ -45,19 +45,12 @@ func openVFS(t testing.TB, path, vfs string) *DB {
 	if vfs != vfsStandard {
 		dsn += "&vfs=" + vfs
 	}
-	dsn += "&_journal_mode=DELETE&_synchronous=FULL&_foreign_keys=1&_busy_timeout=0&_txlock=immediate"
-	sdb, err := sql.Open("sqlite3", dsn)
+	dsn += "&_journal_mode=DELETE&_synchronous=FULL&_foreign_keys=1&_busy_timeout=0"
+	db, err := openDSN(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sdb.SetMaxOpenConns(1)
-	sdb.SetMaxIdleConns(1)
-	sdb.SetConnMaxLifetime(0)
-	if err := sdb.Ping(); err != nil {
-		sdb.Close()
-		t.Fatal(err)
-	}
-	return &DB{db: sdb}
+	return db
 }
 
 // newFile creates an empty database file with the original's mode 0666
@@ -76,7 +69,7 @@ func newFile(t testing.TB) string {
 
 func mustExec(t testing.TB, db *DB, q string, args ...any) {
 	t.Helper()
-	if _, err := db.db.Exec(q, args...); err != nil {
+	if _, err := db.exec(q, args...); err != nil {
 		t.Fatalf("%s: %v", q, err)
 	}
 }
@@ -84,7 +77,7 @@ func mustExec(t testing.TB, db *DB, q string, args ...any) {
 // state is a digest of table t: row count and a hash over all rows in order.
 func state(t testing.TB, db *DB) string {
 	t.Helper()
-	rows, err := db.db.Query("SELECT k, v FROM t ORDER BY k")
+	rows, err := db.query("SELECT k, v FROM t ORDER BY k")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +102,7 @@ func state(t testing.TB, db *DB) string {
 func integrityOK(t testing.TB, db *DB) {
 	t.Helper()
 	var res string
-	if err := db.db.QueryRow("PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
+	if err := db.queryRow("PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
 		t.Fatalf("integrity_check: %q %v", res, err)
 	}
 }
@@ -326,14 +319,11 @@ func TestVFSHelper(t *testing.T) {
 func crashHelper(t *testing.T, path, vfs, ready string) {
 	db := openVFS(t, path, vfs)
 	mustExec(t, db, "PRAGMA cache_size = 8")
-	tx, err := db.db.Begin()
-	if err != nil {
+	mustExec(t, db, "BEGIN IMMEDIATE")
+	if _, err := db.exec("UPDATE t SET v = randomblob(length(v))"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec("UPDATE t SET v = randomblob(length(v))"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(`WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i < 500)
+	if _, err := db.exec(`WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i < 500)
 		INSERT INTO t SELECT 100000+i, randomblob(1000) FROM c`); err != nil {
 		t.Fatal(err)
 	}
@@ -721,7 +711,7 @@ func TestWALDatabaseRefused(t *testing.T) {
 	if err == nil {
 		defer db.Close()
 		var n int
-		if err = db.db.QueryRow("SELECT count(*) FROM t").Scan(&n); err == nil {
+		if err = db.queryRow("SELECT count(*) FROM t").Scan(&n); err == nil {
 			t.Fatalf("read a WAL database through %s (%d rows)", VFSName, n)
 		}
 	}
