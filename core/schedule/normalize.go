@@ -26,30 +26,36 @@ import (
 
 // removeSpace deletes every rune for which IsSpace is true, like the
 // original's re.sub(r"\s+", "", s). Invalid UTF-8 bytes are kept.
+//
+// It runs on every program source a record or first lookup hashes (kilobytes
+// of mostly ASCII), so ASCII bytes are tested directly, and kept text is
+// copied in runs between spaces rather than rune by rune.
 func removeSpace(s string) string {
-	// Fast path: nothing to remove.
-	i := 0
-	for i < len(s) {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		if IsSpace(r) {
-			break
+	var b []byte // nil until the first space
+	kept := 0    // start of the run of kept bytes not copied yet
+	for i := 0; i < len(s); {
+		c, n := s[i], 1
+		var space bool
+		if c < utf8.RuneSelf {
+			space = (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) // IsSpace below 0x80
+		} else {
+			var r rune
+			r, n = utf8.DecodeRuneInString(s[i:])
+			space = IsSpace(r)
+		}
+		if space {
+			if b == nil {
+				b = make([]byte, 0, len(s))
+			}
+			b = append(b, s[kept:i]...)
+			kept = i + n
 		}
 		i += n
 	}
-	if i == len(s) {
+	if b == nil {
 		return s
 	}
-	var b strings.Builder
-	b.Grow(len(s))
-	b.WriteString(s[:i])
-	for i < len(s) {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		if !IsSpace(r) {
-			b.WriteString(s[i : i+n])
-		}
-		i += n
-	}
-	return b.String()
+	return string(append(b, s[kept:]...))
 }
 
 const compsOpen = "comps=["
