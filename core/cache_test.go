@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -81,6 +82,70 @@ func TestProgramPrefetch(t *testing.T) {
 	if ok, err := r.Contains(ctx, "p", src, schedN(4)); err != nil || !ok {
 		t.Fatalf("contains after the write: %v %v", ok, err)
 	}
+}
+
+// TestNoPrefetchOfLargeDatabase: above prefetchMaxPages no program is loaded
+// (a prefetch scans the whole records table), and lookups stay correct,
+// key by key under the lock.
+func TestNoPrefetchOfLargeDatabase(t *testing.T) {
+	old := prefetchMaxPages
+	t.Cleanup(func() { prefetchMaxPages = old })
+	w, r := twoStores(t)
+	ms := make([]Measurement, 200)
+	for i := range ms {
+		ms[i] = Measurement{Schedule: schedN(i), IsLegal: true, ExecutionTimes: Times(float64(i))}
+	}
+	if _, err := w.RecordMany(ctx, "p", src, ms, false); err != nil {
+		t.Fatal(err)
+	}
+	g, err := readHeaderFile(t, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages, ok := g.pages()
+	if !ok || pages < 4 {
+		t.Fatalf("header size %d pages (valid %v), want a valid size of at least 4", pages, ok)
+	}
+	prefetchMaxPages = pages - 1
+	lookupTimes(t, r, 0)
+	time.Sleep(quietBeforePrefetch + 5*time.Millisecond)
+	before := r.LockStats().Acquired
+	for i := 1; i <= 5; i++ { // 0 is cached already
+		if got := lookupTimes(t, r, i); len(got) != 1 || got[0] != float64(i) {
+			t.Fatalf("lookup %d = %v", i, got)
+		}
+	}
+	r.cache.mu.Lock()
+	complete := len(r.cache.complete)
+	r.cache.mu.Unlock()
+	if n := r.LockStats().Acquired - before; complete != 0 || n != 5 {
+		t.Fatalf("%d programs loaded, %d lock acquisitions for 5 new keys; want 0 and 5", complete, n)
+	}
+	// At the bound, the program is loaded as usual.
+	prefetchMaxPages = pages
+	time.Sleep(quietBeforePrefetch + 5*time.Millisecond)
+	lookupTimes(t, r, 6)
+	r.cache.mu.Lock()
+	complete = len(r.cache.complete)
+	r.cache.mu.Unlock()
+	if complete != 1 {
+		t.Fatalf("%d programs loaded at the bound, want 1", complete)
+	}
+}
+
+// readHeaderFile reads the generation in st's database header.
+func readHeaderFile(t *testing.T, st *Store) (generation, error) {
+	t.Helper()
+	f, err := os.Open(st.path)
+	if err != nil {
+		return generation{}, err
+	}
+	defer f.Close()
+	h, err := readHeader(f)
+	if err != nil {
+		return generation{}, err
+	}
+	return h.generation(), nil
 }
 
 // TestProgramTooBigToPrefetch: a program over prefetchLimit is read key by

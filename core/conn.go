@@ -1,6 +1,7 @@
 package core
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -95,6 +96,14 @@ func (h *header) generation() (g generation) {
 	copy(g[:20], h[24:44])
 	copy(g[20:], h[92:100])
 	return g
+}
+
+// pages is the database size in pages that the header records (offset 28),
+// which is valid only when its version-valid-for number (offset 92) equals
+// the change counter (offset 24), as every SQLite since 3.7.0 writes it.
+func (g generation) pages() (n uint32, ok bool) {
+	counter, validFor := binary.BigEndian.Uint32(g[0:4]), binary.BigEndian.Uint32(g[20:24])
+	return binary.BigEndian.Uint32(g[4:8]), counter == validFor
 }
 
 // readHeader reads the database header through f. A file shorter than a
