@@ -29,7 +29,7 @@ func (s *Store) Put(ctx context.Context, key, programHash, sched, resultJSON str
 		return false, err
 	}
 	var wrote bool
-	err := s.withDB(ctx, "put", func(db *sqlite.DB) error {
+	err := s.withWriteDB(ctx, "put", func(db *sqlite.DB) error {
 		stamp := identity.NowISO(now())
 		return db.Tx(func(tx *sqlite.Tx) (err error) {
 			wrote, err = tx.PutRecord(&sqlite.Record{
@@ -55,7 +55,7 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	var found bool
-	err := s.withDB(ctx, "delete", func(db *sqlite.DB) error {
+	err := s.withWriteDB(ctx, "delete", func(db *sqlite.DB) error {
 		return db.Tx(func(tx *sqlite.Tx) (err error) {
 			found, err = tx.DeleteRecord(key)
 			return err

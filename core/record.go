@@ -69,7 +69,7 @@ func (s *Store) record(ctx context.Context, programName, source string, ms []Mea
 		rows[i] = p
 	}
 	written := 0
-	err := s.withDB(ctx, "record", func(db *sqlite.DB) error {
+	err := s.withWriteDB(ctx, "record", func(db *sqlite.DB) error {
 		stamp := identity.NowISO(now())
 		return db.Tx(func(tx *sqlite.Tx) error {
 			written = 0

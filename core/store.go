@@ -115,7 +115,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 // initOrValidate creates a missing database or checks the CPU metadata of an
 // existing one, under the lock.
 func (s *Store) initOrValidate(ctx context.Context) (err error) {
-	release, err := s.acquire(ctx)
+	release, err := s.acquire(ctx, false)
 	if err != nil {
 		return s.classify(err, "open")
 	}
@@ -265,13 +265,23 @@ func (s *Store) Warning() string { return s.warning }
 
 // withDB runs fn on the kept connection (see conn.go) while holding the
 // lock.
-func (s *Store) withDB(ctx context.Context, op string, fn func(db *sqlite.DB) error) (err error) {
+func (s *Store) withDB(ctx context.Context, op string, fn func(db *sqlite.DB) error) error {
+	return s.locked(ctx, op, false, fn)
+}
+
+// withWriteDB is withDB for an operation that writes: it queues for the
+// lock as a write (lock.AcquireWrite), behind reads.
+func (s *Store) withWriteDB(ctx context.Context, op string, fn func(db *sqlite.DB) error) error {
+	return s.locked(ctx, op, true, fn)
+}
+
+func (s *Store) locked(ctx context.Context, op string, write bool, fn func(db *sqlite.DB) error) (err error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
 		return ErrClosed
 	}
-	release, err := s.acquire(ctx)
+	release, err := s.acquire(ctx, write)
 	if err != nil {
 		return s.classify(err, op)
 	}
@@ -300,10 +310,10 @@ func (s *Store) endOp(errp *error) {
 	failpoint.Inject(failpoint.BeforeRelease)
 }
 
-// acquire takes the hard-link lock and returns its release. Only a
-// failpoint build can switch the lock off, for the negative controls of the
-// concurrency tests.
-func (s *Store) acquire(ctx context.Context) (release func(), err error) {
+// acquire takes the hard-link lock, as a write if write, and returns its
+// release. Only a failpoint build can switch the lock off, for the negative
+// controls of the concurrency tests.
+func (s *Store) acquire(ctx context.Context, write bool) (release func(), err error) {
 	if failpoint.Enabled(failpoint.LockDisabled) {
 		return func() {}, nil
 	}
@@ -312,7 +322,11 @@ func (s *Store) acquire(ctx context.Context) (release func(), err error) {
 		ctx, stop = s.opts.Interruptible(ctx)
 		defer stop()
 	}
-	if err := s.lk.Acquire(ctx); err != nil {
+	take := s.lk.Acquire
+	if write {
+		take = s.lk.AcquireWrite
+	}
+	if err := take(ctx); err != nil {
 		return nil, err
 	}
 	failpoint.Inject(failpoint.LockAcquired)

@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 const envGateChild = "TIRASTORE_TEST_GATE_LOCK"
@@ -25,11 +28,110 @@ func TestGateHolderChild(t *testing.T) {
 	if g == nil {
 		t.Fatal("no gate")
 	}
-	if err := g.lock(context.Background(), time.Time{}); err != nil {
+	if err := g.lock(context.Background(), time.Time{}, false); err != nil {
 		t.Fatal(err)
 	}
 	os.Stdout.WriteString("held\n")
 	time.Sleep(time.Hour)
+}
+
+const envGateOrder = "TIRASTORE_TEST_GATE_ORDER" // "read|write <name> <file>"
+
+// TestGateOrderChild queues on the gate of $TIRASTORE_TEST_GATE_LOCK as a
+// read or a write, appends its name to a file when it reaches the head,
+// and leaves; it does nothing in a normal run.
+func TestGateOrderChild(t *testing.T) {
+	spec := strings.Fields(os.Getenv(envGateOrder))
+	if len(spec) != 3 {
+		t.Skip("helper for TestGateWritersLane")
+	}
+	g := openGate(os.Getenv(envGateChild))
+	if g == nil {
+		t.Fatal("no gate")
+	}
+	if err := g.lock(context.Background(), time.Time{}, spec[0] == "write"); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(spec[2], os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(spec[1] + " ")
+	f.Close()
+	time.Sleep(20 * time.Millisecond)
+	g.unlock()
+}
+
+// blockedOn counts the blocked lock requests on the file that /proc/locks
+// lists (lines "N: -> POSIX ..." naming its device and inode).
+func blockedOn(t *testing.T, path string) int {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		t.Skip("no /proc/locks:", err)
+	}
+	id := fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 6 && f[1] == "->" && f[6] == id {
+			n++
+		}
+	}
+	return n
+}
+
+// TestGateWritersLane: with the queue held, three processes arrive in the
+// order write W1, write W2, read R. A write waits in the writers' lane
+// until it reaches the head, so R passes W2: the order is W1 R W2. When
+// the same three arrive as reads, the queue is FIFO: W1 W2 R (which also
+// shows that the test sees the order it checks).
+func TestGateWritersLane(t *testing.T) {
+	for _, tc := range []struct {
+		writes bool
+		want   string
+	}{{true, "W1 R W2"}, {false, "W1 W2 R"}} {
+		path, _ := newTestLock(t)
+		holder := gateHolder(t, path)
+		order := filepath.Join(t.TempDir(), "order")
+		var kids []*exec.Cmd
+		for i, name := range []string{"W1", "W2", "R"} {
+			mode := "read"
+			if tc.writes && name != "R" {
+				mode = "write"
+			}
+			cmd := exec.Command(os.Args[0], "-test.run=^TestGateOrderChild$", "-test.count=1")
+			cmd.Env = append(os.Environ(), envGateChild+"="+path, envGateOrder+"="+mode+" "+name+" "+order)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			kids = append(kids, cmd)
+			// Each waits blocked on one byte before the next arrives.
+			deadline := time.Now().Add(30 * time.Second)
+			for blockedOn(t, gatePath(path)) < i+1 {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s never blocked in the queue", name)
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		}
+		holder.Process.Kill()
+		for _, k := range kids {
+			if err := k.Wait(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := os.ReadFile(order)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimSpace(string(got)) != tc.want {
+			t.Errorf("writes=%v: order %q, want %q", tc.writes, strings.TrimSpace(string(got)), tc.want)
+		}
+	}
 }
 
 // gateHolder starts a process that holds the gate of lockPath.

@@ -444,6 +444,7 @@ type stats struct {
 	displaced atomic.Int64 // ... of which the lock path had been taken meanwhile
 	swept     atomic.Int64 // dead processes' claims removed by sweepClaims
 	heldNS    atomic.Int64 // total time held, Acquire's return to Release
+	writes    atomic.Int64 // AcquireWrite successes
 }
 
 // Stats is a snapshot of a Lock's counters. Links per Acquired is how hard
@@ -455,12 +456,15 @@ type stats struct {
 type Stats struct {
 	Acquired, Links, Breaks int64
 	Held                    time.Duration
+	// Writes counts the acquisitions that queued as writes (AcquireWrite),
+	// included in Acquired.
+	Writes int64
 }
 
 // Stats returns the counters since New; safe to call at any time.
 func (l *Lock) Stats() Stats {
 	return Stats{Acquired: l.stats.acquired.Load(), Links: l.stats.links.Load(), Breaks: l.stats.breaks.Load(),
-		Held: time.Duration(l.stats.heldNS.Load())}
+		Held: time.Duration(l.stats.heldNS.Load()), Writes: l.stats.writes.Load()}
 }
 
 // New returns a Lock for lockPath (normally PathFor(dbPath)); nothing is
@@ -508,7 +512,14 @@ func (l *Lock) Path() string { return l.path }
 // I/O failures that retrying will not fix, such as a missing directory.
 // Like sync.Mutex it is not reentrant: a goroutine that already holds the
 // lock and calls Acquire again waits for itself until Timeout.
-func (l *Lock) Acquire(ctx context.Context) error {
+func (l *Lock) Acquire(ctx context.Context) error { return l.acquire(ctx, false) }
+
+// AcquireWrite is Acquire for an operation that will write: on the node's
+// queue it waits in the writers' lane first (see the gate), so that reads
+// do not queue behind several writes. The lock it takes is the same.
+func (l *Lock) AcquireWrite(ctx context.Context) error { return l.acquire(ctx, true) }
+
+func (l *Lock) acquire(ctx context.Context, write bool) error {
 	start := time.Now()
 	var deadline time.Time
 	if l.opt.Timeout > 0 {
@@ -525,7 +536,7 @@ func (l *Lock) Acquire(ctx context.Context) error {
 		l.noGate = l.gate == nil
 	}
 	if l.gate != nil {
-		switch err := l.gate.lock(ctx, deadline); {
+		switch err := l.gate.lock(ctx, deadline, write); {
 		case err == nil:
 			l.gated = true
 		case errors.Is(err, errGateTimeout):
@@ -555,6 +566,9 @@ func (l *Lock) Acquire(ctx context.Context) error {
 	if !l.swept {
 		l.swept = true
 		l.sweepClaims()
+	}
+	if write {
+		l.stats.writes.Add(1)
 	}
 	l.mu.Lock()
 	l.claim, l.heldSince = c, time.Now()
