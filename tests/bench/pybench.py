@@ -239,6 +239,7 @@ def run_plan(client: Any, spec: dict) -> dict:
                     r["timeouts"] += 1
                 r.setdefault("first_error", f"{type(e).__name__}: {e}")
         mark(s.get("mark_end", ""))
+        time.sleep(s.get("quiet_ms", 0) / 1000)  # a quiet database (see QuietMS in workload.go)
         if not warm:
             out[s["label"]] = r
         elif r["errors"] or r["wrong"]:

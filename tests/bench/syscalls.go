@@ -308,12 +308,20 @@ func byCallString(m map[string]float64) string {
 // syscallOps are the traced operations.
 var syscallOps = []string{opLookupHit, opLookupMiss, opContains, opRecordNew, opMany1000}
 
-// syscallWarm is the number of warm-up operations before a traced window.
-const syscallWarm = 10
+// syscallWarm is the number of warm-up operations before a traced window,
+// syscallQuiet the pause after them (milliseconds).
+const (
+	syscallWarm  = 10
+	syscallQuiet = 100
+)
 
-// syscallPlan warms up with the same operation, then runs n traced
-// operations (batches of 1000 for record_many) between the markers; the
-// pool (n + syscallWarm records) is preloaded by another process.
+// syscallPlan warms up with the same operation, leaves the database quiet
+// for syscallQuiet, then runs n traced operations (batches of 1000 for
+// record_many) between the markers; the pool (n + syscallWarm records) is
+// preloaded by another process. The pause makes the steady state the same
+// in every run: without it, whether a store has loaded the program before
+// or during the traced lookups depended on how long the process took to
+// start, and the lookup rows varied between 0 and 4 metadata calls.
 func syscallPlan(op string, n int, begin, end string) []step {
 	const warm = syscallWarm
 	var w, m step
@@ -334,7 +342,7 @@ func syscallPlan(op string, n int, begin, end string) []step {
 		w = step{Op: "record_many", N: 1, Tag: tagWarmMany, Batch: 1000, Expect: true}
 		m = step{Op: "record_many", N: n, Tag: tagMany1000, Batch: 1000, Expect: true}
 	}
-	w.Label, w.Warmup = "warmup", true
+	w.Label, w.Warmup, w.QuietMS = "warmup", true, syscallQuiet
 	m.Label, m.MarkBegin, m.MarkEnd = op, begin, end
 	return []step{w, m}
 }

@@ -198,6 +198,11 @@ type step struct {
 	Overwrite bool   `json:"overwrite,omitempty"`
 	Expect    bool   `json:"expect"` // lookup/contains: found; record: written
 	Warmup    bool   `json:"warmup,omitempty"`
+	// QuietMS: after the step the worker pauses this many milliseconds, a
+	// database left alone (as between two measurements of an
+	// autoscheduler), which is what a store's whole-program cache waits
+	// for before it loads a program (core/cache.go).
+	QuietMS int `json:"quiet_ms,omitempty"`
 	// MarkBegin/MarkEnd, when set, are stat()ed (they do not exist) right
 	// before and after the step: strace windows are cut at them.
 	MarkBegin string `json:"mark_begin,omitempty"`
@@ -273,6 +278,7 @@ func runPlan(c client, steps []step) map[string]*stepResult {
 		if s.MarkEnd != "" {
 			os.Stat(s.MarkEnd)
 		}
+		time.Sleep(time.Duration(s.QuietMS) * time.Millisecond)
 		switch {
 		case !s.Warmup:
 			out[s.Label] = r
