@@ -264,3 +264,52 @@ func TestGateFileRemovedWhenIdle(t *testing.T) {
 		t.Fatalf("gate file removed while another process holds it: %v", err)
 	}
 }
+
+// TestGateLaneTurnstile: a write that releases the lock and writes again at
+// once queues behind the write waiting in the lane (W1), instead of taking
+// the lane back before W1, woken by the release, gets to run.
+func TestGateLaneTurnstile(t *testing.T) {
+	path, _ := newTestLock(t)
+	g := openGate(path)
+	if g == nil {
+		t.Skip("no gate directory here")
+	}
+	defer g.close()
+	if err := g.lock(context.Background(), time.Time{}, true); err != nil {
+		t.Fatal(err)
+	}
+	order := filepath.Join(t.TempDir(), "order")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestGateOrderChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envGateChild+"="+path, envGateOrder+"=write W1 "+order)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for blockedOn(t, gatePath(path)) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("W1 never blocked in the lane")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	g.unlock()
+	if err := g.lock(context.Background(), time.Time{}, true); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(order, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("again ")
+	f.Close()
+	g.unlock()
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(order)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := strings.TrimSpace(string(got)); s != "W1 again" {
+		t.Errorf("order %q, want %q (the releaser took the lane back first)", s, "W1 again")
+	}
+}
