@@ -255,24 +255,31 @@ func (d *DB) prepare(queries ...string) {
 }
 
 // Tx runs fn inside one write transaction (BEGIN IMMEDIATE), committing on
-// nil and rolling back on error.
+// nil and rolling back on error. It also rolls back when fn panics, before
+// the panic goes on up: the caller still holds the lock then, while a
+// transaction left open would be rolled back later, when the connection
+// closes, from its journal, over what other processes committed meanwhile.
 func (d *DB) Tx(fn func(tx *Tx) error) error {
 	d.prepare(writeStatements...)
 	if _, err := d.exec("BEGIN IMMEDIATE"); err != nil {
 		return err
 	}
+	done := false
+	defer func() {
+		if !done {
+			// Also a COMMIT that failed can leave the transaction open
+			// (SQLITE_BUSY, some I/O errors).
+			d.rollback()
+		}
+	}()
 	if err := fn(&Tx{d: d}); err != nil {
-		d.rollback()
 		return err
 	}
 	failpoint.Inject(failpoint.BeforeCommit)
 	if _, err := d.exec("COMMIT"); err != nil {
-		// A failed COMMIT can leave the transaction open (SQLITE_BUSY,
-		// some I/O errors): end it, so that the connection's next use
-		// starts clean, as database/sql's Tx.Commit did for BUSY.
-		d.rollback()
 		return err
 	}
+	done = true
 	failpoint.Inject(failpoint.AfterCommit)
 	return nil
 }

@@ -105,8 +105,8 @@ func TestPutRecordOverwriteKeepsCreationDate(t *testing.T) {
 }
 
 // A transaction is statements on the DB's one connection (see Tx): an error
-// from fn, and a COMMIT that fails, must both leave nothing written and the
-// connection outside any transaction, ready for the next one.
+// from fn, a COMMIT that fails and a panic in fn must all leave nothing
+// written and the connection outside any transaction, ready for the next.
 func TestTxRollsBack(t *testing.T) {
 	db, _ := newDB(t, "tx.db")
 	put := func(tx *Tx, key, program string) error {
@@ -146,7 +146,24 @@ func TestTxRollsBack(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("the next transaction: %v", err)
 	}
-	for key, want := range map[string]bool{"k1": false, "k2": false, "k3": true} {
+	// fn panics: the transaction is rolled back before the panic leaves Tx.
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the panic did not reach the caller")
+			}
+		}()
+		db.Tx(func(tx *Tx) error {
+			if err := put(tx, "k4", "h"); err != nil {
+				return err
+			}
+			panic("bug")
+		})
+	}()
+	if err := db.Tx(func(tx *Tx) error { return put(tx, "k5", "h") }); err != nil {
+		t.Fatalf("the transaction after a panic: %v", err)
+	}
+	for key, want := range map[string]bool{"k1": false, "k2": false, "k3": true, "k4": false, "k5": true} {
 		if ok, err := db.Contains(key); err != nil || ok != want {
 			t.Errorf("Contains(%s) = %v, %v; want %v", key, ok, err, want)
 		}
