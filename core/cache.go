@@ -69,17 +69,20 @@ type resultCache struct {
 //
 // prefetchMaxPages bounds the database a prefetch may scan. The original
 // schema has no index on records.program_hash, so loading one program reads
-// the whole records table under the lock: here 17-36 ms for a 3,700-page
-// (15 MB, 38,000-record) database, 4-12 ms for 930 pages (9,500 records,
-// loading 1,900 of them), more on a cold Lustre client. Above 1,024 pages
-// (4 MiB with the original's 4 KiB pages) lookups go key by key through
-// the primary-key index, as they do while others write.
+// the whole records table under the lock: about 1.2 µs per page here on top
+// of about 3 µs per record loaded (a 1,900-record program took 5-10 ms in a
+// 930-page database, 8-14 ms in a 3,700-page one, after another process's
+// commit), more on a cold Lustre client. Above 4,096 pages (16 MiB with the
+// original's 4 KiB pages, about 40,000 records; some 5 ms of scanning, the
+// lock time of a hundred locked lookups) there is no prefetch, and lookups
+// go key by key through the primary-key index, as they do while others
+// write.
 const (
 	prefetchLimit       = 10000
 	quietBeforePrefetch = 20 * time.Millisecond
 )
 
-var prefetchMaxPages uint32 = 1024 // a variable for tests
+var prefetchMaxPages uint32 = 4096 // a variable for tests
 
 // maxCached bounds the cache; when full it starts over (lookups of an
 // autoscheduler are mostly of new schedules, so recency buys little).
