@@ -40,16 +40,17 @@ const (
 	verdictDead                 // breakable: its process is gone from this host
 )
 
-// observe records that the lock file is in state st at monotonic time now
-// and returns how long it has been in exactly that state as seen here: the
-// time since this Lock first saw st, 0 if st is new. The memory survives
-// Acquire calls (one Acquire timing out does not restart the count for the
-// next) and is cleared when this Lock takes the lock.
-func (l *Lock) observe(st lockState, now time.Time) time.Duration {
-	if l.seen.valid && l.seen.state == st {
-		return now.Sub(l.seen.since)
+// observe records that a file (the lock, or the break lock) is in state st
+// at monotonic time now and returns how long it has been in exactly that
+// state as seen here: the time since this Lock first saw st, 0 if st is
+// new. The memory survives Acquire calls (one Acquire timing out does not
+// restart the count for the next) and is cleared when this Lock takes the
+// lock (or removes the break lock).
+func (o *observation) observe(st lockState, now time.Time) time.Duration {
+	if o.valid && o.state == st {
+		return now.Sub(o.since)
 	}
-	l.seen.valid, l.seen.state, l.seen.since = true, st, now
+	o.valid, o.state, o.since = true, st, now
 	return 0
 }
 
@@ -265,7 +266,7 @@ func (l *Lock) takeBreakLock() bool {
 		}
 		st = lockState{stamp: ls}
 	}
-	unchanged := l.observeBreak(st, time.Now())
+	unchanged := l.seenBreak.observe(st, time.Now())
 	if (h != nil && l.deadOnThisHost(h)) || unchanged >= breakGrace(l.opt.StaleTimeout) {
 		if l.moveAsideIfJudged(bp, st) {
 			l.seenBreak.valid = false
@@ -289,15 +290,6 @@ func (l *Lock) dropBreakLock() {
 // more than StaleTimeout, which tests set low.
 func breakGrace(staleTimeout time.Duration) time.Duration {
 	return min(staleTimeout, 10*time.Second)
-}
-
-// observeBreak is observe for the break lock.
-func (l *Lock) observeBreak(st lockState, now time.Time) time.Duration {
-	if l.seenBreak.valid && l.seenBreak.state == st {
-		return now.Sub(l.seenBreak.since)
-	}
-	l.seenBreak.valid, l.seenBreak.state, l.seenBreak.since = true, st, now
-	return 0
 }
 
 // asideName is a fresh private name for moving the lock at lockPath aside:

@@ -658,7 +658,7 @@ func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (*cla
 		switch {
 		case rerr == nil:
 			last = h
-			unchanged = l.observe(st, time.Now())
+			unchanged = l.seen.observe(st, time.Now())
 			if l.judge(h, unchanged, l.clock()) != verdictLive {
 				// A failed break (say, EPERM in a sticky directory) is
 				// not fatal: keep waiting, as for a live holder.
