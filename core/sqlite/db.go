@@ -172,18 +172,12 @@ type Reader struct {
 }
 
 // Lookup is DB.Lookup inside the reader's transaction.
-func (r *Reader) Lookup(key string) (*Record, error) {
-	if st, ok := r.d.stmts[lookupSQL]; ok {
-		return getRecord(st.QueryRow(key))
-	}
-	return getRecord(r.d.queryRow(lookupSQL, key))
-}
+func (r *Reader) Lookup(key string) (*Record, error) { return r.d.Lookup(key) }
 
 // Read runs fn in one transaction that it always rolls back: many reads see
 // one snapshot and pay SQLite's per-transaction checks (hot journal,
 // change counter) once. It writes nothing, so failpoints do not fire.
 func (d *DB) Read(fn func(r *Reader) error) error {
-	d.prepare(lookupSQL)
 	if _, err := d.exec("BEGIN"); err != nil {
 		return err
 	}
@@ -233,25 +227,14 @@ func (tx *Tx) Exec(query string, args ...any) (sql.Result, error) {
 	return tx.d.exec(query, args...)
 }
 
-// exec runs query inside the transaction, prepared if Tx could prepare it
-// beforehand (not before the tables exist).
+// exec runs query inside the transaction, prepared once per connection;
+// a query that cannot be prepared (its table does not exist yet) runs
+// unprepared, to fail or succeed as SQLite decides.
 func (tx *Tx) exec(query string, args ...any) (sql.Result, error) {
-	if st, ok := tx.d.stmts[query]; ok {
+	if st, err := tx.d.stmt(query); err == nil {
 		return st.Exec(args...)
 	}
 	return tx.Exec(query, args...)
-}
-
-// writeStatements are prepared before a write transaction begins, so that
-// preparing never happens inside one.
-var writeStatements = []string{insertProgram, insertRecord, upsertRecord, deleteRecord}
-
-// prepare prepares queries not prepared yet, ignoring failures (a table
-// that does not exist yet): exec then runs them unprepared.
-func (d *DB) prepare(queries ...string) {
-	for _, q := range queries {
-		d.stmt(q)
-	}
 }
 
 // Tx runs fn inside one write transaction (BEGIN IMMEDIATE), committing on
@@ -260,7 +243,6 @@ func (d *DB) prepare(queries ...string) {
 // transaction left open would be rolled back later, when the connection
 // closes, from its journal, over what other processes committed meanwhile.
 func (d *DB) Tx(fn func(tx *Tx) error) error {
-	d.prepare(writeStatements...)
 	if _, err := d.exec("BEGIN IMMEDIATE"); err != nil {
 		return err
 	}

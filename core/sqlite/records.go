@@ -58,26 +58,19 @@ func scanJoined(sc interface{ Scan(...any) error }) (*Record, error) {
 const GetRecordSQL = selectJoined + " WHERE r.key = ?"
 
 // Get returns the record with its program, or nil when there is none.
-func (d *DB) Get(key string) (*Record, error) {
-	st, err := d.stmt(GetRecordSQL)
-	if err != nil {
-		return nil, err
-	}
-	return getRecord(st.QueryRow(key))
-}
+func (d *DB) Get(key string) (*Record, error) { return d.getRecord(GetRecordSQL, key) }
 
 // Lookup is Get without the program's name and source (see selectLookup):
 // nil when the record or its program row is missing.
-func (d *DB) Lookup(key string) (*Record, error) {
-	st, err := d.stmt(lookupSQL)
+func (d *DB) Lookup(key string) (*Record, error) { return d.getRecord(lookupSQL, key) }
+
+// getRecord runs query, one of the by-key reads, for key.
+func (d *DB) getRecord(query, key string) (*Record, error) {
+	st, err := d.stmt(query)
 	if err != nil {
 		return nil, err
 	}
-	return getRecord(st.QueryRow(key))
-}
-
-func getRecord(row *sql.Row) (*Record, error) {
-	r, err := scanJoined(row)
+	r, err := scanJoined(st.QueryRow(key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
