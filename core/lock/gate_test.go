@@ -52,14 +52,55 @@ func TestGateOrderChild(t *testing.T) {
 	if err := g.lock(context.Background(), time.Time{}, spec[0] == "write"); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.OpenFile(spec[2], os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	appendOrder(t, spec[2], spec[1])
+	time.Sleep(20 * time.Millisecond)
+	g.unlock()
+}
+
+// appendOrder appends name to the order file, as a process reaches the head.
+func appendOrder(t *testing.T, order, name string) {
+	t.Helper()
+	f, err := os.OpenFile(order, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.WriteString(spec[1] + " ")
-	f.Close()
-	time.Sleep(20 * time.Millisecond)
-	g.unlock()
+	defer f.Close()
+	if _, err := f.WriteString(name + " "); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readOrder is the order file's names, space-separated.
+func readOrder(t *testing.T, order string) string {
+	t.Helper()
+	b, err := os.ReadFile(order)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// orderChild starts TestGateOrderChild queueing on lockPath's gate as mode
+// ("read" or "write") under name, and waits until the gate file has at
+// least blocked blocked requests (this child's and those of the children
+// started before it).
+func orderChild(t *testing.T, lockPath, mode, name, order string, blocked int) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestGateOrderChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envGateChild+"="+lockPath, envGateOrder+"="+mode+" "+name+" "+order)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for blockedOn(t, gatePath(lockPath)) < blocked {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("%s never blocked in the queue", name)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return cmd
 }
 
 // blockedOn counts the blocked lock requests on the file that /proc/locks
@@ -103,20 +144,8 @@ func TestGateWritersLane(t *testing.T) {
 			if tc.writes && name != "R" {
 				mode = "write"
 			}
-			cmd := exec.Command(os.Args[0], "-test.run=^TestGateOrderChild$", "-test.count=1")
-			cmd.Env = append(os.Environ(), envGateChild+"="+path, envGateOrder+"="+mode+" "+name+" "+order)
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			kids = append(kids, cmd)
 			// Each waits blocked on one byte before the next arrives.
-			deadline := time.Now().Add(30 * time.Second)
-			for blockedOn(t, gatePath(path)) < i+1 {
-				if time.Now().After(deadline) {
-					t.Fatalf("%s never blocked in the queue", name)
-				}
-				time.Sleep(2 * time.Millisecond)
-			}
+			kids = append(kids, orderChild(t, path, mode, name, order, i+1))
 		}
 		holder.Process.Kill()
 		for _, k := range kids {
@@ -124,12 +153,8 @@ func TestGateWritersLane(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		got, err := os.ReadFile(order)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.TrimSpace(string(got)) != tc.want {
-			t.Errorf("writes=%v: order %q, want %q", tc.writes, strings.TrimSpace(string(got)), tc.want)
+		if got := readOrder(t, order); got != tc.want {
+			t.Errorf("writes=%v: order %q, want %q", tc.writes, got, tc.want)
 		}
 	}
 }
@@ -279,37 +304,17 @@ func TestGateLaneTurnstile(t *testing.T) {
 		t.Fatal(err)
 	}
 	order := filepath.Join(t.TempDir(), "order")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestGateOrderChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envGateChild+"="+path, envGateOrder+"=write W1 "+order)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for blockedOn(t, gatePath(path)) < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("W1 never blocked in the lane")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	cmd := orderChild(t, path, "write", "W1", order, 1)
 	g.unlock()
 	if err := g.lock(context.Background(), time.Time{}, true); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.OpenFile(order, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.WriteString("again ")
-	f.Close()
+	appendOrder(t, order, "again")
 	g.unlock()
 	if err := cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := os.ReadFile(order)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s := strings.TrimSpace(string(got)); s != "W1 again" {
-		t.Errorf("order %q, want %q (the releaser took the lane back first)", s, "W1 again")
+	if got := readOrder(t, order); got != "W1 again" {
+		t.Errorf("order %q, want %q (the releaser took the lane back first)", got, "W1 again")
 	}
 }
