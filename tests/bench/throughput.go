@@ -108,7 +108,7 @@ func aggregate(reps []*tpRun) *tpRun {
 	}
 	a := &tpRun{Impl: reps[0].Impl, Procs: reps[0].Procs, OpsPerWorker: reps[0].OpsPerWorker, Repetitions: reps, RecordsMatch: true}
 	var ops, fastest, slowest, slowFast, wall []float64
-	var heldS, wallSum float64
+	var wallSum float64
 	var lookups, records, all []int64
 	for _, r := range reps {
 		if r.Failed != "" {
@@ -130,7 +130,6 @@ func aggregate(reps []*tpRun) *tpRun {
 		a.Lock.Links += r.Lock.Links
 		a.Lock.Breaks += r.Lock.Breaks
 		a.Lock.HeldNS += r.Lock.HeldNS
-		heldS += float64(r.Lock.HeldNS) / 1e9
 		wallSum += r.WallS
 		a.Preloaded += r.Preloaded
 		a.Acked += r.Acked
@@ -153,10 +152,16 @@ func aggregate(reps []*tpRun) *tpRun {
 	a.FastestS, a.SlowestS, a.SlowFast = median(fastest), median(slowest), fnum(median(slowFast))
 	all = append(append(all, lookups...), records...)
 	a.Lookup, a.Record, a.All = summarize(lookups), summarize(records), summarize(all)
-	a.LinksPerLock = fnum(ratio(float64(a.Lock.Links), float64(a.Lock.Acquired)))
-	a.LockBusy = fnum(ratio(heldS, wallSum))
-	a.MeanHoldUS = fnum(ratio(float64(a.Lock.HeldNS)/1e3, float64(a.Lock.Acquired)))
+	a.setLockFigures(wallSum)
 	return a
+}
+
+// setLockFigures derives the per-lock figures from r.Lock, for a run (or
+// runs) of wallS seconds in all.
+func (r *tpRun) setLockFigures(wallS float64) {
+	r.LinksPerLock = fnum(ratio(float64(r.Lock.Links), float64(r.Lock.Acquired)))
+	r.LockBusy = fnum(ratio(float64(r.Lock.HeldNS)/1e9, wallS))
+	r.MeanHoldUS = fnum(ratio(float64(r.Lock.HeldNS)/1e3, float64(r.Lock.Acquired)))
 }
 
 // median of a few values (the mean of the middle two for an even count).
@@ -296,9 +301,7 @@ func throughputRun(cfg *config, impl string, procs int) *tpRun {
 	}
 	r.FastestS, r.SlowestS = slices.Min(r.FinishS), slices.Max(r.FinishS)
 	r.SlowFast = fnum(ratio(r.SlowestS, r.FastestS))
-	r.LinksPerLock = fnum(ratio(float64(r.Lock.Links), float64(r.Lock.Acquired)))
-	r.LockBusy = fnum(ratio(float64(r.Lock.HeldNS)/1e9, r.WallS))
-	r.MeanHoldUS = fnum(ratio(float64(r.Lock.HeldNS)/1e3, float64(r.Lock.Acquired)))
+	r.setLockFigures(r.WallS)
 
 	// The exact set of records: the preloaded pool plus every acknowledged
 	// new record, nothing lost, nothing extra.
