@@ -314,8 +314,8 @@
 //     interval breaks that live holder, as a short stale_lock_timeout did in
 //     the original: workers should share one StaleTimeout, and
 //     HeartbeatInterval must stay well below every worker's.
-//   - Fairness: within a node the queue (gate.go) orders waiters roughly
-//     first come, first served; between nodes the heads poll at random and
+//   - Fairness: within a node the queue (gate.go) serves waiters first
+//     come, first served (writes in a lane of their own); between nodes the heads poll at random and
 //     a node yields after fairShare consecutive acquisitions when it has
 //     seen another node waiting, which bounds but does not order the waits.
 //     Processes without the queue (old Python workers, other containers)
@@ -445,6 +445,8 @@ type stats struct {
 	swept     atomic.Int64 // dead processes' claims removed by sweepClaims
 	heldNS    atomic.Int64 // total time held, Acquire's return to Release
 	writes    atomic.Int64 // AcquireWrite successes
+	// handedOver counts AcquireWriteHandover calls that another process did.
+	handedOver atomic.Int64
 }
 
 // Stats is a snapshot of a Lock's counters. Links per Acquired is how hard
@@ -457,14 +459,16 @@ type Stats struct {
 	Acquired, Links, Breaks int64
 	Held                    time.Duration
 	// Writes counts the acquisitions that queued as writes (AcquireWrite),
-	// included in Acquired.
-	Writes int64
+	// included in Acquired; HandedOver the writes that another process of
+	// the node did instead (AcquireWriteHandover), not included.
+	Writes, HandedOver int64
 }
 
 // Stats returns the counters since New; safe to call at any time.
 func (l *Lock) Stats() Stats {
 	return Stats{Acquired: l.stats.acquired.Load(), Links: l.stats.links.Load(), Breaks: l.stats.breaks.Load(),
-		Held: time.Duration(l.stats.heldNS.Load()), Writes: l.stats.writes.Load()}
+		Held: time.Duration(l.stats.heldNS.Load()), Writes: l.stats.writes.Load(),
+		HandedOver: l.stats.handedOver.Load()}
 }
 
 // New returns a Lock for lockPath (normally PathFor(dbPath)); nothing is
@@ -512,14 +516,49 @@ func (l *Lock) Path() string { return l.path }
 // I/O failures that retrying will not fix, such as a missing directory.
 // Like sync.Mutex it is not reentrant: a goroutine that already holds the
 // lock and calls Acquire again waits for itself until Timeout.
-func (l *Lock) Acquire(ctx context.Context) error { return l.acquire(ctx, false) }
+func (l *Lock) Acquire(ctx context.Context) error { return l.acquire(ctx, false, nil) }
 
 // AcquireWrite is Acquire for an operation that will write: on the node's
 // queue it waits in the writers' lane first (see the gate), so that reads
 // do not queue behind several writes. The lock it takes is the same.
-func (l *Lock) AcquireWrite(ctx context.Context) error { return l.acquire(ctx, true) }
+func (l *Lock) AcquireWrite(ctx context.Context) error { return l.acquire(ctx, true, nil) }
 
-func (l *Lock) acquire(ctx context.Context, write bool) error {
+// Handover is a write that another process of this node may do on the
+// caller's behalf, in its own transaction (group commit: see core/spool).
+type Handover interface {
+	// Publish is called before waiting, only when another process of
+	// this node holds or waits for the writers' lane; it makes the write
+	// available to them and reports whether it did.
+	Publish() bool
+	// Done is called once the published write's process holds the lane:
+	// true means another process did the write, so the lock is not taken.
+	Done() bool
+}
+
+// ErrHandedOver is AcquireWriteHandover's answer when another process of
+// this node did the write: the lock is not held.
+var ErrHandedOver = errors.New("lock: the write was done by another process of this node")
+
+// AcquireWriteHandover is AcquireWrite for a write that can be handed over
+// (h): when other writes of this node are ahead, it is published, and if
+// one of them does it meanwhile, AcquireWriteHandover returns
+// ErrHandedOver without taking the lock. Without the node queue h is not
+// called. If the queue fails after h.Publish (it falls back to polling),
+// the lock is taken as by AcquireWrite, and the caller must look under the
+// lock whether its published write was done.
+func (l *Lock) AcquireWriteHandover(ctx context.Context, h Handover) error {
+	return l.acquire(ctx, true, h)
+}
+
+// WritesWaiting reports whether a write of another process of this node
+// holds or waits for the writers' lane, i.e. whether the database is about
+// to change. Only the lock's holder may call it; without the node queue it
+// reports false.
+func (l *Lock) WritesWaiting() bool {
+	return l.gate != nil && l.gate.laneBusy()
+}
+
+func (l *Lock) acquire(ctx context.Context, write bool, h Handover) error {
 	start := time.Now()
 	var deadline time.Time
 	if l.opt.Timeout > 0 {
@@ -536,9 +575,17 @@ func (l *Lock) acquire(ctx context.Context, write bool) error {
 		l.noGate = l.gate == nil
 	}
 	if l.gate != nil {
-		switch err := l.gate.lock(ctx, deadline, write); {
+		var done func() bool
+		if h != nil && l.gate.laneBusy() && h.Publish() {
+			done = h.Done
+		}
+		switch err := l.gate.lock(ctx, deadline, write, done); {
 		case err == nil:
 			l.gated = true
+		case errors.Is(err, errHandedOver):
+			l.stats.handedOver.Add(1)
+			<-l.sem
+			return ErrHandedOver
 		case errors.Is(err, errGateTimeout):
 			<-l.sem
 			h, _ := ReadHolder(l.path)
