@@ -1,0 +1,332 @@
+// Package spool hands writes from the processes of one node to whichever
+// of them commits next, so that one transaction, and one set of fsyncs,
+// serves several of them (group commit).
+//
+// A record's commit waits for four fsyncs, so with many writers on a node
+// the lock is busy mostly with waiting for the disk, one record at a time.
+// A writer that finds another process of its node ahead of it publishes
+// its rows here and waits in the node's writers' lane as before. Whoever
+// holds the lock next as a writer claims every published request, commits
+// them together with its own rows in one transaction, and leaves each
+// requester its result; a requester that reaches the head of the lane and
+// finds its result collects it and returns without taking the lock.
+//
+// The spool is a directory of small files in node-local memory
+// (/dev/shm), one per request, and every change of state is a rename, so
+// a process killed at any point leaves a state the others can read:
+//
+//	<id>.tmp         being written by the requester (ignored by claimers)
+//	<id>.req         published: waiting for a claimer
+//	<id>.clm-<pid>   claimed by process pid, which is committing it
+//	<id>.res         committed; holds the result for the requester
+//
+// where <id> is <nanoseconds>-<requester pid>-<sequence>, so that sorting
+// ids sorts requests by the time they were published. Claims happen only
+// under the database lock: a claim found by the next holder of the lock is
+// one whose claimer died (or failed to leave results), and it is claimed
+// again (see Claim). The payload
+// and result bytes are opaque here; the store defines them.
+//
+// The directory is per user (mode 0700): a process can rename and remove
+// only its own user's requests, and a request is committed with its
+// requester's identity anyway.
+package spool
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Spool is one user's spool directory for one database on this node.
+type Spool struct {
+	dir string
+}
+
+// Open returns the spool in dir, creating the directory (mode 0700) if it
+// does not exist. It fails if dir is not a directory owned by this user, so
+// that another user cannot slip requests into our transactions.
+func Open(dir string) (*Spool, error) {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Getuid() || st.Mode&0o077 != 0 {
+		return nil, fmt.Errorf("spool: %s is not a private directory of this user", dir)
+	}
+	return &Spool{dir: dir}, nil
+}
+
+// Dir is the spool's directory.
+func (s *Spool) Dir() string { return s.dir }
+
+// Remove removes the spool directory if it is empty (the last store of a
+// database on this node to close calls it; a non-empty spool stays).
+func (s *Spool) Remove() { _ = os.Remove(s.dir) }
+
+// Request is one published write, seen from its requester.
+type Request struct {
+	sp *Spool
+	id string
+}
+
+var seq atomic.Uint64
+
+// Publish writes payload as a new request and makes it visible to
+// claimers.
+func (s *Spool) Publish(payload []byte) (*Request, error) {
+	id := fmt.Sprintf("%019d-%d-%d", time.Now().UnixNano(), os.Getpid(), seq.Add(1))
+	r := &Request{sp: s, id: id}
+	tmp := r.path(".tmp")
+	if err := os.WriteFile(tmp, payload, 0o600); err != nil {
+		os.Remove(tmp)
+		return nil, err
+	}
+	if err := os.Rename(tmp, r.path(".req")); err != nil {
+		os.Remove(tmp)
+		return nil, err
+	}
+	return r, nil
+}
+
+// ID names the request (for messages and tests).
+func (r *Request) ID() string { return r.id }
+
+func (r *Request) path(suffix string) string { return filepath.Join(r.sp.dir, r.id+suffix) }
+
+// Result returns the result a claimer left, and whether there is one.
+func (r *Request) Result() ([]byte, bool, error) {
+	b, err := os.ReadFile(r.path(".res"))
+	switch {
+	case err == nil:
+		return b, true, nil
+	case errors.Is(err, os.ErrNotExist):
+		return nil, false, nil
+	default:
+		return nil, false, err
+	}
+}
+
+// Done removes the result once the requester has it.
+func (r *Request) Done() { os.Remove(r.path(".res")) }
+
+// Discard removes every file of the request, claimed or not: its requester
+// holds the database lock and commits the rows itself, so nobody else may.
+func (r *Request) Discard() {
+	if os.Remove(r.path(".req")) == nil {
+		return
+	}
+	os.Remove(r.path(".res"))
+	if c, _ := r.claim(); c != "" {
+		os.Remove(filepath.Join(r.sp.dir, c))
+	}
+}
+
+// Withdraw takes a request back that nobody has claimed yet: true means
+// it never will be committed. False means a claimer has it (or had it):
+// see Wait.
+func (r *Request) Withdraw() (bool, error) {
+	switch err := os.Remove(r.path(".req")); {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, os.ErrNotExist):
+		return false, nil
+	default:
+		return false, err
+	}
+}
+
+// ErrOrphaned is returned by Wait when the process that claimed a request
+// died before leaving its result: whether its transaction committed is
+// unknown (the next claimer commits the request again).
+var ErrOrphaned = errors.New("spool: the process committing this request died before reporting the outcome")
+
+// Wait waits, polling every interval, for the result of a request that a
+// claimer has, until the result is there, or the claimer is dead or has
+// not left it within limit (ErrOrphaned either way: a claimer holds the
+// database lock and only commits, which takes milliseconds).
+func (r *Request) Wait(interval, limit time.Duration) ([]byte, error) {
+	end := time.Now().Add(limit)
+	for {
+		b, ok, err := r.Result()
+		if err != nil || ok {
+			return b, err
+		}
+		c, err := r.claim()
+		if err != nil {
+			return nil, err
+		}
+		if c == "" {
+			// Between a claim and its result there is always one of
+			// the two files: look for the result once more.
+			if b, ok, err := r.Result(); err != nil || ok {
+				return b, err
+			}
+			return nil, fmt.Errorf("spool: request %s vanished from %s", r.id, r.sp.dir)
+		}
+		if _, state := splitName(c); !alive(claimerPID(state)) {
+			if b, ok, err := r.Result(); err != nil || ok {
+				return b, err
+			}
+			return nil, ErrOrphaned
+		}
+		if time.Now().After(end) {
+			return nil, ErrOrphaned
+		}
+		time.Sleep(interval)
+	}
+}
+
+// claim is the name of the request's claimed file, or "".
+func (r *Request) claim() (string, error) {
+	names, err := r.sp.names()
+	if err != nil {
+		return "", err
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, r.id+".clm-") {
+			return n, nil
+		}
+	}
+	return "", nil
+}
+
+func (s *Spool) names() ([]string, error) {
+	f, err := os.Open(s.dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Readdirnames(-1)
+}
+
+// Claimed is a request a claimer has taken over.
+type Claimed struct {
+	sp      *Spool
+	id, cur string // cur: the file's current name
+	Payload []byte
+}
+
+// ID names the request.
+func (c *Claimed) ID() string { return c.id }
+
+// Claim takes over up to max published requests, oldest first, besides
+// except (the caller's own request id, or ""), and also those whose
+// claimer died or is this process: it must be called only while holding
+// the database lock, which every claimer holds from its claim to its
+// results. (A live claimer's claim is left alone: a claimer that failed to
+// leave results leaves its requesters to commit alone.) A request whose
+// payload cannot be read is skipped (left for its requester's own retry).
+// It also removes results and partial requests of processes that are
+// gone.
+func (s *Spool) Claim(except string, max int) ([]*Claimed, error) {
+	names, err := s.names()
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(names, func(a, b string) int { return strings.Compare(idPart(a), idPart(b)) })
+	me := ".clm-" + strconv.Itoa(os.Getpid())
+	var out []*Claimed
+	for _, n := range names {
+		id, state := splitName(n)
+		switch {
+		case id == except || id == "":
+			continue
+		case state == ".res" || state == ".tmp" || state == ".rtmp":
+			s.removeIfAbandoned(n, id)
+			continue
+		case state == ".req":
+		case !strings.HasPrefix(state, ".clm-"):
+			continue
+		case state != me && alive(claimerPID(state)):
+			continue
+		}
+		if len(out) >= max {
+			break
+		}
+		c := &Claimed{sp: s, id: id, cur: id + me}
+		if err := os.Rename(filepath.Join(s.dir, n), filepath.Join(s.dir, c.cur)); err != nil {
+			continue // withdrawn meanwhile
+		}
+		b, err := os.ReadFile(filepath.Join(s.dir, c.cur))
+		if err != nil {
+			continue
+		}
+		c.Payload = b
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// Finish leaves result for the requester: the result file appears before
+// the claim disappears, so a requester always finds one of them.
+func (c *Claimed) Finish(result []byte) error {
+	tmp := filepath.Join(c.sp.dir, c.id+".rtmp")
+	if err := os.WriteFile(tmp, result, 0o600); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(c.sp.dir, c.id+".res")); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Remove(filepath.Join(c.sp.dir, c.cur))
+}
+
+// abandonAge is how old a result or partial request of a dead process must
+// be before a claimer removes it (an age, besides the pid, guards against
+// processes of another pid namespace sharing /dev/shm).
+const abandonAge = 10 * time.Minute
+
+func (s *Spool) removeIfAbandoned(name, id string) {
+	f := strings.Split(id, "-")
+	if len(f) != 3 {
+		return
+	}
+	pid, err := strconv.Atoi(f[1])
+	if err != nil || alive(pid) {
+		return
+	}
+	p := filepath.Join(s.dir, name)
+	if fi, err := os.Stat(p); err == nil && time.Since(fi.ModTime()) > abandonAge {
+		os.Remove(p)
+	}
+}
+
+// claimerPID is the pid in a claim's state suffix (.clm-<pid>), or 0.
+func claimerPID(state string) int {
+	pid, _ := strconv.Atoi(strings.TrimPrefix(state, ".clm-"))
+	return pid
+}
+
+// splitName splits a spool file name into its id and its state suffix.
+func splitName(n string) (id, state string) {
+	i := strings.IndexByte(n, '.')
+	if i <= 0 {
+		return "", ""
+	}
+	return n[:i], n[i:]
+}
+
+// idPart is the id of a spool file name (for sorting).
+func idPart(n string) string { id, _ := splitName(n); return id }
+
+// alive reports whether process pid exists (on this node: the spool is
+// node-local).
+func alive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	return unix.Kill(pid, 0) != unix.ESRCH
+}

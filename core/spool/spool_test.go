@@ -1,0 +1,271 @@
+package spool
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func openTemp(t *testing.T) *Spool {
+	t.Helper()
+	sp, err := Open(filepath.Join(t.TempDir(), "spool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sp
+}
+
+// files lists the spool's file names, sorted.
+func files(t *testing.T, sp *Spool) string {
+	t.Helper()
+	names, err := sp.names()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range names {
+		_, state := splitName(n)
+		names[i] = state
+	}
+	return strings.Join(names, " ")
+}
+
+// TestHandOver: a published request is claimed with its payload, in
+// publication order, and its requester finds the claimer's result.
+func TestHandOver(t *testing.T) {
+	sp := openTemp(t)
+	r1, err := sp.Publish([]byte("one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := sp.Publish([]byte("two"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := r1.Result(); ok {
+		t.Fatal("result before any claim")
+	}
+	cs, err := sp.Claim("", 10)
+	if err != nil || len(cs) != 2 {
+		t.Fatalf("claimed %d, %v", len(cs), err)
+	}
+	if string(cs[0].Payload) != "one" || string(cs[1].Payload) != "two" {
+		t.Fatalf("payloads %q %q, want publication order", cs[0].Payload, cs[1].Payload)
+	}
+	if ok, err := r1.Withdraw(); ok || err != nil {
+		t.Fatalf("withdrew a claimed request: %v %v", ok, err)
+	}
+	for i, c := range cs {
+		if err := c.Finish([]byte("res" + strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, r := range []*Request{r1, r2} {
+		b, ok, err := r.Result()
+		if err != nil || !ok || string(b) != "res"+strconv.Itoa(i) {
+			t.Fatalf("result %d: %q %v %v", i, b, ok, err)
+		}
+		r.Done()
+	}
+	if f := files(t, sp); f != "" {
+		t.Errorf("files left: %s", f)
+	}
+}
+
+// TestWithdraw: a request taken back before any claim is never claimed.
+func TestWithdraw(t *testing.T) {
+	sp := openTemp(t)
+	r, err := sp.Publish([]byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := r.Withdraw(); !ok || err != nil {
+		t.Fatalf("withdraw: %v %v", ok, err)
+	}
+	if cs, _ := sp.Claim("", 10); len(cs) != 0 {
+		t.Fatal("a withdrawn request was claimed")
+	}
+}
+
+// TestClaimExceptAndMax: the caller's own request is left alone, and at
+// most max requests are taken, oldest first.
+func TestClaimExceptAndMax(t *testing.T) {
+	sp := openTemp(t)
+	var rs []*Request
+	for i := 0; i < 4; i++ {
+		r, err := sp.Publish([]byte{byte('a' + i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, r)
+	}
+	cs, err := sp.Claim(rs[0].ID(), 2)
+	if err != nil || len(cs) != 2 || string(cs[0].Payload) != "b" || string(cs[1].Payload) != "c" {
+		t.Fatalf("claimed %v, %v", cs, err)
+	}
+	if ok, _ := rs[0].Withdraw(); !ok {
+		t.Error("the excepted request was claimed")
+	}
+}
+
+// deadPID is the pid of a process that has exited.
+func deadPID(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Skip("cannot run true:", err)
+	}
+	return cmd.Process.Pid
+}
+
+// TestOrphanedClaim: a claim whose claimer died is claimed again by the
+// next claimer, and its requester's Wait reports ErrOrphaned instead of
+// waiting forever; a live claimer's result reaches Wait.
+func TestOrphanedClaim(t *testing.T) {
+	sp := openTemp(t)
+	r, err := sp.Publish([]byte("p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := filepath.Join(sp.dir, r.ID()+".clm-"+strconv.Itoa(deadPID(t)))
+	if err := os.Rename(r.path(".req"), dead); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Wait(time.Millisecond, time.Minute); !errors.Is(err, ErrOrphaned) {
+		t.Fatalf("Wait on a dead claimer's claim: %v, want ErrOrphaned", err)
+	}
+	cs, err := sp.Claim("", 10)
+	if err != nil || len(cs) != 1 || string(cs[0].Payload) != "p" {
+		t.Fatalf("the orphaned claim was not claimed again: %v %v", cs, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		b, err := r.Wait(time.Millisecond, time.Minute)
+		if err == nil && string(b) != "ok" {
+			err = errors.New("result " + string(b))
+		}
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	if err := cs[0].Finish([]byte("ok")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not see the result")
+	}
+}
+
+// TestLiveClaimLeftAlone: another live process's claim is not taken over;
+// once that process is gone, it is.
+func TestLiveClaimLeftAlone(t *testing.T) {
+	sp := openTemp(t)
+	r, err := sp.Publish([]byte("p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := exec.Command("sleep", "60")
+	if err := other.Start(); err != nil {
+		t.Skip("cannot run sleep:", err)
+	}
+	defer other.Process.Kill()
+	if err := os.Rename(r.path(".req"), filepath.Join(sp.dir, r.ID()+".clm-"+strconv.Itoa(other.Process.Pid))); err != nil {
+		t.Fatal(err)
+	}
+	if cs, _ := sp.Claim("", 10); len(cs) != 0 {
+		t.Fatal("a live process's claim was taken over")
+	}
+	if _, err := r.Wait(time.Millisecond, 30*time.Millisecond); !errors.Is(err, ErrOrphaned) {
+		t.Fatalf("Wait past its limit: %v, want ErrOrphaned", err)
+	}
+	other.Process.Kill()
+	other.Wait()
+	if cs, _ := sp.Claim("", 10); len(cs) != 1 {
+		t.Fatal("a dead process's claim was not taken over")
+	}
+}
+
+// TestDiscard: a requester that commits its rows itself removes its
+// request in any state, so nobody commits it a second time.
+func TestDiscard(t *testing.T) {
+	sp := openTemp(t)
+	for _, claimed := range []bool{false, true} {
+		r, err := sp.Publish([]byte("p"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if claimed {
+			if err := os.Rename(r.path(".req"), filepath.Join(sp.dir, r.ID()+".clm-"+strconv.Itoa(deadPID(t)))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.Discard()
+		if f := files(t, sp); f != "" {
+			t.Errorf("claimed=%v: files left after Discard: %s", claimed, f)
+		}
+	}
+}
+
+// TestAbandonedFilesRemoved: results and partial requests of dead
+// processes are removed once old; a live process's are kept.
+func TestAbandonedFilesRemoved(t *testing.T) {
+	sp := openTemp(t)
+	old := time.Now().Add(-2 * abandonAge)
+	mk := func(pid int, suffix string, at time.Time) string {
+		p := filepath.Join(sp.dir, "0000000000000000001-"+strconv.Itoa(pid)+"-1"+suffix)
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, at, at); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	dead := deadPID(t)
+	gone := []string{mk(dead, ".res", old), mk(dead, ".tmp", old)}
+	kept := []string{mk(dead, ".rtmp", time.Now()), mk(os.Getpid(), ".res", old)}
+	if _, err := sp.Claim("", 10); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range gone {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s not removed", filepath.Base(p))
+		}
+	}
+	for _, p := range kept {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s removed: %v", filepath.Base(p), err)
+		}
+	}
+}
+
+// TestOpenRefusesSharedDirectory: a spool directory that others can
+// write to (or a symlink) is refused, so that nobody can slip requests
+// into our transactions.
+func TestOpenRefusesSharedDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "spool")
+	if err := os.Mkdir(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir); err == nil {
+		t.Error("opened a world-writable spool")
+	}
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(t.TempDir(), link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(link); err == nil {
+		t.Error("opened a symlinked spool")
+	}
+}
