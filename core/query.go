@@ -161,7 +161,7 @@ func (s *Store) read(ctx context.Context, op, progHash, key string) (*sqlite.Rec
 	}
 	var rec *sqlite.Record
 	err := s.withDB(ctx, op, func(db *sqlite.DB) (err error) {
-		if s.cache.shouldPrefetch(progHash) {
+		if s.cache.shouldPrefetch(progHash) && !s.lk.WritesWaiting() {
 			recs, err := db.ProgramRecords(progHash, prefetchLimit)
 			if err != nil {
 				return err

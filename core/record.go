@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/keys"
 	"github.com/tirastore/tirastore/core/schedule"
-	"github.com/tirastore/tirastore/core/sqlite"
 )
 
 // prepared is one validated record, ready to write.
@@ -56,7 +54,7 @@ func (s *Store) record(ctx context.Context, programName, source string, ms []Mea
 		return 0, err
 	}
 	hash := keys.ProgramHash(source)
-	rows := make([]*prepared, len(ms))
+	rows := make([]row, len(ms))
 	for i := range ms {
 		p, err := prepare(hash, &ms[i])
 		if err != nil {
@@ -66,34 +64,9 @@ func (s *Store) record(ctx context.Context, programName, source string, ms []Mea
 			}
 			return 0, err
 		}
-		rows[i] = p
+		rows[i] = row{Key: p.key, Schedule: p.schedule, ResultJSON: p.resultJSON}
 	}
-	written := 0
-	err := s.withWriteDB(ctx, "record", func(db *sqlite.DB) error {
-		stamp := identity.NowISO(now())
-		return db.Tx(func(tx *sqlite.Tx) error {
-			written = 0
-			if err := tx.PutProgram(sqlite.Program{Hash: hash, Name: programName, Source: source}); err != nil {
-				return err
-			}
-			for _, p := range rows {
-				ok, err := tx.PutRecord(&sqlite.Record{
-					Key: p.key, ProgramHash: hash, Schedule: p.schedule, ResultJSON: p.resultJSON,
-					Hostname: s.hostname, Username: s.username, CreationDate: stamp, UpdateDate: stamp,
-					SourceProject: s.opts.SourceProject,
-				}, overwrite)
-				if err != nil {
-					return err
-				}
-				if ok {
-					written++
-				}
-			}
-			return nil
-		})
-	})
-	if err != nil {
-		return 0, err
-	}
-	return written, nil
+	req := &writeRequest{Hash: hash, Name: programName, Source: source, Rows: rows,
+		Hostname: s.hostname, Username: s.username, SourceProject: s.opts.SourceProject, Overwrite: overwrite}
+	return s.writeRecords(ctx, req)
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/lock"
 	"github.com/tirastore/tirastore/core/pypath"
+	"github.com/tirastore/tirastore/core/spool"
 	"github.com/tirastore/tirastore/core/sqlite"
 )
 
@@ -50,6 +51,11 @@ type Store struct {
 	conn  *conn
 	cache resultCache
 	progs programHashes
+
+	// spool hands writes over between this node's processes (group.go);
+	// nil when unused.
+	spoolOnce sync.Once
+	spool     *spool.Spool
 
 	mu     sync.RWMutex // held shared by operations, exclusively by Close
 	closed bool
@@ -115,7 +121,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 // initOrValidate creates a missing database or checks the CPU metadata of an
 // existing one, under the lock.
 func (s *Store) initOrValidate(ctx context.Context) (err error) {
-	release, err := s.acquire(ctx, false)
+	release, err := s.acquire(ctx, false, nil)
 	if err != nil {
 		return s.classify(err, "open")
 	}
@@ -244,6 +250,9 @@ func (s *Store) closeLocked() error {
 	}
 	s.closed = true
 	s.dropConn()
+	if s.spool != nil {
+		s.spool.Remove()
+	}
 	return s.lk.Close()
 }
 
@@ -266,22 +275,32 @@ func (s *Store) Warning() string { return s.warning }
 // withDB runs fn on the kept connection (see conn.go) while holding the
 // lock.
 func (s *Store) withDB(ctx context.Context, op string, fn func(db *sqlite.DB) error) error {
-	return s.locked(ctx, op, false, fn)
+	return s.locked(ctx, op, false, nil, fn)
 }
 
 // withWriteDB is withDB for an operation that writes: it queues for the
 // lock as a write (lock.AcquireWrite), behind reads.
 func (s *Store) withWriteDB(ctx context.Context, op string, fn func(db *sqlite.DB) error) error {
-	return s.locked(ctx, op, true, fn)
+	return s.locked(ctx, op, true, nil, fn)
 }
 
-func (s *Store) locked(ctx context.Context, op string, write bool, fn func(db *sqlite.DB) error) (err error) {
+// lockedHandover is withWriteDB for a write that can be handed over to
+// another process of this node (h, see group.go): it returns
+// lock.ErrHandedOver, as such, when that process did it.
+func (s *Store) lockedHandover(ctx context.Context, op string, h lock.Handover, fn func(db *sqlite.DB) error) error {
+	return s.locked(ctx, op, true, h, fn)
+}
+
+func (s *Store) locked(ctx context.Context, op string, write bool, h lock.Handover, fn func(db *sqlite.DB) error) (err error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
 		return ErrClosed
 	}
-	release, err := s.acquire(ctx, write)
+	release, err := s.acquire(ctx, write, h)
+	if errors.Is(err, lock.ErrHandedOver) {
+		return err
+	}
 	if err != nil {
 		return s.classify(err, op)
 	}
@@ -313,7 +332,7 @@ func (s *Store) endOp(errp *error) {
 // acquire takes the hard-link lock, as a write if write, and returns its
 // release. Only a failpoint build can switch the lock off, for the negative
 // controls of the concurrency tests.
-func (s *Store) acquire(ctx context.Context, write bool) (release func(), err error) {
+func (s *Store) acquire(ctx context.Context, write bool, h lock.Handover) (release func(), err error) {
 	if failpoint.Enabled(failpoint.LockDisabled) {
 		return func() {}, nil
 	}
@@ -323,7 +342,10 @@ func (s *Store) acquire(ctx context.Context, write bool) (release func(), err er
 		defer stop()
 	}
 	take := s.lk.Acquire
-	if write {
+	switch {
+	case h != nil:
+		take = func(ctx context.Context) error { return s.lk.AcquireWriteHandover(ctx, h) }
+	case write:
 		take = s.lk.AcquireWrite
 	}
 	if err := take(ctx); err != nil {

@@ -1,0 +1,311 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tirastore/tirastore/core/environ"
+	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/lock"
+	"github.com/tirastore/tirastore/core/spool"
+	"github.com/tirastore/tirastore/core/sqlite"
+)
+
+// # Group commit
+//
+// A record's commit waits for four fsyncs (synchronous=FULL with a DELETE
+// journal, which the original's databases keep), about 0.8 ms on a local
+// disk and far more on Lustre, while the lock is held. With many writers on
+// a node the lock is then busy mostly with waiting for the disk. So a
+// record (or record_many) that finds another write of its node ahead of it
+// in the writers' lane hands its rows over (core/spool), and whichever
+// store holds the lock next as a writer commits every handed-over request
+// with its own rows in one transaction, then leaves each requester the
+// number of records written for it. A requester that reaches the head of
+// the lane and finds its result returns it without taking the lock.
+//
+// What a caller sees does not change:
+//   - record returns only once its rows are committed (by whichever
+//     process), and the count is its own rows' count;
+//   - each request is all-or-nothing (one transaction holds it whole) and
+//     carries its requester's host name, user and source project; the
+//     committer's clock dates the rows, as if the requester had committed
+//     at that moment;
+//   - a requester whose wait times out or is interrupted withdraws its
+//     request if nobody has claimed it: the error then means nothing was
+//     written. If a committer already has it, the requester waits for that
+//     transaction's outcome (it holds the lock and is committing) and
+//     reports it. Only if that committer dies before leaving the outcome is
+//     it unknown, and the error says so;
+//   - if a group's transaction fails, every requester of it commits its own
+//     rows alone, as without group commit, and sees its own error;
+//   - a committer killed after its COMMIT but before leaving the results
+//     leaves claims that the next committer commits again: the rows are
+//     there, and a request without overwrite then reports them as existing
+//     (False), as if another process had recorded them first.
+//
+// TIRASTORE_GROUP_COMMIT=0 switches it off (for comparisons); without the
+// node queue (TIRASTORE_NODE_QUEUE=0, or no /dev/shm) there is none.
+
+// writeRequest is one record or record_many call's rows: what a committer
+// needs to write them as their requester would have.
+type writeRequest struct {
+	Hash          string `json:"program_hash"`
+	Name          string `json:"program_name"`
+	Source        string `json:"source"`
+	Rows          []row  `json:"rows"`
+	Hostname      string `json:"hostname"`
+	Username      string `json:"username"`
+	SourceProject string `json:"source_project"`
+	Overwrite     bool   `json:"overwrite"`
+}
+
+// row is one validated record of a writeRequest.
+type row struct {
+	Key        string `json:"key"`
+	Schedule   string `json:"schedule"`
+	ResultJSON string `json:"result_json"`
+}
+
+// writeResult is what a committer leaves a requester: how many of its rows
+// were written, or Retry: the group's transaction failed, commit alone.
+type writeResult struct {
+	Written int  `json:"written"`
+	Retry   bool `json:"retry,omitempty"`
+}
+
+// maxGroup bounds how many handed-over requests one transaction takes, so
+// that a committer's hold on the lock stays short.
+const maxGroup = 64
+
+// handoverWaitPoll is how often a requester whose wait ended checks for
+// the outcome of a transaction that already holds its request, and
+// handoverWaitLimit how long it waits for it at most (a committer holds
+// the lock and only commits).
+const (
+	handoverWaitPoll  = time.Millisecond
+	handoverWaitLimit = time.Minute
+)
+
+// handover is one call's request as lock.Handover sees it.
+type handover struct {
+	sp  *spool.Spool
+	req *writeRequest
+	pub *spool.Request // set by Publish
+}
+
+// Publish hands the request over (lock.Handover).
+func (h *handover) Publish() bool {
+	b, err := json.Marshal(h.req)
+	if err != nil {
+		return false
+	}
+	r, err := h.sp.Publish(b)
+	if err != nil {
+		return false
+	}
+	h.pub = r
+	return true
+}
+
+// Done reports whether another process committed the request
+// (lock.Handover).
+func (h *handover) Done() bool {
+	_, ok, err := h.pub.Result()
+	return err == nil && ok
+}
+
+// result decodes the outcome a committer left for the published request.
+func (h *handover) result() (writeResult, bool, error) {
+	b, ok, err := h.pub.Result()
+	if err != nil || !ok {
+		return writeResult{}, ok, err
+	}
+	var res writeResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		return writeResult{}, false, fmt.Errorf("spool %s: result of %s: %w", h.sp.Dir(), h.pub.ID(), err)
+	}
+	return res, true, nil
+}
+
+// groupSpool is the store's spool, or nil when group commit is off or the
+// spool cannot be used (then writes commit alone).
+func (s *Store) groupSpool() *spool.Spool {
+	s.spoolOnce.Do(func() {
+		if environ.Get("TIRASTORE_GROUP_COMMIT") == "0" || environ.Get("TIRASTORE_NODE_QUEUE") == "0" {
+			return
+		}
+		if sp, err := spool.Open(lock.SpoolDir(s.lockPath)); err == nil {
+			s.spool = sp
+		}
+	})
+	return s.spool
+}
+
+// writeRecords commits req's rows, handing them over to another writer of
+// this node when one is ahead (see Group commit), and returns how many
+// were written.
+func (s *Store) writeRecords(ctx context.Context, req *writeRequest) (int, error) {
+	sp := s.groupSpool()
+	if sp == nil {
+		return s.commitAlone(ctx, req)
+	}
+	h := &handover{sp: sp, req: req}
+	written, ran := 0, false
+	err := s.lockedHandover(ctx, "record", h, func(db *sqlite.DB) error {
+		ran = true
+		if h.pub != nil {
+			// Under the lock no committer is at work: a result is final,
+			// and a claim without one was left by a dead committer.
+			switch res, ok, err := h.result(); {
+			case err != nil:
+				return err
+			case ok && !res.Retry:
+				written = res.Written
+				return nil
+			}
+			h.pub.Discard() // ours to commit now, and nobody else's
+		}
+		n, err := s.commitGroup(db, req, sp)
+		written = n
+		return err
+	})
+	if h.pub == nil {
+		return written, err
+	}
+	defer h.pub.Done()
+	switch {
+	case errors.Is(err, lock.ErrHandedOver):
+		return s.handedOverResult(ctx, h, req)
+	case err == nil:
+		return written, nil
+	case ran:
+		return 0, err // our own transaction failed; nothing of ours is left published
+	}
+	// The lock never came (timeout, interruption, I/O error): take the
+	// request back, or learn the outcome of the transaction that has it.
+	if withdrawn, werr := h.pub.Withdraw(); withdrawn || werr != nil {
+		return 0, err
+	}
+	b, werr := h.pub.Wait(handoverWaitPoll, handoverWaitLimit)
+	if werr != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			return 0, &Error{Kind: e.Kind, Err: e, Message: fmt.Sprintf("%s (the record may have been written: %v)", e.Message, werr)}
+		}
+		return 0, fmt.Errorf("%w (the record may have been written: %v)", err, werr)
+	}
+	var res writeResult
+	if jerr := json.Unmarshal(b, &res); jerr != nil || res.Retry {
+		return 0, err // the group failed: nothing of ours was written
+	}
+	return res.Written, nil
+}
+
+// handedOverResult is the outcome of a request that another process
+// committed, or the request committed alone if that process's group failed.
+func (s *Store) handedOverResult(ctx context.Context, h *handover, req *writeRequest) (int, error) {
+	res, ok, err := h.result()
+	switch {
+	case err != nil:
+		return 0, s.classify(err, "record")
+	case !ok:
+		return 0, s.classify(fmt.Errorf("spool %s: no result for %s", h.sp.Dir(), h.pub.ID()), "record")
+	case res.Retry:
+		return s.commitAlone(ctx, req)
+	}
+	return res.Written, nil
+}
+
+// commitAlone commits req by itself (no handover either way).
+func (s *Store) commitAlone(ctx context.Context, req *writeRequest) (int, error) {
+	written := 0
+	err := s.withWriteDB(ctx, "record", func(db *sqlite.DB) error {
+		n, err := commitRequests(db, []*writeRequest{req})
+		if err == nil {
+			written = n[0]
+		}
+		return err
+	})
+	return written, err
+}
+
+// commitGroup commits req with the requests handed over to this node's
+// writers, in one transaction, and leaves each requester its result. If
+// that transaction fails, the requesters are told to commit alone and req
+// is committed by itself. It runs under the lock.
+func (s *Store) commitGroup(db *sqlite.DB, req *writeRequest, sp *spool.Spool) (int, error) {
+	var claimed []*spool.Claimed
+	if sp != nil {
+		claimed, _ = sp.Claim("", maxGroup)
+	}
+	reqs := []*writeRequest{req}
+	var mine []*spool.Claimed // the claims whose payload could be read
+	for _, c := range claimed {
+		var r writeRequest
+		if err := json.Unmarshal(c.Payload, &r); err != nil {
+			finish(c, writeResult{Retry: true})
+			continue
+		}
+		reqs = append(reqs, &r)
+		mine = append(mine, c)
+	}
+	n, err := commitRequests(db, reqs)
+	if err != nil && len(mine) > 0 {
+		for _, c := range mine {
+			finish(c, writeResult{Retry: true})
+		}
+		n, err = commitRequests(db, reqs[:1])
+		if err != nil {
+			return 0, err
+		}
+		return n[0], nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	for i, c := range mine {
+		finish(c, writeResult{Written: n[i+1]})
+	}
+	return n[0], nil
+}
+
+// finish leaves a requester its result; if that fails, the claim stays and
+// its requester, finding no result, commits its rows itself.
+func finish(c *spool.Claimed, res writeResult) {
+	b, _ := json.Marshal(res)
+	_ = c.Finish(b)
+}
+
+// commitRequests writes every request in one transaction, in order, and
+// returns how many rows of each were written.
+func commitRequests(db *sqlite.DB, reqs []*writeRequest) ([]int, error) {
+	written := make([]int, len(reqs))
+	stamp := identity.NowISO(now())
+	err := db.Tx(func(tx *sqlite.Tx) error {
+		clear(written)
+		for i, r := range reqs {
+			if err := tx.PutProgram(sqlite.Program{Hash: r.Hash, Name: r.Name, Source: r.Source}); err != nil {
+				return err
+			}
+			for _, p := range r.Rows {
+				ok, err := tx.PutRecord(&sqlite.Record{
+					Key: p.Key, ProgramHash: r.Hash, Schedule: p.Schedule, ResultJSON: p.ResultJSON,
+					Hostname: r.Hostname, Username: r.Username, CreationDate: stamp, UpdateDate: stamp,
+					SourceProject: r.SourceProject,
+				}, r.Overwrite)
+				if err != nil {
+					return err
+				}
+				if ok {
+					written[i]++
+				}
+			}
+		}
+		return nil
+	})
+	return written, err
+}

@@ -1,0 +1,323 @@
+package core
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tirastore/tirastore/core/lock"
+	"github.com/tirastore/tirastore/core/pyjson"
+)
+
+// The group-commit tests run real processes: a holder that keeps the
+// node's writers' lane (and the lock) until its stdin closes, and record
+// children that queue behind it.
+
+const (
+	envLaneHolder  = "TIRASTORE_TEST_LANE_HOLDER"  // database path
+	envRecordChild = "TIRASTORE_TEST_RECORD_CHILD" // "<db> <project> <schedule> <lock timeout ms>"
+)
+
+// TestLaneHolderChild takes the lock of $TIRASTORE_TEST_LANE_HOLDER as a
+// write (so it holds the lane and the queue), says "held", and releases it
+// when its stdin closes; it does nothing in a normal run.
+func TestLaneHolderChild(t *testing.T) {
+	db := os.Getenv(envLaneHolder)
+	if db == "" {
+		t.Skip("helper for the group-commit tests")
+	}
+	lp, err := lock.PathFor(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := lock.New(lp, lock.Options{})
+	if err := l.AcquireWrite(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("held")
+	io.Copy(io.Discard, os.Stdin)
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+}
+
+// TestRecordChild opens the store that $TIRASTORE_TEST_RECORD_CHILD names,
+// says "open", records one measurement as it says once a line arrives on
+// stdin, and prints "written <ok>" or "error <kind>"; it does nothing in a
+// normal run.
+func TestRecordChild(t *testing.T) {
+	spec := strings.Fields(os.Getenv(envRecordChild))
+	if len(spec) != 4 {
+		t.Skip("helper for the group-commit tests")
+	}
+	ms, _ := strconv.Atoi(spec[3])
+	st, err := Open(context.Background(), spec[0], Options{SourceProject: spec[1], CPUModel: "Test CPU",
+		LockTimeout: time.Duration(ms) * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	fmt.Println("open")
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	ok, err := st.Record(context.Background(), "blur", src, Measurement{Schedule: spec[2], IsLegal: true,
+		ExecutionTimes: []pyjson.Number{"1.5"}}, false)
+	var e *Error
+	switch {
+	case errors.As(err, &e):
+		fmt.Printf("error %s\n", e.Kind.PythonName())
+	case err != nil:
+		t.Fatal(err)
+	default:
+		fmt.Printf("written %v\n", ok)
+	}
+}
+
+// laneHolder starts TestLaneHolderChild on db; closing the returned writer
+// makes it release.
+func laneHolder(t *testing.T, db string) io.WriteCloser {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLaneHolderChild$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), envLaneHolder+"="+db)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close(); cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if strings.TrimSpace(sc.Text()) == "held" {
+			go io.Copy(io.Discard, out)
+			return in
+		}
+	}
+	t.Fatal("lane holder did not start")
+	return nil
+}
+
+// recordChild is a running TestRecordChild whose store is open.
+type recordChild struct {
+	cmd  *exec.Cmd
+	in   io.WriteCloser
+	out  *bufio.Scanner
+	said strings.Builder
+}
+
+func startRecordChild(t *testing.T, env []string, db, project, schedule string, timeout time.Duration) *recordChild {
+	t.Helper()
+	c := &recordChild{cmd: exec.Command(os.Args[0], "-test.run=^TestRecordChild$", "-test.count=1", "-test.v")}
+	c.cmd.Env = append(append(os.Environ(), env...),
+		fmt.Sprintf("%s=%s %s %s %d", envRecordChild, db, project, schedule, timeout.Milliseconds()))
+	var err error
+	if c.in, err = c.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.cmd.Process.Kill(); c.cmd.Wait() })
+	c.out = bufio.NewScanner(out)
+	if c.line() != "open" {
+		t.Fatalf("record child did not open its store:\n%s", c.said.String())
+	}
+	return c
+}
+
+// line is the child's next line of output that is not test chatter.
+func (c *recordChild) line() string {
+	for c.out.Scan() {
+		l := strings.TrimSpace(c.out.Text())
+		c.said.WriteString(l + "\n")
+		if l == "open" || strings.HasPrefix(l, "written ") || strings.HasPrefix(l, "error ") {
+			return l
+		}
+	}
+	return ""
+}
+
+// record lets the child record.
+func (c *recordChild) record(t *testing.T) {
+	t.Helper()
+	if _, err := io.WriteString(c.in, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// result waits for the child and returns its verdict line.
+func (c *recordChild) result(t *testing.T) string {
+	t.Helper()
+	l := c.line()
+	if err := c.cmd.Wait(); err != nil || l == "" {
+		t.Fatalf("record child: %v\n%s", err, c.said.String())
+	}
+	return l
+}
+
+// waitBlocked waits until n lock requests are blocked on the node queue of
+// db (each queued process blocks on one byte).
+func waitBlocked(t *testing.T, db string, n int) {
+	t.Helper()
+	lp, err := lock.PathFor(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(lock.GateFile(lp), &st); err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		b, err := os.ReadFile("/proc/locks")
+		if err != nil {
+			t.Skip("no /proc/locks:", err)
+		}
+		blocked := 0
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 6 && f[1] == "->" && f[6] == id {
+				blocked++
+			}
+		}
+		if blocked >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d processes blocked in the queue, want %d", blocked, n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// changeCounter is the database header's file change counter: SQLite
+// increments it once per committed write transaction.
+func changeCounter(t *testing.T, db string) uint32 {
+	t.Helper()
+	f, err := os.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var b [4]byte
+	if _, err := f.ReadAt(b[:], 24); err != nil {
+		t.Fatal(err)
+	}
+	return binary.BigEndian.Uint32(b[:])
+}
+
+// newGroupDB creates a database for the group-commit tests.
+func newGroupDB(t *testing.T) string {
+	t.Helper()
+	db := filepath.Join(t.TempDir(), "cache.db")
+	st, err := Open(ctx, db, Options{CPUModel: "Test CPU"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	return db
+}
+
+// TestGroupCommit: four processes that record while another write of the
+// node holds the lane are committed in one transaction (the change counter
+// moves once), each with its own source project, and each learns that its
+// record was written. With TIRASTORE_GROUP_COMMIT=0 (the negative control)
+// the same four commit one by one.
+func TestGroupCommit(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		env     []string
+		commits uint32
+	}{{"on", nil, 1}, {"off", []string{"TIRASTORE_GROUP_COMMIT=0"}, 4}} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := newGroupDB(t)
+			var kids []*recordChild
+			for i := 0; i < 4; i++ {
+				kids = append(kids, startRecordChild(t, tc.env, db, fmt.Sprintf("proj%d", i),
+					fmt.Sprintf("U(L0,%d,comps=['c1'])", i+2), time.Minute))
+			}
+			holder := laneHolder(t, db)
+			for i, k := range kids {
+				k.record(t)
+				waitBlocked(t, db, i+1)
+			}
+			before := changeCounter(t, db)
+			holder.Close()
+			for i, k := range kids {
+				if got := k.result(t); got != "written true" {
+					t.Errorf("child %d: %s", i, got)
+				}
+			}
+			if n := changeCounter(t, db) - before; n != tc.commits {
+				t.Errorf("%d transactions for 4 records, want %d", n, tc.commits)
+			}
+			c, err := sql.Open("sqlite3", "file:"+db+"?mode=ro")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			for i := 0; i < 4; i++ {
+				var project, host, user string
+				err := c.QueryRow("SELECT source_project, hostname, username FROM records WHERE schedule = ?",
+					fmt.Sprintf("U(L0,%d,comps=['c1'])", i+2)).Scan(&project, &host, &user)
+				if err != nil {
+					t.Fatalf("record %d: %v", i, err)
+				}
+				if want := fmt.Sprintf("proj%d", i); project != want || host == "" || user == "" {
+					t.Errorf("record %d written as project %q host %q user %q, want project %q", i, project, host, user, want)
+				}
+			}
+		})
+	}
+}
+
+// TestGroupCommitWithdrawOnTimeout: a record whose wait times out while its
+// request waits to be handed over takes it back: it reports the timeout,
+// and the next committer does not write it. (Without the withdrawal, the
+// parent's record below commits it.)
+func TestGroupCommitWithdrawOnTimeout(t *testing.T) {
+	db := newGroupDB(t)
+	late := startRecordChild(t, nil, db, "late", "U(L0,7,comps=['c1'])", 300*time.Millisecond)
+	holder := laneHolder(t, db)
+	late.record(t)
+	if got := late.result(t); got != "error "+KindTimeout.PythonName() {
+		t.Fatalf("timed-out record: %s", got)
+	}
+	holder.Close()
+	// A writer that now holds the lock commits whatever is handed over.
+	st, err := Open(ctx, db, Options{CPUModel: "Test CPU"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Record(ctx, "blur", src, Measurement{Schedule: "U(L0,8,comps=['c1'])", IsLegal: true,
+		ExecutionTimes: []pyjson.Number{"1"}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := st.Contains(ctx, "blur", src, "U(L0,7,comps=['c1'])"); err != nil || ok {
+		t.Fatalf("the timed-out record was written (contains=%v, %v)", ok, err)
+	}
+}
