@@ -44,8 +44,8 @@ import (
 //     rows alone, as without group commit, and sees its own error;
 //   - a committer killed after its COMMIT but before leaving the results
 //     leaves claims that the next committer commits again: the rows are
-//     there, and a request without overwrite then reports them as existing
-//     (False), as if another process had recorded them first.
+//     there, and a row found exactly as requested (program, schedule,
+//     result, host, user, project) counts as written for that requester.
 //
 // TIRASTORE_GROUP_COMMIT=0 switches it off (for comparisons); without the
 // node queue (TIRASTORE_NODE_QUEUE=0, or no /dev/shm) there is none.
@@ -61,6 +61,9 @@ type writeRequest struct {
 	Username      string `json:"username"`
 	SourceProject string `json:"source_project"`
 	Overwrite     bool   `json:"overwrite"`
+	// orphan: a committer that died may have committed these rows; a row
+	// found present exactly as requested then counts as written.
+	orphan bool
 }
 
 // row is one validated record of a writeRequest.
@@ -167,7 +170,7 @@ func (s *Store) writeRecords(ctx context.Context, req *writeRequest) (int, error
 				written = res.Written
 				return nil
 			}
-			h.pub.Discard() // ours to commit now, and nobody else's
+			req.orphan = h.pub.Discard() // ours to commit now, and nobody else's
 		}
 		n, err := s.commitGroup(db, req, sp)
 		written = n
@@ -250,6 +253,7 @@ func (s *Store) commitGroup(db *sqlite.DB, req *writeRequest, sp *spool.Spool) (
 			finish(c, writeResult{Retry: true})
 			continue
 		}
+		r.orphan = c.Orphan
 		reqs = append(reqs, &r)
 		mine = append(mine, c)
 	}
@@ -292,11 +296,15 @@ func commitRequests(db *sqlite.DB, reqs []*writeRequest) ([]int, error) {
 				return err
 			}
 			for _, p := range r.Rows {
-				ok, err := tx.PutRecord(&sqlite.Record{
+				rec := &sqlite.Record{
 					Key: p.Key, ProgramHash: r.Hash, Schedule: p.Schedule, ResultJSON: p.ResultJSON,
 					Hostname: r.Hostname, Username: r.Username, CreationDate: stamp, UpdateDate: stamp,
 					SourceProject: r.SourceProject,
-				}, r.Overwrite)
+				}
+				ok, err := tx.PutRecord(rec, r.Overwrite)
+				if err == nil && !ok && r.orphan {
+					ok, err = tx.HasRecord(rec)
+				}
 				if err != nil {
 					return err
 				}

@@ -123,14 +123,18 @@ func (r *Request) Done() { os.Remove(r.path(".res")) }
 
 // Discard removes every file of the request, claimed or not: its requester
 // holds the database lock and commits the rows itself, so nobody else may.
-func (r *Request) Discard() {
+// It reports whether the request had been claimed (by a claimer that died
+// or failed before leaving a result, which may have committed it).
+func (r *Request) Discard() (claimed bool) {
 	if os.Remove(r.path(".req")) == nil {
-		return
+		return false
 	}
 	os.Remove(r.path(".res"))
 	if c, _ := r.claim(); c != "" {
 		os.Remove(filepath.Join(r.sp.dir, c))
+		return true
 	}
+	return false
 }
 
 // Withdraw takes a request back that nobody has claimed yet: true means
@@ -211,11 +215,14 @@ func (s *Spool) names() ([]string, error) {
 	return f.Readdirnames(-1)
 }
 
-// Claimed is a request a claimer has taken over.
+// Claimed is a request a claimer has taken over. Orphan: an earlier
+// claimer had it and died (or failed) before leaving a result, so its rows
+// may be committed already.
 type Claimed struct {
 	sp      *Spool
 	id, cur string // cur: the file's current name
 	Payload []byte
+	Orphan  bool
 }
 
 // ID names the request.
@@ -255,7 +262,7 @@ func (s *Spool) Claim(except string, max int) ([]*Claimed, error) {
 		if len(out) >= max {
 			break
 		}
-		c := &Claimed{sp: s, id: id, cur: id + me}
+		c := &Claimed{sp: s, id: id, cur: id + me, Orphan: state != ".req"}
 		if err := os.Rename(filepath.Join(s.dir, n), filepath.Join(s.dir, c.cur)); err != nil {
 			continue // withdrawn meanwhile
 		}

@@ -234,6 +234,19 @@ func (tx *Tx) PutRecord(r *Record, overwrite bool) (bool, error) {
 	return n > 0, err
 }
 
+// HasRecord reports whether the record r.Key exists with exactly r's
+// program, schedule, result and writer (host, user, source project): a
+// write that found its key present learns whether the row is the one it
+// meant to write, e.g. written on its behalf by a process that died before
+// saying so.
+func (tx *Tx) HasRecord(r *Record) (bool, error) {
+	var n int
+	err := tx.d.queryRow(`SELECT COUNT(*) FROM records WHERE key = ? AND program_hash = ? AND schedule = ?
+  AND result_json = ? AND hostname = ? AND username = ? AND source_project = ?`,
+		r.Key, r.ProgramHash, r.Schedule, r.ResultJSON, r.Hostname, r.Username, r.SourceProject).Scan(&n)
+	return n > 0, err
+}
+
 // DeleteRecord removes a record and reports whether it existed.
 func (tx *Tx) DeleteRecord(key string) (bool, error) {
 	res, err := tx.exec(deleteRecord, key)
