@@ -43,6 +43,9 @@ type tpRun struct {
 	// limits throughput. MeanHoldUS is the mean critical section.
 	LockBusy   fnum `json:"lock_busy"`
 	MeanHoldUS fnum `json:"mean_hold_us"`
+	// HandedOverPct is the share of acknowledged records that another
+	// process of the node committed (group commit).
+	HandedOverPct fnum `json:"records_handed_over_pct"`
 
 	Preloaded    int  `json:"preloaded"`
 	Acked        int  `json:"acked_new_records"`
@@ -126,10 +129,7 @@ func aggregate(reps []*tpRun) *tpRun {
 		lookups = append(lookups, r.lookupNS...)
 		records = append(records, r.recordNS...)
 		a.WorstMS = max(a.WorstMS, r.WorstMS)
-		a.Lock.Acquired += r.Lock.Acquired
-		a.Lock.Links += r.Lock.Links
-		a.Lock.Breaks += r.Lock.Breaks
-		a.Lock.HeldNS += r.Lock.HeldNS
+		a.Lock.add(r.Lock)
 		wallSum += r.WallS
 		a.Preloaded += r.Preloaded
 		a.Acked += r.Acked
@@ -162,6 +162,7 @@ func (r *tpRun) setLockFigures(wallS float64) {
 	r.LinksPerLock = fnum(ratio(float64(r.Lock.Links), float64(r.Lock.Acquired)))
 	r.LockBusy = fnum(ratio(float64(r.Lock.HeldNS)/1e9, wallS))
 	r.MeanHoldUS = fnum(ratio(float64(r.Lock.HeldNS)/1e3, float64(r.Lock.Acquired)))
+	r.HandedOverPct = fnum(100 * ratio(float64(r.Lock.HandedOver), float64(r.Acked)))
 }
 
 // median of a few values (the mean of the middle two for an even count).
@@ -279,10 +280,7 @@ func throughputRun(cfg *config, impl string, procs int) *tpRun {
 		if r.FirstError == "" {
 			r.FirstError = w.FirstError
 		}
-		r.Lock.Acquired += w.Lock.Acquired
-		r.Lock.Links += w.Lock.Links
-		r.Lock.Breaks += w.Lock.Breaks
-		r.Lock.HeldNS += w.Lock.HeldNS
+		r.Lock.add(w.Lock)
 		r.Acked += len(w.Acked)
 		for _, i := range w.Acked {
 			expected[recordKey(tagWorkerBase+w.WID, i)] = true

@@ -72,10 +72,23 @@ type lockStats struct {
 	Links    int64 `json:"links"`
 	Breaks   int64 `json:"breaks"`
 	HeldNS   int64 `json:"held_ns"` // total time held
+	// HandedOver: writes that another process of the node committed
+	// (group commit; the engine only), not counted in Acquired.
+	HandedOver int64 `json:"handed_over"`
 }
 
 func (a lockStats) sub(b lockStats) lockStats {
-	return lockStats{a.Acquired - b.Acquired, a.Links - b.Links, a.Breaks - b.Breaks, a.HeldNS - b.HeldNS}
+	return lockStats{a.Acquired - b.Acquired, a.Links - b.Links, a.Breaks - b.Breaks, a.HeldNS - b.HeldNS,
+		a.HandedOver - b.HandedOver}
+}
+
+// add sums b into a.
+func (a *lockStats) add(b lockStats) {
+	a.Acquired += b.Acquired
+	a.Links += b.Links
+	a.Breaks += b.Breaks
+	a.HeldNS += b.HeldNS
+	a.HandedOver += b.HandedOver
 }
 
 // client is what the benchmark does with a store, implemented by the
@@ -143,7 +156,7 @@ func (c *engineClient) RecordMany(scheds []string, overwrite bool) (int, error) 
 
 func (c *engineClient) LockStats() lockStats {
 	s := c.st.LockStats()
-	return lockStats{Acquired: s.Acquired, Links: s.Links, Breaks: s.Breaks, HeldNS: int64(s.Held)}
+	return lockStats{Acquired: s.Acquired, Links: s.Links, Breaks: s.Breaks, HeldNS: int64(s.Held), HandedOver: s.HandedOver}
 }
 
 func (c *engineClient) Close() error { return c.st.Close() }
