@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +36,10 @@ func TestGateHolderChild(t *testing.T) {
 	time.Sleep(time.Hour)
 }
 
-const envGateOrder = "TIRASTORE_TEST_GATE_ORDER" // "read|write <name> <file>"
+const (
+	envGateOrder = "TIRASTORE_TEST_GATE_ORDER"    // "read|write <name> <file>"
+	envWriteLull = "TIRASTORE_TEST_WRITE_LULL_MS" // writeLull in the child
+)
 
 // TestGateOrderChild queues on the gate of $TIRASTORE_TEST_GATE_LOCK as a
 // read or a write, appends its name to a file when it reaches the head,
@@ -44,6 +48,9 @@ func TestGateOrderChild(t *testing.T) {
 	spec := strings.Fields(os.Getenv(envGateOrder))
 	if len(spec) != 3 {
 		t.Skip("helper for TestGateWritersLane")
+	}
+	if ms, err := strconv.Atoi(os.Getenv(envWriteLull)); err == nil {
+		writeLull = time.Duration(ms) * time.Millisecond
 	}
 	g := openGate(os.Getenv(envGateChild))
 	if g == nil {
@@ -81,18 +88,26 @@ func readOrder(t *testing.T, order string) string {
 }
 
 // orderChild starts TestGateOrderChild queueing on lockPath's gate as mode
-// ("read" or "write") under name, and waits until the gate file has at
-// least blocked blocked requests (this child's and those of the children
-// started before it).
-func orderChild(t *testing.T, lockPath, mode, name, order string, blocked int) *exec.Cmd {
+// ("read" or "write") under name, with extra environment env, and waits
+// until the gate file has at least blocked blocked requests (this child's
+// and those of the children started before it); with blocked 0, until the
+// child holds a byte of the gate (a write at the head of the lane, waiting
+// for a lull).
+func orderChild(t *testing.T, lockPath, mode, name, order string, blocked int, env ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestGateOrderChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envGateChild+"="+lockPath, envGateOrder+"="+mode+" "+name+" "+order)
+	cmd.Env = append(append(os.Environ(), envGateChild+"="+lockPath, envGateOrder+"="+mode+" "+name+" "+order), env...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for blockedOn(t, gatePath(lockPath)) < blocked {
+	ready := func() bool {
+		if blocked == 0 {
+			return holds(t, gatePath(lockPath), cmd.Process.Pid)
+		}
+		return blockedOn(t, gatePath(lockPath)) >= blocked
+	}
+	for !ready() {
 		if time.Now().After(deadline) {
 			cmd.Process.Kill()
 			cmd.Wait()
@@ -108,6 +123,27 @@ func orderChild(t *testing.T, lockPath, mode, name, order string, blocked int) *
 func blockedOn(t *testing.T, path string) int {
 	t.Helper()
 	return len(blockedBytes(t, path))
+}
+
+// holds reports whether process pid holds a lock on the file (a line of
+// /proc/locks that is not a blocked request).
+func holds(t *testing.T, path string, pid int) bool {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return false // not created yet
+	}
+	b, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		t.Skip("no /proc/locks:", err)
+	}
+	id := fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 5 && f[1] != "->" && f[4] == strconv.Itoa(pid) && f[5] == id {
+			return true
+		}
+	}
+	return false
 }
 
 // blockedBytes lists the first byte of every blocked lock request on the
@@ -166,25 +202,37 @@ func TestGateFIFO(t *testing.T) {
 
 // TestGateWritersLane: with the queue held, three processes arrive in the
 // order write W1, write W2, read R. A write waits in the writers' lane
-// until it reaches the head, so R passes W2: the order is W1 R W2. When
-// the same three arrive as reads, the queue is FIFO: W1 W2 R (which also
-// shows that the test sees the order it checks).
+// until it reaches the head, so R passes W2; with the reads-first lull,
+// the write at the head of the lane (W1) also waits for the queue to
+// empty, so R passes both: R W1 W2. Without the lull (writeLull 0) the
+// order is W1 R W2. When the same three arrive as reads, the queue is FIFO:
+// W1 W2 R (which also shows that the test sees the order it checks).
 func TestGateWritersLane(t *testing.T) {
 	for _, tc := range []struct {
 		writes bool
+		lull   bool
 		want   string
-	}{{true, "W1 R W2"}, {false, "W1 W2 R"}} {
+	}{{true, true, "R W1 W2"}, {true, false, "W1 R W2"}, {false, false, "W1 W2 R"}} {
 		path, _ := newTestLock(t)
 		holder := gateHolder(t, path)
 		order := filepath.Join(t.TempDir(), "order")
+		env := []string{envWriteLull + "=0"}
+		if tc.lull {
+			env = []string{envWriteLull + "=60000"}
+		}
 		var kids []*exec.Cmd
-		for i, name := range []string{"W1", "W2", "R"} {
+		blocked := 0
+		for _, name := range []string{"W1", "W2", "R"} {
 			mode := "read"
 			if tc.writes && name != "R" {
 				mode = "write"
 			}
-			// Each waits blocked on one byte before the next arrives.
-			kids = append(kids, orderChild(t, path, mode, name, order, i+1))
+			// Each waits (blocked on one byte, or W1 in its lull holding
+			// the lane) before the next arrives.
+			if name != "W1" || !tc.lull {
+				blocked++
+			}
+			kids = append(kids, orderChild(t, path, mode, name, order, blocked, env...))
 		}
 		holder.Process.Kill()
 		for _, k := range kids {
@@ -193,8 +241,33 @@ func TestGateWritersLane(t *testing.T) {
 			}
 		}
 		if got := readOrder(t, order); got != tc.want {
-			t.Errorf("writes=%v: order %q, want %q", tc.writes, got, tc.want)
+			t.Errorf("writes=%v lull=%v: order %q, want %q", tc.writes, tc.lull, got, tc.want)
 		}
+	}
+}
+
+// TestGateLullBounded: a write waits for a lull in the queue at most
+// writeLull; while another process holds the queue for good, it joins the
+// queue after that (blocked behind the holder) and goes through once the
+// holder is gone.
+func TestGateLullBounded(t *testing.T) {
+	path, _ := newTestLock(t)
+	holder := gateHolder(t, path)
+	order := filepath.Join(t.TempDir(), "order")
+	w := orderChild(t, path, "write", "W", order, 0, envWriteLull+"=50")
+	deadline := time.Now().Add(30 * time.Second)
+	for blockedOn(t, gatePath(path)) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the write never joined the queue: its wait for a lull is not bounded")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	holder.Process.Kill()
+	if err := w.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := readOrder(t, order); got != "W" {
+		t.Errorf("order %q", got)
 	}
 }
 
