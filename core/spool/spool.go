@@ -89,7 +89,15 @@ func (s *Spool) Publish(payload []byte) (*Request, error) {
 	id := fmt.Sprintf("%019d-%d-%d", time.Now().UnixNano(), os.Getpid(), seq.Add(1))
 	r := &Request{sp: s, id: id}
 	tmp := r.path(".tmp")
-	if err := os.WriteFile(tmp, payload, 0o600); err != nil {
+	err := os.WriteFile(tmp, payload, 0o600)
+	if errors.Is(err, os.ErrNotExist) {
+		// The last store of the database on this node closed and removed
+		// the empty directory: make it again.
+		if _, err = Open(s.dir); err == nil {
+			err = os.WriteFile(tmp, payload, 0o600)
+		}
+	}
+	if err != nil {
 		os.Remove(tmp)
 		return nil, err
 	}

@@ -76,6 +76,22 @@ func TestHandOver(t *testing.T) {
 	}
 }
 
+// TestPublishRecreatesDirectory: a spool whose empty directory another
+// store removed on closing still publishes.
+func TestPublishRecreatesDirectory(t *testing.T) {
+	sp := openTemp(t)
+	sp.Remove()
+	if _, err := os.Stat(sp.Dir()); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Remove left the empty directory: %v", err)
+	}
+	if _, err := sp.Publish([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if cs, _ := sp.Claim("", 10); len(cs) != 1 {
+		t.Fatal("the request published after the directory's removal was not claimed")
+	}
+}
+
 // TestWithdraw: a request taken back before any claim is never claimed.
 func TestWithdraw(t *testing.T) {
 	sp := openTemp(t)
