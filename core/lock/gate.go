@@ -186,9 +186,9 @@ var (
 // together (group commit, core/spool), one transaction and one set of
 // fsyncs for all, and the database changes less often, so readers' caches
 // (SQLite's pages, the store's entries) stay valid longer. At 32 processes
-// here this raised throughput from 2,450-2,830 to 3,900-4,200 operations
-// per second and brought lookups' p99 from 20-30 ms down to about 10 ms;
-// records then take up to about 70 ms. A write at the head of the lane
+// here this raised throughput from 2,450-2,830 to 2,880-4,180 operations
+// per second and brought lookups' p99 from 16-31 ms down to 9.5-13.7 ms;
+// records then take up to about 70-90 ms. A write at the head of the lane
 // may also find that another process has done it meanwhile: it then
 // leaves without entering the queue. `make bench` shows what writes pay
 // (throughput section: "all p99" and "worst op").
