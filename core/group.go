@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/tirastore/tirastore/core/environ"
@@ -45,7 +46,11 @@ import (
 //   - a committer killed after its COMMIT but before leaving the results
 //     leaves claims that the next committer commits again: the rows are
 //     there, and a row found exactly as requested (program, schedule,
-//     result, host, user, project) counts as written for that requester.
+//     result, host, user, project) and dated by the dead committer's
+//     transaction (its claims carry that date) counts as written for that
+//     requester. A row written earlier by anyone else, even with the same
+//     values, does not: record then returns False, as for any key that
+//     existed.
 //
 // TIRASTORE_GROUP_COMMIT=0 switches it off (for comparisons); without the
 // node queue (TIRASTORE_NODE_QUEUE=0, or no /dev/shm) there is none.
@@ -61,9 +66,10 @@ type writeRequest struct {
 	Username      string `json:"username"`
 	SourceProject string `json:"source_project"`
 	Overwrite     bool   `json:"overwrite"`
-	// orphan: a committer that died may have committed these rows; a row
-	// found present exactly as requested then counts as written.
-	orphan bool
+	// prevStamp: a committer that died had claimed this request and may
+	// have committed its rows, dated prevStamp; a row found exactly as
+	// requested with that date counts as written.
+	prevStamp string
 }
 
 // row is one validated record of a writeRequest.
@@ -170,7 +176,10 @@ func (s *Store) writeRecords(ctx context.Context, req *writeRequest) (int, error
 				written = res.Written
 				return nil
 			}
-			req.orphan = h.pub.Discard() // ours to commit now, and nobody else's
+			// Ours to commit now, and nobody else's.
+			if claimed, tag := h.pub.Discard(); claimed {
+				req.prevStamp = tagStamp(tag)
+			}
 		}
 		n, err := s.commitGroup(db, req, sp)
 		written = n
@@ -227,7 +236,7 @@ func (s *Store) handedOverResult(ctx context.Context, h *handover, req *writeReq
 func (s *Store) commitAlone(ctx context.Context, req *writeRequest) (int, error) {
 	written := 0
 	err := s.withWriteDB(ctx, "record", func(db *sqlite.DB) error {
-		n, err := commitRequests(db, []*writeRequest{req})
+		n, err := commitRequests(db, []*writeRequest{req}, now())
 		if err == nil {
 			written = n[0]
 		}
@@ -241,9 +250,12 @@ func (s *Store) commitAlone(ctx context.Context, req *writeRequest) (int, error)
 // that transaction fails, the requesters are told to commit alone and req
 // is committed by itself. It runs under the lock.
 func (s *Store) commitGroup(db *sqlite.DB, req *writeRequest, sp *spool.Spool) (int, error) {
+	at := now()
 	var claimed []*spool.Claimed
 	if sp != nil {
-		claimed, _ = sp.Claim("", maxGroup)
+		// The claims carry the transaction's date: if this process dies
+		// after its COMMIT, the next committer can tell its rows.
+		claimed, _ = sp.Claim("", maxGroup, strconv.FormatInt(at.UnixMicro(), 10))
 	}
 	reqs := []*writeRequest{req}
 	var mine []*spool.Claimed // the claims whose payload could be read
@@ -253,16 +265,18 @@ func (s *Store) commitGroup(db *sqlite.DB, req *writeRequest, sp *spool.Spool) (
 			finish(c, writeResult{Retry: true})
 			continue
 		}
-		r.orphan = c.Orphan
+		if c.Orphan {
+			r.prevStamp = tagStamp(c.PrevTag)
+		}
 		reqs = append(reqs, &r)
 		mine = append(mine, c)
 	}
-	n, err := commitRequests(db, reqs)
+	n, err := commitRequests(db, reqs, at)
 	if err != nil && len(mine) > 0 {
 		for _, c := range mine {
 			finish(c, writeResult{Retry: true})
 		}
-		n, err = commitRequests(db, reqs[:1])
+		n, err = commitRequests(db, reqs[:1], now())
 		if err != nil {
 			return 0, err
 		}
@@ -277,6 +291,16 @@ func (s *Store) commitGroup(db *sqlite.DB, req *writeRequest, sp *spool.Spool) (
 	return n[0], nil
 }
 
+// tagStamp is the date of the transaction whose claim carried tag (see
+// commitGroup), or "" if tag is not one.
+func tagStamp(tag string) string {
+	us, err := strconv.ParseInt(tag, 10, 64)
+	if err != nil {
+		return ""
+	}
+	return identity.NowISO(time.UnixMicro(us))
+}
+
 // finish leaves a requester its result; if that fails, the claim stays and
 // its requester, finding no result, commits its rows itself.
 func finish(c *spool.Claimed, res writeResult) {
@@ -284,11 +308,11 @@ func finish(c *spool.Claimed, res writeResult) {
 	_ = c.Finish(b)
 }
 
-// commitRequests writes every request in one transaction, in order, and
-// returns how many rows of each were written.
-func commitRequests(db *sqlite.DB, reqs []*writeRequest) ([]int, error) {
+// commitRequests writes every request in one transaction dated at, in
+// order, and returns how many rows of each were written.
+func commitRequests(db *sqlite.DB, reqs []*writeRequest, at time.Time) ([]int, error) {
 	written := make([]int, len(reqs))
-	stamp := identity.NowISO(now())
+	stamp := identity.NowISO(at)
 	err := db.Tx(func(tx *sqlite.Tx) error {
 		clear(written)
 		for i, r := range reqs {
@@ -302,8 +326,10 @@ func commitRequests(db *sqlite.DB, reqs []*writeRequest) ([]int, error) {
 					SourceProject: r.SourceProject,
 				}
 				ok, err := tx.PutRecord(rec, r.Overwrite)
-				if err == nil && !ok && r.orphan {
-					ok, err = tx.HasRecord(rec)
+				if err == nil && !ok && r.prevStamp != "" {
+					mine := *rec
+					mine.UpdateDate = r.prevStamp
+					ok, err = tx.HasRecord(&mine)
 				}
 				if err != nil {
 					return err

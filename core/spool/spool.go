@@ -17,7 +17,8 @@
 //
 //	<id>.tmp         being written by the requester (ignored by claimers)
 //	<id>.req         published: waiting for a claimer
-//	<id>.clm-<pid>   claimed by process pid, which is committing it
+//	<id>.clm-<pid>-<tag>  claimed by process pid, which is committing it
+//	                      (tag: the claimer's own mark, e.g. its timestamp)
 //	<id>.res         committed; holds the result for the requester
 //
 // where <id> is <nanoseconds>-<requester pid>-<sequence>, so that sorting
@@ -131,18 +132,20 @@ func (r *Request) Done() { os.Remove(r.path(".res")) }
 
 // Discard removes every file of the request, claimed or not: its requester
 // holds the database lock and commits the rows itself, so nobody else may.
-// It reports whether the request had been claimed (by a claimer that died
-// or failed before leaving a result, which may have committed it).
-func (r *Request) Discard() (claimed bool) {
+// If the request had been claimed (by a claimer that died or failed before
+// leaving a result, and may have committed it), it returns true and that
+// claimer's tag.
+func (r *Request) Discard() (claimed bool, tag string) {
 	if os.Remove(r.path(".req")) == nil {
-		return false
+		return false, ""
 	}
 	os.Remove(r.path(".res"))
 	if c, _ := r.claim(); c != "" {
 		os.Remove(filepath.Join(r.sp.dir, c))
-		return true
+		_, state := splitName(c)
+		return true, claimTag(state)
 	}
-	return false
+	return false, ""
 }
 
 // Withdraw takes a request back that nobody has claimed yet: true means
@@ -225,18 +228,20 @@ func (s *Spool) names() ([]string, error) {
 
 // Claimed is a request a claimer has taken over. Orphan: an earlier
 // claimer had it and died (or failed) before leaving a result, so its rows
-// may be committed already.
+// may be committed already; PrevTag is that claimer's tag.
 type Claimed struct {
 	sp      *Spool
 	id, cur string // cur: the file's current name
 	Payload []byte
 	Orphan  bool
+	PrevTag string
 }
 
 // ID names the request.
 func (c *Claimed) ID() string { return c.id }
 
-// Claim takes over up to max published requests, oldest first, besides
+// Claim takes over up to max published requests, marking each claim with
+// tag (no '.' or '/'), oldest first, besides
 // except (the caller's own request id, or ""), and also those whose
 // claimer died or is this process: it must be called only while holding
 // the database lock, which every claimer holds from its claim to its
@@ -245,13 +250,13 @@ func (c *Claimed) ID() string { return c.id }
 // payload cannot be read is skipped (left for its requester's own retry).
 // It also removes results and partial requests of processes that are
 // gone.
-func (s *Spool) Claim(except string, max int) ([]*Claimed, error) {
+func (s *Spool) Claim(except string, max int, tag string) ([]*Claimed, error) {
 	names, err := s.names()
 	if err != nil {
 		return nil, err
 	}
 	slices.SortFunc(names, func(a, b string) int { return strings.Compare(idPart(a), idPart(b)) })
-	me := ".clm-" + strconv.Itoa(os.Getpid())
+	mine := ".clm-" + strconv.Itoa(os.Getpid()) + "-" + tag
 	var out []*Claimed
 	for _, n := range names {
 		id, state := splitName(n)
@@ -264,13 +269,13 @@ func (s *Spool) Claim(except string, max int) ([]*Claimed, error) {
 		case state == ".req":
 		case !strings.HasPrefix(state, ".clm-"):
 			continue
-		case state != me && alive(claimerPID(state)):
+		case claimerPID(state) != os.Getpid() && alive(claimerPID(state)):
 			continue
 		}
 		if len(out) >= max {
 			break
 		}
-		c := &Claimed{sp: s, id: id, cur: id + me, Orphan: state != ".req"}
+		c := &Claimed{sp: s, id: id, cur: id + mine, Orphan: state != ".req", PrevTag: claimTag(state)}
 		if err := os.Rename(filepath.Join(s.dir, n), filepath.Join(s.dir, c.cur)); err != nil {
 			continue // withdrawn meanwhile
 		}
@@ -319,10 +324,21 @@ func (s *Spool) removeIfAbandoned(name, id string) {
 	}
 }
 
-// claimerPID is the pid in a claim's state suffix (.clm-<pid>), or 0.
+// claimerPID is the pid in a claim's state suffix (.clm-<pid>-<tag>), or
+// 0.
 func claimerPID(state string) int {
-	pid, _ := strconv.Atoi(strings.TrimPrefix(state, ".clm-"))
+	f, _, _ := strings.Cut(strings.TrimPrefix(state, ".clm-"), "-")
+	pid, _ := strconv.Atoi(f)
 	return pid
+}
+
+// claimTag is the tag in a claim's state suffix, or "".
+func claimTag(state string) string {
+	if !strings.HasPrefix(state, ".clm-") {
+		return ""
+	}
+	_, tag, _ := strings.Cut(strings.TrimPrefix(state, ".clm-"), "-")
+	return tag
 }
 
 // splitName splits a spool file name into its id and its state suffix.

@@ -49,7 +49,7 @@ func TestHandOver(t *testing.T) {
 	if _, ok, _ := r1.Result(); ok {
 		t.Fatal("result before any claim")
 	}
-	cs, err := sp.Claim("", 10)
+	cs, err := sp.Claim("", 10, "7")
 	if err != nil || len(cs) != 2 {
 		t.Fatalf("claimed %d, %v", len(cs), err)
 	}
@@ -87,7 +87,7 @@ func TestPublishRecreatesDirectory(t *testing.T) {
 	if _, err := sp.Publish([]byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	if cs, _ := sp.Claim("", 10); len(cs) != 1 {
+	if cs, _ := sp.Claim("", 10, "7"); len(cs) != 1 {
 		t.Fatal("the request published after the directory's removal was not claimed")
 	}
 }
@@ -102,7 +102,7 @@ func TestWithdraw(t *testing.T) {
 	if ok, err := r.Withdraw(); !ok || err != nil {
 		t.Fatalf("withdraw: %v %v", ok, err)
 	}
-	if cs, _ := sp.Claim("", 10); len(cs) != 0 {
+	if cs, _ := sp.Claim("", 10, "7"); len(cs) != 0 {
 		t.Fatal("a withdrawn request was claimed")
 	}
 }
@@ -119,7 +119,7 @@ func TestClaimExceptAndMax(t *testing.T) {
 		}
 		rs = append(rs, r)
 	}
-	cs, err := sp.Claim(rs[0].ID(), 2)
+	cs, err := sp.Claim(rs[0].ID(), 2, "7")
 	if err != nil || len(cs) != 2 || string(cs[0].Payload) != "b" || string(cs[1].Payload) != "c" {
 		t.Fatalf("claimed %v, %v", cs, err)
 	}
@@ -147,16 +147,19 @@ func TestOrphanedClaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead := filepath.Join(sp.dir, r.ID()+".clm-"+strconv.Itoa(deadPID(t)))
+	dead := filepath.Join(sp.dir, r.ID()+".clm-"+strconv.Itoa(deadPID(t))+"-123")
 	if err := os.Rename(r.path(".req"), dead); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.Wait(time.Millisecond, time.Minute); !errors.Is(err, ErrOrphaned) {
 		t.Fatalf("Wait on a dead claimer's claim: %v, want ErrOrphaned", err)
 	}
-	cs, err := sp.Claim("", 10)
+	cs, err := sp.Claim("", 10, "7")
 	if err != nil || len(cs) != 1 || string(cs[0].Payload) != "p" {
 		t.Fatalf("the orphaned claim was not claimed again: %v %v", cs, err)
+	}
+	if !cs[0].Orphan || cs[0].PrevTag != "123" {
+		t.Errorf("orphan %v, previous tag %q: want true, the dead claimer's 123", cs[0].Orphan, cs[0].PrevTag)
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -196,7 +199,7 @@ func TestLiveClaimLeftAlone(t *testing.T) {
 	if err := os.Rename(r.path(".req"), filepath.Join(sp.dir, r.ID()+".clm-"+strconv.Itoa(other.Process.Pid))); err != nil {
 		t.Fatal(err)
 	}
-	if cs, _ := sp.Claim("", 10); len(cs) != 0 {
+	if cs, _ := sp.Claim("", 10, "7"); len(cs) != 0 {
 		t.Fatal("a live process's claim was taken over")
 	}
 	if _, err := r.Wait(time.Millisecond, 30*time.Millisecond); !errors.Is(err, ErrOrphaned) {
@@ -204,7 +207,7 @@ func TestLiveClaimLeftAlone(t *testing.T) {
 	}
 	other.Process.Kill()
 	other.Wait()
-	if cs, _ := sp.Claim("", 10); len(cs) != 1 {
+	if cs, _ := sp.Claim("", 10, "7"); len(cs) != 1 {
 		t.Fatal("a dead process's claim was not taken over")
 	}
 }
@@ -219,11 +222,13 @@ func TestDiscard(t *testing.T) {
 			t.Fatal(err)
 		}
 		if claimed {
-			if err := os.Rename(r.path(".req"), filepath.Join(sp.dir, r.ID()+".clm-"+strconv.Itoa(deadPID(t)))); err != nil {
+			if err := os.Rename(r.path(".req"), filepath.Join(sp.dir, r.ID()+".clm-"+strconv.Itoa(deadPID(t))+"-99")); err != nil {
 				t.Fatal(err)
 			}
 		}
-		r.Discard()
+		if was, tag := r.Discard(); was != claimed || (claimed && tag != "99") {
+			t.Errorf("Discard: claimed %v tag %q, want %v", was, tag, claimed)
+		}
 		if f := files(t, sp); f != "" {
 			t.Errorf("claimed=%v: files left after Discard: %s", claimed, f)
 		}
@@ -248,7 +253,7 @@ func TestAbandonedFilesRemoved(t *testing.T) {
 	dead := deadPID(t)
 	gone := []string{mk(dead, ".res", old), mk(dead, ".tmp", old)}
 	kept := []string{mk(dead, ".rtmp", time.Now()), mk(os.Getpid(), ".res", old)}
-	if _, err := sp.Claim("", 10); err != nil {
+	if _, err := sp.Claim("", 10, "7"); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range gone {

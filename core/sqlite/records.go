@@ -235,15 +235,15 @@ func (tx *Tx) PutRecord(r *Record, overwrite bool) (bool, error) {
 }
 
 // HasRecord reports whether the record r.Key exists with exactly r's
-// program, schedule, result and writer (host, user, source project): a
-// write that found its key present learns whether the row is the one it
-// meant to write, e.g. written on its behalf by a process that died before
-// saying so.
+// program, schedule, result, writer (host, user, source project) and
+// update date: a write that found its key present learns whether the row
+// is the one written on its behalf by a transaction of that date, whose
+// process died before saying so.
 func (tx *Tx) HasRecord(r *Record) (bool, error) {
 	var n int
 	err := tx.d.queryRow(`SELECT COUNT(*) FROM records WHERE key = ? AND program_hash = ? AND schedule = ?
-  AND result_json = ? AND hostname = ? AND username = ? AND source_project = ?`,
-		r.Key, r.ProgramHash, r.Schedule, r.ResultJSON, r.Hostname, r.Username, r.SourceProject).Scan(&n)
+  AND result_json = ? AND hostname = ? AND username = ? AND source_project = ? AND update_date = ?`,
+		r.Key, r.ProgramHash, r.Schedule, r.ResultJSON, r.Hostname, r.Username, r.SourceProject, r.UpdateDate).Scan(&n)
 	return n > 0, err
 }
 
