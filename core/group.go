@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tirastore/tirastore/core/environ"
@@ -66,10 +67,10 @@ type writeRequest struct {
 	Username      string `json:"username"`
 	SourceProject string `json:"source_project"`
 	Overwrite     bool   `json:"overwrite"`
-	// prevStamp: a committer that died had claimed this request and may
-	// have committed its rows, dated prevStamp; a row found exactly as
-	// requested with that date counts as written.
-	prevStamp string
+	// prevStamps: committers that died had claimed this request and may
+	// have committed its rows, dated by one of prevStamps; a row found
+	// exactly as requested with such a date counts as written.
+	prevStamps []string
 }
 
 // row is one validated record of a writeRequest.
@@ -177,8 +178,8 @@ func (s *Store) writeRecords(ctx context.Context, req *writeRequest) (int, error
 				return nil
 			}
 			// Ours to commit now, and nobody else's.
-			if claimed, tag := h.pub.Discard(); claimed {
-				req.prevStamp = tagStamp(tag)
+			if claimed, tags := h.pub.Discard(); claimed {
+				req.prevStamps = tagStamps(tags)
 			}
 		}
 		n, err := s.commitGroup(db, req, sp)
@@ -266,7 +267,7 @@ func (s *Store) commitGroup(db *sqlite.DB, req *writeRequest, sp *spool.Spool) (
 			continue
 		}
 		if c.Orphan {
-			r.prevStamp = tagStamp(c.PrevTag)
+			r.prevStamps = tagStamps(c.PrevTag)
 		}
 		reqs = append(reqs, &r)
 		mine = append(mine, c)
@@ -291,14 +292,16 @@ func (s *Store) commitGroup(db *sqlite.DB, req *writeRequest, sp *spool.Spool) (
 	return n[0], nil
 }
 
-// tagStamp is the date of the transaction whose claim carried tag (see
-// commitGroup), or "" if tag is not one.
-func tagStamp(tag string) string {
-	us, err := strconv.ParseInt(tag, 10, 64)
-	if err != nil {
-		return ""
+// tagStamps are the dates of the transactions whose claims carried tags
+// (see commitGroup and spool.Claimed.PrevTag).
+func tagStamps(tags string) []string {
+	var out []string
+	for _, tag := range strings.Split(tags, spool.TagSep) {
+		if us, err := strconv.ParseInt(tag, 10, 64); err == nil {
+			out = append(out, identity.NowISO(time.UnixMicro(us)))
+		}
 	}
-	return identity.NowISO(time.UnixMicro(us))
+	return out
 }
 
 // finish leaves a requester its result; if that fails, the claim stays and
@@ -326,9 +329,12 @@ func commitRequests(db *sqlite.DB, reqs []*writeRequest, at time.Time) ([]int, e
 					SourceProject: r.SourceProject,
 				}
 				ok, err := tx.PutRecord(rec, r.Overwrite)
-				if err == nil && !ok && r.prevStamp != "" {
+				for _, st := range r.prevStamps {
+					if err != nil || ok {
+						break
+					}
 					mine := *rec
-					mine.UpdateDate = r.prevStamp
+					mine.UpdateDate = st
 					ok, err = tx.HasRecord(&mine)
 				}
 				if err != nil {

@@ -134,7 +134,7 @@ func (r *Request) Done() { os.Remove(r.path(".res")) }
 // holds the database lock and commits the rows itself, so nobody else may.
 // If the request had been claimed (by a claimer that died or failed before
 // leaving a result, and may have committed it), it returns true and that
-// claimer's tag.
+// claimer's tags (see Claimed.PrevTag).
 func (r *Request) Discard() (claimed bool, tag string) {
 	if os.Remove(r.path(".req")) == nil {
 		return false, ""
@@ -228,7 +228,9 @@ func (s *Spool) names() ([]string, error) {
 
 // Claimed is a request a claimer has taken over. Orphan: an earlier
 // claimer had it and died (or failed) before leaving a result, so its rows
-// may be committed already; PrevTag is that claimer's tag.
+// may be committed already; PrevTag is that claimer's tag, followed by
+// those of the claimers that died before it (separated by TagSep), which
+// the new claim keeps too.
 type Claimed struct {
 	sp      *Spool
 	id, cur string // cur: the file's current name
@@ -241,7 +243,7 @@ type Claimed struct {
 func (c *Claimed) ID() string { return c.id }
 
 // Claim takes over up to max published requests, marking each claim with
-// tag (no '.' or '/'), oldest first, besides
+// tag (no '.', '/', '-' or TagSep), oldest first, besides
 // except (the caller's own request id, or ""), and also those whose
 // claimer died or is this process: it must be called only while holding
 // the database lock, which every claimer holds from its claim to its
@@ -276,6 +278,11 @@ func (s *Spool) Claim(except string, max int, tag string) ([]*Claimed, error) {
 			break
 		}
 		c := &Claimed{sp: s, id: id, cur: id + mine, Orphan: state != ".req", PrevTag: claimTag(state)}
+		if c.PrevTag != "" {
+			// Keep the dead claimers' tags: each of them may have
+			// committed the request.
+			c.cur += TagSep + c.PrevTag
+		}
 		if err := os.Rename(filepath.Join(s.dir, n), filepath.Join(s.dir, c.cur)); err != nil {
 			continue // withdrawn meanwhile
 		}
@@ -331,6 +338,10 @@ func claimerPID(state string) int {
 	pid, _ := strconv.Atoi(f)
 	return pid
 }
+
+// TagSep separates the tags a claim carries (its own, then those of
+// earlier claimers that died).
+const TagSep = "_"
 
 // claimTag is the tag in a claim's state suffix, or "".
 func claimTag(state string) string {

@@ -161,6 +161,9 @@ func TestOrphanedClaim(t *testing.T) {
 	if !cs[0].Orphan || cs[0].PrevTag != "123" {
 		t.Errorf("orphan %v, previous tag %q: want true, the dead claimer's 123", cs[0].Orphan, cs[0].PrevTag)
 	}
+	if f, want := files(t, sp), ".clm-"+strconv.Itoa(os.Getpid())+"-7"+TagSep+"123"; f != want {
+		t.Errorf("new claim %q, want %q (the dead claimer's tag kept after ours)", f, want)
+	}
 	done := make(chan error, 1)
 	go func() {
 		b, err := r.Wait(time.Millisecond, time.Minute)
