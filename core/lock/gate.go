@@ -163,6 +163,11 @@ var (
 	laneLine  = line{slots: laneSlots, counter: ticketsOffset + 8}
 )
 
+// all is a lock (typ) of every slot of ln.
+func (ln line) all(typ int16) *unix.Flock_t {
+	return &unix.Flock_t{Type: typ, Whence: 0, Start: ln.slots, Len: nSlots}
+}
+
 // # The writers' lane
 //
 // A write holds the lock several times longer than a read (its commit
@@ -262,8 +267,8 @@ func (g *gate) awaitLull(ctx context.Context, deadline time.Time) error {
 // queueBusy reports whether another process of this node is in the queue
 // (at its head or waiting).
 func (g *gate) queueBusy() bool {
-	lk := &unix.Flock_t{Type: unix.F_WRLCK, Start: queueSlots, Len: nSlots}
-	return unix.FcntlFlock(g.f.Fd(), unix.F_GETLK, lk) == nil && lk.Type != unix.F_UNLCK
+	_, busy := g.inLine(queueLine)
+	return busy
 }
 
 // join takes a ticket in ln and waits until this process is at its head;
@@ -335,12 +340,8 @@ func (g *gate) wait(ctx context.Context, deadline time.Time, at, also int64) err
 			}
 		}
 	}()
-	var timeout <-chan time.Time
-	if !deadline.IsZero() {
-		t := time.NewTimer(time.Until(deadline))
-		defer t.Stop()
-		timeout = t.C
-	}
+	timeout, stop := deadlineTimer(deadline)
+	defer stop()
 	poll := time.NewTicker(ctxPoll)
 	defer poll.Stop()
 	for {
@@ -430,15 +431,21 @@ func (g *gate) yieldIfDue(ctx context.Context, maxBackoff time.Duration) error {
 	return sleepCtx(ctx, rand.N(min(maxBackoff, gatedMaxBackoff)+1))
 }
 
+// deadlineTimer is a channel that fires at deadline (nil, never, for the
+// zero time) and the function that stops its timer.
+func deadlineTimer(deadline time.Time) (<-chan time.Time, func()) {
+	if deadline.IsZero() {
+		return nil, func() {}
+	}
+	t := time.NewTimer(time.Until(deadline))
+	return t.C, func() { t.Stop() }
+}
+
 // waitChan waits until ch is closed, ctx is done or deadline passes
 // (errGateTimeout).
 func waitChan(ctx context.Context, deadline time.Time, ch <-chan struct{}) error {
-	var timeout <-chan time.Time
-	if !deadline.IsZero() {
-		t := time.NewTimer(time.Until(deadline))
-		defer t.Stop()
-		timeout = t.C
-	}
+	timeout, stop := deadlineTimer(deadline)
+	defer stop()
 	select {
 	case <-ch:
 		return nil
@@ -496,18 +503,25 @@ func (g *gate) unlockByte(at int64) {
 // laneBusy reports whether another process of this node is in the writers'
 // lane (at its head or waiting): a write that starts now would wait.
 func (g *gate) laneBusy() bool {
-	lk := &unix.Flock_t{Type: unix.F_WRLCK, Start: laneSlots, Len: nSlots}
-	return unix.FcntlFlock(g.f.Fd(), unix.F_GETLK, lk) == nil && lk.Type != unix.F_UNLCK
+	_, busy := g.inLine(laneLine)
+	return busy
 }
 
 // holder is the pid of a process that holds the gate (0 if none or unknown),
 // for timeout messages.
 func (g *gate) holder() int {
-	lk := &unix.Flock_t{Type: unix.F_WRLCK, Start: queueSlots, Len: nSlots}
+	pid, _ := g.inLine(queueLine)
+	return pid
+}
+
+// inLine reports whether another process of this node holds a slot of ln
+// (F_GETLK sees only other processes' locks), and the pid of one of them.
+func (g *gate) inLine(ln line) (pid int, busy bool) {
+	lk := ln.all(unix.F_WRLCK)
 	if err := unix.FcntlFlock(g.f.Fd(), unix.F_GETLK, lk); err != nil || lk.Type == unix.F_UNLCK {
-		return 0
+		return 0, false
 	}
-	return int(lk.Pid)
+	return int(lk.Pid), true
 }
 
 // close releases the descriptor (and with it this process's gate lock), or
@@ -526,8 +540,8 @@ func (g *gate) close() {
 	}
 	fd := g.f.Fd()
 	if unix.FcntlFlock(fd, unix.F_SETLK, byteLock(unix.F_WRLCK, ticketByte)) == nil &&
-		unix.FcntlFlock(fd, unix.F_SETLK, &unix.Flock_t{Type: unix.F_WRLCK, Start: queueSlots, Len: nSlots}) == nil &&
-		unix.FcntlFlock(fd, unix.F_SETLK, &unix.Flock_t{Type: unix.F_WRLCK, Start: laneSlots, Len: nSlots}) == nil {
+		unix.FcntlFlock(fd, unix.F_SETLK, queueLine.all(unix.F_WRLCK)) == nil &&
+		unix.FcntlFlock(fd, unix.F_SETLK, laneLine.all(unix.F_WRLCK)) == nil {
 		os.Remove(g.path)
 	}
 	g.f.Close()

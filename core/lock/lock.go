@@ -630,12 +630,8 @@ func (l *Lock) lockLocal(ctx context.Context, start, deadline time.Time) error {
 		return nil
 	default:
 	}
-	var timeout <-chan time.Time
-	if !deadline.IsZero() {
-		t := time.NewTimer(time.Until(deadline))
-		defer t.Stop()
-		timeout = t.C
-	}
+	timeout, stop := deadlineTimer(deadline)
+	defer stop()
 	select {
 	case l.sem <- struct{}{}:
 		return nil
