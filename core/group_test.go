@@ -16,8 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/tirastore/tirastore/core/internal/proclocks"
 	"github.com/tirastore/tirastore/core/lock"
 	"github.com/tirastore/tirastore/core/pyjson"
 )
@@ -187,27 +186,16 @@ func waitBlocked(t *testing.T, db string, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st unix.Stat_t
-	if err := unix.Stat(lock.GateFile(lp), &st); err != nil {
-		t.Fatal(err)
-	}
-	id := fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		b, err := os.ReadFile("/proc/locks")
+		blocked, err := proclocks.Blocked(lock.GateFile(lp))
 		if err != nil {
-			t.Skip("no /proc/locks:", err)
+			t.Skip(err)
 		}
-		blocked := 0
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) > 6 && f[1] == "->" && f[6] == id {
-				blocked++
-			}
-		}
-		if blocked >= n {
+		if len(blocked) >= n {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d processes blocked in the queue, want %d", blocked, n)
+			t.Fatalf("%d processes blocked in the queue, want %d", len(blocked), n)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

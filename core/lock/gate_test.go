@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/tirastore/tirastore/core/internal/proclocks"
 )
 
 const envGateChild = "TIRASTORE_TEST_GATE_LOCK"
@@ -125,45 +124,23 @@ func blockedOn(t *testing.T, path string) int {
 	return len(blockedBytes(t, path))
 }
 
-// holds reports whether process pid holds a lock on the file (a line of
-// /proc/locks that is not a blocked request).
+// holds reports whether process pid holds a lock on the file.
 func holds(t *testing.T, path string, pid int) bool {
 	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return false // not created yet
-	}
-	b, err := os.ReadFile("/proc/locks")
+	ok, err := proclocks.Holds(path, pid)
 	if err != nil {
-		t.Skip("no /proc/locks:", err)
+		t.Skip(err)
 	}
-	id := fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 5 && f[1] != "->" && f[4] == strconv.Itoa(pid) && f[5] == id {
-			return true
-		}
-	}
-	return false
+	return ok
 }
 
 // blockedBytes lists the first byte of every blocked lock request on the
 // file in /proc/locks.
 func blockedBytes(t *testing.T, path string) []string {
 	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile("/proc/locks")
+	starts, err := proclocks.Blocked(path)
 	if err != nil {
-		t.Skip("no /proc/locks:", err)
-	}
-	id := fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
-	var starts []string
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 7 && f[1] == "->" && f[6] == id {
-			starts = append(starts, f[7])
-		}
+		t.Skip(err)
 	}
 	return starts
 }
