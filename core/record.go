@@ -8,26 +8,22 @@ import (
 	"github.com/tirastore/tirastore/core/schedule"
 )
 
-// prepared is one validated record, ready to write.
-type prepared struct {
-	key, schedule, resultJSON string
-}
-
 // prepare validates one measurement the way the original did, in its order
-// (times, then the normalized schedule), and computes its key.
-func prepare(programHash string, m *Measurement) (*prepared, error) {
+// (times, then the normalized schedule), and computes its key: the row to
+// write.
+func prepare(programHash string, m *Measurement) (row, error) {
 	if err := checkText("tiralib_schedule_string", m.Schedule); err != nil {
-		return nil, err
+		return row{}, err
 	}
 	rj, err := m.resultJSON()
 	if err != nil {
-		return nil, err
+		return row{}, err
 	}
 	norm := schedule.Normalize(m.Schedule)
 	if ok, reason := schedule.Validate(norm); !ok {
-		return nil, newError(KindValue, "Invalid schedule string: %s", reason)
+		return row{}, newError(KindValue, "Invalid schedule string: %s", reason)
 	}
-	return &prepared{key: keys.RecordKeyNormalized(programHash, norm), schedule: norm, resultJSON: rj}, nil
+	return row{Key: keys.RecordKeyNormalized(programHash, norm), Schedule: norm, ResultJSON: rj}, nil
 }
 
 // Record stores one measurement and reports whether it wrote (false when the
@@ -56,7 +52,7 @@ func (s *Store) record(ctx context.Context, programName, source string, ms []Mea
 	hash := keys.ProgramHash(source)
 	rows := make([]row, len(ms))
 	for i := range ms {
-		p, err := prepare(hash, &ms[i])
+		r, err := prepare(hash, &ms[i])
 		if err != nil {
 			if many {
 				e := err.(*Error)
@@ -64,7 +60,7 @@ func (s *Store) record(ctx context.Context, programName, source string, ms []Mea
 			}
 			return 0, err
 		}
-		rows[i] = row{Key: p.key, Schedule: p.schedule, ResultJSON: p.resultJSON}
+		rows[i] = r
 	}
 	req := &writeRequest{Hash: hash, Name: programName, Source: source, Rows: rows,
 		Hostname: s.hostname, Username: s.username, SourceProject: s.opts.SourceProject, Overwrite: overwrite}
