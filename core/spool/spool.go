@@ -89,24 +89,31 @@ var seq atomic.Uint64
 func (s *Spool) Publish(payload []byte) (*Request, error) {
 	id := fmt.Sprintf("%019d-%d-%d", time.Now().UnixNano(), os.Getpid(), seq.Add(1))
 	r := &Request{sp: s, id: id}
-	tmp := r.path(".tmp")
-	err := os.WriteFile(tmp, payload, 0o600)
+	err := install(r.path(".tmp"), r.path(".req"), payload)
 	if errors.Is(err, os.ErrNotExist) {
 		// The last store of the database on this node closed and removed
 		// the empty directory: make it again.
 		if _, err = Open(s.dir); err == nil {
-			err = os.WriteFile(tmp, payload, 0o600)
+			err = install(r.path(".tmp"), r.path(".req"), payload)
 		}
 	}
 	if err != nil {
-		os.Remove(tmp)
-		return nil, err
-	}
-	if err := os.Rename(tmp, r.path(".req")); err != nil {
-		os.Remove(tmp)
 		return nil, err
 	}
 	return r, nil
+}
+
+// install writes b to tmp and renames it to dst, so that dst appears whole
+// or not at all.
+func install(tmp, dst string, b []byte) error {
+	err := os.WriteFile(tmp, b, 0o600)
+	if err == nil {
+		err = os.Rename(tmp, dst)
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
 }
 
 // ID names the request (for messages and tests).
@@ -299,13 +306,7 @@ func (s *Spool) Claim(except string, max int, tag string) ([]*Claimed, error) {
 // Finish leaves result for the requester: the result file appears before
 // the claim disappears, so a requester always finds one of them.
 func (c *Claimed) Finish(result []byte) error {
-	tmp := filepath.Join(c.sp.dir, c.id+".rtmp")
-	if err := os.WriteFile(tmp, result, 0o600); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(c.sp.dir, c.id+".res")); err != nil {
-		os.Remove(tmp)
+	if err := install(filepath.Join(c.sp.dir, c.id+".rtmp"), filepath.Join(c.sp.dir, c.id+".res"), result); err != nil {
 		return err
 	}
 	return os.Remove(filepath.Join(c.sp.dir, c.cur))
