@@ -1,6 +1,8 @@
 package core
 
 import (
+	"math"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -53,30 +55,40 @@ func Times(xs ...float64) []pyjson.Number {
 }
 
 // resultJSON validates m's times and renders result_json exactly as the
-// original wrote it: {"is_legal":<bool>,"execution_times":<list or null>}.
+// original wrote it: {"is_legal":<bool>,"execution_times":<list or null>}
+// (json.dumps with separators (",", ":")). The document has this one shape,
+// so it is written directly rather than through pyjson.Marshal: record_many
+// renders one per entry, and the generic encoder was the largest part of
+// preparing an entry. TestResultJSONMatchesMarshal holds the two equal.
 func (m *Measurement) resultJSON() (string, error) {
 	if m.IsLegal && len(m.ExecutionTimes) == 0 {
 		return "", newError(KindValue, "execution_times must be provided (non-empty list) when is_legal is True.")
 	}
-	obj := pyjson.NewObject()
-	obj.Set("is_legal", m.IsLegal)
+	b := make([]byte, 0, 40+12*len(m.ExecutionTimes))
+	b = append(b, `{"is_legal":`...)
+	b = strconv.AppendBool(b, m.IsLegal)
+	b = append(b, `,"execution_times":`...)
 	if m.ExecutionTimes == nil {
-		obj.Set("execution_times", nil)
-	} else {
-		for i, t := range m.ExecutionTimes {
-			if _, err := t.Float64(); err != nil {
-				return "", newError(KindValue, "execution_times[%d] is not a number: %q", i, string(t))
-			}
-			if !t.IsFinite() {
-				return "", newError(KindValue, "execution_times[%d] must be a finite number, got %s", i, string(t))
-			}
+		b = append(b, "null}"...)
+		return string(b), nil
+	}
+	b = append(b, '[')
+	for i, t := range m.ExecutionTimes {
+		f, err := t.Float64()
+		if err != nil {
+			return "", newError(KindValue, "execution_times[%d] is not a number: %q", i, string(t))
 		}
-		obj.Set("execution_times", m.ExecutionTimes)
+		if math.IsInf(f, 0) || math.IsNaN(f) {
+			return "", newError(KindValue, "execution_times[%d] must be a finite number, got %s", i, string(t))
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if b, err = pyjson.AppendNumber(b, t); err != nil {
+			return "", wrapError(KindInternal, err, "encode result_json: %v", err)
+		}
 	}
-	b, err := pyjson.Marshal(obj, pyjson.Compact)
-	if err != nil {
-		return "", wrapError(KindInternal, err, "encode result_json: %v", err)
-	}
+	b = append(b, "]}"...)
 	return string(b), nil
 }
 

@@ -344,17 +344,30 @@ func (e *encoder) newline(level int) {
 }
 
 func (e *encoder) number(n Number) error {
+	b, err := AppendNumber(e.buf, n)
+	if err != nil {
+		return err
+	}
+	e.buf = b
+	return nil
+}
+
+// AppendNumber appends n the way json.dumps writes the value json.loads made
+// of it ("1.50" -> 1.5, "1E5" -> 100000.0, "-0" -> 0), so that a caller
+// writing a fixed-shape document (a record's result_json, thousands per
+// record_many) need not build an Object for Marshal. It fails on invalid
+// syntax and on integers longer than Python's digit limit, as Marshal does.
+func AppendNumber(dst []byte, n Number) ([]byte, error) {
 	valid, isInt := n.classify()
 	if !valid {
-		return fmt.Errorf("pyjson: invalid Number %q", string(n))
+		return dst, fmt.Errorf("pyjson: invalid Number %q", string(n))
 	}
 	if !isInt {
 		f, err := n.Float64()
 		if err != nil {
-			return err
+			return dst, err
 		}
-		e.buf = appendFloat(e.buf, f)
-		return nil
+		return appendFloat(dst, f), nil
 	}
 	s := string(n)
 	digits := len(s)
@@ -362,13 +375,12 @@ func (e *encoder) number(n Number) error {
 		digits--
 	}
 	if digits > MaxIntDigits {
-		return fmt.Errorf("pyjson: integer Number has %d digits, more than Python's limit of %d for int to str conversion", digits, MaxIntDigits)
+		return dst, fmt.Errorf("pyjson: integer Number has %d digits, more than Python's limit of %d for int to str conversion", digits, MaxIntDigits)
 	}
 	if s == "-0" {
 		s = "0" // int("-0") == 0
 	}
-	e.buf = append(e.buf, s...)
-	return nil
+	return append(dst, s...), nil
 }
 
 const hexDigits = "0123456789abcdef"
