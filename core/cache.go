@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tirastore/tirastore/core/changelog"
 	"github.com/tirastore/tirastore/core/failpoint"
 	"github.com/tirastore/tirastore/core/sqlite"
 )
@@ -42,6 +43,18 @@ import (
 // lookups of that program, hits and misses alike, are answered from memory
 // until something commits. While others write, generations change at
 // every operation and no prefetch happens, so writers never pay for it.
+//
+// # Following the node's commits
+//
+// A commit of this engine logs the rows it changed (core/changelog), and a
+// cache whose generation is the one that commit started from applies them
+// and moves to the generation it left: entries stay valid across the
+// commits of this node's processes, and a loaded program stays complete.
+// Only a commit that was not logged (another node, an old Python worker, an
+// administrative change, a committer killed before it logged) makes the
+// cache start over. While the log keeps up, a program is loaded even while
+// others write; after a commit that was not logged, only in a quiet phase
+// again, for followQuiet.
 type resultCache struct {
 	mu      sync.Mutex
 	hdr     *os.File // nil: no lock-free reads (no kept connection)
@@ -58,6 +71,11 @@ type resultCache struct {
 	// synced: sync ran in the current locked operation (reset when the
 	// lock is taken), so that finish need not read the header again.
 	synced bool
+	// file is hdr's file; log follows the node's commits (nil: no log);
+	// brokeAt is when a commit that was not logged last emptied the cache.
+	file    changelog.FileID
+	log     *changelog.Reader
+	brokeAt time.Time
 }
 
 // prefetchLimit bounds a program prefetch: loading 10,000 records takes
@@ -80,6 +98,10 @@ type resultCache struct {
 const (
 	prefetchLimit       = 10000
 	quietBeforePrefetch = 20 * time.Millisecond
+	// followQuiet: how long after a commit that was not logged a program
+	// is loaded only in a quiet phase. Where such commits are frequent (old
+	// Python workers, other nodes), loads would be emptied again soon after.
+	followQuiet = 10 * time.Second
 )
 
 var prefetchMaxPages uint32 = 4096 // a variable for tests
@@ -88,13 +110,19 @@ var prefetchMaxPages uint32 = 4096 // a variable for tests
 // autoscheduler are mostly of new schedules, so recency buys little).
 const maxCached = 1 << 16
 
-// setFile points lock-free reads at a new header descriptor (nil: none) and
-// forgets every entry.
-func (c *resultCache) setFile(hdr *os.File) {
+// setFile points lock-free reads at a new header descriptor (nil: none) of
+// file, following the node's commits through log (nil: none), and forgets
+// every entry.
+func (c *resultCache) setFile(hdr *os.File, file changelog.FileID, log *changelog.Reader) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.hdr = hdr
+	c.hdr, c.file, c.log = hdr, file, nil
+	c.gen, c.genSince = generation{}, time.Time{} // learnt again under the lock
 	c.reset()
+	if hdr != nil && log != nil {
+		c.log = log
+		_, _, _ = log.Next() // from here on: the cache starts empty
+	}
 }
 
 // reset forgets every entry (the caller holds c.mu).
@@ -103,47 +131,154 @@ func (c *resultCache) reset() {
 }
 
 // get returns the entry for key of program progHash if the database is
-// provably unchanged since it was read; ok is false otherwise (take the
-// lock). An absent key of a complete program is a known miss.
+// provably unchanged since it was read, or changed only by logged commits
+// that the cache applied; ok is false otherwise (take the lock). An absent
+// key of a complete program is a known miss.
 func (c *resultCache) get(progHash, key string) (rec *sqlite.Record, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	rec, ok = c.entries[key]
-	if !ok && c.complete[progHash] {
-		rec, ok = nil, true
-	}
-	if !ok || c.hdr == nil {
+	if _, ok = c.lookup(progHash, key); !ok || c.hdr == nil {
 		return nil, false
 	}
 	if failpoint.Enabled(failpoint.CacheTrust) {
-		return rec, true
+		return c.lookup(progHash, key)
 	}
-	if !c.unchanged() {
-		c.reset()
+	if !c.current() {
 		return nil, false
 	}
-	return rec, true
+	return c.lookup(progHash, key)
+}
+
+// lookup is what the entries say of key (the caller holds c.mu).
+func (c *resultCache) lookup(progHash, key string) (*sqlite.Record, bool) {
+	rec, ok := c.entries[key]
+	if !ok && c.complete[progHash] {
+		return nil, true
+	}
+	return rec, ok
+}
+
+// getLocked is get for a caller that holds the lock: the generation read
+// when it was taken is the database's.
+func (c *resultCache) getLocked(progHash, key string) (*sqlite.Record, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hdr == nil || c.gen != c.atAcquire || c.genSince.IsZero() {
+		return nil, false
+	}
+	return c.lookup(progHash, key)
+}
+
+// current reports whether the entries are the database's current content:
+// the file still has a name and its generation is the cache's, or becomes
+// it by applying the logged commits (the caller holds c.mu). Entries that
+// are not current are kept: under the lock, sync either brings them up to
+// date from the log or drops them.
+func (c *resultCache) current() bool {
+	if ok, err := linked(c.hdr); err != nil || !ok {
+		return false
+	}
+	h, err := readHeader(c.hdr)
+	if err != nil {
+		return false
+	}
+	g := h.generation()
+	if g == c.gen {
+		return true
+	}
+	if !c.follow(g) {
+		return false
+	}
+	if c.gen == g {
+		return true
+	}
+	// The log went past the header read above: a commit since then.
+	if h, err = readHeader(c.hdr); err != nil {
+		return false
+	}
+	return h.generation() == c.gen
+}
+
+// follow applies the logged commits that chain from the cache's
+// generation, and reports whether any did (the caller holds c.mu).
+func (c *resultCache) follow(target generation) bool {
+	if c.log == nil || c.genSince.IsZero() {
+		return false
+	}
+	entries, _, err := c.log.Next()
+	if err != nil {
+		return false
+	}
+	moved := false
+	for _, e := range entries {
+		// The negative control of the log's tests applies entries whether
+		// or not they start where the cache is.
+		chained := generation(e.Before) == c.gen || failpoint.Enabled(failpoint.ChangeLogUnchained)
+		if e.File != c.file || !chained {
+			continue
+		}
+		c.apply(e)
+		c.gen, c.genSince, moved = generation(e.After), time.Now(), true
+	}
+	return moved
+}
+
+// apply changes the entries as the logged commit e changed the database
+// (the caller holds c.mu).
+func (c *resultCache) apply(e *changelog.Entry) {
+	for _, d := range e.Drop {
+		c.forget(d.Key, d.ProgramHash)
+		delete(c.complete, d.ProgramHash)
+	}
+	for _, r := range e.Put {
+		c.forget(r.Key, r.ProgramHash)
+		if c.entries == nil || len(c.entries) >= maxCached {
+			c.reset()
+			c.entries = make(map[string]*sqlite.Record)
+		}
+		c.entries[r.Key] = r // a complete program stays complete
+	}
+}
+
+// forget drops key, whose row now belongs to program progHash: if it
+// belonged to another program, that one is no longer complete (the caller
+// holds c.mu).
+func (c *resultCache) forget(key, progHash string) {
+	if old, ok := c.entries[key]; ok {
+		if old != nil && old.ProgramHash != progHash {
+			delete(c.complete, old.ProgramHash)
+		}
+		delete(c.entries, key)
+	}
 }
 
 // noteAcquire remembers the generation read when the lock was taken.
 func (c *resultCache) noteAcquire(g generation) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.atAcquire, c.synced = g, false
-	c.mu.Unlock()
+	if c.hdr != nil && g != c.gen {
+		c.follow(g) // under the lock every logged commit is in the log
+	}
 }
 
-// shouldPrefetch: a quiet phase (nothing committed since this store's
-// previous locked operation, which left entries, nor for
-// quietBeforePrefetch before that) and progHash neither complete nor known
-// to be too big. The caller holds the lock.
-func (c *resultCache) shouldPrefetch(progHash string) bool {
+// shouldPrefetch: progHash is neither complete nor known to be too big,
+// the database is small enough, and either the cache has been following
+// the node's commits (none unlogged for followQuiet) or it is a quiet phase
+// (nothing committed since this store's previous locked operation, which
+// left entries, nor for quietBeforePrefetch before that) in which no write
+// waits. The caller holds the lock.
+func (c *resultCache) shouldPrefetch(progHash string, writesWaiting func() bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if pages, ok := c.atAcquire.pages(); !ok || pages > prefetchMaxPages {
 		return false
 	}
-	return c.hdr != nil && progHash != "" && len(c.entries) > 0 && c.atAcquire == c.gen &&
-		time.Since(c.genSince) >= quietBeforePrefetch && !c.complete[progHash] && !c.tooBig[progHash]
+	if c.hdr == nil || progHash == "" || c.atAcquire != c.gen || c.complete[progHash] || c.tooBig[progHash] {
+		return false
+	}
+	following := c.log != nil && !c.genSince.IsZero() && (c.brokeAt.IsZero() || time.Since(c.brokeAt) >= followQuiet)
+	return following || len(c.entries) > 0 && time.Since(c.genSince) >= quietBeforePrefetch && !writesWaiting()
 }
 
 // putProgram remembers every record of a program (complete) or that it has
@@ -173,15 +308,6 @@ func (c *resultCache) putProgram(progHash string, recs []*sqlite.Record) {
 		c.complete = map[string]bool{}
 	}
 	c.complete[progHash] = true
-}
-
-// unchanged: the file still has a name and the same generation.
-func (c *resultCache) unchanged() bool {
-	if ok, err := linked(c.hdr); err != nil || !ok {
-		return false
-	}
-	h, err := readHeader(c.hdr)
-	return err == nil && h.generation() == c.gen
 }
 
 // sync re-reads the generation, under the lock, after a read whose result
@@ -214,10 +340,18 @@ func (c *resultCache) syncLocked() {
 		c.reset()
 		return
 	}
-	if g := h.generation(); g != c.gen || c.genSince.IsZero() {
-		c.gen, c.genSince = g, time.Now()
-		c.reset()
+	g := h.generation()
+	if g == c.gen && !c.genSince.IsZero() {
+		return
 	}
+	if c.follow(g) && c.gen == g {
+		return
+	}
+	if !c.genSince.IsZero() && (len(c.entries) > 0 || len(c.complete) > 0) {
+		c.brokeAt = time.Now() // a commit that was not logged
+	}
+	c.gen, c.genSince = g, time.Now()
+	c.reset()
 }
 
 // put remembers what a locked read returned for key (nil: absent). The

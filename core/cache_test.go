@@ -1,6 +1,7 @@
 package core
 
 import (
+	"database/sql"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -45,6 +46,7 @@ func lookupTimes(t *testing.T, st *Store, i int) []float64 {
 // and then answers hits and misses without taking the lock; a commit by the
 // other store is seen at once.
 func TestProgramPrefetch(t *testing.T) {
+	t.Setenv("TIRASTORE_CHANGE_LOG", "0") // the quiet phase alone (see TestFollowLoggedCommits)
 	w, r := twoStores(t)
 	for i := 0; i < 3; i++ {
 		if _, err := w.Record(ctx, "p", src, Measurement{Schedule: schedN(i), IsLegal: true, ExecutionTimes: Times(float64(i))}, false); err != nil {
@@ -90,6 +92,7 @@ func TestProgramPrefetch(t *testing.T) {
 func TestNoPrefetchOfLargeDatabase(t *testing.T) {
 	old := prefetchMaxPages
 	t.Cleanup(func() { prefetchMaxPages = old })
+	t.Setenv("TIRASTORE_CHANGE_LOG", "0") // the quiet phase alone
 	w, r := twoStores(t)
 	ms := make([]Measurement, 200)
 	for i := range ms {
@@ -179,10 +182,23 @@ func TestProgramTooBigToPrefetch(t *testing.T) {
 	}
 }
 
-// TestNoPrefetchWhileOthersWrite: a store that reads between commits (even
-// twice in a row) never loads whole programs.
+// TestNoPrefetchWhileOthersWrite: a store that reads between commits it
+// cannot follow (not logged: another node, an old worker) never loads whole
+// programs, even when it reads twice in a row between two commits.
 func TestNoPrefetchWhileOthersWrite(t *testing.T) {
-	w, r := twoStores(t)
+	path := filepath.Join(t.TempDir(), "cache.db")
+	t.Setenv("TIRASTORE_CHANGE_LOG", "0")
+	w, err := Open(ctx, path, Options{CPUModel: "X"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	os.Unsetenv("TIRASTORE_CHANGE_LOG")
+	r, err := Open(ctx, path, Options{CPUModel: "X"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
 	for i := 0; i < 200; i++ {
 		if _, err := w.Record(ctx, "p", src, Measurement{Schedule: schedN(i), IsLegal: true, ExecutionTimes: Times(1)}, false); err != nil {
 			t.Fatal(err)
@@ -194,5 +210,73 @@ func TestNoPrefetchWhileOthersWrite(t *testing.T) {
 	defer r.cache.mu.Unlock()
 	if len(r.cache.complete) != 0 {
 		t.Errorf("loaded a whole program while another store was writing")
+	}
+}
+
+// TestFollowLoggedCommits: a store that follows the change log loads a
+// program while another store writes, and then answers every lookup, of
+// new records, overwritten ones and absent keys alike, without the lock
+// and as a locked read would. Negative control: with the log's entries
+// applied whether or not they chain (failpoint changelog-unchained, see
+// tests/python/test_freshness.py), a commit that was not logged is missed.
+func TestFollowLoggedCommits(t *testing.T) {
+	w, r := twoStores(t)
+	record := func(i int, v float64, overwrite bool) {
+		t.Helper()
+		if _, err := w.Record(ctx, "p", src, Measurement{Schedule: schedN(i), IsLegal: true, ExecutionTimes: Times(v)}, overwrite); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record(0, 0, false)
+	lookupTimes(t, r, 0) // locked: the cache learns the generation
+	record(1, 1, false)
+	if got := lookupTimes(t, r, 100); got != nil { // locked, following the log: loads program p
+		t.Fatalf("lookup 100 = %v", got)
+	}
+	r.cache.mu.Lock()
+	complete := r.cache.complete[keys.ProgramHash(src)]
+	r.cache.mu.Unlock()
+	if !complete {
+		t.Fatal("program not loaded while following the log")
+	}
+	before := r.LockStats().Acquired
+	want := map[int]float64{0: 0, 1: 1}
+	for i := 2; i < 40; i++ {
+		switch i % 3 {
+		case 0:
+			record(i, float64(i), false)
+			want[i] = float64(i)
+		case 1:
+			record(i%7, -float64(i), true) // an overwrite: dropped from the cache
+			want[i%7] = -float64(i)
+		}
+		for k := 0; k < 45; k++ {
+			got := lookupTimes(t, r, k)
+			v, ok := want[k]
+			if (got != nil) != ok || (ok && got[0] != v) {
+				t.Fatalf("after write %d: lookup %d = %v, want %v (present %v)", i, k, got, v, ok)
+			}
+		}
+	}
+	// Overwritten keys are read under the lock once each; everything else
+	// comes from the cache.
+	if n := r.LockStats().Acquired - before; n > 20 {
+		t.Errorf("%d lock acquisitions for lookups while following, want at most the overwrites' (14)", n)
+	}
+	// A commit that is not logged: the reader must not serve its old entries.
+	raw, err := sql.Open("sqlite3", r.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if _, err := raw.Exec("DELETE FROM records WHERE key = ?", keys.RecordKey(keys.ProgramHash(src), schedN(3))); err != nil {
+		t.Fatal(err)
+	}
+	record(41, 41, false) // logged, but from a generation the reader never saw
+	if got := lookupTimes(t, r, 3); got != nil {
+		t.Fatalf("deleted record still served: %v", got)
+	}
+	if got := lookupTimes(t, r, 41); len(got) != 1 || got[0] != 41 {
+		t.Fatalf("lookup 41 = %v", got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tirastore/tirastore/core/changelog"
 	"github.com/tirastore/tirastore/core/environ"
 	"github.com/tirastore/tirastore/core/failpoint"
 	"github.com/tirastore/tirastore/core/sqlite"
@@ -48,8 +49,9 @@ import (
 // connection for every operation, as the original did, and never serves
 // lookups from its cache without the lock.
 type conn struct {
-	db  *sqlite.DB
-	hdr *os.File // read-only descriptor for header reads (cache validation)
+	db   *sqlite.DB
+	hdr  *os.File         // read-only descriptor for header reads (cache validation)
+	file changelog.FileID // hdr's file, named in the change log's entries
 }
 
 // Filesystem magic numbers (statfs f_type) of filesystems whose clients
@@ -159,13 +161,20 @@ func (s *Store) connect() (*conn, error) {
 		}
 	}
 	c := &conn{db: db, hdr: hdr}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(hdr.Fd()), &st); err != nil {
+		db.Close()
+		hdr.Close()
+		return nil, err
+	}
+	c.file = changelog.FileID{Dev: uint64(st.Dev), Ino: st.Ino}
 	if err := s.checkConn(c); err != nil {
 		db.Close()
 		hdr.Close()
 		return nil, err
 	}
 	s.conn = c
-	s.cache.setFile(hdr)
+	s.cache.setFile(hdr, c.file, s.changeReader)
 	return c, nil
 }
 
@@ -189,7 +198,7 @@ func (s *Store) checkConn(c *conn) error {
 func (s *Store) dropConn() {
 	if c := s.conn; c != nil {
 		s.conn = nil
-		s.cache.setFile(nil)
+		s.cache.setFile(nil, changelog.FileID{}, nil)
 		c.db.Close()
 		c.hdr.Close()
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tirastore/tirastore/core/changelog"
 	"github.com/tirastore/tirastore/core/environ"
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/lock"
@@ -237,7 +238,7 @@ func (s *Store) handedOverResult(ctx context.Context, h *handover, req *writeReq
 func (s *Store) commitAlone(ctx context.Context, req *writeRequest) (int, error) {
 	written := 0
 	err := s.withWriteDB(ctx, "record", func(db *sqlite.DB) error {
-		n, err := commitRequests(db, []*writeRequest{req}, now())
+		n, err := s.commitRequests(db, []*writeRequest{req}, now())
 		if err == nil {
 			written = n[0]
 		}
@@ -272,12 +273,12 @@ func (s *Store) commitGroup(db *sqlite.DB, req *writeRequest, sp *spool.Spool) (
 		reqs = append(reqs, &r)
 		mine = append(mine, c)
 	}
-	n, err := commitRequests(db, reqs, at)
+	n, err := s.commitRequests(db, reqs, at)
 	if err != nil && len(mine) > 0 {
 		for _, c := range mine {
 			finish(c, writeResult{Retry: true})
 		}
-		n, err = commitRequests(db, reqs[:1], now())
+		n, err = s.commitRequests(db, reqs[:1], now())
 		if err != nil {
 			return 0, err
 		}
@@ -312,12 +313,45 @@ func finish(c *spool.Claimed, res writeResult) {
 }
 
 // commitRequests writes every request in one transaction dated at, in
-// order, and returns how many rows of each were written.
-func commitRequests(db *sqlite.DB, reqs []*writeRequest, at time.Time) ([]int, error) {
+// order, and returns how many rows of each were written. It logs the
+// transaction's changes for the node's other caches (see resultCache).
+func (s *Store) commitRequests(db *sqlite.DB, reqs []*writeRequest, at time.Time) ([]int, error) {
+	before, logged := s.generationNow()
+	written, changes, err := commitRequests(db, reqs, at)
+	if err != nil || !logged {
+		return written, err
+	}
+	if after, ok := s.generationNow(); ok && after != before {
+		changes.File, changes.Before, changes.After = s.conn.file, changelog.Generation(before), changelog.Generation(after)
+		if err := s.changes.Append(changes); err != nil {
+			// The node's caches then start over at this commit, as they
+			// would without the log.
+			s.changes.Close()
+		}
+	}
+	return written, nil
+}
+
+// generationNow reads the database's generation under the lock; ok is
+// false when commits are not logged (fresh connections, no log).
+func (s *Store) generationNow() (g generation, ok bool) {
+	if s.changes == nil || s.conn == nil || s.fresh {
+		return g, false
+	}
+	h, err := readHeader(s.conn.hdr)
+	if err != nil {
+		return g, false
+	}
+	return h.generation(), true
+}
+
+func commitRequests(db *sqlite.DB, reqs []*writeRequest, at time.Time) ([]int, *changelog.Entry, error) {
 	written := make([]int, len(reqs))
 	stamp := identity.NowISO(at)
+	var changes *changelog.Entry
 	err := db.Tx(func(tx *sqlite.Tx) error {
 		clear(written)
+		changes = &changelog.Entry{}
 		for i, r := range reqs {
 			if err := tx.PutProgram(sqlite.Program{Hash: r.Hash, Name: r.Name, Source: r.Source}); err != nil {
 				return err
@@ -329,6 +363,14 @@ func commitRequests(db *sqlite.DB, reqs []*writeRequest, at time.Time) ([]int, e
 					SourceProject: r.SourceProject,
 				}
 				ok, err := tx.PutRecord(rec, r.Overwrite)
+				switch {
+				case err != nil:
+				case ok && r.Overwrite:
+					// Inserted, or updated keeping the old creation date.
+					changes.Drop = append(changes.Drop, changelog.Dropped{Key: rec.Key, ProgramHash: rec.ProgramHash})
+				case ok:
+					changes.Put = append(changes.Put, rec) // exactly what a lookup now reads
+				}
 				for _, st := range r.prevStamps {
 					if err != nil || ok {
 						break
@@ -347,5 +389,5 @@ func commitRequests(db *sqlite.DB, reqs []*writeRequest, at time.Time) ([]int, e
 		}
 		return nil
 	})
-	return written, err
+	return written, changes, err
 }

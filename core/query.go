@@ -161,7 +161,11 @@ func (s *Store) read(ctx context.Context, op, progHash, key string) (*sqlite.Rec
 	}
 	var rec *sqlite.Record
 	err := s.withDB(ctx, op, func(db *sqlite.DB) (err error) {
-		if s.cache.shouldPrefetch(progHash) && !s.lk.WritesWaiting() {
+		if r, ok := s.cache.getLocked(progHash, key); ok {
+			rec = r // brought up to date from the change log when the lock was taken
+			return nil
+		}
+		if s.cache.shouldPrefetch(progHash, s.lk.WritesWaiting) {
 			recs, err := db.ProgramRecords(progHash, prefetchLimit)
 			if err != nil {
 				return err

@@ -19,7 +19,9 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/tirastore/tirastore/core/changelog"
 	"github.com/tirastore/tirastore/core/cpu"
+	"github.com/tirastore/tirastore/core/environ"
 	"github.com/tirastore/tirastore/core/failpoint"
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/lock"
@@ -56,6 +58,14 @@ type Store struct {
 	// nil when unused.
 	spoolOnce sync.Once
 	spool     *spool.Spool
+
+	// changes logs this store's commits and changeReader follows the
+	// node's (cache.go); both nil when the cache is not used or
+	// TIRASTORE_CHANGE_LOG=0. changeHold marks the log used while the
+	// store is open.
+	changes      *changelog.Writer
+	changeReader *changelog.Reader
+	changeHold   *changelog.Holder
 
 	mu     sync.RWMutex // held shared by operations, exclusively by Close
 	closed bool
@@ -110,8 +120,13 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		}
 	}
 	s.fresh = freshConnections(dir)
+	if !s.fresh && environ.Get("TIRASTORE_CHANGE_LOG") != "0" {
+		p := lock.ChangeLogPath(lockPath)
+		s.changes, s.changeReader, s.changeHold = changelog.NewWriter(p), changelog.NewReader(p), changelog.Hold(p)
+	}
 	if err := s.initOrValidate(ctx); err != nil {
 		s.dropConn()
+		s.changeHold.Release()
 		s.lk.Close()
 		return nil, err
 	}
@@ -252,6 +267,11 @@ func (s *Store) closeLocked() error {
 	s.dropConn()
 	if s.spool != nil {
 		s.spool.Remove()
+	}
+	if s.changes != nil {
+		s.changes.Close()
+		s.changeReader.Close()
+		s.changeHold.Release()
 	}
 	return s.lk.Close()
 }

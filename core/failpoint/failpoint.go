@@ -47,4 +47,8 @@ const (
 	// without comparing the database header (the negative control of the
 	// cache tests).
 	CacheTrust = "cache-trust"
+	// ChangeLogUnchained is a switch: a cache applies every logged commit
+	// of its database file, whether or not it starts from the cache's
+	// generation (the negative control of the change log's tests).
+	ChangeLogUnchained = "changelog-unchained"
 )

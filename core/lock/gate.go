@@ -104,6 +104,13 @@ func SpoolDir(lockPath string) string {
 	return gatePath(lockPath) + "-spool-" + strconv.Itoa(os.Getuid())
 }
 
+// ChangeLogPath is where this user's commits to the database of lockPath
+// are logged for the caches of this node's processes (core/changelog):
+// beside the gate file, one file per user.
+func ChangeLogPath(lockPath string) string {
+	return gatePath(lockPath) + "-changes-" + strconv.Itoa(os.Getuid())
+}
+
 // openGate opens (creating if needed) the gate file of lockPath, or returns
 // nil when there is none to use.
 func openGate(lockPath string) *gate {

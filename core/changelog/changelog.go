@@ -1,0 +1,468 @@
+// Package changelog lets the result caches of one node's processes follow
+// the commits of the others instead of starting over at each of them.
+//
+// A process caches lookup results (core's resultCache) for as long as one
+// read of the database header shows that nothing has committed since they
+// were read. Under a steady stream of writes that is never long: with 32
+// processes recording, the database changes every few milliseconds, every
+// cache is emptied at every commit, and nearly every lookup takes the lock
+// again, one process after another. Yet a commit of this engine changes
+// only the rows it writes, and its committer knows them.
+//
+// So a committer appends one Entry per commit to a log: "the database file
+// (device, inode) went from generation Before to generation After, and these
+// are the only rows that changed". A cache that reflects Before applies the
+// entry and then reflects After, and keeps serving. An entry is a fact about
+// the database, whoever reads it and whenever: it is applied only by a cache
+// whose generation is exactly Before, so entries that do not chain (a commit
+// that was not logged: another node, an old Python worker, an administrative
+// change) change nothing, and the cache starts over as it did before the log
+// existed. The log never has to be complete, in order or even present.
+//
+// The log is one file per database, user and node, in node-local memory
+// (beside the node queue's gate file), mode 0600: a reader trusts entries
+// only of its own user, so another user of a shared database cannot slip
+// forged results into its cache. Every entry is appended with one write()
+// under the database lock, and framed so that a reader never applies a torn
+// or partial one (a magic number, the length, a CRC-32C, then the length and
+// a second magic number at the end, by which the next writer checks that
+// the log ends with a whole entry). A log that grew past 4 MiB, or ends
+// with a torn entry (its writer was killed), is started over by the next
+// writer: it writes a new epoch into the file's header and truncates the
+// entries; readers that see a new epoch read from the first entry again.
+package changelog
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math/rand/v2"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tirastore/tirastore/core/sqlite"
+)
+
+// GenerationSize is the length of a database generation (see Entry).
+const GenerationSize = 28
+
+// Generation identifies a state of the database file: the header fields a
+// commit changes (core reads them; here they are opaque bytes).
+type Generation [GenerationSize]byte
+
+// FileID is the database file an entry is about: a replaced file (restored
+// from a backup, say) may reach the same generation with other content.
+type FileID struct{ Dev, Ino uint64 }
+
+// Entry is one logged commit.
+type Entry struct {
+	File          FileID
+	Before, After Generation
+	// Put are rows this commit wrote as given (new records), exactly as a
+	// locked lookup now reads them; Drop are keys whose row changed in a
+	// way the committer does not know exactly (an overwrite keeps the old
+	// row's creation date): a reader forgets them.
+	Put  []*sqlite.Record
+	Drop []Dropped
+}
+
+// Dropped is a key whose row changed in a way not logged, with the program
+// the row belongs to now.
+type Dropped struct{ Key, ProgramHash string }
+
+// maxSize is the size past which the next writer starts the log over (a
+// variable for tests).
+var maxSize int64 = 4 << 20
+
+const (
+	fileMagic  = 0x5453434c // "TSCL"
+	entryMagic = 0x54534345 // "TSCE"
+	endMagic   = 0x5453435a // "TSCZ"
+	headerSize = 16         // fileMagic, version, epoch
+	version    = 1
+	frameHead  = 8 // entryMagic, payload length
+	frameTail  = 12
+	// maxPayload bounds one entry, so that a corrupt length cannot make a
+	// reader allocate gigabytes.
+	maxPayload = 64 << 20
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// open opens the log at path, creating it for a writer, and checks that it
+// is a regular file of this user that no one else can write.
+func open(path string, write bool) (*os.File, error) {
+	flags := os.O_RDONLY
+	if write {
+		flags = os.O_RDWR | os.O_CREATE
+	}
+	f, err := os.OpenFile(path, flags|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Getuid() || st.Mode&0o077 != 0 {
+		f.Close()
+		return nil, fmt.Errorf("changelog: %s is not a private file of this user", path)
+	}
+	return f, nil
+}
+
+// Writer appends entries. Its methods are called under the database lock.
+type Writer struct {
+	path string
+	f    *os.File
+}
+
+// NewWriter returns a writer of the log at path; the file is opened at the
+// first Append.
+func NewWriter(path string) *Writer { return &Writer{path: path} }
+
+// Append logs e. A failure leaves the log as it was or with a torn tail,
+// which the next Append replaces; readers then start over, as they would
+// without a log.
+func (w *Writer) Append(e *Entry) error {
+	if w.f != nil {
+		if ok, err := linkedFile(w.f); err != nil || !ok {
+			w.f.Close()
+			w.f = nil
+		}
+	}
+	if w.f == nil {
+		f, err := open(w.path, true)
+		if err != nil {
+			return err
+		}
+		w.f = f
+	}
+	size, err := w.validSize()
+	if err != nil {
+		return err
+	}
+	if size < 0 || size > maxSize {
+		if err := w.restart(); err != nil {
+			return err
+		}
+		size = headerSize
+	}
+	frame, err := encode(e)
+	if err != nil {
+		return err
+	}
+	if _, err := w.f.WriteAt(frame, size); err != nil {
+		return err
+	}
+	return nil
+}
+
+// validSize is the log's size if it has a header and ends with a whole
+// entry, or -1 if it must be started over.
+func (w *Writer) validSize() (int64, error) {
+	fi, err := w.f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	size := fi.Size()
+	var hdr [headerSize]byte
+	if size < headerSize {
+		return -1, nil
+	}
+	if _, err := w.f.ReadAt(hdr[:], 0); err != nil {
+		return 0, err
+	}
+	if binary.LittleEndian.Uint32(hdr[0:]) != fileMagic || binary.LittleEndian.Uint32(hdr[4:]) != version {
+		return -1, nil
+	}
+	if size == headerSize {
+		return size, nil
+	}
+	var tail [8]byte
+	if _, err := w.f.ReadAt(tail[:], size-8); err != nil {
+		return 0, err
+	}
+	n := int64(binary.LittleEndian.Uint32(tail[0:]))
+	start := size - int64(frameTail) - n - frameHead
+	if binary.LittleEndian.Uint32(tail[4:]) != endMagic || start < headerSize {
+		return -1, nil
+	}
+	var head [frameHead]byte
+	if _, err := w.f.ReadAt(head[:], start); err != nil {
+		return 0, err
+	}
+	if binary.LittleEndian.Uint32(head[0:]) != entryMagic || int64(binary.LittleEndian.Uint32(head[4:])) != n {
+		return -1, nil
+	}
+	return size, nil
+}
+
+// restart starts the log over with a new epoch: the header first, so that a
+// reader that sees the new epoch reads from the first entry again.
+func (w *Writer) restart() error {
+	var hdr [headerSize]byte
+	binary.LittleEndian.PutUint32(hdr[0:], fileMagic)
+	binary.LittleEndian.PutUint32(hdr[4:], version)
+	binary.LittleEndian.PutUint64(hdr[8:], rand.Uint64()|1)
+	if _, err := w.f.WriteAt(hdr[:], 0); err != nil {
+		return err
+	}
+	return w.f.Truncate(headerSize)
+}
+
+// Close closes the writer's file.
+func (w *Writer) Close() {
+	if w.f != nil {
+		w.f.Close()
+		w.f = nil
+	}
+}
+
+func linkedFile(f *os.File) (bool, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return false, err
+	}
+	return st.Nlink > 0, nil
+}
+
+// Reader reads the entries appended since its previous call.
+type Reader struct {
+	path  string
+	f     *os.File
+	epoch uint64
+	off   int64
+	buf   []byte
+}
+
+// NewReader returns a reader of the log at path. Entries logged before the
+// reader first opens the file (at its first Next) are skipped: the cache a
+// reader serves starts empty, and they are of no use to it.
+func NewReader(path string) *Reader { return &Reader{path: path} }
+
+// Next returns the whole entries appended since the previous call. restart
+// is true when the log was started over since, or reopened after its file
+// was removed: entries may then have been missed, and the caller must not
+// assume that none of them concerned it. A missing, foreign or unreadable
+// log yields no entries.
+func (r *Reader) Next() (entries []*Entry, restart bool, err error) {
+	var st unix.Stat_t
+	if r.f != nil {
+		if err := unix.Fstat(int(r.f.Fd()), &st); err != nil || st.Nlink == 0 {
+			r.f.Close()
+			r.f, restart = nil, true
+		}
+	}
+	if r.f == nil {
+		f, err := open(r.path, false)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				err = nil
+			}
+			return nil, restart, err
+		}
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+			f.Close()
+			return nil, restart, err
+		}
+		first := r.epoch == 0 && !restart
+		r.f, r.epoch, r.off = f, 0, headerSize
+		if first {
+			// Skip what is there: read the epoch and start at the end.
+			if epoch, ok := r.header(); ok {
+				r.epoch, r.off = epoch, st.Size
+			}
+			return nil, false, nil
+		}
+	}
+	epoch, ok := r.header()
+	if !ok {
+		return nil, restart, nil
+	}
+	if epoch != r.epoch {
+		r.epoch, r.off, restart = epoch, headerSize, true
+	}
+	if st.Size <= r.off {
+		return nil, restart, nil
+	}
+	want := st.Size - r.off
+	if want > maxSize+maxPayload {
+		return nil, restart, nil
+	}
+	if int64(cap(r.buf)) < want {
+		r.buf = make([]byte, want)
+	}
+	n, err := r.f.ReadAt(r.buf[:want], r.off)
+	if err != nil && err != io.EOF {
+		return nil, restart, err
+	}
+	data := r.buf[:n]
+	used := 0
+	for {
+		e, size, ok := decodeFrame(data[used:])
+		if !ok {
+			break
+		}
+		if e != nil {
+			entries = append(entries, e)
+		}
+		used += size
+	}
+	r.off += int64(used)
+	return entries, restart, nil
+}
+
+// header reads the log's epoch (ok false: no valid header yet).
+func (r *Reader) header() (uint64, bool) {
+	var hdr [headerSize]byte
+	if n, _ := r.f.ReadAt(hdr[:], 0); n < headerSize ||
+		binary.LittleEndian.Uint32(hdr[0:]) != fileMagic || binary.LittleEndian.Uint32(hdr[4:]) != version {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint64(hdr[8:]), true
+}
+
+// Close closes the reader's file.
+func (r *Reader) Close() {
+	if r.f != nil {
+		r.f.Close()
+		r.f = nil
+	}
+}
+
+// encode frames e: entryMagic, payload length, payload, CRC-32C of the
+// payload, payload length, endMagic.
+func encode(e *Entry) ([]byte, error) {
+	b := make([]byte, frameHead, 256)
+	b = binary.LittleEndian.AppendUint64(b, e.File.Dev)
+	b = binary.LittleEndian.AppendUint64(b, e.File.Ino)
+	b = append(b, e.Before[:]...)
+	b = append(b, e.After[:]...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(e.Put)))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(e.Drop)))
+	for _, r := range e.Put {
+		for _, s := range [...]string{r.Key, r.ProgramHash, r.Schedule, r.ResultJSON, r.Hostname,
+			r.Username, r.CreationDate, r.UpdateDate, r.SourceProject} {
+			b = appendString(b, s)
+		}
+	}
+	for _, d := range e.Drop {
+		b = appendString(b, d.Key)
+		b = appendString(b, d.ProgramHash)
+	}
+	n := len(b) - frameHead
+	if n > maxPayload {
+		return nil, fmt.Errorf("changelog: entry of %d bytes is too large", n)
+	}
+	binary.LittleEndian.PutUint32(b[0:], entryMagic)
+	binary.LittleEndian.PutUint32(b[4:], uint32(n))
+	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[frameHead:], castagnoli))
+	b = binary.LittleEndian.AppendUint32(b, uint32(n))
+	b = binary.LittleEndian.AppendUint32(b, endMagic)
+	return b, nil
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(s)))
+	return append(b, s...)
+}
+
+// decodeFrame decodes the frame at the start of data. ok is false when data
+// does not start with a whole, intact frame (an entry still being written,
+// a torn one, or the end); e is nil for an intact frame whose payload does
+// not parse (skipped).
+func decodeFrame(data []byte) (e *Entry, size int, ok bool) {
+	if len(data) < frameHead+frameTail || binary.LittleEndian.Uint32(data[0:]) != entryMagic {
+		return nil, 0, false
+	}
+	n := int(binary.LittleEndian.Uint32(data[4:]))
+	size = frameHead + n + frameTail
+	if n > maxPayload || len(data) < size {
+		return nil, 0, false
+	}
+	payload := data[frameHead : frameHead+n]
+	tail := data[frameHead+n:]
+	if binary.LittleEndian.Uint32(tail[0:]) != crc32.Checksum(payload, castagnoli) ||
+		int(binary.LittleEndian.Uint32(tail[4:])) != n || binary.LittleEndian.Uint32(tail[8:]) != endMagic {
+		return nil, 0, false
+	}
+	e, err := decodePayload(payload)
+	if err != nil {
+		return nil, size, true
+	}
+	return e, size, true
+}
+
+var errShort = errors.New("changelog: short payload")
+
+func decodePayload(p []byte) (*Entry, error) {
+	d := decoder{p: p}
+	e := &Entry{}
+	e.File.Dev = d.u64()
+	e.File.Ino = d.u64()
+	copy(e.Before[:], d.bytes(GenerationSize))
+	copy(e.After[:], d.bytes(GenerationSize))
+	nPut, nDrop := int(d.u32()), int(d.u32())
+	if d.err != nil || nPut > len(p) || nDrop > len(p) {
+		return nil, errShort
+	}
+	for i := 0; i < nPut; i++ {
+		r := &sqlite.Record{}
+		for _, s := range [...]*string{&r.Key, &r.ProgramHash, &r.Schedule, &r.ResultJSON, &r.Hostname,
+			&r.Username, &r.CreationDate, &r.UpdateDate, &r.SourceProject} {
+			*s = d.str()
+		}
+		e.Put = append(e.Put, r)
+	}
+	for i := 0; i < nDrop; i++ {
+		k := d.str()
+		e.Drop = append(e.Drop, Dropped{Key: k, ProgramHash: d.str()})
+	}
+	if d.err != nil || len(d.p) != 0 {
+		return nil, errShort
+	}
+	return e, nil
+}
+
+type decoder struct {
+	p   []byte
+	err error
+}
+
+func (d *decoder) bytes(n int) []byte {
+	if d.err != nil || len(d.p) < n {
+		d.err = errShort
+		return nil
+	}
+	b := d.p[:n]
+	d.p = d.p[n:]
+	return b
+}
+
+func (d *decoder) u32() uint32 {
+	if b := d.bytes(4); b != nil {
+		return binary.LittleEndian.Uint32(b)
+	}
+	return 0
+}
+
+func (d *decoder) u64() uint64 {
+	if b := d.bytes(8); b != nil {
+		return binary.LittleEndian.Uint64(b)
+	}
+	return 0
+}
+
+func (d *decoder) str() string {
+	n := int(d.u32())
+	if d.err != nil || n > len(d.p) {
+		d.err = errShort
+		return ""
+	}
+	return string(d.bytes(n))
+}

@@ -1,0 +1,226 @@
+package changelog
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/tirastore/tirastore/core/sqlite"
+)
+
+func entry(n byte, keys ...string) *Entry {
+	e := &Entry{File: FileID{Dev: 1, Ino: 2}}
+	e.Before[0], e.After[0] = n, n+1
+	for _, k := range keys {
+		e.Put = append(e.Put, &sqlite.Record{Key: k, ProgramHash: "p", Schedule: "S(" + k + ")", ResultJSON: `{"x":1}`,
+			Hostname: "h", Username: "u", CreationDate: "c", UpdateDate: "d", SourceProject: "sp"})
+	}
+	e.Drop = []Dropped{{Key: "gone" + string('0'+n), ProgramHash: "q"}}
+	return e
+}
+
+func logPath(t *testing.T) string { return filepath.Join(t.TempDir(), "changes") }
+
+func next(t *testing.T, r *Reader) ([]*Entry, bool) {
+	t.Helper()
+	es, restart, err := r.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return es, restart
+}
+
+func appendOK(t *testing.T, w *Writer, e *Entry) {
+	t.Helper()
+	if err := w.Append(e); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Entries come back whole, in order, each once; a reader that opens the
+// log skips what was logged before.
+func TestRoundTrip(t *testing.T) {
+	p := logPath(t)
+	w := NewWriter(p)
+	defer w.Close()
+	appendOK(t, w, entry(0, "a"))
+	r := NewReader(p)
+	defer r.Close()
+	if es, _ := next(t, r); len(es) != 0 {
+		t.Fatalf("a new reader got %d old entries", len(es))
+	}
+	want := []*Entry{entry(1, "b", "c"), entry(2), entry(3, "é\x01\"")}
+	for _, e := range want {
+		appendOK(t, w, e)
+	}
+	got, restart := next(t, r)
+	if restart || !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v (restart %v), want %+v", got, restart, want)
+	}
+	if es, _ := next(t, r); len(es) != 0 {
+		t.Fatalf("entries read twice: %d", len(es))
+	}
+}
+
+// A reader never returns a partial entry (one still being written, or torn
+// by a writer that died): it waits at it. The next writer starts the log
+// over, and the reader follows into the new epoch.
+func TestTornTail(t *testing.T) {
+	p := logPath(t)
+	w := NewWriter(p)
+	defer w.Close()
+	appendOK(t, w, entry(0))
+	r := NewReader(p)
+	defer r.Close()
+	next(t, r)
+	frame, err := encode(entry(1, "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(frame[:len(frame)-5]); err != nil {
+		t.Fatal(err)
+	}
+	if es, _ := next(t, r); len(es) != 0 {
+		t.Fatalf("partial entry returned: %+v", es)
+	}
+	if _, err := f.Write(frame[len(frame)-5:]); err != nil { // the rest arrives
+		t.Fatal(err)
+	}
+	if es, _ := next(t, r); len(es) != 1 || !reflect.DeepEqual(es[0], entry(1, "x")) {
+		t.Fatalf("completed entry: %+v", es)
+	}
+	// Torn for good: the next Append starts over.
+	if _, err := f.Write(frame[:20]); err != nil {
+		t.Fatal(err)
+	}
+	if es, _ := next(t, r); len(es) != 0 {
+		t.Fatalf("torn entry returned: %+v", es)
+	}
+	appendOK(t, w, entry(2, "y"))
+	es, restart := next(t, r)
+	if !restart || len(es) != 1 || !reflect.DeepEqual(es[0], entry(2, "y")) {
+		t.Fatalf("after the torn tail: %+v (restart %v)", es, restart)
+	}
+}
+
+// A corrupt entry (its CRC does not match) stops the reader there.
+func TestCorruptEntry(t *testing.T) {
+	p := logPath(t)
+	w := NewWriter(p)
+	defer w.Close()
+	appendOK(t, w, entry(0))
+	r := NewReader(p)
+	defer r.Close()
+	next(t, r)
+	fi, _ := os.Stat(p)
+	appendOK(t, w, entry(1, "k"))
+	appendOK(t, w, entry(2, "k2"))
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{'Z'}, fi.Size()+frameHead+30); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if es, _ := next(t, r); len(es) != 0 {
+		t.Fatalf("read past a corrupt entry: %+v", es)
+	}
+}
+
+// Past maxSize the writer starts over; a reader sees the new epoch and
+// reads from its first entry.
+func TestStartOver(t *testing.T) {
+	old := maxSize
+	t.Cleanup(func() { maxSize = old })
+	maxSize = 2000
+	p := logPath(t)
+	w := NewWriter(p)
+	defer w.Close()
+	appendOK(t, w, entry(0))
+	r := NewReader(p)
+	defer r.Close()
+	next(t, r)
+	var all []*Entry
+	restarts := 0
+	for i := byte(1); i < 40; i++ {
+		e := entry(i, "key-of-some-length")
+		appendOK(t, w, e)
+		es, restart := next(t, r)
+		if restart {
+			restarts++
+		}
+		all = append(all, es...)
+		if fi, _ := os.Stat(p); fi.Size() > maxSize+1000 {
+			t.Fatalf("log of %d bytes", fi.Size())
+		}
+	}
+	if restarts == 0 || len(all) != 39 {
+		t.Fatalf("%d restarts, %d entries; want some restarts and every entry", restarts, len(all))
+	}
+	for i, e := range all {
+		if e.Before[0] != byte(i+1) {
+			t.Fatalf("entry %d out of order: %d", i, e.Before[0])
+		}
+	}
+}
+
+// A removed log is reopened by name (restart: entries may have been missed);
+// a file another user could write is not trusted.
+func TestRemovedAndForeign(t *testing.T) {
+	p := logPath(t)
+	w := NewWriter(p)
+	defer w.Close()
+	appendOK(t, w, entry(0))
+	r := NewReader(p)
+	defer r.Close()
+	next(t, r)
+	os.Remove(p)
+	appendOK(t, w, entry(1, "n"))
+	es, restart := next(t, r)
+	if !restart || len(es) != 1 {
+		t.Fatalf("after removal: %d entries, restart %v", len(es), restart)
+	}
+	if err := os.Chmod(p, 0o622); err != nil {
+		t.Fatal(err)
+	}
+	w2 := NewWriter(p)
+	if err := w2.Append(entry(2)); err == nil {
+		t.Error("appended to a file others can write")
+	}
+	r2 := NewReader(p)
+	defer r2.Close()
+	if _, _, err := r2.Next(); err == nil {
+		t.Error("read a file others can write")
+	}
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(p, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := NewWriter(link).Append(entry(3)); err == nil {
+		t.Error("followed a symlink")
+	}
+}
+
+// The last holder to release removes the log; earlier ones leave it.
+func TestHoldRelease(t *testing.T) {
+	p := logPath(t)
+	a, b := Hold(p), Hold(p)
+	if a == nil || b == nil {
+		t.Fatal("Hold failed")
+	}
+	a.Release()
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("removed while still held: %v", err)
+	}
+	b.Release()
+	if _, err := os.Stat(p); !os.IsNotExist(err) {
+		t.Fatalf("not removed by the last holder: %v", err)
+	}
+}
