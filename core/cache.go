@@ -121,7 +121,7 @@ func (c *resultCache) setFile(hdr *os.File, file changelog.FileID, log *changelo
 	c.reset()
 	if hdr != nil && log != nil {
 		c.log = log
-		_, _, _ = log.Next() // from here on: the cache starts empty
+		_, _, _ = log.Next(nil) // from here on: the cache starts empty
 	}
 }
 
@@ -186,7 +186,7 @@ func (c *resultCache) current() bool {
 	if g == c.gen {
 		return true
 	}
-	if !c.follow(g) {
+	if !c.follow(nil) {
 		return false
 	}
 	if c.gen == g {
@@ -200,12 +200,13 @@ func (c *resultCache) current() bool {
 }
 
 // follow applies the logged commits that chain from the cache's
-// generation, and reports whether any did (the caller holds c.mu).
-func (c *resultCache) follow(target generation) bool {
+// generation, and reports whether any did (the caller holds c.mu). own is
+// the entry this store just logged, if any (see changelog.Reader.Next).
+func (c *resultCache) follow(own *changelog.Own) bool {
 	if c.log == nil || c.genSince.IsZero() {
 		return false
 	}
-	entries, _, err := c.log.Next()
+	entries, _, err := c.log.Next(own)
 	if err != nil {
 		return false
 	}
@@ -231,13 +232,25 @@ func (c *resultCache) apply(e *changelog.Entry) {
 		delete(c.complete, d.ProgramHash)
 	}
 	for _, r := range e.Put {
+		_, known := c.entries[r.Key]
 		c.forget(r.Key, r.ProgramHash)
+		if !known && !c.complete[r.ProgramHash] {
+			continue // nobody asked: not worth the memory (a record_many of others)
+		}
 		if c.entries == nil || len(c.entries) >= maxCached {
 			c.reset()
 			c.entries = make(map[string]*sqlite.Record)
 		}
 		c.entries[r.Key] = r // a complete program stays complete
 	}
+}
+
+// logged applies the entry this store has just logged, under the lock,
+// without reading it back (see changelog.Own).
+func (c *resultCache) logged(own *changelog.Own) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.follow(own)
 }
 
 // forget drops key, whose row now belongs to program progHash: if it
@@ -258,7 +271,7 @@ func (c *resultCache) noteAcquire(g generation) {
 	defer c.mu.Unlock()
 	c.atAcquire, c.synced = g, false
 	if c.hdr != nil && g != c.gen {
-		c.follow(g) // under the lock every logged commit is in the log
+		c.follow(nil) // under the lock every logged commit is in the log
 	}
 }
 
@@ -344,7 +357,7 @@ func (c *resultCache) syncLocked() {
 	if g == c.gen && !c.genSince.IsZero() {
 		return
 	}
-	if c.follow(g) && c.gen == g {
+	if c.follow(nil) && c.gen == g {
 		return
 	}
 	if !c.genSince.IsZero() && (len(c.entries) > 0 || len(c.complete) > 0) {

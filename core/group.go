@@ -323,10 +323,13 @@ func (s *Store) commitRequests(db *sqlite.DB, reqs []*writeRequest, at time.Time
 	}
 	if after, ok := s.generationNow(); ok && after != before {
 		changes.File, changes.Before, changes.After = s.conn.file, changelog.Generation(before), changelog.Generation(after)
-		if err := s.changes.Append(changes); err != nil {
+		own, err := s.changes.Append(changes)
+		if err != nil {
 			// The node's caches then start over at this commit, as they
 			// would without the log.
 			s.changes.Close()
+		} else if own != nil {
+			s.cache.logged(own)
 		}
 	}
 	return written, nil

@@ -125,10 +125,20 @@ type Writer struct {
 // first Append.
 func NewWriter(path string) *Writer { return &Writer{path: path} }
 
+// Own is an entry as its writer appended it: where it is in the log, so
+// that the writer's own Reader can take the entry from memory instead of
+// decoding it again (see Reader.Next).
+type Own struct {
+	Entry *Entry
+	ino   uint64
+	epoch uint64
+	off   int64
+}
+
 // Append logs e. A failure leaves the log as it was or with a torn tail,
 // which the next Append replaces; readers then start over, as they would
 // without a log.
-func (w *Writer) Append(e *Entry) error {
+func (w *Writer) Append(e *Entry) (*Own, error) {
 	if w.f != nil {
 		if ok, err := linkedFile(w.f); err != nil || !ok {
 			w.f.Close()
@@ -138,81 +148,87 @@ func (w *Writer) Append(e *Entry) error {
 	if w.f == nil {
 		f, err := open(w.path, true)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		w.f = f
 	}
-	size, err := w.validSize()
+	size, epoch, err := w.validSize()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if size < 0 || size > maxSize {
-		if err := w.restart(); err != nil {
-			return err
+		if epoch, err = w.restart(); err != nil {
+			return nil, err
 		}
 		size = headerSize
 	}
 	frame, err := encode(e)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := w.f.WriteAt(frame, size); err != nil {
-		return err
+		return nil, err
 	}
-	return nil
+	var st unix.Stat_t
+	if err := unix.Fstat(int(w.f.Fd()), &st); err != nil {
+		return nil, nil // logged; only the shortcut is lost
+	}
+	return &Own{Entry: e, ino: st.Ino, epoch: epoch, off: size}, nil
 }
 
-// validSize is the log's size if it has a header and ends with a whole
-// entry, or -1 if it must be started over.
-func (w *Writer) validSize() (int64, error) {
+// validSize is the log's size and epoch if it has a header and ends with a
+// whole entry; size is -1 if it must be started over.
+func (w *Writer) validSize() (size int64, epoch uint64, err error) {
 	fi, err := w.f.Stat()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	size := fi.Size()
+	size = fi.Size()
 	var hdr [headerSize]byte
 	if size < headerSize {
-		return -1, nil
+		return -1, 0, nil
 	}
 	if _, err := w.f.ReadAt(hdr[:], 0); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if binary.LittleEndian.Uint32(hdr[0:]) != fileMagic || binary.LittleEndian.Uint32(hdr[4:]) != version {
-		return -1, nil
+		return -1, 0, nil
 	}
+	epoch = binary.LittleEndian.Uint64(hdr[8:])
 	if size == headerSize {
-		return size, nil
+		return size, epoch, nil
 	}
 	var tail [8]byte
 	if _, err := w.f.ReadAt(tail[:], size-8); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	n := int64(binary.LittleEndian.Uint32(tail[0:]))
 	start := size - int64(frameTail) - n - frameHead
 	if binary.LittleEndian.Uint32(tail[4:]) != endMagic || start < headerSize {
-		return -1, nil
+		return -1, 0, nil
 	}
 	var head [frameHead]byte
 	if _, err := w.f.ReadAt(head[:], start); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if binary.LittleEndian.Uint32(head[0:]) != entryMagic || int64(binary.LittleEndian.Uint32(head[4:])) != n {
-		return -1, nil
+		return -1, 0, nil
 	}
-	return size, nil
+	return size, epoch, nil
 }
 
 // restart starts the log over with a new epoch: the header first, so that a
 // reader that sees the new epoch reads from the first entry again.
-func (w *Writer) restart() error {
+func (w *Writer) restart() (uint64, error) {
+	epoch := rand.Uint64() | 1
 	var hdr [headerSize]byte
 	binary.LittleEndian.PutUint32(hdr[0:], fileMagic)
 	binary.LittleEndian.PutUint32(hdr[4:], version)
-	binary.LittleEndian.PutUint64(hdr[8:], rand.Uint64()|1)
+	binary.LittleEndian.PutUint64(hdr[8:], epoch)
 	if _, err := w.f.WriteAt(hdr[:], 0); err != nil {
-		return err
+		return 0, err
 	}
-	return w.f.Truncate(headerSize)
+	return epoch, w.f.Truncate(headerSize)
 }
 
 // Close closes the writer's file.
@@ -235,6 +251,7 @@ func linkedFile(f *os.File) (bool, error) {
 type Reader struct {
 	path  string
 	f     *os.File
+	ino   uint64
 	epoch uint64
 	off   int64
 	buf   []byte
@@ -250,7 +267,10 @@ func NewReader(path string) *Reader { return &Reader{path: path} }
 // was removed: entries may then have been missed, and the caller must not
 // assume that none of them concerned it. A missing, foreign or unreadable
 // log yields no entries.
-func (r *Reader) Next() (entries []*Entry, restart bool, err error) {
+//
+// own, if not nil, is an entry this process appended: where the reader
+// meets it, it returns own.Entry itself rather than decoding the frame.
+func (r *Reader) Next(own *Own) (entries []*Entry, restart bool, err error) {
 	var st unix.Stat_t
 	if r.f != nil {
 		if err := unix.Fstat(int(r.f.Fd()), &st); err != nil || st.Nlink == 0 {
@@ -271,7 +291,7 @@ func (r *Reader) Next() (entries []*Entry, restart bool, err error) {
 			return nil, restart, err
 		}
 		first := r.epoch == 0 && !restart
-		r.f, r.epoch, r.off = f, 0, headerSize
+		r.f, r.ino, r.epoch, r.off = f, st.Ino, 0, headerSize
 		if first {
 			// Skip what is there: read the epoch and start at the end.
 			if epoch, ok := r.header(); ok {
@@ -304,6 +324,13 @@ func (r *Reader) Next() (entries []*Entry, restart bool, err error) {
 	data := r.buf[:n]
 	used := 0
 	for {
+		if own != nil && own.ino == r.ino && own.epoch == r.epoch && own.off == r.off+int64(used) {
+			if size, ok := frameSize(data[used:]); ok {
+				entries = append(entries, own.Entry)
+				used += size
+				continue
+			}
+		}
 		e, size, ok := decodeFrame(data[used:])
 		if !ok {
 			break
@@ -370,6 +397,21 @@ func encode(e *Entry) ([]byte, error) {
 func appendString(b []byte, s string) []byte {
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(s)))
 	return append(b, s...)
+}
+
+// frameSize is the size of the whole frame at the start of data (ok false:
+// none), checked by its magic numbers and lengths only.
+func frameSize(data []byte) (int, bool) {
+	if len(data) < frameHead+frameTail || binary.LittleEndian.Uint32(data[0:]) != entryMagic {
+		return 0, false
+	}
+	n := int(binary.LittleEndian.Uint32(data[4:]))
+	size := frameHead + n + frameTail
+	if n > maxPayload || len(data) < size || int(binary.LittleEndian.Uint32(data[size-8:])) != n ||
+		binary.LittleEndian.Uint32(data[size-4:]) != endMagic {
+		return 0, false
+	}
+	return size, true
 }
 
 // decodeFrame decodes the frame at the start of data. ok is false when data

@@ -24,7 +24,7 @@ func logPath(t *testing.T) string { return filepath.Join(t.TempDir(), "changes")
 
 func next(t *testing.T, r *Reader) ([]*Entry, bool) {
 	t.Helper()
-	es, restart, err := r.Next()
+	es, restart, err := r.Next(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func next(t *testing.T, r *Reader) ([]*Entry, bool) {
 
 func appendOK(t *testing.T, w *Writer, e *Entry) {
 	t.Helper()
-	if err := w.Append(e); err != nil {
+	if _, err := w.Append(e); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -191,19 +191,19 @@ func TestRemovedAndForeign(t *testing.T) {
 		t.Fatal(err)
 	}
 	w2 := NewWriter(p)
-	if err := w2.Append(entry(2)); err == nil {
+	if _, err := w2.Append(entry(2)); err == nil {
 		t.Error("appended to a file others can write")
 	}
 	r2 := NewReader(p)
 	defer r2.Close()
-	if _, _, err := r2.Next(); err == nil {
+	if _, _, err := r2.Next(nil); err == nil {
 		t.Error("read a file others can write")
 	}
 	link := filepath.Join(t.TempDir(), "link")
 	if err := os.Symlink(p, link); err != nil {
 		t.Fatal(err)
 	}
-	if err := NewWriter(link).Append(entry(3)); err == nil {
+	if _, err := NewWriter(link).Append(entry(3)); err == nil {
 		t.Error("followed a symlink")
 	}
 }
@@ -222,5 +222,37 @@ func TestHoldRelease(t *testing.T) {
 	b.Release()
 	if _, err := os.Stat(p); !os.IsNotExist(err) {
 		t.Fatalf("not removed by the last holder: %v", err)
+	}
+}
+
+// A writer's own entry comes back as the very Entry it appended, in its
+// place among the others; a stale Own (the log started over) is ignored.
+func TestOwnEntry(t *testing.T) {
+	p := logPath(t)
+	w := NewWriter(p)
+	defer w.Close()
+	appendOK(t, w, entry(0))
+	r := NewReader(p)
+	defer r.Close()
+	next(t, r)
+	other := NewWriter(p)
+	defer other.Close()
+	appendOK(t, other, entry(1, "a"))
+	mine := entry(2, "b")
+	own, err := w.Append(mine)
+	if err != nil || own == nil {
+		t.Fatal(own, err)
+	}
+	appendOK(t, other, entry(3, "c"))
+	es, _, err := r.Next(own)
+	if err != nil || len(es) != 3 || es[1] != mine || es[0] == mine || !reflect.DeepEqual(es[2], entry(3, "c")) {
+		t.Fatalf("got %+v, %v", es, err)
+	}
+	appendOK(t, w, entry(4, "d"))
+	stale, _ := w.Append(entry(5, "e"))
+	stale.epoch++
+	es, _, _ = r.Next(stale)
+	if len(es) != 2 || es[1] == stale.Entry || !reflect.DeepEqual(es[1], entry(5, "e")) {
+		t.Fatalf("stale own: %+v", es)
 	}
 }
