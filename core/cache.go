@@ -246,11 +246,15 @@ func (c *resultCache) apply(e *changelog.Entry) {
 }
 
 // logged applies the entry this store has just logged, under the lock,
-// without reading it back (see changelog.Own).
+// without reading it back (see changelog.Own). When the cache reaches the
+// entry's generation, which the committer read after its COMMIT, finish
+// need not read the header again.
 func (c *resultCache) logged(own *changelog.Own) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.follow(own)
+	if c.follow(own) && c.gen == generation(own.Entry.After) {
+		c.synced = true
+	}
 }
 
 // forget drops key, whose row now belongs to program progHash: if it

@@ -336,9 +336,9 @@ func (s *Store) commitRequests(db *sqlite.DB, reqs []*writeRequest, at time.Time
 }
 
 // generationNow reads the database's generation under the lock; ok is
-// false when commits are not logged (fresh connections, no log).
+// false when commits are not logged (no log: also with fresh connections).
 func (s *Store) generationNow() (g generation, ok bool) {
-	if s.changes == nil || s.conn == nil || s.fresh {
+	if s.changes == nil || s.conn == nil {
 		return g, false
 	}
 	h, err := readHeader(s.conn.hdr)

@@ -92,33 +92,52 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// open opens the log at path, creating it for a writer, and checks that it
-// is a regular file of this user that no one else can write.
-func open(path string, write bool) (*os.File, error) {
+// open opens the log at path, creating it for a writer, checks that it is
+// a regular file of this user that no one else can write, and returns its
+// status.
+func open(path string, write bool) (*os.File, unix.Stat_t, error) {
+	var st unix.Stat_t
 	flags := os.O_RDONLY
 	if write {
 		flags = os.O_RDWR | os.O_CREATE
 	}
 	f, err := os.OpenFile(path, flags|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
-		return nil, err
+		return nil, st, err
 	}
-	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		f.Close()
-		return nil, err
+		return nil, st, err
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Getuid() || st.Mode&0o077 != 0 {
 		f.Close()
-		return nil, fmt.Errorf("changelog: %s is not a private file of this user", path)
+		return nil, st, fmt.Errorf("changelog: %s is not a private file of this user", path)
 	}
-	return f, nil
+	return f, st, nil
+}
+
+// readEpoch reads the log's header: ok is false when it has none (yet) or
+// not one of this version.
+func readEpoch(f *os.File) (epoch uint64, ok bool, err error) {
+	var hdr [headerSize]byte
+	n, err := f.ReadAt(hdr[:], 0)
+	if n < headerSize {
+		if err == io.EOF {
+			err = nil
+		}
+		return 0, false, err
+	}
+	if binary.LittleEndian.Uint32(hdr[0:]) != fileMagic || binary.LittleEndian.Uint32(hdr[4:]) != version {
+		return 0, false, nil
+	}
+	return binary.LittleEndian.Uint64(hdr[8:]), true, nil
 }
 
 // Writer appends entries. Its methods are called under the database lock.
 type Writer struct {
 	path string
 	f    *os.File
+	ino  uint64 // f's inode, named in the Own of each Append
 }
 
 // NewWriter returns a writer of the log at path; the file is opened at the
@@ -139,20 +158,21 @@ type Own struct {
 // which the next Append replaces; readers then start over, as they would
 // without a log.
 func (w *Writer) Append(e *Entry) (*Own, error) {
+	var st unix.Stat_t
 	if w.f != nil {
-		if ok, err := linkedFile(w.f); err != nil || !ok {
+		if err := unix.Fstat(int(w.f.Fd()), &st); err != nil || st.Nlink == 0 {
 			w.f.Close()
 			w.f = nil
 		}
 	}
 	if w.f == nil {
-		f, err := open(w.path, true)
+		f, fst, err := open(w.path, true)
 		if err != nil {
 			return nil, err
 		}
-		w.f = f
+		w.f, w.ino, st = f, fst.Ino, fst
 	}
-	size, epoch, err := w.validSize()
+	size, epoch, err := w.validSize(st.Size)
 	if err != nil {
 		return nil, err
 	}
@@ -169,32 +189,20 @@ func (w *Writer) Append(e *Entry) (*Own, error) {
 	if _, err := w.f.WriteAt(frame, size); err != nil {
 		return nil, err
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(int(w.f.Fd()), &st); err != nil {
-		return nil, nil // logged; only the shortcut is lost
-	}
-	return &Own{Entry: e, ino: st.Ino, epoch: epoch, off: size}, nil
+	return &Own{Entry: e, ino: w.ino, epoch: epoch, off: size}, nil
 }
 
-// validSize is the log's size and epoch if it has a header and ends with a
-// whole entry; size is -1 if it must be started over.
-func (w *Writer) validSize() (size int64, epoch uint64, err error) {
-	fi, err := w.f.Stat()
-	if err != nil {
-		return 0, 0, err
-	}
-	size = fi.Size()
-	var hdr [headerSize]byte
+// validSize is the log's size (given by the caller's fstat) and epoch if it
+// has a header and ends with a whole entry; size is -1 if it must be
+// started over.
+func (w *Writer) validSize(size int64) (int64, uint64, error) {
 	if size < headerSize {
 		return -1, 0, nil
 	}
-	if _, err := w.f.ReadAt(hdr[:], 0); err != nil {
-		return 0, 0, err
+	epoch, ok, err := readEpoch(w.f)
+	if err != nil || !ok {
+		return -1, 0, err
 	}
-	if binary.LittleEndian.Uint32(hdr[0:]) != fileMagic || binary.LittleEndian.Uint32(hdr[4:]) != version {
-		return -1, 0, nil
-	}
-	epoch = binary.LittleEndian.Uint64(hdr[8:])
 	if size == headerSize {
 		return size, epoch, nil
 	}
@@ -279,30 +287,27 @@ func (r *Reader) Next(own *Own) (entries []*Entry, restart bool, err error) {
 		}
 	}
 	if r.f == nil {
-		f, err := open(r.path, false)
+		f, fst, err := open(r.path, false)
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
 				err = nil
 			}
 			return nil, restart, err
 		}
-		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-			f.Close()
-			return nil, restart, err
-		}
+		st = fst
 		first := r.epoch == 0 && !restart
 		r.f, r.ino, r.epoch, r.off = f, st.Ino, 0, headerSize
 		if first {
 			// Skip what is there: read the epoch and start at the end.
-			if epoch, ok := r.header(); ok {
+			if epoch, ok, _ := readEpoch(r.f); ok {
 				r.epoch, r.off = epoch, st.Size
 			}
 			return nil, false, nil
 		}
 	}
-	epoch, ok := r.header()
-	if !ok {
-		return nil, restart, nil
+	epoch, ok, err := readEpoch(r.f)
+	if err != nil || !ok {
+		return nil, restart, err
 	}
 	if epoch != r.epoch {
 		r.epoch, r.off, restart = epoch, headerSize, true
@@ -342,16 +347,6 @@ func (r *Reader) Next(own *Own) (entries []*Entry, restart bool, err error) {
 	}
 	r.off += int64(used)
 	return entries, restart, nil
-}
-
-// header reads the log's epoch (ok false: no valid header yet).
-func (r *Reader) header() (uint64, bool) {
-	var hdr [headerSize]byte
-	if n, _ := r.f.ReadAt(hdr[:], 0); n < headerSize ||
-		binary.LittleEndian.Uint32(hdr[0:]) != fileMagic || binary.LittleEndian.Uint32(hdr[4:]) != version {
-		return 0, false
-	}
-	return binary.LittleEndian.Uint64(hdr[8:]), true
 }
 
 // Close closes the reader's file.
@@ -419,18 +414,13 @@ func frameSize(data []byte) (int, bool) {
 // a torn one, or the end); e is nil for an intact frame whose payload does
 // not parse (skipped).
 func decodeFrame(data []byte) (e *Entry, size int, ok bool) {
-	if len(data) < frameHead+frameTail || binary.LittleEndian.Uint32(data[0:]) != entryMagic {
+	size, ok = frameSize(data)
+	if !ok {
 		return nil, 0, false
 	}
-	n := int(binary.LittleEndian.Uint32(data[4:]))
-	size = frameHead + n + frameTail
-	if n > maxPayload || len(data) < size {
-		return nil, 0, false
-	}
+	n := size - frameHead - frameTail
 	payload := data[frameHead : frameHead+n]
-	tail := data[frameHead+n:]
-	if binary.LittleEndian.Uint32(tail[0:]) != crc32.Checksum(payload, castagnoli) ||
-		int(binary.LittleEndian.Uint32(tail[4:])) != n || binary.LittleEndian.Uint32(tail[8:]) != endMagic {
+	if binary.LittleEndian.Uint32(data[frameHead+n:]) != crc32.Checksum(payload, castagnoli) {
 		return nil, 0, false
 	}
 	e, err := decodePayload(payload)

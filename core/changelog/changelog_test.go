@@ -31,6 +31,22 @@ func next(t *testing.T, r *Reader) ([]*Entry, bool) {
 	return es, restart
 }
 
+// started is a log with one entry, its writer, and a reader that has
+// opened it (and so skipped that entry).
+func started(t *testing.T) (string, *Writer, *Reader) {
+	t.Helper()
+	p := logPath(t)
+	w := NewWriter(p)
+	t.Cleanup(w.Close)
+	appendOK(t, w, entry(0))
+	r := NewReader(p)
+	t.Cleanup(r.Close)
+	if es, _ := next(t, r); len(es) != 0 {
+		t.Fatalf("a new reader got %d old entries", len(es))
+	}
+	return p, w, r
+}
+
 func appendOK(t *testing.T, w *Writer, e *Entry) {
 	t.Helper()
 	if _, err := w.Append(e); err != nil {
@@ -67,13 +83,7 @@ func TestRoundTrip(t *testing.T) {
 // by a writer that died): it waits at it. The next writer starts the log
 // over, and the reader follows into the new epoch.
 func TestTornTail(t *testing.T) {
-	p := logPath(t)
-	w := NewWriter(p)
-	defer w.Close()
-	appendOK(t, w, entry(0))
-	r := NewReader(p)
-	defer r.Close()
-	next(t, r)
+	p, w, r := started(t)
 	frame, err := encode(entry(1, "x"))
 	if err != nil {
 		t.Fatal(err)
@@ -111,13 +121,7 @@ func TestTornTail(t *testing.T) {
 
 // A corrupt entry (its CRC does not match) stops the reader there.
 func TestCorruptEntry(t *testing.T) {
-	p := logPath(t)
-	w := NewWriter(p)
-	defer w.Close()
-	appendOK(t, w, entry(0))
-	r := NewReader(p)
-	defer r.Close()
-	next(t, r)
+	p, w, r := started(t)
 	fi, _ := os.Stat(p)
 	appendOK(t, w, entry(1, "k"))
 	appendOK(t, w, entry(2, "k2"))
@@ -140,13 +144,7 @@ func TestStartOver(t *testing.T) {
 	old := maxSize
 	t.Cleanup(func() { maxSize = old })
 	maxSize = 2000
-	p := logPath(t)
-	w := NewWriter(p)
-	defer w.Close()
-	appendOK(t, w, entry(0))
-	r := NewReader(p)
-	defer r.Close()
-	next(t, r)
+	p, w, r := started(t)
 	var all []*Entry
 	restarts := 0
 	for i := byte(1); i < 40; i++ {
@@ -174,13 +172,7 @@ func TestStartOver(t *testing.T) {
 // A removed log is reopened by name (restart: entries may have been missed);
 // a file another user could write is not trusted.
 func TestRemovedAndForeign(t *testing.T) {
-	p := logPath(t)
-	w := NewWriter(p)
-	defer w.Close()
-	appendOK(t, w, entry(0))
-	r := NewReader(p)
-	defer r.Close()
-	next(t, r)
+	p, w, r := started(t)
 	os.Remove(p)
 	appendOK(t, w, entry(1, "n"))
 	es, restart := next(t, r)
@@ -228,13 +220,7 @@ func TestHoldRelease(t *testing.T) {
 // A writer's own entry comes back as the very Entry it appended, in its
 // place among the others; a stale Own (the log started over) is ignored.
 func TestOwnEntry(t *testing.T) {
-	p := logPath(t)
-	w := NewWriter(p)
-	defer w.Close()
-	appendOK(t, w, entry(0))
-	r := NewReader(p)
-	defer r.Close()
-	next(t, r)
+	p, w, r := started(t)
 	other := NewWriter(p)
 	defer other.Close()
 	appendOK(t, other, entry(1, "a"))

@@ -25,7 +25,7 @@ type Holder struct {
 // when that fails, which only means that the file may be removed while
 // this store still follows it.
 func Hold(path string) *Holder {
-	f, err := open(path, true)
+	f, _, err := open(path, true)
 	if err != nil {
 		return nil
 	}
