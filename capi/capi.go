@@ -53,6 +53,7 @@ const (
 	statusHandle      = 12 // C: TIRASTORE_ERR_HANDLE unknown or already closed handle (ValueError)
 	statusMisuse      = 13 // C: TIRASTORE_ERR_MISUSE NULL pointer, invalid JSON, unknown method (ValueError)
 	statusForked      = 14 // C: TIRASTORE_ERR_FORKED called in a child of fork(): this copy's Go runtime is gone (RuntimeError)
+	statusLockLost    = 15 // C: TIRASTORE_ERR_LOCK_LOST the lock was broken while the call held it, after a stall (LockLostError)
 )
 
 var kindStatus = map[core.Kind]int{
@@ -67,6 +68,7 @@ var kindStatus = map[core.Kind]int{
 	core.KindDatabase:    statusDatabase,
 	core.KindOperational: statusOperational,
 	core.KindInterrupted: statusInterrupted,
+	core.KindLockLost:    statusLockLost,
 }
 
 // callError is an error detected by the C layer itself (bad pointers,

@@ -322,6 +322,7 @@ func storeInfo(st *core.Store) map[string]any {
 		"source_project": st.SourceProject(),
 		"writes_allowed": st.WritesAllowed(),
 		"warning":        st.Warning(),
+		"notices":        st.Notices(), // node-local files that failed their checks (Python: RuntimeWarning)
 	}
 }
 

@@ -142,7 +142,7 @@ func (s *Store) connect() (*conn, error) {
 		}
 		s.dropConn()
 	}
-	db, err := sqlite.Open(s.path)
+	db, err := sqlite.Open(s.path, s.fence)
 	if err != nil {
 		return nil, err
 	}

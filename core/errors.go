@@ -24,6 +24,11 @@ const (
 	KindDatabase                // not a database, corrupt, newer schema (sqlite3.DatabaseError)
 	KindOperational             // SQLite could not run a statement (sqlite3.OperationalError)
 	KindInterrupted             // the caller cancelled a wait (KeyboardInterrupt upstream)
+	// KindLockLost: the lock was broken while this call held it (the
+	// process stalled past stale_lock_timeout): tirastore.LockLostError, a
+	// subclass of sqlite3.OperationalError, which the original raised when
+	// a write failed.
+	KindLockLost
 )
 
 var kindNames = map[Kind]string{
@@ -38,6 +43,7 @@ var kindNames = map[Kind]string{
 	KindDatabase:    "sqlite3.DatabaseError",
 	KindOperational: "sqlite3.OperationalError",
 	KindInterrupted: "KeyboardInterrupt",
+	KindLockLost:    "LockLostError",
 }
 
 // PythonName is the exception class the original library raised for this

@@ -55,7 +55,9 @@ import (
 //     existed.
 //
 // TIRASTORE_GROUP_COMMIT=0 switches it off (for comparisons); without the
-// node queue (TIRASTORE_NODE_QUEUE=0, or no /dev/shm) there is none.
+// node queue (TIRASTORE_NODE_QUEUE=0, or no /dev/shm) there is none, nor
+// when the spool's directory fails its checks (core/nodelocal; the store
+// warns when it opens).
 
 // writeRequest is one record or record_many call's rows: what a committer
 // needs to write them as their requester would have.
@@ -143,15 +145,16 @@ func (h *handover) result() (writeResult, bool, error) {
 }
 
 // groupSpool is the store's spool, or nil when group commit is off or the
-// spool cannot be used (then writes commit alone).
+// spool cannot be used (then writes commit alone; local.spoolErr says
+// why). Open calls it first (openLocal), so that a spool that fails the
+// checks is reported when the store opens.
 func (s *Store) groupSpool() *spool.Spool {
 	s.spoolOnce.Do(func() {
-		if environ.Get("TIRASTORE_GROUP_COMMIT") == "0" || environ.Get("TIRASTORE_NODE_QUEUE") == "0" {
+		if environ.Get("TIRASTORE_GROUP_COMMIT") == "0" || environ.Get("TIRASTORE_NODE_QUEUE") == "0" || s.local.dir == nil {
 			return
 		}
-		if sp, err := spool.Open(lock.SpoolDir(s.lockPath)); err == nil {
-			s.spool = sp
-		}
+		sp, err := spool.Open(s.local.dir, lock.NodeLocalName(lock.SpoolPrefix, s.lockPath))
+		s.spool, s.local.spoolErr = sp, err
 	})
 	return s.spool
 }

@@ -17,11 +17,11 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/tirastore/tirastore/core/changelog"
 	"github.com/tirastore/tirastore/core/cpu"
-	"github.com/tirastore/tirastore/core/environ"
 	"github.com/tirastore/tirastore/core/failpoint"
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/lock"
@@ -38,6 +38,11 @@ type Store struct {
 	lockPath string
 	opts     Options
 	lk       *lock.Lock
+	// fence refuses the connections' writes once the lock's lease is in
+	// doubt (core/sqlite: Fencing); nil only in the negative control of
+	// the stall tests. fenceErr is why the last renewal failed.
+	fence    *sqlite.Fence
+	fenceErr atomic.Pointer[error]
 
 	hostname   string
 	username   string
@@ -46,6 +51,11 @@ type Store struct {
 
 	writesAllowed bool
 	warning       string
+	// madeDir: Open created the database's directory (dirmode.go);
+	// dirNotice says why other users cannot use a database created in an
+	// existing directory ("" if they can).
+	madeDir   bool
+	dirNotice string
 
 	// fresh: open a new connection for every operation (see conn.go).
 	fresh bool
@@ -66,6 +76,9 @@ type Store struct {
 	changes      *changelog.Writer
 	changeReader *changelog.Reader
 	changeHold   *changelog.Holder
+	// local: the node-local directory, the hold on the node queue, and
+	// the notices about those files (local.go).
+	local localFiles
 
 	mu     sync.RWMutex // held shared by operations, exclusively by Close
 	closed bool
@@ -106,11 +119,18 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if s.localSlurm == "" {
 		s.localSlurm = cpu.SlurmCPUs()
 	}
-	s.lk = lock.New(lockPath, lock.Options{
+	lopts := lock.Options{
 		StaleTimeout: opts.StaleLockTimeout,
 		Timeout:      opts.LockTimeout,
 		Hostname:     s.hostname,
-	})
+	}
+	// The negative controls run without a fence: fence-disabled, and
+	// lock-disabled (no lock at all, so nothing a fence could confirm).
+	if !failpoint.Enabled(failpoint.FenceDisabled) && !failpoint.Enabled(failpoint.LockDisabled) {
+		s.fence = sqlite.NewFence(s.renewLease)
+		lopts.Fence = s.fence
+	}
+	s.lk = lock.New(lockPath, lopts)
 	// The lock's claim file lives beside the database, so the directory
 	// must exist before the lock can be taken.
 	dir := filepath.Dir(abs)
@@ -118,19 +138,36 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		if err := os.MkdirAll(dir, 0o777); err != nil {
 			return nil, s.classify(err, "create the database directory")
 		}
+		s.madeDir = true
 	}
 	s.fresh = freshConnections(dir)
-	if !s.fresh && environ.Get("TIRASTORE_CHANGE_LOG") != "0" {
-		p := lock.ChangeLogPath(lockPath)
-		s.changes, s.changeReader, s.changeHold = changelog.NewWriter(p), changelog.NewReader(p), changelog.Hold(p)
-	}
+	s.openLocal() // the node queue, the spool, the change log (local.go)
 	if err := s.initOrValidate(ctx); err != nil {
 		s.dropConn()
-		s.changeHold.Release()
+		s.closeLocal()
 		s.lk.Close()
+		s.freeFence()
 		return nil, err
 	}
 	return s, nil
+}
+
+// renewLease is the fence's renewal (a write found the lease over, after a
+// stall): it confirms the lock again, and keeps why it could not.
+func (s *Store) renewLease() bool {
+	err := s.lk.Confirm()
+	if err != nil {
+		s.fenceErr.Store(&err)
+	}
+	return err == nil
+}
+
+// freeFence releases the fence once no connection uses it.
+func (s *Store) freeFence() {
+	if s.fence != nil {
+		s.fence.Free()
+		s.fence = nil
+	}
 }
 
 // initOrValidate creates a missing database or checks the CPU metadata of an
@@ -140,7 +177,7 @@ func (s *Store) initOrValidate(ctx context.Context) (err error) {
 	if err != nil {
 		return s.classify(err, "open")
 	}
-	defer release()
+	defer func() { err = s.release(release, "open", err) }()
 
 	created, err := s.createFile()
 	if err != nil {
@@ -153,6 +190,7 @@ func (s *Store) initOrValidate(ctx context.Context) (err error) {
 	db := c.db
 	defer s.endOp(&err)
 
+	defer func() { err = s.fenced(err, "open") }()
 	ok, err := db.HasTables()
 	if err != nil {
 		return s.classify(err, "open")
@@ -169,10 +207,10 @@ func (s *Store) initOrValidate(ctx context.Context) (err error) {
 	return s.checkCPU(db)
 }
 
-// createFile creates the database file with the original's mode 0666 (and
-// its directory with 1777, best effort) when it does not exist yet. The mode
-// is set with fchmod because the process umask must not be touched: it is
-// shared with every thread of the host program.
+// createFile creates the database file with the original's mode 0666 when
+// it does not exist yet, and gives a directory Open created the mode 1777
+// (dirmode.go). The mode is set with fchmod because the process umask must
+// not be touched: it is shared with every thread of the host program.
 func (s *Store) createFile() (bool, error) {
 	f, err := os.OpenFile(s.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
 	if errors.Is(err, fs.ErrExist) {
@@ -185,7 +223,7 @@ func (s *Store) createFile() (bool, error) {
 	if err := f.Chmod(0o666); err != nil {
 		return true, err
 	}
-	_ = os.Chmod(filepath.Dir(s.path), 0o777|fs.ModeSticky)
+	s.dirNotice = s.shareDir()
 	return true, nil
 }
 
@@ -265,15 +303,10 @@ func (s *Store) closeLocked() error {
 	}
 	s.closed = true
 	s.dropConn()
-	if s.spool != nil {
-		s.spool.Remove()
-	}
-	if s.changes != nil {
-		s.changes.Close()
-		s.changeReader.Close()
-		s.changeHold.Release()
-	}
-	return s.lk.Close()
+	s.closeLocal()
+	err := s.lk.Close()
+	s.freeFence()
+	return err
 }
 
 // Path is the resolved absolute path of the database file.
@@ -324,14 +357,54 @@ func (s *Store) locked(ctx context.Context, op string, write bool, h lock.Handov
 	if err != nil {
 		return s.classify(err, op)
 	}
-	defer release()
+	defer func() { err = s.release(release, op, err) }()
 	c, err := s.connect()
 	if err != nil {
 		return s.classify(err, op)
 	}
 	failpoint.Inject(failpoint.DBOpened)
 	defer s.endOp(&err)
-	return s.classify(fn(c.db), op)
+	return s.fenced(s.classify(fn(c.db), op), op)
+}
+
+// fenced turns the outcome of an operation whose writes the fence refused
+// into the lost-lock error (see core/sqlite: Fencing): its transaction did
+// not commit. endOp then discards the connection without a rollback of its
+// own (the fence stays lost until the lock is released, so none can be
+// written), and the next holder rolls the hot journal back.
+func (s *Store) fenced(err error, op string) error {
+	if s.fence == nil || !s.fence.Lost() {
+		return err
+	}
+	var cause error = lock.ErrLockLost
+	if p := s.fenceErr.Swap(nil); p != nil {
+		cause = *p
+	}
+	if err == nil {
+		// Found lost by the heartbeat during a call that wrote nothing.
+		return wrapError(KindLockLost, cause, "%s: %s: %v; another process may have used the database "+
+			"at the same time as this call", s.path, op, cause)
+	}
+	return wrapError(KindLockLost, cause, "%s: %s failed: %v; this call's writes were refused and its "+
+		"transaction was not committed (the next holder of the lock rolls it back)", s.path, op, cause)
+}
+
+// release gives the lock back after an operation that ended with err, and
+// reports a lock found lost meanwhile (lock.LostError): it was broken
+// while this process held it, so the operation may not have been alone on
+// the database; the caches and the connection are dropped.
+func (s *Store) release(release func() error, op string, err error) error {
+	rerr := release()
+	if !errors.Is(rerr, lock.ErrLockLost) {
+		return err
+	}
+	s.dropConn()
+	s.cache.reset()
+	if KindOf(err) == KindLockLost {
+		return err
+	}
+	return wrapError(KindLockLost, rerr, "%s: %s: %v; another process may have used the database "+
+		"at the same time as this call (its writes, if any, were committed)", s.path, op, rerr)
 }
 
 // endOp ends an operation under the lock: the cache learns the generation
@@ -352,9 +425,9 @@ func (s *Store) endOp(errp *error) {
 // acquire takes the hard-link lock, as a write if write, and returns its
 // release. Only a failpoint build can switch the lock off, for the negative
 // controls of the concurrency tests.
-func (s *Store) acquire(ctx context.Context, write bool, h lock.Handover) (release func(), err error) {
+func (s *Store) acquire(ctx context.Context, write bool, h lock.Handover) (release func() error, err error) {
 	if failpoint.Enabled(failpoint.LockDisabled) {
-		return func() {}, nil
+		return func() error { return nil }, nil
 	}
 	if s.opts.Interruptible != nil {
 		var stop func()
@@ -372,7 +445,7 @@ func (s *Store) acquire(ctx context.Context, write bool, h lock.Handover) (relea
 		return nil, err
 	}
 	failpoint.Inject(failpoint.LockAcquired)
-	return func() { s.lk.Release() }, nil
+	return s.lk.Release, nil
 }
 
 func (s *Store) checkWrites() error {

@@ -52,6 +52,7 @@ extern "C" {
 #define TIRASTORE_ERR_HANDLE        12 /* unknown or already closed handle (ValueError) */
 #define TIRASTORE_ERR_MISUSE        13 /* NULL pointer, invalid JSON, unknown method (ValueError) */
 #define TIRASTORE_ERR_FORKED        14 /* called in a child of fork(): this copy's Go runtime is gone (RuntimeError) */
+#define TIRASTORE_ERR_LOCK_LOST     15 /* the lock was broken while the call held it, after a stall (LockLostError) */
 
 /*
  * tirastore_version returns the library version ("1.2.3"). The string is

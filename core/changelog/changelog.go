@@ -20,8 +20,10 @@
 // existed. The log never has to be complete, in order or even present.
 //
 // The log is one file per database, user and node, in node-local memory
-// (beside the node queue's gate file), mode 0600: a reader trusts entries
-// only of its own user, so another user of a shared database cannot slip
+// (in the user's private directory beside the node queue's gate file,
+// core/nodelocal), mode 0600, opened through the directory's descriptor
+// and checked before it is read or written: a reader trusts entries only
+// of its own user, so another user of a shared database cannot slip
 // forged results into its cache. Every entry is appended with one write()
 // under the database lock, and framed so that a reader never applies a torn
 // or partial one (a magic number, the length, a CRC-32C, then the length and
@@ -43,6 +45,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tirastore/tirastore/core/nodelocal"
 	"github.com/tirastore/tirastore/core/sqlite"
 )
 
@@ -92,28 +95,15 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// open opens the log at path, creating it for a writer, checks that it is
-// a regular file of this user that no one else can write, and returns its
-// status.
-func open(path string, write bool) (*os.File, unix.Stat_t, error) {
-	var st unix.Stat_t
+// open opens the log name in dir, creating it for a writer: a regular file
+// of this user, mode 0600, one link, or the error is a *nodelocal.Problem
+// (see core/nodelocal). It returns the status it checked.
+func open(dir *nodelocal.Dir, name string, write bool) (*os.File, unix.Stat_t, error) {
 	flags := os.O_RDONLY
 	if write {
 		flags = os.O_RDWR | os.O_CREATE
 	}
-	f, err := os.OpenFile(path, flags|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return nil, st, err
-	}
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		f.Close()
-		return nil, st, err
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Getuid() || st.Mode&0o077 != 0 {
-		f.Close()
-		return nil, st, fmt.Errorf("changelog: %s is not a private file of this user", path)
-	}
-	return f, st, nil
+	return dir.Open(name, flags)
 }
 
 // readEpoch reads the log's header: ok is false when it has none (yet) or
@@ -135,14 +125,15 @@ func readEpoch(f *os.File) (epoch uint64, ok bool, err error) {
 
 // Writer appends entries. Its methods are called under the database lock.
 type Writer struct {
-	path string
+	dir  *nodelocal.Dir
+	name string
 	f    *os.File
 	ino  uint64 // f's inode, named in the Own of each Append
 }
 
-// NewWriter returns a writer of the log at path; the file is opened at the
-// first Append.
-func NewWriter(path string) *Writer { return &Writer{path: path} }
+// NewWriter returns a writer of the log name in dir; the file is opened at
+// the first Append.
+func NewWriter(dir *nodelocal.Dir, name string) *Writer { return &Writer{dir: dir, name: name} }
 
 // Own is an entry as its writer appended it: where it is in the log, so
 // that the writer's own Reader can take the entry from memory instead of
@@ -166,7 +157,7 @@ func (w *Writer) Append(e *Entry) (*Own, error) {
 		}
 	}
 	if w.f == nil {
-		f, fst, err := open(w.path, true)
+		f, fst, err := open(w.dir, w.name, true)
 		if err != nil {
 			return nil, err
 		}
@@ -257,7 +248,8 @@ func linkedFile(f *os.File) (bool, error) {
 
 // Reader reads the entries appended since its previous call.
 type Reader struct {
-	path  string
+	dir   *nodelocal.Dir
+	name  string
 	f     *os.File
 	ino   uint64
 	epoch uint64
@@ -265,10 +257,10 @@ type Reader struct {
 	buf   []byte
 }
 
-// NewReader returns a reader of the log at path. Entries logged before the
-// reader first opens the file (at its first Next) are skipped: the cache a
-// reader serves starts empty, and they are of no use to it.
-func NewReader(path string) *Reader { return &Reader{path: path} }
+// NewReader returns a reader of the log name in dir. Entries logged before
+// the reader first opens the file (at its first Next) are skipped: the
+// cache a reader serves starts empty, and they are of no use to it.
+func NewReader(dir *nodelocal.Dir, name string) *Reader { return &Reader{dir: dir, name: name} }
 
 // Next returns the whole entries appended since the previous call. restart
 // is true when the log was started over since, or reopened after its file
@@ -287,7 +279,7 @@ func (r *Reader) Next(own *Own) (entries []*Entry, restart bool, err error) {
 		}
 	}
 	if r.f == nil {
-		f, fst, err := open(r.path, false)
+		f, fst, err := open(r.dir, r.name, false)
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
 				err = nil

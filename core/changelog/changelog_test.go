@@ -5,7 +5,9 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 
+	"github.com/tirastore/tirastore/core/nodelocal"
 	"github.com/tirastore/tirastore/core/sqlite"
 )
 
@@ -20,7 +22,31 @@ func entry(n byte, keys ...string) *Entry {
 	return e
 }
 
-func logPath(t *testing.T) string { return filepath.Join(t.TempDir(), "changes") }
+func logPath(t *testing.T) string { return filepath.Join(t.TempDir(), "private", "changes") }
+
+// at is the private directory (core/nodelocal) holding the file at path p,
+// and the file's name in it.
+func at(t *testing.T, p string) (*nodelocal.Dir, string) {
+	t.Helper()
+	d, err := nodelocal.OpenDir(filepath.Dir(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	return d, filepath.Base(p)
+}
+
+func writerAt(t *testing.T, p string) *Writer { return NewWriter(at(t, p)) }
+func readerAt(t *testing.T, p string) *Reader { return NewReader(at(t, p)) }
+
+func holdAt(t *testing.T, p string) *Holder {
+	t.Helper()
+	h, err := Hold(at(t, p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
 
 func next(t *testing.T, r *Reader) ([]*Entry, bool) {
 	t.Helper()
@@ -36,10 +62,10 @@ func next(t *testing.T, r *Reader) ([]*Entry, bool) {
 func started(t *testing.T) (string, *Writer, *Reader) {
 	t.Helper()
 	p := logPath(t)
-	w := NewWriter(p)
+	w := writerAt(t, p)
 	t.Cleanup(w.Close)
 	appendOK(t, w, entry(0))
-	r := NewReader(p)
+	r := readerAt(t, p)
 	t.Cleanup(r.Close)
 	if es, _ := next(t, r); len(es) != 0 {
 		t.Fatalf("a new reader got %d old entries", len(es))
@@ -58,10 +84,10 @@ func appendOK(t *testing.T, w *Writer, e *Entry) {
 // log skips what was logged before.
 func TestRoundTrip(t *testing.T) {
 	p := logPath(t)
-	w := NewWriter(p)
+	w := writerAt(t, p)
 	defer w.Close()
 	appendOK(t, w, entry(0, "a"))
-	r := NewReader(p)
+	r := readerAt(t, p)
 	defer r.Close()
 	if es, _ := next(t, r); len(es) != 0 {
 		t.Fatalf("a new reader got %d old entries", len(es))
@@ -182,20 +208,20 @@ func TestRemovedAndForeign(t *testing.T) {
 	if err := os.Chmod(p, 0o622); err != nil {
 		t.Fatal(err)
 	}
-	w2 := NewWriter(p)
+	w2 := writerAt(t, p)
 	if _, err := w2.Append(entry(2)); err == nil {
 		t.Error("appended to a file others can write")
 	}
-	r2 := NewReader(p)
+	r2 := readerAt(t, p)
 	defer r2.Close()
 	if _, _, err := r2.Next(nil); err == nil {
 		t.Error("read a file others can write")
 	}
-	link := filepath.Join(t.TempDir(), "link")
+	link := filepath.Join(filepath.Dir(p), "link")
 	if err := os.Symlink(p, link); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewWriter(link).Append(entry(3)); err == nil {
+	if _, err := writerAt(t, link).Append(entry(3)); err == nil {
 		t.Error("followed a symlink")
 	}
 }
@@ -203,7 +229,7 @@ func TestRemovedAndForeign(t *testing.T) {
 // The last holder to release removes the log; earlier ones leave it.
 func TestHoldRelease(t *testing.T) {
 	p := logPath(t)
-	a, b := Hold(p), Hold(p)
+	a, b := holdAt(t, p), holdAt(t, p)
 	if a == nil || b == nil {
 		t.Fatal("Hold failed")
 	}
@@ -217,11 +243,36 @@ func TestHoldRelease(t *testing.T) {
 	}
 }
 
+// Sweep removes a log that nobody holds once it is old, and keeps a held
+// one and a recent one.
+func TestSweep(t *testing.T) {
+	p := logPath(t)
+	d, name := at(t, p)
+	h := holdAt(t, p)
+	old := time.Now().Add(-2 * staleAge)
+	os.Chtimes(p, old, old)
+	Sweep(d, name)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("a held log was swept: %v", err)
+	}
+	h.f.Close() // the holder dies without Release
+	os.Chtimes(p, time.Now(), time.Now())
+	Sweep(d, name)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("a recent log was swept: %v", err)
+	}
+	os.Chtimes(p, old, old)
+	Sweep(d, name)
+	if _, err := os.Stat(p); !os.IsNotExist(err) {
+		t.Fatalf("a leftover log was kept: %v", err)
+	}
+}
+
 // A writer's own entry comes back as the very Entry it appended, in its
 // place among the others; a stale Own (the log started over) is ignored.
 func TestOwnEntry(t *testing.T) {
 	p, w, r := started(t)
-	other := NewWriter(p)
+	other := writerAt(t, p)
 	defer other.Close()
 	appendOK(t, other, entry(1, "a"))
 	mine := entry(2, "b")

@@ -2,8 +2,11 @@ package changelog
 
 import (
 	"os"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tirastore/tirastore/core/nodelocal"
 )
 
 // Holder marks the log as used by one store for as long as the store is
@@ -18,22 +21,25 @@ import (
 // drops it when the holder dies.
 type Holder struct {
 	f    *os.File
-	path string
+	dir  *nodelocal.Dir
+	name string
 }
 
-// Hold opens (creating if needed) the log at path and marks it used; nil
-// when that fails, which only means that the file may be removed while
-// this store still follows it.
-func Hold(path string) *Holder {
-	f, _, err := open(path, true)
+// Hold opens (creating if needed) the log name in dir and marks it used.
+// It fails with a *nodelocal.Problem when something that fails the checks
+// is at the name (the caller should then not use the log at all); any
+// other failure only means that the file may be removed while this store
+// still follows it (the Holder is nil, and Release does nothing).
+func Hold(dir *nodelocal.Dir, name string) (*Holder, error) {
+	f, _, err := open(dir, name, true)
 	if err != nil {
-		return nil
+		return nil, err
 	}
-	if unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &unix.Flock_t{Type: unix.F_RDLCK, Len: 1}) != nil {
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &unix.Flock_t{Type: unix.F_RDLCK, Len: 1}); err != nil {
 		f.Close()
-		return nil
+		return nil, err
 	}
-	return &Holder{f: f, path: path}
+	return &Holder{f: f, dir: dir, name: name}, nil
 }
 
 // Release drops the mark and removes the log if no other store of the node
@@ -44,8 +50,32 @@ func (h *Holder) Release() {
 	}
 	if unix.FcntlFlock(h.f.Fd(), unix.F_OFD_SETLK, &unix.Flock_t{Type: unix.F_WRLCK, Len: 1}) == nil {
 		if ok, err := linkedFile(h.f); err == nil && ok {
-			_ = os.Remove(h.path)
+			_ = h.dir.Remove(h.name, h.f)
 		}
 	}
 	h.f.Close()
+}
+
+// staleAge is how long a log must have been unchanged before Sweep removes
+// it (a store opening it holds it a moment after creating it).
+const staleAge = 10 * time.Second
+
+// Sweep removes the log name in dir if nobody holds it and it has not
+// changed for staleAge: one that a killed process left. The first store of
+// a process calls it for every log of its user on the node.
+func Sweep(dir *nodelocal.Dir, name string) {
+	st, err := dir.Lstat(name)
+	if err != nil || time.Since(time.Unix(st.Mtim.Unix())) < staleAge {
+		return
+	}
+	f, _, err := dir.Open(name, os.O_RDWR)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	// An open-file-description lock: it conflicts with every holder's,
+	// this process's included, and closing f drops no other lock of ours.
+	if unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &unix.Flock_t{Type: unix.F_WRLCK, Len: 1}) == nil {
+		_ = dir.Remove(name, f)
+	}
 }

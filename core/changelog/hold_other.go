@@ -7,7 +7,11 @@ package changelog
 type Holder struct{}
 
 // Hold returns nil: nothing marks the log.
-func Hold(path string) *Holder { return nil }
+func Hold(dir *nodelocal.Dir, name string) (*Holder, error) { return nil, nil }
 
 // Release does nothing.
 func (h *Holder) Release() {}
+
+// Sweep does nothing: without holders' marks a log in use cannot be told
+// from a leftover.
+func Sweep(dir *nodelocal.Dir, name string) {}

@@ -16,6 +16,8 @@
 //	exit          os.Exit(77) without cleanup
 //	sleep(MS)     sleep MS milliseconds (widen a race window)
 //	panic         panic (the C layer must turn it into an error)
+//	stop          SIGSTOP this process, the first time the point is hit
+//	              (a stall: the test sends SIGCONT)
 //	on            a switch, read with Enabled (e.g. lock-disabled=on)
 package failpoint
 
@@ -51,4 +53,18 @@ const (
 	// of its database file, whether or not it starts from the cache's
 	// generation (the negative control of the change log's tests).
 	ChangeLogUnchained = "changelog-unchained"
+	// NodeLocalTrust is a switch: node-local files (core/nodelocal: the
+	// private directory, gate files, spools, change logs) are opened
+	// following symlinks and used without their fstat checks (the
+	// negative control of the hostile-neighbour tests).
+	NodeLocalTrust = "nodelocal-trust"
+	// FenceDisabled is a switch: connections are opened without a fence,
+	// so a holder that stalled past stale_lock_timeout goes on writing
+	// after its lock was broken (the negative control of the stall tests).
+	FenceDisabled = "fence-disabled"
+	// DBWrite is a point of the VFS (vfs.c, C code): the first write of
+	// this process to a database file, which SQLite makes after it has
+	// synced the journal and before it deletes it (the commit). Only the
+	// action stop is honoured there.
+	DBWrite = "db-write"
 )

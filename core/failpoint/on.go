@@ -68,8 +68,19 @@ func Inject(name string) {
 		}
 	case action == "panic":
 		panic(fmt.Sprintf("failpoint %s", name))
+	case action == "stop":
+		mu.Lock()
+		first := !stopped[name]
+		stopped[name] = true
+		mu.Unlock()
+		if first {
+			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		}
 	}
 }
+
+// stopped are the points whose stop action already ran (once each).
+var stopped = map[string]bool{}
 
 func kill() {
 	syscall.Kill(os.Getpid(), syscall.SIGKILL)

@@ -2,20 +2,17 @@ package lock
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/tirastore/tirastore/core/environ"
+	"github.com/tirastore/tirastore/core/nodelocal"
 )
 
 // # The node-local queue (gate)
@@ -35,11 +32,24 @@ import (
 // workers never see the gate), so anything that goes wrong with the gate
 // falls back to plain link polling:
 //
-//   - the gate file is /dev/shm/tirastore-gate2-<sha256(lock path)>, mode
-//     0666 so that all users of a shared database queue together (removed
-//     by the last Lock that closes while nobody is queued); if it
-//     cannot be opened read-write (another user's file with a stricter
-//     mode, no /dev/shm and no writable $TMPDIR), there is no gate;
+//   - the gate file is gate-<hash> in this user's private directory on
+//     the node, <base>/tirastore-<euid> with base /dev/shm, else $TMPDIR
+//     (core/nodelocal; <hash> and the names of the spool and the change
+//     log: NodeLocalName), mode 0600. It is opened through the directory's
+//     descriptor, without following symlinks, and checked (a regular file
+//     of this user, mode 0600, one link) before it is used: a file that
+//     fails the checks means no gate, and the store warns about it; no
+//     usable directory at all (no /dev/shm and no writable $TMPDIR) means
+//     no gate either. The Locks of a process on the database share one
+//     descriptor of it (nodequeue.go), and the last of them removes the
+//     file when nobody is queued;
+//   - the queue is per user: users who share a database do not share its
+//     queue, since a file that another user can open is one they can
+//     stall ours with (plant it before us, lock it and never let go). What
+//     that costs: processes of different users on one node wait for the
+//     lock as processes of different nodes do (the head of each user's
+//     queue polls the lock file), and fairness between users is the
+//     fairness between nodes (below); within a user nothing changes;
 //   - classic POSIX record locks belong to the process: the kernel drops
 //     them when it dies (a killed process never blocks the queue), and a
 //     fork()ed child does not inherit them (open file description locks
@@ -56,7 +66,9 @@ import (
 // database share one owner (the process), so they pass the gate together;
 // the hard-link lock still orders them.
 type gate struct {
-	f    *os.File
+	// f is this Lock's reference to the process's one descriptor of the
+	// gate file (see nodequeue.go); its Close gives the reference back.
+	f    *gateRef
 	path string
 	// queueSlot, laneSlot: the slot bytes this process holds in the queue
 	// and in the writers' lane while it holds the gate (-1: none).
@@ -69,28 +81,62 @@ type gate struct {
 	// while none is pending): a process must not join a line again while
 	// its abandoned place is still in it (see join).
 	settled chan struct{}
+	// stalled: a wait was abandoned because the line did not move (see
+	// "Stalled places"); until settled, this process does not queue.
+	stalled bool
 }
 
 var (
 	errHandedOver      = errors.New("lock: handed over")
 	errGateTimeout     = errors.New("lock: timed out in the node-local queue")
 	errGateUnavailable = errors.New("lock: node-local queue unavailable")
+	// errGateStalled: the line did not move for too long (see "Stalled
+	// places"); this acquisition goes on without the queue.
+	errGateStalled = errors.New("lock: the node-local queue is stalled")
 )
 
-// gateDir is where gate files live: /dev/shm (memory, node-local), else
-// the temporary directory.
-func gateDir() string {
-	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
-		return "/dev/shm"
-	}
-	return os.TempDir()
+// # Stalled places
+//
+// The kernel frees a place in a line only when its process releases it or
+// dies. A process that is stopped (SIGSTOP, Slurm's suspend), paused or
+// hung keeps its place, and everyone behind it would wait until
+// lock_timeout, although its lock counts as abandoned on other nodes after
+// stale_lock_timeout. So a waiter that has been blocked in a line for a
+// while (stallCheck.every) looks, at that interval, whether the line is
+// moving, and leaves it, abandoning its place as on a timeout, when
+//
+//   - the progress word of the gate file (progressOffset) has not changed
+//     for StaleTimeout as seen here: the head of the queue writes it before
+//     every attempt at the lock file while it polls and at every heartbeat
+//     while it holds the lock, so a head that stopped or hung stops
+//     changing it, whatever it was doing; or
+//   - the lock file itself is breakable by the waiter's rules (Staleness,
+//     Dead holders): the waiter reads it as it would outside the queue, so
+//     that its count of how long the lock stayed unchanged starts while it
+//     is still queued, and it breaks the lock at once once out; or
+//   - it waits for the ticket byte, which its holder keeps for microseconds,
+//     for longer than stallCheck.every times 16.
+//
+// It then runs the link protocol without the queue, as a process of
+// another node would, and a stopped holder on the same node is judged by
+// the same heartbeat rule as one elsewhere. Until its abandoned place has
+// been passed (settled), its later acquisitions skip the queue too.
+type stallCheck struct {
+	every time.Duration
+	// moved reports, at each check, whether the line is still moving for a
+	// wait of byte at that has lasted waited (false: leave the line).
+	moved func(at int64, waited time.Duration) bool
 }
 
+// gateDir is where gate files live: this user's private directory on the
+// node (core/nodelocal), in /dev/shm (memory, node-local) or else the
+// temporary directory.
+func gateDir() string { return nodelocal.PrivatePath() }
+
 // gatePath is the gate file of lockPath. The last Lock to close removes it
-// when nobody is queued (see close).
+// when nobody is queued (see sharedGate.release).
 func gatePath(lockPath string) string {
-	sum := sha256.Sum256([]byte(lockPath))
-	return filepath.Join(gateDir(), "tirastore-gate2-"+hex.EncodeToString(sum[:12]))
+	return filepath.Join(gateDir(), NodeLocalName(GatePrefix, lockPath))
 }
 
 // GateFile is the node queue's file for the lock at lockPath (tools and
@@ -98,35 +144,31 @@ func gatePath(lockPath string) string {
 func GateFile(lockPath string) string { return gatePath(lockPath) }
 
 // SpoolDir is where this user's writes to the database of lockPath are
-// handed over to other processes of this node (core/spool): beside the
-// gate file, one directory per user.
+// handed over to other processes of this node (core/spool): a directory
+// beside the gate file, in the private directory (NodeLocalName).
 func SpoolDir(lockPath string) string {
-	return gatePath(lockPath) + "-spool-" + strconv.Itoa(os.Getuid())
+	return filepath.Join(gateDir(), NodeLocalName(SpoolPrefix, lockPath))
 }
 
 // ChangeLogPath is where this user's commits to the database of lockPath
-// are logged for the caches of this node's processes (core/changelog):
-// beside the gate file, one file per user.
+// are logged for the caches of this node's processes (core/changelog): a
+// file beside the gate file, in the private directory (NodeLocalName).
 func ChangeLogPath(lockPath string) string {
-	return gatePath(lockPath) + "-changes-" + strconv.Itoa(os.Getuid())
+	return filepath.Join(gateDir(), NodeLocalName(ChangeLogPrefix, lockPath))
 }
 
-// openGate opens (creating if needed) the gate file of lockPath, or returns
-// nil when there is none to use.
+// openGate returns a gate on the process's descriptor of the gate file of
+// lockPath (opening, creating and checking the file if this process has
+// none open: acquireGate), or nil when there is none to use.
 func openGate(lockPath string) *gate {
 	if environ.Get("TIRASTORE_NODE_QUEUE") == "0" {
 		return nil
 	}
-	f, err := os.OpenFile(gatePath(lockPath), os.O_RDWR|os.O_CREATE, 0o666)
+	ref, err := acquireGate(lockPath)
 	if err != nil {
 		return nil
 	}
-	// The umask may have narrowed the mode; other users must be able to
-	// open the file read-write to queue. Only the owner can widen it.
-	if fi, err := f.Stat(); err == nil && fi.Mode().Perm() != 0o666 {
-		_ = f.Chmod(0o666)
-	}
-	return &gate{f: f, path: f.Name(), queueSlot: -1, laneSlot: -1}
+	return &gate{f: ref, path: ref.dir.Join(ref.name), queueSlot: -1, laneSlot: -1}
 }
 
 // # A FIFO of byte locks
@@ -218,10 +260,10 @@ func byteLock(typ int16, at int64) *unix.Flock_t {
 // another process did its work gives its place back and returns
 // errHandedOver. On error nothing is held. errGateUnavailable means the
 // caller should proceed without the gate.
-func (g *gate) lock(ctx context.Context, deadline time.Time, write bool, done func() bool) error {
+func (g *gate) lock(ctx context.Context, deadline time.Time, write bool, done func() bool, sc *stallCheck) error {
 	g.queueSlot, g.laneSlot = -1, -1
 	if write {
-		slot, err := g.join(ctx, deadline, laneLine)
+		slot, err := g.join(ctx, deadline, laneLine, sc)
 		if err != nil {
 			return err
 		}
@@ -236,7 +278,7 @@ func (g *gate) lock(ctx context.Context, deadline time.Time, write bool, done fu
 			return err
 		}
 	}
-	slot, err := g.join(ctx, deadline, queueLine)
+	slot, err := g.join(ctx, deadline, queueLine, sc)
 	if err != nil {
 		if g.laneSlot >= 0 {
 			g.unlockByte(g.laneSlot)
@@ -245,6 +287,7 @@ func (g *gate) lock(ctx context.Context, deadline time.Time, write bool, done fu
 		return err
 	}
 	g.queueSlot = slot
+	g.noteProgress()
 	return nil
 }
 
@@ -285,16 +328,19 @@ func (g *gate) queueBusy() bool {
 // until that place's turn has passed before it joins again. Otherwise its
 // new place would pass the old one (the old slot is its own, so waiting for
 // it returns at once) and with it everyone queued in between.
-func (g *gate) join(ctx context.Context, deadline time.Time, ln line) (int64, error) {
+func (g *gate) join(ctx context.Context, deadline time.Time, ln line, sc *stallCheck) (int64, error) {
 	g.mu.Lock()
-	settled := g.settled
+	settled, stalled := g.settled, g.stalled
 	g.mu.Unlock()
 	if settled != nil {
+		if stalled {
+			return 0, errGateStalled
+		}
 		if err := waitChan(ctx, deadline, settled); err != nil {
 			return 0, err
 		}
 	}
-	if err := g.wait(ctx, deadline, ticketByte, -1); err != nil {
+	if err := g.wait(ctx, deadline, ticketByte, -1, sc); err != nil {
 		return 0, err
 	}
 	var b [8]byte
@@ -315,7 +361,7 @@ func (g *gate) join(ctx context.Context, deadline time.Time, ln line) (int64, er
 		return 0, errGateUnavailable // a slot still held nSlots tickets later
 	}
 	pred := ln.slots + int64((t+nSlots-1)%nSlots)
-	if err := g.wait(ctx, deadline, pred, mine); err != nil {
+	if err := g.wait(ctx, deadline, pred, mine, sc); err != nil {
 		if errors.Is(err, errGateUnavailable) {
 			g.unlockByte(mine)
 		}
@@ -326,10 +372,11 @@ func (g *gate) join(ctx context.Context, deadline time.Time, ln line) (int64, er
 }
 
 // wait takes the byte at, blocking as lock describes. If the wait is
-// abandoned (ctx, deadline), the byte is given back once it comes, together
-// with the byte also (if not -1): a place in a line is kept until the
-// predecessor's turn has passed. On errGateUnavailable nothing was taken.
-func (g *gate) wait(ctx context.Context, deadline time.Time, at, also int64) error {
+// abandoned (ctx, deadline, a stalled line: sc), the byte is given back
+// once it comes, together with the byte also (if not -1): a place in a
+// line is kept until the predecessor's turn has passed. On
+// errGateUnavailable nothing was taken.
+func (g *gate) wait(ctx context.Context, deadline time.Time, at, also int64, sc *stallCheck) error {
 	// The common uncontended case costs one non-blocking call.
 	switch err := unix.FcntlFlock(g.f.Fd(), unix.F_SETLK, byteLock(unix.F_WRLCK, at)); {
 	case err == nil:
@@ -351,6 +398,13 @@ func (g *gate) wait(ctx context.Context, deadline time.Time, at, also int64) err
 	defer stop()
 	poll := time.NewTicker(ctxPoll)
 	defer poll.Stop()
+	var check <-chan time.Time
+	started := time.Now()
+	if sc != nil && sc.every > 0 {
+		t := time.NewTicker(sc.every)
+		defer t.Stop()
+		check = t.C
+	}
 	for {
 		select {
 		case err := <-done:
@@ -358,6 +412,16 @@ func (g *gate) wait(ctx context.Context, deadline time.Time, at, also int64) err
 				return errGateUnavailable
 			}
 			return nil
+		case <-check:
+			waited := time.Since(started)
+			if at == ticketByte && waited < 16*sc.every || at != ticketByte && sc.moved(at, waited) {
+				continue
+			}
+			g.abandon(done, at, also)
+			g.mu.Lock()
+			g.stalled = true
+			g.mu.Unlock()
+			return errGateStalled
 		case <-ctx.Done():
 			g.abandon(done, at, also)
 			return ctx.Err()
@@ -412,6 +476,29 @@ func (g *gate) setState(st gateState) {
 	binary.LittleEndian.PutUint64(b[:8], st.streak)
 	binary.LittleEndian.PutUint64(b[8:], uint64(st.foreignAt))
 	_, _ = g.f.WriteAt(b[:], stateOffset)
+}
+
+// progressOffset is where the head of the queue keeps its progress word
+// (8 bytes after the ticket counters; see "Stalled places").
+const progressOffset = ticketsOffset + 16
+
+// noteProgress is the head's sign of life: a new progress word (its
+// CLOCK_MONOTONIC time, which differs at every call). Waiters compare it
+// only with what they read before, so neither torn reads nor clocks
+// matter.
+func (g *gate) noteProgress() {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(monoNow()))
+	_, _ = g.f.WriteAt(b[:], progressOffset)
+}
+
+// progress reads the progress word (0 if unreadable).
+func (g *gate) progress() uint64 {
+	var b [8]byte
+	if n, _ := g.f.ReadAt(b[:], progressOffset); n < len(b) {
+		return 0
+	}
+	return binary.LittleEndian.Uint64(b[:])
 }
 
 // noteAcquired counts one more acquisition in the node's streak.
@@ -483,7 +570,7 @@ func (g *gate) abandon(done <-chan error, at, also int64) {
 		}
 		if g.pending--; g.pending == 0 {
 			close(g.settled)
-			g.settled = nil
+			g.settled, g.stalled = nil, false
 		}
 		if g.closed && g.pending == 0 {
 			g.f.Close()
@@ -531,25 +618,18 @@ func (g *gate) inLine(ln line) (pid int, busy bool) {
 	return int(lk.Pid), true
 }
 
-// close releases the descriptor (and with it this process's gate lock), or
-// leaves that to the last abandoned wait still blocked on it. If nobody is
-// queued (the ticket byte and every slot can be taken at once: a process
-// blocked on a byte implies another holding it), the file is removed too, so that temporary
-// databases do not leave gate files behind. A process that opened the file
-// just before may then queue on the removed inode while newcomers make a
-// new one: two queues for a while, which costs fairness, never exclusion.
+// close gives this Lock's reference to the gate file back, or leaves that
+// to the last abandoned wait still blocked on it (abandon closes g.f). The
+// process's last reference closes the descriptor, and removes the file if
+// nobody is queued (sharedGate.release): before, other Locks of this
+// process may still hold or wait for bytes of it, and closing a descriptor
+// would drop their locks.
 func (g *gate) close() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.closed = true
 	if g.pending > 0 {
 		return
-	}
-	fd := g.f.Fd()
-	if unix.FcntlFlock(fd, unix.F_SETLK, byteLock(unix.F_WRLCK, ticketByte)) == nil &&
-		unix.FcntlFlock(fd, unix.F_SETLK, queueLine.all(unix.F_WRLCK)) == nil &&
-		unix.FcntlFlock(fd, unix.F_SETLK, laneLine.all(unix.F_WRLCK)) == nil {
-		os.Remove(g.path)
 	}
 	g.f.Close()
 }

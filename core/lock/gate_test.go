@@ -3,6 +3,8 @@ package lock
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"os/exec"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/internal/proclocks"
+	"github.com/tirastore/tirastore/core/nodelocal"
 )
 
 const envGateChild = "TIRASTORE_TEST_GATE_LOCK"
@@ -28,11 +31,95 @@ func TestGateHolderChild(t *testing.T) {
 	if g == nil {
 		t.Fatal("no gate")
 	}
-	if err := g.lock(context.Background(), time.Time{}, false, nil); err != nil {
+	if err := g.lock(context.Background(), time.Time{}, false, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	os.Stdout.WriteString("held\n")
+	if ms, err := strconv.Atoi(os.Getenv(envGateProgress)); err == nil {
+		// A live head: it shows progress every 50 ms for ms, then leaves.
+		for end := time.Now().Add(time.Duration(ms) * time.Millisecond); time.Now().Before(end); {
+			g.noteProgress()
+			time.Sleep(50 * time.Millisecond)
+		}
+		g.unlock()
+		return
+	}
 	time.Sleep(time.Hour)
+}
+
+// envGateProgress makes TestGateHolderChild a live head for that many ms.
+const envGateProgress = "TIRASTORE_TEST_GATE_PROGRESS_MS"
+
+// TestGateStalledHeadIsPassed: a process at the head of the node queue that
+// makes no progress (here: holds its place and sleeps, as a stopped one
+// would) is passed after StaleTimeout, like an abandoned lock, and later
+// acquisitions skip the queue until its place is gone. A head that shows
+// progress is waited for, however long it takes. Negative control: without
+// the stall check the waiter stays blocked until its Timeout.
+func TestGateStalledHeadIsPassed(t *testing.T) {
+	path, opt := newTestLock(t)
+	opt.StaleTimeout, opt.Timeout = time.Second, 20*time.Second
+	holder := gateHolder(t, path)
+	l := New(path, opt)
+	defer l.Close()
+	start := time.Now()
+	if err := l.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(start); waited < opt.StaleTimeout || waited > 4*opt.StaleTimeout {
+		t.Errorf("passed the stalled head after %v, want StaleTimeout (%v) plus a small margin", waited, opt.StaleTimeout)
+	}
+	if n := l.Stats().Bypassed; n != 1 {
+		t.Errorf("Bypassed = %d, want 1", n)
+	}
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	if err := l.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(start); waited > opt.StaleTimeout/2 {
+		t.Errorf("the second acquisition waited %v behind the same stalled head", waited)
+	}
+	l.Release()
+	holder.Process.Kill()
+	holder.Wait()
+
+	// Negative control: no stall check.
+	path2, opt2 := newTestLock(t)
+	opt2.StaleTimeout, opt2.Timeout = time.Second, 3*time.Second
+	gateHolder(t, path2)
+	testNoStallCheck = true
+	defer func() { testNoStallCheck = false }()
+	l2 := New(path2, opt2)
+	defer l2.Close()
+	var te *TimeoutError
+	if err := l2.Acquire(context.Background()); !errors.As(err, &te) || te.Queue == 0 {
+		t.Fatalf("without the stall check the waiter should time out in the queue, got %v", err)
+	}
+}
+
+// TestGateLiveHeadIsWaitedFor: a head that shows progress is not passed,
+// even when it keeps its place for several StaleTimeouts.
+func TestGateLiveHeadIsWaitedFor(t *testing.T) {
+	path, opt := newTestLock(t)
+	opt.StaleTimeout, opt.Timeout = 500*time.Millisecond, 20*time.Second
+	t.Setenv(envGateProgress, "2000")
+	gateHolder(t, path)
+	l := New(path, opt)
+	defer l.Close()
+	start := time.Now()
+	if err := l.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	if waited := time.Since(start); waited < 1500*time.Millisecond {
+		t.Errorf("went through after %v while the head was alive and in progress", waited)
+	}
+	if n := l.Stats().Bypassed; n != 0 {
+		t.Errorf("Bypassed = %d, want 0: a live head was passed", n)
+	}
 }
 
 const (
@@ -55,7 +142,7 @@ func TestGateOrderChild(t *testing.T) {
 	if g == nil {
 		t.Fatal("no gate")
 	}
-	if err := g.lock(context.Background(), time.Time{}, spec[0] == "write", nil); err != nil {
+	if err := g.lock(context.Background(), time.Time{}, spec[0] == "write", nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	appendOrder(t, spec[2], spec[1])
@@ -334,7 +421,9 @@ func TestGateSwitchedOff(t *testing.T) {
 	}
 }
 
-// TestGateFileMode: the gate file is usable by every user of the database.
+// TestGateFileMode: the gate file is private to its user (mode 0600) and
+// lives in the user's private directory (mode 0700), under the name the
+// documented rule gives.
 func TestGateFileMode(t *testing.T) {
 	path, _ := newTestLock(t)
 	g := openGate(path)
@@ -346,11 +435,18 @@ func TestGateFileMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fi.Mode().Perm() != 0o666 {
-		t.Errorf("gate mode %v, want 0666", fi.Mode().Perm())
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("gate mode %v, want 0600", fi.Mode().Perm())
 	}
-	if filepath.Dir(g.f.Name()) != gateDir() {
-		t.Errorf("gate in %s", filepath.Dir(g.f.Name()))
+	if filepath.Dir(g.f.Name()) != gateDir() || g.f.Name() != GateFile(path) {
+		t.Errorf("gate at %s, want %s in %s", g.f.Name(), GateFile(path), gateDir())
+	}
+	sum := sha256.Sum256([]byte(path))
+	if want := filepath.Join(nodelocal.Base(), "tirastore-"+strconv.Itoa(os.Geteuid()), "gate-"+hex.EncodeToString(sum[:])[:24]); g.f.Name() != want {
+		t.Errorf("gate at %s, want %s (the documented rule)", g.f.Name(), want)
+	}
+	if fi, err := os.Stat(gateDir()); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("private directory: %v, %v; want mode 0700", fi.Mode(), err)
 	}
 }
 
@@ -389,13 +485,13 @@ func TestGateLaneTurnstile(t *testing.T) {
 		t.Skip("no gate directory here")
 	}
 	defer g.close()
-	if err := g.lock(context.Background(), time.Time{}, true, nil); err != nil {
+	if err := g.lock(context.Background(), time.Time{}, true, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	order := filepath.Join(t.TempDir(), "order")
 	cmd := orderChild(t, path, "write", "W1", order, 1)
 	g.unlock()
-	if err := g.lock(context.Background(), time.Time{}, true, nil); err != nil {
+	if err := g.lock(context.Background(), time.Time{}, true, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	appendOrder(t, order, "again")

@@ -1011,3 +1011,47 @@ func TestBreakerOvertakenBeforeBreakLock(t *testing.T) {
 	b.Close()
 	checkNothingLeft(t, dir)
 }
+
+// TestSweepRemovesProvablyOldLeftovers: claims of other hosts and of old
+// Python workers, and files a breaker moved aside, are removed once they
+// have stayed unchanged for longer than StaleTimeout; younger ones and any
+// file with a second link (a lock, a break lock) stay.
+func TestSweepRemovesProvablyOldLeftovers(t *testing.T) {
+	dir := physTempDir(t)
+	path := filepath.Join(dir, "cache.db.lock")
+	l := New(path, Options{Hostname: "h1", StaleTimeout: 300 * time.Millisecond})
+	old := map[string]string{
+		".lock_h2_7_otherhost":           `{"hostname": "h2", "pid": 7, "timestamp": 1.0}`,
+		".lock_h1_8_python":              `{"hostname": "h1", "pid": 8, "timestamp": 1.0}`,
+		"cache.db.lock.stale.h2.7.abcd":  `{"hostname": "h2", "pid": 7, "timestamp": 1.0}`,
+		".lock_h2_9_linked":              `{"hostname": "h2", "pid": 9, "timestamp": 1.0}`,
+		"cache.db.lock.break.stale.h2.1": `{}`,
+	}
+	for name, content := range old {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Link(filepath.Join(dir, ".lock_h2_9_linked"), filepath.Join(dir, "other.db.lock")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond)
+	young := filepath.Join(dir, ".lock_h2_10_young")
+	if err := os.WriteFile(young, []byte(`{"hostname": "h2", "pid": 10, "timestamp": 1.0}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	l.Close()
+	var left []string
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	want := []string{".lock_h2_10_young", ".lock_h2_9_linked", "other.db.lock"}
+	if !slices.Equal(left, want) || l.stats.swept.Load() != 4 {
+		t.Fatalf("left %v (swept %d), want %v", left, l.stats.swept.Load(), want)
+	}
+}

@@ -78,7 +78,8 @@
 //     *TimeoutError names the holder's host and pid, its age by its
 //     timestamp and how long the lock file stayed unchanged as seen here.
 //     The claim stays for the next Acquire; Close removes it.
-//  6. Once held: start the heartbeat.
+//  6. Once held: start the heartbeat, and the holder's lease (lease.go)
+//     from the moment before step 1's write.
 //
 // Goroutines of one process share one *Lock: they are first serialized by an
 // in-process mutex (which also honours ctx and Timeout), so the file protocol
@@ -102,7 +103,24 @@
 // per interval for the single holder of a database: negligible. A beat that
 // fails is retried at the next tick; only beats failing for StaleTimeout can
 // get the lock broken. Beats run under the Lock's mutex and only while held,
-// so none touches the claim after Release has taken it back.
+// so none touches the claim after Release has taken it back. After each
+// beat the holder checks, by path, that the lock is still its claim: that
+// renews its lease (lease.go), or finds the lock lost.
+//
+// # Fencing
+//
+// A holder stopped or hung for longer than its waiters' patience has its
+// lock broken, and must then never write: the next holder rolls its hot
+// journal back and writes on its own. Each holder therefore has a lease,
+// the time since it last confirmed the lock (a write of the lock file seen
+// to be still its claim), which ends halfway to the earliest moment a Go
+// waiter may judge the lock abandoned; the heartbeat renews it. The
+// engine's VFS refuses every write, truncate, sync, journal open and
+// journal delete once the lease is over and a new confirmation (Confirm)
+// fails (core/sqlite, fence.go and vfs.c), and the store reports the lost
+// lock (a *LostError: which lock, when last confirmed, who holds it now).
+// What no client-side fence closes: a write that passed the check and is
+// stalled before its system call completes (see Remaining holes).
 //
 // Torn reads: Linux does not make read(2) atomic against a concurrent
 // write(2) on the same page, so a reader on the holder's node (or on the NFS
@@ -230,12 +248,13 @@
 //
 // # Release
 //
-// Unlink the lock only if it is still our claim's inode (lstat of the lock
-// path: same device and inode number; we keep the claim alive, so the
-// number cannot have been reused), then let the next process of the node
-// through the queue. If the lock had been broken (it is missing, or is now
-// someone else's), Release leaves it alone and reports ErrLockLost. The
-// claim stays for the next Acquire.
+// End the lease, then unlink the lock only if it is still our claim's inode
+// (lstat of the lock path: same device and inode number; we keep the claim
+// alive, so the number cannot have been reused), then let the next process
+// of the node through the queue. If the lock had been broken (it is
+// missing, or is now someone else's, or a confirmation found it so),
+// Release leaves it alone and reports a *LostError (ErrLockLost). The claim
+// stays for the next Acquire.
 //
 // Identity is always decided by looking a path up, never by fstat of our
 // own descriptor: some filesystems (FUSE ones, our test bed included)
@@ -288,15 +307,29 @@
 //
 // # Remaining holes
 //
+//   - Fencing (lease.go) stops a stalled holder at its next write, truncate,
+//     sync or journal delete. A system call already past the check when the
+//     process stalls (SIGSTOP between the check and the pwrite, an NFS
+//     WRITE that hangs for minutes) still lands after the lock may have
+//     been broken: the window is one system call, not a transaction. Only
+//     the storage could fence that (a token it checks), and neither Lustre
+//     nor NFS offers one. The lease assumes that every Go waiter uses the
+//     same StaleTimeout, and that Python waiters' wall clocks are not ahead
+//     of the holder's by more than StaleTimeout minus HeartbeatInterval.
+//   - The node queue: a waiter behind a stopped or hung process leaves the
+//     queue once the line has not moved for StaleTimeout, or once the lock
+//     file is breakable by its rules (gate.go, Stalled places), then polls:
+//     on the node of a stalled holder, the others proceed about
+//     StaleTimeout after they started waiting, as on other nodes.
 //   - Displacement by a Go breaker (Breaking) and the Python cases above.
 //     Python workers ignore the break lock.
 //   - A breaker that crashes between its rename and its unlink or link back
 //     leaves an aside file; if it had moved a live lock by mistake, that
-//     holder has lost it. Aside files are never swept (harmless: not a
-//     lock). Claims of killed processes are swept by the first successful
-//     Acquire of each Lock, but only those of this host that the
-//     dead-holder rule proves dead (sweep.go); other hosts' and Python
-//     claims stay. A breaker killed while it holds the break lock holds up
+//     holder has lost it (its next write is fenced). Claims and aside files
+//     of killed processes are swept by the first successful Acquire of each
+//     Lock: at once those of this host that the dead-holder rule proves
+//     dead, and any other once unchanged for longer than StaleTimeout
+//     (sweep.go). A breaker killed while it holds the break lock holds up
 //     the breaking of abandoned locks: on its host until a waiter sees it
 //     dead, elsewhere for breakGrace.
 //   - A live process keeps its lock fresh however long its critical section
@@ -389,6 +422,9 @@ type Options struct {
 	// is negative); a negative value turns heartbeats off, which makes the
 	// lock look like a Python holder's (broken by its timestamp).
 	HeartbeatInterval time.Duration
+	// Fence, if set, receives the holder's lease (lease.go): the deadline
+	// until which it may write without confirming the lock again.
+	Fence Fence
 }
 
 // Lock is the hard-link lock on one lock path. One Lock is meant to be shared
@@ -405,10 +441,15 @@ type Lock struct {
 	// off); gated: the current holder holds it. Owned by the sem holder.
 	noGate, gated bool
 
-	mu        sync.Mutex // guards claim and heldSince, and the claim's record while held
+	mu        sync.Mutex // guards claim, heldSince, confirmedAt and lost, and the claim's record while held
 	claim     *claim     // non-nil while held
 	heldSince time.Time  // when the current hold began (monotonic), for Stats.Held
-	beat      *heartbeat // the heartbeat goroutine, from the first Acquire to Close (owned by the sem holder)
+	// confirmedAt is when the current lease began (monoNow, see lease.go);
+	// lost is set once the lock was found broken while held.
+	confirmedAt int64
+	lost        *LostError
+	lease       time.Duration // see leaseFor; fixed at New
+	beat        *heartbeat    // the heartbeat goroutine, from the first Acquire to Close (owned by the sem holder)
 
 	// own is this process's claim file, created by the first Acquire and
 	// reused by every later one until Close; gate is the node-local queue
@@ -447,6 +488,8 @@ type stats struct {
 	writes    atomic.Int64 // AcquireWrite successes
 	// handedOver counts AcquireWriteHandover calls that another process did.
 	handedOver atomic.Int64
+	// bypassed counts acquisitions that left a stalled node queue.
+	bypassed atomic.Int64
 }
 
 // Stats is a snapshot of a Lock's counters. Links per Acquired is how hard
@@ -462,13 +505,16 @@ type Stats struct {
 	// included in Acquired; HandedOver the writes that another process of
 	// the node did instead (AcquireWriteHandover), not included.
 	Writes, HandedOver int64
+	// Bypassed counts the acquisitions that left the node queue because it
+	// did not move (a stopped or hung process ahead: see gate.go).
+	Bypassed int64
 }
 
 // Stats returns the counters since New; safe to call at any time.
 func (l *Lock) Stats() Stats {
 	return Stats{Acquired: l.stats.acquired.Load(), Links: l.stats.links.Load(), Breaks: l.stats.breaks.Load(),
 		Held: time.Duration(l.stats.heldNS.Load()), Writes: l.stats.writes.Load(),
-		HandedOver: l.stats.handedOver.Load()}
+		HandedOver: l.stats.handedOver.Load(), Bypassed: l.stats.bypassed.Load()}
 }
 
 // New returns a Lock for lockPath (normally PathFor(dbPath)); nothing is
@@ -505,7 +551,8 @@ func New(lockPath string, opt Options) *Lock {
 	if opt.HeartbeatInterval > 0 {
 		rec.every = opt.HeartbeatInterval
 	}
-	return &Lock{path: lockPath, opt: opt, rec: rec, clock: time.Now, sem: make(chan struct{}, 1)}
+	return &Lock{path: lockPath, opt: opt, rec: rec, clock: time.Now, sem: make(chan struct{}, 1),
+		lease: leaseFor(opt, rec.every)}
 }
 
 // Path returns the lock file path, for messages.
@@ -579,7 +626,7 @@ func (l *Lock) acquire(ctx context.Context, write bool, h Handover) error {
 		if h != nil && l.gate.laneBusy() && h.Publish() {
 			done = h.Done
 		}
-		switch err := l.gate.lock(ctx, deadline, write, done); {
+		switch err := l.gate.lock(ctx, deadline, write, done, l.stallCheck()); {
 		case err == nil:
 			l.gated = true
 		case errors.Is(err, errHandedOver):
@@ -591,6 +638,8 @@ func (l *Lock) acquire(ctx context.Context, write bool, h Handover) error {
 			h, _ := ReadHolder(l.path)
 			return &TimeoutError{Path: l.path, Holder: h, Waited: time.Since(start), now: l.clock(),
 				Queue: l.gate.holder()}
+		case errors.Is(err, errGateStalled):
+			l.stats.bypassed.Add(1) // the line does not move: go around it
 		case errors.Is(err, errGateUnavailable):
 			// e.g. EDEADLK: proceed without the queue; it only orders.
 		default:
@@ -598,7 +647,7 @@ func (l *Lock) acquire(ctx context.Context, write bool, h Handover) error {
 			return err
 		}
 	}
-	c, err := l.acquireFile(ctx, start, deadline)
+	c, wrote, err := l.acquireFile(ctx, start, deadline)
 	if err != nil {
 		if l.gated {
 			l.gated = false
@@ -619,6 +668,7 @@ func (l *Lock) acquire(ctx context.Context, write bool, h Handover) error {
 	}
 	l.mu.Lock()
 	l.claim, l.heldSince = c, time.Now()
+	l.startLease(wrote)
 	l.mu.Unlock()
 	return nil
 }
@@ -644,15 +694,16 @@ func (l *Lock) lockLocal(ctx context.Context, start, deadline time.Time) error {
 }
 
 // acquireFile runs the file protocol; it returns the claim that is now the
-// lock, or an error after removing the claim.
-func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (*claim, error) {
+// lock and when (monoNow) its record was written before the link that made
+// it the lock, the start of the holder's lease; or an error.
+func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (*claim, int64, error) {
 	c, err := l.ownClaim()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if l.gated {
 		if err := l.gate.yieldIfDue(ctx, l.opt.MaxBackoff); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	var (
@@ -664,10 +715,14 @@ func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (*cla
 	quick := 0 // consecutive retries without sleeping
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, 0, err
+		}
+		wrote := monoNow()
+		if l.gated {
+			l.gate.noteProgress()
 		}
 		if err := c.write(l.clock()); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		l.stats.links.Add(1)
 		held, err := tryLink(c, l.path)
@@ -675,13 +730,13 @@ func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (*cla
 			// Someone deleted our claim file: make a new one.
 			c.f.Close()
 			if l.own, err = newClaim(dirOf(l.path), l.rec, l.flushEvery()); err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			c = l.own
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if held {
 			l.stats.acquired.Add(1)
@@ -689,7 +744,7 @@ func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (*cla
 			if l.gated {
 				l.gate.noteAcquired()
 			}
-			return c, nil
+			return c, wrote, nil
 		}
 		if l.gated {
 			// The holder is not queued on our gate: another node (or a
@@ -714,7 +769,7 @@ func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (*cla
 		}
 		now := time.Now()
 		if !deadline.IsZero() && !now.Before(deadline) {
-			return nil, &TimeoutError{Path: l.path, Holder: last, Waited: now.Sub(start), Unchanged: unchanged,
+			return nil, 0, &TimeoutError{Path: l.path, Holder: last, Waited: now.Sub(start), Unchanged: unchanged,
 				ReadErr: readErr, BreakErr: l.breakErr, now: l.clock()}
 		}
 		// Bounded, so that odd states (a dangling symlink at the lock path,
@@ -729,7 +784,7 @@ func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (*cla
 			d = min(d, deadline.Sub(now))
 		}
 		if err := sleepCtx(ctx, d); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 }
@@ -794,7 +849,9 @@ type heartbeat struct {
 
 // startHeartbeat starts this Lock's heartbeat: one goroutine for the
 // Lock's life (until Close), which every HeartbeatInterval rewrites the
-// record through the claim's open descriptor while the lock is held. One
+// record through the claim's open descriptor while the lock is held and
+// checks that the lock is still its claim, which renews the holder's lease
+// (Confirm, lease.go). One
 // goroutine per Lock rather than per acquisition: starting and joining a
 // goroutine at every operation cost cross-thread wake-ups on the hot path.
 // A beat runs under l.mu, so Release waits for a beat in progress and no
@@ -814,7 +871,7 @@ func (l *Lock) startHeartbeat() *heartbeat {
 			case <-t.C:
 				l.mu.Lock()
 				if l.claim != nil {
-					l.claim.beat(l.clock())
+					_ = l.confirmLocked() // a loss is reported by Release
 				}
 				l.mu.Unlock()
 			}
@@ -823,15 +880,20 @@ func (l *Lock) startHeartbeat() *heartbeat {
 	return hb
 }
 
-// Release gives the lock up: the heartbeat stops, the lock file is unlinked
-// only if it is still our claim, then the claim is unlinked. It returns
-// ErrNotHeld if the lock is not held, and ErrLockLost (after cleaning up) if
-// the lock file had been broken by someone else. The in-process mutex is
-// released in all cases.
+// Release gives the lock up: the lease ends, the lock file is unlinked
+// only if it is still our claim (the claim itself stays for the next
+// Acquire). It returns ErrNotHeld if the lock is not held, and a *LostError
+// (errors.Is ErrLockLost) if the lock had been broken by someone else
+// meanwhile, or could not be confirmed after a stall: the critical section
+// may not have been exclusive. The in-process mutex is released in all
+// cases.
 func (l *Lock) Release() error {
 	l.mu.Lock()
-	c, since := l.claim, l.heldSince
+	c, since, lost := l.claim, l.heldSince, l.lost
 	l.claim = nil
+	if c != nil && l.opt.Fence != nil {
+		l.opt.Fence.Extend(0)
+	}
 	l.mu.Unlock()
 	if c == nil {
 		return ErrNotHeld
@@ -854,9 +916,17 @@ func (l *Lock) Release() error {
 		if err := os.Remove(l.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
+		if lost != nil {
+			return lost // put back by a breaker since, but broken meanwhile
+		}
 		return nil
 	case err == nil || errors.Is(err, os.ErrNotExist):
-		return fmt.Errorf("%w: %s", ErrLockLost, l.path)
+		if lost != nil {
+			return lost
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.lostError(nil)
 	default:
 		return err
 	}

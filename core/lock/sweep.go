@@ -4,45 +4,92 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// sweepClaims removes the claim files that processes of this host left
-// behind when they were killed (SIGKILL runs no cleanup), so that a
-// long-lived shared directory does not fill up with them. A claim is removed
-// only when all of these hold: its name carries our host name, it holds a
-// Go record of this kernel and pid namespace whose process is dead (the
-// dead-holder rule, deadOnThisHost), and its link count is 1 (it is not the
-// lock). Python claims carry no boot id and are never touched. It runs once
-// per Lock, on the first successful Acquire, so it costs one directory
-// listing per process, not per operation.
+// sweepClaims removes the claim files that killed processes left behind
+// (SIGKILL and an unhandled SIGTERM run no cleanup), so that a long-lived
+// shared directory does not fill up with them. It runs once per Lock, on
+// the first successful Acquire, so it costs one directory listing (and an
+// lstat per leftover) per process, not per operation. A claim is removed
+// only when its link count is 1 (it is not the lock, nor the break lock)
+// and either
+//
+//   - its name carries our host name and it holds a Go record of this
+//     kernel and pid namespace whose process is dead (the dead-holder
+//     rule, deadOnThisHost): removed at once; or
+//   - it is provably old: unchanged (mtime and ctime) for longer than
+//     StaleTimeout by our clock. That covers other hosts' claims and old
+//     Python workers' ones. A live Go process rewrites its claim at every
+//     acquisition; one idle for that long that loses its claim makes a new
+//     one at its next acquisition (acquireFile), so a misjudged claim costs
+//     its owner one create, never the lock.
+//
+// The files a breaker moved aside (<lock>.stale.*, <lock>.break.stale.*),
+// which exist for microseconds unless the breaker was killed, are removed
+// by the same age rule. Before removing, the file's stamp is compared
+// again: a link made since (it became the lock) changes its ctime.
 func (l *Lock) sweepClaims() {
 	dir := filepath.Dir(l.path)
-	prefix := ".lock_" + l.opt.Hostname + "_"
+	here := ".lock_" + l.opt.Hostname + "_"
+	asides := filepath.Base(l.path) + "."
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
+	now := l.clock()
 	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), prefix) || e.IsDir() {
+		name := e.Name()
+		claimName := strings.HasPrefix(name, ".lock_")
+		aside := strings.HasPrefix(name, asides) && strings.Contains(name[len(asides):], "stale.")
+		if e.IsDir() || !(claimName || aside) {
 			continue
 		}
-		p := filepath.Join(dir, e.Name())
-		if n, err := linkCount(p); err != nil || n != 1 {
-			continue // the lock itself, or gone
-		}
-		f, err := os.Open(p)
-		if err != nil {
+		p := filepath.Join(dir, name)
+		if l.own != nil && p == l.own.path {
 			continue
 		}
-		h, st, err := readHolderFile(f, p)
-		f.Close()
-		if err != nil || !l.deadOnThisHost(h) {
-			continue
+		var st unix.Stat_t
+		if unix.Lstat(p, &st) != nil || st.Nlink != 1 || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			continue // the lock itself, the break lock, gone, or not ours to judge
 		}
-		// A link made since we read it would have changed its ctime.
-		if cur, err := lstatStamp(p); err == nil && cur == st.stamp {
+		stamp := stampOf(&st)
+		if !l.provablyOld(&st, now) {
+			if !claimName || !strings.HasPrefix(name, here) || !l.deadClaim(p, stamp) {
+				continue
+			}
+		}
+		// A link made since we looked would have changed its ctime.
+		if cur, err := lstatStamp(p); err == nil && cur == stamp {
 			os.Remove(p)
 			l.stats.swept.Add(1)
 		}
 	}
+}
+
+// provablyOld: a leftover unchanged for longer than StaleTimeout by our
+// wall clock (never, for a Lock that never breaks locks).
+func (l *Lock) provablyOld(st *unix.Stat_t, now time.Time) bool {
+	if l.opt.StaleTimeout <= 0 {
+		return false
+	}
+	last := time.Unix(st.Mtim.Unix())
+	if c := time.Unix(st.Ctim.Unix()); c.After(last) {
+		last = c
+	}
+	return now.Sub(last) > l.opt.StaleTimeout
+}
+
+// deadClaim: the claim at p (in state stamp) holds the record of a
+// process of this host that is dead (deadOnThisHost).
+func (l *Lock) deadClaim(p string, stamp stamp) bool {
+	f, err := os.Open(p)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	h, st, err := readHolderFile(f, p)
+	return err == nil && st.stamp == stamp && l.deadOnThisHost(h)
 }

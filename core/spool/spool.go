@@ -11,9 +11,10 @@
 // requester its result; a requester that reaches the head of the lane and
 // finds its result collects it and returns without taking the lock.
 //
-// The spool is a directory of small files in node-local memory
-// (/dev/shm), one per request, and every change of state is a rename, so
-// a process killed at any point leaves a state the others can read:
+// The spool is a directory of small files in node-local memory (in this
+// user's private directory, core/nodelocal), one per request, and every
+// change of state is a rename, so a process killed at any point leaves a
+// state the others can read:
 //
 //	<id>.tmp         being written by the requester (ignored by claimers)
 //	<id>.req         published: waiting for a claimer
@@ -28,14 +29,17 @@
 // again (see Claim). The payload
 // and result bytes are opaque here; the store defines them.
 //
-// The directory is per user (mode 0700): a process can rename and remove
-// only its own user's requests, and a request is committed with its
-// requester's identity anyway.
+// The directory is per user (mode 0700, in a private directory of mode
+// 0700): a process can rename and remove only its own user's requests,
+// and a request is committed with its requester's identity anyway. Every
+// file is opened through the directory's descriptor and checked
+// (core/nodelocal), so that nothing planted there is read or written.
 package spool
 
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -45,36 +49,59 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tirastore/tirastore/core/nodelocal"
 )
 
 // Spool is one user's spool directory for one database on this node.
 type Spool struct {
-	dir string
+	d   *nodelocal.Dir
+	dir string // d's path, for messages
 }
 
-// Open returns the spool in dir, creating the directory (mode 0700) if it
-// does not exist. It fails if dir is not a directory owned by this user, so
-// that another user cannot slip requests into our transactions.
-func Open(dir string) (*Spool, error) {
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+// Open returns the spool name in dir, creating the directory (mode 0700)
+// if it does not exist. It fails (a *nodelocal.Problem) if name is not a
+// private directory of this user, so that nobody else can slip requests
+// into our transactions or make us follow a symlink.
+func Open(dir *nodelocal.Dir, name string) (*Spool, error) {
+	d, err := dir.Subdir(name)
+	if err != nil {
 		return nil, err
 	}
-	var st unix.Stat_t
-	if err := unix.Lstat(dir, &st); err != nil {
-		return nil, err
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Getuid() || st.Mode&0o077 != 0 {
-		return nil, fmt.Errorf("spool: %s is not a private directory of this user", dir)
-	}
-	return &Spool{dir: dir}, nil
+	return &Spool{d: d, dir: d.Path()}, nil
 }
 
-// Dir is the spool's directory.
+// Dir is the spool's directory, for messages.
 func (s *Spool) Dir() string { return s.dir }
 
 // Remove removes the spool directory if it is empty (the last store of a
-// database on this node to close calls it; a non-empty spool stays).
-func (s *Spool) Remove() { _ = os.Remove(s.dir) }
+// database on this node to close calls it; a non-empty spool stays). A
+// store that publishes later makes it again.
+func (s *Spool) Remove() { s.d.RemoveIfEmpty() }
+
+// Close closes the spool's directory descriptor.
+func (s *Spool) Close() { s.d.Close() }
+
+// Sweep clears the spool name in dir of what dead processes left (the
+// files of requests whose requester is gone, once older than abandonAge)
+// and then removes the directory if it is empty. The first store of a
+// process calls it for every spool of its user on the node, so that
+// killed processes leave no litter for long.
+func Sweep(dir *nodelocal.Dir, name string) {
+	d, err := dir.Subdir(name)
+	if err != nil {
+		return
+	}
+	defer d.Close()
+	s := &Spool{d: d, dir: d.Path()}
+	names, _ := s.names()
+	for _, n := range names {
+		if id, _ := splitName(n); id != "" {
+			s.removeIfAbandoned(n, id)
+		}
+	}
+	d.RemoveIfEmpty()
+}
 
 // Request is one published write, seen from its requester.
 type Request struct {
@@ -89,41 +116,54 @@ var seq atomic.Uint64
 func (s *Spool) Publish(payload []byte) (*Request, error) {
 	id := fmt.Sprintf("%019d-%d-%d", time.Now().UnixNano(), os.Getpid(), seq.Add(1))
 	r := &Request{sp: s, id: id}
-	err := install(r.path(".tmp"), r.path(".req"), payload)
-	if errors.Is(err, os.ErrNotExist) {
-		// The last store of the database on this node closed and removed
-		// the empty directory: make it again.
-		if _, err = Open(s.dir); err == nil {
-			err = install(r.path(".tmp"), r.path(".req"), payload)
-		}
-	}
-	if err != nil {
+	// If the last store of the database on this node closed and removed
+	// the empty directory meanwhile, the Dir makes it again.
+	if err := s.install(r.name(".tmp"), r.name(".req"), payload); err != nil {
 		return nil, err
 	}
 	return r, nil
 }
 
-// install writes b to tmp and renames it to dst, so that dst appears whole
-// or not at all.
-func install(tmp, dst string, b []byte) error {
-	err := os.WriteFile(tmp, b, 0o600)
+// install writes b to a new file tmp and renames it to dst, so that dst
+// appears whole or not at all.
+func (s *Spool) install(tmp, dst string, b []byte) error {
+	f, _, err := s.d.Open(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL)
+	if err != nil {
+		return err // nothing of ours to remove
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
 	if err == nil {
-		err = os.Rename(tmp, dst)
+		err = s.d.Rename(tmp, dst)
 	}
 	if err != nil {
-		os.Remove(tmp)
+		s.d.Remove(tmp, nil)
 	}
 	return err
+}
+
+// read returns the content of the spool's file name.
+func (s *Spool) read(name string) ([]byte, error) {
+	f, _, err := s.d.Open(name, os.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
 }
 
 // ID names the request (for messages and tests).
 func (r *Request) ID() string { return r.id }
 
+// name is the request's file name in state suffix, path its path (tests).
+func (r *Request) name(suffix string) string { return r.id + suffix }
 func (r *Request) path(suffix string) string { return filepath.Join(r.sp.dir, r.id+suffix) }
 
 // Result returns the result a claimer left, and whether there is one.
 func (r *Request) Result() ([]byte, bool, error) {
-	b, err := os.ReadFile(r.path(".res"))
+	b, err := r.sp.read(r.name(".res"))
 	switch {
 	case err == nil:
 		return b, true, nil
@@ -135,7 +175,7 @@ func (r *Request) Result() ([]byte, bool, error) {
 }
 
 // Done removes the result once the requester has it.
-func (r *Request) Done() { os.Remove(r.path(".res")) }
+func (r *Request) Done() { r.sp.d.Remove(r.name(".res"), nil) }
 
 // Discard removes every file of the request, claimed or not: its requester
 // holds the database lock and commits the rows itself, so nobody else may.
@@ -143,12 +183,13 @@ func (r *Request) Done() { os.Remove(r.path(".res")) }
 // leaving a result, and may have committed it), it returns true and that
 // claimer's tags (see Claimed.PrevTag).
 func (r *Request) Discard() (claimed bool, tag string) {
-	if os.Remove(r.path(".req")) == nil {
+	d := r.sp.d
+	if d.Remove(r.name(".req"), nil) == nil {
 		return false, ""
 	}
-	os.Remove(r.path(".res"))
+	d.Remove(r.name(".res"), nil)
 	if c, _ := r.claim(); c != "" {
-		os.Remove(filepath.Join(r.sp.dir, c))
+		d.Remove(c, nil)
 		_, state := splitName(c)
 		return true, claimTag(state)
 	}
@@ -159,7 +200,7 @@ func (r *Request) Discard() (claimed bool, tag string) {
 // it never will be committed. False means a claimer has it (or had it):
 // see Wait.
 func (r *Request) Withdraw() (bool, error) {
-	switch err := os.Remove(r.path(".req")); {
+	switch err := r.sp.d.Remove(r.name(".req"), nil); {
 	case err == nil:
 		return true, nil
 	case errors.Is(err, os.ErrNotExist):
@@ -224,14 +265,7 @@ func (r *Request) claim() (string, error) {
 	return "", nil
 }
 
-func (s *Spool) names() ([]string, error) {
-	f, err := os.Open(s.dir)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return f.Readdirnames(-1)
-}
+func (s *Spool) names() ([]string, error) { return s.d.Names() }
 
 // Claimed is a request a claimer has taken over. Orphan: an earlier
 // claimer had it and died (or failed) before leaving a result, so its rows
@@ -290,10 +324,10 @@ func (s *Spool) Claim(except string, max int, tag string) ([]*Claimed, error) {
 			// committed the request.
 			c.cur += TagSep + c.PrevTag
 		}
-		if err := os.Rename(filepath.Join(s.dir, n), filepath.Join(s.dir, c.cur)); err != nil {
+		if err := s.d.Rename(n, c.cur); err != nil {
 			continue // withdrawn meanwhile
 		}
-		b, err := os.ReadFile(filepath.Join(s.dir, c.cur))
+		b, err := s.read(c.cur)
 		if err != nil {
 			continue
 		}
@@ -306,15 +340,15 @@ func (s *Spool) Claim(except string, max int, tag string) ([]*Claimed, error) {
 // Finish leaves result for the requester: the result file appears before
 // the claim disappears, so a requester always finds one of them.
 func (c *Claimed) Finish(result []byte) error {
-	if err := install(filepath.Join(c.sp.dir, c.id+".rtmp"), filepath.Join(c.sp.dir, c.id+".res"), result); err != nil {
+	if err := c.sp.install(c.id+".rtmp", c.id+".res", result); err != nil {
 		return err
 	}
-	return os.Remove(filepath.Join(c.sp.dir, c.cur))
+	return c.sp.d.Remove(c.cur, nil)
 }
 
 // abandonAge is how old a result or partial request of a dead process must
-// be before a claimer removes it (an age, besides the pid, guards against
-// processes of another pid namespace sharing /dev/shm).
+// be before a claimer (or Sweep) removes it (an age, besides the pid,
+// guards against processes of another pid namespace sharing /dev/shm).
 const abandonAge = 10 * time.Minute
 
 func (s *Spool) removeIfAbandoned(name, id string) {
@@ -326,9 +360,8 @@ func (s *Spool) removeIfAbandoned(name, id string) {
 	if err != nil || alive(pid) {
 		return
 	}
-	p := filepath.Join(s.dir, name)
-	if fi, err := os.Stat(p); err == nil && time.Since(fi.ModTime()) > abandonAge {
-		os.Remove(p)
+	if st, err := s.d.Lstat(name); err == nil && time.Since(time.Unix(st.Mtim.Unix())) > abandonAge {
+		s.d.Remove(name, nil)
 	}
 }
 

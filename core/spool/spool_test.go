@@ -9,14 +9,28 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tirastore/tirastore/core/nodelocal"
 )
 
-func openTemp(t *testing.T) *Spool {
+// privateDir is a fresh private directory (core/nodelocal) for a test.
+func privateDir(t *testing.T) *nodelocal.Dir {
 	t.Helper()
-	sp, err := Open(filepath.Join(t.TempDir(), "spool"))
+	d, err := nodelocal.OpenDir(filepath.Join(t.TempDir(), "private"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(d.Close)
+	return d
+}
+
+func openTemp(t *testing.T) *Spool {
+	t.Helper()
+	sp, err := Open(privateDir(t), "spool")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sp.Close)
 	return sp
 }
 
@@ -273,23 +287,58 @@ func TestAbandonedFilesRemoved(t *testing.T) {
 
 // TestOpenRefusesSharedDirectory: a spool directory that others can
 // write to (or a symlink) is refused, so that nobody can slip requests
-// into our transactions.
+// into our transactions; its mode is left as it was.
 func TestOpenRefusesSharedDirectory(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "spool")
-	if err := os.Mkdir(dir, 0o777); err != nil {
+	d := privateDir(t)
+	if err := os.Mkdir(d.Join("spool"), 0o777); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(dir, 0o777); err != nil {
+	if err := os.Chmod(d.Join("spool"), 0o777); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(dir); err == nil {
-		t.Error("opened a world-writable spool")
+	var p *nodelocal.Problem
+	if _, err := Open(d, "spool"); !errors.As(err, &p) {
+		t.Errorf("opened a world-writable spool: %v", err)
 	}
-	link := filepath.Join(t.TempDir(), "link")
-	if err := os.Symlink(t.TempDir(), link); err != nil {
+	if fi, err := os.Stat(d.Join("spool")); err != nil || fi.Mode().Perm() != 0o777 {
+		t.Errorf("the refused directory was changed: %v %v", fi.Mode(), err)
+	}
+	if err := os.Symlink(t.TempDir(), d.Join("link")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(link); err == nil {
-		t.Error("opened a symlinked spool")
+	if _, err := Open(d, "link"); !errors.As(err, &p) {
+		t.Errorf("opened a symlinked spool: %v", err)
+	}
+}
+
+// TestSweep: Sweep removes a dead requester's old files and then the empty
+// directory, and leaves a live process's request alone.
+func TestSweep(t *testing.T) {
+	d := privateDir(t)
+	sp, err := Open(d, "spool-x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	old := time.Now().Add(-2 * abandonAge)
+	dead := filepath.Join(sp.Dir(), "0000000000000000001-"+strconv.Itoa(deadPID(t))+"-1.req")
+	if err := os.WriteFile(dead, []byte("p"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Chtimes(dead, old, old)
+	live, err := sp.Publish([]byte("q"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	Sweep(d, "spool-x")
+	if _, err := os.Stat(dead); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a dead requester's old request was left: %v", err)
+	}
+	if ok, err := live.Withdraw(); !ok || err != nil {
+		t.Fatalf("a live request was swept: %v %v", ok, err)
+	}
+	Sweep(d, "spool-x")
+	if _, err := os.Stat(sp.Dir()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the empty spool was left: %v", err)
 	}
 }

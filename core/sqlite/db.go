@@ -86,10 +86,13 @@ func uriPath(path string) string {
 }
 
 // Open opens an existing database file read-write. It never creates the
-// file: creation (with the original's 0666 mode) is the caller's job.
-func Open(path string) (*DB, error) {
+// file: creation (with the original's 0666 mode) is the caller's job. The
+// connection's writes are refused once fence is lost (fence.go); a nil
+// fence never refuses.
+func Open(path string, fence *Fence) (*DB, error) {
 	return openDSN("file:" + uriPath(path) +
-		"?mode=rw&vfs=" + VFSName + "&_journal_mode=DELETE&_synchronous=FULL&_foreign_keys=1&_busy_timeout=0")
+		"?mode=rw&vfs=" + VFSName + "&_journal_mode=DELETE&_synchronous=FULL&_foreign_keys=1&_busy_timeout=0" +
+		fence.uriParam())
 }
 
 // bg is the context of every statement: an operation's deadline applies to

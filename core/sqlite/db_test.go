@@ -15,7 +15,7 @@ func newDB(t *testing.T, name string) (*DB, string) {
 	if err := os.WriteFile(path, nil, 0o666); err != nil {
 		t.Fatal(err)
 	}
-	db, err := Open(path)
+	db, err := Open(path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +212,7 @@ func TestOpenOddFileNames(t *testing.T) {
 func TestNotADatabaseIsClassified(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.db")
 	os.WriteFile(path, []byte(strings.Repeat("garbage!", 512)), 0o666)
-	db, err := Open(path)
+	db, err := Open(path, nil)
 	if err == nil {
 		_, err = db.HasTables()
 		db.Close()

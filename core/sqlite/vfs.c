@@ -14,12 +14,22 @@
 **     connection, and made durable by fsync on a directory descriptor kept
 **     open with the connection instead of open(dir)+fsync+close each time.
 **
-** Everything else (temp files, xDelete, xFullPathname, ...) is unix-none's.
+**   - fencing (fence.go): every write, truncate and sync of the database
+**     or its journal, every open of the journal and every delete of it is
+**     refused once the connection's holder may have lost the hard-link lock
+**     (its lease ran out and could not be renewed).
+**
+** Everything else (temp files, xFullPathname, ...) is unix-none's.
 ** Every call runs under the caller's hard-link lock; SQLite serializes the
-** calls on one connection, and no state is shared between connections.
+** calls on one connection, and no state is shared between connections but
+** the list of open databases (tiraDbList), which xDelete searches.
 */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -43,11 +53,26 @@
 /* Round up to a multiple of 8, the alignment SQLite gives sqlite3_file. */
 #define TIRA_ROUND8(x) (((x) + 7) & ~7)
 
+/* The lease of one Store on its hard-link lock, shared by its successive
+** connections; fence.go allocates it and explains the protocol. */
+typedef struct TiraFence {
+  _Atomic sqlite3_int64 deadline;  /* CLOCK_MONOTONIC ns: writes before it need no renewal */
+  _Atomic int lost;                /* set: refuse everything until the next lease */
+  uintptr_t renew;                 /* the Go renewer (a runtime/cgo.Handle) */
+} TiraFence;
+
+/* Exported by fence.go: confirm the lock again (and extend the deadline);
+** returns 1 if the lock is still ours. */
+extern int tirastoreFenceRenew(uintptr_t h);
+
 /* A main database file: our header followed by unix-none's own file. */
 typedef struct TiraDb {
   sqlite3_file base;   /* pMethods = &tiraDbMethods */
   sqlite3_file *real;  /* unix-none's file, stored right after this struct */
   const char *zPath;   /* the name given to xOpen; valid until xClose */
+  const char *zJournal;/* the pager's journal name (sqlite3_filename_journal) */
+  TiraFence *fence;    /* from the URI parameter "tirafence", or 0: unfenced */
+  struct TiraDb *pNext, *pPrev;  /* tiraDbList, for xDelete */
   int haveInfo;        /* mode, uid, gid and dirFd below are set */
   mode_t mode;         /* permission bits of the database file */
   uid_t uid;           /* owner of the database file */
@@ -58,6 +83,7 @@ typedef struct TiraDb {
 /* A rollback journal, implemented here with plain POSIX calls. */
 typedef struct TiraJrnl {
   sqlite3_file base;   /* pMethods = &tiraJrnlMethods */
+  TiraFence *fence;    /* the database's fence, or 0 */
   int fd;              /* the journal */
   int dirFd;           /* the database's kept directory descriptor, or -1 */
   int dirSync;         /* created by this open: sync the directory once */
@@ -70,6 +96,48 @@ static const sqlite3_io_methods tiraDbMethods;
 static const sqlite3_io_methods tiraJrnlMethods;
 
 /* ---------------------------------------------------------------- helpers */
+
+/* Open databases of this VFS, so that xDelete, which is given only a name,
+** finds the fence of the database whose journal it deletes. */
+static TiraDb *tiraDbList;
+static pthread_mutex_t tiraDbListMutex = PTHREAD_MUTEX_INITIALIZER;
+
+/* CLOCK_MONOTONIC in nanoseconds (a vDSO call on Linux, no system call). */
+static sqlite3_int64 tiraMonoNow(void){
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (sqlite3_int64)ts.tv_sec*1000000000 + ts.tv_nsec;
+}
+
+/* May the holder of fence f write now? Within the lease: yes, at the cost of
+** a clock read. Past it: only if Go confirms the lock again (fence.go);
+** otherwise the fence is lost and stays so until the next lease, so that a
+** rollback of the refused transaction writes nothing either. A connection
+** without fence (f==0) is never refused. */
+static int tiraFenceOk(TiraFence *f){
+  if( f==0 ) return 1;
+  if( atomic_load(&f->lost) ) return 0;
+  if( tiraMonoNow() < atomic_load(&f->deadline) ) return 1;
+  if( tirastoreFenceRenew(f->renew) && !atomic_load(&f->lost)
+   && tiraMonoNow() < atomic_load(&f->deadline) ){
+    return 1;
+  }
+  atomic_store(&f->lost, 1);
+  return 0;
+}
+
+/* The fence of the open database whose journal is zJournal (the pager's own
+** pointer, which it passes to xOpen and xDelete alike), or 0. */
+static TiraFence *tiraJournalFence(const char *zJournal){
+  TiraFence *f = 0;
+  TiraDb *p;
+  pthread_mutex_lock(&tiraDbListMutex);
+  for(p=tiraDbList; p; p=p->pNext){
+    if( p->zJournal==zJournal ){ f = p->fence; break; }
+  }
+  pthread_mutex_unlock(&tiraDbListMutex);
+  return f;
+}
 
 /* open(2) as SQLite's robust_open does it: close-on-exec, retried on EINTR,
 ** and never returning descriptors 0-2 (a stray write to stderr must not
@@ -140,6 +208,11 @@ static TiraDb *tiraJournalOwner(const char *zJournal){
 static int tiraDbClose(sqlite3_file *pFile){
   TiraDb *p = (TiraDb*)pFile;
   int rc = p->real->pMethods->xClose(p->real);
+  pthread_mutex_lock(&tiraDbListMutex);
+  if( p->pPrev ) p->pPrev->pNext = p->pNext; else if( tiraDbList==p ) tiraDbList = p->pNext;
+  if( p->pNext ) p->pNext->pPrev = p->pPrev;
+  p->pNext = p->pPrev = 0;
+  pthread_mutex_unlock(&tiraDbListMutex);
   if( p->dirFd>=0 ) close(p->dirFd);
   p->dirFd = -1;
   return rc;
@@ -151,21 +224,42 @@ static int tiraDbRead(sqlite3_file *pFile, void *pBuf, int iAmt, sqlite3_int64 i
   return r->pMethods->xRead(r, pBuf, iAmt, iOfst);
 }
 
-/* Forward to unix-none. */
+#ifdef TIRASTORE_FAILPOINTS
+#include <signal.h>
+/* failpoint.DBWrite ("db-write=stop" in TIRASTORE_FAILPOINTS): SIGSTOP
+** this process at its first write to a database file, once (test builds
+** only; core/failpoint documents the points). */
+static void tiraFailpointDbWrite(void){
+  static int done;
+  const char *z = getenv("TIRASTORE_FAILPOINTS");
+  if( !done && z && strstr(z, "db-write=stop") ){
+    done = 1;
+    raise(SIGSTOP);
+  }
+}
+#else
+# define tiraFailpointDbWrite()
+#endif
+
+/* Forward to unix-none, if the fence allows. */
 static int tiraDbWrite(sqlite3_file *pFile, const void *pBuf, int iAmt, sqlite3_int64 iOfst){
   sqlite3_file *r = ((TiraDb*)pFile)->real;
+  tiraFailpointDbWrite();
+  if( !tiraFenceOk(((TiraDb*)pFile)->fence) ) return SQLITE_IOERR_LOCK;
   return r->pMethods->xWrite(r, pBuf, iAmt, iOfst);
 }
 
-/* Forward to unix-none. */
+/* Forward to unix-none, if the fence allows. */
 static int tiraDbTruncate(sqlite3_file *pFile, sqlite3_int64 size){
   sqlite3_file *r = ((TiraDb*)pFile)->real;
+  if( !tiraFenceOk(((TiraDb*)pFile)->fence) ) return SQLITE_IOERR_LOCK;
   return r->pMethods->xTruncate(r, size);
 }
 
-/* Forward to unix-none. */
+/* Forward to unix-none, if the fence allows. */
 static int tiraDbSync(sqlite3_file *pFile, int flags){
   sqlite3_file *r = ((TiraDb*)pFile)->real;
+  if( !tiraFenceOk(((TiraDb*)pFile)->fence) ) return SQLITE_IOERR_LOCK;
   return r->pMethods->xSync(r, flags);
 }
 
@@ -231,10 +325,13 @@ static const sqlite3_io_methods tiraDbMethods = {
   0, 0, 0, 0, 0, 0
 };
 
-/* Open a main database through unix-none and wrap it. Nothing else happens
-** here: the metadata new journals need is loaded at the first journal. */
+/* Open a main database through unix-none and wrap it, with the fence named
+** by the URI parameter tirafence (fence.go), and list it for xDelete.
+** Nothing else happens here: the metadata new journals need is loaded at
+** the first journal. */
 static int tiraDbOpen(const char *zName, sqlite3_file *pFile, int flags, int *pOutFlags){
   TiraDb *p = (TiraDb*)pFile;
+  const char *zFence;
   int rc;
   memset(p, 0, sizeof(*p));
   p->real = (sqlite3_file*)((char*)p + TIRA_ROUND8(sizeof(TiraDb)));
@@ -246,6 +343,16 @@ static int tiraDbOpen(const char *zName, sqlite3_file *pFile, int flags, int *pO
     if( p->real->pMethods ) p->real->pMethods->xClose(p->real);
     return rc;
   }
+  if( zName ){
+    zFence = sqlite3_uri_parameter(zName, "tirafence");
+    if( zFence ) p->fence = (TiraFence*)(uintptr_t)strtoull(zFence, 0, 10);
+    p->zJournal = sqlite3_filename_journal(zName);
+  }
+  pthread_mutex_lock(&tiraDbListMutex);
+  p->pNext = tiraDbList;
+  if( tiraDbList ) tiraDbList->pPrev = p;
+  tiraDbList = p;
+  pthread_mutex_unlock(&tiraDbListMutex);
   p->base.pMethods = &tiraDbMethods;
   return SQLITE_OK;
 }
@@ -288,6 +395,7 @@ static int tiraJrnlRead(sqlite3_file *pFile, void *pBuf, int iAmt, sqlite3_int64
 static int tiraJrnlWrite(sqlite3_file *pFile, const void *pBuf, int iAmt, sqlite3_int64 iOfst){
   TiraJrnl *p = (TiraJrnl*)pFile;
   const char *z = (const char*)pBuf;
+  if( !tiraFenceOk(p->fence) ) return SQLITE_IOERR_LOCK;
   while( iAmt>0 ){
     ssize_t n = pwrite(p->fd, z, (size_t)iAmt, (off_t)iOfst);
     if( n<0 ){
@@ -306,6 +414,7 @@ static int tiraJrnlWrite(sqlite3_file *pFile, const void *pBuf, int iAmt, sqlite
 static int tiraJrnlTruncate(sqlite3_file *pFile, sqlite3_int64 size){
   TiraJrnl *p = (TiraJrnl*)pFile;
   int rc;
+  if( !tiraFenceOk(p->fence) ) return SQLITE_IOERR_LOCK;
   do{ rc = ftruncate(p->fd, (off_t)size); }while( rc<0 && errno==EINTR );
   return rc ? SQLITE_IOERR_TRUNCATE : SQLITE_OK;
 }
@@ -319,6 +428,7 @@ static int tiraJrnlTruncate(sqlite3_file *pFile, sqlite3_int64 size){
 static int tiraJrnlSync(sqlite3_file *pFile, int flags){
   TiraJrnl *p = (TiraJrnl*)pFile;
   int rc;
+  if( !tiraFenceOk(p->fence) ) return SQLITE_IOERR_LOCK;
 #if defined(__linux__)
   rc = (flags & SQLITE_SYNC_DATAONLY) ? fdatasync(p->fd) : fsync(p->fd);
 #else
@@ -425,6 +535,10 @@ static int tiraJrnlOpen(TiraDb *db, const char *zName, sqlite3_file *pFile, int 
   memset(p, 0, sizeof(*p));
   p->fd = -1;
   p->dirFd = -1;
+  /* Opening the journal starts a write or a hot journal's rollback, and a
+  ** create could open another holder's journal: fenced like a write. */
+  if( !tiraFenceOk(db->fence) ) return SQLITE_IOERR_LOCK;
+  p->fence = db->fence;
   if( isCreate ){
     rc = tiraDbLoadInfo(db);
     if( rc!=SQLITE_OK ) return rc;
@@ -502,9 +616,19 @@ static int tiraAccess(sqlite3_vfs *pVfs, const char *zPath, int flags, int *pRes
   return origVfs->xAccess(origVfs, zPath, flags, pResOut);
 }
 
+/* Deleting a journal is the commit of a transaction (journal_mode=DELETE),
+** or the end of a rollback: refused, like a write, once the fence of its
+** database is lost; another holder's journal may have the same name by then.
+** Everything else goes to unix-none. */
+static int tiraDelete(sqlite3_vfs *pVfs, const char *zPath, int dirSync){
+  (void)pVfs;
+  if( !tiraFenceOk(tiraJournalFence(zPath)) ) return SQLITE_IOERR_DELETE;
+  return origVfs->xDelete(origVfs, zPath, dirSync);
+}
+
 /* Register the VFS (not as the default) once; called from Go under a
 ** sync.Once. Returns an SQLite result code. The VFS is a copy of unix-none
-** with xOpen, xAccess, szOsFile and zName replaced: the unix VFS's methods
+** with xOpen, xAccess, xDelete, szOsFile and zName replaced: the unix VFS's methods
 ** are shared by all its variants and find their locking style through
 ** pAppData, which the copy keeps, so the ones left in place behave exactly
 ** as in unix-none. */
@@ -521,5 +645,34 @@ int tirastore_vfs_register(void){
   tiraVfs.szOsFile = sz;
   tiraVfs.xOpen = tiraOpen;
   tiraVfs.xAccess = tiraAccess;
+  tiraVfs.xDelete = tiraDelete;
   return sqlite3_vfs_register(&tiraVfs, 0);
 }
+
+/* ------------------------------------------------------------- fences */
+
+/* A new fence whose renewals call the Go handle h; no lease yet (every
+** write asks for a renewal). Returns 0 when out of memory. */
+void *tira_fence_new(uintptr_t h){
+  TiraFence *f = calloc(1, sizeof(TiraFence));
+  if( f ) f->renew = h;
+  return f;
+}
+
+/* Frees a fence no open connection uses any more. */
+void tira_fence_free(void *f){ free(f); }
+
+/* A new lease: writes need no renewal before deadline (CLOCK_MONOTONIC
+** ns); clears a lost fence. deadline 0 ends the lease (the lock is not
+** held): the next write asks for a renewal, which then fails. */
+void tira_fence_set(void *pf, sqlite3_int64 deadline){
+  TiraFence *f = (TiraFence*)pf;
+  atomic_store(&f->deadline, deadline);
+  atomic_store(&f->lost, 0);
+}
+
+/* The lock is known lost: refuse everything until the next lease. */
+void tira_fence_lose(void *pf){ atomic_store(&((TiraFence*)pf)->lost, 1); }
+
+/* Whether the fence refused (or would refuse) a write since its lease. */
+int tira_fence_lost(void *pf){ return atomic_load(&((TiraFence*)pf)->lost); }

@@ -31,6 +31,8 @@ typedef const char *sqlite3_filename;
 #define SQLITE_IOERR_FSYNC             (SQLITE_IOERR | (4<<8))
 #define SQLITE_IOERR_TRUNCATE          (SQLITE_IOERR | (6<<8))
 #define SQLITE_IOERR_FSTAT             (SQLITE_IOERR | (7<<8))
+#define SQLITE_IOERR_DELETE            (SQLITE_IOERR | (10<<8))
+#define SQLITE_IOERR_LOCK              (SQLITE_IOERR | (15<<8))
 #define SQLITE_IOERR_CORRUPTFS         (SQLITE_IOERR | (33<<8))
 #define SQLITE_READONLY_DIRECTORY      (SQLITE_READONLY | (6<<8))
 
@@ -116,5 +118,7 @@ struct sqlite3_vfs {
 sqlite3_vfs *sqlite3_vfs_find(const char *zVfsName);
 int sqlite3_vfs_register(sqlite3_vfs*, int makeDflt);
 sqlite3_file *sqlite3_database_file_object(const char*);
+const char *sqlite3_uri_parameter(sqlite3_filename z, const char *zParam);
+sqlite3_filename sqlite3_filename_journal(sqlite3_filename);
 
 #endif /* TIRASTORE_VFS_SQLITE3_H */

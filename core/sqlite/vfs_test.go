@@ -35,7 +35,7 @@ const (
 func openVFS(t testing.TB, path, vfs string) *DB {
 	t.Helper()
 	if vfs == VFSName {
-		db, err := Open(path)
+		db, err := Open(path, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -707,7 +707,7 @@ func TestWALDatabaseRefused(t *testing.T) {
 
 	// Open's connection setup (PRAGMA journal_mode=DELETE) already reads the
 	// header; if it did not, the first query would.
-	db, err := Open(path)
+	db, err := Open(path, nil)
 	if err == nil {
 		defer db.Close()
 		var n int

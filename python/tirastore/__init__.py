@@ -10,6 +10,7 @@ loaded with cffi.
 from __future__ import annotations
 
 from tirastore import _native
+from tirastore.errors import LockLostError
 from tirastore.store import LookupResult, TiraStore
 
 __version__ = _native.version()
@@ -17,6 +18,7 @@ __version__ = _native.version()
 __all__ = [
     "TiraStore",
     "LookupResult",
+    "LockLostError",
     "normalize_schedule",
     "validate_schedule",
     "normalize_program",

@@ -93,6 +93,8 @@ from typing import Any
 
 from cffi import FFI
 
+from tirastore.errors import LockLostError
+
 # Declarations of include/tirastore.h (tests/python/test_native.py checks that
 # they match the header).
 CDEF = """
@@ -326,6 +328,7 @@ _EXCEPTIONS: dict[str, type[BaseException]] = {
     "sqlite3.OperationalError": sqlite3.OperationalError,
     "KeyboardInterrupt": KeyboardInterrupt,
     "RuntimeError": RuntimeError,
+    "LockLostError": LockLostError,
 }
 
 

@@ -133,6 +133,13 @@ class TiraStore:
         self._writes_allowed = bool(info["writes_allowed"])
         if info["warning"]:
             print(info["warning"])
+        if info.get("notices"):
+            # A node-local file that failed its checks (planted by another
+            # user, say): the store works without the speed-up it serves.
+            import warnings
+
+            for notice in info["notices"]:
+                warnings.warn(notice, RuntimeWarning, stacklevel=2)
 
     def _call(self, method: str, **args: Any) -> Any:
         if self._gen != _native.generation:  # forked or unpickled: re-open in this process's copy

@@ -217,6 +217,9 @@ def main(argv=None) -> int:
           f"{summary.get('p50_call_seconds', float('nan')):.3f} s, p99 "
           f"{summary.get('p99_call_seconds', float('nan')):.3f} s)")
     print(f"  fleet time:               {res.elapsed:.1f} s; total {time.monotonic() - t0:.1f} s")
+    left = leftovers(backing / "shared")
+    print(f"  left behind:              {left['claims']} claim files of killed processes, "
+          f"{left['asides']} aside files, {left['node-local']} node-local entries in {left['private']}")
     if res.failed:
         print(f"  workers that exited nonzero: {res.failed[:20]}")
     print(f"  verification:             {'PASS' if vr.returncode == 0 else 'FAIL'}")
@@ -227,6 +230,23 @@ def main(argv=None) -> int:
     else:
         print(f"RESULT: {'PASS' if ok else 'FAIL'}  (logs kept in {run_dir})", flush=True)
     return finish(ok)
+
+
+def leftovers(shared: Path) -> dict:
+    """What the run left: claim and aside files beside the database (the
+    verifier fails on any other), and entries in this user's node-local
+    private directory (core/nodelocal: it is removed when its last store
+    closes, so there should be none)."""
+    names = [p.name for p in shared.iterdir()] if shared.is_dir() else []
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    private = Path(base) / f"tirastore-{os.geteuid()}"
+    try:
+        local = len(list(private.iterdir()))
+    except OSError:
+        local = 0
+    return {"claims": sum(n.startswith(".lock_") for n in names),
+            "asides": sum(".lock.stale." in n or ".lock.break.stale." in n for n in names),
+            "node-local": local, "private": private}
 
 
 if __name__ == "__main__":

@@ -158,9 +158,11 @@ def _spool_dir(db: Path) -> Path:
     """The engine's spool for db's writers on this node (core/lock.SpoolDir)."""
     import hashlib
 
+    # <base>/tirastore-<euid>/spool-<first 24 hex digits of sha256(lock path)>
+    # (core/nodelocal, lock.NodeLocalName); base is /dev/shm here.
     lock = str(db.resolve().with_suffix(".db.lock"))
-    gate = "tirastore-gate2-" + hashlib.sha256(lock.encode()).hexdigest()[:24]
-    return Path("/dev/shm") / f"{gate}-spool-{os.getuid()}"
+    h = hashlib.sha256(lock.encode()).hexdigest()[:24]
+    return Path("/dev/shm") / f"tirastore-{os.geteuid()}" / f"spool-{h}"
 
 
 @pytest.mark.parametrize("point", ["after-commit", "before-commit"])

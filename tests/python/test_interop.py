@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 import sqlite3
 import stat
 from datetime import datetime
@@ -381,6 +382,28 @@ def test_db_file_mode_and_parent_dir(tmp_path):
     assert stat.S_IMODE(db.stat().st_mode) == 0o666
     assert stat.S_IMODE(db.parent.stat().st_mode) == 0o1777
     assert leftover_lock_files(db.parent) == []
+
+
+@pytest.mark.parametrize("mode", [0o755, 0o2770, 0o777])
+def test_existing_parent_dir_keeps_its_mode(tmp_path, mode):
+    """COMPAT's 1777 is only for a directory the library creates: an existing
+    directory keeps its mode, and when other users could not create claim
+    files in it, one RuntimeWarning names it. (Negative control: a directory
+    the library creates does get 1777, test_db_file_mode_and_parent_dir.)"""
+    d = tmp_path / "project"
+    d.mkdir()
+    os.chmod(d, mode)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        TiraStore(d / "cache.db", cpu_model=TEST_CPU, slurm_cpus=TEST_SLURM).close()
+        TiraStore(d / "cache.db", cpu_model=TEST_CPU, slurm_cpus=TEST_SLURM).close()  # not created: silent
+    assert stat.S_IMODE(d.stat().st_mode) == mode
+    about = [w for w in caught if "does not let other users" in str(w.message)]
+    if mode & 0o002:
+        assert about == []
+    else:
+        assert len(about) == 1 and issubclass(about[0].category, RuntimeWarning), [str(w.message) for w in caught]
+        assert str(d) in str(about[0].message) and f"{mode:04o}" in str(about[0].message)
 
 
 def test_open_existing_does_not_rewrite_meta(tmp_path):

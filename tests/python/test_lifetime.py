@@ -54,7 +54,7 @@ def test_garbage_collected_store_releases_its_handle(tmp_path):
 
 
 def test_interpreter_exit_with_a_store_open(tmp_path):
-    db = tmp_path / "a.db"
+    db = tmp_path / "d" / "a.db"  # a directory the library creates: no mode warning
     code = textwrap.dedent(f"""
         import tirastore
         s = tirastore.TiraStore({str(db)!r}, cpu_model={TEST_CPU!r})
@@ -65,7 +65,7 @@ def test_interpreter_exit_with_a_store_open(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "bye", out.stderr
     assert out.stderr == ""
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.db"]  # no lock, claim or journal left
+    assert sorted(p.name for p in db.parent.iterdir()) == ["a.db"]  # no lock, claim or journal left
     with TiraStore(db, cpu_model=TEST_CPU) as s:
         assert s.lookup("p", SRC, S).execution_times == [1.0]
 

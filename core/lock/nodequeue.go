@@ -1,0 +1,198 @@
+package lock
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tirastore/tirastore/core/environ"
+	"github.com/tirastore/tirastore/core/nodelocal"
+)
+
+// The node-local files of a database are named, in this user's private
+// directory (core/nodelocal.PrivatePath), by a prefix and the first 24 hex
+// digits of the SHA-256 of the lock path (NodeLocalName). Tools and tests
+// compute them by this rule.
+const (
+	// GatePrefix names the node queue's gate file (see gate.go).
+	GatePrefix = "gate-"
+	// SpoolPrefix names the group-commit spool directory (core/spool).
+	SpoolPrefix = "spool-"
+	// ChangeLogPrefix names the change log (core/changelog).
+	ChangeLogPrefix = "changes-"
+)
+
+// NodeLocalName is the name, in the private directory, of the node-local
+// file that prefix names for the lock at lockPath.
+func NodeLocalName(prefix, lockPath string) string {
+	sum := sha256.Sum256([]byte(lockPath))
+	return prefix + hex.EncodeToString(sum[:12])
+}
+
+// # One gate file per process and database
+//
+// POSIX record locks belong to the process, and closing any descriptor of
+// a file drops all of the process's locks on it. So the Locks of one
+// process on one database share one descriptor of the gate file (a
+// sharedGate, registered by name): each Lock holds one reference (a
+// gateRef, whose Close gives it back), and only the last one closes the
+// descriptor, at a time when no Lock of the process holds or waits for a
+// byte of it (an abandoned wait still blocked in the kernel keeps its
+// Lock's reference until it returns). Only then can "nobody is queued"
+// be judged by taking every byte (F_GETLK and F_SETLK do not see the
+// process's own locks), and the file removed.
+
+// sharedGate is the process's open gate file of one database.
+type sharedGate struct {
+	*os.File
+	dir  *nodelocal.Dir
+	name string
+	refs int // under gates.mu
+}
+
+// gateRef is one Lock's reference to a sharedGate: ReadAt, WriteAt and Fd
+// are the file's, Close gives the reference back (once).
+type gateRef struct {
+	*sharedGate
+	once sync.Once
+}
+
+// Close gives this reference back; the last one closes the file.
+func (r *gateRef) Close() error {
+	r.once.Do(r.sharedGate.release)
+	return nil
+}
+
+var gates = struct {
+	sync.Mutex
+	m map[string]*sharedGate // by name
+}{m: map[string]*sharedGate{}}
+
+// acquireGate returns a new reference to the gate file of lockPath,
+// opening (creating) the file if this process has none open. The error is
+// a *nodelocal.Problem when a file that fails the checks is in the way.
+func acquireGate(lockPath string) (*gateRef, error) {
+	dir, err := nodelocal.Private()
+	if err != nil {
+		return nil, err
+	}
+	name := NodeLocalName(GatePrefix, lockPath)
+	gates.Lock()
+	defer gates.Unlock()
+	if sg := gates.m[name]; sg != nil {
+		if linked(sg.File) {
+			sg.refs++
+			return &gateRef{sharedGate: sg}, nil
+		}
+		// Removed by another process's last Lock while nobody was queued:
+		// its holders here keep it, newcomers queue in the new file
+		// together with the node's other newcomers.
+		delete(gates.m, name)
+	}
+	f, _, err := dir.Open(name, os.O_RDWR|os.O_CREATE)
+	if err != nil {
+		return nil, err
+	}
+	sg := &sharedGate{File: f, dir: dir, name: name, refs: 1}
+	gates.m[name] = sg
+	return &gateRef{sharedGate: sg}, nil
+}
+
+// release gives one reference back. The last one closes the file, after
+// removing it if nobody is queued (the ticket byte and every slot can be
+// taken at once: a process blocked on a byte implies another holding it),
+// so that temporary databases leave no gate files behind, and then the
+// private directory if it is empty. A process that opened the file just
+// before may then queue on the removed inode while newcomers make a new
+// one: two queues for a while, which costs fairness, never exclusion.
+func (sg *sharedGate) release() {
+	gates.Lock()
+	defer gates.Unlock()
+	if sg.refs--; sg.refs > 0 {
+		return
+	}
+	if gates.m[sg.name] == sg {
+		delete(gates.m, sg.name)
+	}
+	fd := sg.Fd()
+	idle := unix.FcntlFlock(fd, unix.F_SETLK, byteLock(unix.F_WRLCK, ticketByte)) == nil &&
+		unix.FcntlFlock(fd, unix.F_SETLK, queueLine.all(unix.F_WRLCK)) == nil &&
+		unix.FcntlFlock(fd, unix.F_SETLK, laneLine.all(unix.F_WRLCK)) == nil
+	removed := idle && sg.dir.Remove(sg.name, sg.File) == nil
+	sg.File.Close()
+	if removed {
+		sg.dir.RemoveIfEmpty()
+	}
+}
+
+// linked reports whether f still has a name.
+func linked(f *os.File) bool {
+	var st unix.Stat_t
+	return unix.Fstat(int(f.Fd()), &st) == nil && st.Nlink > 0
+}
+
+// NodeQueue is a store's hold on its database's node queue, taken when
+// the store opens: the store learns at once whether the queue can be
+// used (a file planted at its name switches it off, and the store warns
+// when it opens rather than at its first operation), and the gate file
+// stays open for the store's Lock, which shares it.
+type NodeQueue struct{ ref *gateRef }
+
+// OpenNodeQueue opens the node queue of the lock at lockPath for as long
+// as the store lives. It returns nil, nil when the queue is switched off
+// (TIRASTORE_NODE_QUEUE=0); an error means that the store's Lock will
+// poll without the queue, and a *nodelocal.Problem that a file that fails
+// the checks is in the way (the store should say so).
+func OpenNodeQueue(lockPath string) (*NodeQueue, error) {
+	if environ.Get("TIRASTORE_NODE_QUEUE") == "0" {
+		return nil, nil
+	}
+	ref, err := acquireGate(lockPath)
+	if err != nil {
+		return nil, err
+	}
+	return &NodeQueue{ref: ref}, nil
+}
+
+// Close gives the hold back (nil: nothing to do).
+func (q *NodeQueue) Close() {
+	if q != nil {
+		q.ref.Close()
+	}
+}
+
+// staleGateAge is how long a gate file must have been unchanged (every
+// ticket drawn writes it) before SweepGate removes it.
+const staleGateAge = 10 * time.Second
+
+// SweepGate removes the gate file name from dir if it is a leftover: not
+// open in this process, unchanged for staleGateAge and without any lock
+// of any process (nobody queued). It is for the first store of a process
+// to clear what killed processes of this user left; a process that has
+// the file open without being queued queues on the removed inode, as
+// after release.
+func SweepGate(dir *nodelocal.Dir, name string) {
+	gates.Lock()
+	defer gates.Unlock()
+	if gates.m[name] != nil {
+		return
+	}
+	st, err := dir.Lstat(name)
+	if err != nil || time.Since(time.Unix(st.Mtim.Unix())) < staleGateAge {
+		return
+	}
+	f, _, err := dir.Open(name, os.O_RDWR)
+	if err != nil {
+		return // a file that fails the checks is reported by the store that uses it
+	}
+	// Not open elsewhere in this process (gates.mu is held), so closing
+	// this descriptor drops no lock of ours.
+	if unix.FcntlFlock(f.Fd(), unix.F_SETLK, &unix.Flock_t{Type: unix.F_WRLCK}) == nil {
+		_ = dir.Remove(name, f)
+	}
+	f.Close()
+}
