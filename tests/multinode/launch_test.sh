@@ -15,7 +15,9 @@
 # Placement: inside an allocation of at least NWORKERS nodes (salloc -N),
 # step w is pinned to node w of the allocation (srun --relative=w); without
 # an allocation each srun is its own job with --exclusive, so concurrently
-# running workers get distinct nodes.
+# running workers get distinct nodes. (A partition with OverSubscribe=FORCE
+# overrides --exclusive: there workers share nodes, as on the one-node test
+# cluster of tests/slurm/cluster.py; run it with REQUIRE_DISTINCT_HOSTS=0.)
 #
 # Optional environment:
 #   DRY_RUN=1                 print the commands instead of running them
