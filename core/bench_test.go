@@ -73,3 +73,19 @@ func benchRecordMany(b *testing.B, n int) {
 
 func BenchmarkRecordMany100(b *testing.B)  { benchRecordMany(b, 100) }
 func BenchmarkRecordMany1000(b *testing.B) { benchRecordMany(b, 1000) }
+
+// BenchmarkRecordExisting is a write that finds its key: the lock, a
+// transaction and no commit, the cost of everything around the writes.
+func BenchmarkRecordExisting(b *testing.B) {
+	st := benchStore(b)
+	m := Measurement{Schedule: sched, IsLegal: true, ExecutionTimes: Times(0.1)}
+	if _, err := st.Record(ctx, "p", src, m, false); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if ok, err := st.Record(ctx, "p", src, m, false); err != nil || ok {
+			b.Fatal(ok, err)
+		}
+	}
+}

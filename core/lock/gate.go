@@ -287,7 +287,6 @@ func (g *gate) lock(ctx context.Context, deadline time.Time, write bool, done fu
 		return err
 	}
 	g.queueSlot = slot
-	g.noteProgress()
 	return nil
 }
 
