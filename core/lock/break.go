@@ -118,23 +118,50 @@ func (l *Lock) deadOnThisHost(h *Holder) bool {
 		h.pidNS == 0 || h.pidNS != me.pidNS {
 		return false
 	}
-	switch probePID(h.PID) {
+	return processGone(h.PID, h.startTime)
+}
+
+// processGone: pid, in our pid namespace, is gone, or now belongs to a
+// process that started at another time than startTime (0: unknown, then
+// only a missing pid counts).
+func processGone(pid int, startTime uint64) bool {
+	switch probePID(pid) {
 	case pidGone:
 		return true
 	case pidAlive:
 	default:
 		return false
 	}
-	if h.startTime == 0 {
+	if startTime == 0 {
 		return false // nothing to tell a recycled pid from the holder
 	}
-	st, err := procStartTime(h.PID)
+	st, err := procStartTime(pid)
 	if err != nil {
 		// Gone from /proc: it exited since kill(), or /proc hides other
 		// users' processes (hidepid); only kill() can tell.
-		return errors.Is(err, errNoProcess) && probePID(h.PID) == pidGone
+		return errors.Is(err, errNoProcess) && probePID(pid) == pidGone
 	}
-	return st != h.startTime
+	return st != startTime
+}
+
+// ProcessID is what names this process in node-local files (core/spool's
+// requests): its pid namespace and its start time, 0 where /proc cannot
+// tell; with the pid, ProcessGone can later prove it dead.
+func ProcessID() (pidNS, startTime uint64) {
+	me := self()
+	return me.pidNS, me.startTime
+}
+
+// ProcessGone reports whether the process that had pid and ProcessID
+// (pidNS, startTime) is provably gone: it ran in our pid namespace, and its
+// pid is free or belongs to a process started at another time (the
+// dead-holder rule, without host and boot, which node-local memory
+// implies). Anything it cannot prove counts as alive.
+func ProcessGone(pid int, pidNS, startTime uint64) bool {
+	if pidNS == 0 || startTime == 0 || pidNS != self().pidNS {
+		return false
+	}
+	return processGone(pid, startTime)
 }
 
 // breakLock (step 4) removes the lock file if, and only if, it is still

@@ -50,6 +50,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tirastore/tirastore/core/lock"
 	"github.com/tirastore/tirastore/core/nodelocal"
 )
 
@@ -74,10 +75,19 @@ func Open(dir *nodelocal.Dir, name string) (*Spool, error) {
 // Dir is the spool's directory, for messages.
 func (s *Spool) Dir() string { return s.dir }
 
-// Remove removes the spool directory if it is empty (the last store of a
-// database on this node to close calls it; a non-empty spool stays). A
-// store that publishes later makes it again.
-func (s *Spool) Remove() { s.d.RemoveIfEmpty() }
+// Remove removes what dead requesters left (removeIfAbandoned), then the
+// spool directory if it is empty (a store of the database on this node
+// calls it when it closes; a spool in use stays). A store that publishes
+// later makes it again.
+func (s *Spool) Remove() {
+	names, _ := s.names()
+	for _, n := range names {
+		if id, _ := splitName(n); id != "" {
+			s.removeIfAbandoned(n, id)
+		}
+	}
+	s.d.RemoveIfEmpty()
+}
 
 // Close closes the spool's directory descriptor.
 func (s *Spool) Close() { s.d.Close() }
@@ -93,14 +103,7 @@ func Sweep(dir *nodelocal.Dir, name string) {
 		return
 	}
 	defer d.Close()
-	s := &Spool{d: d, dir: d.Path()}
-	names, _ := s.names()
-	for _, n := range names {
-		if id, _ := splitName(n); id != "" {
-			s.removeIfAbandoned(n, id)
-		}
-	}
-	d.RemoveIfEmpty()
+	(&Spool{d: d, dir: d.Path()}).Remove()
 }
 
 // Request is one published write, seen from its requester.
@@ -111,10 +114,14 @@ type Request struct {
 
 var seq atomic.Uint64
 
+// procNS and procStart name this process in its request ids (see
+// removeIfAbandoned): <nanoseconds>-<pid>-<sequence>-<pid ns>-<start time>.
+var procNS, procStart = lock.ProcessID()
+
 // Publish writes payload as a new request and makes it visible to
 // claimers.
 func (s *Spool) Publish(payload []byte) (*Request, error) {
-	id := fmt.Sprintf("%019d-%d-%d", time.Now().UnixNano(), os.Getpid(), seq.Add(1))
+	id := fmt.Sprintf("%019d-%d-%d-%d-%d", time.Now().UnixNano(), os.Getpid(), seq.Add(1), procNS, procStart)
 	r := &Request{sp: s, id: id}
 	// If the last store of the database on this node closed and removed
 	// the empty directory meanwhile, the Dir makes it again.
@@ -351,13 +358,32 @@ func (c *Claimed) Finish(result []byte) error {
 // guards against processes of another pid namespace sharing /dev/shm).
 const abandonAge = 10 * time.Minute
 
+// removeIfAbandoned removes a request or result (name, of request id)
+// whose requester is dead. A request id that names its requester's pid
+// namespace and start time
+// (Publish) is removed as soon as that process is provably gone
+// (lock.ProcessGone): the last store to close and the first of a process
+// leave nothing of killed requesters behind. Ids without them (another
+// version of the library) and requesters of another pid namespace that
+// shares this directory keep the age rule.
 func (s *Spool) removeIfAbandoned(name, id string) {
 	f := strings.Split(id, "-")
-	if len(f) != 3 {
+	if len(f) != 3 && len(f) != 5 {
 		return
 	}
 	pid, err := strconv.Atoi(f[1])
-	if err != nil || alive(pid) {
+	if err != nil {
+		return
+	}
+	if len(f) == 5 {
+		ns, _ := strconv.ParseUint(f[3], 10, 64)
+		start, _ := strconv.ParseUint(f[4], 10, 64)
+		if lock.ProcessGone(pid, ns, start) {
+			s.d.Remove(name, nil)
+			return
+		}
+	}
+	if alive(pid) {
 		return
 	}
 	if st, err := s.d.Lstat(name); err == nil && time.Since(time.Unix(st.Mtim.Unix())) > abandonAge {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tirastore/tirastore/core/lock"
 	"github.com/tirastore/tirastore/core/nodelocal"
 )
 
@@ -340,5 +341,52 @@ func TestSweep(t *testing.T) {
 	Sweep(d, "spool-x")
 	if _, err := os.Stat(sp.Dir()); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the empty spool was left: %v", err)
+	}
+}
+
+// TestKilledRequesterRemovedAtOnce: a request or result whose id names a
+// requester of our pid namespace that is provably gone (its pid free, or
+// reused by a process that started at another time) is removed by Remove
+// however young; a live requester's, one of another pid namespace and one
+// in the old id format (no identity) wait for the age rule.
+func TestKilledRequesterRemovedAtOnce(t *testing.T) {
+	ns, start := lock.ProcessID()
+	if ns == 0 || start == 0 {
+		t.Skip("no /proc identity here")
+	}
+	d := privateDir(t)
+	sp, err := Open(d, "spool-k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	mk := func(id, suffix string) string {
+		p := filepath.Join(sp.Dir(), id+suffix)
+		if err := os.WriteFile(p, []byte("r"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	me, dead := strconv.Itoa(os.Getpid()), strconv.Itoa(deadPID(t))
+	nsS, startS := strconv.FormatUint(ns, 10), strconv.FormatUint(start, 10)
+	gone := []string{
+		mk("0000000000000000001-"+dead+"-1-"+nsS+"-"+startS, ".res"),   // killed
+		mk("0000000000000000002-"+me+"-2-"+nsS+"-"+startS+"0", ".req"), // pid reused
+	}
+	kept := []string{
+		mk("0000000000000000003-"+me+"-3-"+nsS+"-"+startS, ".res"),    // alive
+		mk("0000000000000000004-"+dead+"-4-"+nsS+"1-"+startS, ".res"), // another pid namespace
+		mk("0000000000000000005-"+dead+"-5", ".res"),                  // old format, young
+	}
+	sp.Remove()
+	for _, p := range gone {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s not removed", filepath.Base(p))
+		}
+	}
+	for _, p := range kept {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s removed: %v", filepath.Base(p), err)
+		}
 	}
 }
