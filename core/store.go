@@ -400,8 +400,11 @@ func (s *Store) release(release func() error, op string, err error) error {
 	}
 	s.dropConn()
 	s.cache.reset()
-	if KindOf(err) == KindLockLost {
+	switch {
+	case KindOf(err) == KindLockLost:
 		return err
+	case err != nil:
+		return wrapError(KindLockLost, rerr, "%s: %s failed: %v; and %v", s.path, op, err, rerr)
 	}
 	return wrapError(KindLockLost, rerr, "%s: %s: %v; another process may have used the database "+
 		"at the same time as this call (its writes, if any, were committed)", s.path, op, rerr)

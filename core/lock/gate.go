@@ -416,20 +416,17 @@ func (g *gate) wait(ctx context.Context, deadline time.Time, at, also int64, sc 
 			if at == ticketByte && waited < 16*sc.every || at != ticketByte && sc.moved(at, waited) {
 				continue
 			}
-			g.abandon(done, at, also)
-			g.mu.Lock()
-			g.stalled = true
-			g.mu.Unlock()
+			g.abandon(done, at, also, true)
 			return errGateStalled
 		case <-ctx.Done():
-			g.abandon(done, at, also)
+			g.abandon(done, at, also, false)
 			return ctx.Err()
 		case <-timeout:
-			g.abandon(done, at, also)
+			g.abandon(done, at, also, false)
 			return errGateTimeout
 		case <-poll.C:
 			if err := ctx.Err(); err != nil {
-				g.abandon(done, at, also)
+				g.abandon(done, at, also, false)
 				return err
 			}
 		}
@@ -550,12 +547,14 @@ func waitChan(ctx context.Context, deadline time.Time, ch <-chan struct{}) error
 }
 
 // abandon lets a pending wait for byte at finish on its own and give the
-// byte back, with also (if not -1) whatever the outcome.
-func (g *gate) abandon(done <-chan error, at, also int64) {
+// byte back, with also (if not -1) whatever the outcome; stalled: it is
+// abandoned because the line did not move (see join).
+func (g *gate) abandon(done <-chan error, at, also int64, stalled bool) {
 	g.mu.Lock()
 	if g.pending++; g.pending == 1 {
 		g.settled = make(chan struct{})
 	}
+	g.stalled = g.stalled || stalled
 	g.mu.Unlock()
 	go func() {
 		err := <-done
