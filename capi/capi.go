@@ -184,8 +184,10 @@ var openParams = []string{"source_project", "cpu_model", "slurm_cpus", "allow_cp
 // (bool), stale_lock_timeout (seconds), lock_timeout (seconds, null = 600,
 // negative = wait forever). On success *handle is set and *out (if out is
 // not NULL) receives {"result": {"db_path", "lock_path", "source_project",
-// "writes_allowed", "warning"}}. On error *out receives {"error": {"type",
-// "message", "code"}}. *out is owned by the caller: free it with
+// "writes_allowed", "warning", "notices"}}, notices being a list of
+// warnings about node-local files that failed their checks and about a
+// database directory other users cannot use. On error *out receives
+// {"error": {"type", "message", "code"}}. *out is owned by the caller: free it with
 // tirastore_free.
 //
 //export tirastoreGo_open

@@ -67,8 +67,10 @@ const char *tirastore_version(void);
  * (bool), stale_lock_timeout (seconds), lock_timeout (seconds, null = 600,
  * negative = wait forever). On success *handle is set and *out (if out is
  * not NULL) receives {"result": {"db_path", "lock_path", "source_project",
- * "writes_allowed", "warning"}}. On error *out receives {"error": {"type",
- * "message", "code"}}. *out is owned by the caller: free it with
+ * "writes_allowed", "warning", "notices"}}, notices being a list of
+ * warnings about node-local files that failed their checks and about a
+ * database directory other users cannot use. On error *out receives
+ * {"error": {"type", "message", "code"}}. *out is owned by the caller: free it with
  * tirastore_free.
  */
 int tirastore_open(const char *db_path, const char *options_json, uint64_t *handle, char **out);
