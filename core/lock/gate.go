@@ -110,12 +110,17 @@ var (
 //     every attempt at the lock file while it polls and at every heartbeat
 //     while it holds the lock, so a head that stopped or hung stops
 //     changing it, whatever it was doing; or
-//   - the lock file itself is breakable by the waiter's rules (Staleness,
-//     Dead holders): the waiter reads it as it would outside the queue, so
-//     that its count of how long the lock stayed unchanged starts while it
-//     is still queued, and it breaks the lock at once once out; or
 //   - it waits for the ticket byte, which its holder keeps for microseconds,
 //     for longer than stallCheck.every times 16.
+//
+// From the first check that finds the progress word unchanged, the waiter
+// also reads the lock file at each check, as it would outside the queue,
+// so that its count of how long the lock stayed unchanged starts while it
+// is still queued and it can break a stopped holder's lock as soon as it
+// is out. A lock that is merely breakable (a dead holder, a stale one on
+// another node) is no reason to leave: the head, which is alive, breaks it
+// (leaving then cost fairness: the waiter polled beside a queue that hands
+// the lock on without a gap). While the line moves, waiters read nothing.
 //
 // It then runs the link protocol without the queue, as a process of
 // another node would, and a stopped holder on the same node is judged by

@@ -221,14 +221,16 @@ func (l *Lock) stallCheck() *stallCheck {
 		now := time.Now()
 		if p := l.gate.progress(); since.IsZero() || p != last {
 			last, since = p, now
-		} else if now.Sub(since) >= l.opt.StaleTimeout {
-			return false
-		}
-		h, st, err := readHolder(l.path)
-		if err != nil {
 			return true
 		}
-		return l.judge(h, l.seen.observe(st, now), l.clock()) == verdictLive
+		// The line has not moved since the last check: watch the lock
+		// file too, so that once out of the queue this waiter can judge
+		// it at once (its count of how long the lock stayed unchanged
+		// starts now, not when it leaves).
+		if _, st, err := readHolder(l.path); err == nil {
+			l.seen.observe(st, now)
+		}
+		return now.Sub(since) < l.opt.StaleTimeout
 	}}
 }
 

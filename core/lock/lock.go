@@ -317,10 +317,12 @@
 //     same StaleTimeout, and that Python waiters' wall clocks are not ahead
 //     of the holder's by more than StaleTimeout minus HeartbeatInterval.
 //   - The node queue: a waiter behind a stopped or hung process leaves the
-//     queue once the line has not moved for StaleTimeout, or once the lock
-//     file is breakable by its rules (gate.go, Stalled places), then polls:
-//     on the node of a stalled holder, the others proceed about
-//     StaleTimeout after they started waiting, as on other nodes.
+//     queue once the line has not moved for StaleTimeout, having watched
+//     the lock file meanwhile (gate.go, Stalled places), then polls and
+//     breaks the stopped holder's lock: on its node, the others proceed
+//     about StaleTimeout after they started waiting, as on other nodes.
+//     While it polls beside a queue that hands the lock on without a gap,
+//     it waits for the node's fair-share yield (fairShare).
 //   - Displacement by a Go breaker (Breaking) and the Python cases above.
 //     Python workers ignore the break lock.
 //   - A breaker that crashes between its rename and its unlink or link back
