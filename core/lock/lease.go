@@ -38,8 +38,11 @@ import (
 //
 // What the lease cannot cover: a waiter configured with a shorter
 // StaleTimeout than the holder's, an old Python waiter whose wall clock
-// runs ahead (it judges by the timestamp), and a write stalled between the
-// check and its system call (see core/sqlite).
+// runs ahead (it judges by the timestamp), a pause that the holder's own
+// CLOCK_MONOTONIC does not see (a suspended kernel; a hypervisor that
+// hides a VM pause from the guest's clock: the next heartbeat's
+// confirmation finds the loss then), and a write stalled between the check
+// and its system call (see core/sqlite).
 
 // Fence receives a Lock's lease (core/sqlite.Fence implements it): Extend
 // with the deadline (CLOCK_MONOTONIC nanoseconds) until which writes need

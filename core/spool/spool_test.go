@@ -274,6 +274,12 @@ func TestAbandonedFilesRemoved(t *testing.T) {
 	if _, err := sp.Claim("", 10, "7"); err != nil {
 		t.Fatal(err)
 	}
+	checkRemoved(t, gone, kept)
+}
+
+// checkRemoved: every file of gone was removed, every file of kept is there.
+func checkRemoved(t *testing.T, gone, kept []string) {
+	t.Helper()
 	for _, p := range gone {
 		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s not removed", filepath.Base(p))
@@ -379,14 +385,5 @@ func TestKilledRequesterRemovedAtOnce(t *testing.T) {
 		mk("0000000000000000005-"+dead+"-5", ".res"),                  // old format, young
 	}
 	sp.Remove()
-	for _, p := range gone {
-		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("%s not removed", filepath.Base(p))
-		}
-	}
-	for _, p := range kept {
-		if _, err := os.Stat(p); err != nil {
-			t.Errorf("%s removed: %v", filepath.Base(p), err)
-		}
-	}
+	checkRemoved(t, gone, kept)
 }
