@@ -238,14 +238,6 @@ func (w *Writer) Close() {
 	}
 }
 
-func linkedFile(f *os.File) (bool, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return false, err
-	}
-	return st.Nlink > 0, nil
-}
-
 // Reader reads the entries appended since its previous call.
 type Reader struct {
 	dir   *nodelocal.Dir

@@ -49,7 +49,7 @@ func (h *Holder) Release() {
 		return
 	}
 	if unix.FcntlFlock(h.f.Fd(), unix.F_OFD_SETLK, &unix.Flock_t{Type: unix.F_WRLCK, Len: 1}) == nil {
-		if ok, err := linkedFile(h.f); err == nil && ok {
+		if ok, err := nodelocal.Linked(h.f); err == nil && ok {
 			_ = h.dir.Remove(h.name, h.f)
 		}
 	}

@@ -148,20 +148,6 @@ func gatePath(lockPath string) string {
 // tests read its lock state in /proc/locks).
 func GateFile(lockPath string) string { return gatePath(lockPath) }
 
-// SpoolDir is where this user's writes to the database of lockPath are
-// handed over to other processes of this node (core/spool): a directory
-// beside the gate file, in the private directory (NodeLocalName).
-func SpoolDir(lockPath string) string {
-	return filepath.Join(gateDir(), NodeLocalName(SpoolPrefix, lockPath))
-}
-
-// ChangeLogPath is where this user's commits to the database of lockPath
-// are logged for the caches of this node's processes (core/changelog): a
-// file beside the gate file, in the private directory (NodeLocalName).
-func ChangeLogPath(lockPath string) string {
-	return filepath.Join(gateDir(), NodeLocalName(ChangeLogPrefix, lockPath))
-}
-
 // openGate returns a gate on the process's descriptor of the gate file of
 // lockPath (opening, creating and checking the file if this process has
 // none open: acquireGate), or nil when there is none to use.

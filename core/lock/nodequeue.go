@@ -84,7 +84,7 @@ func acquireGate(lockPath string) (*gateRef, error) {
 	gates.Lock()
 	defer gates.Unlock()
 	if sg := gates.m[name]; sg != nil {
-		if linked(sg.File) {
+		if ok, err := nodelocal.Linked(sg.File); err == nil && ok {
 			sg.refs++
 			return &gateRef{sharedGate: sg}, nil
 		}
@@ -127,12 +127,6 @@ func (sg *sharedGate) release() {
 	if removed {
 		sg.dir.RemoveIfEmpty()
 	}
-}
-
-// linked reports whether f still has a name.
-func linked(f *os.File) bool {
-	var st unix.Stat_t
-	return unix.Fstat(int(f.Fd()), &st) == nil && st.Nlink > 0
 }
 
 // NodeQueue is a store's hold on its database's node queue, taken when

@@ -347,6 +347,18 @@ func (d *Dir) revive(f *os.File, create bool) *os.File {
 	return nf
 }
 
+// Linked reports whether the file open as f still has a name: one that a
+// store removed (the last to close, or a sweep) has none, and processes
+// that find it so open the name afresh instead of using a file nobody
+// else can reach.
+func Linked(f *os.File) (bool, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return false, err
+	}
+	return st.Nlink > 0, nil
+}
+
 // removed reports whether f's directory has been removed (it has no
 // links left).
 func removed(f *os.File) bool {

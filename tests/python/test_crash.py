@@ -155,7 +155,7 @@ GROUP_CHILD = textwrap.dedent("""
 
 
 def _spool_dir(db: Path) -> Path:
-    """The engine's spool for db's writers on this node (core/lock.SpoolDir)."""
+    """The engine's spool for db's writers on this node (core/lock.NodeLocalName with SpoolPrefix)."""
     import hashlib
 
     # <base>/tirastore-<euid>/spool-<first 24 hex digits of sha256(lock path)>
