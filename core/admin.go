@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"github.com/tirastore/tirastore/core/storage"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -32,7 +33,7 @@ func (s *Store) Put(ctx context.Context, key, programHash, sched, resultJSON str
 	err := s.withWriteDB(ctx, "put", func(db *sqlite.DB) error {
 		stamp := identity.NowISO(now())
 		return db.Tx(func(tx *sqlite.Tx) (err error) {
-			wrote, err = tx.PutRecord(&sqlite.Record{
+			wrote, err = tx.PutRecord(&storage.Record{
 				Key: key, ProgramHash: programHash, Schedule: sched, ResultJSON: resultJSON,
 				Hostname: s.hostname, Username: s.username, CreationDate: stamp, UpdateDate: stamp,
 				SourceProject: s.opts.SourceProject,
@@ -146,8 +147,8 @@ func (s *Store) Export(ctx context.Context, path, format string) (string, error)
 		return "", wrapError(KindOS, perr, "cannot write export: %v", perr)
 	}
 	type program struct {
-		sqlite.Program
-		results []sqlite.ScheduleResult
+		storage.Program
+		results []storage.ScheduleResult
 	}
 	var progs []program
 	err = s.withDB(ctx, "export", func(db *sqlite.DB) error {

@@ -1,13 +1,13 @@
 package core
 
 import (
+	"github.com/tirastore/tirastore/core/storage"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/tirastore/tirastore/core/changelog"
 	"github.com/tirastore/tirastore/core/failpoint"
-	"github.com/tirastore/tirastore/core/sqlite"
 )
 
 // resultCache serves repeated lookups of one process without the lock.
@@ -59,7 +59,7 @@ type resultCache struct {
 	mu      sync.Mutex
 	hdr     *os.File // nil: no lock-free reads (no kept connection)
 	gen     generation
-	entries map[string]*sqlite.Record // nil value: known to be absent
+	entries map[string]*storage.Record // nil value: known to be absent
 	// complete: programs (by hash) all of whose records are in entries;
 	// tooBig: programs found to have more than prefetchLimit records at gen.
 	complete, tooBig map[string]bool
@@ -134,7 +134,7 @@ func (c *resultCache) reset() {
 // provably unchanged since it was read, or changed only by logged commits
 // that the cache applied; ok is false otherwise (take the lock). An absent
 // key of a complete program is a known miss.
-func (c *resultCache) get(progHash, key string) (rec *sqlite.Record, ok bool) {
+func (c *resultCache) get(progHash, key string) (rec *storage.Record, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok = c.lookup(progHash, key); !ok || c.hdr == nil {
@@ -150,7 +150,7 @@ func (c *resultCache) get(progHash, key string) (rec *sqlite.Record, ok bool) {
 }
 
 // lookup is what the entries say of key (the caller holds c.mu).
-func (c *resultCache) lookup(progHash, key string) (*sqlite.Record, bool) {
+func (c *resultCache) lookup(progHash, key string) (*storage.Record, bool) {
 	rec, ok := c.entries[key]
 	if !ok && c.complete[progHash] {
 		return nil, true
@@ -160,7 +160,7 @@ func (c *resultCache) lookup(progHash, key string) (*sqlite.Record, bool) {
 
 // getLocked is get for a caller that holds the lock: the generation read
 // when it was taken is the database's.
-func (c *resultCache) getLocked(progHash, key string) (*sqlite.Record, bool) {
+func (c *resultCache) getLocked(progHash, key string) (*storage.Record, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.hdr == nil || c.gen != c.atAcquire || c.genSince.IsZero() {
@@ -239,7 +239,7 @@ func (c *resultCache) apply(e *changelog.Entry) {
 		}
 		if c.entries == nil || len(c.entries) >= maxCached {
 			c.reset()
-			c.entries = make(map[string]*sqlite.Record)
+			c.entries = make(map[string]*storage.Record)
 		}
 		c.entries[r.Key] = r // a complete program stays complete
 	}
@@ -301,7 +301,7 @@ func (c *resultCache) shouldPrefetch(progHash string, writesWaiting func() bool)
 // putProgram remembers every record of a program (complete) or that it has
 // too many to prefetch (recs nil). The caller holds the lock and has called
 // sync since the read.
-func (c *resultCache) putProgram(progHash string, recs []*sqlite.Record) {
+func (c *resultCache) putProgram(progHash string, recs []*storage.Record) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.hdr == nil {
@@ -316,7 +316,7 @@ func (c *resultCache) putProgram(progHash string, recs []*sqlite.Record) {
 	}
 	if c.entries == nil || len(c.entries)+len(recs) > maxCached {
 		c.reset()
-		c.entries = make(map[string]*sqlite.Record, len(recs))
+		c.entries = make(map[string]*storage.Record, len(recs))
 	}
 	for _, r := range recs {
 		c.entries[r.Key] = r
@@ -373,7 +373,7 @@ func (c *resultCache) syncLocked() {
 
 // put remembers what a locked read returned for key (nil: absent). The
 // caller holds the lock and has called sync since the read.
-func (c *resultCache) put(key string, rec *sqlite.Record) {
+func (c *resultCache) put(key string, rec *storage.Record) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.hdr == nil {
@@ -381,7 +381,7 @@ func (c *resultCache) put(key string, rec *sqlite.Record) {
 	}
 	if c.entries == nil || len(c.entries) >= maxCached {
 		c.reset()
-		c.entries = make(map[string]*sqlite.Record)
+		c.entries = make(map[string]*storage.Record)
 	}
 	c.entries[key] = rec
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tirastore/tirastore/core/storage"
 	"strconv"
 	"strings"
 	"time"
@@ -359,11 +360,11 @@ func commitRequests(db *sqlite.DB, reqs []*writeRequest, at time.Time) ([]int, *
 		clear(written)
 		changes = &changelog.Entry{}
 		for i, r := range reqs {
-			if err := tx.PutProgram(sqlite.Program{Hash: r.Hash, Name: r.Name, Source: r.Source}); err != nil {
+			if err := tx.PutProgram(storage.Program{Hash: r.Hash, Name: r.Name, Source: r.Source}); err != nil {
 				return err
 			}
 			for _, p := range r.Rows {
-				rec := &sqlite.Record{
+				rec := &storage.Record{
 					Key: p.Key, ProgramHash: r.Hash, Schedule: p.Schedule, ResultJSON: p.ResultJSON,
 					Hostname: r.Hostname, Username: r.Username, CreationDate: stamp, UpdateDate: stamp,
 					SourceProject: r.SourceProject,

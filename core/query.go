@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"github.com/tirastore/tirastore/core/storage"
 	"sync"
 
 	"github.com/tirastore/tirastore/core/keys"
@@ -58,7 +59,7 @@ func parseResult(key, resultJSON string) (legal, times any, err error) {
 	return legal, times, nil
 }
 
-func newResult(rec *sqlite.Record) (*Result, error) {
+func newResult(rec *storage.Record) (*Result, error) {
 	legal, times, err := parseResult(rec.Key, rec.ResultJSON)
 	if err != nil {
 		return nil, err
@@ -155,11 +156,11 @@ func checkProgramRef(programName, programHash, sched string) error {
 // absent), from the cache if it is provably current, else under the lock
 // (loading the whole program when the database is quiet: see
 // resultCache).
-func (s *Store) read(ctx context.Context, op, progHash, key string) (*sqlite.Record, error) {
+func (s *Store) read(ctx context.Context, op, progHash, key string) (*storage.Record, error) {
 	if rec, ok := s.cached(progHash, key); ok {
 		return rec, nil
 	}
-	var rec *sqlite.Record
+	var rec *storage.Record
 	err := s.withDB(ctx, op, func(db *sqlite.DB) (err error) {
 		if r, ok := s.cache.getLocked(progHash, key); ok {
 			rec = r // brought up to date from the change log when the lock was taken
@@ -188,7 +189,7 @@ func (s *Store) read(ctx context.Context, op, progHash, key string) (*sqlite.Rec
 }
 
 // cached is the lock-free path of read.
-func (s *Store) cached(progHash, key string) (*sqlite.Record, bool) {
+func (s *Store) cached(progHash, key string) (*storage.Record, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
@@ -221,7 +222,7 @@ func (s *Store) LookupManyByHash(ctx context.Context, programName, hash string, 
 		}
 		keyList[i] = keys.RecordKey(hash, sc)
 	}
-	recs := make([]*sqlite.Record, len(keyList))
+	recs := make([]*storage.Record, len(keyList))
 	var missing []int
 	for i, k := range keyList {
 		if rec, ok := s.cached(hash, k); ok {
@@ -317,7 +318,7 @@ func (s *Store) GetProgramSource(ctx context.Context, programName string) ([]Pro
 	if err := checkText("program_name", programName); err != nil {
 		return nil, err
 	}
-	var progs []sqlite.Program
+	var progs []storage.Program
 	if err := s.withDB(ctx, "get_program_source", func(db *sqlite.DB) (err error) {
 		progs, err = db.ProgramsByName(programName)
 		return err
@@ -338,7 +339,7 @@ func (s *Store) GetProgramRecords(ctx context.Context, programName, source strin
 		return nil, err
 	}
 	hash := keys.ProgramHash(source)
-	var recs []*sqlite.Record
+	var recs []*storage.Record
 	if err := s.withDB(ctx, "get_program_records", func(db *sqlite.DB) (err error) {
 		recs, err = db.RecordsByProgram(hash)
 		return err
@@ -442,7 +443,7 @@ func (s *Store) Keys(ctx context.Context, limit, offset int64) (keys []string, e
 }
 
 // RawRecord is a record row joined with its program, as get() returns it.
-type RawRecord sqlite.Record
+type RawRecord storage.Record
 
 // PyJSON gives the original's dict: the record columns, then program_name
 // and source_code.
@@ -464,7 +465,7 @@ func (s *Store) Get(ctx context.Context, key string) (*RawRecord, error) {
 	if err := checkText("key", key); err != nil {
 		return nil, err
 	}
-	var rec *sqlite.Record
+	var rec *storage.Record
 	if err := s.withDB(ctx, "get", func(db *sqlite.DB) (err error) {
 		rec, err = db.Get(key)
 		return err

@@ -38,6 +38,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/tirastore/tirastore/core/storage"
 	"hash/crc32"
 	"io"
 	"math/rand/v2"
@@ -46,7 +47,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tirastore/tirastore/core/nodelocal"
-	"github.com/tirastore/tirastore/core/sqlite"
 )
 
 // GenerationSize is the length of a database generation (see Entry).
@@ -68,7 +68,7 @@ type Entry struct {
 	// locked lookup now reads them; Drop are keys whose row changed in a
 	// way the committer does not know exactly (an overwrite keeps the old
 	// row's creation date): a reader forgets them.
-	Put  []*sqlite.Record
+	Put  []*storage.Record
 	Drop []Dropped
 }
 
@@ -428,7 +428,7 @@ func decodePayload(p []byte) (*Entry, error) {
 		return nil, errShort
 	}
 	for i := 0; i < nPut; i++ {
-		r := &sqlite.Record{}
+		r := &storage.Record{}
 		for _, s := range [...]*string{&r.Key, &r.ProgramHash, &r.Schedule, &r.ResultJSON, &r.Hostname,
 			&r.Username, &r.CreationDate, &r.UpdateDate, &r.SourceProject} {
 			*s = d.str()

@@ -1,6 +1,7 @@
 package changelog
 
 import (
+	"github.com/tirastore/tirastore/core/storage"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -8,14 +9,13 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/nodelocal"
-	"github.com/tirastore/tirastore/core/sqlite"
 )
 
 func entry(n byte, keys ...string) *Entry {
 	e := &Entry{File: FileID{Dev: 1, Ino: 2}}
 	e.Before[0], e.After[0] = n, n+1
 	for _, k := range keys {
-		e.Put = append(e.Put, &sqlite.Record{Key: k, ProgramHash: "p", Schedule: "S(" + k + ")", ResultJSON: `{"x":1}`,
+		e.Put = append(e.Put, &storage.Record{Key: k, ProgramHash: "p", Schedule: "S(" + k + ")", ResultJSON: `{"x":1}`,
 			Hostname: "h", Username: "u", CreationDate: "c", UpdateDate: "d", SourceProject: "sp"})
 	}
 	e.Drop = []Dropped{{Key: "gone" + string('0'+n), ProgramHash: "q"}}

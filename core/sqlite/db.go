@@ -14,6 +14,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/tirastore/tirastore/core/storage"
 	"strings"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
@@ -175,7 +176,7 @@ type Reader struct {
 }
 
 // Lookup is DB.Lookup inside the reader's transaction.
-func (r *Reader) Lookup(key string) (*Record, error) { return r.d.Lookup(key) }
+func (r *Reader) Lookup(key string) (*storage.Record, error) { return r.d.Lookup(key) }
 
 // Read runs fn in one transaction that it always rolls back: many reads see
 // one snapshot and pay SQLite's per-transaction checks (hot journal,

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"errors"
+	"github.com/tirastore/tirastore/core/storage"
 	"os"
 	"path/filepath"
 	"runtime/metrics"
@@ -74,10 +75,10 @@ func TestPutRecordOverwriteKeepsCreationDate(t *testing.T) {
 	put := func(result, stamp string, overwrite bool) bool {
 		var wrote bool
 		err := db.Tx(func(tx *Tx) (err error) {
-			if err = tx.PutProgram(Program{Hash: "h", Name: "first", Source: "s"}); err != nil {
+			if err = tx.PutProgram(storage.Program{Hash: "h", Name: "first", Source: "s"}); err != nil {
 				return err
 			}
-			wrote, err = tx.PutRecord(&Record{Key: "k", ProgramHash: "h", Schedule: "S", ResultJSON: result,
+			wrote, err = tx.PutRecord(&storage.Record{Key: "k", ProgramHash: "h", Schedule: "S", ResultJSON: result,
 				Hostname: "n", Username: "u", CreationDate: stamp, UpdateDate: stamp, SourceProject: "p"}, overwrite)
 			return err
 		})
@@ -97,7 +98,7 @@ func TestPutRecordOverwriteKeepsCreationDate(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 	if err := db.Tx(func(tx *Tx) error {
-		_, err := tx.PutRecord(&Record{Key: "k2", ProgramHash: "missing"}, false)
+		_, err := tx.PutRecord(&storage.Record{Key: "k2", ProgramHash: "missing"}, false)
 		return err
 	}); !IsConstraint(err) {
 		t.Fatalf("foreign key not enforced: %v", err)
@@ -110,13 +111,13 @@ func TestPutRecordOverwriteKeepsCreationDate(t *testing.T) {
 func TestTxRollsBack(t *testing.T) {
 	db, _ := newDB(t, "tx.db")
 	put := func(tx *Tx, key, program string) error {
-		_, err := tx.PutRecord(&Record{Key: key, ProgramHash: program, Schedule: "S", ResultJSON: "{}",
+		_, err := tx.PutRecord(&storage.Record{Key: key, ProgramHash: program, Schedule: "S", ResultJSON: "{}",
 			Hostname: "n", Username: "u", CreationDate: "t", UpdateDate: "t"}, false)
 		return err
 	}
 	boom := errors.New("boom")
 	err := db.Tx(func(tx *Tx) error {
-		if err := tx.PutProgram(Program{Hash: "h", Name: "p", Source: "s"}); err != nil {
+		if err := tx.PutProgram(storage.Program{Hash: "h", Name: "p", Source: "s"}); err != nil {
 			return err
 		}
 		if err := put(tx, "k1", "h"); err != nil {
@@ -139,7 +140,7 @@ func TestTxRollsBack(t *testing.T) {
 		t.Fatalf("COMMIT of a deferred FK violation: %v, want a constraint error", err)
 	}
 	if err := db.Tx(func(tx *Tx) error {
-		if err := tx.PutProgram(Program{Hash: "h", Name: "p", Source: "s"}); err != nil {
+		if err := tx.PutProgram(storage.Program{Hash: "h", Name: "p", Source: "s"}); err != nil {
 			return err
 		}
 		return put(tx, "k3", "h")
@@ -180,7 +181,7 @@ func TestTxStartsNoGoroutine(t *testing.T) {
 	before := created()
 	for i := range n {
 		if err := db.Tx(func(tx *Tx) error {
-			return tx.PutProgram(Program{Hash: string(rune('a' + i%26)), Name: "p", Source: "s"})
+			return tx.PutProgram(storage.Program{Hash: string(rune('a' + i%26)), Name: "p", Source: "s"})
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -231,11 +232,11 @@ func TestLookupReads(t *testing.T) {
 	db, _ := newDB(t, "l.db")
 	long := strings.Repeat("int x; // a long program source\n", 2000)
 	err := db.Tx(func(tx *Tx) error {
-		if err := tx.PutProgram(Program{Hash: "h", Name: "prog", Source: long}); err != nil {
+		if err := tx.PutProgram(storage.Program{Hash: "h", Name: "prog", Source: long}); err != nil {
 			return err
 		}
 		for _, k := range []string{"k1", "k2"} {
-			if _, err := tx.PutRecord(&Record{Key: k, ProgramHash: "h", Schedule: "S-" + k, ResultJSON: "{}",
+			if _, err := tx.PutRecord(&storage.Record{Key: k, ProgramHash: "h", Schedule: "S-" + k, ResultJSON: "{}",
 				Hostname: "n", Username: "u", CreationDate: "c", UpdateDate: "d", SourceProject: "p"}, false); err != nil {
 				return err
 			}
@@ -255,7 +256,7 @@ func TestLookupReads(t *testing.T) {
 	if err != nil || got == nil || *got != want {
 		t.Fatalf("Lookup = %+v, %v; want %+v", got, err, want)
 	}
-	var inTx *Record
+	var inTx *storage.Record
 	if err := db.Read(func(r *Reader) (err error) { inTx, err = r.Lookup("k1"); return err }); err != nil || inTx == nil || *inTx != want {
 		t.Fatalf("Reader.Lookup = %+v, %v; want %+v", inTx, err, want)
 	}

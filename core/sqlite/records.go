@@ -3,31 +3,8 @@ package sqlite
 import (
 	"database/sql"
 	"errors"
+	"github.com/tirastore/tirastore/core/storage"
 )
-
-// Record is one row of the records table, with the program's name and
-// source when the read joined them in (Get, RecordsByProgram; the lookup
-// reads, Lookup and ProgramRecords, leave both empty).
-type Record struct {
-	Key           string
-	ProgramHash   string
-	Schedule      string
-	ResultJSON    string
-	Hostname      string
-	Username      string
-	CreationDate  string
-	UpdateDate    string
-	SourceProject string
-	ProgramName   string
-	SourceCode    string
-}
-
-// Program is one row of the programs table.
-type Program struct {
-	Hash   string
-	Name   string
-	Source string
-}
 
 // The joined read is an inner join, as in the original: a record whose
 // program row is missing is not found.
@@ -46,8 +23,8 @@ const (
 	lookupSQL    = selectLookup + " WHERE r.key = ?"
 )
 
-func scanJoined(sc interface{ Scan(...any) error }) (*Record, error) {
-	var r Record
+func scanJoined(sc interface{ Scan(...any) error }) (*storage.Record, error) {
+	var r storage.Record
 	err := sc.Scan(&r.Key, &r.ProgramHash, &r.Schedule, &r.ResultJSON, &r.Hostname, &r.Username,
 		&r.CreationDate, &r.UpdateDate, &r.SourceProject, &r.ProgramName, &r.SourceCode)
 	return &r, err
@@ -58,14 +35,14 @@ func scanJoined(sc interface{ Scan(...any) error }) (*Record, error) {
 const GetRecordSQL = selectJoined + " WHERE r.key = ?"
 
 // Get returns the record with its program, or nil when there is none.
-func (d *DB) Get(key string) (*Record, error) { return d.getRecord(GetRecordSQL, key) }
+func (d *DB) Get(key string) (*storage.Record, error) { return d.getRecord(GetRecordSQL, key) }
 
 // Lookup is Get without the program's name and source (see selectLookup):
 // nil when the record or its program row is missing.
-func (d *DB) Lookup(key string) (*Record, error) { return d.getRecord(lookupSQL, key) }
+func (d *DB) Lookup(key string) (*storage.Record, error) { return d.getRecord(lookupSQL, key) }
 
 // getRecord runs query, one of the by-key reads, for key.
-func (d *DB) getRecord(query, key string) (*Record, error) {
+func (d *DB) getRecord(query, key string) (*storage.Record, error) {
 	st, err := d.stmt(query)
 	if err != nil {
 		return nil, err
@@ -96,7 +73,7 @@ func (d *DB) Contains(key string) (bool, error) {
 
 // ProgramRecords returns every record of a program as Lookup reads them
 // (in no particular order), or nil when it has more than limit of them.
-func (d *DB) ProgramRecords(programHash string, limit int) ([]*Record, error) {
+func (d *DB) ProgramRecords(programHash string, limit int) ([]*storage.Record, error) {
 	st, err := d.stmt(selectLookup + " WHERE r.program_hash = ? LIMIT ?")
 	if err != nil {
 		return nil, err
@@ -106,7 +83,7 @@ func (d *DB) ProgramRecords(programHash string, limit int) ([]*Record, error) {
 		return nil, err
 	}
 	defer rows.Close()
-	out := []*Record{}
+	out := []*storage.Record{}
 	for rows.Next() {
 		r, err := scanJoined(rows)
 		if err != nil {
@@ -120,13 +97,13 @@ func (d *DB) ProgramRecords(programHash string, limit int) ([]*Record, error) {
 }
 
 // RecordsByProgram returns a program's records ordered by creation_date.
-func (d *DB) RecordsByProgram(programHash string) ([]*Record, error) {
+func (d *DB) RecordsByProgram(programHash string) ([]*storage.Record, error) {
 	rows, err := d.query(selectJoined+" WHERE r.program_hash = ? ORDER BY r.creation_date", programHash)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []*Record
+	var out []*storage.Record
 	for rows.Next() {
 		r, err := scanJoined(rows)
 		if err != nil {
@@ -139,25 +116,25 @@ func (d *DB) RecordsByProgram(programHash string) ([]*Record, error) {
 
 // ProgramsByName returns every source version recorded under a name,
 // ordered by program_hash.
-func (d *DB) ProgramsByName(name string) ([]Program, error) {
+func (d *DB) ProgramsByName(name string) ([]storage.Program, error) {
 	return d.programs("SELECT program_hash, program_name, source_code FROM programs WHERE program_name = ? ORDER BY program_hash", name)
 }
 
 // AllPrograms returns every program ordered by (program_name, program_hash),
 // the export order.
-func (d *DB) AllPrograms() ([]Program, error) {
+func (d *DB) AllPrograms() ([]storage.Program, error) {
 	return d.programs("SELECT program_hash, program_name, source_code FROM programs ORDER BY program_name, program_hash")
 }
 
-func (d *DB) programs(query string, args ...any) ([]Program, error) {
+func (d *DB) programs(query string, args ...any) ([]storage.Program, error) {
 	rows, err := d.query(query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []Program
+	var out []storage.Program
 	for rows.Next() {
-		var p Program
+		var p storage.Program
 		if err := rows.Scan(&p.Hash, &p.Name, &p.Source); err != nil {
 			return nil, err
 		}
@@ -166,23 +143,17 @@ func (d *DB) programs(query string, args ...any) ([]Program, error) {
 	return out, rows.Err()
 }
 
-// ScheduleResult is the part of a record that an export writes.
-type ScheduleResult struct {
-	Schedule   string
-	ResultJSON string
-}
-
 // ProgramResults returns a program's (schedule, result_json) pairs ordered by
 // creation_date, as the export lists them.
-func (d *DB) ProgramResults(programHash string) ([]ScheduleResult, error) {
+func (d *DB) ProgramResults(programHash string) ([]storage.ScheduleResult, error) {
 	rows, err := d.query("SELECT schedule, result_json FROM records WHERE program_hash = ? ORDER BY creation_date", programHash)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []ScheduleResult
+	var out []storage.ScheduleResult
 	for rows.Next() {
-		var s ScheduleResult
+		var s storage.ScheduleResult
 		if err := rows.Scan(&s.Schedule, &s.ResultJSON); err != nil {
 			return nil, err
 		}
@@ -193,7 +164,7 @@ func (d *DB) ProgramResults(programHash string) ([]ScheduleResult, error) {
 
 // PutProgram inserts a program unless its hash is present: the first name
 // stored for a hash wins.
-func (tx *Tx) PutProgram(p Program) error {
+func (tx *Tx) PutProgram(p storage.Program) error {
 	_, err := tx.exec(insertProgram, p.Hash, p.Name, p.Source)
 	return err
 }
@@ -220,7 +191,7 @@ const (
 // program_hash, schedule, result_json, hostname, username, update_date and
 // source_project while keeping its creation_date. It reports whether a
 // write happened. r.CreationDate is used as both dates of a new row.
-func (tx *Tx) PutRecord(r *Record, overwrite bool) (bool, error) {
+func (tx *Tx) PutRecord(r *storage.Record, overwrite bool) (bool, error) {
 	q := insertRecord
 	if overwrite {
 		q = upsertRecord
@@ -239,7 +210,7 @@ func (tx *Tx) PutRecord(r *Record, overwrite bool) (bool, error) {
 // update date: a write that found its key present learns whether the row
 // is the one written on its behalf by a transaction of that date, whose
 // process died before saying so.
-func (tx *Tx) HasRecord(r *Record) (bool, error) {
+func (tx *Tx) HasRecord(r *storage.Record) (bool, error) {
 	var n int
 	err := tx.d.queryRow(`SELECT COUNT(*) FROM records WHERE key = ? AND program_hash = ? AND schedule = ?
   AND result_json = ? AND hostname = ? AND username = ? AND source_project = ? AND update_date = ?`,
@@ -268,16 +239,10 @@ func (d *DB) count(query string) (n int64, err error) {
 	return n, err
 }
 
-// Stats are the counts and distinct values the original's stats() reports.
-type Stats struct {
-	Total, Legal, Illegal, Programs int64
-	SourceProjects, Users           []string
-}
-
 // Stats computes the summary with the original's queries (json_extract on
 // result_json, which SQLite also accepts with NaN/Infinity tokens).
-func (d *DB) Stats() (*Stats, error) {
-	var s Stats
+func (d *DB) Stats() (*storage.Stats, error) {
+	var s storage.Stats
 	var err error
 	if s.Total, err = d.count("SELECT COUNT(*) FROM records"); err != nil {
 		return nil, err

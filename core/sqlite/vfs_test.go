@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/tirastore/tirastore/core/storage"
 	"io"
 	"os"
 	"os/exec"
@@ -424,10 +425,10 @@ func syscallHelper(t *testing.T, path, vfs string, n int) {
 	mark := func(name string) { os.Stat(filepath.Join(dir, syscallMark+name)) }
 	put := func(i int) {
 		err := db.Tx(func(tx *Tx) error {
-			if err := tx.PutProgram(Program{Hash: "h", Name: "p", Source: "s"}); err != nil {
+			if err := tx.PutProgram(storage.Program{Hash: "h", Name: "p", Source: "s"}); err != nil {
 				return err
 			}
-			_, err := tx.PutRecord(&Record{Key: fmt.Sprint("k", i), ProgramHash: "h", Schedule: "S", ResultJSON: "{}",
+			_, err := tx.PutRecord(&storage.Record{Key: fmt.Sprint("k", i), ProgramHash: "h", Schedule: "S", ResultJSON: "{}",
 				Hostname: "n", Username: "u", CreationDate: "t", UpdateDate: "t"}, true)
 			return err
 		})

@@ -1,0 +1,182 @@
+// Package storage is the seam between TiraStore's API layer (package core:
+// argument checks, normalization, keys, result shapes, the CPU policy) and
+// a database backend. A backend stores what the API layer has already
+// validated and keyed; it never normalizes or hashes.
+//
+// Today there is one backend, the shared SQLite file (core/sqlitefile):
+// one file on a cluster filesystem, serialized by the hard-link lock, with
+// its speed-up layers (node queue, group commit, change log, result cache)
+// all behind this interface. A backend with row-level concurrency (a
+// database server) implements the same interface without a global lock.
+//
+// Adding a table: its row types go here, its reads on Reader and its
+// writes on Writer (or, for an operation a backend serves faster than a
+// transaction would, a method of Backend), each backend implements them,
+// and the API layer exposes them (docs/design.md, "Adding a table").
+package storage
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Record is one row of the records table, with the program's name and
+// source when the read joined them in (Get, ProgramRecords); lookups leave
+// both empty.
+type Record struct {
+	Key           string
+	ProgramHash   string
+	Schedule      string
+	ResultJSON    string
+	Hostname      string
+	Username      string
+	CreationDate  string
+	UpdateDate    string
+	SourceProject string
+	ProgramName   string
+	SourceCode    string
+}
+
+// Program is one row of the programs table.
+type Program struct {
+	Hash   string
+	Name   string
+	Source string
+}
+
+// ScheduleResult is the part of a record that an export writes.
+type ScheduleResult struct {
+	Schedule   string
+	ResultJSON string
+}
+
+// Stats are the counts of the original's stats().
+type Stats struct {
+	Total, Legal, Illegal, Programs int64
+	SourceProjects, Users           []string
+}
+
+// Write is one record or record_many call: one program's validated rows,
+// with who wrote them. A backend writes it whole or not at all.
+type Write struct {
+	Hash          string `json:"program_hash"`
+	Name          string `json:"program_name"`
+	Source        string `json:"source"`
+	Rows          []Row  `json:"rows"`
+	Hostname      string `json:"hostname"`
+	Username      string `json:"username"`
+	SourceProject string `json:"source_project"`
+	Overwrite     bool   `json:"overwrite"`
+}
+
+// Row is one validated record of a Write: its key, normalized schedule and
+// result_json as the original wrote them.
+type Row struct {
+	Key        string `json:"key"`
+	Schedule   string `json:"schedule"`
+	ResultJSON string `json:"result_json"`
+}
+
+// Config is what the API layer tells a backend when it opens one.
+type Config struct {
+	// StaleLockTimeout and LockTimeout are the resolved lock settings
+	// (core/options.go gives their meaning); a backend without a global
+	// lock applies LockTimeout to waiting for a connection or a row.
+	StaleLockTimeout time.Duration
+	LockTimeout      time.Duration
+	// Hostname names this host in lock files and records.
+	Hostname string
+	// Interruptible wraps every wait (see core.Options.Interruptible).
+	Interruptible func(ctx context.Context) (context.Context, func())
+	// NewMeta are the db_meta rows of a database this open creates
+	// (cpu_model, slurm_cpus, created_at).
+	NewMeta map[string]string
+}
+
+// Opened is what a backend's Open learnt about the database.
+type Opened struct {
+	// Meta holds the db_meta rows the API layer checks (cpu_model,
+	// slurm_cpus), absent rows left out.
+	Meta map[string]string
+	// Notices are warnings for the caller to show: a speed-up switched off
+	// by a file that failed its checks, a database other users cannot use.
+	Notices []string
+}
+
+// Backend is one open database. It is safe for concurrent use; every
+// method but Close fails with the engine's closed error after Close.
+// Errors are *apierr.Error values naming the database and the operation.
+type Backend interface {
+	// Location names the database in messages (a path; a URL without its
+	// password).
+	Location() string
+
+	// Lookup returns the record of key (program name and source left
+	// empty), or nil. It is the hot path: a backend may answer it from a
+	// cache it can prove current.
+	Lookup(ctx context.Context, programHash, key string) (*Record, error)
+	// LookupMany is Lookup of several keys of one program in one
+	// consistent read; the results are in the order of keys.
+	LookupMany(ctx context.Context, programHash string, keys []string) ([]*Record, error)
+	// Write stores w's program (unless present) and rows in one
+	// transaction and returns how many rows it wrote (a row whose key
+	// exists is skipped unless w.Overwrite).
+	Write(ctx context.Context, w *Write) (int, error)
+
+	// View runs fn in one consistent read; op names it in errors.
+	View(ctx context.Context, op string, fn func(Reader) error) error
+	// Update runs fn in one transaction, committed if fn returns nil.
+	Update(ctx context.Context, op string, fn func(Writer) error) error
+	// EachProgram calls fn for every program in export order (by name,
+	// then hash) with its results ordered by creation date, from one
+	// consistent state of the database, holding one program in memory at
+	// a time.
+	EachProgram(ctx context.Context, fn func(p Program, results []ScheduleResult) error) error
+	// Backup writes a consistent copy of the database to the new file
+	// path (the API layer renames it into place).
+	Backup(ctx context.Context, path string) error
+
+	// Close releases the backend; calls in flight finish first. Closing
+	// twice is harmless.
+	Close() error
+	// CloseIfIdle is Close unless a call is in flight; it never waits.
+	CloseIfIdle() (bool, error)
+}
+
+// Reader is the read side of a View or Update.
+type Reader interface {
+	// Meta is one db_meta row (ok false when absent).
+	Meta(key string) (value string, ok bool, err error)
+	// Get is a record joined with its program (inner join), or nil.
+	Get(key string) (*Record, error)
+	// Contains reports whether a record row has key (no join).
+	Contains(key string) (bool, error)
+	// ProgramsByName lists the programs of a name by hash.
+	ProgramsByName(name string) ([]Program, error)
+	// ProgramRecords calls fn for every record of a program, joined, by
+	// creation date.
+	ProgramRecords(programHash string, fn func(*Record) error) error
+	// CountRecords and CountPrograms are the table sizes.
+	CountRecords() (int64, error)
+	CountPrograms() (int64, error)
+	// Stats computes the original's summary.
+	Stats() (*Stats, error)
+	// Keys lists record keys by creation date; limit > 0 paginates.
+	Keys(limit, offset int64) ([]string, error)
+}
+
+// Writer is the write side of an Update.
+type Writer interface {
+	Reader
+	// PutRecord inserts r, or replaces an existing row if overwrite
+	// (keeping its creation date); it reports whether it wrote. The
+	// program must exist: ErrNoProgram otherwise.
+	PutRecord(r *Record, overwrite bool) (bool, error)
+	// DeleteRecord removes a record and reports whether it existed.
+	DeleteRecord(key string) (bool, error)
+}
+
+// ErrNoProgram is Writer.PutRecord's error for a record whose program row
+// does not exist.
+var ErrNoProgram = errors.New("program_hash is not in the programs table")
