@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"github.com/tirastore/tirastore/core/storage"
 	"io/fs"
@@ -10,10 +11,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/pypath"
-	"github.com/tirastore/tirastore/core/sqlite"
 )
 
 // Put is the original's low-level insert/update by raw key (admin use). The
@@ -30,19 +31,17 @@ func (s *Store) Put(ctx context.Context, key, programHash, sched, resultJSON str
 		return false, err
 	}
 	var wrote bool
-	err := s.withWriteDB(ctx, "put", func(db *sqlite.DB) error {
-		stamp := identity.NowISO(now())
-		return db.Tx(func(tx *sqlite.Tx) (err error) {
-			wrote, err = tx.PutRecord(&storage.Record{
-				Key: key, ProgramHash: programHash, Schedule: sched, ResultJSON: resultJSON,
-				Hostname: s.hostname, Username: s.username, CreationDate: stamp, UpdateDate: stamp,
-				SourceProject: s.opts.SourceProject,
-			}, overwrite)
-			if sqlite.IsConstraint(err) {
-				return newError(KindValue, "put %s: program_hash %s is not in the programs table (%v)", key, programHash, err)
-			}
-			return err
-		})
+	err := s.be.Update(ctx, "put", func(w storage.Writer) (err error) {
+		stamp := identity.NowISO(time.Now())
+		wrote, err = w.PutRecord(&storage.Record{
+			Key: key, ProgramHash: programHash, Schedule: sched, ResultJSON: resultJSON,
+			Hostname: s.hostname, Username: s.username, CreationDate: stamp, UpdateDate: stamp,
+			SourceProject: s.opts.SourceProject,
+		}, overwrite)
+		if errors.Is(err, storage.ErrNoProgram) {
+			return wrapError(KindValue, err, "put %s: program_hash %s is not in the programs table (%v)", key, programHash, errors.Unwrap(err))
+		}
+		return err
 	})
 	return wrote, err
 }
@@ -56,11 +55,9 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	var found bool
-	err := s.withWriteDB(ctx, "delete", func(db *sqlite.DB) error {
-		return db.Tx(func(tx *sqlite.Tx) (err error) {
-			found, err = tx.DeleteRecord(key)
-			return err
-		})
+	err := s.be.Update(ctx, "delete", func(w storage.Writer) (err error) {
+		found, err = w.DeleteRecord(key)
+		return err
 	})
 	return found, err
 }
@@ -76,7 +73,7 @@ func (s *Store) Backup(ctx context.Context, dest string) (string, error) {
 		return "", err
 	}
 	if dest == "" {
-		stamp := now().UTC().Format("20060102T150405Z")
+		stamp := time.Now().UTC().Format("20060102T150405Z")
 		dest = filepath.Join(filepath.Dir(s.path), pypath.Stem(filepath.Base(s.path))+"_"+stamp+".db")
 	}
 	dest, err := pypath.Resolve(dest)
@@ -90,28 +87,22 @@ func (s *Store) Backup(ctx context.Context, dest string) (string, error) {
 		return "", newError(KindValue, "backup path %s is the database itself", dest)
 	}
 	if _, err := os.Stat(filepath.Dir(dest)); err != nil {
-		k, _ := osKind(err)
+		k, _ := apierr.OSKind(err)
 		return "", wrapError(k, err, "cannot back up to %s: %v", dest, err)
 	}
 	tmp := tempBeside(dest)
 	defer os.Remove(tmp)
-	err = s.withDB(ctx, "back up", func(db *sqlite.DB) error {
-		if err := db.VacuumInto(tmp); err != nil {
-			return fmt.Errorf("write %s: %w", dest, err)
-		}
-		return nil
-	})
-	if err != nil {
+	if err := s.be.Backup(ctx, tmp); err != nil {
 		return "", err
 	}
 	if err := syncFile(tmp); err != nil {
-		return "", s.classify(err, "back up")
+		return "", s.fileError(err, "back up")
 	}
 	if fi, err := os.Stat(s.path); err == nil {
 		_ = os.Chmod(tmp, fi.Mode().Perm())
 	}
 	if err := os.Rename(tmp, dest); err != nil {
-		return "", s.classify(err, "back up")
+		return "", s.fileError(err, "back up")
 	}
 	return dest, nil
 }
@@ -151,18 +142,8 @@ func (s *Store) Export(ctx context.Context, path, format string) (string, error)
 		results []storage.ScheduleResult
 	}
 	var progs []program
-	err = s.withDB(ctx, "export", func(db *sqlite.DB) error {
-		all, err := db.AllPrograms()
-		if err != nil {
-			return err
-		}
-		for _, p := range all {
-			rs, err := db.ProgramResults(p.Hash)
-			if err != nil {
-				return err
-			}
-			progs = append(progs, program{p, rs})
-		}
+	err = s.be.EachProgram(ctx, func(p storage.Program, rs []storage.ScheduleResult) error {
+		progs = append(progs, program{p, rs})
 		return nil
 	})
 	if err != nil {
@@ -220,7 +201,7 @@ func (s *Store) Export(ctx context.Context, path, format string) (string, error)
 		}
 	}
 	if err := writeFileAtomic(out, buf); err != nil {
-		k, _ := osKind(err)
+		k, _ := apierr.OSKind(err)
 		return "", wrapError(k, err, "cannot write export %s: %v", out, err)
 	}
 	return out, nil
@@ -254,4 +235,13 @@ func writeFileAtomic(path string, data []byte) error {
 		os.Remove(tmp)
 	}
 	return err
+}
+
+// fileError classifies an error of a file operation of this layer (a
+// backup's rename), naming the database and the operation.
+func (s *Store) fileError(err error, op string) error {
+	if k, ok := apierr.OSKind(err); ok {
+		return wrapError(k, err, "cannot %s %s: %v", op, s.path, err)
+	}
+	return wrapError(KindInternal, err, "%s: %s: %v", s.path, op, err)
 }

@@ -35,4 +35,4 @@ var (
 func KindOf(err error) Kind { return apierr.KindOf(err) }
 
 // ErrClosed is returned by every method of a closed Store.
-var ErrClosed = &Error{Kind: KindClosed, Message: "cannot operate on a closed TiraStore"}
+var ErrClosed = apierr.ErrClosed

@@ -4,15 +4,11 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/schedule"
 )
-
-// now is the clock for record dates; tests replace it.
-var now = time.Now
 
 // checkText rejects strings that the original could not have stored
 // faithfully: invalid UTF-8 (Python refuses to encode lone surrogates) and

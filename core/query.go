@@ -3,12 +3,12 @@ package core
 import (
 	"context"
 	"fmt"
-	"github.com/tirastore/tirastore/core/storage"
 	"sync"
 
+	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/keys"
 	"github.com/tirastore/tirastore/core/pyjson"
-	"github.com/tirastore/tirastore/core/sqlite"
+	"github.com/tirastore/tirastore/core/storage"
 )
 
 // Result is a stored measurement as lookup returns it. IsLegal and
@@ -88,16 +88,22 @@ func newResult(rec *storage.Record) (*Result, error) {
 	return r, nil
 }
 
-// programHashes remembers the hashes of the last few program sources: an
-// autoscheduler asks about many schedules of one program, and normalizing
-// and hashing a long source for each lookup would cost more than the
-// lookup itself.
+// programHashes remembers the hashes of the last few program sources of
+// this process: an autoscheduler asks about many schedules of one program,
+// and normalizing and hashing a long source for each lookup would cost
+// more than the lookup itself. It is shared by every store and by
+// ProgramHash, so that a binding that asks for the hash of a source it
+// has just looked up (to send the hash instead from then on) does not
+// hash it again.
 type programHashes struct {
 	mu sync.Mutex
 	m  map[string]string
 }
 
+// maxProgramHashes bounds programHashes; when full it starts over.
 const maxProgramHashes = 64
+
+var progHashes programHashes
 
 func (p *programHashes) hash(source string) string {
 	p.mu.Lock()
@@ -116,6 +122,10 @@ func (p *programHashes) hash(source string) string {
 	return h
 }
 
+// ProgramHash is keys.ProgramHash (the make_program_hash utility),
+// remembered for the last few sources.
+func ProgramHash(source string) string { return progHashes.hash(source) }
+
 // Lookup returns the stored result for (program, schedule), or nil when
 // there is none. The program name does not take part in the key. A
 // repeated lookup is answered from the process's cache when the database
@@ -124,7 +134,7 @@ func (s *Store) Lookup(ctx context.Context, programName, source, sched string) (
 	if err := checkTexts("program_name", programName, "program_source_code", source); err != nil {
 		return nil, err
 	}
-	return s.LookupByHash(ctx, programName, s.progs.hash(source), sched)
+	return s.LookupByHash(ctx, programName, progHashes.hash(source), sched)
 }
 
 // LookupByHash is Lookup for a caller that holds the program's hash
@@ -134,7 +144,7 @@ func (s *Store) LookupByHash(ctx context.Context, programName, programHash, sche
 	if err := checkProgramRef(programName, programHash, sched); err != nil {
 		return nil, err
 	}
-	rec, err := s.read(ctx, "lookup", programHash, keys.RecordKey(programHash, sched))
+	rec, err := s.be.Lookup(ctx, programHash, keys.RecordKey(programHash, sched))
 	if err != nil || rec == nil {
 		return nil, err
 	}
@@ -152,52 +162,6 @@ func checkProgramRef(programName, programHash, sched string) error {
 	return nil
 }
 
-// read returns the joined record for key of program progHash (nil:
-// absent), from the cache if it is provably current, else under the lock
-// (loading the whole program when the database is quiet: see
-// resultCache).
-func (s *Store) read(ctx context.Context, op, progHash, key string) (*storage.Record, error) {
-	if rec, ok := s.cached(progHash, key); ok {
-		return rec, nil
-	}
-	var rec *storage.Record
-	err := s.withDB(ctx, op, func(db *sqlite.DB) (err error) {
-		if r, ok := s.cache.getLocked(progHash, key); ok {
-			rec = r // brought up to date from the change log when the lock was taken
-			return nil
-		}
-		if s.cache.shouldPrefetch(progHash, s.lk.WritesWaiting) {
-			recs, err := db.ProgramRecords(progHash, prefetchLimit)
-			if err != nil {
-				return err
-			}
-			s.cache.sync()
-			s.cache.putProgram(progHash, recs)
-			if recs != nil {
-				rec, _ = s.cache.get(progHash, key)
-				return nil
-			}
-		}
-		if rec, err = db.Lookup(key); err != nil {
-			return err
-		}
-		s.cache.sync()
-		s.cache.put(key, rec)
-		return nil
-	})
-	return rec, err
-}
-
-// cached is the lock-free path of read.
-func (s *Store) cached(progHash, key string) (*storage.Record, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return nil, false // withDB reports it
-	}
-	return s.cache.get(progHash, key)
-}
-
 // LookupMany looks up several schedules of one program under one
 // acquisition of the lock and in one read transaction; the results are in
 // the order of schedules (nil where absent). Invalid input anywhere fails
@@ -206,7 +170,7 @@ func (s *Store) LookupMany(ctx context.Context, programName, source string, sche
 	if err := checkTexts("program_name", programName, "program_source_code", source); err != nil {
 		return nil, err
 	}
-	return s.LookupManyByHash(ctx, programName, s.progs.hash(source), schedules)
+	return s.LookupManyByHash(ctx, programName, progHashes.hash(source), schedules)
 }
 
 // LookupManyByHash is LookupMany by program hash (see LookupByHash).
@@ -217,44 +181,13 @@ func (s *Store) LookupManyByHash(ctx context.Context, programName, hash string, 
 	keyList := make([]string, len(schedules))
 	for i, sc := range schedules {
 		if err := checkText("tiralib_schedule_string", sc); err != nil {
-			e := err.(*Error)
-			return nil, &Error{Kind: e.Kind, Message: fmt.Sprintf("schedules[%d]: %s", i, e.Message), Err: e.Err}
+			return nil, apierr.Prefix(fmt.Sprintf("schedules[%d]: ", i), err)
 		}
 		keyList[i] = keys.RecordKey(hash, sc)
 	}
-	recs := make([]*storage.Record, len(keyList))
-	var missing []int
-	for i, k := range keyList {
-		if rec, ok := s.cached(hash, k); ok {
-			recs[i] = rec
-		} else {
-			missing = append(missing, i)
-		}
-	}
-	if len(missing) > 0 {
-		err := s.withDB(ctx, "lookup_many", func(db *sqlite.DB) error {
-			err := db.Read(func(r *sqlite.Reader) error {
-				for _, i := range missing {
-					rec, err := r.Lookup(keyList[i])
-					if err != nil {
-						return err
-					}
-					recs[i] = rec
-				}
-				return nil
-			})
-			if err != nil {
-				return err
-			}
-			s.cache.sync()
-			for _, i := range missing {
-				s.cache.put(keyList[i], recs[i])
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
+	recs, err := s.be.LookupMany(ctx, hash, keyList)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]*Result, len(recs))
 	for i, rec := range recs {
@@ -275,7 +208,7 @@ func (s *Store) Contains(ctx context.Context, programName, source, sched string)
 	if err := checkTexts("program_name", programName, "program_source_code", source); err != nil {
 		return false, err
 	}
-	return s.ContainsByHash(ctx, programName, s.progs.hash(source), sched)
+	return s.ContainsByHash(ctx, programName, progHashes.hash(source), sched)
 }
 
 // ContainsByHash is Contains by program hash (see LookupByHash).
@@ -283,19 +216,7 @@ func (s *Store) ContainsByHash(ctx context.Context, programName, hash, sched str
 	if err := checkProgramRef(programName, hash, sched); err != nil {
 		return false, err
 	}
-	key := keys.RecordKey(hash, sched)
-	// Only a cached record answers: the cache holds joined reads, and a
-	// record whose program row is missing exists for contains (no join,
-	// as in the original) but not for lookup.
-	if rec, ok := s.cached(hash, key); ok && rec != nil {
-		return true, nil
-	}
-	var found bool
-	err := s.withDB(ctx, "contains", func(db *sqlite.DB) (err error) {
-		found, err = db.Contains(key)
-		return err
-	})
-	return found, err
+	return s.be.Contains(ctx, hash, keys.RecordKey(hash, sched))
 }
 
 // ProgramSource is one stored source version of a program name.
@@ -319,8 +240,8 @@ func (s *Store) GetProgramSource(ctx context.Context, programName string) ([]Pro
 		return nil, err
 	}
 	var progs []storage.Program
-	if err := s.withDB(ctx, "get_program_source", func(db *sqlite.DB) (err error) {
-		progs, err = db.ProgramsByName(programName)
+	if err := s.be.View(ctx, "get_program_source", func(r storage.Reader) (err error) {
+		progs, err = r.ProgramsByName(programName)
 		return err
 	}); err != nil {
 		return nil, err
@@ -338,29 +259,31 @@ func (s *Store) GetProgramRecords(ctx context.Context, programName, source strin
 	if err := checkTexts("program_name", programName, "program_source_code", source); err != nil {
 		return nil, err
 	}
-	hash := keys.ProgramHash(source)
-	var recs []*storage.Record
-	if err := s.withDB(ctx, "get_program_records", func(db *sqlite.DB) (err error) {
-		recs, err = db.RecordsByProgram(hash)
-		return err
-	}); err != nil {
+	hash := progHashes.hash(source)
+	var out []*Result
+	err := s.be.View(ctx, "get_program_records", func(r storage.Reader) error {
+		out = out[:0]
+		return r.EachRecordOf(hash, func(rec *storage.Record) error {
+			res, err := newResult(rec)
+			if err == nil {
+				out = append(out, res)
+			}
+			return err
+		})
+	})
+	if err != nil {
 		return nil, err
 	}
-	out := make([]*Result, 0, len(recs))
-	for _, rec := range recs {
-		r, err := newResult(rec)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
+	if out == nil {
+		out = []*Result{}
 	}
 	return out, nil
 }
 
 // Count is the number of records.
 func (s *Store) Count(ctx context.Context) (n int64, err error) {
-	err = s.withDB(ctx, "count", func(db *sqlite.DB) (err error) {
-		n, err = db.CountRecords()
+	err = s.be.View(ctx, "count", func(r storage.Reader) (err error) {
+		n, err = r.CountRecords()
 		return err
 	})
 	return n, err
@@ -368,8 +291,8 @@ func (s *Store) Count(ctx context.Context) (n int64, err error) {
 
 // ProgramCount is the number of distinct programs.
 func (s *Store) ProgramCount(ctx context.Context) (n int64, err error) {
-	err = s.withDB(ctx, "program_count", func(db *sqlite.DB) (err error) {
-		n, err = db.CountPrograms()
+	err = s.be.View(ctx, "program_count", func(r storage.Reader) (err error) {
+		n, err = r.CountPrograms()
 		return err
 	})
 	return n, err
@@ -403,8 +326,8 @@ func optString(p *string) any {
 	return *p
 }
 
-func metaPtr(db *sqlite.DB, key string) (*string, error) {
-	v, ok, err := db.Meta(key)
+func metaPtr(r storage.Reader, key string) (*string, error) {
+	v, ok, err := r.Meta(key)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -414,17 +337,17 @@ func metaPtr(db *sqlite.DB, key string) (*string, error) {
 // Stats summarizes the database.
 func (s *Store) Stats(ctx context.Context) (*Stats, error) {
 	var st Stats
-	err := s.withDB(ctx, "stats", func(db *sqlite.DB) error {
-		ss, err := db.Stats()
+	err := s.be.View(ctx, "stats", func(r storage.Reader) error {
+		ss, err := r.Stats()
 		if err != nil {
 			return err
 		}
 		st = Stats{TotalRecords: ss.Total, LegalRecords: ss.Legal, IllegalRecords: ss.Illegal,
 			TotalPrograms: ss.Programs, SourceProjects: ss.SourceProjects, Users: ss.Users}
-		if st.CPUModel, err = metaPtr(db, "cpu_model"); err != nil {
+		if st.CPUModel, err = metaPtr(r, "cpu_model"); err != nil {
 			return err
 		}
-		st.SlurmCPUs, err = metaPtr(db, "slurm_cpus")
+		st.SlurmCPUs, err = metaPtr(r, "slurm_cpus")
 		return err
 	})
 	if err != nil {
@@ -435,8 +358,8 @@ func (s *Store) Stats(ctx context.Context) (*Stats, error) {
 
 // Keys lists record keys ordered by creation date; limit > 0 paginates.
 func (s *Store) Keys(ctx context.Context, limit, offset int64) (keys []string, err error) {
-	err = s.withDB(ctx, "keys", func(db *sqlite.DB) (err error) {
-		keys, err = db.Keys(limit, offset)
+	err = s.be.View(ctx, "keys", func(r storage.Reader) (err error) {
+		keys, err = r.Keys(limit, offset)
 		return err
 	})
 	return keys, err
@@ -466,8 +389,8 @@ func (s *Store) Get(ctx context.Context, key string) (*RawRecord, error) {
 		return nil, err
 	}
 	var rec *storage.Record
-	if err := s.withDB(ctx, "get", func(db *sqlite.DB) (err error) {
-		rec, err = db.Get(key)
+	if err := s.be.View(ctx, "get", func(r storage.Reader) (err error) {
+		rec, err = r.Get(key)
 		return err
 	}); err != nil || rec == nil {
 		return nil, err
@@ -475,15 +398,15 @@ func (s *Store) Get(ctx context.Context, key string) (*RawRecord, error) {
 	return (*RawRecord)(rec), nil
 }
 
-// CPUModel is the cpu_model stored in db_meta (ok false when absent).
+// CPUModel is the cpu_model stored in db_meta (nil when absent).
 func (s *Store) CPUModel(ctx context.Context) (*string, error) { return s.meta(ctx, "cpu_model") }
 
 // SlurmCPUs is the slurm_cpus stored in db_meta (nil when absent).
 func (s *Store) SlurmCPUs(ctx context.Context) (*string, error) { return s.meta(ctx, "slurm_cpus") }
 
 func (s *Store) meta(ctx context.Context, key string) (v *string, err error) {
-	err = s.withDB(ctx, key, func(db *sqlite.DB) (err error) {
-		v, err = metaPtr(db, key)
+	err = s.be.View(ctx, key, func(r storage.Reader) (err error) {
+		v, err = metaPtr(r, key)
 		return err
 	})
 	return v, err

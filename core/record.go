@@ -4,26 +4,28 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/keys"
 	"github.com/tirastore/tirastore/core/schedule"
+	"github.com/tirastore/tirastore/core/storage"
 )
 
 // prepare validates one measurement the way the original did, in its order
 // (times, then the normalized schedule), and computes its key: the row to
 // write.
-func prepare(programHash string, m *Measurement) (row, error) {
+func prepare(programHash string, m *Measurement) (storage.Row, error) {
 	if err := checkText("tiralib_schedule_string", m.Schedule); err != nil {
-		return row{}, err
+		return storage.Row{}, err
 	}
 	rj, err := m.resultJSON()
 	if err != nil {
-		return row{}, err
+		return storage.Row{}, err
 	}
 	norm := schedule.Normalize(m.Schedule)
 	if ok, reason := schedule.Validate(norm); !ok {
-		return row{}, newError(KindValue, "Invalid schedule string: %s", reason)
+		return storage.Row{}, newError(KindValue, "Invalid schedule string: %s", reason)
 	}
-	return row{Key: keys.RecordKeyNormalized(programHash, norm), Schedule: norm, ResultJSON: rj}, nil
+	return storage.Row{Key: keys.RecordKeyNormalized(programHash, norm), Schedule: norm, ResultJSON: rj}, nil
 }
 
 // Record stores one measurement and reports whether it wrote (false when the
@@ -49,20 +51,18 @@ func (s *Store) record(ctx context.Context, programName, source string, ms []Mea
 	if err := s.checkWrites(); err != nil {
 		return 0, err
 	}
-	hash := keys.ProgramHash(source)
-	rows := make([]row, len(ms))
+	hash := progHashes.hash(source)
+	rows := make([]storage.Row, len(ms))
 	for i := range ms {
 		r, err := prepare(hash, &ms[i])
 		if err != nil {
 			if many {
-				e := err.(*Error)
-				return 0, &Error{Kind: e.Kind, Message: fmt.Sprintf("schedules[%d]: %s", i, e.Message), Err: e.Err}
+				return 0, apierr.Prefix(fmt.Sprintf("schedules[%d]: ", i), err)
 			}
 			return 0, err
 		}
 		rows[i] = r
 	}
-	req := &writeRequest{Hash: hash, Name: programName, Source: source, Rows: rows,
-		Hostname: s.hostname, Username: s.username, SourceProject: s.opts.SourceProject, Overwrite: overwrite}
-	return s.writeRecords(ctx, req)
+	return s.be.Write(ctx, &storage.Write{Hash: hash, Name: programName, Source: source, Rows: rows,
+		Hostname: s.hostname, Username: s.username, SourceProject: s.opts.SourceProject, Overwrite: overwrite})
 }

@@ -1,48 +1,32 @@
-// Package core is the TiraStore engine: the API of the original Python
-// library (lookup, record, record_many, ...) over one SQLite file that many
-// processes on many nodes share, serialized by the hard-link lock.
-//
-// Every operation runs under the lock, as in the original, so old Python
-// workers and this engine can share one database file during a migration;
-// unlike the original, a Store keeps its SQLite connection and its claim
-// file between operations and answers repeated lookups from a cache that a
-// header read proves current (conn.go, cache.go, core/lock).
+// Package core is the TiraStore engine's API layer: the API of the
+// original Python library (lookup, record, record_many, ...) with its
+// argument checks, normalization, keys, result shapes, CPU policy and
+// errors, over a storage backend (core/storage) that stores what this
+// layer has validated. The one backend today is the shared SQLite file
+// (core/sqlitefile); docs/design.md draws the whole pipeline.
 package core
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"sync"
-	"sync/atomic"
-	"syscall"
+	"strings"
+	"time"
 
-	"github.com/tirastore/tirastore/core/changelog"
 	"github.com/tirastore/tirastore/core/cpu"
-	"github.com/tirastore/tirastore/core/failpoint"
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/lock"
 	"github.com/tirastore/tirastore/core/pypath"
-	"github.com/tirastore/tirastore/core/spool"
-	"github.com/tirastore/tirastore/core/sqlite"
+	"github.com/tirastore/tirastore/core/sqlitefile"
+	"github.com/tirastore/tirastore/core/storage"
 )
 
 // Store is an open handle on one database. It is safe for concurrent use by
-// many goroutines; the hard-link lock serializes them with every other
-// process using the same file.
+// many goroutines; the backend serializes them with every other process
+// using the same database.
 type Store struct {
-	path     string
-	lockPath string
-	opts     Options
-	lk       *lock.Lock
-	// fence refuses the connections' writes once the lock's lease is in
-	// doubt (core/sqlite: Fencing); nil only in the negative control of
-	// the stall tests. fenceErr is why the last renewal failed.
-	fence    *sqlite.Fence
-	fenceErr atomic.Pointer[error]
+	be   storage.Backend
+	path string
+	opts Options
 
 	hostname   string
 	username   string
@@ -51,37 +35,7 @@ type Store struct {
 
 	writesAllowed bool
 	warning       string
-	// madeDir: Open created the database's directory (dirmode.go);
-	// dirNotice says why other users cannot use a database created in an
-	// existing directory ("" if they can).
-	madeDir   bool
-	dirNotice string
-
-	// fresh: open a new connection for every operation (see conn.go).
-	fresh bool
-	// conn is the kept connection; used and replaced only under the lock.
-	conn  *conn
-	cache resultCache
-	progs programHashes
-
-	// spool hands writes over between this node's processes (group.go);
-	// nil when unused.
-	spoolOnce sync.Once
-	spool     *spool.Spool
-
-	// changes logs this store's commits and changeReader follows the
-	// node's (cache.go); both nil when the cache is not used or
-	// TIRASTORE_CHANGE_LOG=0. changeHold marks the log used while the
-	// store is open.
-	changes      *changelog.Writer
-	changeReader *changelog.Reader
-	changeHold   *changelog.Holder
-	// local: the node-local directory, the hold on the node queue, and
-	// the notices about those files (local.go).
-	local localFiles
-
-	mu     sync.RWMutex // held shared by operations, exclusively by Close
-	closed bool
+	notices       []string
 }
 
 // Open connects to the database at path, creating it (and its directory)
@@ -95,17 +49,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, newError(KindValue, "db_path must not be empty")
 	}
 	opts = opts.withDefaults()
-	abs, err := pypath.Resolve(path)
-	if err != nil {
-		return nil, wrapError(KindOS, err, "cannot resolve database path %q: %v", path, err)
-	}
-	lockPath, err := lock.PathFor(abs)
-	if err != nil {
-		return nil, wrapError(KindOS, err, "cannot derive the lock path of %s: %v", abs, err)
-	}
 	s := &Store{
-		path:          abs,
-		lockPath:      lockPath,
 		opts:          opts,
 		hostname:      identity.Hostname(),
 		username:      identity.Username(),
@@ -119,146 +63,60 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if s.localSlurm == "" {
 		s.localSlurm = cpu.SlurmCPUs()
 	}
-	lopts := lock.Options{
-		StaleTimeout: opts.StaleLockTimeout,
-		Timeout:      opts.LockTimeout,
-		Hostname:     s.hostname,
+	cfg := storage.Config{
+		StaleLockTimeout: opts.StaleLockTimeout,
+		LockTimeout:      opts.LockTimeout,
+		Hostname:         s.hostname,
+		Interruptible:    opts.Interruptible,
+		NewMeta: map[string]string{
+			"cpu_model":  s.localCPU,
+			"slurm_cpus": s.localSlurm,
+			"created_at": identity.NowISO(time.Now()),
+		},
 	}
-	// The negative controls run without a fence: fence-disabled, and
-	// lock-disabled (no lock at all, so nothing a fence could confirm).
-	if !failpoint.Enabled(failpoint.FenceDisabled) && !failpoint.Enabled(failpoint.LockDisabled) {
-		s.fence = sqlite.NewFence(s.renewLease)
-		lopts.Fence = s.fence
-	}
-	s.lk = lock.New(lockPath, lopts)
-	// The lock's claim file lives beside the database, so the directory
-	// must exist before the lock can be taken.
-	dir := filepath.Dir(abs)
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(dir, 0o777); err != nil {
-			return nil, s.classify(err, "create the database directory")
-		}
-		s.madeDir = true
-	}
-	s.fresh = freshConnections(dir)
-	s.openLocal() // the node queue, the spool, the change log (local.go)
-	if err := s.initOrValidate(ctx); err != nil {
-		s.dropConn()
-		s.closeLocal()
-		s.lk.Close()
-		s.freeFence()
+	be, opened, err := openBackend(ctx, path, cfg)
+	if err != nil {
 		return nil, err
 	}
+	s.be, s.path, s.notices = be, be.Location(), opened.Notices
+	s.checkCPU(opened.Meta)
 	return s, nil
 }
 
-// renewLease is the fence's renewal (a write found the lease over, after a
-// stall): it confirms the lock again, and keeps why it could not.
-func (s *Store) renewLease() bool {
-	err := s.lk.Confirm()
-	if err != nil {
-		s.fenceErr.Store(&err)
+// openBackend chooses the backend by the form of the location: a URL
+// names a database server, anything else a file path.
+func openBackend(ctx context.Context, location string, cfg storage.Config) (storage.Backend, *storage.Opened, error) {
+	if scheme, _, ok := strings.Cut(location, "://"); ok && isURLScheme(scheme) {
+		return nil, nil, newError(KindValue, "db_path %s is a URL (%s://); this version of TiraStore stores "+
+			"only in SQLite files: give a file path", pyRepr(location), scheme)
 	}
-	return err == nil
+	abs, err := pypath.Resolve(location)
+	if err != nil {
+		return nil, nil, wrapError(KindOS, err, "cannot resolve database path %q: %v", location, err)
+	}
+	return sqlitefile.Open(ctx, abs, cfg)
 }
 
-// freeFence releases the fence once no connection uses it.
-func (s *Store) freeFence() {
-	if s.fence != nil {
-		s.fence.Free()
-		s.fence = nil
-	}
-}
-
-// initOrValidate creates a missing database or checks the CPU metadata of an
-// existing one, under the lock.
-func (s *Store) initOrValidate(ctx context.Context) (err error) {
-	release, err := s.acquire(ctx, false, nil)
-	if err != nil {
-		return s.classify(err, "open")
-	}
-	defer func() { err = s.release(release, "open", err) }()
-
-	created, err := s.createFile()
-	if err != nil {
-		return s.classify(err, "create the database")
-	}
-	c, err := s.connect()
-	if err != nil {
-		return s.classify(err, "open")
-	}
-	db := c.db
-	defer s.endOp(&err)
-
-	defer func() { err = s.fenced(err, "open") }()
-	ok, err := db.HasTables()
-	if err != nil {
-		return s.classify(err, "open")
-	}
-	if !ok {
-		if !created && !emptyFile(s.path) {
-			return newError(KindDatabase, "%s is an SQLite database but not a TiraStore one (tables db_meta, programs, records missing)", s.path)
+// isURLScheme: RFC 3986's scheme syntax (a letter, then letters, digits,
+// "+", "-", "."), so that a path such as "results://x" is taken for a URL
+// only when it could be one.
+func isURLScheme(s string) bool {
+	for i, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
+		case i > 0 && (r >= '0' && r <= '9' || r == '+' || r == '-' || r == '.'):
+		default:
+			return false
 		}
-		return s.classify(db.Init(s.localCPU, s.localSlurm, identity.NowISO(now())), "initialise the database")
 	}
-	if err = s.checkSchema(db); err != nil {
-		return err
-	}
-	return s.checkCPU(db)
+	return s != ""
 }
 
-// createFile creates the database file with the original's mode 0666 when
-// it does not exist yet, and gives a directory Open created the mode 1777
-// (dirmode.go). The mode is set with fchmod because the process umask must
-// not be touched: it is shared with every thread of the host program.
-func (s *Store) createFile() (bool, error) {
-	f, err := os.OpenFile(s.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
-	if errors.Is(err, fs.ErrExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	defer f.Close()
-	if err := f.Chmod(0o666); err != nil {
-		return true, err
-	}
-	s.dirNotice = s.shareDir()
-	return true, nil
-}
-
-func emptyFile(path string) bool {
-	fi, err := os.Stat(path)
-	return err == nil && fi.Size() == 0
-}
-
-func (s *Store) checkSchema(db *sqlite.DB) error {
-	v, ok, err := db.Meta("schema_version")
-	if err != nil {
-		return s.classify(err, "read db_meta")
-	}
-	want := fmt.Sprint(sqlite.SchemaVersion)
-	switch {
-	case !ok:
-		return newError(KindDatabase, "%s has no schema_version in db_meta; it was not written by TiraStore", s.path)
-	case v == want:
-		return nil
-	case len(v) > len(want) || (len(v) == len(want) && v > want):
-		return newError(KindDatabase, "%s has schema_version %s, newer than this library's %s: upgrade tirastore", s.path, v, want)
-	default:
-		return newError(KindDatabase, "%s has schema_version %s; this library reads version %s only (the original's first format needs a migration)", s.path, v, want)
-	}
-}
-
-func (s *Store) checkCPU(db *sqlite.DB) error {
-	dbCPU, _, err := db.Meta("cpu_model")
-	if err != nil {
-		return s.classify(err, "read db_meta")
-	}
-	dbSlurm, _, err := db.Meta("slurm_cpus")
-	if err != nil {
-		return s.classify(err, "read db_meta")
-	}
+// checkCPU compares the database's CPU metadata with this host's, as the
+// original did at connect time: a mismatch disables writes unless
+// AllowCPUMismatch, and Warning carries the original's banner.
+func (s *Store) checkCPU(meta map[string]string) {
+	dbCPU, dbSlurm := meta["cpu_model"], meta["slurm_cpus"]
 	var parts []string
 	if dbCPU != "" && dbCPU != s.localCPU {
 		parts = append(parts, fmt.Sprintf("  CPU model: DB=%s  local=%s", pyRepr(dbCPU), pyRepr(s.localCPU)))
@@ -274,46 +132,20 @@ func (s *Store) checkCPU(db *sqlite.DB) error {
 		}
 		s.warning += "  Set allow_cpu_mismatch=True to override."
 	}
-	return nil
 }
 
 // Close marks the store closed; later calls fail with ErrClosed. Calls in
-// flight finish first. It closes the kept connection and removes the lock's
-// claim file. Closing twice is harmless.
-func (s *Store) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closeLocked()
-}
+// flight finish first. Closing twice is harmless.
+func (s *Store) Close() error { return s.be.Close() }
 
 // CloseIfIdle is Close for exit handlers, which must never wait: it closes
 // the store unless an operation is in flight (say, in a thread that the
 // exiting program abandons) and reports whether it did.
-func (s *Store) CloseIfIdle() (bool, error) {
-	if !s.mu.TryLock() {
-		return false, nil
-	}
-	defer s.mu.Unlock()
-	return true, s.closeLocked()
-}
+func (s *Store) CloseIfIdle() (bool, error) { return s.be.CloseIfIdle() }
 
-func (s *Store) closeLocked() error {
-	if s.closed {
-		return nil
-	}
-	s.closed = true
-	s.dropConn()
-	s.closeLocal()
-	err := s.lk.Close()
-	s.freeFence()
-	return err
-}
-
-// Path is the resolved absolute path of the database file.
+// Path is the resolved absolute path of the database file (the backend's
+// location).
 func (s *Store) Path() string { return s.path }
-
-// LockPath is the hard-link lock's path (COMPAT: <db>.with_suffix(".db.lock")).
-func (s *Store) LockPath() string { return s.lockPath }
 
 // SourceProject is the project name stamped on records this store writes.
 func (s *Store) SourceProject() string { return s.opts.SourceProject }
@@ -325,131 +157,15 @@ func (s *Store) WritesAllowed() bool { return s.writesAllowed }
 // allowed; callers print it the way their language prints warnings.
 func (s *Store) Warning() string { return s.warning }
 
-// withDB runs fn on the kept connection (see conn.go) while holding the
-// lock.
-func (s *Store) withDB(ctx context.Context, op string, fn func(db *sqlite.DB) error) error {
-	return s.locked(ctx, op, false, nil, fn)
-}
+// Backend is the store's storage backend, for tools and tests that need
+// what only it knows (a *sqlitefile.Store's lock, say).
+func (s *Store) Backend() storage.Backend { return s.be }
 
-// withWriteDB is withDB for an operation that writes: it queues for the
-// lock as a write (lock.AcquireWrite), behind reads.
-func (s *Store) withWriteDB(ctx context.Context, op string, fn func(db *sqlite.DB) error) error {
-	return s.locked(ctx, op, true, nil, fn)
-}
-
-// lockedHandover is withWriteDB for a write that can be handed over to
-// another process of this node (h, see group.go): it returns
-// lock.ErrHandedOver, as such, when that process did it.
-func (s *Store) lockedHandover(ctx context.Context, op string, h lock.Handover, fn func(db *sqlite.DB) error) error {
-	return s.locked(ctx, op, true, h, fn)
-}
-
-func (s *Store) locked(ctx context.Context, op string, write bool, h lock.Handover, fn func(db *sqlite.DB) error) (err error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return ErrClosed
-	}
-	release, err := s.acquire(ctx, write, h)
-	if errors.Is(err, lock.ErrHandedOver) {
-		return err
-	}
-	if err != nil {
-		return s.classify(err, op)
-	}
-	defer func() { err = s.release(release, op, err) }()
-	c, err := s.connect()
-	if err != nil {
-		return s.classify(err, op)
-	}
-	failpoint.Inject(failpoint.DBOpened)
-	defer s.endOp(&err)
-	return s.fenced(s.classify(fn(c.db), op), op)
-}
-
-// fenced turns the outcome of an operation whose writes the fence refused
-// into the lost-lock error (see core/sqlite: Fencing): its transaction did
-// not commit. endOp then discards the connection without a rollback of its
-// own (the fence stays lost until the lock is released, so none can be
-// written), and the next holder rolls the hot journal back.
-func (s *Store) fenced(err error, op string) error {
-	if s.fence == nil || !s.fence.Lost() {
-		return err
-	}
-	var cause error = lock.ErrLockLost
-	if p := s.fenceErr.Swap(nil); p != nil {
-		cause = *p
-	}
-	if err == nil {
-		// Found lost by the heartbeat during a call that wrote nothing.
-		return wrapError(KindLockLost, cause, "%s: %s: %v; another process may have used the database "+
-			"at the same time as this call", s.path, op, cause)
-	}
-	return wrapError(KindLockLost, cause, "%s: %s failed: %v; this call's writes were refused and its "+
-		"transaction was not committed (the next holder of the lock rolls it back)", s.path, op, cause)
-}
-
-// release gives the lock back after an operation that ended with err, and
-// reports a lock found lost meanwhile (lock.LostError): it was broken
-// while this process held it, so the operation may not have been alone on
-// the database; the caches and the connection are dropped.
-func (s *Store) release(release func() error, op string, err error) error {
-	rerr := release()
-	if !errors.Is(rerr, lock.ErrLockLost) {
-		return err
-	}
-	s.dropConn()
-	s.cache.reset()
-	switch {
-	case KindOf(err) == KindLockLost:
-		return err
-	case err != nil:
-		return wrapError(KindLockLost, rerr, "%s: %s failed: %v; and %v", s.path, op, err, rerr)
-	}
-	return wrapError(KindLockLost, rerr, "%s: %s: %v; another process may have used the database "+
-		"at the same time as this call (its writes, if any, were committed)", s.path, op, rerr)
-}
-
-// endOp ends an operation under the lock: the cache learns the generation
-// the operation left behind, and a connection that failed for any reason
-// other than the caller's input is closed, so that the next operation starts
-// from a new one. With fresh connections it is closed in any case.
-func (s *Store) endOp(errp *error) {
-	if *errp == nil {
-		s.cache.finish()
-	}
-	var e *Error
-	if s.fresh || (*errp != nil && (!errors.As(*errp, &e) || (e.Kind != KindValue && e.Kind != KindType))) {
-		s.dropConn()
-	}
-	failpoint.Inject(failpoint.BeforeRelease)
-}
-
-// acquire takes the hard-link lock, as a write if write, and returns its
-// release. Only a failpoint build can switch the lock off, for the negative
-// controls of the concurrency tests.
-func (s *Store) acquire(ctx context.Context, write bool, h lock.Handover) (release func() error, err error) {
-	if failpoint.Enabled(failpoint.LockDisabled) {
-		return func() error { return nil }, nil
-	}
-	if s.opts.Interruptible != nil {
-		var stop func()
-		ctx, stop = s.opts.Interruptible(ctx)
-		defer stop()
-	}
-	take := s.lk.Acquire
-	switch {
-	case h != nil:
-		take = func(ctx context.Context) error { return s.lk.AcquireWriteHandover(ctx, h) }
-	case write:
-		take = s.lk.AcquireWrite
-	}
-	if err := take(ctx); err != nil {
-		return nil, err
-	}
-	failpoint.Inject(failpoint.LockAcquired)
-	return s.lk.Release, nil
-}
+// Notices are warnings found when the store opened, for the caller to show
+// the way its language shows warnings (Python: a TiraStoreWarning): a
+// node-local file that failed its checks (and which speed-up is off
+// because of it), or a database other users cannot use.
+func (s *Store) Notices() []string { return append([]string(nil), s.notices...) }
 
 func (s *Store) checkWrites() error {
 	if !s.writesAllowed {
@@ -458,56 +174,22 @@ func (s *Store) checkWrites() error {
 	return nil
 }
 
-// classify turns any error from the layers below into an *Error whose
-// message names the database file and the failed operation.
-func (s *Store) classify(err error, op string) error {
-	if err == nil {
-		return nil
+// LockPath is the hard-link lock's path (COMPAT: <db>.with_suffix(".db.lock")),
+// or "" for a backend without one.
+func (s *Store) LockPath() string {
+	if l, ok := s.be.(interface{ LockPath() string }); ok {
+		return l.LockPath()
 	}
-	var e *Error
-	if errors.As(err, &e) {
-		return e
-	}
-	var te *lock.TimeoutError
-	switch {
-	case errors.As(err, &te):
-		return wrapError(KindTimeout, err, "%s: %v", s.path, err)
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return wrapError(KindInterrupted, err, "%s: %s interrupted while waiting for the lock", s.path, op)
-	case sqlite.IsNotDatabase(err):
-		return wrapError(KindDatabase, err, "%s: cannot %s: %v", s.path, op, err)
-	}
-	if k, ok := osKind(err); ok {
-		return wrapError(k, err, "cannot %s %s: %v", op, s.path, err)
-	}
-	if sqlite.IsSQLiteError(err) {
-		return wrapError(KindOperational, err, "%s: cannot %s: %v", s.path, op, err)
-	}
-	return wrapError(KindInternal, err, "%s: %s: %v", s.path, op, err)
+	return ""
 }
 
-// osKind classifies a filesystem error the way Python's OSError subclasses
-// do (FileNotFoundError, PermissionError, OSError); ok is false for errors
-// that do not come from the operating system.
-func osKind(err error) (Kind, bool) {
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return KindNotFound, true
-	case errors.Is(err, fs.ErrPermission):
-		return KindPermission, true
+// LockStats are the counters of the store's hard-link lock (zero for a
+// backend without one): Links per Acquired is how many link() attempts an
+// acquisition cost; Held per Acquired is the mean time an operation kept
+// everyone else waiting.
+func (s *Store) LockStats() lock.Stats {
+	if l, ok := s.be.(interface{ LockStats() lock.Stats }); ok {
+		return l.LockStats()
 	}
-	var pe *fs.PathError
-	var le *os.LinkError
-	var se *os.SyscallError
-	var errno syscall.Errno
-	if errors.As(err, &pe) || errors.As(err, &le) || errors.As(err, &se) || errors.As(err, &errno) {
-		return KindOS, true
-	}
-	return KindInternal, false
+	return lock.Stats{}
 }
-
-// LockStats are the counters of this store's hard-link lock: Links per
-// Acquired is how many link() attempts an acquisition cost, i.e. how hard
-// waiting polled the shared filesystem's metadata server; Held per
-// Acquired is the mean time an operation kept everyone else waiting.
-func (s *Store) LockStats() lock.Stats { return s.lk.Stats() }

@@ -11,6 +11,9 @@ package apierr
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"syscall"
 )
 
 // Kind classifies an error by what the caller should do about it.
@@ -137,4 +140,27 @@ func KindOf(err error) Kind {
 		return e.Kind
 	}
 	return KindInternal
+}
+
+// ErrClosed is returned by every method of a closed store.
+var ErrClosed = &Error{Kind: KindClosed, Message: "cannot operate on a closed TiraStore"}
+
+// OSKind classifies a filesystem error the way Python's OSError subclasses
+// do (FileNotFoundError, PermissionError, OSError); ok is false for errors
+// that do not come from the operating system.
+func OSKind(err error) (Kind, bool) {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return KindNotFound, true
+	case errors.Is(err, fs.ErrPermission):
+		return KindPermission, true
+	}
+	var pe *fs.PathError
+	var le *os.LinkError
+	var se *os.SyscallError
+	var errno syscall.Errno
+	if errors.As(err, &pe) || errors.As(err, &le) || errors.As(err, &se) || errors.As(err, &errno) {
+		return KindOS, true
+	}
+	return KindInternal, false
 }

@@ -39,6 +39,7 @@ void tira_fence_free(void *f);
 void tira_fence_set(void *f, long long deadline);
 void tira_fence_lose(void *f);
 int tira_fence_lost(void *f);
+unsigned long long tira_fence_writes(void *f);
 */
 import "C"
 
@@ -81,6 +82,13 @@ func (f *Fence) Lose() { C.tira_fence_lose(f.c) }
 // Lost reports whether the fence refused a write (or was lost) since its
 // last Extend.
 func (f *Fence) Lost() bool { return C.tira_fence_lost(f.c) != 0 }
+
+// Writes counts the writes and truncates of the database file that the
+// fence let through, on every connection using it: a count unchanged
+// across an operation proves the operation left the file as it found it
+// (no commit, no rollback of a crashed writer's hot journal), so the
+// header read when the lock was taken still describes it.
+func (f *Fence) Writes() uint64 { return uint64(C.tira_fence_writes(f.c)) }
 
 // Free releases the fence; no connection that uses it may be open.
 func (f *Fence) Free() {

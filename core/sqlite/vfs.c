@@ -59,6 +59,7 @@ typedef struct TiraFence {
   _Atomic sqlite3_int64 deadline;  /* CLOCK_MONOTONIC ns: writes before it need no renewal */
   _Atomic int lost;                /* set: refuse everything until the next lease */
   uintptr_t renew;                 /* the Go renewer (a runtime/cgo.Handle) */
+  _Atomic unsigned long long writes; /* writes and truncates of the database file */
 } TiraFence;
 
 /* Exported by fence.go: confirm the lock again (and extend the deadline);
@@ -245,14 +246,18 @@ static void tiraFailpointDbWrite(void){
 static int tiraDbWrite(sqlite3_file *pFile, const void *pBuf, int iAmt, sqlite3_int64 iOfst){
   sqlite3_file *r = ((TiraDb*)pFile)->real;
   tiraFailpointDbWrite();
-  if( !tiraFenceOk(((TiraDb*)pFile)->fence) ) return SQLITE_IOERR_LOCK;
+  TiraFence *f = ((TiraDb*)pFile)->fence;
+  if( !tiraFenceOk(f) ) return SQLITE_IOERR_LOCK;
+  if( f ) atomic_fetch_add(&f->writes, 1);
   return r->pMethods->xWrite(r, pBuf, iAmt, iOfst);
 }
 
 /* Forward to unix-none, if the fence allows. */
 static int tiraDbTruncate(sqlite3_file *pFile, sqlite3_int64 size){
   sqlite3_file *r = ((TiraDb*)pFile)->real;
-  if( !tiraFenceOk(((TiraDb*)pFile)->fence) ) return SQLITE_IOERR_LOCK;
+  TiraFence *f = ((TiraDb*)pFile)->fence;
+  if( !tiraFenceOk(f) ) return SQLITE_IOERR_LOCK;
+  if( f ) atomic_fetch_add(&f->writes, 1);
   return r->pMethods->xTruncate(r, size);
 }
 
@@ -676,3 +681,6 @@ void tira_fence_lose(void *pf){ atomic_store(&((TiraFence*)pf)->lost, 1); }
 
 /* Whether the fence refused (or would refuse) a write since its lease. */
 int tira_fence_lost(void *pf){ return atomic_load(&((TiraFence*)pf)->lost); }
+
+/* How many writes and truncates of the database file the fence let pass. */
+unsigned long long tira_fence_writes(void *pf){ return atomic_load(&((TiraFence*)pf)->writes); }

@@ -22,7 +22,7 @@ import (
 )
 
 // Record is one row of the records table, with the program's name and
-// source when the read joined them in (Get, ProgramRecords); lookups leave
+// source when the read joined them in (Get, EachRecordOf); lookups leave
 // both empty.
 type Record struct {
 	Key           string
@@ -119,6 +119,9 @@ type Backend interface {
 	// LookupMany is Lookup of several keys of one program in one
 	// consistent read; the results are in the order of keys.
 	LookupMany(ctx context.Context, programHash string, keys []string) ([]*Record, error)
+	// Contains reports whether a record row has key (no join with
+	// programs, as in the original).
+	Contains(ctx context.Context, programHash, key string) (bool, error)
 	// Write stores w's program (unless present) and rows in one
 	// transaction and returns how many rows it wrote (a row whose key
 	// exists is skipped unless w.Overwrite).
@@ -150,13 +153,11 @@ type Reader interface {
 	Meta(key string) (value string, ok bool, err error)
 	// Get is a record joined with its program (inner join), or nil.
 	Get(key string) (*Record, error)
-	// Contains reports whether a record row has key (no join).
-	Contains(key string) (bool, error)
 	// ProgramsByName lists the programs of a name by hash.
 	ProgramsByName(name string) ([]Program, error)
-	// ProgramRecords calls fn for every record of a program, joined, by
-	// creation date.
-	ProgramRecords(programHash string, fn func(*Record) error) error
+	// EachRecordOf calls fn for every record of a program, joined with
+	// it, by creation date.
+	EachRecordOf(programHash string, fn func(*Record) error) error
 	// CountRecords and CountPrograms are the table sizes.
 	CountRecords() (int64, error)
 	CountPrograms() (int64, error)

@@ -1,20 +1,23 @@
-package core
+package sqlitefile
 
 import (
-	"github.com/tirastore/tirastore/core/storage"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/tirastore/tirastore/core/changelog"
 	"github.com/tirastore/tirastore/core/failpoint"
+	"github.com/tirastore/tirastore/core/nodelocal"
+	"github.com/tirastore/tirastore/core/sqlite"
+	"github.com/tirastore/tirastore/core/storage"
 )
 
 // resultCache serves repeated lookups of one process without the lock.
 //
 // Every entry (a record, or "absent") was read under the lock, and the cache
-// remembers the database generation (see generation) read right after it,
-// still under the lock. A lookup that finds its key here reads the header
+// remembers the database generation (see generation) it was read at: the
+// one read when the lock was taken, which only this store's own writes
+// can change while it holds the lock (End then reads it again). A lookup that finds its key here reads the header
 // through the kept descriptor (one pread, no metadata round trip) and
 // checks that the file still has a name; if the generation is unchanged, no
 // transaction has committed since the entry was read, so the entry is still
@@ -63,14 +66,18 @@ type resultCache struct {
 	// complete: programs (by hash) all of whose records are in entries;
 	// tooBig: programs found to have more than prefetchLimit records at gen.
 	complete, tooBig map[string]bool
-	// atAcquire is the generation read when the lock was last taken (see
-	// conn.checkConn), before this operation could change anything;
-	// genSince is when this store first saw gen (monotonic).
-	atAcquire generation
+	// genSince is when this store first saw gen (monotonic); restarted:
+	// the generation read when the lock was last taken was neither gen
+	// nor reached by following the log, so the entries were dropped then.
 	genSince  time.Time
-	// synced: sync ran in the current locked operation (reset when the
-	// lock is taken), so that finish need not read the header again.
-	synced bool
+	restarted bool
+	// writes is the fence's count of database writes (nil: no fence), and
+	// writesAtBegin its value when the lock was taken: End reads the
+	// header again only if it moved. synced: the generation the operation
+	// leaves is known already (its own logged commit), so End need not.
+	writes        func() uint64
+	writesAtBegin uint64
+	synced        bool
 	// file is hdr's file; log follows the node's commits (nil: no log);
 	// brokeAt is when a commit that was not logged last emptied the cache.
 	file    changelog.FileID
@@ -78,23 +85,20 @@ type resultCache struct {
 	brokeAt time.Time
 }
 
-// prefetchLimit bounds a program prefetch: loading 10,000 records takes
-// about 20 ms here and some megabytes. quietBeforePrefetch is how long the
-// database must have stayed unchanged, as seen by this store's locked
-// operations, before it loads a program: while others write (a commit
-// every few milliseconds under load) it never does, and a store that gets
-// the lock twice in a row between two commits is not fooled.
+// prefetchLimit bounds a program prefetch (its records are loaded in one
+// query under the lock and kept in memory). quietBeforePrefetch is how
+// long the database must have stayed unchanged, as seen by this store's
+// locked operations, before it loads a program: while others write (a
+// commit every few milliseconds under load) it never does, and a store
+// that gets the lock twice in a row between two commits is not fooled.
 //
-// prefetchMaxPages bounds the database a prefetch may scan. The original
-// schema has no index on records.program_hash, so loading one program reads
-// the whole records table under the lock: about 1.2 µs per page here on top
-// of about 3 µs per record loaded (a 1,900-record program took 5-10 ms in a
-// 930-page database, 8-14 ms in a 3,700-page one, after another process's
-// commit), more on a cold Lustre client. Above 4,096 pages (16 MiB with the
-// original's 4 KiB pages, about 40,000 records; some 5 ms of scanning, the
-// lock time of a hundred locked lookups) there is no prefetch, and lookups
-// go key by key through the primary-key index, as they do while others
-// write.
+// prefetchMaxPages bounds the database a prefetch may scan when records
+// has no index on program_hash (a database the original created, opened
+// where the index could not be added): loading one program then reads the
+// whole records table under the lock. Above 4,096 pages (16 MiB with the
+// original's 4 KiB pages) lookups go key by key through the primary-key
+// index, as they do while others write. tests/bench/README.md has the
+// figures behind these bounds.
 const (
 	prefetchLimit       = 10000
 	quietBeforePrefetch = 20 * time.Millisecond
@@ -110,13 +114,21 @@ var prefetchMaxPages uint32 = 4096 // a variable for tests
 // autoscheduler are mostly of new schedules, so recency buys little).
 const maxCached = 1 << 16
 
+// The cache's operations, in the order a store uses them:
+//   - setFile when the kept connection is opened or dropped;
+//   - Get, lock-free, for a lookup; on a miss the store takes the lock;
+//   - Begin when the lock is taken, with the header read then;
+//   - Load / LoadMany under the lock (a lookup), Logged after this
+//     store's own logged commit;
+//   - End when a locked operation succeeded.
+
 // setFile points lock-free reads at a new header descriptor (nil: none) of
 // file, following the node's commits through log (nil: none), and forgets
-// every entry.
-func (c *resultCache) setFile(hdr *os.File, file changelog.FileID, log *changelog.Reader) {
+// every entry; writes is the fence's write count (nil: none).
+func (c *resultCache) setFile(hdr *os.File, file changelog.FileID, log *changelog.Reader, writes func() uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.hdr, c.file, c.log = hdr, file, nil
+	c.hdr, c.file, c.log, c.writes = hdr, file, nil, writes
 	c.gen, c.genSince = generation{}, time.Time{} // learnt again under the lock
 	c.reset()
 	if hdr != nil && log != nil {
@@ -125,16 +137,25 @@ func (c *resultCache) setFile(hdr *os.File, file changelog.FileID, log *changelo
 	}
 }
 
+// forgetAll drops every entry (the lock was found lost: anything may have
+// changed).
+func (c *resultCache) forgetAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reset()
+}
+
 // reset forgets every entry (the caller holds c.mu).
 func (c *resultCache) reset() {
 	c.entries, c.complete, c.tooBig = nil, nil, nil
 }
 
-// get returns the entry for key of program progHash if the database is
+// Get returns the entry for key of program progHash if the database is
 // provably unchanged since it was read, or changed only by logged commits
 // that the cache applied; ok is false otherwise (take the lock). An absent
-// key of a complete program is a known miss.
-func (c *resultCache) get(progHash, key string) (rec *storage.Record, ok bool) {
+// key of a complete program is a known miss. It needs no lock: one fstat
+// and one header read prove the entry current.
+func (c *resultCache) Get(progHash, key string) (rec *storage.Record, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok = c.lookup(progHash, key); !ok || c.hdr == nil {
@@ -158,24 +179,13 @@ func (c *resultCache) lookup(progHash, key string) (*storage.Record, bool) {
 	return rec, ok
 }
 
-// getLocked is get for a caller that holds the lock: the generation read
-// when it was taken is the database's.
-func (c *resultCache) getLocked(progHash, key string) (*storage.Record, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.hdr == nil || c.gen != c.atAcquire || c.genSince.IsZero() {
-		return nil, false
-	}
-	return c.lookup(progHash, key)
-}
-
 // current reports whether the entries are the database's current content:
 // the file still has a name and its generation is the cache's, or becomes
 // it by applying the logged commits (the caller holds c.mu). Entries that
-// are not current are kept: under the lock, sync either brings them up to
+// are not current are kept: under the lock, Begin either brings them up to
 // date from the log or drops them.
 func (c *resultCache) current() bool {
-	if ok, err := linked(c.hdr); err != nil || !ok {
+	if ok, err := nodelocal.Linked(c.hdr); err != nil || !ok {
 		return false
 	}
 	h, err := readHeader(c.hdr)
@@ -197,6 +207,66 @@ func (c *resultCache) current() bool {
 		return false
 	}
 	return h.generation() == c.gen
+}
+
+// Begin starts a locked operation with the generation g read when the lock
+// was taken: the entries stay if g is theirs or the logged commits lead
+// there, and are dropped otherwise. While the lock is held nothing but
+// this store changes the file, so g stays the database's generation until
+// this store writes.
+func (c *resultCache) Begin(g generation) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.synced, c.restarted = false, false
+	if c.writes != nil {
+		c.writesAtBegin = c.writes()
+	}
+	if c.hdr == nil {
+		return
+	}
+	if g == c.gen && !c.genSince.IsZero() {
+		return
+	}
+	if c.follow(nil) && c.gen == g {
+		return // under the lock every logged commit is in the log
+	}
+	c.restart(g)
+}
+
+// restart drops the entries for generation g, which a commit that was not
+// logged (or the first look at the file) led to (the caller holds c.mu).
+func (c *resultCache) restart(g generation) {
+	if !c.genSince.IsZero() && (len(c.entries) > 0 || len(c.complete) > 0) {
+		c.brokeAt = time.Now()
+	}
+	c.gen, c.genSince, c.restarted = g, time.Now(), true
+	c.reset()
+}
+
+// End ends every successful locked operation. An operation that did not
+// write the file (the fence's count says so) left the generation Begin
+// read; one that did (a commit, or the rollback of a crashed writer's hot
+// journal when SQLite found one) makes the cache read the header again,
+// unless its own logged commit told it the result (Logged).
+func (c *resultCache) End() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hdr == nil || c.synced || (c.writes != nil && c.writes() == c.writesAtBegin) {
+		return
+	}
+	h, err := readHeader(c.hdr)
+	if err != nil {
+		c.reset()
+		return
+	}
+	g := h.generation()
+	if g == c.gen {
+		return
+	}
+	if c.follow(nil) && c.gen == g {
+		return
+	}
+	c.restart(g)
 }
 
 // follow applies the logged commits that chain from the cache's
@@ -237,19 +307,16 @@ func (c *resultCache) apply(e *changelog.Entry) {
 		if !known && !c.complete[r.ProgramHash] {
 			continue // nobody asked: not worth the memory (a record_many of others)
 		}
-		if c.entries == nil || len(c.entries) >= maxCached {
-			c.reset()
-			c.entries = make(map[string]*storage.Record)
-		}
+		c.makeRoom(1)
 		c.entries[r.Key] = r // a complete program stays complete
 	}
 }
 
-// logged applies the entry this store has just logged, under the lock,
+// Logged applies the entry this store has just logged, under the lock,
 // without reading it back (see changelog.Own). When the cache reaches the
-// entry's generation, which the committer read after its COMMIT, finish
-// need not read the header again.
-func (c *resultCache) logged(own *changelog.Own) {
+// entry's generation, which the committer read after its COMMIT, End need
+// not read the header again.
+func (c *resultCache) Logged(own *changelog.Own) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.follow(own) && c.gen == generation(own.Entry.After) {
@@ -269,14 +336,75 @@ func (c *resultCache) forget(key, progHash string) {
 	}
 }
 
-// noteAcquire remembers the generation read when the lock was taken.
-func (c *resultCache) noteAcquire(g generation) {
+// makeRoom makes sure n more entries fit, starting over when they would
+// not (the caller holds c.mu).
+func (c *resultCache) makeRoom(n int) {
+	if c.entries == nil || len(c.entries)+n > maxCached {
+		c.reset()
+		c.entries = make(map[string]*storage.Record, n)
+	}
+}
+
+// Load answers a lookup of key (program progHash) under the lock: from
+// the entries if they have it, else from db, loading the whole program
+// when that is worth it (see "Whole programs"), and remembers what it read.
+// c.mu is not held during the query: only the lock's holder changes the
+// entries, and lock-free Gets of other goroutines go on meanwhile.
+func (c *resultCache) Load(db *sqlite.DB, progHash, key string, writesWaiting func() bool) (*storage.Record, error) {
+	c.mu.Lock()
+	rec, ok := c.lookup(progHash, key)
+	ok = ok && c.hdr != nil // brought up to date from the change log by Begin
+	prefetch := !ok && c.shouldPrefetch(progHash, writesWaiting)
+	c.mu.Unlock()
+	if ok {
+		return rec, nil
+	}
+	if prefetch {
+		recs, err := db.ProgramRecords(progHash, prefetchLimit)
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		c.putProgram(progHash, recs)
+		rec, _ := c.lookup(progHash, key)
+		c.mu.Unlock()
+		if recs != nil {
+			return rec, nil
+		}
+	}
+	rec, err := db.Lookup(key)
+	if err != nil {
+		return nil, err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.atAcquire, c.synced = g, false
-	if c.hdr != nil && g != c.gen {
-		c.follow(nil) // under the lock every logged commit is in the log
+	c.put(key, rec)
+	return rec, nil
+}
+
+// LoadMany is Load for several keys of one program, read key by key in
+// one read transaction (no prefetch); recs receives the records at the
+// indexes missing lists.
+func (c *resultCache) LoadMany(db *sqlite.DB, keys []string, missing []int, recs []*storage.Record) error {
+	err := db.Read(func(r *sqlite.Reader) error {
+		for _, i := range missing {
+			rec, err := r.Lookup(keys[i])
+			if err != nil {
+				return err
+			}
+			recs[i] = rec
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, i := range missing {
+		c.put(keys[i], recs[i])
+	}
+	return nil
 }
 
 // shouldPrefetch: progHash is neither complete nor known to be too big,
@@ -284,26 +412,21 @@ func (c *resultCache) noteAcquire(g generation) {
 // the node's commits (none unlogged for followQuiet) or it is a quiet phase
 // (nothing committed since this store's previous locked operation, which
 // left entries, nor for quietBeforePrefetch before that) in which no write
-// waits. The caller holds the lock.
+// waits. The caller holds the lock and c.mu.
 func (c *resultCache) shouldPrefetch(progHash string, writesWaiting func() bool) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if pages, ok := c.atAcquire.pages(); !ok || pages > prefetchMaxPages {
+	if pages, ok := c.gen.pages(); !ok || pages > prefetchMaxPages {
 		return false
 	}
-	if c.hdr == nil || progHash == "" || c.atAcquire != c.gen || c.complete[progHash] || c.tooBig[progHash] {
+	if c.hdr == nil || progHash == "" || c.restarted || c.complete[progHash] || c.tooBig[progHash] {
 		return false
 	}
-	following := c.log != nil && !c.genSince.IsZero() && (c.brokeAt.IsZero() || time.Since(c.brokeAt) >= followQuiet)
+	following := c.log != nil && (c.brokeAt.IsZero() || time.Since(c.brokeAt) >= followQuiet)
 	return following || len(c.entries) > 0 && time.Since(c.genSince) >= quietBeforePrefetch && !writesWaiting()
 }
 
 // putProgram remembers every record of a program (complete) or that it has
-// too many to prefetch (recs nil). The caller holds the lock and has called
-// sync since the read.
+// too many to prefetch (recs nil). The caller holds the lock and c.mu.
 func (c *resultCache) putProgram(progHash string, recs []*storage.Record) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.hdr == nil {
 		return
 	}
@@ -314,10 +437,7 @@ func (c *resultCache) putProgram(progHash string, recs []*storage.Record) {
 		c.tooBig[progHash] = true
 		return
 	}
-	if c.entries == nil || len(c.entries)+len(recs) > maxCached {
-		c.reset()
-		c.entries = make(map[string]*storage.Record, len(recs))
-	}
+	c.makeRoom(len(recs))
 	for _, r := range recs {
 		c.entries[r.Key] = r
 	}
@@ -327,61 +447,12 @@ func (c *resultCache) putProgram(progHash string, recs []*storage.Record) {
 	c.complete[progHash] = true
 }
 
-// sync re-reads the generation, under the lock, after a read whose result
-// is about to be put. Entries survive only if nothing committed since they
-// were read.
-func (c *resultCache) sync() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.syncLocked()
-}
-
-// finish ends every successful locked operation: the generation it left
-// behind (a write changed it), unless a sync in the operation read it
-// already.
-func (c *resultCache) finish() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.synced {
-		c.syncLocked()
-	}
-}
-
-func (c *resultCache) syncLocked() {
-	if c.hdr == nil {
-		return
-	}
-	c.synced = true
-	h, err := readHeader(c.hdr)
-	if err != nil {
-		c.reset()
-		return
-	}
-	g := h.generation()
-	if g == c.gen && !c.genSince.IsZero() {
-		return
-	}
-	if c.follow(nil) && c.gen == g {
-		return
-	}
-	if !c.genSince.IsZero() && (len(c.entries) > 0 || len(c.complete) > 0) {
-		c.brokeAt = time.Now() // a commit that was not logged
-	}
-	c.gen, c.genSince = g, time.Now()
-	c.reset()
-}
-
 // put remembers what a locked read returned for key (nil: absent). The
-// caller holds the lock and has called sync since the read.
+// caller holds the lock and c.mu.
 func (c *resultCache) put(key string, rec *storage.Record) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.hdr == nil {
 		return
 	}
-	if c.entries == nil || len(c.entries) >= maxCached {
-		c.reset()
-		c.entries = make(map[string]*storage.Record)
-	}
+	c.makeRoom(1)
 	c.entries[key] = rec
 }

@@ -1,4 +1,4 @@
-package core
+package sqlitefile
 
 import (
 	"encoding/binary"
@@ -9,9 +9,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/changelog"
 	"github.com/tirastore/tirastore/core/environ"
 	"github.com/tirastore/tirastore/core/failpoint"
+	"github.com/tirastore/tirastore/core/nodelocal"
 	"github.com/tirastore/tirastore/core/sqlite"
 )
 
@@ -119,21 +121,11 @@ func readHeader(f *os.File) (*header, error) {
 	return &h, nil
 }
 
-// linked reports whether f's file still has a name (it was not deleted or
-// replaced by a rename since it was opened).
-func linked(f *os.File) (bool, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return false, err
-	}
-	return st.Nlink > 0, nil
-}
-
 // connect returns the kept connection, checked for this acquisition, or a
 // new one. The caller holds the lock.
 func (s *Store) connect() (*conn, error) {
 	if c := s.conn; c != nil {
-		ok, err := linked(c.hdr)
+		ok, err := nodelocal.Linked(c.hdr)
 		if err == nil && ok && !s.fresh {
 			if err := s.checkConn(c); err != nil {
 				return nil, err
@@ -168,28 +160,33 @@ func (s *Store) connect() (*conn, error) {
 		return nil, err
 	}
 	c.file = changelog.FileID{Dev: uint64(st.Dev), Ino: st.Ino}
-	if err := s.checkConn(c); err != nil {
-		db.Close()
-		hdr.Close()
-		return nil, err
+	var writes func() uint64
+	if s.fence != nil {
+		writes = s.fence.Writes
 	}
 	s.conn = c
-	s.cache.setFile(hdr, c.file, s.changeReader)
+	s.cache.setFile(hdr, c.file, s.changeReader, writes)
+	if err := s.checkConn(c); err != nil {
+		s.dropConn()
+		return nil, err
+	}
 	return c, nil
 }
 
-// checkConn reads the header before SQLite does and refuses a WAL-mode
+// checkConn reads the header before SQLite does, refuses a WAL-mode
 // database with a clear message (the VFS cannot open one: see
-// sqlite.CheckHeader).
+// sqlite.CheckHeader), and starts the cache's operation with the
+// generation it read: the one header read of a locked operation that does
+// not write.
 func (s *Store) checkConn(c *conn) error {
 	h, err := readHeader(c.hdr)
 	if err != nil {
 		return fmt.Errorf("read the database header: %w", err)
 	}
 	if err := sqlite.CheckHeader(s.path, h[:]); err != nil {
-		return newError(KindDatabase, "%v", err)
+		return apierr.New(apierr.KindDatabase, "%v", err)
 	}
-	s.cache.noteAcquire(h.generation())
+	s.cache.Begin(h.generation())
 	return nil
 }
 
@@ -198,7 +195,7 @@ func (s *Store) checkConn(c *conn) error {
 func (s *Store) dropConn() {
 	if c := s.conn; c != nil {
 		s.conn = nil
-		s.cache.setFile(nil, changelog.FileID{}, nil)
+		s.cache.setFile(nil, changelog.FileID{}, nil, nil)
 		c.db.Close()
 		c.hdr.Close()
 	}

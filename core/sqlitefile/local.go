@@ -1,4 +1,4 @@
-package core
+package sqlitefile
 
 import (
 	"errors"
@@ -136,14 +136,14 @@ func sweepLocal(dir *nodelocal.Dir) {
 	}
 }
 
-// Notices are warnings about the store's node-local files, found when it
-// opened: each names a file that failed the checks (another user's, a
+// notices are warnings about the store's node-local files, found when it
+// opened (storage.Opened.Notices): each names a file that failed the checks (another user's, a
 // symlink, a FIFO, ...), what was wrong, and which speed-up is off for
 // this store because of it (at most one notice per store); and, for a
 // database created in an existing directory that other users cannot
 // write, that they cannot use it (dirmode.go). Callers show them the way
 // their language shows warnings (Python: RuntimeWarning).
-func (s *Store) Notices() []string {
+func (s *Store) notices() []string {
 	n := append([]string{}, s.local.notices...)
 	if s.dirNotice != "" {
 		n = append(n, s.dirNotice)

@@ -1,8 +1,11 @@
-package core
+package sqlitefile_test
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
+	"github.com/tirastore/tirastore/core"
+	"github.com/tirastore/tirastore/core/sqlitefile"
 	"os"
 	"path/filepath"
 	"time"
@@ -14,14 +17,19 @@ import (
 // Two stores on one file have separate connections and caches, as two
 // processes do (the cross-process version of these checks, with negative
 // controls, is tests/python/test_freshness.py).
-func twoStores(t *testing.T) (writer, reader *Store) {
+var ctx = context.Background()
+
+// src is the program of the tests.
+const src = "void blur() { /* c */ }"
+
+func twoStores(t *testing.T) (writer, reader *core.Store) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "cache.db")
 	var err error
-	if writer, err = Open(ctx, path, Options{CPUModel: "X"}); err != nil {
+	if writer, err = core.Open(ctx, path, core.Options{CPUModel: "X"}); err != nil {
 		t.Fatal(err)
 	}
-	if reader, err = Open(ctx, path, Options{CPUModel: "X"}); err != nil {
+	if reader, err = core.Open(ctx, path, core.Options{CPUModel: "X"}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { writer.Close(); reader.Close() })
@@ -30,7 +38,7 @@ func twoStores(t *testing.T) (writer, reader *Store) {
 
 func schedN(i int) string { return fmt.Sprintf("S(L0,L1,%d,8,comps=['c1'])", i) }
 
-func lookupTimes(t *testing.T, st *Store, i int) []float64 {
+func lookupTimes(t *testing.T, st *core.Store, i int) []float64 {
 	t.Helper()
 	r, err := st.Lookup(ctx, "p", src, schedN(i))
 	if err != nil {
@@ -49,12 +57,12 @@ func TestProgramPrefetch(t *testing.T) {
 	t.Setenv("TIRASTORE_CHANGE_LOG", "0") // the quiet phase alone (see TestFollowLoggedCommits)
 	w, r := twoStores(t)
 	for i := 0; i < 3; i++ {
-		if _, err := w.Record(ctx, "p", src, Measurement{Schedule: schedN(i), IsLegal: true, ExecutionTimes: Times(float64(i))}, false); err != nil {
+		if _, err := w.Record(ctx, "p", src, core.Measurement{Schedule: schedN(i), IsLegal: true, ExecutionTimes: core.Times(float64(i))}, false); err != nil {
 			t.Fatal(err)
 		}
 	}
 	lookupTimes(t, r, 0) // locked: first operation at this generation
-	time.Sleep(quietBeforePrefetch + 5*time.Millisecond)
+	time.Sleep(sqlitefile.QuietBeforePrefetch + 5*time.Millisecond)
 	lookupTimes(t, r, 1) // locked: quiet long enough: loads program p
 	before := r.LockStats().Acquired
 	for k := 0; k < 3; k++ {
@@ -69,10 +77,10 @@ func TestProgramPrefetch(t *testing.T) {
 		t.Errorf("%d lock acquisitions for lookups of a loaded program, want 0", n)
 	}
 	// A new record (a key the reader knows to be absent) and an overwrite.
-	if _, err := w.Record(ctx, "p", src, Measurement{Schedule: schedN(4), IsLegal: true, ExecutionTimes: Times(4.5)}, false); err != nil {
+	if _, err := w.Record(ctx, "p", src, core.Measurement{Schedule: schedN(4), IsLegal: true, ExecutionTimes: core.Times(4.5)}, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Record(ctx, "p", src, Measurement{Schedule: schedN(0), IsLegal: true, ExecutionTimes: Times(-1)}, true); err != nil {
+	if _, err := w.Record(ctx, "p", src, core.Measurement{Schedule: schedN(0), IsLegal: true, ExecutionTimes: core.Times(-1)}, true); err != nil {
 		t.Fatal(err)
 	}
 	if got := lookupTimes(t, r, 4); len(got) != 1 || got[0] != 4.5 {
@@ -90,93 +98,80 @@ func TestProgramPrefetch(t *testing.T) {
 // (a prefetch scans the whole records table), and lookups stay correct,
 // key by key under the lock.
 func TestNoPrefetchOfLargeDatabase(t *testing.T) {
-	old := prefetchMaxPages
-	t.Cleanup(func() { prefetchMaxPages = old })
+	t.Cleanup(sqlitefile.SetPrefetchMaxPages(0))
 	t.Setenv("TIRASTORE_CHANGE_LOG", "0") // the quiet phase alone
 	w, r := twoStores(t)
-	ms := make([]Measurement, 200)
+	ms := make([]core.Measurement, 200)
 	for i := range ms {
-		ms[i] = Measurement{Schedule: schedN(i), IsLegal: true, ExecutionTimes: Times(float64(i))}
+		ms[i] = core.Measurement{Schedule: schedN(i), IsLegal: true, ExecutionTimes: core.Times(float64(i))}
 	}
 	if _, err := w.RecordMany(ctx, "p", src, ms, false); err != nil {
 		t.Fatal(err)
 	}
-	g, err := readHeaderFile(t, w)
+	pages, ok, err := sqlitefile.HeaderPages(w.Path())
 	if err != nil {
 		t.Fatal(err)
 	}
-	pages, ok := g.pages()
 	if !ok || pages < 4 {
 		t.Fatalf("header size %d pages (valid %v), want a valid size of at least 4", pages, ok)
 	}
-	prefetchMaxPages = pages - 1
+	sqlitefile.SetPrefetchMaxPages(pages - 1)
 	lookupTimes(t, r, 0)
-	time.Sleep(quietBeforePrefetch + 5*time.Millisecond)
+	time.Sleep(sqlitefile.QuietBeforePrefetch + 5*time.Millisecond)
 	before := r.LockStats().Acquired
 	for i := 1; i <= 5; i++ { // 0 is cached already
 		if got := lookupTimes(t, r, i); len(got) != 1 || got[0] != float64(i) {
 			t.Fatalf("lookup %d = %v", i, got)
 		}
 	}
-	r.cache.mu.Lock()
-	complete := len(r.cache.complete)
-	r.cache.mu.Unlock()
+	complete := len(cachedPrograms(r, false))
 	if n := r.LockStats().Acquired - before; complete != 0 || n != 5 {
 		t.Fatalf("%d programs loaded, %d lock acquisitions for 5 new keys; want 0 and 5", complete, n)
 	}
 	// At the bound, the program is loaded as usual.
-	prefetchMaxPages = pages
-	time.Sleep(quietBeforePrefetch + 5*time.Millisecond)
+	sqlitefile.SetPrefetchMaxPages(pages)
+	time.Sleep(sqlitefile.QuietBeforePrefetch + 5*time.Millisecond)
 	lookupTimes(t, r, 6)
-	r.cache.mu.Lock()
-	complete = len(r.cache.complete)
-	r.cache.mu.Unlock()
+	complete = len(cachedPrograms(r, false))
 	if complete != 1 {
 		t.Fatalf("%d programs loaded at the bound, want 1", complete)
 	}
 }
 
-// readHeaderFile reads the generation in st's database header.
-func readHeaderFile(t *testing.T, st *Store) (generation, error) {
-	t.Helper()
-	f, err := os.Open(st.path)
-	if err != nil {
-		return generation{}, err
+// cachedPrograms are the programs st's cache holds complete (tooBig:
+// those it found too big to load).
+func cachedPrograms(st *core.Store, tooBig bool) map[string]bool {
+	complete, big := sqlitefile.CachedPrograms(st.Backend())
+	if tooBig {
+		return big
 	}
-	defer f.Close()
-	h, err := readHeader(f)
-	if err != nil {
-		return generation{}, err
-	}
-	return h.generation(), nil
+	return complete
 }
 
-// TestProgramTooBigToPrefetch: a program over prefetchLimit is read key by
+// TestProgramTooBigToPrefetch: a program over sqlitefile.PrefetchLimit is read key by
 // key, and still correctly.
 func TestProgramTooBigToPrefetch(t *testing.T) {
 	if testing.Short() {
-		t.Skip("writes prefetchLimit+1 records")
+		t.Skip("writes sqlitefile.PrefetchLimit+1 records")
 	}
 	w, r := twoStores(t)
-	ms := make([]Measurement, prefetchLimit+1)
+	ms := make([]core.Measurement, sqlitefile.PrefetchLimit+1)
 	for i := range ms {
-		ms[i] = Measurement{Schedule: schedN(i), IsLegal: true, ExecutionTimes: Times(float64(i))}
+		ms[i] = core.Measurement{Schedule: schedN(i), IsLegal: true, ExecutionTimes: core.Times(float64(i))}
 	}
 	if n, err := w.RecordMany(ctx, "p", src, ms, false); err != nil || n != len(ms) {
 		t.Fatal(n, err)
 	}
 	for k := 0; k < 3; k++ {
-		time.Sleep(quietBeforePrefetch + 5*time.Millisecond)
-		for _, i := range []int{k, 7 + k, prefetchLimit - k, prefetchLimit + 5 + k} {
+		time.Sleep(sqlitefile.QuietBeforePrefetch + 5*time.Millisecond)
+		for _, i := range []int{k, 7 + k, sqlitefile.PrefetchLimit - k, sqlitefile.PrefetchLimit + 5 + k} {
 			got := lookupTimes(t, r, i)
-			if want := i <= prefetchLimit; (got != nil) != want || (want && got[0] != float64(i)) {
+			if want := i <= sqlitefile.PrefetchLimit; (got != nil) != want || (want && got[0] != float64(i)) {
 				t.Fatalf("lookup %d = %v", i, got)
 			}
 		}
 	}
-	r.cache.mu.Lock()
-	complete, big := r.cache.complete[keys.ProgramHash(src)], r.cache.tooBig[keys.ProgramHash(src)]
-	r.cache.mu.Unlock()
+	complete, big := cachedPrograms(r, false)[keys.ProgramHash(src)], cachedPrograms(r, true)[keys.ProgramHash(src)]
 	if complete || !big {
 		t.Errorf("complete=%v tooBig=%v, want a program too big to load", complete, big)
 	}
@@ -188,27 +183,25 @@ func TestProgramTooBigToPrefetch(t *testing.T) {
 func TestNoPrefetchWhileOthersWrite(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cache.db")
 	t.Setenv("TIRASTORE_CHANGE_LOG", "0")
-	w, err := Open(ctx, path, Options{CPUModel: "X"})
+	w, err := core.Open(ctx, path, core.Options{CPUModel: "X"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
 	os.Unsetenv("TIRASTORE_CHANGE_LOG")
-	r, err := Open(ctx, path, Options{CPUModel: "X"})
+	r, err := core.Open(ctx, path, core.Options{CPUModel: "X"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
 	for i := 0; i < 200; i++ {
-		if _, err := w.Record(ctx, "p", src, Measurement{Schedule: schedN(i), IsLegal: true, ExecutionTimes: Times(1)}, false); err != nil {
+		if _, err := w.Record(ctx, "p", src, core.Measurement{Schedule: schedN(i), IsLegal: true, ExecutionTimes: core.Times(1)}, false); err != nil {
 			t.Fatal(err)
 		}
 		lookupTimes(t, r, i)
 		lookupTimes(t, r, i+1000)
 	}
-	r.cache.mu.Lock()
-	defer r.cache.mu.Unlock()
-	if len(r.cache.complete) != 0 {
+	if len(cachedPrograms(r, false)) != 0 {
 		t.Errorf("loaded a whole program while another store was writing")
 	}
 }
@@ -223,7 +216,7 @@ func TestFollowLoggedCommits(t *testing.T) {
 	w, r := twoStores(t)
 	record := func(i int, v float64, overwrite bool) {
 		t.Helper()
-		if _, err := w.Record(ctx, "p", src, Measurement{Schedule: schedN(i), IsLegal: true, ExecutionTimes: Times(v)}, overwrite); err != nil {
+		if _, err := w.Record(ctx, "p", src, core.Measurement{Schedule: schedN(i), IsLegal: true, ExecutionTimes: core.Times(v)}, overwrite); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -233,9 +226,7 @@ func TestFollowLoggedCommits(t *testing.T) {
 	if got := lookupTimes(t, r, 100); got != nil { // locked, following the log: loads program p
 		t.Fatalf("lookup 100 = %v", got)
 	}
-	r.cache.mu.Lock()
-	complete := r.cache.complete[keys.ProgramHash(src)]
-	r.cache.mu.Unlock()
+	complete := cachedPrograms(r, false)[keys.ProgramHash(src)]
 	if !complete {
 		t.Fatal("program not loaded while following the log")
 	}
@@ -264,7 +255,7 @@ func TestFollowLoggedCommits(t *testing.T) {
 		t.Errorf("%d lock acquisitions for lookups while following, want at most the overwrites' (14)", n)
 	}
 	// A commit that is not logged: the reader must not serve its old entries.
-	raw, err := sql.Open("sqlite3", r.path)
+	raw, err := sql.Open("sqlite3", r.Path())
 	if err != nil {
 		t.Fatal(err)
 	}

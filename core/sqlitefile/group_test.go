@@ -1,4 +1,4 @@
-package core
+package sqlitefile_test
 
 import (
 	"bufio"
@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/tirastore/tirastore/core"
 	"io"
 	"os"
 	"os/exec"
@@ -64,7 +65,7 @@ func TestRecordChild(t *testing.T) {
 		t.Skip("helper for the group-commit tests")
 	}
 	ms, _ := strconv.Atoi(spec[3])
-	st, err := Open(context.Background(), spec[0], Options{SourceProject: spec[1], CPUModel: "Test CPU",
+	st, err := core.Open(context.Background(), spec[0], core.Options{SourceProject: spec[1], CPUModel: "Test CPU",
 		LockTimeout: time.Duration(ms) * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -74,9 +75,9 @@ func TestRecordChild(t *testing.T) {
 	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 		t.Fatal(err)
 	}
-	ok, err := st.Record(context.Background(), "blur", src, Measurement{Schedule: spec[2], IsLegal: true,
+	ok, err := st.Record(context.Background(), "blur", src, core.Measurement{Schedule: spec[2], IsLegal: true,
 		ExecutionTimes: []pyjson.Number{"1.5"}}, false)
-	var e *Error
+	var e *core.Error
 	switch {
 	case errors.As(err, &e):
 		fmt.Printf("error %s\n", e.Kind.PythonName())
@@ -221,7 +222,7 @@ func changeCounter(t *testing.T, db string) uint32 {
 func newGroupDB(t *testing.T) string {
 	t.Helper()
 	db := filepath.Join(t.TempDir(), "cache.db")
-	st, err := Open(ctx, db, Options{CPUModel: "Test CPU"})
+	st, err := core.Open(ctx, db, core.Options{CPUModel: "Test CPU"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,17 +292,17 @@ func TestGroupCommitWithdrawOnTimeout(t *testing.T) {
 	late := startRecordChild(t, nil, db, "late", "U(L0,7,comps=['c1'])", 300*time.Millisecond)
 	holder := laneHolder(t, db)
 	late.record(t)
-	if got := late.result(t); got != "error "+KindTimeout.PythonName() {
+	if got := late.result(t); got != "error "+core.KindTimeout.PythonName() {
 		t.Fatalf("timed-out record: %s", got)
 	}
 	holder.Close()
 	// A writer that now holds the lock commits whatever is handed over.
-	st, err := Open(ctx, db, Options{CPUModel: "Test CPU"})
+	st, err := core.Open(ctx, db, core.Options{CPUModel: "Test CPU"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if _, err := st.Record(ctx, "blur", src, Measurement{Schedule: "U(L0,8,comps=['c1'])", IsLegal: true,
+	if _, err := st.Record(ctx, "blur", src, core.Measurement{Schedule: "U(L0,8,comps=['c1'])", IsLegal: true,
 		ExecutionTimes: []pyjson.Number{"1"}}, false); err != nil {
 		t.Fatal(err)
 	}

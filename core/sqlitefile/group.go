@@ -1,4 +1,4 @@
-package core
+package sqlitefile
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/changelog"
 	"github.com/tirastore/tirastore/core/environ"
 	"github.com/tirastore/tirastore/core/identity"
@@ -60,28 +61,14 @@ import (
 // when the spool's directory fails its checks (core/nodelocal; the store
 // warns when it opens).
 
-// writeRequest is one record or record_many call's rows: what a committer
-// needs to write them as their requester would have.
+// writeRequest is one record or record_many call's rows (storage.Write:
+// the spool's payload) and what this backend learnt of their fate.
 type writeRequest struct {
-	Hash          string `json:"program_hash"`
-	Name          string `json:"program_name"`
-	Source        string `json:"source"`
-	Rows          []row  `json:"rows"`
-	Hostname      string `json:"hostname"`
-	Username      string `json:"username"`
-	SourceProject string `json:"source_project"`
-	Overwrite     bool   `json:"overwrite"`
+	storage.Write
 	// prevStamps: committers that died had claimed this request and may
 	// have committed its rows, dated by one of prevStamps; a row found
 	// exactly as requested with such a date counts as written.
 	prevStamps []string
-}
-
-// row is one validated record of a writeRequest.
-type row struct {
-	Key        string `json:"key"`
-	Schedule   string `json:"schedule"`
-	ResultJSON string `json:"result_json"`
 }
 
 // writeResult is what a committer leaves a requester: how many of its rows
@@ -210,9 +197,9 @@ func (s *Store) writeRecords(ctx context.Context, req *writeRequest) (int, error
 	}
 	b, werr := h.pub.Wait(handoverWaitPoll, handoverWaitLimit)
 	if werr != nil {
-		var e *Error
+		var e *apierr.Error
 		if errors.As(err, &e) {
-			return 0, &Error{Kind: e.Kind, Err: e, Message: fmt.Sprintf("%s (the record may have been written: %v)", e.Message, werr)}
+			return 0, &apierr.Error{Kind: e.Kind, Err: e, Message: fmt.Sprintf("%s (the record may have been written: %v)", e.Message, werr)}
 		}
 		return 0, fmt.Errorf("%w (the record may have been written: %v)", err, werr)
 	}
@@ -242,7 +229,7 @@ func (s *Store) handedOverResult(ctx context.Context, h *handover, req *writeReq
 func (s *Store) commitAlone(ctx context.Context, req *writeRequest) (int, error) {
 	written := 0
 	err := s.withWriteDB(ctx, "record", func(db *sqlite.DB) error {
-		n, err := s.commitRequests(db, []*writeRequest{req}, now())
+		n, err := s.commitLogged(db, []*writeRequest{req}, time.Now())
 		if err == nil {
 			written = n[0]
 		}
@@ -256,7 +243,7 @@ func (s *Store) commitAlone(ctx context.Context, req *writeRequest) (int, error)
 // that transaction fails, the requesters are told to commit alone and req
 // is committed by itself. It runs under the lock.
 func (s *Store) commitGroup(db *sqlite.DB, req *writeRequest, sp *spool.Spool) (int, error) {
-	at := now()
+	at := time.Now()
 	var claimed []*spool.Claimed
 	if sp != nil {
 		// The claims carry the transaction's date: if this process dies
@@ -268,7 +255,7 @@ func (s *Store) commitGroup(db *sqlite.DB, req *writeRequest, sp *spool.Spool) (
 	for _, c := range claimed {
 		var r writeRequest
 		if err := json.Unmarshal(c.Payload, &r); err != nil {
-			finish(c, writeResult{Retry: true})
+			leaveResult(c, writeResult{Retry: true})
 			continue
 		}
 		if c.Orphan {
@@ -277,12 +264,12 @@ func (s *Store) commitGroup(db *sqlite.DB, req *writeRequest, sp *spool.Spool) (
 		reqs = append(reqs, &r)
 		mine = append(mine, c)
 	}
-	n, err := s.commitRequests(db, reqs, at)
+	n, err := s.commitLogged(db, reqs, at)
 	if err != nil && len(mine) > 0 {
 		for _, c := range mine {
-			finish(c, writeResult{Retry: true})
+			leaveResult(c, writeResult{Retry: true})
 		}
-		n, err = s.commitRequests(db, reqs[:1], now())
+		n, err = s.commitLogged(db, reqs[:1], time.Now())
 		if err != nil {
 			return 0, err
 		}
@@ -292,7 +279,7 @@ func (s *Store) commitGroup(db *sqlite.DB, req *writeRequest, sp *spool.Spool) (
 		return 0, err
 	}
 	for i, c := range mine {
-		finish(c, writeResult{Written: n[i+1]})
+		leaveResult(c, writeResult{Written: n[i+1]})
 	}
 	return n[0], nil
 }
@@ -309,19 +296,19 @@ func tagStamps(tags string) []string {
 	return out
 }
 
-// finish leaves a requester its result; if that fails, the claim stays and
+// leaveResult leaves a requester its result; if that fails, the claim stays and
 // its requester, finding no result, commits its rows itself.
-func finish(c *spool.Claimed, res writeResult) {
+func leaveResult(c *spool.Claimed, res writeResult) {
 	b, _ := json.Marshal(res)
 	_ = c.Finish(b)
 }
 
-// commitRequests writes every request in one transaction dated at, in
+// commitLogged writes every request in one transaction dated at, in
 // order, and returns how many rows of each were written. It logs the
 // transaction's changes for the node's other caches (see resultCache).
-func (s *Store) commitRequests(db *sqlite.DB, reqs []*writeRequest, at time.Time) ([]int, error) {
+func (s *Store) commitLogged(db *sqlite.DB, reqs []*writeRequest, at time.Time) ([]int, error) {
 	before, logged := s.generationNow()
-	written, changes, err := commitRequests(db, reqs, at)
+	written, changes, err := putRequests(db, reqs, at)
 	if err != nil || !logged {
 		return written, err
 	}
@@ -333,7 +320,7 @@ func (s *Store) commitRequests(db *sqlite.DB, reqs []*writeRequest, at time.Time
 			// would without the log.
 			s.changes.Close()
 		} else if own != nil {
-			s.cache.logged(own)
+			s.cache.Logged(own)
 		}
 	}
 	return written, nil
@@ -352,7 +339,9 @@ func (s *Store) generationNow() (g generation, ok bool) {
 	return h.generation(), true
 }
 
-func commitRequests(db *sqlite.DB, reqs []*writeRequest, at time.Time) ([]int, *changelog.Entry, error) {
+// putRequests writes reqs in one transaction dated at and returns how
+// many rows of each it wrote, and the changes for the change log.
+func putRequests(db *sqlite.DB, reqs []*writeRequest, at time.Time) ([]int, *changelog.Entry, error) {
 	written := make([]int, len(reqs))
 	stamp := identity.NowISO(at)
 	var changes *changelog.Entry

@@ -1,0 +1,440 @@
+// Package sqlitefile is TiraStore's shared-file backend: one SQLite file on
+// a cluster filesystem (Lustre, GPFS, NFS), used by many processes on many
+// nodes, every use of it serialized by the hard-link lock (core/lock), as
+// in the original library, so that old Python workers and this engine can
+// share one database during a migration.
+//
+// Its speed-up layers are invisible above the storage interface
+// (docs/design.md draws them as one pipeline):
+//   - conn.go: one SQLite connection kept across operations, used only
+//     under the lock;
+//   - cache.go: repeated lookups answered without the lock while a header
+//     read proves the database unchanged;
+//   - local.go: the node-local files (node queue, spool, change log) in
+//     this user's private directory on the node (core/nodelocal);
+//   - group.go: writes of one node's processes committed together;
+//   - fence.go of core/sqlite: a stalled holder's writes refused once its
+//     lock may have been broken.
+package sqlitefile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tirastore/tirastore/core/apierr"
+	"github.com/tirastore/tirastore/core/changelog"
+	"github.com/tirastore/tirastore/core/failpoint"
+	"github.com/tirastore/tirastore/core/lock"
+	"github.com/tirastore/tirastore/core/spool"
+	"github.com/tirastore/tirastore/core/sqlite"
+	"github.com/tirastore/tirastore/core/storage"
+)
+
+// Store is an open shared SQLite file (a storage.Backend). It is safe for
+// concurrent use by many goroutines; the hard-link lock serializes them
+// with every other process using the same file.
+type Store struct {
+	path     string
+	lockPath string
+	cfg      storage.Config
+	lk       *lock.Lock
+	// fence refuses the connections' writes once the lock's lease is in
+	// doubt (core/sqlite: Fencing); nil only in the negative control of
+	// the stall tests. fenceErr is why the last renewal failed.
+	fence    *sqlite.Fence
+	fenceErr atomic.Pointer[error]
+
+	// madeDir: Open created the database's directory (dirmode.go);
+	// dirNotice says why other users cannot use a database created in an
+	// existing directory ("" if they can).
+	madeDir   bool
+	dirNotice string
+
+	// fresh: open a new connection for every operation (see conn.go).
+	fresh bool
+	// conn is the kept connection; used and replaced only under the lock.
+	conn  *conn
+	cache resultCache
+
+	// spool hands writes over between this node's processes (group.go);
+	// nil when unused.
+	spoolOnce sync.Once
+	spool     *spool.Spool
+
+	// changes logs this store's commits and changeReader follows the
+	// node's (cache.go); both nil when the cache is not used or
+	// TIRASTORE_CHANGE_LOG=0. changeHold marks the log used while the
+	// store is open.
+	changes      *changelog.Writer
+	changeReader *changelog.Reader
+	changeHold   *changelog.Holder
+	// local: the node-local directory, the hold on the node queue, and
+	// the notices about those files (local.go).
+	local localFiles
+
+	mu     sync.RWMutex // held shared by operations, exclusively by Close
+	closed bool
+}
+
+var _ storage.Backend = (*Store)(nil)
+
+// Open opens the database file at path (absolute), creating it and its
+// directory when they do not exist, with cfg.NewMeta in a new db_meta.
+func Open(ctx context.Context, path string, cfg storage.Config) (*Store, *storage.Opened, error) {
+	lockPath, err := lock.PathFor(path)
+	if err != nil {
+		return nil, nil, apierr.Wrap(apierr.KindOS, err, "cannot derive the lock path of %s: %v", path, err)
+	}
+	s := &Store{path: path, lockPath: lockPath, cfg: cfg}
+	lopts := lock.Options{
+		StaleTimeout: cfg.StaleLockTimeout,
+		Timeout:      cfg.LockTimeout,
+		Hostname:     cfg.Hostname,
+	}
+	// The negative controls run without a fence: fence-disabled, and
+	// lock-disabled (no lock at all, so nothing a fence could confirm).
+	if !failpoint.Enabled(failpoint.FenceDisabled) && !failpoint.Enabled(failpoint.LockDisabled) {
+		s.fence = sqlite.NewFence(s.renewLease)
+		lopts.Fence = s.fence
+	}
+	s.lk = lock.New(lockPath, lopts)
+	// The lock's claim file lives beside the database, so the directory
+	// must exist before the lock can be taken.
+	dir := filepath.Dir(path)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o777); err != nil {
+			s.lk.Close()
+			s.freeFence()
+			return nil, nil, s.classify(err, "create the database directory")
+		}
+		s.madeDir = true
+	}
+	s.fresh = freshConnections(dir)
+	s.openLocal() // the node queue, the spool, the change log (local.go)
+	meta, err := s.initOrValidate(ctx)
+	if err != nil {
+		s.dropConn()
+		s.closeLocal()
+		s.lk.Close()
+		s.freeFence()
+		return nil, nil, err
+	}
+	return s, &storage.Opened{Meta: meta, Notices: s.notices()}, nil
+}
+
+// Location is the database file's absolute path.
+func (s *Store) Location() string { return s.path }
+
+// LockPath is the hard-link lock's path (COMPAT: <db>.with_suffix(".db.lock")).
+func (s *Store) LockPath() string { return s.lockPath }
+
+// LockStats are the counters of this store's hard-link lock: Links per
+// Acquired is how many link() attempts an acquisition cost, i.e. how hard
+// waiting polled the shared filesystem's metadata server; Held per
+// Acquired is the mean time an operation kept everyone else waiting.
+func (s *Store) LockStats() lock.Stats { return s.lk.Stats() }
+
+// renewLease is the fence's renewal (a write found the lease over, after a
+// stall): it confirms the lock again, and keeps why it could not.
+func (s *Store) renewLease() bool {
+	err := s.lk.Confirm()
+	if err != nil {
+		s.fenceErr.Store(&err)
+	}
+	return err == nil
+}
+
+// freeFence releases the fence once no connection uses it.
+func (s *Store) freeFence() {
+	if s.fence != nil {
+		s.fence.Free()
+		s.fence = nil
+	}
+}
+
+// metaKeys are the db_meta rows Open reports (the API layer's CPU check).
+var metaKeys = []string{"cpu_model", "slurm_cpus"}
+
+// initOrValidate creates a missing database or checks the schema of an
+// existing one, under the lock, and reads its metadata.
+func (s *Store) initOrValidate(ctx context.Context) (meta map[string]string, err error) {
+	release, err := s.acquire(ctx, false, nil)
+	if err != nil {
+		return nil, s.classify(err, "open")
+	}
+	defer func() { err = s.release(release, "open", err) }()
+
+	created, err := s.createFile()
+	if err != nil {
+		return nil, s.classify(err, "create the database")
+	}
+	c, err := s.connect()
+	if err != nil {
+		return nil, s.classify(err, "open")
+	}
+	db := c.db
+	defer s.endOp(&err)
+
+	defer func() { err = s.fenced(err, "open") }()
+	ok, err := db.HasTables()
+	if err != nil {
+		return nil, s.classify(err, "open")
+	}
+	if !ok {
+		if !created && !emptyFile(s.path) {
+			return nil, apierr.New(apierr.KindDatabase, "%s is an SQLite database but not a TiraStore one (tables db_meta, programs, records missing)", s.path)
+		}
+		m := s.cfg.NewMeta
+		if err := db.Init(m["cpu_model"], m["slurm_cpus"], m["created_at"]); err != nil {
+			return nil, s.classify(err, "initialise the database")
+		}
+	} else if err = s.checkSchema(db); err != nil {
+		return nil, err
+	}
+	meta = map[string]string{}
+	for _, k := range metaKeys {
+		v, ok, err := db.Meta(k)
+		if err != nil {
+			return nil, s.classify(err, "read db_meta")
+		}
+		if ok {
+			meta[k] = v
+		}
+	}
+	return meta, nil
+}
+
+// createFile creates the database file with the original's mode 0666 when
+// it does not exist yet, and gives a directory Open created the mode 1777
+// (dirmode.go). The mode is set with fchmod because the process umask must
+// not be touched: it is shared with every thread of the host program.
+func (s *Store) createFile() (bool, error) {
+	f, err := os.OpenFile(s.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
+	if errors.Is(err, fs.ErrExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	if err := f.Chmod(0o666); err != nil {
+		return true, err
+	}
+	s.dirNotice = s.shareDir()
+	return true, nil
+}
+
+func emptyFile(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Size() == 0
+}
+
+func (s *Store) checkSchema(db *sqlite.DB) error {
+	v, ok, err := db.Meta("schema_version")
+	if err != nil {
+		return s.classify(err, "read db_meta")
+	}
+	want := fmt.Sprint(sqlite.SchemaVersion)
+	switch {
+	case !ok:
+		return apierr.New(apierr.KindDatabase, "%s has no schema_version in db_meta; it was not written by TiraStore", s.path)
+	case v == want:
+		return nil
+	case len(v) > len(want) || (len(v) == len(want) && v > want):
+		return apierr.New(apierr.KindDatabase, "%s has schema_version %s, newer than this library's %s: upgrade tirastore", s.path, v, want)
+	default:
+		return apierr.New(apierr.KindDatabase, "%s has schema_version %s; this library reads version %s only (the original's first format needs a migration)", s.path, v, want)
+	}
+}
+
+// Close marks the store closed; later calls fail with apierr.ErrClosed.
+// Calls in flight finish first. It closes the kept connection and removes
+// the lock's claim file. Closing twice is harmless.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closeLocked()
+}
+
+// CloseIfIdle is Close for exit handlers, which must never wait: it closes
+// the store unless an operation is in flight (say, in a thread that the
+// exiting program abandons) and reports whether it did.
+func (s *Store) CloseIfIdle() (bool, error) {
+	if !s.mu.TryLock() {
+		return false, nil
+	}
+	defer s.mu.Unlock()
+	return true, s.closeLocked()
+}
+
+func (s *Store) closeLocked() error {
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	s.dropConn()
+	s.closeLocal()
+	err := s.lk.Close()
+	s.freeFence()
+	return err
+}
+
+// withDB runs fn on the kept connection (see conn.go) while holding the
+// lock.
+func (s *Store) withDB(ctx context.Context, op string, fn func(db *sqlite.DB) error) error {
+	return s.locked(ctx, op, false, nil, fn)
+}
+
+// withWriteDB is withDB for an operation that writes: it queues for the
+// lock as a write (lock.AcquireWrite), behind reads.
+func (s *Store) withWriteDB(ctx context.Context, op string, fn func(db *sqlite.DB) error) error {
+	return s.locked(ctx, op, true, nil, fn)
+}
+
+// lockedHandover is withWriteDB for a write that can be handed over to
+// another process of this node (h, see group.go): it returns
+// lock.ErrHandedOver, as such, when that process did it.
+func (s *Store) lockedHandover(ctx context.Context, op string, h lock.Handover, fn func(db *sqlite.DB) error) error {
+	return s.locked(ctx, op, true, h, fn)
+}
+
+func (s *Store) locked(ctx context.Context, op string, write bool, h lock.Handover, fn func(db *sqlite.DB) error) (err error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return apierr.ErrClosed
+	}
+	release, err := s.acquire(ctx, write, h)
+	if errors.Is(err, lock.ErrHandedOver) {
+		return err
+	}
+	if err != nil {
+		return s.classify(err, op)
+	}
+	defer func() { err = s.release(release, op, err) }()
+	c, err := s.connect()
+	if err != nil {
+		return s.classify(err, op)
+	}
+	failpoint.Inject(failpoint.DBOpened)
+	defer s.endOp(&err)
+	return s.fenced(s.classify(fn(c.db), op), op)
+}
+
+// fenced turns the outcome of an operation whose writes the fence refused
+// into the lost-lock error (see core/sqlite: Fencing): its transaction did
+// not commit. endOp then discards the connection without a rollback of its
+// own (the fence stays lost until the lock is released, so none can be
+// written), and the next holder rolls the hot journal back.
+func (s *Store) fenced(err error, op string) error {
+	if s.fence == nil || !s.fence.Lost() {
+		return err
+	}
+	var cause error = lock.ErrLockLost
+	if p := s.fenceErr.Swap(nil); p != nil {
+		cause = *p
+	}
+	if err == nil {
+		// Found lost by the heartbeat during a call that wrote nothing.
+		return apierr.Wrap(apierr.KindLockLost, cause, "%s: %s: %v; another process may have used the database "+
+			"at the same time as this call", s.path, op, cause)
+	}
+	return apierr.Wrap(apierr.KindLockLost, cause, "%s: %s failed: %v; this call's writes were refused and its "+
+		"transaction was not committed (the next holder of the lock rolls it back)", s.path, op, cause)
+}
+
+// release gives the lock back after an operation that ended with err, and
+// reports a lock found lost meanwhile (lock.LostError): it was broken
+// while this process held it, so the operation may not have been alone on
+// the database; the caches and the connection are dropped.
+func (s *Store) release(release func() error, op string, err error) error {
+	rerr := release()
+	if !errors.Is(rerr, lock.ErrLockLost) {
+		return err
+	}
+	s.dropConn()
+	s.cache.forgetAll()
+	switch {
+	case apierr.KindOf(err) == apierr.KindLockLost:
+		return err
+	case err != nil:
+		return apierr.Wrap(apierr.KindLockLost, rerr, "%s: %s failed: %v; and %v", s.path, op, err, rerr)
+	}
+	return apierr.Wrap(apierr.KindLockLost, rerr, "%s: %s: %v; another process may have used the database "+
+		"at the same time as this call (its writes, if any, were committed)", s.path, op, rerr)
+}
+
+// endOp ends an operation under the lock: the cache learns the generation
+// the operation left behind (cache.End), and a connection that failed for
+// any reason other than the caller's input is closed, so that the next
+// operation starts from a new one. With fresh connections it is closed in
+// any case.
+func (s *Store) endOp(errp *error) {
+	if *errp == nil {
+		s.cache.End()
+	}
+	if k := apierr.KindOf(*errp); s.fresh || (*errp != nil && k != apierr.KindValue && k != apierr.KindType) {
+		s.dropConn()
+	}
+	failpoint.Inject(failpoint.BeforeRelease)
+}
+
+// acquire takes the hard-link lock, as a write if write, and returns its
+// release. Only a failpoint build can switch the lock off, for the negative
+// controls of the concurrency tests.
+func (s *Store) acquire(ctx context.Context, write bool, h lock.Handover) (release func() error, err error) {
+	if failpoint.Enabled(failpoint.LockDisabled) {
+		return func() error { return nil }, nil
+	}
+	if s.cfg.Interruptible != nil {
+		var stop func()
+		ctx, stop = s.cfg.Interruptible(ctx)
+		defer stop()
+	}
+	take := s.lk.Acquire
+	switch {
+	case h != nil:
+		take = func(ctx context.Context) error { return s.lk.AcquireWriteHandover(ctx, h) }
+	case write:
+		take = s.lk.AcquireWrite
+	}
+	if err := take(ctx); err != nil {
+		return nil, err
+	}
+	failpoint.Inject(failpoint.LockAcquired)
+	return s.lk.Release, nil
+}
+
+// classify turns any error from the layers below into an *apierr.Error
+// whose message names the database file and the failed operation.
+func (s *Store) classify(err error, op string) error {
+	if err == nil {
+		return nil
+	}
+	var e *apierr.Error
+	if errors.As(err, &e) {
+		return e
+	}
+	var te *lock.TimeoutError
+	switch {
+	case errors.As(err, &te):
+		return apierr.Wrap(apierr.KindTimeout, err, "%s: %v", s.path, err)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return apierr.Wrap(apierr.KindInterrupted, err, "%s: %s interrupted while waiting for the lock", s.path, op)
+	case sqlite.IsNotDatabase(err):
+		return apierr.Wrap(apierr.KindDatabase, err, "%s: cannot %s: %v", s.path, op, err)
+	}
+	if k, ok := apierr.OSKind(err); ok {
+		return apierr.Wrap(k, err, "cannot %s %s: %v", op, s.path, err)
+	}
+	if sqlite.IsSQLiteError(err) {
+		return apierr.Wrap(apierr.KindOperational, err, "%s: cannot %s: %v", s.path, op, err)
+	}
+	return apierr.Wrap(apierr.KindInternal, err, "%s: %s: %v", s.path, op, err)
+}

@@ -1,0 +1,50 @@
+package sqlitefile
+
+import (
+	"maps"
+	"os"
+
+	"github.com/tirastore/tirastore/core/storage"
+)
+
+// Hooks for the package's external tests, which open stores through core.
+
+// PrefetchLimit and QuietBeforePrefetch are the cache's bounds.
+const (
+	PrefetchLimit       = prefetchLimit
+	QuietBeforePrefetch = quietBeforePrefetch
+)
+
+// SetPrefetchMaxPages sets the prefetch bound (0: leave it) and returns a
+// function that restores the old one.
+func SetPrefetchMaxPages(n uint32) (restore func()) {
+	old := prefetchMaxPages
+	if n != 0 {
+		prefetchMaxPages = n
+	}
+	return func() { prefetchMaxPages = old }
+}
+
+// HeaderPages is the database size the header of the file at path records.
+func HeaderPages(path string) (uint32, bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, false, err
+	}
+	defer f.Close()
+	h, err := readHeader(f)
+	if err != nil {
+		return 0, false, err
+	}
+	n, ok := h.generation().pages()
+	return n, ok, nil
+}
+
+// CachedPrograms are the programs b's cache holds complete, and those it
+// found too big to load.
+func CachedPrograms(b storage.Backend) (complete, tooBig map[string]bool) {
+	s := b.(*Store)
+	s.cache.mu.Lock()
+	defer s.cache.mu.Unlock()
+	return maps.Clone(s.cache.complete), maps.Clone(s.cache.tooBig)
+}

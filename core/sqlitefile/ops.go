@@ -1,0 +1,163 @@
+package sqlitefile
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/tirastore/tirastore/core/sqlite"
+	"github.com/tirastore/tirastore/core/storage"
+)
+
+// The storage.Backend operations. Each runs under the hard-link lock on
+// the kept connection (backend.go: locked), except the lookups the result
+// cache can prove current (cache.go).
+
+// Lookup returns the record of key, from the cache when it is provably
+// current, else under the lock (see resultCache.Load).
+func (s *Store) Lookup(ctx context.Context, progHash, key string) (*storage.Record, error) {
+	if rec, ok := s.cached(progHash, key); ok {
+		return rec, nil
+	}
+	var rec *storage.Record
+	err := s.withDB(ctx, "lookup", func(db *sqlite.DB) (err error) {
+		rec, err = s.cache.Load(db, progHash, key, s.lk.WritesWaiting)
+		return err
+	})
+	return rec, err
+}
+
+// cached is the lock-free path of the lookups.
+func (s *Store) cached(progHash, key string) (*storage.Record, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, false // the locked path reports it
+	}
+	return s.cache.Get(progHash, key)
+}
+
+// LookupMany looks the keys up under one acquisition of the lock and in
+// one read transaction, except those the cache answers.
+func (s *Store) LookupMany(ctx context.Context, progHash string, keys []string) ([]*storage.Record, error) {
+	recs := make([]*storage.Record, len(keys))
+	var missing []int
+	for i, k := range keys {
+		if rec, ok := s.cached(progHash, k); ok {
+			recs[i] = rec
+		} else {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) == 0 {
+		return recs, nil
+	}
+	err := s.withDB(ctx, "lookup_many", func(db *sqlite.DB) error {
+		return s.cache.LoadMany(db, keys, missing, recs)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return recs, nil
+}
+
+// Contains reports whether a record row has key. Only a cached record
+// answers without the lock: the cache holds joined reads, and a record
+// whose program row is missing exists for contains (no join, as in the
+// original) but not for lookup.
+func (s *Store) Contains(ctx context.Context, progHash, key string) (bool, error) {
+	if rec, ok := s.cached(progHash, key); ok && rec != nil {
+		return true, nil
+	}
+	var found bool
+	err := s.withDB(ctx, "contains", func(db *sqlite.DB) (err error) {
+		found, err = db.Contains(key)
+		return err
+	})
+	return found, err
+}
+
+// Write commits w, handed over to another writer of this node when one is
+// ahead (group.go).
+func (s *Store) Write(ctx context.Context, w *storage.Write) (int, error) {
+	return s.writeRecords(ctx, &writeRequest{Write: *w})
+}
+
+// View runs fn under the lock: nobody else writes meanwhile, so its reads
+// are consistent without a transaction of their own.
+func (s *Store) View(ctx context.Context, op string, fn func(storage.Reader) error) error {
+	return s.withDB(ctx, op, func(db *sqlite.DB) error { return fn(reader{db}) })
+}
+
+// Update runs fn in one transaction under the lock, queued as a write.
+func (s *Store) Update(ctx context.Context, op string, fn func(storage.Writer) error) error {
+	return s.withWriteDB(ctx, op, func(db *sqlite.DB) error {
+		return db.Tx(func(tx *sqlite.Tx) error { return fn(writer{reader{db}, tx}) })
+	})
+}
+
+// EachProgram reads every program with its results under the lock.
+func (s *Store) EachProgram(ctx context.Context, fn func(storage.Program, []storage.ScheduleResult) error) error {
+	return s.withDB(ctx, "export", func(db *sqlite.DB) error {
+		all, err := db.AllPrograms()
+		if err != nil {
+			return err
+		}
+		for _, p := range all {
+			rs, err := db.ProgramResults(p.Hash)
+			if err != nil {
+				return err
+			}
+			if err := fn(p, rs); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Backup copies the database into the new file path under the lock (VACUUM
+// INTO), so that the copy never holds half a transaction.
+func (s *Store) Backup(ctx context.Context, path string) error {
+	return s.withDB(ctx, "back up", func(db *sqlite.DB) error {
+		if err := db.VacuumInto(path); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		return nil
+	})
+}
+
+// reader is a View's storage.Reader: the connection's reads.
+type reader struct{ *sqlite.DB }
+
+// EachRecordOf streams a program's joined records.
+func (r reader) EachRecordOf(programHash string, fn func(*storage.Record) error) error {
+	recs, err := r.RecordsByProgram(programHash)
+	if err != nil {
+		return err
+	}
+	for _, rec := range recs {
+		if err := fn(rec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writer is an Update's storage.Writer: the reads, and the transaction's
+// writes.
+type writer struct {
+	reader
+	tx *sqlite.Tx
+}
+
+// PutRecord writes r in the transaction.
+func (w writer) PutRecord(r *storage.Record, overwrite bool) (bool, error) {
+	ok, err := w.tx.PutRecord(r, overwrite)
+	if sqlite.IsConstraint(err) {
+		return false, fmt.Errorf("%w (%v)", storage.ErrNoProgram, err)
+	}
+	return ok, err
+}
+
+// DeleteRecord deletes key in the transaction.
+func (w writer) DeleteRecord(key string) (bool, error) { return w.tx.DeleteRecord(key) }
