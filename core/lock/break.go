@@ -72,7 +72,7 @@ func (l *Lock) judge(h *Holder, unchanged time.Duration, wall time.Time) verdict
 	return verdictLive
 }
 
-// isStale is the staleness rule (see "Staleness" in the package doc):
+// isStale is the staleness rule (see "Staleness" in docs/lock-protocol.md):
 //
 //   - a record unchanged for StaleTimeout, as measured on this node's
 //     monotonic clock, is stale, whatever its timestamp says;
@@ -164,10 +164,10 @@ func ProcessGone(pid int, pidNS, startTime uint64) bool {
 	return processGone(pid, startTime)
 }
 
-// breakLock (step 4) removes the lock file if, and only if, it is still
-// the file judged breakable: same inode, same size, mtime and content. It
-// reports whether the lock path is now free (removed by us or by anyone),
-// i.e. whether retrying at once makes sense.
+// breakLock (Acquire step 4 in docs/lock-protocol.md) removes the lock file
+// if, and only if, it is still the file judged breakable: same inode, same
+// size, mtime and content. It reports whether the lock path is now free
+// (removed by us or by anyone), i.e. whether retrying at once makes sense.
 //
 // Breakers are serialized by the break lock (takeBreakLock): of several
 // waiters that judged the same abandoned lock, one moves it while the
@@ -176,7 +176,8 @@ func ProcessGone(pid int, pidNS, startTime uint64) bool {
 // re-check and its rename (another breaker removed the judged lock and a
 // newcomer took the free path) moves the newcomer's live lock; the put-back
 // then loses the lock path to yet another newcomer often enough that the
-// torture run caught two processes inside the lock (see "Breaking a lock").
+// torture run caught two processes inside the lock (see "Breaking a lock"
+// in docs/lock-protocol.md).
 func (l *Lock) breakLock(judged lockState) bool {
 	callHook(testHookBeforeCheck, l)
 	// Cheap re-check: most races are lost here, without taking anything.
@@ -211,7 +212,7 @@ func (l *Lock) breakLock(judged lockState) bool {
 // directory entry atomically, then checked under its private name, and
 // only then unlinked. A moved file that is not the judged one (a fresh lock
 // that replaced it, or the judged lock rewritten by a heartbeat) is linked
-// back to path. See "Breaking a lock" in the package doc.
+// back to path. See "Breaking a lock" in docs/lock-protocol.md.
 func (l *Lock) moveAsideIfJudged(path string, judged lockState) bool {
 	cur, err := lstatStamp(path)
 	if err != nil {
@@ -361,7 +362,7 @@ func movedIsJudged(aside string, judged lockState) bool {
 // not replace an existing name, so if a newcomer has taken the free lock
 // path meanwhile, the newcomer keeps it and the displaced holder will get
 // ErrLockLost from Release: this is the one way a Go breaker can still cost
-// a live holder its lock (see "Remaining holes").
+// a live holder its lock (see "Remaining holes" in docs/lock-protocol.md).
 func (l *Lock) putBack(aside, path string) {
 	l.stats.putBacks.Add(1)
 	if err := os.Link(aside, path); err != nil {

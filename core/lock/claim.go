@@ -33,8 +33,8 @@ type record struct {
 // same width in every rewrite until the year 2286: the bytes of all other
 // keys then stay at the same offsets, and a reader that races a heartbeat
 // and sees a mix of two versions still reads the unchanging keys exactly
-// (see Heartbeat in the package doc). Keys that could not be determined are
-// left out.
+// (see "Torn reads" in docs/lock-protocol.md). Keys that could not be
+// determined are left out.
 func (r *record) encode(ts float64, beats uint64) ([]byte, error) {
 	host, err := pyjson.Marshal(r.hostname, pyjson.Default)
 	if err != nil {
@@ -166,10 +166,11 @@ func newClaim(dir string, rec *record, flushEvery time.Duration) (*claim, error)
 	return nil, fmt.Errorf("lock: create claim in %s: no free name after %d tries", dir, claimTries)
 }
 
-// write (step 1) stores the holder record with a fresh timestamp, so that
-// the lock starts with the moment it was taken. It runs before every link
-// attempt, while the claim is not the lock and nobody reads it: one pwrite
-// of the fixed-size record at offset 0, no open, no truncate.
+// write (Acquire step 1 in docs/lock-protocol.md) stores the holder record
+// with a fresh timestamp, so that the lock starts with the moment it was
+// taken. It runs before every link attempt, while the claim is not the lock
+// and nobody reads it: one pwrite of the fixed-size record at offset 0, no
+// open, no truncate.
 //
 // fsync only when the last one is older than flushEvery (the heartbeat
 // interval). Local filesystems and Lustre show other nodes the new bytes at
@@ -234,9 +235,10 @@ func (c *claim) gone() bool {
 	return err != nil || id != c.id
 }
 
-// tryLink (step 2) makes the claim the lock (or, for takeBreakLock, the
-// break lock). A link count of 2 after a failure means the link was made
-// anyway (lost NFS reply, retransmitted request answered EEXIST).
+// tryLink (Acquire step 2 in docs/lock-protocol.md) makes the claim the
+// lock (or, for takeBreakLock, the break lock). A link count of 2 after a
+// failure means the link was made anyway (lost NFS reply, retransmitted
+// request answered EEXIST).
 func tryLink(c *claim, lockPath string) (held bool, err error) {
 	err = os.Link(c.path, lockPath)
 	if err == nil {

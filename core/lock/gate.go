@@ -167,17 +167,18 @@ func openGate(lockPath string) *gate {
 // A POSIX lock hands nothing over: its release wakes every process blocked
 // on it, and whichever runs first takes it. Waiters that all block on one
 // byte are therefore served in random order, and with 25 of them a waiter's
-// 99th-percentile wait is some 110 turns of others (32 processes here made
-// a lookup's p99 wait 30 ms, while 25 holds of 0.1 ms are 2.5 ms). So every
-// waiter blocks on a byte of its own predecessor (the CLH queue lock): it
-// draws a ticket t from a counter in the file, locks slot byte t, and waits
-// for slot byte t-1, which its predecessor holds until it releases the
-// gate. Exactly one process waits on each byte, so each release wakes
-// exactly the next in line. A process that dies releases its slot, which
-// lets its successor through as a release would; a wait abandoned on
-// timeout keeps the slot until the predecessor's turn has passed, then
-// gives both up, so the line stays in order. The counters are read and
-// incremented under ticketByte, held for microseconds.
+// 99th-percentile wait is some 110 turns of others, where a first-come,
+// first-served line makes it wait at most 24 (what that cost a lookup under
+// `make bench` is in tests/bench/README.md, "Figures cited by the code").
+// So every waiter blocks on a byte of its own predecessor (the CLH queue
+// lock): it draws a ticket t from a counter in the file, locks slot byte t,
+// and waits for slot byte t-1, which its predecessor holds until it
+// releases the gate. Exactly one process waits on each byte, so each
+// release wakes exactly the next in line. A process that dies releases its
+// slot, which lets its successor through as a release would; a wait
+// abandoned on timeout keeps the slot until the predecessor's turn has
+// passed, then gives both up, so the line stays in order. The counters are
+// read and incremented under ticketByte, held for microseconds.
 //
 // Slots wrap around after nSlots tickets, far more than processes on a
 // node; a slot still held when its number comes round again (nSlots
@@ -211,15 +212,16 @@ func (ln line) all(typ int16) *unix.Flock_t {
 // # The writers' lane
 //
 // A write holds the lock several times longer than a read (its commit
-// waits for four fsyncs: about 1.6 ms against 0.2 ms with 32 processes on
-// one node here), and in a plain FIFO a read waits for every write queued
-// ahead of it: that made a lookup's p99 wait at 32 processes about 100 ms.
-// So a write first waits in a line of its own, the lane, and keeps its
-// place at the lane's head until it releases the lock: at most one write
-// is in the queue proper or at its head, and a read waits for at most that
-// one, besides the reads ahead of it. Writes wait for one another in the
-// lane instead. No operation starves: both lines are FIFO, and a write in
-// the queue is passed by nobody.
+// waits for four fsyncs, a read for none), and in a plain FIFO a read
+// waits for every write queued ahead of it: with dozens of processes on a
+// node, a lookup's p99 wait became several writes long (figures in
+// tests/bench/README.md, "Figures cited by the code"). So a write first
+// waits in a line of its own, the lane, and keeps its place at the lane's
+// head until it releases the lock: at most one write is in the queue proper
+// or at its head, and a read waits for at most that one, besides the reads
+// ahead of it. Writes wait for one another in the lane instead. No
+// operation starves: both lines are FIFO, and a write in the queue is
+// passed by nobody.
 //
 // # Reads first
 //
@@ -230,13 +232,13 @@ func (ln line) all(typ int16) *unix.Flock_t {
 // reads keep the queue busy, writes gather in the lane and are committed
 // together (group commit, core/spool), one transaction and one set of
 // fsyncs for all, and the database changes less often, so readers' caches
-// (SQLite's pages, the store's entries) stay valid longer. At 32 processes
-// here this raised throughput from 2,450-2,830 to 2,880-4,180 operations
-// per second and brought lookups' p99 from 16-31 ms down to 9.5-13.7 ms;
-// records then take up to about 70-90 ms. A write at the head of the lane
-// may also find that another process has done it meanwhile: it then
-// leaves without entering the queue. `make bench` shows what writes pay
-// (throughput section: "all p99" and "worst op").
+// (SQLite's pages, the store's entries) stay valid longer. Under load this
+// raised throughput and lowered lookups' p99, while records wait longer
+// (the figures of the change are in tests/bench/README.md, "Figures cited
+// by the code"). A write at the head of the lane may also find that another
+// process has done it meanwhile: it then leaves without entering the queue.
+// `make bench` shows what writes pay (throughput section: "all p99" and
+// "worst op").
 
 // byteLock is a write lock (typ F_WRLCK) or an unlock (F_UNLCK) of one byte.
 func byteLock(typ int16, at int64) *unix.Flock_t {

@@ -236,7 +236,8 @@ func blockedBytes(t *testing.T, path string) []string {
 // their order of arrival, because each waits on a byte of its own (its
 // predecessor's slot), so that a release wakes exactly the next one. (With
 // every waiter blocked on one byte, a release woke them all and the first
-// to run went first: a lookup's p99 wait at 32 processes was 30 ms.)
+// to run went first, which made a lookup's p99 wait many holds long: see
+// tests/bench/README.md, "Figures cited by the code".)
 func TestGateFIFO(t *testing.T) {
 	path, _ := newTestLock(t)
 	holder := gateHolder(t, path)

@@ -47,9 +47,10 @@ type lockState struct {
 	sum [sha256.Size]byte
 }
 
-// readHolder (step 3) also returns the state of the inode the record was
-// read from, so that the waiter can tell how long it has stayed unchanged
-// and breakLock can make sure it removes that very file.
+// readHolder (Acquire step 3 in docs/lock-protocol.md) also returns the
+// state of the inode the record was read from, so that the waiter can tell
+// how long it has stayed unchanged and breakLock can make sure it removes
+// that very file.
 func readHolder(lockPath string) (*Holder, lockState, error) {
 	f, err := os.Open(lockPath)
 	if err != nil {

@@ -7,7 +7,7 @@
 // this engine, so the behaviour follows the original's regular expressions
 // exactly, including their Unicode-aware \s, \d and \w (CPython 3.11,
 // Unicode 14; see gen_tables.py) and their quirks. The contract is
-// /work/shared/COMPAT.md, sections "Whitespace", "Program normalization and
+// docs/COMPAT.md, sections "Whitespace", "Program normalization and
 // hash" and "Schedule normalization and validation".
 //
 // Strings are UTF-8. Bytes that are not valid UTF-8 (which a Python str cannot

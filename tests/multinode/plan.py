@@ -1,7 +1,7 @@
 """The record plan of the multi-node test, shared by the worker, the verifier
 and the harnesses (torture.py, the pytest files).
 
-Everything here is plain stdlib Python written from /work/shared/COMPAT.md,
+Everything here is plain stdlib Python written from docs/COMPAT.md,
 never a call into the library under test, so the verifier can judge the
 library with it: the record keys and program hashes are recomputed here
 with hashlib/json.

@@ -1,6 +1,6 @@
 """Shared fixtures and independent oracles for the tirastore Python test suite.
 
-Everything in this file is written from /work/shared/COMPAT.md and the
+Everything in this file is written from docs/COMPAT.md and the
 original README: the oracles below use only Python's re/hashlib/json/sqlite3
 and never call into the library under test, so they can judge it.
 """

@@ -2,7 +2,7 @@
 processes using this library write one database at the same time.
 
 The original-protocol writer below is written in this file from
-/work/shared/COMPAT.md (stdlib only, nothing imported from the original or
+docs/COMPAT.md (stdlib only, nothing imported from the original or
 from the library): the hard-link lock (a claim file ``.lock_<host>_<pid>_...``
 holding the JSON {"hostname", "pid", "timestamp"}, link() to the lock path,
 exponential backoff with jitter, the stale rule, release = unlink the lock
