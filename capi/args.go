@@ -11,13 +11,57 @@ import (
 )
 
 // args is the decoded JSON object of one call, with typed getters whose
-// errors read like Python's ("lookup(): program_name must be str, not None").
+// errors read like Python's and name the method and the argument
+// ("TiraStore.lookup(): program_name must be str, not None").
 type args struct {
-	method string
+	method string // as messages name it: see displayName
 	obj    *pyjson.Object
 }
 
+// displayName is how error messages name a method: a store method as the
+// Python method it is ("TiraStore.lookup"), a utility as the module
+// function ("normalize_schedule"); tirastore_open's "TiraStore" (the
+// constructor) stays as it is.
+func displayName(method string) string {
+	if m, ok := methods[method]; ok && m.store {
+		return "TiraStore." + method
+	}
+	return method
+}
+
+// foreignKey marks a value the caller could not write as JSON: a binding
+// sends {"\u0000type": "<its type name>"} in its place (the Python package
+// does so for bytes, sets, complex numbers and any other object json cannot
+// encode). Such an object is no dict: pyTypeName reports the type it names,
+// so the getters' errors say which argument was wrong and what was given
+// ("TiraStore.lookup(): program_source_code must be str, not bytes"), which
+// only this layer can say, since only it knows what each argument must be.
+const foreignKey = "\x00type"
+
+// foreignType returns the type name of a foreignKey marker.
+func foreignType(o *pyjson.Object) (string, bool) {
+	if o.Len() != 1 {
+		return "", false
+	}
+	v, _ := o.Get(foreignKey)
+	name, ok := v.(string)
+	return name, ok
+}
+
+// dict is v as a JSON object, unless it is not one (or is a foreignKey marker).
+func dict(v any) (*pyjson.Object, bool) {
+	o, ok := v.(*pyjson.Object)
+	if !ok {
+		return nil, false
+	}
+	if _, foreign := foreignType(o); foreign {
+		return nil, false
+	}
+	return o, true
+}
+
 func parseArgs(method string, data []byte) (*args, error) {
+	method = displayName(method)
 	a := &args{method: method, obj: pyjson.NewObject()}
 	if len(data) == 0 {
 		return a, nil
@@ -26,7 +70,7 @@ func parseArgs(method string, data []byte) (*args, error) {
 	if err != nil {
 		return nil, misuse("%s(): arguments are not valid JSON: %v", method, err)
 	}
-	obj, ok := v.(*pyjson.Object)
+	obj, ok := dict(v)
 	if !ok {
 		return nil, misuse("%s(): arguments must be a JSON object, not %s", method, pyTypeName(v))
 	}
@@ -51,6 +95,9 @@ func pyTypeName(v any) string {
 	case []any:
 		return "list"
 	case *pyjson.Object:
+		if name, ok := foreignType(x); ok {
+			return name
+		}
 		return "dict"
 	}
 	return fmt.Sprintf("%T", v)
@@ -116,21 +163,22 @@ func (a *args) integer(name string, def int64) (int64, error) {
 	return i, nil
 }
 
-// seconds is a duration in (fractional) seconds; null gives def.
-func (a *args) seconds(name string, def time.Duration) (time.Duration, error) {
+// seconds is an optional duration in (fractional) seconds: nil when
+// absent or null (the engine's default; core/options.go).
+func (a *args) seconds(name string) (*time.Duration, error) {
 	v, ok := a.get(name)
 	if !ok || v == nil {
-		return def, nil
+		return nil, nil
 	}
 	n, ok := v.(pyjson.Number)
 	if !ok {
-		return 0, a.typeErr(name, "float", v)
+		return nil, a.typeErr(name, "float", v)
 	}
 	f, err := n.Float64()
-	if err != nil || !n.IsFinite() || f > 1e9 {
-		return 0, &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("%s(): %s must be a finite number of seconds, got %s", a.method, name, n)}
+	if err != nil || !n.IsFinite() || f > 1e9 || f < -1e9 {
+		return nil, &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("%s(): %s must be a finite number of seconds, got %s", a.method, name, n)}
 	}
-	return time.Duration(f * float64(time.Second)), nil
+	return core.Seconds(f), nil
 }
 
 // times is execution_times: null, or a list of numbers.
@@ -207,7 +255,7 @@ func (a *args) schedules(name string) ([]core.Measurement, error) {
 	}
 	out := make([]core.Measurement, len(list))
 	for i, x := range list {
-		obj, ok := x.(*pyjson.Object)
+		obj, ok := dict(x)
 		if !ok {
 			return nil, a.typeErr(fmt.Sprintf("%s[%d]", name, i), "dict", x)
 		}

@@ -1,7 +1,8 @@
 // Command capi is libtirastore.so: the C ABI of the TiraStore engine, built
 // with go build -buildmode=c-shared. It only converts: JSON in, the engine
 // call, JSON out. include/tirastore.h is generated from the //export
-// functions and status constants of this package (go run ./capi/genheader).
+// functions of this package and the error table of core/apierr (go run
+// ./capi/genheader).
 //
 // The public C symbols (tirastore_open, ...) are thin C functions in
 // forkguard.c that check, before entering Go, that the process is not a
@@ -15,6 +16,7 @@
 package main
 
 /*
+#cgo CFLAGS: -I${SRCDIR}/../include
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,65 +30,30 @@ import (
 	"runtime/debug"
 	"sync"
 	"syscall"
-	"time"
 	"unsafe"
 
 	"github.com/tirastore/tirastore/core"
+	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/pyjson"
 )
 
-// Status codes returned by every tirastore_* function. The generator copies
-// each constant with its C name (the "C:" tag) and comment into the header.
-const (
-	statusOK          = 0  // C: TIRASTORE_OK success; *out holds {"result": ...}
-	statusInternal    = 1  // C: TIRASTORE_ERR_INTERNAL a bug in the library (Python: RuntimeError)
-	statusValue       = 2  // C: TIRASTORE_ERR_VALUE a bad value: invalid schedule, NaN, NUL (ValueError)
-	statusType        = 3  // C: TIRASTORE_ERR_TYPE an argument of the wrong JSON type (TypeError)
-	statusPermission  = 4  // C: TIRASTORE_ERR_PERMISSION writes disabled, or EACCES/EROFS (PermissionError)
-	statusTimeout     = 5  // C: TIRASTORE_ERR_TIMEOUT the lock was not obtained in time (TimeoutError)
-	statusOS          = 6  // C: TIRASTORE_ERR_OS another filesystem error, e.g. ENOSPC (OSError)
-	statusNotFound    = 7  // C: TIRASTORE_ERR_NOT_FOUND a file that must exist does not (FileNotFoundError)
-	statusClosed      = 8  // C: TIRASTORE_ERR_CLOSED the store was closed (ValueError)
-	statusDatabase    = 9  // C: TIRASTORE_ERR_DATABASE not a database, corrupt, or newer schema (sqlite3.DatabaseError)
-	statusOperational = 10 // C: TIRASTORE_ERR_OPERATIONAL SQLite could not run a statement (sqlite3.OperationalError)
-	statusInterrupted = 11 // C: TIRASTORE_ERR_INTERRUPTED a lock wait was interrupted (KeyboardInterrupt)
-	statusHandle      = 12 // C: TIRASTORE_ERR_HANDLE unknown or already closed handle (ValueError)
-	statusMisuse      = 13 // C: TIRASTORE_ERR_MISUSE NULL pointer, invalid JSON, unknown method (ValueError)
-	statusForked      = 14 // C: TIRASTORE_ERR_FORKED called in a child of fork(): this copy's Go runtime is gone (RuntimeError)
-	statusLockLost    = 15 // C: TIRASTORE_ERR_LOCK_LOST the lock was broken while the call held it, after a stall (LockLostError)
-)
-
-var kindStatus = map[core.Kind]int{
-	core.KindInternal:    statusInternal,
-	core.KindValue:       statusValue,
-	core.KindType:        statusType,
-	core.KindPermission:  statusPermission,
-	core.KindTimeout:     statusTimeout,
-	core.KindOS:          statusOS,
-	core.KindNotFound:    statusNotFound,
-	core.KindClosed:      statusClosed,
-	core.KindDatabase:    statusDatabase,
-	core.KindOperational: statusOperational,
-	core.KindInterrupted: statusInterrupted,
-	core.KindLockLost:    statusLockLost,
-}
-
-// callError is an error detected by the C layer itself (bad pointers,
-// handles or JSON) rather than by the engine.
-type callError struct {
-	status int
-	msg    string
-}
-
-func (e *callError) Error() string { return e.msg }
+// Every status code and Python class of a reply comes from the one error
+// table, core/apierr (the header's TIRASTORE_ERR_* macros are generated from
+// it too); TIRASTORE_OK is 0. Errors that only this layer detects (bad
+// pointers, JSON or handles, a panic) are *apierr.Error values of the
+// kinds KindMisuse, KindHandle and KindInternal.
+const statusOK = 0
 
 func misuse(format string, a ...any) error {
-	return &callError{statusMisuse, fmt.Sprintf(format, a...)}
+	return apierr.New(apierr.KindMisuse, format, a...)
 }
 
 // handles maps the integers C holds to open stores. Handles are never
-// reused, so a stale or doubly-closed handle is reported, not confused with
-// a newer store.
+// reused (next only grows, and only a successful open takes a number), so a
+// stale or doubly-closed handle is reported, not confused with a newer
+// store; and every number from 1 to next that is not open is one that was
+// closed, which is how findHandle tells a closed handle from one this copy
+// of the library never gave out without keeping a list.
 var handles = struct {
 	sync.Mutex
 	next   uint64
@@ -100,7 +67,14 @@ func findHandle(h uint64, remove bool) (*core.Store, error) {
 	defer handles.Unlock()
 	st, ok := handles.stores[h]
 	if !ok {
-		return nil, &callError{statusHandle, fmt.Sprintf("unknown or closed TiraStore handle %d", h)}
+		if h != 0 && h <= handles.next {
+			// Closed: the engine's own message for a closed store, under the
+			// status the ABI documents for a closed handle.
+			return nil, apierr.Wrap(apierr.KindHandle, core.ErrClosed, "%s", core.ErrClosed.Message)
+		}
+		// Never given out here (0, or a number of another copy of the
+		// library, which may have been closed there).
+		return nil, apierr.New(apierr.KindHandle, "unknown or closed TiraStore handle %d", h)
 	}
 	if remove {
 		delete(handles.stores, h)
@@ -116,20 +90,15 @@ func reply(out **C.char, result any, err error) C.int {
 		doc := pyjson.NewObjectCap(1)
 		doc.Set("result", result)
 		if b, err = pyjson.Marshal(doc, pyjson.Compact); err != nil {
-			err = &core.Error{Kind: core.KindInternal, Message: "encode result: " + err.Error()}
+			err = apierr.New(apierr.KindInternal, "encode result: %v", err)
 		}
 	}
 	status := statusOK
 	if err != nil {
-		typ := "ValueError"
-		if e, ok := err.(*callError); ok {
-			status = e.status
-		} else {
-			k := core.KindOf(err)
-			status, typ = kindStatus[k], k.PythonName()
-		}
+		k := apierr.KindOf(err)
+		status = k.Status()
 		eo := pyjson.NewObject()
-		eo.Set("type", typ)
+		eo.Set("type", k.PythonName())
 		eo.Set("message", err.Error())
 		eo.Set("code", status)
 		var errno syscall.Errno
@@ -139,8 +108,10 @@ func reply(out **C.char, result any, err error) C.int {
 		doc := pyjson.NewObject()
 		doc.Set("error", eo)
 		if b, err = pyjson.Marshal(doc, pyjson.Compact); err != nil {
-			b = []byte(`{"error":{"type":"RuntimeError","message":"cannot encode the error reply","code":1}}`)
-			status = statusInternal
+			internal := apierr.KindInternal
+			status = internal.Status()
+			b = fmt.Appendf(nil, `{"error":{"type":%q,"message":"cannot encode the error reply","code":%d}}`,
+				internal.PythonName(), status)
 		}
 	}
 	if out != nil {
@@ -156,8 +127,8 @@ func reply(out **C.char, result any, err error) C.int {
 // a bug in the library.
 func guard(out **C.char, status *C.int) {
 	if r := recover(); r != nil {
-		*status = reply(out, nil, &core.Error{Kind: core.KindInternal,
-			Message: fmt.Sprintf("internal error (please report): %v\n%s", r, debug.Stack())})
+		*status = reply(out, nil, apierr.New(apierr.KindInternal,
+			"internal error (please report): %v\n%s", r, debug.Stack()))
 	}
 }
 
@@ -181,8 +152,8 @@ var openParams = []string{"source_project", "cpu_model", "slurm_cpus", "allow_cp
 // tirastore_open opens (creating if needed) the database at db_path.
 // options_json may be NULL or a JSON object with any of: source_project
 // (str), cpu_model (str|null), slurm_cpus (str|null), allow_cpu_mismatch
-// (bool), stale_lock_timeout (seconds), lock_timeout (seconds, null = 600,
-// negative = wait forever). On success *handle is set and *out (if out is
+// (bool), stale_lock_timeout (seconds > 0; null = 600), lock_timeout
+// (seconds; null = 600, 0 = try once, negative = wait forever). On success *handle is set and *out (if out is
 // not NULL) receives {"result": {"db_path", "lock_path", "source_project",
 // "writes_allowed", "warning", "notices"}}, notices being a list of
 // warnings about node-local files that failed their checks and about a
@@ -213,14 +184,11 @@ func tirastoreGo_open(db_path *C.char, options_json *C.char, handle *C.uint64_t,
 	if o.AllowCPUMismatch, err = a.boolean("allow_cpu_mismatch", false); err != nil {
 		return reply(out, nil, err)
 	}
-	if o.StaleLockTimeout, err = a.seconds("stale_lock_timeout", core.DefaultStaleLockTimeout); err != nil {
+	if o.StaleLockTimeout, err = a.seconds("stale_lock_timeout"); err != nil {
 		return reply(out, nil, err)
 	}
-	if o.LockTimeout, err = a.seconds("lock_timeout", core.DefaultLockTimeout); err != nil {
+	if o.LockTimeout, err = a.seconds("lock_timeout"); err != nil {
 		return reply(out, nil, err)
-	}
-	if o.LockTimeout == 0 {
-		o.LockTimeout = time.Nanosecond // an explicit 0 means "try once", not the engine's default
 	}
 	if err := a.check(openParams); err != nil {
 		return reply(out, nil, err)

@@ -12,8 +12,11 @@
 #include <string.h>
 
 #include "_cgo_export.h"
+#include "tirastore.h" // the status codes (generated from core/apierr); also checks these definitions
 
-enum { TIRASTORE_ERR_FORKED_ = 14 }; // statusForked in capi.go
+// The code as JSON text, spelled by the header's macro only.
+#define TIRASTORE_STR_(x) #x
+#define TIRASTORE_STR(x) TIRASTORE_STR_(x)
 
 static volatile int tirastore_forked;
 static const char *volatile tirastore_version_cache;
@@ -29,9 +32,9 @@ static int tirastore_forked_error(char **out) {
 		*out = strdup("{\"error\":{\"type\":\"RuntimeError\",\"message\":"
 			"\"libtirastore cannot be used in a child made by fork() after the library was loaded: "
 			"its Go runtime does not survive fork(). Use it in the parent, exec in the child, "
-			"or load a fresh copy of the library in the child.\",\"code\":14}}");
+			"or load a fresh copy of the library in the child.\",\"code\":" TIRASTORE_STR(TIRASTORE_ERR_FORKED) "}}");
 	}
-	return TIRASTORE_ERR_FORKED_;
+	return TIRASTORE_ERR_FORKED;
 }
 
 const char *tirastore_version(void) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/failpoint"
+	"github.com/tirastore/tirastore/core/tuning"
 )
 
 // Ctrl-C during a lock wait.
@@ -16,7 +17,7 @@ import (
 // A Python program blocked in a library call cannot run its SIGINT handler
 // until the call returns, so a wait for a contended lock would ignore
 // Ctrl-C until the lock timeout (600 s by default). While some call has been
-// waiting for the lock longer than armDelay, the library therefore catches
+// waiting for the lock longer than tuning.ArmDelay, the library therefore catches
 // SIGINT itself (os/signal in a c-shared library saves the host's handler
 // and Reset restores it). On SIGINT it cancels every wait in progress, each
 // of which returns TIRASTORE_ERR_INTERRUPTED with its claim file removed,
@@ -25,10 +26,6 @@ import (
 // runs the user's handler), a C program's default action ends it. An
 // ignored SIGINT (SIG_IGN, e.g. under nohup) stays ignored. Uncontended
 // operations never touch signal handling.
-
-// armDelay keeps the fast path free of signal handling: only a wait that
-// lasts this long installs the handler.
-const armDelay = 20 * time.Millisecond
 
 var interrupts struct {
 	sync.Mutex
@@ -47,7 +44,7 @@ type waiter struct {
 func interruptible(ctx context.Context) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	w := &waiter{cancel: cancel}
-	t := time.AfterFunc(armDelay, func() { arm(w) })
+	t := time.AfterFunc(tuning.ArmDelay, func() { arm(w) })
 	return ctx, func() {
 		t.Stop()
 		disarm(w)

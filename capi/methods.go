@@ -5,7 +5,9 @@ import (
 	"fmt"
 
 	"github.com/tirastore/tirastore/core"
+	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/keys"
+	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/schedule"
 )
 
@@ -62,6 +64,21 @@ var methods = map[string]method{
 			return nil, err
 		}
 		return keys.ProgramHash(s), nil
+	}},
+	// error_table is core/apierr.Table, one {"status", "name", "python",
+	// "doc"} object per row in status order: what a binding needs to map
+	// the "code" and "type" of an error reply without a table of its own.
+	"error_table": {false, noParams, func(_ context.Context, _ *core.Store, a *args) (any, error) {
+		rows := make([]any, len(apierr.Table))
+		for i, e := range apierr.Table {
+			row := pyjson.NewObjectCap(4)
+			row.Set("status", e.Status)
+			row.Set("name", e.CName)
+			row.Set("python", e.Python)
+			row.Set("doc", e.Doc)
+			rows[i] = row
+		}
+		return rows, nil
 	}},
 	"make_record_key": {false, []string{"program_hash", "tiralib_schedule_string"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {
 		h, err := a.str("program_hash")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tirastore/tirastore/core/storage"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,6 +14,8 @@ import (
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/pypath"
+	"github.com/tirastore/tirastore/core/schedule"
+	"github.com/tirastore/tirastore/core/storage"
 )
 
 // Put is the original's low-level insert/update by raw key (admin use). The
@@ -124,7 +125,7 @@ var exportFormats = map[string]bool{"json": true, "jsonl": true}
 // for byte as the original did, and returns the absolute path.
 func (s *Store) Export(ctx context.Context, path, format string) (string, error) {
 	if !exportFormats[format] {
-		return "", newError(KindValue, "fmt must be 'json' or 'jsonl', got %s", pyRepr(format))
+		return "", newError(KindValue, "fmt must be 'json' or 'jsonl', got %s", schedule.Repr(format))
 	}
 	if err := checkText("output_path", path); err != nil {
 		return "", err

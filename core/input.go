@@ -7,7 +7,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/tirastore/tirastore/core/pyjson"
-	"github.com/tirastore/tirastore/core/schedule"
 )
 
 // checkText rejects strings that the original could not have stored
@@ -87,7 +86,3 @@ func (m *Measurement) resultJSON() (string, error) {
 	b = append(b, "]}"...)
 	return string(b), nil
 }
-
-// pyRepr renders a string as Python's repr() would, for messages that the
-// original formatted with !r.
-func pyRepr(s string) string { return schedule.Repr(s) }

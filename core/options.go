@@ -3,10 +3,21 @@ package core
 import (
 	"context"
 	"time"
+
+	"github.com/tirastore/tirastore/core/storage"
 )
 
 // Options are the constructor parameters of the original TiraStore, plus the
 // lock wait limit. The zero value gives the original's defaults.
+//
+// The two timeouts mean the same from Go, C (tirastore_open's options) and
+// Python (TiraStore(...)); nil here is JSON null and Python's None:
+//
+//	                    nil / None / null   0                negative          positive
+//	StaleLockTimeout    600 s               ValueError       ValueError        seconds
+//	LockTimeout         600 s               try once         wait forever      seconds
+//
+// This file is the only place that knows the defaults.
 type Options struct {
 	// SourceProject is stored on every record this store writes.
 	SourceProject string
@@ -17,19 +28,26 @@ type Options struct {
 	SlurmCPUs string
 	// AllowCPUMismatch keeps writes enabled when the CPU check fails.
 	AllowCPUMismatch bool
-	// StaleLockTimeout is the age after which another holder's lock is
-	// considered abandoned and broken (default 600 s, as in the original).
-	StaleLockTimeout time.Duration
+	// StaleLockTimeout is how long a lock may stay unconfirmed before
+	// other processes count its holder as dead and break it (nil: 600 s,
+	// as in the original; it must be positive).
+	StaleLockTimeout *time.Duration
 	// LockTimeout bounds the wait for the lock; past it an operation fails
-	// with a timeout error naming the holder. 0 means 600 s; negative waits
-	// forever.
-	LockTimeout time.Duration
+	// with a timeout error naming the holder (nil: 600 s; 0: try once;
+	// negative: wait forever).
+	LockTimeout *time.Duration
 	// Interruptible, when set, wraps every wait for the lock: it returns a
 	// context that the host cancels when the user interrupts (Ctrl-C), and
 	// a stop function called when the wait ends. The C layer sets it so
 	// that a Python caller blocked on a contended lock gets
 	// KeyboardInterrupt instead of waiting out the lock timeout.
 	Interruptible func(ctx context.Context) (context.Context, func())
+}
+
+// Seconds is a convenience for the optional durations of Options.
+func Seconds(s float64) *time.Duration {
+	d := time.Duration(s * float64(time.Second))
+	return &d
 }
 
 // DefaultStaleLockTimeout and DefaultLockTimeout are the original's figures:
@@ -39,12 +57,22 @@ const (
 	DefaultLockTimeout      = 600 * time.Second
 )
 
-func (o Options) withDefaults() Options {
-	if o.StaleLockTimeout <= 0 {
-		o.StaleLockTimeout = DefaultStaleLockTimeout
+// lockConfig resolves the timeouts into what a backend gets, or says which
+// one is out of range.
+func (o Options) lockConfig() (stale, wait time.Duration, err error) {
+	stale, wait = DefaultStaleLockTimeout, DefaultLockTimeout
+	if o.StaleLockTimeout != nil {
+		if stale = *o.StaleLockTimeout; stale <= 0 {
+			return 0, 0, newError(KindValue, "stale_lock_timeout must be a positive number of seconds, got %g", stale.Seconds())
+		}
 	}
-	if o.LockTimeout == 0 {
-		o.LockTimeout = DefaultLockTimeout
+	if o.LockTimeout != nil {
+		switch wait = *o.LockTimeout; {
+		case wait == 0:
+			wait = storage.TryOnce
+		case wait < 0:
+			wait = storage.WaitForever
+		}
 	}
-	return o
+	return stale, wait, nil
 }

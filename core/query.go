@@ -8,7 +8,9 @@ import (
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/keys"
 	"github.com/tirastore/tirastore/core/pyjson"
+	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/storage"
+	"github.com/tirastore/tirastore/core/tuning"
 )
 
 // Result is a stored measurement as lookup returns it. IsLegal and
@@ -100,9 +102,6 @@ type programHashes struct {
 	m  map[string]string
 }
 
-// maxProgramHashes bounds programHashes; when full it starts over.
-const maxProgramHashes = 64
-
 var progHashes programHashes
 
 func (p *programHashes) hash(source string) string {
@@ -114,7 +113,7 @@ func (p *programHashes) hash(source string) string {
 	}
 	h = keys.ProgramHash(source)
 	p.mu.Lock()
-	if p.m == nil || len(p.m) >= maxProgramHashes {
+	if p.m == nil || len(p.m) >= tuning.MaxProgramHashes {
 		p.m = make(map[string]string)
 	}
 	p.m[source] = h
@@ -157,7 +156,7 @@ func checkProgramRef(programName, programHash, sched string) error {
 		return err
 	}
 	if !keys.IsProgramHash(programHash) {
-		return newError(KindValue, "program_hash must be 64 lowercase hexadecimal digits (the SHA-256 that make_program_hash returns), got %s", pyRepr(programHash))
+		return newError(KindValue, "program_hash must be 64 lowercase hexadecimal digits (the SHA-256 that make_program_hash returns), got %s", schedule.Repr(programHash))
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/lock"
 	"github.com/tirastore/tirastore/core/pypath"
+	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/sqlitefile"
 	"github.com/tirastore/tirastore/core/storage"
 )
@@ -48,7 +49,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if path == "" {
 		return nil, newError(KindValue, "db_path must not be empty")
 	}
-	opts = opts.withDefaults()
+	stale, wait, err := opts.lockConfig()
+	if err != nil {
+		return nil, err
+	}
 	s := &Store{
 		opts:          opts,
 		hostname:      identity.Hostname(),
@@ -64,8 +68,8 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		s.localSlurm = cpu.SlurmCPUs()
 	}
 	cfg := storage.Config{
-		StaleLockTimeout: opts.StaleLockTimeout,
-		LockTimeout:      opts.LockTimeout,
+		StaleLockTimeout: stale,
+		LockTimeout:      wait,
 		Hostname:         s.hostname,
 		Interruptible:    opts.Interruptible,
 		NewMeta: map[string]string{
@@ -88,7 +92,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 func openBackend(ctx context.Context, location string, cfg storage.Config) (storage.Backend, *storage.Opened, error) {
 	if scheme, _, ok := strings.Cut(location, "://"); ok && isURLScheme(scheme) {
 		return nil, nil, newError(KindValue, "db_path %s is a URL (%s://); this version of TiraStore stores "+
-			"only in SQLite files: give a file path", pyRepr(location), scheme)
+			"only in SQLite files: give a file path", schedule.Repr(location), scheme)
 	}
 	abs, err := pypath.Resolve(location)
 	if err != nil {
@@ -119,10 +123,10 @@ func (s *Store) checkCPU(meta map[string]string) {
 	dbCPU, dbSlurm := meta["cpu_model"], meta["slurm_cpus"]
 	var parts []string
 	if dbCPU != "" && dbCPU != s.localCPU {
-		parts = append(parts, fmt.Sprintf("  CPU model: DB=%s  local=%s", pyRepr(dbCPU), pyRepr(s.localCPU)))
+		parts = append(parts, fmt.Sprintf("  CPU model: DB=%s  local=%s", schedule.Repr(dbCPU), schedule.Repr(s.localCPU)))
 	}
 	if dbSlurm != "" && dbSlurm != "N/A" && dbSlurm != s.localSlurm {
-		parts = append(parts, fmt.Sprintf("  SLURM_CPUS_PER_TASK: DB=%s  local=%s", pyRepr(dbSlurm), pyRepr(s.localSlurm)))
+		parts = append(parts, fmt.Sprintf("  SLURM_CPUS_PER_TASK: DB=%s  local=%s", schedule.Repr(dbSlurm), schedule.Repr(s.localSlurm)))
 	}
 	if len(parts) > 0 && !s.opts.AllowCPUMismatch {
 		s.writesAllowed = false

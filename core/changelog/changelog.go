@@ -38,7 +38,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/tirastore/tirastore/core/storage"
 	"hash/crc32"
 	"io"
 	"math/rand/v2"
@@ -47,6 +46,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tirastore/tirastore/core/nodelocal"
+	"github.com/tirastore/tirastore/core/storage"
 )
 
 // GenerationSize is the length of a database generation (see Entry).

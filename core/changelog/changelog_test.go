@@ -1,7 +1,6 @@
 package changelog
 
 import (
-	"github.com/tirastore/tirastore/core/storage"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/nodelocal"
+	"github.com/tirastore/tirastore/core/storage"
 )
 
 func entry(n byte, keys ...string) *Entry {

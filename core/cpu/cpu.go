@@ -15,7 +15,6 @@ package cpu
 
 import (
 	"context"
-	"github.com/tirastore/tirastore/core/environ"
 	"os"
 	"os/exec"
 	"strings"
@@ -24,6 +23,8 @@ import (
 	"unicode"
 
 	"github.com/klauspost/cpuid/v2"
+
+	"github.com/tirastore/tirastore/core/environ"
 )
 
 // Unknown is what Model reports when no source names the CPU; the original

@@ -5,11 +5,12 @@ package identity
 
 import (
 	"fmt"
-	"github.com/tirastore/tirastore/core/environ"
 	"os"
 	"os/user"
 	"strconv"
 	"time"
+
+	"github.com/tirastore/tirastore/core/environ"
 )
 
 // Hostname returns the host name as Python's socket.gethostname() does (the

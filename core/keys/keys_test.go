@@ -1,14 +1,14 @@
 package keys
 
 import (
-	"github.com/tirastore/tirastore/core/pyjson"
-	"github.com/tirastore/tirastore/core/schedule"
 	"math/rand"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/tirastore/tirastore/core/internal/pytest"
+	"github.com/tirastore/tirastore/core/pyjson"
+	"github.com/tirastore/tirastore/core/schedule"
 )
 
 // Vectors computed once with CPython 3.11 (hashlib + json) from the original's

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tirastore/tirastore/core/environ"
 	"github.com/tirastore/tirastore/core/nodelocal"
+	"github.com/tirastore/tirastore/core/tuning"
 )
 
 // # The node-local queue (gate)
@@ -228,7 +229,7 @@ func (ln line) all(typ int16) *unix.Flock_t {
 // Autoschedulers wait for lookups on their critical path, while a record
 // follows a measurement of seconds: the reads are the ones to serve first.
 // So the write at the head of the lane also waits, before it joins the
-// queue, until the queue is empty, for at most writeLull (100 ms): while
+// queue, until the queue is empty, for at most tuning.WriteLull: while
 // reads keep the queue busy, writes gather in the lane and are committed
 // together (group commit, core/spool), one transaction and one set of
 // fsyncs for all, and the database changes less often, so readers' caches
@@ -283,23 +284,15 @@ func (g *gate) lock(ctx context.Context, deadline time.Time, write bool, done fu
 	return nil
 }
 
-// writeLull bounds how long a write at the head of the lane waits for the
-// queue to empty before it joins it anyway (see "Reads first" above); a
-// variable for tests.
-var writeLull = 100 * time.Millisecond
-
-// lullPoll is how often that write looks at the queue.
-const lullPoll = time.Millisecond
-
-// awaitLull waits, up to writeLull (and deadline), until no other process
+// awaitLull waits, up to tuning.WriteLull (and deadline), until no other process
 // of this node is in the queue.
 func (g *gate) awaitLull(ctx context.Context, deadline time.Time) error {
-	until := time.Now().Add(writeLull)
+	until := time.Now().Add(tuning.WriteLull)
 	if !deadline.IsZero() && deadline.Before(until) {
 		until = deadline
 	}
 	for g.queueBusy() && time.Now().Before(until) {
-		if err := sleepCtx(ctx, lullPoll); err != nil {
+		if err := sleepCtx(ctx, tuning.LullPoll); err != nil {
 			return err
 		}
 	}
@@ -388,7 +381,7 @@ func (g *gate) wait(ctx context.Context, deadline time.Time, at, also int64, sc 
 	}()
 	timeout, stop := deadlineTimer(deadline)
 	defer stop()
-	poll := time.NewTicker(ctxPoll)
+	poll := time.NewTicker(tuning.CtxPoll)
 	defer poll.Stop()
 	var check <-chan time.Time
 	started := time.Now()
@@ -435,15 +428,10 @@ func (g *gate) wait(ctx context.Context, deadline time.Time, at, also int64, sc 
 // file, how many times in a row the node has taken the lock (streak) and
 // when its head last found the lock held by a process outside the queue
 // (foreignAt: another node, or a process that does not use the queue).
-// When the streak reaches fairShare while such contention was seen within
-// foreignMemory, the next head steps back once, for a random time up to the
+// When the streak reaches tuning.FairShare while such contention was seen
+// within tuning.ForeignMemory, the next head steps back once, for a random time up to the
 // heads' polling interval, so that a polling head elsewhere can take the
 // lock. A node alone never yields.
-const (
-	fairShare       = 8
-	foreignMemory   = 2 * time.Second
-	gatedMaxBackoff = 100 * time.Millisecond
-)
 
 // gateState is the node's shared fairness state (see above); only the
 // process holding the main byte reads or writes it.
@@ -506,12 +494,12 @@ func (g *gate) noteForeign() {
 // others wanted the lock.
 func (g *gate) yieldIfDue(ctx context.Context, maxBackoff time.Duration) error {
 	st := g.state()
-	if st.streak < fairShare || st.foreignAt == 0 || time.Since(time.Unix(0, st.foreignAt)) > foreignMemory {
+	if st.streak < tuning.FairShare || st.foreignAt == 0 || time.Since(time.Unix(0, st.foreignAt)) > tuning.ForeignMemory {
 		return nil
 	}
 	st.streak = 0
 	g.setState(st)
-	return sleepCtx(ctx, rand.N(min(maxBackoff, gatedMaxBackoff)+1))
+	return sleepCtx(ctx, rand.N(min(maxBackoff, tuning.QueuedMaxBackoff)+1))
 }
 
 // deadlineTimer is a channel that fires at deadline (nil, never, for the

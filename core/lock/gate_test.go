@@ -16,6 +16,7 @@ import (
 
 	"github.com/tirastore/tirastore/core/internal/proclocks"
 	"github.com/tirastore/tirastore/core/nodelocal"
+	"github.com/tirastore/tirastore/core/tuning"
 )
 
 const envGateChild = "TIRASTORE_TEST_GATE_LOCK"
@@ -124,7 +125,7 @@ func TestGateLiveHeadIsWaitedFor(t *testing.T) {
 
 const (
 	envGateOrder = "TIRASTORE_TEST_GATE_ORDER"    // "read|write <name> <file>"
-	envWriteLull = "TIRASTORE_TEST_WRITE_LULL_MS" // writeLull in the child
+	envWriteLull = "TIRASTORE_TEST_WRITE_LULL_MS" // tuning.WriteLull in the child
 )
 
 // TestGateOrderChild queues on the gate of $TIRASTORE_TEST_GATE_LOCK as a
@@ -136,7 +137,7 @@ func TestGateOrderChild(t *testing.T) {
 		t.Skip("helper for TestGateWritersLane")
 	}
 	if ms, err := strconv.Atoi(os.Getenv(envWriteLull)); err == nil {
-		writeLull = time.Duration(ms) * time.Millisecond
+		tuning.WriteLull = time.Duration(ms) * time.Millisecond
 	}
 	g := openGate(os.Getenv(envGateChild))
 	if g == nil {
@@ -269,7 +270,7 @@ func TestGateFIFO(t *testing.T) {
 // order write W1, write W2, read R. A write waits in the writers' lane
 // until it reaches the head, so R passes W2; with the reads-first lull,
 // the write at the head of the lane (W1) also waits for the queue to
-// empty, so R passes both: R W1 W2. Without the lull (writeLull 0) the
+// empty, so R passes both: R W1 W2. Without the lull (tuning.WriteLull 0) the
 // order is W1 R W2. When the same three arrive as reads, the queue is FIFO:
 // W1 W2 R (which also shows that the test sees the order it checks).
 func TestGateWritersLane(t *testing.T) {
@@ -312,7 +313,7 @@ func TestGateWritersLane(t *testing.T) {
 }
 
 // TestGateLullBounded: a write waits for a lull in the queue at most
-// writeLull; while another process holds the queue for good, it joins the
+// tuning.WriteLull; while another process holds the queue for good, it joins the
 // queue after that (blocked behind the holder) and goes through once the
 // holder is gone.
 func TestGateLullBounded(t *testing.T) {

@@ -29,26 +29,8 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/tuning"
 )
-
-// Defaults of the original library (stale_lock_timeout=600.0) and of the
-// retry loop.
-const (
-	DefaultStaleTimeout = 600 * time.Second
-	DefaultTimeout      = 600 * time.Second
-	DefaultMinBackoff   = 5 * time.Millisecond
-	DefaultMaxBackoff   = 500 * time.Millisecond
-	// MaxDefaultHeartbeat caps the default heartbeat interval,
-	// min(StaleTimeout/4, MaxDefaultHeartbeat).
-	MaxDefaultHeartbeat = 30 * time.Second
-)
-
-// minHeartbeat bounds how often a holder rewrites its lock file.
-const minHeartbeat = time.Millisecond
-
-// ctxPoll bounds how long a waiting Acquire goes without looking at ctx, for
-// callers that cancel it from a signal handler.
-const ctxPoll = 100 * time.Millisecond
 
 // ErrNotHeld is returned by Release when this Lock is not held, which is a
 // programming error in the caller.
@@ -65,19 +47,20 @@ type Options struct {
 	// StaleTimeout: a lock that stayed unchanged this long is broken; so is
 	// one whose timestamp is older and that does not heartbeat (the
 	// original rule). See "Staleness" in docs/lock-protocol.md. 0 means
-	// 600 s; a negative value never breaks any lock, not even a dead
-	// holder's.
+	// tuning.StaleLockTimeout; a negative value never breaks any lock, not
+	// even a dead holder's.
 	StaleTimeout time.Duration
 	// Timeout: how long Acquire waits before returning *TimeoutError.
-	// 0 means 600 s; a negative value waits forever.
+	// 0 means tuning.LockTimeout; a negative value waits forever.
 	Timeout time.Duration
 	// Hostname written into the claim; default: the host name.
 	Hostname string
-	// Backoff bounds between attempts; defaults 5 ms and 500 ms.
+	// Backoff bounds between attempts; defaults tuning.MinBackoff and
+	// tuning.MaxBackoff.
 	MinBackoff, MaxBackoff time.Duration
 	// HeartbeatInterval: while held, the lock file's timestamp is rewritten
-	// this often. 0 means min(StaleTimeout/4, 30 s) (30 s if StaleTimeout
-	// is negative); a negative value turns heartbeats off, which makes the
+	// this often. 0 means min(StaleTimeout/4, tuning.MaxHeartbeat) (the
+	// latter if StaleTimeout is negative); a negative value turns heartbeats off, which makes the
 	// lock look like a Python holder's (broken by its timestamp).
 	HeartbeatInterval time.Duration
 	// Fence, if set, receives the holder's lease (lease.go): the deadline
@@ -179,31 +162,31 @@ func (l *Lock) Stats() Stats {
 // touched on disk until Acquire.
 func New(lockPath string, opt Options) *Lock {
 	if opt.StaleTimeout == 0 {
-		opt.StaleTimeout = DefaultStaleTimeout
+		opt.StaleTimeout = tuning.StaleLockTimeout
 	}
 	if opt.Timeout == 0 {
-		opt.Timeout = DefaultTimeout
+		opt.Timeout = tuning.LockTimeout
 	}
 	if opt.Hostname == "" {
 		opt.Hostname = identity.Hostname()
 	}
 	if opt.MinBackoff <= 0 {
-		opt.MinBackoff = DefaultMinBackoff
+		opt.MinBackoff = tuning.MinBackoff
 	}
 	if opt.MaxBackoff <= 0 {
-		opt.MaxBackoff = DefaultMaxBackoff
+		opt.MaxBackoff = tuning.MaxBackoff
 	}
 	if opt.MaxBackoff < opt.MinBackoff {
 		opt.MaxBackoff = opt.MinBackoff
 	}
 	if opt.HeartbeatInterval == 0 {
-		opt.HeartbeatInterval = MaxDefaultHeartbeat
+		opt.HeartbeatInterval = tuning.MaxHeartbeat
 		if opt.StaleTimeout > 0 {
-			opt.HeartbeatInterval = min(opt.StaleTimeout/4, MaxDefaultHeartbeat)
+			opt.HeartbeatInterval = min(opt.StaleTimeout/4, tuning.MaxHeartbeat)
 		}
 	}
-	if opt.HeartbeatInterval > 0 && opt.HeartbeatInterval < minHeartbeat {
-		opt.HeartbeatInterval = minHeartbeat
+	if opt.HeartbeatInterval > 0 && opt.HeartbeatInterval < tuning.MinHeartbeat {
+		opt.HeartbeatInterval = tuning.MinHeartbeat
 	}
 	rec := &record{hostname: opt.Hostname, pid: os.Getpid(), proc: self()}
 	if opt.HeartbeatInterval > 0 {
@@ -463,11 +446,11 @@ func (l *Lock) ownClaim() (*claim, error) {
 // backoff is "full jitter": uniform in [0, min(MaxBackoff, MinBackoff*2^n)],
 // so that 64 waiters spread out instead of retrying in lockstep. The head of
 // a node's queue polls for the whole node, so it polls at least every
-// gatedMaxBackoff: one poller per node, not one per process.
+// tuning.QueuedMaxBackoff: one poller per node, not one per process.
 func (l *Lock) backoff(attempt int, gated bool) time.Duration {
 	ceil := l.opt.MaxBackoff
 	if gated {
-		ceil = min(ceil, gatedMaxBackoff)
+		ceil = min(ceil, tuning.QueuedMaxBackoff)
 	}
 	if attempt < 30 {
 		if d := l.opt.MinBackoff << attempt; d > 0 && d < ceil {
@@ -478,7 +461,7 @@ func (l *Lock) backoff(attempt int, gated bool) time.Duration {
 }
 
 // sleepCtx sleeps d, returning early with ctx.Err() when ctx is done. ctx is
-// also polled every ctxPoll, in case its Done channel is not the only signal.
+// also polled every tuning.CtxPoll, in case its Done channel is not the only signal.
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	end := time.Now().Add(d)
 	for {
@@ -486,7 +469,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 		if left <= 0 {
 			return ctx.Err()
 		}
-		t := time.NewTimer(min(left, ctxPoll))
+		t := time.NewTimer(min(left, tuning.CtxPoll))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -621,9 +604,9 @@ func (l *Lock) flushEvery() time.Duration {
 		return l.rec.every
 	}
 	if l.opt.StaleTimeout > 0 {
-		return min(l.opt.StaleTimeout/4, MaxDefaultHeartbeat)
+		return min(l.opt.StaleTimeout/4, tuning.MaxHeartbeat)
 	}
-	return MaxDefaultHeartbeat
+	return tuning.MaxHeartbeat
 }
 
 // TimeoutError says who held the lock when Acquire gave up, because "timed

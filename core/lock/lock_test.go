@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/internal/pytest"
+	"github.com/tirastore/tirastore/core/tuning"
 )
 
 // newTestLock returns a lock path in a fresh directory and fast options.
@@ -677,7 +678,7 @@ func TestBackoffBounds(t *testing.T) {
 		for _, gated := range []bool{false, true} {
 			ceil := min(300*time.Millisecond, time.Millisecond<<min(attempt, 20))
 			if gated {
-				ceil = min(ceil, gatedMaxBackoff)
+				ceil = min(ceil, tuning.QueuedMaxBackoff)
 			}
 			for i := 0; i < 50; i++ {
 				if d := l.backoff(attempt, gated); d < 0 || d > ceil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tirastore/tirastore/core/environ"
 	"github.com/tirastore/tirastore/core/nodelocal"
+	"github.com/tirastore/tirastore/core/tuning"
 )
 
 // The node-local files of a database are named, in this user's private
@@ -159,12 +160,8 @@ func (q *NodeQueue) Close() {
 	}
 }
 
-// staleGateAge is how long a gate file must have been unchanged (every
-// ticket drawn writes it) before SweepGate removes it.
-const staleGateAge = 10 * time.Second
-
 // SweepGate removes the gate file name from dir if it is a leftover: not
-// open in this process, unchanged for staleGateAge and without any lock
+// open in this process, unchanged for tuning.StaleGateAge and without any lock
 // of any process (nobody queued). It is for the first store of a process
 // to clear what killed processes of this user left; a process that has
 // the file open without being queued queues on the removed inode, as
@@ -176,7 +173,7 @@ func SweepGate(dir *nodelocal.Dir, name string) {
 		return
 	}
 	st, err := dir.Lstat(name)
-	if err != nil || time.Since(time.Unix(st.Mtim.Unix())) < staleGateAge {
+	if err != nil || time.Since(time.Unix(st.Mtim.Unix())) < tuning.StaleGateAge {
 		return
 	}
 	f, _, err := dir.Open(name, os.O_RDWR)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/nodelocal"
+	"github.com/tirastore/tirastore/core/tuning"
 )
 
 // holdsGate reports whether this process holds a lock on the gate file of
@@ -97,7 +98,7 @@ func TestSweepGate(t *testing.T) {
 		t.Skip(err)
 	}
 	name := NodeLocalName(GatePrefix, path)
-	old := time.Now().Add(-2 * staleGateAge)
+	old := time.Now().Add(-2 * tuning.StaleGateAge)
 	age := func() {
 		if err := os.Chtimes(gatePath(path), old, old); err != nil {
 			t.Fatal(err)

@@ -175,8 +175,8 @@ func FuzzSchedule(f *testing.F) {
 				}
 			}
 		}
-		if r := pyRepr(s); !utf8.ValidString(r) {
-			t.Fatalf("pyRepr(%q) is not valid UTF-8", s)
+		if r := Repr(s); !utf8.ValidString(r) {
+			t.Fatalf("Repr(%q) is not valid UTF-8", s)
 		}
 	})
 }

@@ -7,7 +7,7 @@ import (
 
 const lowerHex = "0123456789abcdef"
 
-// pyRepr returns Python's repr() of s as a str (CPython 3.11 unicode_repr),
+// Repr returns Python's repr() of s as a str (CPython 3.11 unicode_repr),
 // because the original puts {token!r} into its validation messages and
 // callers match on those messages. Quotes: single, unless s contains ' and
 // no ", then double. Escapes: backslash, the chosen quote, \t \n \r; other
@@ -15,7 +15,7 @@ const lowerHex = "0123456789abcdef"
 // as \xNN, \uNNNN or \UNNNNNNNN; all hex lowercase. A byte that is not valid
 // UTF-8 is shown as \udcNN, the lone surrogate Python's surrogateescape
 // error handler would have produced for it.
-func pyRepr(s string) string {
+func Repr(s string) string {
 	quote := byte('\'')
 	if strings.IndexByte(s, '\'') >= 0 && strings.IndexByte(s, '"') < 0 {
 		quote = '"'

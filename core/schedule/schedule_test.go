@@ -283,8 +283,8 @@ func TestPyRepr(t *testing.T) {
 		{"\xed\xa0\x80", `'\udced\udca0\udc80'`},
 	}
 	for _, c := range cases {
-		if got := pyRepr(c.in); got != c.want {
-			t.Errorf("pyRepr(%q) = %s, want %s", c.in, got, c.want)
+		if got := Repr(c.in); got != c.want {
+			t.Errorf("Repr(%q) = %s, want %s", c.in, got, c.want)
 		}
 	}
 }

@@ -55,14 +55,14 @@ func Validate(s string) (ok bool, reason string) {
 		}
 		name := leadingName(tok)
 		if name == "" {
-			return false, "Unrecognized token (does not start with a transformation name): " + pyRepr(tok)
+			return false, "Unrecognized token (does not start with a transformation name): " + Repr(tok)
 		}
 		args, known := transformations[name]
 		if !known {
-			return false, "Unknown transformation: " + pyRepr(name) + " in " + pyRepr(tok)
+			return false, "Unknown transformation: " + Repr(name) + " in " + Repr(tok)
 		}
 		if !matchTransformation(tok[len(name):], args) {
-			return false, "Malformed " + name + " transformation: " + pyRepr(tok)
+			return false, "Malformed " + name + " transformation: " + Repr(tok)
 		}
 	}
 	return true, ""

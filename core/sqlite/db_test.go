@@ -2,12 +2,13 @@ package sqlite
 
 import (
 	"errors"
-	"github.com/tirastore/tirastore/core/storage"
 	"os"
 	"path/filepath"
 	"runtime/metrics"
 	"strings"
 	"testing"
+
+	"github.com/tirastore/tirastore/core/storage"
 )
 
 func newDB(t *testing.T, name string) (*DB, string) {

@@ -7,7 +7,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/tirastore/tirastore/core/storage"
 	"io"
 	"os"
 	"os/exec"
@@ -21,6 +20,8 @@ import (
 	"time"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
+
+	"github.com/tirastore/tirastore/core/storage"
 )
 
 // The VFS under test and the two it is compared with: unix-none (what Open

@@ -10,6 +10,7 @@ import (
 	"github.com/tirastore/tirastore/core/nodelocal"
 	"github.com/tirastore/tirastore/core/sqlite"
 	"github.com/tirastore/tirastore/core/storage"
+	"github.com/tirastore/tirastore/core/tuning"
 )
 
 // resultCache serves repeated lookups of one process without the lock.
@@ -42,7 +43,7 @@ import (
 // lookup finds that nothing has committed since this store's previous
 // locked operation (a read-mostly phase: the generation read when the lock
 // was taken is still the cache's), it loads every record of the program at
-// once (up to prefetchLimit of them) and marks the program complete: later
+// once (up to tuning.PrefetchLimit of them) and marks the program complete: later
 // lookups of that program, hits and misses alike, are answered from memory
 // until something commits. While others write, generations change at
 // every operation and no prefetch happens, so writers never pay for it.
@@ -57,14 +58,14 @@ import (
 // administrative change, a committer killed before it logged) makes the
 // cache start over. While the log keeps up, a program is loaded even while
 // others write; after a commit that was not logged, only in a quiet phase
-// again, for followQuiet.
+// again, for tuning.FollowQuiet.
 type resultCache struct {
 	mu      sync.Mutex
 	hdr     *os.File // nil: no lock-free reads (no kept connection)
 	gen     generation
 	entries map[string]*storage.Record // nil value: known to be absent
 	// complete: programs (by hash) all of whose records are in entries;
-	// tooBig: programs found to have more than prefetchLimit records at gen.
+	// tooBig: programs found to have more than tuning.PrefetchLimit records at gen.
 	complete, tooBig map[string]bool
 	// genSince is when this store first saw gen (monotonic); restarted:
 	// the generation read when the lock was last taken was neither gen
@@ -84,35 +85,6 @@ type resultCache struct {
 	log     *changelog.Reader
 	brokeAt time.Time
 }
-
-// prefetchLimit bounds a program prefetch (its records are loaded in one
-// query under the lock and kept in memory). quietBeforePrefetch is how
-// long the database must have stayed unchanged, as seen by this store's
-// locked operations, before it loads a program: while others write (a
-// commit every few milliseconds under load) it never does, and a store
-// that gets the lock twice in a row between two commits is not fooled.
-//
-// prefetchMaxPages bounds the database a prefetch may scan when records
-// has no index on program_hash (a database the original created, opened
-// where the index could not be added): loading one program then reads the
-// whole records table under the lock. Above 4,096 pages (16 MiB with the
-// original's 4 KiB pages) lookups go key by key through the primary-key
-// index, as they do while others write. tests/bench/README.md has the
-// figures behind these bounds.
-const (
-	prefetchLimit       = 10000
-	quietBeforePrefetch = 20 * time.Millisecond
-	// followQuiet: how long after a commit that was not logged a program
-	// is loaded only in a quiet phase. Where such commits are frequent (old
-	// Python workers, other nodes), loads would be emptied again soon after.
-	followQuiet = 10 * time.Second
-)
-
-var prefetchMaxPages uint32 = 4096 // a variable for tests
-
-// maxCached bounds the cache; when full it starts over (lookups of an
-// autoscheduler are mostly of new schedules, so recency buys little).
-const maxCached = 1 << 16
 
 // The cache's operations, in the order a store uses them:
 //   - setFile when the kept connection is opened or dropped;
@@ -339,7 +311,7 @@ func (c *resultCache) forget(key, progHash string) {
 // makeRoom makes sure n more entries fit, starting over when they would
 // not (the caller holds c.mu).
 func (c *resultCache) makeRoom(n int) {
-	if c.entries == nil || len(c.entries)+n > maxCached {
+	if c.entries == nil || len(c.entries)+n > tuning.MaxCached {
 		c.reset()
 		c.entries = make(map[string]*storage.Record, n)
 	}
@@ -360,7 +332,7 @@ func (c *resultCache) Load(db *sqlite.DB, progHash, key string, writesWaiting fu
 		return rec, nil
 	}
 	if prefetch {
-		recs, err := db.ProgramRecords(progHash, prefetchLimit)
+		recs, err := db.ProgramRecords(progHash, tuning.PrefetchLimit)
 		if err != nil {
 			return nil, err
 		}
@@ -409,19 +381,19 @@ func (c *resultCache) LoadMany(db *sqlite.DB, keys []string, missing []int, recs
 
 // shouldPrefetch: progHash is neither complete nor known to be too big,
 // the database is small enough, and either the cache has been following
-// the node's commits (none unlogged for followQuiet) or it is a quiet phase
+// the node's commits (none unlogged for tuning.FollowQuiet) or it is a quiet phase
 // (nothing committed since this store's previous locked operation, which
-// left entries, nor for quietBeforePrefetch before that) in which no write
+// left entries, nor for tuning.QuietBeforePrefetch before that) in which no write
 // waits. The caller holds the lock and c.mu.
 func (c *resultCache) shouldPrefetch(progHash string, writesWaiting func() bool) bool {
-	if pages, ok := c.gen.pages(); !ok || pages > prefetchMaxPages {
+	if pages, ok := c.gen.pages(); !ok || pages > tuning.PrefetchMaxPages {
 		return false
 	}
 	if c.hdr == nil || progHash == "" || c.restarted || c.complete[progHash] || c.tooBig[progHash] {
 		return false
 	}
-	following := c.log != nil && (c.brokeAt.IsZero() || time.Since(c.brokeAt) >= followQuiet)
-	return following || len(c.entries) > 0 && time.Since(c.genSince) >= quietBeforePrefetch && !writesWaiting()
+	following := c.log != nil && (c.brokeAt.IsZero() || time.Since(c.brokeAt) >= tuning.FollowQuiet)
+	return following || len(c.entries) > 0 && time.Since(c.genSince) >= tuning.QuietBeforePrefetch && !writesWaiting()
 }
 
 // putProgram remembers every record of a program (complete) or that it has

@@ -4,14 +4,16 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"github.com/tirastore/tirastore/core"
-	"github.com/tirastore/tirastore/core/sqlitefile"
 	"os"
 	"path/filepath"
 	"time"
 
-	"github.com/tirastore/tirastore/core/keys"
 	"testing"
+
+	"github.com/tirastore/tirastore/core"
+	"github.com/tirastore/tirastore/core/keys"
+	"github.com/tirastore/tirastore/core/sqlitefile"
+	"github.com/tirastore/tirastore/core/tuning"
 )
 
 // Two stores on one file have separate connections and caches, as two
@@ -62,7 +64,7 @@ func TestProgramPrefetch(t *testing.T) {
 		}
 	}
 	lookupTimes(t, r, 0) // locked: first operation at this generation
-	time.Sleep(sqlitefile.QuietBeforePrefetch + 5*time.Millisecond)
+	time.Sleep(tuning.QuietBeforePrefetch + 5*time.Millisecond)
 	lookupTimes(t, r, 1) // locked: quiet long enough: loads program p
 	before := r.LockStats().Acquired
 	for k := 0; k < 3; k++ {
@@ -117,7 +119,7 @@ func TestNoPrefetchOfLargeDatabase(t *testing.T) {
 	}
 	sqlitefile.SetPrefetchMaxPages(pages - 1)
 	lookupTimes(t, r, 0)
-	time.Sleep(sqlitefile.QuietBeforePrefetch + 5*time.Millisecond)
+	time.Sleep(tuning.QuietBeforePrefetch + 5*time.Millisecond)
 	before := r.LockStats().Acquired
 	for i := 1; i <= 5; i++ { // 0 is cached already
 		if got := lookupTimes(t, r, i); len(got) != 1 || got[0] != float64(i) {
@@ -130,7 +132,7 @@ func TestNoPrefetchOfLargeDatabase(t *testing.T) {
 	}
 	// At the bound, the program is loaded as usual.
 	sqlitefile.SetPrefetchMaxPages(pages)
-	time.Sleep(sqlitefile.QuietBeforePrefetch + 5*time.Millisecond)
+	time.Sleep(tuning.QuietBeforePrefetch + 5*time.Millisecond)
 	lookupTimes(t, r, 6)
 	complete = len(cachedPrograms(r, false))
 	if complete != 1 {
@@ -148,14 +150,14 @@ func cachedPrograms(st *core.Store, tooBig bool) map[string]bool {
 	return complete
 }
 
-// TestProgramTooBigToPrefetch: a program over sqlitefile.PrefetchLimit is read key by
+// TestProgramTooBigToPrefetch: a program over tuning.PrefetchLimit is read key by
 // key, and still correctly.
 func TestProgramTooBigToPrefetch(t *testing.T) {
 	if testing.Short() {
-		t.Skip("writes sqlitefile.PrefetchLimit+1 records")
+		t.Skip("writes tuning.PrefetchLimit+1 records")
 	}
 	w, r := twoStores(t)
-	ms := make([]core.Measurement, sqlitefile.PrefetchLimit+1)
+	ms := make([]core.Measurement, tuning.PrefetchLimit+1)
 	for i := range ms {
 		ms[i] = core.Measurement{Schedule: schedN(i), IsLegal: true, ExecutionTimes: core.Times(float64(i))}
 	}
@@ -163,10 +165,10 @@ func TestProgramTooBigToPrefetch(t *testing.T) {
 		t.Fatal(n, err)
 	}
 	for k := 0; k < 3; k++ {
-		time.Sleep(sqlitefile.QuietBeforePrefetch + 5*time.Millisecond)
-		for _, i := range []int{k, 7 + k, sqlitefile.PrefetchLimit - k, sqlitefile.PrefetchLimit + 5 + k} {
+		time.Sleep(tuning.QuietBeforePrefetch + 5*time.Millisecond)
+		for _, i := range []int{k, 7 + k, tuning.PrefetchLimit - k, tuning.PrefetchLimit + 5 + k} {
 			got := lookupTimes(t, r, i)
-			if want := i <= sqlitefile.PrefetchLimit; (got != nil) != want || (want && got[0] != float64(i)) {
+			if want := i <= tuning.PrefetchLimit; (got != nil) != want || (want && got[0] != float64(i)) {
 				t.Fatalf("lookup %d = %v", i, got)
 			}
 		}

@@ -5,24 +5,19 @@ import (
 	"os"
 
 	"github.com/tirastore/tirastore/core/storage"
+	"github.com/tirastore/tirastore/core/tuning"
 )
 
 // Hooks for the package's external tests, which open stores through core.
 
-// PrefetchLimit and QuietBeforePrefetch are the cache's bounds.
-const (
-	PrefetchLimit       = prefetchLimit
-	QuietBeforePrefetch = quietBeforePrefetch
-)
-
 // SetPrefetchMaxPages sets the prefetch bound (0: leave it) and returns a
 // function that restores the old one.
 func SetPrefetchMaxPages(n uint32) (restore func()) {
-	old := prefetchMaxPages
+	old := tuning.PrefetchMaxPages
 	if n != 0 {
-		prefetchMaxPages = n
+		tuning.PrefetchMaxPages = n
 	}
-	return func() { prefetchMaxPages = old }
+	return func() { tuning.PrefetchMaxPages = old }
 }
 
 // HeaderPages is the database size the header of the file at path records.

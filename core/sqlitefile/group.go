@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/tirastore/tirastore/core/storage"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +16,8 @@ import (
 	"github.com/tirastore/tirastore/core/lock"
 	"github.com/tirastore/tirastore/core/spool"
 	"github.com/tirastore/tirastore/core/sqlite"
+	"github.com/tirastore/tirastore/core/storage"
+	"github.com/tirastore/tirastore/core/tuning"
 )
 
 // # Group commit
@@ -77,19 +78,6 @@ type writeResult struct {
 	Written int  `json:"written"`
 	Retry   bool `json:"retry,omitempty"`
 }
-
-// maxGroup bounds how many handed-over requests one transaction takes, so
-// that a committer's hold on the lock stays short.
-const maxGroup = 64
-
-// handoverWaitPoll is how often a requester whose wait ended checks for
-// the outcome of a transaction that already holds its request, and
-// handoverWaitLimit how long it waits for it at most (a committer holds
-// the lock and only commits).
-const (
-	handoverWaitPoll  = time.Millisecond
-	handoverWaitLimit = time.Minute
-)
 
 // handover is one call's request as lock.Handover sees it.
 type handover struct {
@@ -195,7 +183,7 @@ func (s *Store) writeRecords(ctx context.Context, req *writeRequest) (int, error
 	if withdrawn, werr := h.pub.Withdraw(); withdrawn || werr != nil {
 		return 0, err
 	}
-	b, werr := h.pub.Wait(handoverWaitPoll, handoverWaitLimit)
+	b, werr := h.pub.Wait(tuning.HandoverWaitPoll, tuning.HandoverWaitLimit)
 	if werr != nil {
 		var e *apierr.Error
 		if errors.As(err, &e) {
@@ -248,7 +236,7 @@ func (s *Store) commitGroup(db *sqlite.DB, req *writeRequest, sp *spool.Spool) (
 	if sp != nil {
 		// The claims carry the transaction's date: if this process dies
 		// after its COMMIT, the next committer can tell its rows.
-		claimed, _ = sp.Claim("", maxGroup, strconv.FormatInt(at.UnixMicro(), 10))
+		claimed, _ = sp.Claim("", tuning.MaxGroup, strconv.FormatInt(at.UnixMicro(), 10))
 	}
 	reqs := []*writeRequest{req}
 	var mine []*spool.Claimed // the claims whose payload could be read

@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/tirastore/tirastore/core"
 	"io"
 	"os"
 	"os/exec"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tirastore/tirastore/core"
 	"github.com/tirastore/tirastore/core/internal/proclocks"
 	"github.com/tirastore/tirastore/core/lock"
 	"github.com/tirastore/tirastore/core/pyjson"
@@ -66,7 +66,7 @@ func TestRecordChild(t *testing.T) {
 	}
 	ms, _ := strconv.Atoi(spec[3])
 	st, err := core.Open(context.Background(), spec[0], core.Options{SourceProject: spec[1], CPUModel: "Test CPU",
-		LockTimeout: time.Duration(ms) * time.Millisecond})
+		LockTimeout: core.Seconds(float64(ms) / 1000)})
 	if err != nil {
 		t.Fatal(err)
 	}

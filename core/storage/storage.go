@@ -80,9 +80,10 @@ type Row struct {
 
 // Config is what the API layer tells a backend when it opens one.
 type Config struct {
-	// StaleLockTimeout and LockTimeout are the resolved lock settings
-	// (core/options.go gives their meaning); a backend without a global
-	// lock applies LockTimeout to waiting for a connection or a row.
+	// StaleLockTimeout (positive) and LockTimeout (positive, TryOnce or
+	// WaitForever) are the resolved lock settings (core/options.go); a
+	// backend without a global lock applies LockTimeout to waiting for a
+	// connection or a row.
 	StaleLockTimeout time.Duration
 	LockTimeout      time.Duration
 	// Hostname names this host in lock files and records.
@@ -93,6 +94,14 @@ type Config struct {
 	// (cpu_model, slurm_cpus, created_at).
 	NewMeta map[string]string
 }
+
+// The special values of Config.LockTimeout.
+const (
+	// TryOnce: take the lock only if it is free now.
+	TryOnce time.Duration = 1
+	// WaitForever: no bound on the wait.
+	WaitForever time.Duration = -1
+)
 
 // Opened is what a backend's Open learnt about the database.
 type Opened struct {

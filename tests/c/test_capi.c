@@ -322,6 +322,33 @@ int main(void) {
     expect_error("normalize_schedule without its argument", call(0, "normalize_schedule", "{}"), TIRASTORE_ERR_TYPE,
                  "TypeError");
 
+    /* Type errors name the method (a store's as "TiraStore.<method>") and the
+       argument. A value a binding cannot write as JSON (a Python bytes, say)
+       comes as {"\u0000type": "<type name>"} and is reported by that name. */
+    static const struct {
+        int store; /* 1: on the store h; 0: a utility (handle 0) */
+        const char *method, *args, *message;
+    } named[] = {
+        {1, "lookup", "{\"program_name\":42,\"program_source_code\":\"x\",\"tiralib_schedule_string\":\"\"}",
+         "TiraStore.lookup(): program_name must be str, not int"},
+        {1, "lookup", "{\"program_name\":\"p\",\"program_source_code\":{\"\\u0000type\":\"bytes\"},\"tiralib_schedule_string\":\"\"}",
+         "TiraStore.lookup(): program_source_code must be str, not bytes"},
+        {1, "record_many", "{\"program_name\":\"p\",\"program_source_code\":\"x\",\"schedules\":[{\"\\u0000type\":\"bytes\"}]}",
+         "TiraStore.record_many(): schedules[0] must be dict, not bytes"},
+        {1, "record_many",
+         "{\"program_name\":\"p\",\"program_source_code\":\"x\",\"schedules\":[{\"tiralib_schedule_string\":\"\","
+         "\"is_legal\":true,\"execution_times\":[1.0,{\"\\u0000type\":\"complex\"}]}]}",
+         "TiraStore.record_many(): schedules[0].execution_times[1] must be int or float, not complex"},
+        {0, "normalize_schedule", "{\"schedule\":{\"\\u0000type\":\"bytes\"}}",
+         "normalize_schedule(): schedule must be str, not bytes"},
+    };
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
+        r = call(named[i].store ? h : 0, named[i].method, named[i].args);
+        check(r.status == TIRASTORE_ERR_TYPE && contains(&r, named[i].message), "%s -> \"%s\": %s", named[i].method,
+              named[i].message, show(&r));
+        free(r.reply);
+    }
+
     snprintf(args, sizeof args,
              "{%s,\"tiralib_schedule_string\":\"X(L0,comps=['c1'])\",\"is_legal\":true,\"execution_times\":[1.0]}",
              SRC_ARGS);

@@ -1,0 +1,119 @@
+// Package tuning is the one table of TiraStore's internal tunables: the
+// waits, polling intervals and bounds that no caller sets, each with the
+// reason for its value. The public defaults (the timeouts a caller may
+// set) are here too, so that each figure is written once; what those
+// timeouts mean from Go, C and Python is in core/options.go.
+//
+// To change how long a lookup waits for the lock, see LockTimeout (the
+// caller's bound) and the backoffs below (how often a waiter polls).
+// tests/bench/README.md has the measurements behind the figures.
+package tuning
+
+import "time"
+
+// Public defaults: the original library's figures (core/options.go).
+const (
+	// StaleLockTimeout: the original broke a lock older than 10 minutes.
+	StaleLockTimeout = 600 * time.Second
+	// LockTimeout: a wait for the lock gives up after about as long as
+	// a stale lock takes to be broken, naming the holder.
+	LockTimeout = 600 * time.Second
+)
+
+// The hard-link lock (core/lock).
+const (
+	// MinBackoff and MaxBackoff bound the full-jitter backoff between two
+	// link() attempts of a waiter that is not queued on its node: every
+	// attempt is a metadata operation on the shared filesystem, so a busy
+	// lock is polled ever more slowly, up to MaxBackoff.
+	MinBackoff = 5 * time.Millisecond
+	MaxBackoff = 500 * time.Millisecond
+	// QueuedMaxBackoff caps the backoff of the head of a node's queue: it
+	// polls for the whole node (one poller per node, not one per
+	// process), so it may poll more often.
+	QueuedMaxBackoff = 100 * time.Millisecond
+	// MaxHeartbeat caps the default heartbeat interval of a holder,
+	// min(stale timeout / 4, MaxHeartbeat): a heartbeat is one write and
+	// one lstat of the lock file.
+	MaxHeartbeat = 30 * time.Second
+	// MinHeartbeat bounds how often a holder rewrites its lock file.
+	MinHeartbeat = time.Millisecond
+	// CtxPoll bounds how long a waiting Acquire goes without looking at
+	// its context, for callers that cancel it from a signal handler.
+	CtxPoll = 100 * time.Millisecond
+)
+
+// The node queue (core/lock, gate.go).
+const (
+	// LullPoll is how often a write at the head of the writers' lane
+	// looks whether the queue has emptied (WriteLull).
+	LullPoll = time.Millisecond
+	// FairShare and ForeignMemory: after FairShare acquisitions in a row
+	// by this node while another node (or a process outside the queue)
+	// was seen wanting the lock within ForeignMemory, the next head steps
+	// back once, so that a node does not keep the lock to itself.
+	FairShare     = 8
+	ForeignMemory = 2 * time.Second
+	// StaleGateAge is how long a gate file must have been unchanged (every
+	// ticket drawn writes it) before a sweep may remove it.
+	StaleGateAge = 10 * time.Second
+)
+
+// WriteLull bounds how long a write at the head of the writers' lane waits
+// for the queue to empty before it joins it anyway, so that reads do not
+// queue behind several writes; a variable for tests.
+var WriteLull = 100 * time.Millisecond
+
+// Group commit (core/sqlitefile, group.go).
+const (
+	// MaxGroup bounds how many handed-over requests one transaction
+	// takes, so that a committer's hold on the lock stays short.
+	MaxGroup = 64
+	// HandoverWaitPoll is how often a requester whose wait ended checks
+	// for the outcome of a transaction that already holds its request,
+	// and HandoverWaitLimit how long it waits for it at most (a committer
+	// holds the lock and only commits).
+	HandoverWaitPoll  = time.Millisecond
+	HandoverWaitLimit = time.Minute
+)
+
+// The result cache (core/sqlitefile, cache.go).
+const (
+	// PrefetchLimit bounds a program prefetch: its records are loaded in
+	// one query under the lock and kept in memory.
+	PrefetchLimit = 10000
+	// QuietBeforePrefetch is how long the database must have stayed
+	// unchanged, as seen by a store's locked operations, before it loads
+	// a program: while others write (a commit every few milliseconds
+	// under load) it never does.
+	QuietBeforePrefetch = 20 * time.Millisecond
+	// FollowQuiet: how long after a commit that was not logged a program
+	// is loaded only in a quiet phase: where such commits are frequent
+	// (old Python workers, other nodes), loads would be emptied soon.
+	FollowQuiet = 10 * time.Second
+	// MaxCached bounds the cache's entries; when full it starts over
+	// (lookups of an autoscheduler are mostly of new schedules, so
+	// recency buys little).
+	MaxCached = 1 << 16
+)
+
+// PrefetchMaxPages bounds the database a prefetch may scan when records has
+// no index on program_hash (a database of the original's schema that could
+// not be given one): loading one program then reads the whole table under
+// the lock, so above 4,096 pages (16 MiB with 4 KiB pages) lookups go key
+// by key; a variable for tests.
+var PrefetchMaxPages uint32 = 4096
+
+// The API layer (core).
+const (
+	// MaxProgramHashes bounds the process's memory of program hashes by
+	// source; when full it starts over.
+	MaxProgramHashes = 64
+)
+
+// The C layer (capi).
+const (
+	// ArmDelay keeps the fast path free of signal handling: only a lock
+	// wait that lasts this long installs the SIGINT handler.
+	ArmDelay = 20 * time.Millisecond
+)
