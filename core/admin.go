@@ -1,6 +1,8 @@
 package core
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -138,104 +140,177 @@ func (s *Store) Export(ctx context.Context, path, format string) (string, error)
 		perr := &fs.PathError{Op: "open", Path: out, Err: syscall.EISDIR}
 		return "", wrapError(KindOS, perr, "cannot write export: %v", perr)
 	}
-	type program struct {
-		storage.Program
-		results []storage.ScheduleResult
-	}
-	var progs []program
-	err = s.be.EachProgram(ctx, func(p storage.Program, rs []storage.ScheduleResult) error {
-		progs = append(progs, program{p, rs})
-		return nil
-	})
+	tmp := tempBeside(out)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
 	if err != nil {
-		return "", err
-	}
-
-	versions := map[string]int{}
-	for _, p := range progs {
-		versions[p.Name]++
-	}
-	seen := map[string]int{}
-	doc := pyjson.NewObject()
-	for _, p := range progs {
-		list := make([]any, 0, len(p.results))
-		for _, r := range p.results {
-			legal, times, err := parseResult(p.Hash, r.ResultJSON)
-			if err != nil {
-				return "", err
-			}
-			item := pyjson.NewObject()
-			item.Set("schedule_str", r.Schedule)
-			item.Set("is_legal", legal)
-			item.Set("execution_times", times)
-			list = append(list, item)
-		}
-		entry := pyjson.NewObject()
-		entry.Set("Tiramisu_cpp", p.Source)
-		entry.Set("schedules_list", list)
-		entry.Set("program_name", p.Name)
-		name := p.Name
-		if versions[p.Name] > 1 {
-			seen[p.Name]++
-			name = fmt.Sprintf("%s_v%d", p.Name, seen[p.Name])
-		}
-		doc.Set(name, entry)
-	}
-
-	var buf []byte
-	if format == "json" {
-		b, err := pyjson.Marshal(doc, pyjson.Options{Indent: 2, ItemSep: ",", KeySep: ": "})
-		if err != nil {
-			return "", wrapError(KindInternal, err, "encode export: %v", err)
-		}
-		buf = append(b, '\n')
-	} else {
-		for _, k := range doc.Keys() {
-			line := pyjson.NewObject()
-			v, _ := doc.Get(k)
-			line.Set(k, v)
-			b, err := pyjson.Marshal(line, pyjson.Options{Indent: -1, ItemSep: ", ", KeySep: ": "})
-			if err != nil {
-				return "", wrapError(KindInternal, err, "encode export: %v", err)
-			}
-			buf = append(append(buf, b...), '\n')
-		}
-	}
-	if err := writeFileAtomic(out, buf); err != nil {
 		k, _ := apierr.OSKind(err)
 		return "", wrapError(k, err, "cannot write export %s: %v", out, err)
 	}
+	defer os.Remove(tmp) // after the rename: nothing
+	ew := &exportWriter{w: bufio.NewWriterSize(f, 1<<20), json: format == "json"}
+	err = s.be.EachProgram(ctx, ew.program)
+	if err == nil {
+		err = ew.finish()
+	}
+	if ew.err != nil {
+		err = ew.err
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, out)
+	}
+	var e *Error
+	if err != nil && !errors.As(err, &e) {
+		k, _ := apierr.OSKind(err)
+		return "", wrapError(k, err, "cannot write export %s: %v", out, err)
+	}
+	if err != nil {
+		return "", err
+	}
 	return out, nil
+}
+
+// exportWriter writes an export while the backend scans the programs, in
+// the original's format: a program name with several source versions
+// becomes <name>_v1, <name>_v2, ... (in hash order); the versions of one
+// name come one after another in the scan (by name, then hash), so only
+// they are held in memory at once.
+type exportWriter struct {
+	w     *bufio.Writer
+	json  bool   // "json" (one object, indent 2), else "jsonl"
+	name  string // the name of the entries in group
+	group []any  // the entries of name, not written yet
+	n     int    // entries written
+	err   error  // the first write error (the scan then stops)
+}
+
+// errExportWrite stops the scan after a write error (exportWriter.err).
+var errExportWrite = errors.New("export write failed")
+
+// exportJSON is json.dumps(indent=2) as the original wrote it; exportLine
+// is the json.dumps default of each JSON Lines line.
+var (
+	exportJSON = pyjson.Options{Indent: 2, ItemSep: ",", KeySep: ": "}
+	exportLine = pyjson.Options{Indent: -1, ItemSep: ", ", KeySep: ": "}
+)
+
+// program takes the next program of the scan.
+func (ew *exportWriter) program(p storage.Program, rs []storage.ScheduleResult) error {
+	if len(ew.group) > 0 && p.Name != ew.name {
+		if err := ew.flush(); err != nil {
+			return err
+		}
+	}
+	list := make([]any, 0, len(rs))
+	for _, r := range rs {
+		legal, times, err := parseResult(p.Hash, r.ResultJSON)
+		if err != nil {
+			return err
+		}
+		item := pyjson.NewObjectCap(3)
+		item.Set("schedule_str", r.Schedule)
+		item.Set("is_legal", legal)
+		item.Set("execution_times", times)
+		list = append(list, item)
+	}
+	entry := pyjson.NewObjectCap(3)
+	entry.Set("Tiramisu_cpp", p.Source)
+	entry.Set("schedules_list", list)
+	entry.Set("program_name", p.Name)
+	ew.name, ew.group = p.Name, append(ew.group, entry)
+	return nil
+}
+
+// flush writes the entries of one name.
+func (ew *exportWriter) flush() error {
+	for i, entry := range ew.group {
+		key := ew.name
+		if len(ew.group) > 1 {
+			key = fmt.Sprintf("%s_v%d", ew.name, i+1)
+		}
+		if err := ew.entry(key, entry); err != nil {
+			return err
+		}
+	}
+	ew.group = ew.group[:0]
+	return nil
+}
+
+// entry writes one top-level key and its value.
+func (ew *exportWriter) entry(key string, v any) error {
+	var b []byte
+	if ew.json {
+		k, err := pyjson.Marshal(key, exportJSON)
+		if err != nil {
+			return wrapError(KindInternal, err, "encode export: %v", err)
+		}
+		val, err := pyjson.Marshal(v, exportJSON)
+		if err != nil {
+			return wrapError(KindInternal, err, "encode export: %v", err)
+		}
+		sep := ",\n  "
+		if ew.n == 0 {
+			sep = "{\n  "
+		}
+		b = append(append(append([]byte(sep), k...), ": "...), nest(val)...)
+	} else {
+		line := pyjson.NewObjectCap(1)
+		line.Set(key, v)
+		l, err := pyjson.Marshal(line, exportLine)
+		if err != nil {
+			return wrapError(KindInternal, err, "encode export: %v", err)
+		}
+		b = append(l, '\n')
+	}
+	ew.n++
+	return ew.write(b)
+}
+
+// nest indents a value written at the top level by one more level: every
+// line after the first gains the indent (strings hold no raw newlines: JSON
+// escapes them).
+func nest(val []byte) []byte {
+	return bytes.ReplaceAll(val, []byte("\n"), []byte("\n  "))
+}
+
+// finish writes the last name's entries and the end of the document.
+func (ew *exportWriter) finish() error {
+	if err := ew.flush(); err != nil {
+		return err
+	}
+	if ew.json {
+		end := "\n}\n"
+		if ew.n == 0 {
+			end = "{}\n"
+		}
+		if err := ew.write([]byte(end)); err != nil {
+			return err
+		}
+	}
+	if err := ew.w.Flush(); err != nil {
+		ew.err = err
+		return errExportWrite
+	}
+	return nil
+}
+
+func (ew *exportWriter) write(b []byte) error {
+	if _, err := ew.w.Write(b); err != nil {
+		ew.err = err
+		return errExportWrite
+	}
+	return nil
 }
 
 // tempBeside names a private temporary file next to path, so that the
 // final rename stays within one directory (and one filesystem).
 func tempBeside(path string) string {
 	return fmt.Sprintf("%s.tmp-%d-%d", path, os.Getpid(), time.Now().UnixNano())
-}
-
-// writeFileAtomic writes data to a temporary file beside path and renames it
-// into place, so a reader never sees a half-written export.
-func writeFileAtomic(path string, data []byte) error {
-	tmp := tempBeside(path)
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if serr := f.Sync(); err == nil {
-		err = serr
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
 }
 
 // fileError classifies an error of a file operation of this layer (a

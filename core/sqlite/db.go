@@ -14,12 +14,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/tirastore/tirastore/core/storage"
 	"strings"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
 
 	"github.com/tirastore/tirastore/core/failpoint"
+	"github.com/tirastore/tirastore/core/storage"
 )
 
 // SchemaVersion is the db_meta schema_version this engine reads and writes.
@@ -189,6 +189,27 @@ func (d *DB) Read(fn func(r *Reader) error) error {
 	return fn(&Reader{d: d})
 }
 
+// inRead runs fn inside one read transaction: the caller's, when one is
+// open (Read, Tx), or else one of its own, started and rolled back as Read
+// does.
+func (d *DB) inRead(fn func() error) error {
+	var autocommit bool
+	if err := d.conn.Raw(func(c any) error {
+		sc, ok := c.(*sqlite3.SQLiteConn)
+		if !ok {
+			return fmt.Errorf("sqlite: unexpected driver connection %T", c)
+		}
+		autocommit = sc.AutoCommit()
+		return nil
+	}); err != nil {
+		return err
+	}
+	if !autocommit {
+		return fn()
+	}
+	return d.Read(func(*Reader) error { return fn() })
+}
+
 // rollback ends the open transaction, if SQLite has not already ended it
 // (some errors roll back by themselves; ROLLBACK then fails harmlessly).
 func (d *DB) rollback() { _, _ = d.exec("ROLLBACK") }
@@ -212,8 +233,40 @@ func IsConstraint(err error) bool {
 
 // SchemaDDL is the original's CREATE TABLE statements (schema_version 2),
 // byte for byte, for tools that create or check the schema themselves (the
-// benchmark's original-protocol baseline).
+// benchmark's original-protocol baseline). It has no index: the original
+// created none (see IndexDDL).
 func SchemaDDL() []string { return []string{createMeta, createPrograms, createRecords} }
+
+// RecordsProgramIndex is the one secondary index this engine adds to the
+// original's schema: records by (program_hash, creation_date), for the reads
+// of one program's records in creation order (export, get_program_records).
+// Like every non-unique index its entries end with the rowid, so a scan of
+// it lists records of equal creation_date in rowid order: the order in
+// which the original's unindexed "WHERE program_hash = ? ORDER BY
+// creation_date" returns them (its sort keeps the scan's rowid order).
+//
+// An index is invisible to the original's readers and writers (COMPAT.md):
+// SQLite maintains it on their writes too, and they never name it.
+const RecordsProgramIndex = "idx_records_program_hash_creation_date"
+
+const createRecordsIndex = `CREATE INDEX IF NOT EXISTS ` + RecordsProgramIndex + `
+    ON records (program_hash, creation_date);
+`
+
+// indexes are the secondary indexes, by name, that Init creates and
+// EnsureIndexes adds to a database created without them.
+var indexes = []struct{ name, ddl string }{
+	{RecordsProgramIndex, createRecordsIndex},
+}
+
+// IndexDDL is the CREATE INDEX statements Init runs after SchemaDDL.
+func IndexDDL() []string {
+	out := make([]string, len(indexes))
+	for i, ix := range indexes {
+		out[i] = ix.ddl
+	}
+	return out
+}
 
 // Tx is one write transaction, with the statements that write records.
 //
@@ -270,11 +323,12 @@ func (d *DB) Tx(fn func(tx *Tx) error) error {
 	return nil
 }
 
-// Init creates the tables and the db_meta rows of a new database. It is
-// idempotent: existing tables and meta rows are left as they are.
+// Init creates the tables, their indexes (IndexDDL) and the db_meta rows of
+// a new database. It is idempotent: existing tables, indexes and meta rows
+// are left as they are.
 func (d *DB) Init(cpuModel, slurmCPUs, createdAt string) error {
 	return d.Tx(func(tx *Tx) error {
-		for _, ddl := range SchemaDDL() {
+		for _, ddl := range append(SchemaDDL(), IndexDDL()...) {
 			if _, err := tx.Exec(ddl); err != nil {
 				return err
 			}
@@ -291,6 +345,55 @@ func (d *DB) Init(cpuModel, slurmCPUs, createdAt string) error {
 		}
 		return nil
 	})
+}
+
+// EnsureIndexes creates the indexes Init creates (IndexDDL) that the
+// database lacks: one written by the original, or by a version of this
+// engine from before them. The caller holds the lock and has checked the
+// tables (HasTables); created reports whether anything was written.
+//
+// When every index is present it only reads sqlite_master and writes
+// nothing, so calling it at every open costs one read. It writes only
+// when an index is missing, in one transaction (building the index reads
+// and sorts the whole records table, once): an open that must not write
+// (read-only, writes disabled by a CPU mismatch) should not call it; every
+// read stays correct without the index, only slower.
+func (d *DB) EnsureIndexes() (created bool, err error) {
+	missing, err := d.missingIndexes()
+	if err != nil || len(missing) == 0 {
+		return false, err
+	}
+	err = d.Tx(func(tx *Tx) error {
+		// Look again inside the write transaction: what was missing at
+		// the first look is what this transaction creates.
+		if missing, err = d.missingIndexes(); err != nil {
+			return err
+		}
+		for _, ix := range missing {
+			if _, err := tx.Exec(ix.ddl); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	return len(missing) > 0, nil
+}
+
+// missingIndexes lists the indexes whose name sqlite_master lacks.
+func (d *DB) missingIndexes() (missing []struct{ name, ddl string }, err error) {
+	for _, ix := range indexes {
+		var n int
+		if err := d.queryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = ?`, ix.name).Scan(&n); err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			missing = append(missing, ix)
+		}
+	}
+	return missing, nil
 }
 
 // HasTables reports whether the database has been initialised (an empty

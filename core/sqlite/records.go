@@ -3,6 +3,7 @@ package sqlite
 import (
 	"database/sql"
 	"errors"
+
 	"github.com/tirastore/tirastore/core/storage"
 )
 
@@ -96,34 +97,10 @@ func (d *DB) ProgramRecords(programHash string, limit int) ([]*storage.Record, e
 	return out, rows.Err()
 }
 
-// RecordsByProgram returns a program's records ordered by creation_date.
-func (d *DB) RecordsByProgram(programHash string) ([]*storage.Record, error) {
-	rows, err := d.query(selectJoined+" WHERE r.program_hash = ? ORDER BY r.creation_date", programHash)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*storage.Record
-	for rows.Next() {
-		r, err := scanJoined(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
-}
-
 // ProgramsByName returns every source version recorded under a name,
 // ordered by program_hash.
 func (d *DB) ProgramsByName(name string) ([]storage.Program, error) {
 	return d.programs("SELECT program_hash, program_name, source_code FROM programs WHERE program_name = ? ORDER BY program_hash", name)
-}
-
-// AllPrograms returns every program ordered by (program_name, program_hash),
-// the export order.
-func (d *DB) AllPrograms() ([]storage.Program, error) {
-	return d.programs("SELECT program_hash, program_name, source_code FROM programs ORDER BY program_name, program_hash")
 }
 
 func (d *DB) programs(query string, args ...any) ([]storage.Program, error) {
@@ -143,23 +120,130 @@ func (d *DB) programs(query string, args ...any) ([]storage.Program, error) {
 	return out, rows.Err()
 }
 
-// ProgramResults returns a program's (schedule, result_json) pairs ordered by
-// creation_date, as the export lists them.
-func (d *DB) ProgramResults(programHash string) ([]storage.ScheduleResult, error) {
-	rows, err := d.query("SELECT schedule, result_json FROM records WHERE program_hash = ? ORDER BY creation_date", programHash)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []storage.ScheduleResult
-	for rows.Next() {
-		var s storage.ScheduleResult
-		if err := rows.Scan(&s.Schedule, &s.ResultJSON); err != nil {
-			return nil, err
+// eachProgramSQL lists every program in export order, each followed by its
+// records in creation order, as one statement: the programs' (name, hash,
+// rowid), few and small, are sorted first (the MATERIALIZED CTE), then each
+// program's records are read from RecordsProgramIndex in its order. The
+// query plan then sorts nothing but the programs: the records of one
+// program at a time at most (SQLite cannot prove the CTE's rows distinct,
+// so it keeps a sort of the last ORDER BY terms within each program, over
+// rows that the index already delivers in that order). The ORDER BY, not
+// the plan, defines the order: without the index the result is the same,
+// read through an automatic index SQLite builds for the statement.
+//
+// Ties in creation_date are in rowid order, the order of the per-program
+// "ORDER BY creation_date" of ProgramResults with and without the index
+// (TestEachProgramMatchesPerProgramReads). A program without records comes
+// once, with r.rowid NULL. The source is not in this statement: selected
+// here it would be read and copied once per record.
+const eachProgramSQL = `WITH o(hash, name, id) AS MATERIALIZED (
+    SELECT program_hash, program_name, rowid FROM programs ORDER BY program_name, program_hash, rowid)
+SELECT o.id, o.hash, o.name, r.rowid IS NOT NULL, coalesce(r.schedule, ''), coalesce(r.result_json, '')
+  FROM o LEFT JOIN records r ON r.program_hash = o.hash
+  ORDER BY o.name, o.hash, o.id, r.creation_date, r.rowid`
+
+// programSourceSQL reads the source of the program of eachProgramSQL's
+// current row, once per program.
+const programSourceSQL = "SELECT source_code FROM programs WHERE rowid = ?"
+
+// EachProgram calls fn for every program in export order (program_name,
+// then program_hash) with its (schedule, result_json) pairs ordered by
+// creation_date, ties in rowid order: what AllPrograms and then
+// ProgramResults of each program return, from one ordered scan (see
+// eachProgramSQL) inside one read transaction (the caller's, if one is
+// open). Rows stream from the cursor and only one program's results are in
+// memory at a time; a program without records comes with an empty,
+// non-nil list. results is fn's to keep. An error from fn stops the scan
+// and is returned as is.
+func (d *DB) EachProgram(fn func(p storage.Program, results []storage.ScheduleResult) error) error {
+	return d.inRead(func() error {
+		src, err := d.stmt(programSourceSQL)
+		if err != nil {
+			return err
 		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
+		rows, err := d.query(eachProgramSQL)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		var (
+			cur     storage.Program
+			curID   int64
+			started bool
+			results []storage.ScheduleResult
+		)
+		for rows.Next() {
+			var (
+				id  int64
+				p   storage.Program
+				has bool
+				sr  storage.ScheduleResult
+			)
+			if err := rows.Scan(&id, &p.Hash, &p.Name, &has, &sr.Schedule, &sr.ResultJSON); err != nil {
+				return err
+			}
+			if !started || id != curID {
+				if started {
+					if err := fn(cur, results); err != nil {
+						return err
+					}
+				}
+				if err := src.QueryRow(id).Scan(&p.Source); err != nil {
+					return err
+				}
+				cur, curID, started = p, id, true
+				results = make([]storage.ScheduleResult, 0, max(cap(results), 1))
+			}
+			if has {
+				results = append(results, sr)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if started {
+			return fn(cur, results)
+		}
+		return nil
+	})
+}
+
+// EachRecordOf calls fn for every record of a program, joined with its
+// program row, ordered by creation_date, ties in rowid order: what
+// RecordsByProgram returns, streamed from the cursor inside one read
+// transaction (the caller's, if one is open). The program's name and source
+// are read once and shared by every record rather than read per row. A
+// program whose row is missing has no records here (the inner join of
+// RecordsByProgram). Each *Record is fn's to keep; an error from fn stops
+// the scan and is returned as is.
+func (d *DB) EachRecordOf(programHash string, fn func(*storage.Record) error) error {
+	return d.inRead(func() error {
+		var name, source string
+		err := d.queryRow("SELECT program_name, source_code FROM programs WHERE program_hash = ?", programHash).Scan(&name, &source)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		rows, err := d.query("SELECT "+recordColumns+`
+  FROM records r WHERE r.program_hash = ? ORDER BY r.creation_date, r.rowid`, programHash)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			r := &storage.Record{ProgramName: name, SourceCode: source}
+			if err := rows.Scan(&r.Key, &r.ProgramHash, &r.Schedule, &r.ResultJSON, &r.Hostname, &r.Username,
+				&r.CreationDate, &r.UpdateDate, &r.SourceProject); err != nil {
+				return err
+			}
+			if err := fn(r); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	})
 }
 
 // PutProgram inserts a program unless its hash is present: the first name

@@ -196,6 +196,12 @@ func (s *Store) initOrValidate(ctx context.Context) (meta map[string]string, err
 		}
 	} else if err = s.checkSchema(db); err != nil {
 		return nil, err
+	} else {
+		// A database of the original's schema gets the index the ordered
+		// scans use (export, get_program_records, prefetch); one that
+		// cannot be given it (a read-only file, say) works without, and a
+		// refusal by the fence is reported by fenced.
+		_, _ = db.EnsureIndexes()
 	}
 	meta = map[string]string{}
 	for _, k := range metaKeys {

@@ -95,24 +95,14 @@ func (s *Store) Update(ctx context.Context, op string, fn func(storage.Writer) e
 	})
 }
 
-// EachProgram reads every program with its results under the lock.
+// EachProgram reads every program with its results in one ordered scan,
+// in one read transaction under the lock (core/sqlite: EachProgram). The
+// lock is held for the whole scan: released between chunks, it would let
+// writers in, and the export would mix states of the database. The scan is
+// linear in the records (an index on (program_hash, creation_date)), so
+// the hold is a sequential read of the database.
 func (s *Store) EachProgram(ctx context.Context, fn func(storage.Program, []storage.ScheduleResult) error) error {
-	return s.withDB(ctx, "export", func(db *sqlite.DB) error {
-		all, err := db.AllPrograms()
-		if err != nil {
-			return err
-		}
-		for _, p := range all {
-			rs, err := db.ProgramResults(p.Hash)
-			if err != nil {
-				return err
-			}
-			if err := fn(p, rs); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return s.withDB(ctx, "export", func(db *sqlite.DB) error { return db.EachProgram(fn) })
 }
 
 // Backup copies the database into the new file path under the lock (VACUUM
@@ -128,20 +118,6 @@ func (s *Store) Backup(ctx context.Context, path string) error {
 
 // reader is a View's storage.Reader: the connection's reads.
 type reader struct{ *sqlite.DB }
-
-// EachRecordOf streams a program's joined records.
-func (r reader) EachRecordOf(programHash string, fn func(*storage.Record) error) error {
-	recs, err := r.RecordsByProgram(programHash)
-	if err != nil {
-		return err
-	}
-	for _, rec := range recs {
-		if err := fn(rec); err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // writer is an Update's storage.Writer: the reads, and the transaction's
 // writes.
