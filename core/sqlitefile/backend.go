@@ -194,6 +194,7 @@ func (s *Store) initOrValidate(ctx context.Context) (meta map[string]string, err
 		if err := db.Init(m["cpu_model"], m["slurm_cpus"], m["created_at"]); err != nil {
 			return nil, s.classify(err, "initialise the database")
 		}
+		s.cache.setIndexed(true)
 	} else if err = s.checkSchema(db); err != nil {
 		return nil, err
 	} else {
@@ -201,7 +202,8 @@ func (s *Store) initOrValidate(ctx context.Context) (meta map[string]string, err
 		// scans use (export, get_program_records, prefetch); one that
 		// cannot be given it (a read-only file, say) works without, and a
 		// refusal by the fence is reported by fenced.
-		_, _ = db.EnsureIndexes()
+		_, err := db.EnsureIndexes()
+		s.cache.setIndexed(err == nil)
 	}
 	meta = map[string]string{}
 	for _, k := range metaKeys {

@@ -79,6 +79,9 @@ type resultCache struct {
 	writes        func() uint64
 	writesAtBegin uint64
 	synced        bool
+	// indexed: records has the index on program_hash (a prefetch reads
+	// only the program's rows, whatever the database's size).
+	indexed bool
 	// file is hdr's file; log follows the node's commits (nil: no log);
 	// brokeAt is when a commit that was not logged last emptied the cache.
 	file    changelog.FileID
@@ -107,6 +110,13 @@ func (c *resultCache) setFile(hdr *os.File, file changelog.FileID, log *changelo
 		c.log = log
 		_, _, _ = log.Next(nil) // from here on: the cache starts empty
 	}
+}
+
+// setIndexed records whether the database has the program_hash index.
+func (c *resultCache) setIndexed(ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.indexed = ok
 }
 
 // forgetAll drops every entry (the lock was found lost: anything may have
@@ -380,13 +390,13 @@ func (c *resultCache) LoadMany(db *sqlite.DB, keys []string, missing []int, recs
 }
 
 // shouldPrefetch: progHash is neither complete nor known to be too big,
-// the database is small enough, and either the cache has been following
+// the database has the program_hash index or is small enough, and either the cache has been following
 // the node's commits (none unlogged for tuning.FollowQuiet) or it is a quiet phase
 // (nothing committed since this store's previous locked operation, which
 // left entries, nor for tuning.QuietBeforePrefetch before that) in which no write
 // waits. The caller holds the lock and c.mu.
 func (c *resultCache) shouldPrefetch(progHash string, writesWaiting func() bool) bool {
-	if pages, ok := c.gen.pages(); !ok || pages > tuning.PrefetchMaxPages {
+	if pages, ok := c.gen.pages(); !c.indexed && (!ok || pages > tuning.PrefetchMaxPages) {
 		return false
 	}
 	if c.hdr == nil || progHash == "" || c.restarted || c.complete[progHash] || c.tooBig[progHash] {

@@ -96,8 +96,9 @@ func TestProgramPrefetch(t *testing.T) {
 	}
 }
 
-// TestNoPrefetchOfLargeDatabase: above prefetchMaxPages no program is loaded
-// (a prefetch scans the whole records table), and lookups stay correct,
+// TestNoPrefetchOfLargeDatabase: without the program_hash index, above
+// tuning.PrefetchMaxPages no program is loaded (a prefetch would scan the
+// whole records table), and lookups stay correct,
 // key by key under the lock.
 func TestNoPrefetchOfLargeDatabase(t *testing.T) {
 	t.Cleanup(sqlitefile.SetPrefetchMaxPages(0))
@@ -118,6 +119,7 @@ func TestNoPrefetchOfLargeDatabase(t *testing.T) {
 		t.Fatalf("header size %d pages (valid %v), want a valid size of at least 4", pages, ok)
 	}
 	sqlitefile.SetPrefetchMaxPages(pages - 1)
+	sqlitefile.SetIndexed(r.Backend(), false)
 	lookupTimes(t, r, 0)
 	time.Sleep(tuning.QuietBeforePrefetch + 5*time.Millisecond)
 	before := r.LockStats().Acquired
@@ -137,6 +139,22 @@ func TestNoPrefetchOfLargeDatabase(t *testing.T) {
 	complete = len(cachedPrograms(r, false))
 	if complete != 1 {
 		t.Fatalf("%d programs loaded at the bound, want 1", complete)
+	}
+	// With the index, a program is loaded whatever the database's size.
+	const src2 = "void other() {}"
+	if _, err := w.RecordMany(ctx, "q", src2, ms[:20], false); err != nil {
+		t.Fatal(err)
+	}
+	sqlitefile.SetPrefetchMaxPages(1)
+	sqlitefile.SetIndexed(r.Backend(), true)
+	for i := 0; i < 2; i++ { // the first learns the new generation
+		time.Sleep(tuning.QuietBeforePrefetch + 5*time.Millisecond)
+		if _, err := r.Lookup(ctx, "q", src2, schedN(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !cachedPrograms(r, false)[keys.ProgramHash(src2)] {
+		t.Fatal("with the index, the program was not loaded in a quiet phase")
 	}
 }
 

@@ -43,3 +43,7 @@ func CachedPrograms(b storage.Backend) (complete, tooBig map[string]bool) {
 	defer s.cache.mu.Unlock()
 	return maps.Clone(s.cache.complete), maps.Clone(s.cache.tooBig)
 }
+
+// SetIndexed makes b's cache believe the records table has (or lacks) the
+// program_hash index.
+func SetIndexed(b storage.Backend, ok bool) { b.(*Store).cache.setIndexed(ok) }
