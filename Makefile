@@ -39,6 +39,7 @@ test-c: build
 	./build/harness build/harness-test.db
 	$(CC) -std=c11 -Wall -Wextra -Werror -Iinclude tests/c/test_fork.c -Lbuild -ltirastore -Wl,-rpath,$(CURDIR)/build -o build/test_fork
 	./build/test_fork
+	CC="$(CC)" CXX="$(CXX)" tests/c/readme_snippet.sh
 
 # The test variant of the library with failpoints compiled in (crash tests).
 build-failpoints:
@@ -46,6 +47,7 @@ build-failpoints:
 
 test-python: install build-failpoints
 	$(PYTHON) -m pytest -q -rs tests/python
+	$(PYTHON) -m pytest -q --doctest-modules python/tirastore
 
 # Everything CI runs (.ci/run calls exactly this).
 test: lint test-go test-c test-python

@@ -10,7 +10,7 @@ loaded with cffi.
 from __future__ import annotations
 
 from tirastore import _native
-from tirastore.errors import LockLostError
+from tirastore.errors import LockLostError, TiraStoreWarning
 from tirastore.store import LookupResult, TiraStore
 
 __version__ = _native.version()
@@ -19,6 +19,7 @@ __all__ = [
     "TiraStore",
     "LookupResult",
     "LockLostError",
+    "TiraStoreWarning",
     "normalize_schedule",
     "validate_schedule",
     "normalize_program",
@@ -26,23 +27,93 @@ __all__ = [
     "__version__",
 ]
 
+# The helpers below take any falsy argument (None, "", 0) as "", as the
+# original did (``if not s: return ""``); everything else goes to the engine.
+
 
 def normalize_schedule(schedule: str) -> str:
-    """Normalize a schedule string: remove whitespace, single-quote comp names."""
-    return _native.call(0, "normalize_schedule", schedule=schedule)
+    """Return the normalized form of a schedule string.
+
+    All whitespace is removed and every comp name inside ``comps=[...]`` is
+    single-quoted, so that cosmetically different spellings of a schedule
+    name one record. The result is not validated (see
+    :func:`validate_schedule`).
+
+    :param str schedule: a schedule such as ``"R(L0, comps=[c1])"``; any
+        falsy value (``None``, ``""``) gives ``""``, as in the original
+    :return: the normalized schedule
+    :raises TypeError: *schedule* is neither falsy nor a str
+    :raises ValueError: *schedule* contains a lone surrogate
+
+    >>> normalize_schedule('R( L0 , comps=["c1", c2] )')
+    "R(L0,comps=['c1','c2'])"
+    >>> normalize_schedule(None)
+    ''
+    """
+    return _native.call(0, "normalize_schedule", schedule=schedule or "")
 
 
 def validate_schedule(schedule: str) -> tuple[bool, str]:
-    """Check a schedule against the transformation grammar: ``(True, "")`` or ``(False, reason)``."""
-    ok, reason = _native.call(0, "validate_schedule", schedule=schedule)
+    """Check a schedule against the grammar of the Tiramisu transformations.
+
+    The schedule is one or more ``|``-separated transformations among
+    ``S I R P T2 T3 U F``, each with its loop levels, integers and
+    ``comps=[...]`` list. Whitespace is ignored; an empty schedule is valid.
+    :meth:`TiraStore.record` checks the normalized schedule this way.
+
+    :param str schedule: the schedule to check; any falsy value (``None``,
+        ``""``) is valid, as in the original
+    :return: ``(True, "")``, or ``(False, reason)`` with the original's
+        reason text
+    :raises TypeError: *schedule* is neither falsy nor a str
+    :raises ValueError: *schedule* contains a lone surrogate
+
+    >>> validate_schedule("S(L0,L1,4,8,comps=['c1'])|U(L2,4,comps=[c1])")
+    (True, '')
+    >>> validate_schedule("U(L2,4)")
+    (False, "Malformed U transformation: 'U(L2,4)'")
+    """
+    ok, reason = _native.call(0, "validate_schedule", schedule=schedule or "")
     return ok, reason
 
 
 def normalize_program(source: str) -> str:
-    """Normalize program source for hashing (no comments, includes or whitespace)."""
-    return _native.call(0, "normalize_program", source=source)
+    """Return the form of a program source that its hash is computed from.
+
+    Block and line comments, ``#include`` lines and all whitespace are
+    removed, so that cosmetically different versions of a program share one
+    hash. The result is not meant to be read; the store keeps the original
+    source.
+
+    :param str source: program source code; any falsy value (``None``,
+        ``""``) gives ``""``, as in the original
+    :return: the normalized source
+    :raises TypeError: *source* is neither falsy nor a str
+    :raises ValueError: *source* contains a lone surrogate
+
+    >>> normalize_program("#include <a.h>\\nvoid f() { return; } // done")
+    'voidf(){return;}'
+    >>> normalize_program(None)
+    ''
+    """
+    return _native.call(0, "normalize_program", source=source or "")
 
 
 def make_program_hash(source: str) -> str:
-    """SHA-256 hex digest of the normalized program source."""
-    return _native.call(0, "make_program_hash", source=source)
+    """Return the SHA-256 hex digest of the normalized program source.
+
+    The ``program_hash`` under which the store keeps a program: equal for
+    sources that :func:`normalize_program` makes equal.
+
+    :param str source: program source code; any falsy value (``None``,
+        ``""``) hashes as ``""``, as in the original
+    :return: 64 lowercase hex digits
+    :raises TypeError: *source* is neither falsy nor a str
+    :raises ValueError: *source* contains a lone surrogate
+
+    >>> make_program_hash("void f() {}") == make_program_hash("void f(){} // same")
+    True
+    >>> make_program_hash(None)
+    'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855'
+    """
+    return _native.call(0, "make_program_hash", source=source or "")

@@ -82,6 +82,7 @@ Known risks and limits:
 
 from __future__ import annotations
 
+import builtins
 import json
 import numbers
 import os
@@ -93,7 +94,7 @@ from typing import Any
 
 from cffi import FFI
 
-from tirastore.errors import LockLostError
+from tirastore import errors as _errors
 
 # Declarations of include/tirastore.h (tests/python/test_native.py checks that
 # they match the header).
@@ -317,23 +318,38 @@ def ensure_loaded() -> None:
     lib.tirastore_version  # noqa: B018 - the attribute access triggers the load
 
 
-_EXCEPTIONS: dict[str, type[BaseException]] = {
-    "ValueError": ValueError,
-    "TypeError": TypeError,
-    "PermissionError": PermissionError,
-    "TimeoutError": TimeoutError,
-    "OSError": OSError,
-    "FileNotFoundError": FileNotFoundError,
-    "sqlite3.DatabaseError": sqlite3.DatabaseError,
-    "sqlite3.OperationalError": sqlite3.OperationalError,
-    "KeyboardInterrupt": KeyboardInterrupt,
-    "RuntimeError": RuntimeError,
-    "LockLostError": LockLostError,
-}
+def exception_class(name: str) -> type[BaseException]:
+    """The exception class an error reply's ``type`` names.
+
+    The names come from the library's one error table (core/apierr; the
+    ``error_table`` utility lists it): a builtin (``"ValueError"``),
+    ``"sqlite3.<name>"``, or a class of :mod:`tirastore.errors`
+    (``"LockLostError"``). Python keeps no table of its own; a name that
+    resolves to no exception class gives RuntimeError.
+    """
+    module, _, attr = name.rpartition(".")
+    if module == "sqlite3":
+        places: tuple[Any, ...] = (sqlite3,)
+    elif module:
+        places = ()
+    else:
+        places = (builtins, _errors)
+    for place in places:
+        cls = getattr(place, attr, None)
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            return cls
+    return RuntimeError
 
 
 def _default(obj: Any) -> Any:
-    """JSON fallback for number-like objects (numpy scalars and arrays)."""
+    """JSON fallback: number-like objects (numpy scalars and arrays) as numbers,
+    anything else JSON cannot carry (bytes, a set, a complex, ...) as the
+    library's marker ``{"\\u0000type": <type name>}``.
+
+    The library knows what each argument must be and names it in its
+    TypeError ("TiraStore.lookup(): program_source_code must be str, not
+    bytes"); the marker tells it what was given (capi/args.go, foreignKey).
+    """
     if isinstance(obj, numbers.Integral):
         return int(obj)
     if isinstance(obj, numbers.Real):
@@ -343,7 +359,7 @@ def _default(obj: Any) -> Any:
         return bool(obj)
     if dtype is not None and hasattr(obj, "tolist"):
         return obj.tolist()
-    raise TypeError(f"an argument of type {type(obj).__name__} is not supported")
+    return {"\x00type": type(obj).__name__}
 
 
 # Made once: json.dumps/json.loads with non-default options build a new
@@ -352,18 +368,30 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=True, default=_default
 _DECODER = json.JSONDecoder()
 
 
+def _culprit(args: dict[str, Any]) -> str:
+    """The name of the first argument that cannot be sent ("an argument" if none)."""
+    for name, value in args.items():
+        try:
+            _ENCODER.encode(value).encode("utf-8")
+        except (TypeError, ValueError):
+            return name
+    return "an argument"
+
+
 def _encode(where: str, args: dict[str, Any]) -> bytes:
+    # Only what the library never sees is reported here, naming the argument;
+    # wrong types it judges itself (see _default).
     try:
         text = _ENCODER.encode(args)
-    except TypeError as e:
-        raise TypeError(f"{where}(): {e}") from None
+    except TypeError as e:  # a dict key json cannot write (a tuple, say)
+        raise TypeError(f"{where}(): {_culprit(args)}: {e}") from None
     except ValueError as e:  # circular reference
-        raise ValueError(f"{where}(): {e}") from None
+        raise ValueError(f"{where}(): {_culprit(args)}: {e}") from None
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError as e:
         raise ValueError(
-            f"{where}(): a string argument contains a lone surrogate "
+            f"{where}(): {_culprit(args)} contains a lone surrogate "
             f"({e.object[e.start:e.end]!r}), which cannot be stored"
         ) from None
 
@@ -377,7 +405,7 @@ def _reply(status: int, out) -> Any:
     if status == 0:
         return doc["result"]
     err = doc["error"]
-    cls = _EXCEPTIONS.get(err["type"], RuntimeError)
+    cls = exception_class(err["type"])
     if "errno" in err and issubclass(cls, OSError):
         # OSError(errno, msg) becomes the matching subclass (FileNotFoundError,
         # IsADirectoryError, ...), as the original's open() and shutil raised.
@@ -414,5 +442,7 @@ def close_store(handle: int) -> None:
 def call(handle: int, method: str, **args: Any) -> Any:
     """Run one library method; handle 0 for the standalone utilities."""
     out = ffi.new("char **")
-    status = lib.tirastore_call(handle, method.encode("ascii"), _encode(method, args), out)
+    # Named as the library's own messages name it (capi/args.go, displayName).
+    where = f"TiraStore.{method}" if handle else method
+    status = lib.tirastore_call(handle, method.encode("ascii"), _encode(where, args), out)
     return _reply(status, out)

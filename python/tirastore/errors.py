@@ -1,4 +1,4 @@
-"""Exceptions of TiraStore beyond the built-in ones the original raised."""
+"""Exceptions and warnings of TiraStore beyond the built-in ones the original raised."""
 
 from __future__ import annotations
 
@@ -20,4 +20,34 @@ class LockLostError(sqlite3.OperationalError):
             store.record_many(name, source, schedules)
         except tirastore.LockLostError:
             ...  # nothing of this call was committed: retry it
+    """
+
+
+class TiraStoreWarning(RuntimeWarning):
+    """What a store says when it opens, through :mod:`warnings`.
+
+    Two things are said this way, by the ``TiraStore(...)``
+    call that opens the store (the warning points at that line):
+
+    * the CPU metadata mismatch: the database was created on another CPU
+      model or ``SLURM_CPUS_PER_TASK``, so this store can read but not
+      write (the original printed this banner to stdout; it is the same
+      text);
+    * node-local notices: a file of the node-local speed-ups failed its
+      checks (planted by another user, say) and is not used, or the
+      database directory does not let other users create lock claim files.
+
+    A subclass of :class:`RuntimeWarning`, which the notices were before.
+    Python shows it on stderr once per calling line; filter it like any
+    warning:
+
+    >>> import warnings
+    >>> from tirastore import TiraStore, TiraStoreWarning
+    >>> TiraStore("cache.db", cpu_model="Xeon").close()
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore", TiraStoreWarning)  # or "error" to raise it
+    ...     store = TiraStore("cache.db", cpu_model="EPYC")    # says nothing
+    >>> store.writes_allowed
+    False
+    >>> store.close()
     """

@@ -2,12 +2,11 @@
 
 All behaviour (normalization, hashing, validation, locking, SQLite) lives in
 the native library; this module only adapts it to Python: keyword
-arguments, ``pathlib.Path`` results, a dataclass for lookups, exceptions, a
-context manager.
+arguments, ``pathlib.Path`` results, a dataclass for lookups, exceptions,
+warnings, a context manager.
 
->>> import tempfile, os
 >>> from tirastore import TiraStore
->>> with TiraStore(os.path.join(tempfile.mkdtemp(), "cache.db")) as store:
+>>> with TiraStore("cache.db") as store:
 ...     store.record("blur", "void blur() {}", "S(L0,L1,4,8,comps=['c1'])", True, [0.04])
 ...     store.lookup("blur", "void blur() {}", "S(L0,L1,4,8,comps=['c1'])").execution_times
 True
@@ -18,19 +17,39 @@ from __future__ import annotations
 
 import atexit
 import os
+import warnings
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
 from tirastore import _native
+from tirastore.errors import TiraStoreWarning
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 
 @dataclass
 class LookupResult:
-    """A stored measurement, as :meth:`TiraStore.lookup` returns it."""
+    """A stored measurement, as :meth:`TiraStore.lookup` returns it.
+
+    A dataclass with the original's fields:
+
+    * ``is_legal`` (bool): whether the schedule is legal for the program;
+    * ``execution_times`` (list or None): the measured times as recorded
+      (floats stay floats, ints stay ints);
+    * ``schedule`` (str): the normalized schedule;
+    * ``hostname``, ``username`` (str): who wrote the record last;
+    * ``creation_date``, ``update_date`` (str): UTC ISO 8601 times, such as
+      ``2026-02-21T15:30:12.123456+00:00``;
+    * ``source_project`` (str): the ``source_project`` of the writing store.
+
+    >>> store.record("blur", "void blur() {}", "R(L0,comps=[c1])", True, [0.04])
+    True
+    >>> r = store.lookup("blur", "void blur() {}", "R(L0,comps=[c1])")
+    >>> r.is_legal, r.execution_times, r.schedule
+    (True, [0.04], "R(L0,comps=['c1'])")
+    """
 
     is_legal: bool
     execution_times: Optional[list]
@@ -42,7 +61,18 @@ class LookupResult:
     source_project: str
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a plain dict (same keys as the original)."""
+        """Return the fields as a plain dict, keyed as the original's ``to_dict()``.
+
+        :return: a new dict with the keys ``is_legal``, ``execution_times``,
+            ``schedule``, ``hostname``, ``username``, ``creation_date``,
+            ``update_date`` and ``source_project``
+
+        >>> store.record("blur", "void blur() {}", "R(L0,comps=['c1'])", False, None)
+        True
+        >>> d = store.lookup("blur", "void blur() {}", "R(L0,comps=['c1'])").to_dict()
+        >>> d["is_legal"], d["execution_times"], sorted(d) == sorted(vars(LookupResult(**d)))
+        (False, None, True)
+        """
         return {
             "is_legal": self.is_legal,
             "execution_times": self.execution_times,
@@ -84,7 +114,7 @@ def _close_idle_stores() -> None:
     process of this host that takes the lock.
     """
     for store in list(_open_stores):
-        if store._handle > 0 and store._gen == _native.generation:
+        if not store._closed and store._handle > 0 and store._gen == _native.generation:
             try:
                 _native.call(store._handle, "close_if_idle")
             except Exception:
@@ -94,13 +124,54 @@ def _close_idle_stores() -> None:
 class TiraStore:
     """A measurement cache in one SQLite file shared by many processes and nodes.
 
-    Parameters are the original's: ``db_path`` (created if missing),
-    ``source_project`` (stamped on new records), ``cpu_model`` and
-    ``slurm_cpus`` (detected when None), ``allow_cpu_mismatch``,
-    ``stale_lock_timeout`` (seconds before another holder's lock counts as
-    abandoned), plus ``lock_timeout``: how long an operation waits for the
-    lock before raising ``TimeoutError`` naming the holder (None: 600 s;
-    negative: forever).
+    Opens the database at *db_path*, creating it (and its directory) if it
+    does not exist. Every operation takes the database's lock, built on an
+    atomic ``link()`` that works on Lustre and NFS, so any number of
+    processes on any number of nodes may use one database at once. A
+    database remembers the CPU it was created on: a store on another CPU
+    model or ``SLURM_CPUS_PER_TASK`` can read but not write, and says so
+    with a :class:`~tirastore.TiraStoreWarning` pointing at this call.
+
+    A store may be shared by threads, keeps working in children of
+    ``fork()`` and ``multiprocessing``, can be pickled, and is a context
+    manager; :meth:`close` releases it.
+
+    :param db_path: the SQLite database file (str or path-like)
+    :param str source_project: stamped on every record this store writes
+    :param cpu_model: the CPU model written into a new database and
+        compared with an existing one's; None detects the local CPU's brand
+        string
+    :param slurm_cpus: the same for ``SLURM_CPUS_PER_TASK``; None reads the
+        environment (``"N/A"`` when unset)
+    :param bool allow_cpu_mismatch: keep writes enabled when the CPU check
+        fails (for admin tasks such as imports)
+    :param float stale_lock_timeout: seconds a lock may go unconfirmed
+        before other processes count its holder as dead and break it
+        (None: 600, the original's default; it must be positive)
+    :param lock_timeout: seconds an operation waits for the lock before
+        raising :exc:`TimeoutError` naming the holder (new; None: 600,
+        0: try once, negative: wait forever)
+    :raises TypeError: an argument has the wrong type
+    :raises ValueError: *db_path* contains a NUL character, or a timeout is
+        not a finite number
+    :raises sqlite3.DatabaseError: the file is not a TiraStore database, or
+        has another schema version
+    :raises OSError: the database or its directory cannot be created or
+        opened (:exc:`PermissionError`, ...)
+
+    Besides the errors each method lists, every method may raise
+    :exc:`TimeoutError` (the lock was not obtained within *lock_timeout*),
+    :exc:`KeyboardInterrupt` (Ctrl-C while waiting for the lock),
+    :exc:`~tirastore.LockLostError` (a write lost the lock after a stall),
+    :exc:`sqlite3.OperationalError` or :exc:`OSError` (the filesystem
+    failed), and :exc:`ValueError` once the store is closed.
+
+    The examples of the methods use ``store``, a store on a new database.
+
+    >>> store = TiraStore("cache.db", source_project="autoscheduler-v2")
+    >>> store
+    TiraStore(db_path='.../cache.db', source_project='autoscheduler-v2', writes_allowed=True)
+    >>> store.close()
     """
 
     def __init__(
@@ -110,10 +181,14 @@ class TiraStore:
         cpu_model: Optional[str] = None,
         slurm_cpus: Optional[str] = None,
         allow_cpu_mismatch: bool = False,
-        stale_lock_timeout: float = 600.0,
-        lock_timeout: Optional[float] = 600.0,
+        stale_lock_timeout: Optional[float] = None,
+        lock_timeout: Optional[float] = None,
     ) -> None:
+        # A closed store keeps its handle: the library answers a closed
+        # handle with the engine's closed-store message. Closed until the
+        # open succeeds, so that __del__ of a failed open does nothing.
         self._handle = 0
+        self._closed = True
         self._gen = _native.generation
         path = _fspath("TiraStore", "db_path", db_path)
         options = {
@@ -125,21 +200,22 @@ class TiraStore:
             "lock_timeout": lock_timeout,
         }
         self._handle, info = _native.open_store(path, options)
+        self._closed = False
         _open_stores.add(self)
         self._options = options
         self.db_path = Path(info["db_path"])
         self.source_project = info["source_project"]
         self.allow_cpu_mismatch = allow_cpu_mismatch
         self._writes_allowed = bool(info["writes_allowed"])
+        # Said through warnings (stderr by default, filterable), pointing at
+        # the caller's TiraStore(...) line: the CPU-mismatch banner (the
+        # original printed it to stdout) and the notices (a node-local file
+        # that failed its checks, planted by another user, say, so the store
+        # works without the speed-up it serves; a directory others cannot use).
         if info["warning"]:
-            print(info["warning"])
-        if info.get("notices"):
-            # A node-local file that failed its checks (planted by another
-            # user, say): the store works without the speed-up it serves.
-            import warnings
-
-            for notice in info["notices"]:
-                warnings.warn(notice, RuntimeWarning, stacklevel=2)
+            warnings.warn(info["warning"], TiraStoreWarning, stacklevel=2)
+        for notice in info.get("notices") or ():
+            warnings.warn(notice, TiraStoreWarning, stacklevel=2)
 
     def _call(self, method: str, **args: Any) -> Any:
         if self._gen != _native.generation:  # forked or unpickled: re-open in this process's copy
@@ -158,10 +234,14 @@ class TiraStore:
             gen = _native.generation
             if self._gen == gen:
                 return
-            if self._handle:  # a closed store stays closed
+            if not self._closed:
                 self._handle, info = _native.open_store(str(self.db_path), self._options)
                 _open_stores.add(self)
                 self._writes_allowed = bool(info["writes_allowed"])
+            else:
+                # A closed store stays closed. Its number belongs to another
+                # copy of the library and may name another store in this one.
+                self._handle = 0
             self._gen = gen
 
     # -- pickling (multiprocessing spawn/forkserver, or any pickled task) ---
@@ -183,7 +263,8 @@ class TiraStore:
         self.source_project = state["source_project"]
         self.allow_cpu_mismatch = state["allow_cpu_mismatch"]
         self._writes_allowed = bool(state["writes_allowed"])
-        self._handle = 0 if state["closed"] else -1  # -1: not yet opened here
+        self._closed = bool(state["closed"])
+        self._handle = 0 if self._closed else -1  # -1: not yet opened here
         self._gen = -1
 
     # -- lookup & record ---------------------------------------------------
@@ -207,7 +288,27 @@ class TiraStore:
             _program_hashes[source] = _native.call(0, "make_program_hash", source=source)
 
     def lookup(self, program_name: str, program_source_code: str, tiralib_schedule_string: str) -> Optional[LookupResult]:
-        """Return the stored :class:`LookupResult`, or None on a miss."""
+        """Return the stored measurement of a schedule of a program, or None.
+
+        The record is found by the program's normalized source (comments,
+        ``#include`` lines and whitespace do not matter) and the normalized
+        schedule (nor do whitespace and quotes there).
+
+        :param str program_name: the program's name
+        :param str program_source_code: the program's source code
+        :param str tiralib_schedule_string: the schedule
+        :return: a :class:`LookupResult`, or None if nothing is recorded
+        :raises TypeError: an argument is not a str
+        :raises ValueError: an argument contains a NUL character or a lone
+            surrogate
+
+        >>> store.record("blur", "void blur() {}", "U(L0,4,comps=['c1'])", True, [0.5])
+        True
+        >>> store.lookup("blur", "void blur() { }", "U(L0, 4, comps=[c1])").execution_times
+        [0.5]
+        >>> store.lookup("blur", "void blur() {}", "U(L0,8,comps=['c1'])") is None
+        True
+        """
         ref = self._program(program_source_code)
         found = self._call("lookup", program_name=program_name, tiralib_schedule_string=tiralib_schedule_string, **ref)
         self._remember(ref)
@@ -216,13 +317,25 @@ class TiraStore:
     def lookup_many(
         self, program_name: str, program_source_code: str, schedules: list[str]
     ) -> list[Optional[LookupResult]]:
-        """Look up several schedules of one program at once (one lock acquisition).
+        """Look up several schedules of one program, taking the lock once.
 
-        Returns one entry per schedule, in order: a :class:`LookupResult`, or
-        None on a miss.
+        :meth:`lookup` for each schedule, in order, at the cost of one
+        lock acquisition (new; the original has no batch read).
 
-        >>> store.lookup_many("p", src, ["S(L0,L1,4,8,comps=['c1'])", "U(L2,4,comps=['c1'])"])
-        [LookupResult(...), None]
+        :param str program_name: the program's name
+        :param str program_source_code: the program's source code
+        :param schedules: a list of schedule strings
+        :return: a list with one entry per schedule, in order: a
+            :class:`LookupResult`, or None if nothing is recorded
+        :raises TypeError: an argument or an entry of *schedules* is not a str
+        :raises ValueError: a string contains a NUL character or a lone
+            surrogate
+
+        >>> store.record("blur", "void blur() {}", "S(L0,L1,4,8,comps=['c1'])", True, [0.04])
+        True
+        >>> found = store.lookup_many("blur", "void blur() {}", ["S(L0,L1,4,8,comps=['c1'])", "U(L2,4,comps=['c1'])"])
+        >>> [r and r.execution_times for r in found]
+        [[0.04], None]
         """
         ref = self._program(program_source_code)
         found = self._call("lookup_many", program_name=program_name, schedules=schedules, **ref)
@@ -238,7 +351,37 @@ class TiraStore:
         execution_times: Optional[list] = None,
         overwrite: bool = False,
     ) -> bool:
-        """Store one measurement; False when it existed and overwrite is False."""
+        """Store one measurement of a schedule of a program.
+
+        The source is stored once per program, under the hash of its
+        normalized form (the first *program_name* stored for it stays); the
+        record keeps the normalized schedule, the result, this host and
+        user, the dates and this store's ``source_project``.
+
+        :param str program_name: the program's name
+        :param str program_source_code: the program's source code
+        :param str tiralib_schedule_string: the schedule; it must pass
+            :func:`~tirastore.validate_schedule`
+        :param bool is_legal: whether the schedule is legal for the program
+        :param execution_times: the measured times: a non-empty list of
+            numbers when *is_legal*, else a list or None
+        :param bool overwrite: replace an existing record (keeping its
+            creation date)
+        :return: True if written; False if the record existed and
+            *overwrite* is False
+        :raises ValueError: an invalid schedule, no *execution_times* for a
+            legal schedule, a NaN or infinite time, a NUL character or lone
+            surrogate in a string
+        :raises TypeError: an argument has the wrong type
+        :raises PermissionError: writes are disabled by the CPU check
+
+        >>> store.record("blur", "void blur() {}", "R(L0,comps=['c1'])", True, [0.04, 0.039])
+        True
+        >>> store.record("blur", "void blur() {}", "R(L0,comps=['c1'])", True, [0.05])
+        False
+        >>> store.record("blur", "void blur() {}", "R(L0,comps=['c1'])", True, [0.05], overwrite=True)
+        True
+        """
         return self._call(
             "record",
             program_name=program_name,
@@ -250,7 +393,31 @@ class TiraStore:
         )
 
     def record_many(self, program_name: str, program_source_code: str, schedules: list, overwrite: bool = False) -> int:
-        """Store many schedules of one program in one transaction; returns how many were written."""
+        """Store many measurements of one program in one transaction.
+
+        :meth:`record` for each entry, all or nothing: every entry is
+        checked first, and if one is wrong nothing is written and the error
+        names it (``schedules[1]: ...``). Existing records are left alone
+        unless *overwrite*.
+
+        :param str program_name: the program's name
+        :param str program_source_code: the program's source code
+        :param schedules: a list of dicts, one per measurement, each with
+            the keys ``tiralib_schedule_string`` (str), ``is_legal`` (bool)
+            and ``execution_times`` (list of numbers, or None when not
+            legal), as :meth:`record` takes them
+        :param bool overwrite: replace existing records
+        :return: the number of records written
+        :raises ValueError: an entry is invalid (as for :meth:`record`)
+        :raises TypeError: an argument or an entry has the wrong type
+        :raises PermissionError: writes are disabled by the CPU check
+
+        >>> store.record_many("blur", "void blur() {}", [
+        ...     {"tiralib_schedule_string": "R(L0,comps=['c1'])", "is_legal": True, "execution_times": [0.03]},
+        ...     {"tiralib_schedule_string": "I(L0,L1,comps=['c1'])", "is_legal": False, "execution_times": None},
+        ... ])
+        2
+        """
         return self._call(
             "record_many",
             program_name=program_name,
@@ -260,7 +427,25 @@ class TiraStore:
         )
 
     def contains(self, program_name: str, program_source_code: str, tiralib_schedule_string: str) -> bool:
-        """Whether a record exists for the input."""
+        """Return whether a measurement is recorded for a schedule of a program.
+
+        ``lookup(...) is not None``, without reading the record.
+
+        :param str program_name: the program's name
+        :param str program_source_code: the program's source code
+        :param str tiralib_schedule_string: the schedule
+        :return: True if a record exists
+        :raises TypeError: an argument is not a str
+        :raises ValueError: an argument contains a NUL character or a lone
+            surrogate
+
+        >>> store.contains("blur", "void blur() {}", "R(L0,comps=['c1'])")
+        False
+        >>> store.record("blur", "void blur() {}", "R(L0,comps=['c1'])", False, None)
+        True
+        >>> store.contains("blur", "void blur() {}", "R(L0,comps=['c1'])")
+        True
+        """
         ref = self._program(program_source_code)
         found = self._call("contains", program_name=program_name, tiralib_schedule_string=tiralib_schedule_string, **ref)
         self._remember(ref)
@@ -269,70 +454,235 @@ class TiraStore:
     # -- programs ----------------------------------------------------------
 
     def get_program_source(self, program_name: str) -> list[dict[str, str]]:
-        """Every stored source version of a program name: dicts with program_hash and source_code."""
+        """Return every source version stored under a program name.
+
+        There are several when sources that differ after normalization were
+        recorded under one name.
+
+        :param str program_name: the program's name
+        :return: a list of dicts ``{"program_hash": str, "source_code": str}``,
+            ordered by hash; empty for an unknown name
+        :raises TypeError: *program_name* is not a str
+
+        >>> store.record("blur", "void blur() {}", "R(L0,comps=['c1'])", False, None)
+        True
+        >>> [s["source_code"] for s in store.get_program_source("blur")]
+        ['void blur() {}']
+        """
         return self._call("get_program_source", program_name=program_name)
 
     def get_program_records(self, program_name: str, program_source_code: str) -> list[LookupResult]:
-        """Every record of a program, oldest first."""
+        """Return every measurement recorded for a program, oldest first.
+
+        :param str program_name: the program's name
+        :param str program_source_code: the program's source code
+        :return: a list of :class:`LookupResult`, by creation date
+        :raises TypeError: an argument is not a str
+        :raises ValueError: an argument contains a NUL character or a lone
+            surrogate
+
+        >>> store.record("blur", "void blur() {}", "R(L0,comps=['c1'])", True, [0.04])
+        True
+        >>> [r.schedule for r in store.get_program_records("blur", "void blur() {}")]
+        ["R(L0,comps=['c1'])"]
+        """
         rows = self._call("get_program_records", program_name=program_name, program_source_code=program_source_code)
         return [LookupResult(**r) for r in rows]
 
     # -- backup & export ---------------------------------------------------
 
     def backup(self, backup_path: Optional[PathLike] = None) -> Path:
-        """Write a consistent snapshot of the database; returns its Path."""
-        dest = None if backup_path is None else _fspath("backup", "backup_path", backup_path)
+        """Write a consistent snapshot of the database into a new file.
+
+        The snapshot is taken under the lock and written to a temporary
+        file renamed into place, so it is never seen half written.
+
+        :param backup_path: the file to write (str or path-like; an
+            existing directory receives a file of the database's name);
+            None names it ``<stem>_<UTC %Y%m%dT%H%M%SZ>.db`` beside the
+            database
+        :return: the absolute :class:`~pathlib.Path` of the snapshot
+        :raises TypeError: *backup_path* is not a str or path-like
+        :raises ValueError: *backup_path* is the database itself
+        :raises OSError: the file cannot be written
+
+        >>> store.backup("snapshot.db").name
+        'snapshot.db'
+        """
+        dest = None if backup_path is None else _fspath("TiraStore.backup", "backup_path", backup_path)
         return Path(self._call("backup", backup_path=dest))
 
     def export(self, output_path: PathLike, fmt: str = "json") -> Path:
-        """Export every program and its schedules as ``json`` or ``jsonl``; returns the Path."""
-        return Path(self._call("export", output_path=_fspath("export", "output_path", output_path), fmt=fmt))
+        """Export every program and its measurements to a JSON or JSON Lines file.
+
+        The original's format: one entry per program, keyed by its name
+        (``<name>_v1``, ``<name>_v2``, ... when one name has several
+        sources), each ``{"Tiramisu_cpp": source, "schedules_list":
+        [{"schedule_str", "is_legal", "execution_times"}, ...],
+        "program_name": name}``.
+
+        :param output_path: the file to write (str or path-like)
+        :param str fmt: ``"json"`` (one indented object) or ``"jsonl"``
+            (one object per program and line)
+        :return: the :class:`~pathlib.Path` written
+        :raises ValueError: *fmt* is neither ``"json"`` nor ``"jsonl"``
+        :raises TypeError: an argument has the wrong type
+        :raises OSError: the file cannot be written
+
+        >>> import json
+        >>> store.record("blur", "void blur() {}", "R(L0,comps=['c1'])", True, [0.04])
+        True
+        >>> json.loads(store.export("dataset.json").read_text())["blur"]["schedules_list"]
+        [{'schedule_str': "R(L0,comps=['c1'])", 'is_legal': True, 'execution_times': [0.04]}]
+        """
+        return Path(self._call("export", output_path=_fspath("TiraStore.export", "output_path", output_path), fmt=fmt))
 
     # -- admin -------------------------------------------------------------
 
     def get(self, key: str) -> Optional[dict[str, Any]]:
-        """The raw record (joined with its program) for a SHA-256 key, or None."""
+        """Return the raw record stored under a key, with its program (admin use).
+
+        :param str key: a record key, as :meth:`keys` lists them
+        :return: a dict of the record's columns (``key``, ``program_hash``,
+            ``schedule``, ``result_json``, ``hostname``, ``username``,
+            ``creation_date``, ``update_date``, ``source_project``) plus
+            ``program_name`` and ``source_code``; None for an unknown key
+        :raises TypeError: *key* is not a str
+
+        >>> store.record("blur", "void blur() {}", "R(L0,comps=['c1'])", True, [0.04])
+        True
+        >>> row = store.get(store.keys()[0])
+        >>> row["program_name"], row["result_json"]
+        ('blur', '{"is_legal":true,"execution_times":[0.04]}')
+        """
         return self._call("get", key=key)
 
     def put(self, key: str, program_hash: str, schedule: str, result_json: str, overwrite: bool = False) -> bool:
-        """Low-level insert/update by raw key; the program must exist."""
+        """Insert or replace a record by raw key (admin use).
+
+        Nothing is normalized or derived: *key*, *schedule* and
+        *result_json* are stored as given, with this host, user, time and
+        ``source_project``. The program must be stored already.
+
+        :param str key: the record key
+        :param str program_hash: the hash of a stored program
+        :param str schedule: the schedule, stored as is
+        :param str result_json: ``{"is_legal": ..., "execution_times": ...}``
+            as JSON text
+        :param bool overwrite: replace an existing record
+        :return: True if written; False if *key* existed and *overwrite* is
+            False
+        :raises ValueError: *result_json* is not such JSON, or the program
+            is not stored
+        :raises TypeError: an argument has the wrong type
+        :raises PermissionError: writes are disabled by the CPU check
+
+        >>> store.record("blur", "void blur() {}", "R(L0,comps=['c1'])", True, [0.04])
+        True
+        >>> row = store.get(store.keys()[0])
+        >>> store.put(row["key"], row["program_hash"], row["schedule"], '{"is_legal":false,"execution_times":null}')
+        False
+        >>> store.put(row["key"], row["program_hash"], row["schedule"], '{"is_legal":false,"execution_times":null}', overwrite=True)
+        True
+        """
         return self._call(
             "put", key=key, program_hash=program_hash, schedule=schedule, result_json=result_json, overwrite=overwrite
         )
 
     def delete(self, key: str) -> bool:
-        """Delete a record by key; True if it existed."""
+        """Delete the record stored under a key.
+
+        :param str key: a record key, as :meth:`keys` lists them
+        :return: True if the record existed
+        :raises TypeError: *key* is not a str
+        :raises PermissionError: writes are disabled by the CPU check
+
+        >>> store.record("blur", "void blur() {}", "R(L0,comps=['c1'])", True, [0.04])
+        True
+        >>> key = store.keys()[0]
+        >>> store.delete(key), store.delete(key)
+        (True, False)
+        """
         return self._call("delete", key=key)
 
     def count(self) -> int:
-        """Number of records."""
+        """Return the number of records in the database.
+
+        >>> store.count()
+        0
+        """
         return self._call("count")
 
     def program_count(self) -> int:
-        """Number of distinct programs."""
+        """Return the number of distinct programs in the database.
+
+        >>> store.record("blur", "void blur() {}", "R(L0,comps=['c1'])", True, [0.04])
+        True
+        >>> store.program_count()
+        1
+        """
         return self._call("program_count")
 
     def stats(self) -> dict[str, Any]:
-        """Summary: record counts, programs, projects, users, CPU metadata."""
+        """Return a summary of the database.
+
+        :return: a dict with ``total_records``, ``legal_records``,
+            ``illegal_records``, ``total_programs``, ``source_projects`` and
+            ``users`` (lists of the distinct values), ``cpu_model`` and
+            ``slurm_cpus`` (the database's metadata)
+
+        >>> store.record("blur", "void blur() {}", "R(L0,comps=['c1'])", True, [0.04])
+        True
+        >>> s = store.stats()
+        >>> s["total_records"], s["legal_records"], s["source_projects"]
+        (1, 1, ['doctest'])
+        """
         return self._call("stats")
 
     def keys(self, limit: int = 0, offset: int = 0) -> list[str]:
-        """Record keys by creation date; ``limit > 0`` paginates."""
+        """Return the record keys, oldest record first.
+
+        :param int limit: at most this many keys, when above 0 (0: all)
+        :param int offset: skip this many first (when *limit* is above 0)
+        :return: a list of SHA-256 hex keys, by creation date
+        :raises TypeError: an argument is not an int
+
+        >>> store.record_many("blur", "void blur() {}", [
+        ...     {"tiralib_schedule_string": f"U(L0,{n},comps=['c1'])", "is_legal": False, "execution_times": None}
+        ...     for n in (2, 4, 8)])
+        3
+        >>> len(store.keys()), len(store.keys(limit=2)), len(store.keys(limit=2, offset=2))
+        (3, 2, 1)
+        """
         return self._call("keys", limit=limit, offset=offset)
 
     @property
     def writes_allowed(self) -> bool:
-        """False when the CPU check disabled writes at connection time."""
+        """Whether this store may write: False when the CPU check failed on open.
+
+        >>> store.writes_allowed
+        True
+        """
         return self._writes_allowed
 
     @property
     def cpu_model(self) -> Optional[str]:
-        """The CPU model stored in the database metadata."""
+        """The CPU model stored in the database's metadata (None if absent).
+
+        >>> with TiraStore("xeon.db", cpu_model="Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz") as s:
+        ...     s.cpu_model
+        'Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz'
+        """
         return self._call("cpu_model")
 
     @property
     def slurm_cpus(self) -> Optional[str]:
-        """The SLURM_CPUS_PER_TASK value stored in the database metadata."""
+        """The ``SLURM_CPUS_PER_TASK`` stored in the database's metadata (None if absent).
+
+        >>> with TiraStore("eight.db", slurm_cpus="8") as s:
+        ...     s.slurm_cpus
+        '8'
+        """
         return self._call("slurm_cpus")
 
     # -- lifetime ----------------------------------------------------------
@@ -340,15 +690,18 @@ class TiraStore:
     @property
     def closed(self) -> bool:
         """True after :meth:`close`."""
-        return self._handle == 0
+        return self._closed
 
     def close(self) -> None:
         """Release the handle; later calls raise ValueError. Closing twice is harmless."""
-        handle, self._handle = self._handle, 0
-        # A handle of another generation belongs to the parent's copy of the
-        # library (dead in this process): the parent closes it, not us.
-        if handle and self._gen == _native.generation:
-            _native.close_store(handle)
+        if self._closed:
+            return
+        self._closed = True
+        # The handle is kept: calls on it now get the library's closed-store
+        # error. A handle of another generation belongs to the parent's copy
+        # of the library (dead in this process): the parent closes it, not us.
+        if self._handle > 0 and self._gen == _native.generation:
+            _native.close_store(self._handle)
 
     def __enter__(self) -> "TiraStore":
         return self

@@ -278,3 +278,133 @@ def test_get_delete_wrong_types(seeded, bad):
     with pytest.raises(TypeError):
         store.delete(bad)
     check()
+
+
+# ---------------------------------------------------------------------------
+# every TypeError names the method and the argument
+# ---------------------------------------------------------------------------
+
+# Python type names as the messages give them (a tuple travels as a JSON
+# list, so it is reported as one).
+TYPE_NAMES = {"None": "None", "int": "int", "float": "float", "bytes": "bytes",
+              "list": "list", "tuple": "list", "dict": "dict"}
+
+STR_ARGS = [
+    ("lookup", ["program_name", "program_source_code", "tiralib_schedule_string"]),
+    ("contains", ["program_name", "program_source_code", "tiralib_schedule_string"]),
+    ("record", ["program_name", "program_source_code", "tiralib_schedule_string"]),
+    ("lookup_many", ["program_name", "program_source_code"]),
+    ("record_many", ["program_name", "program_source_code"]),
+    ("get_program_source", ["program_name"]),
+    ("get_program_records", ["program_name", "program_source_code"]),
+    ("get", ["key"]),
+    ("delete", ["key"]),
+    ("put", ["key", "program_hash", "schedule", "result_json"]),
+]
+
+
+def _valid_args(method):
+    prog = {"program_name": "blur", "program_source_code": SRC_BLUR}
+    return {
+        "lookup": {**prog, "tiralib_schedule_string": SCHED_R},
+        "contains": {**prog, "tiralib_schedule_string": SCHED_R},
+        "record": {**prog, "tiralib_schedule_string": SCHED_I, "is_legal": True, "execution_times": [1.0]},
+        "lookup_many": {**prog, "schedules": [SCHED_R]},
+        "record_many": {**prog, "schedules": [_ok(SCHED_I)]},
+        "get_program_source": {"program_name": "blur"},
+        "get_program_records": dict(prog),
+        "get": {"key": "0" * 64},
+        "delete": {"key": "0" * 64},
+        "put": {"key": "0" * 64, "program_hash": "0" * 64, "schedule": SCHED_R,
+                "result_json": '{"is_legal":false,"execution_times":null}'},
+    }[method]
+
+
+@pytest.mark.parametrize("bad", WRONG_TYPES, ids=WRONG_TYPE_IDS)
+@pytest.mark.parametrize("method, arg", [(m, a) for m, args in STR_ARGS for a in args])
+def test_type_errors_name_method_and_argument(seeded, method, arg, bad):
+    store, check = seeded
+    args = _valid_args(method)
+    args[arg] = bad
+    with pytest.raises(TypeError) as e:
+        getattr(store, method)(**args)
+    got = TYPE_NAMES[WRONG_TYPE_IDS[WRONG_TYPES.index(bad)]]
+    assert str(e.value) == f"TiraStore.{method}(): {arg} must be str, not {got}"
+    check()
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        # bytes, which JSON cannot carry: the library still names the argument
+        (lambda s: s.lookup("blur", b"void f() {}", SCHED_R),
+         "TiraStore.lookup(): program_source_code must be str, not bytes"),
+        (lambda s: s.record("blur", SRC_BLUR, b"R(L0,comps=[c])", True, [1.0]),
+         "TiraStore.record(): tiralib_schedule_string must be str, not bytes"),
+        # int where a str is expected
+        (lambda s: s.record(7, SRC_BLUR, SCHED_I, True, [1.0]),
+         "TiraStore.record(): program_name must be str, not int"),
+        (lambda s: s.lookup_many("blur", SRC_BLUR, [SCHED_R, 3]),
+         "TiraStore.lookup_many(): schedules[1] must be str, not int"),
+        # record's other arguments
+        (lambda s: s.record("blur", SRC_BLUR, SCHED_I, 1, [1.0]),
+         "TiraStore.record(): is_legal must be bool, not int"),
+        (lambda s: s.record("blur", SRC_BLUR, SCHED_I, True, {1.0}),
+         "TiraStore.record(): execution_times must be a list of numbers or None, not set"),
+        (lambda s: s.record("blur", SRC_BLUR, SCHED_I, True, [1.0, 2j]),
+         "TiraStore.record(): execution_times[1] must be int or float, not complex"),
+        (lambda s: s.record("blur", SRC_BLUR, SCHED_I, True, [1.0], overwrite=b"yes"),
+         "TiraStore.record(): overwrite must be bool, not bytes"),
+        # entries of record_many
+        (lambda s: s.record_many("blur", SRC_BLUR, [_ok(SCHED_I), b"entry"]),
+         "TiraStore.record_many(): schedules[1] must be dict, not bytes"),
+        (lambda s: s.record_many("blur", SRC_BLUR, [_ok(SCHED_I), {**_ok(), "tiralib_schedule_string": b"R(L0,comps=[c])"}]),
+         "TiraStore.record_many(): schedules[1].tiralib_schedule_string must be str, not bytes"),
+        (lambda s: s.record_many("blur", SRC_BLUR, [{**_ok(SCHED_I), "is_legal": "yes"}]),
+         "TiraStore.record_many(): schedules[0].is_legal must be bool, not str"),
+        (lambda s: s.record_many("blur", SRC_BLUR, [_ok(SCHED_I), {**_ok(), "execution_times": [1.0, b"2"]}]),
+         "TiraStore.record_many(): schedules[1].execution_times[1] must be int or float, not bytes"),
+        (lambda s: s.record_many("blur", SRC_BLUR, {"entries": 1}),
+         "TiraStore.record_many(): schedules must be a list of dicts, not dict"),
+        # a dict key JSON cannot write: reported by the binding, naming the argument
+        (lambda s: s.record_many("blur", SRC_BLUR, [{**_ok(), ("a", "b"): 1}]),
+         "TiraStore.record_many(): schedules: keys must be str, int, float, bool or None, not tuple"),
+        # the other methods
+        (lambda s: s.keys(limit="10"), "TiraStore.keys(): limit must be int, not str"),
+        (lambda s: s.keys(offset=1.5), "TiraStore.keys(): offset must be int, not float"),
+        (lambda s: s.export("out.json", fmt=b"json"), "TiraStore.export(): fmt must be str or None, not bytes"),
+        (lambda s: s.export(5), "TiraStore.export(): output_path must be str or os.PathLike, not int"),
+        (lambda s: s.backup(b"/tmp/x.db"), "TiraStore.backup(): backup_path must be str or os.PathLike[str], not bytes"),
+        (lambda s: s.put("0" * 64, "0" * 64, SCHED_R, "{}", overwrite=object()),
+         "TiraStore.put(): overwrite must be bool, not object"),
+    ],
+    ids=lambda x: "" if callable(x) else x.split(":")[0] + ":" + x.split(":")[1].split(" must")[0],
+)
+def test_type_error_messages(seeded, call, message):
+    store, check = seeded
+    with pytest.raises(TypeError) as e:
+        call(store)
+    assert str(e.value) == message
+    check()
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"db_path": b"/tmp/x.db"}, "TiraStore(): db_path must be str or os.PathLike[str], not bytes"),
+        ({"db_path": 3}, "TiraStore(): db_path must be str or os.PathLike, not int"),
+        ({"source_project": b"p"}, "TiraStore(): source_project must be str or None, not bytes"),
+        ({"cpu_model": 6248}, "TiraStore(): cpu_model must be str or None, not int"),
+        ({"allow_cpu_mismatch": "yes"}, "TiraStore(): allow_cpu_mismatch must be bool, not str"),
+        ({"stale_lock_timeout": "600"}, "TiraStore(): stale_lock_timeout must be float, not str"),
+        ({"lock_timeout": [1]}, "TiraStore(): lock_timeout must be float, not list"),
+    ],
+    ids=lambda x: next(iter(x)) if isinstance(x, dict) else "",
+)
+def test_constructor_type_error_messages(tmp_path, kwargs, message):
+    from tirastore import TiraStore
+
+    kwargs = {"db_path": tmp_path / "cache.db", **kwargs}
+    with pytest.raises(TypeError) as e:
+        TiraStore(**kwargs)
+    assert str(e.value) == message

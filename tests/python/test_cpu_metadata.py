@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,18 @@ from conftest import (
     raw_meta,
 )
 
-from tirastore import TiraStore
+from tirastore import TiraStore, TiraStoreWarning
+
+BANNER_HEAD = "[TiraStore] CPU metadata mismatch — write operations disabled.\n"
+
+
+def _open_quiet(db: Path, **kw) -> TiraStore:
+    """TiraStore(db, **kw), asserting that it says nothing about a mismatch."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        s = TiraStore(db, **kw)
+    assert not [str(w.message) for w in caught if "mismatch" in str(w.message)]
+    return s
 
 
 def _create(db: Path, cpu="X", slurm="4"):
@@ -69,10 +82,16 @@ def test_cpu_model_mismatch(tmp_path, capfd):
     db = tmp_path / "cache.db"
     _create(db, cpu="X", slurm="4")
     capfd.readouterr()
-    s = TiraStore(db, cpu_model="Y", slurm_cpus="4")
+    with pytest.warns(TiraStoreWarning, match="CPU metadata mismatch") as caught:
+        s = TiraStore(db, cpu_model="Y", slurm_cpus="4")
     try:
-        out = capfd.readouterr().out
-        assert "CPU metadata mismatch" in out
+        assert capfd.readouterr().out == ""  # the original printed it there
+        banner = [w for w in caught if "mismatch" in str(w.message)]
+        assert len(banner) == 1 and banner[0].category is TiraStoreWarning
+        assert str(banner[0].message) == (
+            BANNER_HEAD + "  CPU model: DB='X'  local='Y'\n  Set allow_cpu_mismatch=True to override."
+        )
+        assert banner[0].filename == __file__  # points at the TiraStore(...) line
         assert s.cpu_model == "X"  # the DB's value, not the local one
         assert s.slurm_cpus == "4"
         _assert_writes_blocked(s, tmp_path)
@@ -84,9 +103,10 @@ def test_slurm_cpus_mismatch(tmp_path, capfd):
     db = tmp_path / "cache.db"
     _create(db, cpu="X", slurm="4")
     capfd.readouterr()
-    s = TiraStore(db, cpu_model="X", slurm_cpus="8")
+    with pytest.warns(TiraStoreWarning, match="SLURM_CPUS_PER_TASK: DB='4'  local='8'"):
+        s = TiraStore(db, cpu_model="X", slurm_cpus="8")
     try:
-        assert "CPU metadata mismatch" in capfd.readouterr().out
+        assert capfd.readouterr().out == ""
         assert s.slurm_cpus == "4"
         _assert_writes_blocked(s, tmp_path)
     finally:
@@ -97,10 +117,9 @@ def test_matching_metadata_no_warning(tmp_path, capfd):
     db = tmp_path / "cache.db"
     _create(db, cpu="X", slurm="4")
     capfd.readouterr()
-    s = TiraStore(db, cpu_model="X", slurm_cpus="4")
+    s = _open_quiet(db, cpu_model="X", slurm_cpus="4")
     try:
-        captured = capfd.readouterr()
-        assert "mismatch" not in captured.out
+        assert "mismatch" not in capfd.readouterr().out
         assert s.writes_allowed is True
         assert s.record("blur", SRC_BLUR, SCHED_S, True, [1.0]) is True
     finally:
@@ -112,7 +131,7 @@ def test_db_slurm_na_never_mismatches(tmp_path, capfd):
     _create(db, cpu="X", slurm="N/A")
     assert raw_meta(db)["slurm_cpus"] == "N/A"
     capfd.readouterr()
-    s = TiraStore(db, cpu_model="X", slurm_cpus="8")
+    s = _open_quiet(db, cpu_model="X", slurm_cpus="8")
     try:
         assert "mismatch" not in capfd.readouterr().out
         assert s.writes_allowed is True
@@ -126,7 +145,7 @@ def test_empty_db_values_never_mismatch(tmp_path, capfd):
     db = tmp_path / "cache.db"
     create_original_db(db, cpu_model="", slurm_cpus="")
     capfd.readouterr()
-    s = TiraStore(db, cpu_model="Whatever CPU", slurm_cpus="16")
+    s = _open_quiet(db, cpu_model="Whatever CPU", slurm_cpus="16")
     try:
         assert "mismatch" not in capfd.readouterr().out
         assert s.writes_allowed is True
@@ -140,7 +159,8 @@ def test_empty_db_values_never_mismatch(tmp_path, capfd):
 def test_empty_cpu_model_but_slurm_mismatch(tmp_path):
     db = tmp_path / "cache.db"
     create_original_db(db, cpu_model="", slurm_cpus="4")
-    s = TiraStore(db, cpu_model="Whatever CPU", slurm_cpus="8")
+    with pytest.warns(TiraStoreWarning, match="CPU metadata mismatch"):
+        s = TiraStore(db, cpu_model="Whatever CPU", slurm_cpus="8")
     try:
         assert s.writes_allowed is False
     finally:
@@ -150,7 +170,7 @@ def test_empty_cpu_model_but_slurm_mismatch(tmp_path):
 def test_allow_cpu_mismatch_lets_writes_through(tmp_path):
     db = tmp_path / "cache.db"
     _create(db, cpu="X", slurm="4")
-    s = TiraStore(db, cpu_model="Y", slurm_cpus="8", allow_cpu_mismatch=True)
+    s = _open_quiet(db, cpu_model="Y", slurm_cpus="8", allow_cpu_mismatch=True)
     try:
         assert s.allow_cpu_mismatch is True
         assert s.writes_allowed is True
@@ -173,7 +193,8 @@ def test_allow_cpu_mismatch_lets_writes_through(tmp_path):
 def test_mismatch_store_reflects_in_repr(tmp_path):
     db = tmp_path / "cache.db"
     _create(db)
-    s = TiraStore(db, cpu_model="Y", slurm_cpus="4")
+    with pytest.warns(TiraStoreWarning):
+        s = TiraStore(db, cpu_model="Y", slurm_cpus="4")
     try:
         r = repr(s)
         assert "writes_allowed" in r and "False" in r
@@ -225,7 +246,7 @@ def test_autodetected_cpu_model(tmp_path, monkeypatch, capfd):
         s.close()
     capfd.readouterr()
     # reopening on the same machine with auto-detection: no mismatch
-    s2 = TiraStore(db)
+    s2 = _open_quiet(db)
     try:
         assert "mismatch" not in capfd.readouterr().out
         assert s2.writes_allowed is True
@@ -264,7 +285,8 @@ def test_slurm_cpus_from_environment_in_process(tmp_path, monkeypatch):
         s.close()
     # the local value is also read from the environment when checking
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "6")
-    s2 = TiraStore(db, cpu_model="X")
+    with pytest.warns(TiraStoreWarning, match="SLURM_CPUS_PER_TASK: DB='12'  local='6'"):
+        s2 = TiraStore(db, cpu_model="X")
     try:
         assert s2.writes_allowed is False
     finally:
@@ -292,5 +314,77 @@ def test_slurm_cpus_from_environment_subprocess(tmp_path):
         [sys.executable, "-c", code, str(db)], env=env, capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0, out.stderr
-    assert "CPU metadata mismatch" in out.stdout
+    assert "CPU metadata mismatch" in out.stderr and "mismatch" not in out.stdout
     assert "WRITES=False" in out.stdout
+
+
+# ---------------------------------------------------------------------------
+# The banner is a TiraStoreWarning: stderr by default, filterable
+# ---------------------------------------------------------------------------
+
+_MISMATCH_SCRIPT = textwrap.dedent(
+    """
+    import sys, warnings
+    from tirastore import TiraStore, TiraStoreWarning
+    if sys.argv[2] == "ignore":
+        warnings.simplefilter("ignore", TiraStoreWarning)
+    s = TiraStore(sys.argv[1], cpu_model="Y", slurm_cpus="4")  # the caller's line
+    print(s.writes_allowed, end="")
+    """
+)
+
+
+def _run_mismatch(db: Path, mode: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHONWARNINGS")}
+    return subprocess.run(
+        [sys.executable, "-c", _MISMATCH_SCRIPT, str(db), mode],
+        capture_output=True, text=True, env=env, timeout=120, check=True,
+    )
+
+
+def test_mismatch_banner_goes_to_stderr_not_stdout(tmp_path):
+    db = tmp_path / "cache.db"
+    _create(db, cpu="X", slurm="4")
+    os.chmod(tmp_path, 0o1777)  # no notice about a private directory
+    proc = _run_mismatch(db, "default")
+    assert proc.stdout == "False"  # nothing but what the worker printed itself
+    lines = proc.stderr.splitlines()
+    # Python's default format: <file>:<line>: <Category>: <message>, then the source line.
+    assert lines[0] == f"<string>:6: TiraStoreWarning: {BANNER_HEAD.rstrip()}", proc.stderr
+    assert "  CPU model: DB='X'  local='Y'" in lines
+    assert "  Set allow_cpu_mismatch=True to override." in lines
+
+
+def test_mismatch_banner_can_be_silenced(tmp_path):
+    db = tmp_path / "cache.db"
+    _create(db, cpu="X", slurm="4")
+    os.chmod(tmp_path, 0o1777)
+    proc = _run_mismatch(db, "ignore")
+    assert proc.stdout == "False" and proc.stderr == ""
+
+
+def test_mismatch_banner_in_recwarn(tmp_path, recwarn):
+    db = tmp_path / "cache.db"
+    _create(db, cpu="X", slurm="4")
+    recwarn.clear()
+    line = sys._getframe().f_lineno + 1
+    s = TiraStore(db, cpu_model="Y", slurm_cpus="4")
+    s.close()
+    w = recwarn.pop(TiraStoreWarning)
+    assert issubclass(w.category, RuntimeWarning)
+    assert str(w.message).startswith(BANNER_HEAD)
+    assert (w.filename, w.lineno) == (__file__, line)  # the caller's TiraStore(...) line
+
+
+def test_simplefilter_ignore_silences_the_banner(tmp_path, recwarn):
+    db = tmp_path / "cache.db"
+    _create(db, cpu="X", slurm="4")
+    recwarn.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TiraStoreWarning)
+        s = TiraStore(db, cpu_model="Y", slurm_cpus="4")
+    try:
+        assert s.writes_allowed is False
+        assert not [w for w in recwarn if issubclass(w.category, TiraStoreWarning)]
+    finally:
+        s.close()

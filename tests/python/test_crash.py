@@ -222,3 +222,29 @@ def test_group_committer_killed(tmp_path, point):
     committed = point == "after-commit"
     assert rows == [(f"U(L0,{i},comps=['c'])", f"p{i}") for i in (1, 2, 3, 4) if i != 1 or committed]
     assert not list(spool.glob("*")), sorted(p.name for p in spool.glob("*"))
+
+
+SHIPPED_CHILD = textwrap.dedent("""
+    import sys, tirastore
+    s = tirastore.TiraStore(sys.argv[1], cpu_model="X")
+    print(s.record("p", "src", "U(L0,4,comps=['c1'])", True, [1.0]))
+    s.close()
+""")
+
+
+@pytest.mark.parametrize("lib", ["shipped", "failpoints"])
+def test_shipped_library_ignores_failpoints(tmp_path, lib):
+    """The shipped library carries no test switches: TIRASTORE_FAILPOINTS
+    set to kill at the commit changes nothing there. The failpoints build
+    is the negative control: the same child dies at the commit."""
+    shipped = REPO / "build" / "libtirastore.so"
+    if lib == "shipped" and not shipped.exists():
+        pytest.skip(f"{shipped} not built")
+    env = dict(os.environ, TIRASTORE_LIB=str(shipped if lib == "shipped" else FP_LIB),
+               TIRASTORE_FAILPOINTS="before-commit=exit")
+    r = subprocess.run([sys.executable, "-c", SHIPPED_CHILD, str(tmp_path / "c.db")],
+                       env=env, capture_output=True, text=True, timeout=120)
+    if lib == "shipped":
+        assert r.returncode == 0 and r.stdout.strip() == "True", r.stderr
+    else:
+        assert r.returncode == 77, (r.returncode, r.stdout, r.stderr)

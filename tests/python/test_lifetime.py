@@ -37,6 +37,16 @@ def test_close_and_context_manager(tmp_path):
     s.close()  # harmless
     with pytest.raises(ValueError, match="closed"):
         s.count()
+    # The engine's closed-store message (core.ErrClosed), not a complaint
+    # about a handle number: the store keeps its handle, which the library
+    # remembers as closed.
+    for call in (lambda: s.lookup("p", SRC, S), lambda: s.record("p", SRC, S, True, [1.0]), s.stats):
+        with pytest.raises(ValueError) as e:
+            call()
+        assert str(e.value) == "cannot operate on a closed TiraStore"
+    # Negative control: a number the library never gave out is not "closed".
+    with pytest.raises(ValueError, match=rf"^unknown or closed TiraStore handle {h + 10**6}$"):
+        _native.call(h + 10**6, "count")
     with TiraStore(tmp_path / "a.db", cpu_model=TEST_CPU) as s2:
         h2 = s2._handle
         s2.record("p", SRC, S, True, [1.0])

@@ -60,8 +60,13 @@ def test_public_names_importable():
         "validate_schedule",
         "normalize_program",
         "make_program_hash",
+        "LockLostError",
+        "TiraStoreWarning",
     ):
         assert hasattr(tirastore, name), name
+        assert name in tirastore.__all__, name
+    assert issubclass(tirastore.TiraStoreWarning, RuntimeWarning)
+    assert tirastore.TiraStoreWarning.__module__ == "tirastore.errors"
 
 
 # ---------------------------------------------------------------------------
@@ -150,6 +155,40 @@ def test_normalize_schedule_returns_str():
 def test_normalize_schedule_type_error(bad):
     with pytest.raises(TypeError):
         normalize_schedule(bad)
+
+
+# The original starts with `if not s: return ""` (normalize_schedule,
+# normalize_program) and `if not s: return True, ""` (validate_schedule);
+# make_program_hash hashes normalize_program's "" then.
+FALSY = [None, "", 0, 0.0, False, b"", [], (), {}]
+FALSY_IDS = ["None", "empty-str", "0", "0.0", "False", "empty-bytes", "empty-list", "empty-tuple", "empty-dict"]
+
+
+@pytest.mark.parametrize("falsy", FALSY, ids=FALSY_IDS)
+def test_helpers_take_any_falsy_argument_as_empty(falsy):
+    assert normalize_schedule(falsy) == ""
+    assert type(normalize_schedule(falsy)) is str
+    assert normalize_program(falsy) == ""
+    assert validate_schedule(falsy) == (True, "")
+    assert make_program_hash(falsy) == hashlib.sha256(b"").hexdigest() == oracle_program_hash("")
+
+
+@pytest.mark.parametrize(
+    "func, arg, bad, type_name",
+    [
+        (normalize_schedule, "schedule", b"R(L0,comps=[a])", "bytes"),
+        (normalize_schedule, "schedule", 5, "int"),
+        (validate_schedule, "schedule", ["R(L0,comps=[a])"], "list"),
+        (normalize_program, "source", b"int x;", "bytes"),
+        (make_program_hash, "source", 1.5, "float"),
+        (make_program_hash, "source", {"int x;"}, "set"),
+    ],
+)
+def test_helper_type_errors_name_function_and_argument(func, arg, bad, type_name):
+    msg = f"{func.__name__}(): {arg} must be str, not {type_name}"
+    with pytest.raises(TypeError) as e:
+        func(bad)
+    assert str(e.value) == msg
 
 
 # ---------------------------------------------------------------------------
