@@ -153,13 +153,13 @@ var openParams = []string{"source_project", "cpu_model", "slurm_cpus", "allow_cp
 // options_json may be NULL or a JSON object with any of: source_project
 // (str), cpu_model (str|null), slurm_cpus (str|null), allow_cpu_mismatch
 // (bool), stale_lock_timeout (seconds > 0; null = 600), lock_timeout
-// (seconds; null = 600, 0 = try once, negative = wait forever). On success *handle is set and *out (if out is
-// not NULL) receives {"result": {"db_path", "lock_path", "source_project",
-// "writes_allowed", "warning", "notices"}}, notices being a list of
-// warnings about node-local files that failed their checks and about a
-// database directory other users cannot use. On error *out receives
-// {"error": {"type", "message", "code"}}. *out is owned by the caller: free it with
-// tirastore_free.
+// (seconds; null = 600, 0 = try once, negative = wait forever). On success
+// *handle is set and *out (if out is not NULL) receives {"result":
+// {"db_path", "lock_path", "source_project", "writes_allowed", "warning",
+// "notices"}}, notices being a list of warnings about node-local files
+// that failed their checks and about a database directory other users
+// cannot use. On error *out receives {"error": {"type", "message",
+// "code"}}. *out is owned by the caller: free it with tirastore_free.
 //
 //export tirastoreGo_open
 func tirastoreGo_open(db_path *C.char, options_json *C.char, handle *C.uint64_t, out **C.char) (status C.int) {
@@ -260,12 +260,5 @@ func tirastoreGo_call(handle C.uint64_t, method *C.char, args_json *C.char, out 
 	return reply(out, res, err)
 }
 
-// tirastore_free releases a buffer the library returned through an out
-// parameter. NULL is ignored. Each buffer must be freed exactly once.
-//
-//export tirastoreGo_free
-func tirastoreGo_free(buf *C.char) {
-	C.free(unsafe.Pointer(buf))
-}
 
 func main() {}

@@ -63,11 +63,7 @@ int tirastore_call(uint64_t handle, const char *method, const char *args_json, c
 }
 
 void tirastore_free(const char *buf) {
-	// Replies are allocated with malloc (C.CString in Go, strdup above), so
-	// a forked child can free them without entering Go.
-	if (tirastore_forked) {
-		free((void *)buf);
-		return;
-	}
-	tirastoreGo_free((char *)buf);
+	// Replies are allocated with malloc (C.CBytes in Go, strdup above):
+	// free() releases them without entering Go, also in a forked child.
+	free((void *)buf);
 }

@@ -101,6 +101,7 @@ func Generate(dir string) ([]byte, error) {
 	for _, f := range funcs {
 		b.WriteString(f)
 	}
+	b.WriteString(freeDecl)
 	b.WriteString(headerBottom)
 	return b.Bytes(), nil
 }
@@ -188,6 +189,17 @@ func spaceFor(t string) string {
 	}
 	return " "
 }
+
+// freeDecl is tirastore_free, the one entry point written in C alone
+// (capi/forkguard.c): a reply is malloc'ed memory, which free() releases
+// without entering the Go runtime.
+const freeDecl = `/*
+ * tirastore_free releases a buffer the library returned through an out
+ * parameter. NULL is ignored. Each buffer must be freed exactly once.
+ */
+void tirastore_free(const char *buf);
+
+`
 
 // okComment documents TIRASTORE_OK, the one status that is not an error
 // and so not a row of the table.
