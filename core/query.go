@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/tirastore/tirastore/core/apierr"
@@ -31,7 +32,8 @@ type Result struct {
 }
 
 // PyJSON is the LookupResult field order of the original, with the stored
-// JSON values untouched.
+// JSON values untouched (a stored list of numbers in its compact text: see
+// fromCanonical).
 func (r *Result) PyJSON() any {
 	o := pyjson.NewObjectCap(8)
 	o.Set("is_legal", r.legal)
@@ -62,15 +64,18 @@ func parseResult(key, resultJSON string) (legal, times any, err error) {
 }
 
 func newResult(rec *storage.Record) (*Result, error) {
+	r := &Result{
+		Schedule: rec.Schedule, Hostname: rec.Hostname, Username: rec.Username,
+		CreationDate: rec.CreationDate, UpdateDate: rec.UpdateDate, SourceProject: rec.SourceProject,
+	}
+	if r.fromCanonical(rec.ResultJSON) {
+		return r, nil
+	}
 	legal, times, err := parseResult(rec.Key, rec.ResultJSON)
 	if err != nil {
 		return nil, err
 	}
-	r := &Result{
-		Schedule: rec.Schedule, Hostname: rec.Hostname, Username: rec.Username,
-		CreationDate: rec.CreationDate, UpdateDate: rec.UpdateDate, SourceProject: rec.SourceProject,
-		legal: legal, times: times,
-	}
+	r.legal, r.times = legal, times
 	switch l := legal.(type) {
 	case bool:
 		r.IsLegal = l
@@ -88,6 +93,63 @@ func newResult(rec *storage.Record) (*Result, error) {
 		}
 	}
 	return r, nil
+}
+
+// fromCanonical fills r from result_json written as the original and this
+// engine write it, {"is_legal":<bool>,"execution_times":<null or a list of
+// numbers>} with no whitespace, and reports whether it was. Then the list
+// is passed through as it is stored (pyjson.Raw): what a Python reader of
+// the reply parses is what the original's json.loads of the column gave,
+// without a parse and a re-encoding on every hit. Any other form (spaces,
+// another key, a nested value) goes through the general parser.
+func (r *Result) fromCanonical(rj string) bool {
+	rest, ok := strings.CutPrefix(rj, `{"is_legal":`)
+	if !ok {
+		return false
+	}
+	switch {
+	case strings.HasPrefix(rest, "true"):
+		r.IsLegal, rest = true, rest[len("true"):]
+	case strings.HasPrefix(rest, "false"):
+		r.IsLegal, rest = false, rest[len("false"):]
+	default:
+		return false
+	}
+	if rest, ok = strings.CutPrefix(rest, `,"execution_times":`); !ok {
+		return false
+	}
+	if times, ok := strings.CutSuffix(rest, "}"); !ok {
+		return false
+	} else if times == "null" {
+		r.legal = r.IsLegal
+		return true
+	} else if list, ok := parseNumberList(times); ok {
+		r.legal, r.times, r.ExecutionTimes = r.IsLegal, pyjson.Raw(times), list
+		return true
+	}
+	r.IsLegal = false
+	return false
+}
+
+// parseNumberList reads "[n,n,...]" (no whitespace, each n a number as
+// Python's json reads it, NaN and Infinity included).
+func parseNumberList(s string) ([]float64, bool) {
+	if len(s) < 2 || s[0] != '[' || s[len(s)-1] != ']' {
+		return nil, false
+	}
+	body := s[1 : len(s)-1]
+	out := []float64{}
+	if body == "" {
+		return out, true
+	}
+	for _, tok := range strings.Split(body, ",") {
+		f, err := pyjson.Number(tok).Float64()
+		if err != nil {
+			return nil, false
+		}
+		out = append(out, f)
+	}
+	return out, true
 }
 
 // programHashes remembers the hashes of the last few program sources of

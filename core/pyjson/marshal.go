@@ -41,6 +41,12 @@ type Marshaler interface {
 	PyJSON() any
 }
 
+// Raw is JSON text that Marshal writes as it is, unchecked. It is for a
+// value the caller has proven to be JSON that a Python parser reads as it
+// would the value's own encoding, in the layout the Options use: a stored
+// list of numbers passed through without a parse and a re-encoding.
+type Raw string
+
 // UnsupportedTypeError is returned by Marshal for a Go value it cannot
 // encode, like the TypeError "Object of type X is not JSON serializable".
 type UnsupportedTypeError struct {
@@ -145,6 +151,8 @@ func (e *encoder) value(v any, level int) error {
 		return e.string(x)
 	case Number:
 		return e.number(x)
+	case Raw:
+		e.buf = append(e.buf, x...)
 	case float64:
 		e.buf = appendFloat(e.buf, x)
 	case float32:
