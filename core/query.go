@@ -399,7 +399,7 @@ func metaPtr(r storage.Reader, key string) (*string, error) {
 func (s *Store) Stats(ctx context.Context) (*Stats, error) {
 	var st Stats
 	err := s.be.View(ctx, "stats", func(r storage.Reader) error {
-		ss, err := r.Stats()
+		ss, err := r.Summary()
 		if err != nil {
 			return err
 		}

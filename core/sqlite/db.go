@@ -19,7 +19,6 @@ import (
 	sqlite3 "github.com/mattn/go-sqlite3"
 
 	"github.com/tirastore/tirastore/core/failpoint"
-	"github.com/tirastore/tirastore/core/storage"
 )
 
 // SchemaVersion is the db_meta schema_version this engine reads and writes.
@@ -170,23 +169,15 @@ func (d *DB) Pragma(stmt string) error {
 	return err
 }
 
-// Reader reads inside one read transaction (see Read).
-type Reader struct {
-	d *DB
-}
-
-// Lookup is DB.Lookup inside the reader's transaction.
-func (r *Reader) Lookup(key string) (*storage.Record, error) { return r.d.Lookup(key) }
-
 // Read runs fn in one transaction that it always rolls back: many reads see
 // one snapshot and pay SQLite's per-transaction checks (hot journal,
 // change counter) once. It writes nothing, so failpoints do not fire.
-func (d *DB) Read(fn func(r *Reader) error) error {
+func (d *DB) Read(fn func() error) error {
 	if _, err := d.exec("BEGIN"); err != nil {
 		return err
 	}
 	defer d.rollback()
-	return fn(&Reader{d: d})
+	return fn()
 }
 
 // inRead runs fn inside one read transaction: the caller's, when one is
@@ -207,7 +198,7 @@ func (d *DB) inRead(fn func() error) error {
 	if !autocommit {
 		return fn()
 	}
-	return d.Read(func(*Reader) error { return fn() })
+	return d.Read(fn)
 }
 
 // rollback ends the open transaction, if SQLite has not already ended it

@@ -186,7 +186,7 @@ func TestTxStartsNoGoroutine(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if err := db.Read(func(r *Reader) error { _, err := r.Lookup("k"); return err }); err != nil {
+		if err := db.Read(func() error { _, err := db.Lookup("k"); return err }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -258,7 +258,7 @@ func TestLookupReads(t *testing.T) {
 		t.Fatalf("Lookup = %+v, %v; want %+v", got, err, want)
 	}
 	var inTx *storage.Record
-	if err := db.Read(func(r *Reader) (err error) { inTx, err = r.Lookup("k1"); return err }); err != nil || inTx == nil || *inTx != want {
+	if err := db.Read(func() (err error) { inTx, err = db.Lookup("k1"); return err }); err != nil || inTx == nil || *inTx != want {
 		t.Fatalf("Reader.Lookup = %+v, %v; want %+v", inTx, err, want)
 	}
 	recs, err := db.ProgramRecords("h", 10)

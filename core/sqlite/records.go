@@ -323,10 +323,10 @@ func (d *DB) count(query string) (n int64, err error) {
 	return n, err
 }
 
-// Stats computes the summary with the original's queries (json_extract on
+// Summary computes the counts with the original's queries (json_extract on
 // result_json, which SQLite also accepts with NaN/Infinity tokens).
-func (d *DB) Stats() (*storage.Stats, error) {
-	var s storage.Stats
+func (d *DB) Summary() (*storage.Summary, error) {
+	var s storage.Summary
 	var err error
 	if s.Total, err = d.count("SELECT COUNT(*) FROM records"); err != nil {
 		return nil, err

@@ -470,7 +470,7 @@ func TestStreamingReadsTransactionsAndErrors(t *testing.T) {
 	if !errors.Is(err, stop) {
 		t.Fatal(err)
 	}
-	if err := db.Read(func(*Reader) error {
+	if err := db.Read(func() error {
 		return db.EachProgram(func(p storage.Program, _ []storage.ScheduleResult) error {
 			if p.Hash == "uncommitted" {
 				t.Error("rolled-back program listed")

@@ -368,9 +368,9 @@ func (c *resultCache) Load(db *sqlite.DB, progHash, key string, writesWaiting fu
 // one read transaction (no prefetch); recs receives the records at the
 // indexes missing lists.
 func (c *resultCache) LoadMany(db *sqlite.DB, keys []string, missing []int, recs []*storage.Record) error {
-	err := db.Read(func(r *sqlite.Reader) error {
+	err := db.Read(func() error {
 		for _, i := range missing {
-			rec, err := r.Lookup(keys[i])
+			rec, err := db.Lookup(keys[i])
 			if err != nil {
 				return err
 			}

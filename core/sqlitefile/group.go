@@ -23,7 +23,7 @@ import (
 // # Group commit
 //
 // A record's commit waits for four fsyncs (synchronous=FULL with a DELETE
-// journal, which the original's databases keep), about 0.8 ms on a local
+// journal, which the original's databases keep), a millisecond on a local
 // disk and far more on Lustre, while the lock is held. With many writers on
 // a node the lock is then busy mostly with waiting for the disk. So a
 // record (or record_many) that finds another write of its node ahead of it

@@ -51,8 +51,8 @@ type ScheduleResult struct {
 	ResultJSON string
 }
 
-// Stats are the counts of the original's stats().
-type Stats struct {
+// Summary is what the original's stats() counts in the tables.
+type Summary struct {
 	Total, Legal, Illegal, Programs int64
 	SourceProjects, Users           []string
 }
@@ -170,8 +170,8 @@ type Reader interface {
 	// CountRecords and CountPrograms are the table sizes.
 	CountRecords() (int64, error)
 	CountPrograms() (int64, error)
-	// Stats computes the original's summary.
-	Stats() (*Stats, error)
+	// Summary computes the original's stats() counts.
+	Summary() (*Summary, error)
 	// Keys lists record keys by creation date; limit > 0 paginates.
 	Keys(limit, offset int64) ([]string, error)
 }

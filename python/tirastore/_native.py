@@ -18,7 +18,7 @@ this module makes forked children load their own copy of the library:
 
 * ``os.register_at_fork(after_in_child=...)`` runs in every child made by
   ``os.fork()`` (and so by multiprocessing's ``fork`` and ``forkserver``
-  start methods): it bumps :data:`generation` and replaces :data:`lib` by a
+  start methods): it bumps :data:`lib_copy` and replaces :data:`lib` by a
   placeholder. Nothing is loaded yet; a child that never calls the library
   pays nothing.
 * The child's first call through the placeholder loads a FRESH copy of the
@@ -31,14 +31,14 @@ this module makes forked children load their own copy of the library:
   fresh copy starts its own Go runtime; :data:`lib` then points at it.
 * Handles are numbers in one runtime's table: a handle from the parent means
   nothing to the child's copy. :class:`tirastore.TiraStore` remembers its
-  open arguments and the generation its handle belongs to, and re-opens its
-  handle in the current copy on first use in a new generation (one integer
-  compare per call). Closing or collecting a store of an older generation
+  open arguments and the library copy its handle belongs to, and re-opens its
+  handle in the current copy on first use in a new copy (one integer
+  compare per call). Closing or collecting a store of an older copy
   never calls the dead copy (the parent still owns that handle).
   ``TiraStore`` is picklable (path + options; the copy re-opens on first
   use), so stores passed to ``spawn``/``forkserver`` workers work too.
 * The parent is untouched: it keeps its library and its handles.
-  Grandchildren work the same way (each generation loads one more copy).
+  Grandchildren work the same way (each level loads one more copy).
 * ``TIRASTORE_FORK_RELOAD=0`` (read at import) disables all this, for the
   negative-control test only: a forked child's first call then fails with
   RuntimeError (the C entry points refuse with TIRASTORE_ERR_FORKED rather
@@ -68,10 +68,10 @@ Known risks and limits:
   through ctypes) and, if it lies in a copy of the library, reinstalls
   Python's handler. Best effort: if ctypes or dladdr are unavailable the
   check is skipped.
-* Each generation costs one more mapped copy of the library plus a new Go
-  heap in the child: measured about 7 MiB of RSS (private dirty) and about
-  5 ms to load the copy, 15-25 ms for the first call of a re-opened store
-  (load + re-open), on the 2-core test machine.
+* A forked child that uses the library maps one more copy of it and
+  starts a new Go heap: some MiB of RSS, and milliseconds to load the copy
+  and re-open its stores (tests/bench/README.md, "Figures cited by the
+  code").
 * Only forks that run Python's at-fork hooks are detected: ``os.fork()``,
   multiprocessing, ``os.forkpty``. A C extension that calls ``fork()``
   directly and then calls into tirastore from the child is not covered.
@@ -134,8 +134,8 @@ lib = _load()
 
 # Which copy of the library this process uses: 0 in a process that loaded it
 # at import, +1 in each forked child (see "Fork safety" above). A handle is
-# valid only in the generation that opened it.
-generation = 0
+# valid only in the copy that opened it.
+lib_copy = 0
 
 # The path the running copy was loaded from (the original file, or the memfd
 # / temporary file of a fresh copy in a forked child).
@@ -302,9 +302,9 @@ def _restore_sigint_if_dead_runtime() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global lib, generation, reopen_lock
+    global lib, lib_copy, reopen_lock
     reopen_lock = threading.RLock()
-    generation += 1
+    lib_copy += 1
     lib = _ReloadOnFirstUse()
     _restore_sigint_if_dead_runtime()
 

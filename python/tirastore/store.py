@@ -114,7 +114,7 @@ def _close_idle_stores() -> None:
     process of this host that takes the lock.
     """
     for store in list(_open_stores):
-        if not store._closed and store._handle > 0 and store._gen == _native.generation:
+        if not store._closed and store._handle > 0 and store._copy == _native.lib_copy:
             try:
                 _native.call(store._handle, "close_if_idle")
             except Exception:
@@ -189,7 +189,7 @@ class TiraStore:
         # open succeeds, so that __del__ of a failed open does nothing.
         self._handle = 0
         self._closed = True
-        self._gen = _native.generation
+        self._copy = _native.lib_copy
         path = _fspath("TiraStore", "db_path", db_path)
         options = {
             "source_project": source_project,
@@ -218,7 +218,7 @@ class TiraStore:
             warnings.warn(notice, TiraStoreWarning, stacklevel=2)
 
     def _call(self, method: str, **args: Any) -> Any:
-        if self._gen != _native.generation:  # forked or unpickled: re-open in this process's copy
+        if self._copy != _native.lib_copy:  # forked or unpickled: re-open in this process's copy
             self._reopen()
         return _native.call(self._handle, method, **args)
 
@@ -231,8 +231,8 @@ class TiraStore:
         re-opens by path and options. The parent's handle is left alone.
         """
         with _native.reopen_lock:
-            gen = _native.generation
-            if self._gen == gen:
+            gen = _native.lib_copy
+            if self._copy == gen:
                 return
             if not self._closed:
                 self._handle, info = _native.open_store(str(self.db_path), self._options)
@@ -242,7 +242,7 @@ class TiraStore:
                 # A closed store stays closed. Its number belongs to another
                 # copy of the library and may name another store in this one.
                 self._handle = 0
-            self._gen = gen
+            self._copy = gen
 
     # -- pickling (multiprocessing spawn/forkserver, or any pickled task) ---
 
@@ -265,7 +265,7 @@ class TiraStore:
         self._writes_allowed = bool(state["writes_allowed"])
         self._closed = bool(state["closed"])
         self._handle = 0 if self._closed else -1  # -1: not yet opened here
-        self._gen = -1
+        self._copy = -1
 
     # -- lookup & record ---------------------------------------------------
 
@@ -698,9 +698,9 @@ class TiraStore:
             return
         self._closed = True
         # The handle is kept: calls on it now get the library's closed-store
-        # error. A handle of another generation belongs to the parent's copy
+        # error. A handle of another library copy belongs to the parent's copy
         # of the library (dead in this process): the parent closes it, not us.
-        if self._handle > 0 and self._gen == _native.generation:
+        if self._handle > 0 and self._copy == _native.lib_copy:
             _native.close_store(self._handle)
 
     def __enter__(self) -> "TiraStore":

@@ -108,7 +108,7 @@ def in_child(fn) -> int:
 def test_os_fork_child_uses_parents_store(tmp_path):
     store = new_store(tmp_path / "cache.db")
     assert store.record(PROGRAM, SRC, sched(1), True, times(1)) is True
-    parent_gen = _native.generation
+    parent_gen = _native.lib_copy
     r, w = os.pipe()
 
     def child():
@@ -124,7 +124,7 @@ def test_os_fork_child_uses_parents_store(tmp_path):
             and store.record(PROGRAM, SRC, sched(2), False, None) is True
             and store.contains(PROGRAM, SRC, sched(2))
             and store.count() == 2
-            and _native.generation == parent_gen + 1
+            and _native.lib_copy == parent_gen + 1
         )
         os.write(w, repr((t1 - t0, before, after, _native.loaded_from)).encode())
         store.close()  # closes the child's handle only
@@ -150,7 +150,7 @@ def test_os_fork_child_uses_parents_store(tmp_path):
     assert first_call < 5.0
     assert after["Rss"] - before["Rss"] < 200 * 1024
     # The parent is untouched: same generation, same handle, sees the child's record.
-    assert _native.generation == parent_gen
+    assert _native.lib_copy == parent_gen
     assert store.lookup(PROGRAM, SRC, sched(2)).is_legal is False
     assert store.count() == 2
     store.close()
@@ -326,7 +326,7 @@ def _pool_task(args):
             for e in entries:
                 written[e["tiralib_schedule_string"]] = (True, e["execution_times"])
         i += 1
-    return task, mismatches, written, (os.getpid(), _native.generation)
+    return task, mismatches, written, (os.getpid(), _native.lib_copy)
 
 
 @pytest.mark.parametrize(
