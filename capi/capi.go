@@ -20,6 +20,8 @@ package main
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+extern const char *tirastore_forked_reply; // forkguard.c
 */
 import "C"
 
@@ -43,6 +45,19 @@ import (
 // pointers, JSON or handles, a panic) are *apierr.Error values of the
 // kinds KindMisuse, KindHandle and KindInternal.
 const statusOK = 0
+
+// errForked is what every call answers in a child forked after the library
+// was loaded. forkguard.c answers it without entering Go (whose runtime did
+// not survive the fork), with the reply init makes here at load time.
+var errForked = apierr.New(apierr.KindForked, "libtirastore cannot be used in a child made by fork() after "+
+	"the library was loaded: its Go runtime does not survive fork(). Use it in the parent, exec in the "+
+	"child, or load a fresh copy of the library in the child.")
+
+func init() {
+	var out *C.char
+	reply(&out, nil, errForked)
+	C.tirastore_forked_reply = out // kept for the life of the process
+}
 
 func misuse(format string, a ...any) error {
 	return apierr.New(apierr.KindMisuse, format, a...)
@@ -259,6 +274,5 @@ func tirastoreGo_call(handle C.uint64_t, method *C.char, args_json *C.char, out 
 	res, err := m.run(context.Background(), st, a)
 	return reply(out, res, err)
 }
-
 
 func main() {}

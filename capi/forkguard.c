@@ -14,9 +14,9 @@
 #include "_cgo_export.h"
 #include "tirastore.h" // the status codes (generated from core/apierr); also checks these definitions
 
-// The code as JSON text, spelled by the header's macro only.
-#define TIRASTORE_STR_(x) #x
-#define TIRASTORE_STR(x) TIRASTORE_STR_(x)
+// The reply of a call in a forked child: made at load time by capi.go
+// (init) from the error table, like every other reply; never freed.
+const char *tirastore_forked_reply;
 
 static volatile int tirastore_forked;
 static const char *volatile tirastore_version_cache;
@@ -29,10 +29,8 @@ __attribute__((constructor)) static void tirastore_register_fork_guard(void) {
 
 static int tirastore_forked_error(char **out) {
 	if (out != NULL) {
-		*out = strdup("{\"error\":{\"type\":\"RuntimeError\",\"message\":"
-			"\"libtirastore cannot be used in a child made by fork() after the library was loaded: "
-			"its Go runtime does not survive fork(). Use it in the parent, exec in the child, "
-			"or load a fresh copy of the library in the child.\",\"code\":" TIRASTORE_STR(TIRASTORE_ERR_FORKED) "}}");
+		const char *r = tirastore_forked_reply;
+		*out = r != NULL ? strdup(r) : NULL;
 	}
 	return TIRASTORE_ERR_FORKED;
 }

@@ -20,8 +20,7 @@ type method struct {
 }
 
 var (
-	noParams      []string
-	programParams = []string{"program_name", "program_source_code", "tiralib_schedule_string"}
+	noParams []string
 	// readParams: the reads also accept program_hash (what make_program_hash
 	// returns) instead of program_source_code, so that a binding need not
 	// send a long source with every lookup.
