@@ -11,7 +11,8 @@ import (
 	"github.com/tirastore/tirastore/core/storage"
 )
 
-func newDB(t *testing.T, name string) (*DB, string) {
+// openEmpty opens a new empty database file, closed when the test ends.
+func openEmpty(t *testing.T, name string) (*DB, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name)
 	if err := os.WriteFile(path, nil, 0o666); err != nil {
@@ -22,6 +23,13 @@ func newDB(t *testing.T, name string) (*DB, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
+	return db, path
+}
+
+// newDB creates a database as this engine does (Init).
+func newDB(t *testing.T, name string) (*DB, string) {
+	t.Helper()
+	db, path := openEmpty(t, name)
 	if err := db.Init("cpu", "N/A", "2026-01-01T00:00:00+00:00"); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -19,16 +18,8 @@ import (
 // statements (SchemaDDL) and meta rows, no index.
 func newOriginalDB(t *testing.T, name string) (*DB, string) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(path, nil, 0o666); err != nil {
-		t.Fatal(err)
-	}
-	db, err := Open(path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	err = db.Tx(func(tx *Tx) error {
+	db, path := openEmpty(t, name)
+	err := db.Tx(func(tx *Tx) error {
 		for _, ddl := range SchemaDDL() {
 			if _, err := tx.Exec(ddl); err != nil {
 				return err
