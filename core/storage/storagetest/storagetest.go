@@ -1,0 +1,286 @@
+// Package storagetest is the contract of storage.Backend as a test suite:
+// every backend's tests run Run against it, so that the API layer can rely
+// on the same behaviour whatever stores the data.
+package storagetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tirastore/tirastore/core/apierr"
+	"github.com/tirastore/tirastore/core/storage"
+)
+
+// Open opens a backend on a new, empty database; the suite closes it.
+type Open func(t *testing.T) storage.Backend
+
+var ctx = context.Background()
+
+// Run runs every contract test against backends made by open.
+func Run(t *testing.T, open Open) {
+	for _, c := range []struct {
+		name string
+		fn   func(*testing.T, Open)
+	}{
+		{"WriteThenLookup", testWriteThenLookup},
+		{"WriteOverwrite", testWriteOverwrite},
+		{"LookupMany", testLookupMany},
+		{"Contains", testContains},
+		{"Reads", testReads},
+		{"Update", testUpdate},
+		{"EachProgram", testEachProgram},
+		{"Backup", testBackup},
+		{"Closed", testClosed},
+	} {
+		t.Run(c.name, func(t *testing.T) { c.fn(t, open) })
+	}
+}
+
+// write stores rows of program hash (named name) with the given schedules
+// and their times, and returns how many the backend wrote.
+func write(t *testing.T, b storage.Backend, hash, name string, overwrite bool, scheds ...string) int {
+	t.Helper()
+	w := &storage.Write{Hash: hash, Name: name, Source: "src of " + name, Hostname: "h", Username: "u",
+		SourceProject: "p", Overwrite: overwrite}
+	for _, s := range scheds {
+		w.Rows = append(w.Rows, storage.Row{Key: key(hash, s), Schedule: s,
+			ResultJSON: fmt.Sprintf(`{"is_legal":true,"execution_times":[%d]}`, len(s))})
+	}
+	n, err := b.Write(ctx, w)
+	if err != nil {
+		t.Fatalf("write %v: %v", scheds, err)
+	}
+	return n
+}
+
+// key is a record key for the suite (the API layer computes real ones).
+func key(hash, sched string) string { return hash + "/" + sched }
+
+// hashOf is a program hash for the suite: 64 hex digits.
+func hashOf(c byte) string { return strings.Repeat(string(c), 64) }
+
+func testWriteThenLookup(t *testing.T, open Open) {
+	b := open(t)
+	h := hashOf('a')
+	if rec, err := b.Lookup(ctx, h, key(h, "S1")); err != nil || rec != nil {
+		t.Fatalf("lookup in an empty database: %v, %v; want nil, nil", rec, err)
+	}
+	if n := write(t, b, h, "prog", false, "S1", "S22"); n != 2 {
+		t.Fatalf("wrote %d rows, want 2", n)
+	}
+	rec, err := b.Lookup(ctx, h, key(h, "S22"))
+	if err != nil || rec == nil {
+		t.Fatalf("lookup after write: %v, %v", rec, err)
+	}
+	want := storage.Record{Key: key(h, "S22"), ProgramHash: h, Schedule: "S22",
+		ResultJSON: `{"is_legal":true,"execution_times":[3]}`, Hostname: "h", Username: "u", SourceProject: "p"}
+	got := *rec
+	if got.CreationDate == "" || got.UpdateDate != got.CreationDate {
+		t.Errorf("dates %q / %q: want one non-empty date for a new record", got.CreationDate, got.UpdateDate)
+	}
+	got.CreationDate, got.UpdateDate = "", ""
+	if got != want {
+		t.Errorf("lookup = %+v, want %+v (name and source left empty)", got, want)
+	}
+}
+
+func testWriteOverwrite(t *testing.T, open Open) {
+	b := open(t)
+	h := hashOf('b')
+	write(t, b, h, "prog", false, "S1")
+	first, _ := b.Lookup(ctx, h, key(h, "S1"))
+	if n := write(t, b, h, "prog", false, "S1", "S2"); n != 1 {
+		t.Fatalf("without overwrite: wrote %d, want 1 (the existing key skipped)", n)
+	}
+	time.Sleep(2 * time.Millisecond) // dates have microseconds
+	w := &storage.Write{Hash: h, Name: "prog", Source: "src of prog", Hostname: "h2", Username: "u2", Overwrite: true,
+		Rows: []storage.Row{{Key: key(h, "S1"), Schedule: "S1", ResultJSON: `{"is_legal":false,"execution_times":null}`}}}
+	if n, err := b.Write(ctx, w); err != nil || n != 1 {
+		t.Fatalf("overwrite: %d, %v; want 1", n, err)
+	}
+	rec, err := b.Lookup(ctx, h, key(h, "S1"))
+	if err != nil || rec == nil || rec.ResultJSON != `{"is_legal":false,"execution_times":null}` || rec.Hostname != "h2" {
+		t.Fatalf("after overwrite: %+v, %v", rec, err)
+	}
+	if rec.CreationDate != first.CreationDate || rec.UpdateDate == first.UpdateDate {
+		t.Errorf("overwrite dates %q / %q, first %q: creation kept, update moved", rec.CreationDate, rec.UpdateDate, first.CreationDate)
+	}
+}
+
+func testLookupMany(t *testing.T, open Open) {
+	b := open(t)
+	h := hashOf('c')
+	write(t, b, h, "prog", false, "S1", "S3")
+	keys := []string{key(h, "S3"), key(h, "S2"), key(h, "S1"), key(h, "S3")}
+	recs, err := b.LookupMany(ctx, h, keys)
+	if err != nil || len(recs) != len(keys) {
+		t.Fatalf("lookup many: %d results, %v", len(recs), err)
+	}
+	for i, want := range []string{"S3", "", "S1", "S3"} {
+		switch {
+		case want == "" && recs[i] != nil:
+			t.Errorf("[%d] = %+v, want absent", i, recs[i])
+		case want != "" && (recs[i] == nil || recs[i].Schedule != want):
+			t.Errorf("[%d] = %+v, want %s", i, recs[i], want)
+		}
+	}
+}
+
+func testContains(t *testing.T, open Open) {
+	b := open(t)
+	h := hashOf('d')
+	write(t, b, h, "prog", false, "S1")
+	for s, want := range map[string]bool{"S1": true, "S2": false} {
+		if ok, err := b.Contains(ctx, h, key(h, s)); err != nil || ok != want {
+			t.Errorf("contains %s = %v, %v; want %v", s, ok, err, want)
+		}
+	}
+}
+
+func testReads(t *testing.T, open Open) {
+	b := open(t)
+	h1, h2 := hashOf('e'), hashOf('f')
+	write(t, b, h1, "prog", false, "S1")
+	time.Sleep(2 * time.Millisecond)
+	write(t, b, h1, "prog", false, "S0")
+	write(t, b, h2, "prog", false, "T1")
+	err := b.View(ctx, "reads", func(r storage.Reader) error {
+		if v, ok, err := r.Meta("schema_version"); err != nil || !ok || v == "" {
+			return fmt.Errorf("meta schema_version = %q, %v, %v", v, ok, err)
+		}
+		if _, ok, err := r.Meta("no such key"); err != nil || ok {
+			return fmt.Errorf("meta of an absent key: ok %v, %v", ok, err)
+		}
+		rec, err := r.Get(key(h1, "S1"))
+		if err != nil || rec == nil || rec.ProgramName != "prog" || rec.SourceCode != "src of prog" {
+			return fmt.Errorf("get = %+v, %v; want the record joined with its program", rec, err)
+		}
+		progs, err := r.ProgramsByName("prog")
+		if err != nil || len(progs) != 2 || progs[0].Hash != h1 || progs[1].Hash != h2 {
+			return fmt.Errorf("programs by name = %+v, %v; want both, by hash", progs, err)
+		}
+		var order []string
+		if err := r.EachRecordOf(h1, func(rec *storage.Record) error {
+			order = append(order, rec.Schedule)
+			if rec.ProgramName != "prog" {
+				return fmt.Errorf("EachRecordOf: record %s not joined", rec.Key)
+			}
+			return nil
+		}); err != nil || !slices.Equal(order, []string{"S1", "S0"}) {
+			return fmt.Errorf("EachRecordOf = %v, %v; want by creation date", order, err)
+		}
+		if n, err := r.CountRecords(); err != nil || n != 3 {
+			return fmt.Errorf("count records = %d, %v", n, err)
+		}
+		if n, err := r.CountPrograms(); err != nil || n != 2 {
+			return fmt.Errorf("count programs = %d, %v", n, err)
+		}
+		sum, err := r.Summary()
+		if err != nil || sum.Total != 3 || sum.Legal != 3 || sum.Programs != 2 || !slices.Equal(sum.Users, []string{"u"}) {
+			return fmt.Errorf("summary = %+v, %v", sum, err)
+		}
+		keys, err := r.Keys(2, 1)
+		if err != nil || !slices.Equal(keys, []string{key(h1, "S0"), key(h2, "T1")}) {
+			return fmt.Errorf("keys(2, 1) = %v, %v; want by creation date", keys, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testUpdate(t *testing.T, open Open) {
+	b := open(t)
+	h := hashOf('g')
+	write(t, b, h, "prog", false, "S1")
+	err := b.Update(ctx, "put", func(w storage.Writer) error {
+		_, err := w.PutRecord(&storage.Record{Key: "orphan", ProgramHash: hashOf('z'), Schedule: "S",
+			ResultJSON: "{}", Hostname: "h", Username: "u", CreationDate: "d", UpdateDate: "d"}, false)
+		return err
+	})
+	if !errors.Is(err, storage.ErrNoProgram) {
+		t.Fatalf("put of a record without its program: %v, want ErrNoProgram", err)
+	}
+	var found bool
+	if err := b.Update(ctx, "delete", func(w storage.Writer) (err error) {
+		found, err = w.DeleteRecord(key(h, "S1"))
+		return err
+	}); err != nil || !found {
+		t.Fatalf("delete: %v, %v", found, err)
+	}
+	if rec, err := b.Lookup(ctx, h, key(h, "S1")); err != nil || rec != nil {
+		t.Fatalf("lookup after delete: %+v, %v", rec, err)
+	}
+	// An error from fn rolls the transaction back.
+	boom := errors.New("boom")
+	err = b.Update(ctx, "put", func(w storage.Writer) error {
+		if _, err := w.PutRecord(&storage.Record{Key: "k2", ProgramHash: h, Schedule: "S", ResultJSON: "{}",
+			Hostname: "h", Username: "u", CreationDate: "d", UpdateDate: "d"}, false); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("update returning an error: %v", err)
+	}
+	if rec, _ := b.Lookup(ctx, h, "k2"); rec != nil {
+		t.Fatal("a failed update's write was committed")
+	}
+}
+
+func testEachProgram(t *testing.T, open Open) {
+	b := open(t)
+	write(t, b, hashOf('2'), "beta", false, "S1")
+	write(t, b, hashOf('1'), "beta", false, "S1", "S22")
+	write(t, b, hashOf('3'), "alpha", false, "S333")
+	var got []string
+	if err := b.EachProgram(ctx, func(p storage.Program, rs []storage.ScheduleResult) error {
+		got = append(got, fmt.Sprintf("%s:%c:%d", p.Name, p.Hash[0], len(rs)))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"alpha:3:1", "beta:1:2", "beta:2:1"}; !slices.Equal(got, want) {
+		t.Fatalf("EachProgram order %v, want %v (by name, then hash)", got, want)
+	}
+}
+
+func testBackup(t *testing.T, open Open) {
+	b := open(t)
+	write(t, b, hashOf('4'), "prog", false, "S1")
+	path := filepath.Join(t.TempDir(), "copy.db")
+	if err := b.Backup(ctx, path); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+		t.Fatalf("backup file: %v", err)
+	}
+}
+
+func testClosed(t *testing.T, open Open) {
+	b := open(t)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+	h := hashOf('5')
+	if _, err := b.Lookup(ctx, h, key(h, "S")); apierr.KindOf(err) != apierr.KindClosed {
+		t.Errorf("lookup after close: %v, want the closed error", err)
+	}
+	if _, err := b.Write(ctx, &storage.Write{Hash: h}); apierr.KindOf(err) != apierr.KindClosed {
+		t.Errorf("write after close: %v, want the closed error", err)
+	}
+	if err := b.View(ctx, "v", func(storage.Reader) error { return nil }); apierr.KindOf(err) != apierr.KindClosed {
+		t.Errorf("view after close: %v, want the closed error", err)
+	}
+}
