@@ -249,7 +249,7 @@ func TestExportFormats(t *testing.T) {
 }
 
 // TestWritesQueueAsWrites: the operations that write take the lock as writes
-// (the node queue's writers' lane, see core/lock), and reads do not.
+// (the node queue's writers' lane, see core/nodequeue), and reads do not.
 func TestWritesQueueAsWrites(t *testing.T) {
 	st := openTemp(t, Options{})
 	m := Measurement{Schedule: sched, IsLegal: true, ExecutionTimes: Times(1)}

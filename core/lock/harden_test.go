@@ -109,7 +109,7 @@ func TestTwoBreakersFreshLockSurvives(t *testing.T) {
 			path, opt := newTestLock(t)
 			writeLockFile(t, path, holderJSON("deadnode", 1, unixSeconds(time.Now())-10000))
 			opt.Hostname = "breakerB"
-			b := New(path, opt)
+			b := newLock(t, path, opt)
 			_, judged, err := readHolder(path)
 			if err != nil {
 				t.Fatal(err)
@@ -127,7 +127,7 @@ func TestTwoBreakersFreshLockSurvives(t *testing.T) {
 			}
 			<-p.paused
 			opt.Hostname = "breakerA"
-			a := New(path, opt)
+			a := newLock(t, path, opt)
 			if err := a.Acquire(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -179,14 +179,14 @@ func TestBreakerRecheckSeesReplacement(t *testing.T) {
 	path, opt := newTestLock(t)
 	writeLockFile(t, path, holderJSON("deadnode", 1, 1))
 	opt.Timeout = 200 * time.Millisecond
-	b := New(path, opt)
+	b := newLock(t, path, opt)
 	p := newPauser(b)
 	setHook(t, &testHookBeforeCheck, p.hook)
 	errc := make(chan error, 1)
 	go func() { errc <- b.Acquire(context.Background()) }()
 	<-p.paused
 	opt.Hostname = "fresh"
-	a := New(path, opt)
+	a := newLock(t, path, opt)
 	if err := a.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestPutBackLosesToNewcomer(t *testing.T) {
 	path, opt := newTestLock(t)
 	writeLockFile(t, path, holderJSON("deadnode", 1, 1))
 	_, judged, _ := readHolder(path)
-	b := New(path, opt)
+	b := newLock(t, path, opt)
 	p1, p2 := newPauser(b), newPauser(b)
 	setHook(t, &testHookBeforeRename, p1.hook)
 	setHook(t, &testHookBeforePutBack, p2.hook)
@@ -222,14 +222,14 @@ func TestPutBackLosesToNewcomer(t *testing.T) {
 	go func() { res <- b.breakLock(judged) }()
 	<-p1.paused
 	opt.Hostname = "fresh"
-	fresh := New(path, opt)
+	fresh := newLock(t, path, opt)
 	if err := fresh.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	close(p1.resumed)
 	<-p2.paused // fresh's lock is now aside: the lock path is free
 	opt.Hostname = "newcomer"
-	newcomer := New(path, opt)
+	newcomer := newLock(t, path, opt)
 	if err := newcomer.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -261,11 +261,11 @@ func TestBreakerPutsBackHeartbeatedLock(t *testing.T) {
 	path, opt := newTestLock(t)
 	opt.HeartbeatInterval = 100 * time.Millisecond
 	opt.Hostname = "holder"
-	h := New(path, opt)
+	h := newLock(t, path, opt)
 	if err := h.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	b := New(path, Options{Hostname: "breaker"})
+	b := newLock(t, path, Options{Hostname: "breaker"})
 	var judged lockState
 	setHook(t, &testHookBeforeRename, func(*Lock) {
 		deadline := time.Now().Add(10 * time.Second)
@@ -304,7 +304,7 @@ func TestSkewedRemoteHeartbeatingHolderNotBroken(t *testing.T) {
 	opt.StaleTimeout = 2 * time.Second // generous: a stalled fsync must not fake a dead holder
 	opt.Hostname = "farnode"
 	opt.HeartbeatInterval = 20 * time.Millisecond
-	holder := New(path, opt)
+	holder := newLock(t, path, opt)
 	holder.clock = func() time.Time { return time.Now().Add(-3 * time.Hour) }
 	if err := holder.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
@@ -316,7 +316,7 @@ func TestSkewedRemoteHeartbeatingHolderNotBroken(t *testing.T) {
 	opt.Hostname = "here"
 	opt.HeartbeatInterval = -1
 	opt.Timeout = 3 * time.Second // 1.5 x StaleTimeout
-	w := New(path, opt)
+	w := newLock(t, path, opt)
 	te := mustTimeout(t, w, "skewed heartbeating holder")
 	if te.Holder == nil || te.Holder.Hostname != "farnode" || te.Unchanged >= opt.StaleTimeout {
 		t.Errorf("timeout error %v", te)
@@ -336,7 +336,7 @@ func TestUnchangedLockBrokenWhateverItsTimestamp(t *testing.T) {
 	writeLockFile(t, path, holderJSON("aheadnode", 7, unixSeconds(time.Now())+3600))
 	opt.StaleTimeout = time.Second
 	opt.Timeout = 100 * time.Millisecond
-	w := New(path, opt)
+	w := newLock(t, path, opt)
 	first := time.Now()
 	te := mustTimeout(t, w, "young unchanged lock")
 	if te.Unchanged <= 0 || te.Unchanged >= opt.StaleTimeout {
@@ -364,7 +364,7 @@ func TestOldTimestampOfHeartbeatingRecordNeedsGrace(t *testing.T) {
 	opt.Timeout = 200 * time.Millisecond
 
 	writeLockFile(t, path, holderJSON("pynode", 7, old))
-	w := New(path, opt)
+	w := newLock(t, path, opt)
 	if err := w.Acquire(context.Background()); err != nil {
 		t.Fatalf("old Python record not broken at once: %v", err)
 	}
@@ -373,7 +373,7 @@ func TestOldTimestampOfHeartbeatingRecordNeedsGrace(t *testing.T) {
 	every := 100 * time.Millisecond
 	grace := heartbeatGrace(every, opt.StaleTimeout)
 	writeLockFile(t, path, goRecord(t, "gonode", 7, old, procIdentity{}, every))
-	w = New(path, opt)
+	w = newLock(t, path, opt)
 	first := time.Now()
 	mustTimeout(t, w, "old heartbeating record before its grace")
 	w.opt.Timeout = 20 * time.Second // well under StaleTimeout
@@ -395,7 +395,7 @@ func TestLockHolderChild(t *testing.T) {
 	if dir == "" {
 		t.Skip("helper for TestDeadHolderBrokenAtOnce")
 	}
-	l := New(filepath.Join(dir, "cache.db.lock"), Options{})
+	l := newLock(t, filepath.Join(dir, "cache.db.lock"), Options{})
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -426,7 +426,7 @@ func TestDeadHolderBrokenAtOnce(t *testing.T) {
 		t.Fatalf("child said %q", line)
 	}
 	opt := Options{StaleTimeout: time.Hour, Timeout: 200 * time.Millisecond, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
-	w := New(path, opt)
+	w := newLock(t, path, opt)
 	if te := mustTimeout(t, w, "live holder"); te.Holder == nil || te.Holder.PID != cmd.Process.Pid {
 		t.Fatalf("timeout names %+v, want pid %d", te.Holder, cmd.Process.Pid)
 	}
@@ -460,7 +460,7 @@ func TestSweepSparesWhatItCannotProveDead(t *testing.T) {
 	}
 	dir := physTempDir(t)
 	path := filepath.Join(dir, "cache.db.lock")
-	l := New(path, Options{Hostname: "h1"})
+	l := newLock(t, path, Options{Hostname: "h1"})
 	dead := exec.Command("true")
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
@@ -534,7 +534,7 @@ func TestDeadHolderRule(t *testing.T) {
 			opt.StaleTimeout = time.Hour
 			opt.Timeout = 100 * time.Millisecond
 			writeLockFile(t, path, c.record)
-			w := New(path, opt)
+			w := newLock(t, path, opt)
 			err := w.Acquire(context.Background())
 			if c.dead {
 				if err != nil {
@@ -602,7 +602,7 @@ func TestHeartbeatRewritesInPlace(t *testing.T) {
 	pytest.Python(t)
 	path, opt := newTestLock(t)
 	opt.HeartbeatInterval = 2 * time.Millisecond
-	l := New(path, opt)
+	l := newLock(t, path, opt)
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -721,7 +721,7 @@ func TestHeartbeatKeepsPythonWaiterAway(t *testing.T) {
 	for _, hb := range []time.Duration{50 * time.Millisecond, -1} {
 		path, opt := newTestLock(t)
 		opt.HeartbeatInterval = hb
-		l := New(path, opt)
+		l := newLock(t, path, opt)
 		if err := l.Acquire(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -752,7 +752,7 @@ func TestHeartbeatKeepsPythonWaiterAway(t *testing.T) {
 func TestReleaseStopsHeartbeat(t *testing.T) {
 	path, opt := newTestLock(t)
 	opt.HeartbeatInterval = time.Millisecond
-	l := New(path, opt)
+	l := newLock(t, path, opt)
 	var first *heartbeat
 	for i := 0; i < 20; i++ {
 		if err := l.Acquire(context.Background()); err != nil {
@@ -809,7 +809,7 @@ func TestAsideName(t *testing.T) {
 		t.Fatalf("aside name of %d bytes: %q", n, a)
 	}
 	// And a lock with such a name can be broken.
-	l := New(long, Options{Hostname: strings.Repeat("h", 64), Timeout: 5 * time.Second})
+	l := newLock(t, long, Options{Hostname: strings.Repeat("h", 64), Timeout: 5 * time.Second})
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatalf("stale lock with a long name not broken: %v", err)
 	}
@@ -841,7 +841,7 @@ func pausedBreaker(t *testing.T, path string, opt Options, hook *func(*Lock)) (b
 		t.Fatal(err)
 	}
 	opt.Hostname = "breakerB"
-	b = New(path, opt)
+	b = newLock(t, path, opt)
 	p = newPauser(b)
 	setHook(t, hook, p.hook)
 	r := make(chan bool, 1)
@@ -869,7 +869,7 @@ func TestBreakLockSerializesBreakers(t *testing.T) {
 			b, p, judged, res := pausedBreaker(t, path, opt, &testHookBeforeRename)
 			opt.Hostname = "breakerA"
 			opt.Timeout = 300 * time.Millisecond
-			a := New(path, opt)
+			a := newLock(t, path, opt)
 			aErr := a.Acquire(context.Background())
 			if withBreakLock {
 				var te *TimeoutError
@@ -960,7 +960,7 @@ func TestAbandonedBreakLock(t *testing.T) {
 			if !tc.needsID {
 				o := opt
 				o.StaleTimeout, o.Timeout = time.Hour, 200*time.Millisecond
-				w := New(path, o)
+				w := newLock(t, path, o)
 				mustTimeout(t, w, "break lock within its grace")
 				w.Close()
 				if _, err := os.Lstat(path + BreakSuffix); err != nil {
@@ -968,7 +968,7 @@ func TestAbandonedBreakLock(t *testing.T) {
 				}
 			}
 			opt.Timeout = 10 * time.Second
-			w := New(path, opt)
+			w := newLock(t, path, opt)
 			if err := w.Acquire(context.Background()); err != nil {
 				t.Fatalf("abandoned break lock not removed: %v", err)
 			}
@@ -990,7 +990,7 @@ func TestBreakerOvertakenBeforeBreakLock(t *testing.T) {
 	dir := filepath.Dir(path)
 	b, p, _, res := pausedBreaker(t, path, opt, &testHookBeforeBreakLock)
 	opt.Hostname = "breakerA"
-	a := New(path, opt)
+	a := newLock(t, path, opt)
 	if err := a.Acquire(context.Background()); err != nil {
 		t.Fatalf("A: %v", err)
 	}
@@ -1019,7 +1019,7 @@ func TestBreakerOvertakenBeforeBreakLock(t *testing.T) {
 func TestSweepRemovesProvablyOldLeftovers(t *testing.T) {
 	dir := physTempDir(t)
 	path := filepath.Join(dir, "cache.db.lock")
-	l := New(path, Options{Hostname: "h1", StaleTimeout: 300 * time.Millisecond})
+	l := newLock(t, path, Options{Hostname: "h1", StaleTimeout: 300 * time.Millisecond})
 	old := map[string]string{
 		".lock_h2_7_otherhost":           `{"hostname": "h2", "pid": 7, "timestamp": 1.0}`,
 		".lock_h1_8_python":              `{"hostname": "h1", "pid": 8, "timestamp": 1.0}`,

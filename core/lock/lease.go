@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tirastore/tirastore/core/nodequeue"
 )
 
 // # The holder's lease
@@ -209,41 +211,37 @@ func (l *Lock) confirmLocked() error {
 }
 
 // stallCheck is how this Lock's waits in the node queue notice a line that
-// does not move (see "Stalled places" in gate.go): every StaleTimeout/16
-// (20 ms to 5 s); nil when locks are never broken.
-func (l *Lock) stallCheck() *stallCheck {
+// does not move (see "Stalled places" in core/nodequeue): every
+// StaleTimeout/16 (20 ms to 5 s) the wait compares the queue's progress
+// word with what it read before, and leaves the line once it has stayed
+// unchanged for StaleTimeout; nil when locks are never broken.
+func (l *Lock) stallCheck() *nodequeue.StallCheck {
 	if l.opt.StaleTimeout < 0 || testNoStallCheck {
 		return nil
 	}
-	var (
-		last  uint64    // the progress word last read
-		since time.Time // when it was first read with that value
-	)
-	every := min(max(l.opt.StaleTimeout/16, 20*time.Millisecond), 5*time.Second)
-	return &stallCheck{every: every, moved: func(at int64, waited time.Duration) bool {
-		now := time.Now()
-		if p := l.gate.progress(); since.IsZero() || p != last {
-			last, since = p, now
-			return true
-		}
+	return &nodequeue.StallCheck{
+		Every:    min(max(l.opt.StaleTimeout/16, 20*time.Millisecond), 5*time.Second),
+		Patience: l.opt.StaleTimeout,
 		// The line has not moved since the last check: watch the lock
 		// file too, so that once out of the queue this waiter can judge
 		// it at once (its count of how long the lock stayed unchanged
-		// starts now, not when it leaves).
-		if _, st, err := readHolder(l.path); err == nil {
-			l.seen.observe(st, now)
-		}
-		return now.Sub(since) < l.opt.StaleTimeout
-	}}
+		// starts now, not when it leaves). It runs in the waiting
+		// goroutine, which holds sem.
+		Watch: func(now time.Time) {
+			if _, st, err := readHolder(l.path); err == nil {
+				l.seen.observe(st, now)
+			}
+		},
+	}
 }
 
 // testNoStallCheck switches the stall check off (the negative control of
-// the gate's stall tests).
+// the queue's stall tests).
 var testNoStallCheck bool
 
 // noteProgress is the holder's sign of life in the node queue (l.mu held).
 func (l *Lock) noteProgress() {
 	if l.gated {
-		l.gate.noteProgress()
+		l.queue.NoteProgress()
 	}
 }

@@ -37,7 +37,7 @@ func TestLeaseFollowsConfirmations(t *testing.T) {
 	path, opt := newTestLock(t)
 	f := &fakeFence{}
 	opt.StaleTimeout, opt.HeartbeatInterval, opt.Fence = 3*time.Second, 50*time.Millisecond, f
-	l := New(path, opt)
+	l := newLock(t, path, opt)
 	defer l.Close()
 	before := monoNow()
 	if err := l.Acquire(context.Background()); err != nil {
@@ -69,7 +69,7 @@ func TestConfirmFindsBrokenLock(t *testing.T) {
 	path, opt := newTestLock(t)
 	f := &fakeFence{}
 	opt.HeartbeatInterval, opt.Fence = -1, f // no heartbeat: only our calls
-	l := New(path, opt)
+	l := newLock(t, path, opt)
 	defer l.Close()
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatal(err)

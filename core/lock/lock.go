@@ -12,10 +12,11 @@
 // clock skew cannot break a live Go holder; dead holders on the same host
 // broken at once; breaking by rename-and-verify under a break lock, so that
 // a breaker only ever removes the very file it judged abandoned; a lease
-// that fences a holder stalled past its waiters' patience (lease.go); and a
-// node-local FIFO queue in front of the file protocol (gate.go). The
-// protocol step by step, the argument for each guarantee and the remaining
-// holes are in docs/lock-protocol.md.
+// that fences a holder stalled past its waiters' patience (lease.go); and,
+// if the caller gives one (Options.Queue), the node's FIFO queue in front
+// of the file protocol (core/nodequeue). The protocol step by step, the
+// argument for each guarantee and the remaining holes are in
+// docs/lock-protocol.md.
 package lock
 
 import (
@@ -29,6 +30,7 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/nodequeue"
 	"github.com/tirastore/tirastore/core/tuning"
 )
 
@@ -66,6 +68,12 @@ type Options struct {
 	// Fence, if set, receives the holder's lease (lease.go): the deadline
 	// until which it may write without confirming the lock again.
 	Fence Fence
+	// Queue, if set, is this node's queue for the lock (core/nodequeue),
+	// in which Acquire waits before it runs the file protocol, so that one
+	// process per node polls; nil: no queue, the lock is polled as from
+	// another node. It belongs to the caller, who opens it
+	// (nodequeue.Open) and closes it after Close; it serves this Lock only.
+	Queue *nodequeue.Queue
 }
 
 // Lock is the hard-link lock on one lock path. One Lock is meant to be shared
@@ -78,9 +86,9 @@ type Lock struct {
 	clock func() time.Time
 
 	sem chan struct{} // in-process mutex; a channel so waiting honours ctx
-	// noGate: the node-local queue could not be opened (or is switched
-	// off); gated: the current holder holds it. Owned by the sem holder.
-	noGate, gated bool
+	// gated: the current holder holds its place at the head of the node
+	// queue (Options.Queue). Owned by the sem holder.
+	gated bool
 
 	mu        sync.Mutex // guards claim, heldSince, confirmedAt and lost, and the claim's record while held
 	claim     *claim     // non-nil while held
@@ -93,11 +101,11 @@ type Lock struct {
 	beat        *heartbeat    // the heartbeat goroutine, from the first Acquire to Close (owned by the sem holder)
 
 	// own is this process's claim file, created by the first Acquire and
-	// reused by every later one until Close; gate is the node-local queue
-	// in front of the file protocol (nil when unavailable). Both belong to
-	// whoever holds sem.
-	own  *claim
-	gate *gate
+	// reused by every later one until Close; it belongs to whoever holds
+	// sem, and so does queue, the node queue in front of the file protocol
+	// (Options.Queue; nil: none).
+	own   *claim
+	queue *nodequeue.Queue
 
 	// The rest belongs to whoever holds sem (the one goroutine running
 	// acquireFile).
@@ -147,7 +155,8 @@ type Stats struct {
 	// the node did instead (AcquireWriteHandover), not included.
 	Writes, HandedOver int64
 	// Bypassed counts the acquisitions that left the node queue because it
-	// did not move (a stopped or hung process ahead: see gate.go).
+	// did not move (a stopped or hung process ahead: see core/nodequeue,
+	// "Stalled places").
 	Bypassed int64
 }
 
@@ -193,7 +202,7 @@ func New(lockPath string, opt Options) *Lock {
 		rec.every = opt.HeartbeatInterval
 	}
 	return &Lock{path: lockPath, opt: opt, rec: rec, clock: time.Now, sem: make(chan struct{}, 1),
-		lease: leaseFor(opt, rec.every)}
+		lease: leaseFor(opt, rec.every), queue: opt.Queue}
 }
 
 // Path returns the lock file path, for messages.
@@ -206,47 +215,23 @@ func (l *Lock) Path() string { return l.path }
 // lock and calls Acquire again waits for itself until Timeout.
 func (l *Lock) Acquire(ctx context.Context) error { return l.acquire(ctx, false, nil) }
 
-// AcquireWrite is Acquire for an operation that will write: on the node's
-// queue it waits in the writers' lane first (see the gate), so that reads
+// AcquireWrite is Acquire for an operation that will write: in the node
+// queue it waits in the writers' lane first (core/nodequeue), so that reads
 // do not queue behind several writes. The lock it takes is the same.
 func (l *Lock) AcquireWrite(ctx context.Context) error { return l.acquire(ctx, true, nil) }
 
-// Handover is a write that another process of this node may do on the
-// caller's behalf, in its own transaction (group commit: see core/spool).
-type Handover interface {
-	// Publish is called before waiting, only when another process of
-	// this node holds or waits for the writers' lane; it makes the write
-	// available to them and reports whether it did.
-	Publish() bool
-	// Done is called once the published write's process holds the lane:
-	// true means another process did the write, so the lock is not taken.
-	Done() bool
-}
-
-// ErrHandedOver is AcquireWriteHandover's answer when another process of
-// this node did the write: the lock is not held.
-var ErrHandedOver = errors.New("lock: the write was done by another process of this node")
-
 // AcquireWriteHandover is AcquireWrite for a write that can be handed over
-// (h): when other writes of this node are ahead, it is published, and if
-// one of them does it meanwhile, AcquireWriteHandover returns
-// ErrHandedOver without taking the lock. Without the node queue h is not
-// called. If the queue fails after h.Publish (it falls back to polling),
-// the lock is taken as by AcquireWrite, and the caller must look under the
-// lock whether its published write was done.
-func (l *Lock) AcquireWriteHandover(ctx context.Context, h Handover) error {
+// (h, see nodequeue.Handover): when other writes of this node are ahead, it
+// is published, and if one of them does it meanwhile, AcquireWriteHandover
+// returns nodequeue.ErrHandedOver without taking the lock. Without the node
+// queue h is not called. If the queue fails after h.Publish (it falls back
+// to polling), the lock is taken as by AcquireWrite, and the caller must
+// look under the lock whether its published write was done.
+func (l *Lock) AcquireWriteHandover(ctx context.Context, h nodequeue.Handover) error {
 	return l.acquire(ctx, true, h)
 }
 
-// WritesWaiting reports whether a write of another process of this node
-// holds or waits for the writers' lane, i.e. whether the database is about
-// to change. Only the lock's holder may call it; without the node queue it
-// reports false.
-func (l *Lock) WritesWaiting() bool {
-	return l.gate != nil && l.gate.laneBusy()
-}
-
-func (l *Lock) acquire(ctx context.Context, write bool, h Handover) error {
+func (l *Lock) acquire(ctx context.Context, write bool, h nodequeue.Handover) error {
 	start := time.Now()
 	var deadline time.Time
 	if l.opt.Timeout > 0 {
@@ -258,30 +243,22 @@ func (l *Lock) acquire(ctx context.Context, write bool, h Handover) error {
 	if err := l.lockLocal(ctx, start, deadline); err != nil {
 		return err
 	}
-	if l.gate == nil && !l.noGate {
-		l.gate = openGate(l.path)
-		l.noGate = l.gate == nil
-	}
-	if l.gate != nil {
-		var done func() bool
-		if h != nil && l.gate.laneBusy() && h.Publish() {
-			done = h.Done
-		}
-		switch err := l.gate.lock(ctx, deadline, write, done, l.stallCheck()); {
+	if l.queue != nil {
+		switch err := l.queue.Lock(ctx, deadline, write, h, l.stallCheck()); {
 		case err == nil:
 			l.gated = true
-		case errors.Is(err, errHandedOver):
+		case errors.Is(err, nodequeue.ErrHandedOver):
 			l.stats.handedOver.Add(1)
 			<-l.sem
-			return ErrHandedOver
-		case errors.Is(err, errGateTimeout):
+			return err
+		case errors.Is(err, nodequeue.ErrTimeout):
 			<-l.sem
 			h, _ := ReadHolder(l.path)
 			return &TimeoutError{Path: l.path, Holder: h, Waited: time.Since(start), now: l.clock(),
-				Queue: l.gate.holder()}
-		case errors.Is(err, errGateStalled):
+				Queue: l.queue.Holder()}
+		case errors.Is(err, nodequeue.ErrStalled):
 			l.stats.bypassed.Add(1) // the line does not move: go around it
-		case errors.Is(err, errGateUnavailable):
+		case errors.Is(err, nodequeue.ErrUnavailable):
 			// e.g. EDEADLK: proceed without the queue; it only orders.
 		default:
 			<-l.sem
@@ -292,7 +269,7 @@ func (l *Lock) acquire(ctx context.Context, write bool, h Handover) error {
 	if err != nil {
 		if l.gated {
 			l.gated = false
-			l.gate.unlock()
+			l.queue.Unlock()
 		}
 		<-l.sem
 		return err
@@ -343,7 +320,7 @@ func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (*cla
 		return nil, 0, err
 	}
 	if l.gated {
-		if err := l.gate.yieldIfDue(ctx, l.opt.MaxBackoff); err != nil {
+		if err := l.queue.YieldIfDue(ctx, l.opt.MaxBackoff); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -360,7 +337,7 @@ func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (*cla
 		}
 		wrote := monoNow()
 		if l.gated {
-			l.gate.noteProgress()
+			l.queue.NoteProgress()
 		}
 		if err := c.write(l.clock()); err != nil {
 			return nil, 0, err
@@ -383,14 +360,14 @@ func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (*cla
 			l.stats.acquired.Add(1)
 			l.seen.valid = false
 			if l.gated {
-				l.gate.noteAcquired()
+				l.queue.NoteAcquired()
 			}
 			return c, wrote, nil
 		}
 		if l.gated {
-			// The holder is not queued on our gate: another node (or a
+			// The holder is not queued with us: another node (or a
 			// process that does not use the queue) wants the lock too.
-			l.gate.noteForeign()
+			l.queue.NoteForeign()
 		}
 		retryNow := false
 		h, st, rerr := readHolder(l.path)
@@ -482,6 +459,16 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// deadlineTimer is a channel that fires at deadline (nil, never, for the
+// zero time) and the function that stops its timer.
+func deadlineTimer(deadline time.Time) (<-chan time.Time, func()) {
+	if deadline.IsZero() {
+		return nil, func() {}
+	}
+	t := time.NewTimer(time.Until(deadline))
+	return t.C, func() { t.Stop() }
+}
+
 // heartbeat is the goroutine that keeps a held lock fresh.
 type heartbeat struct {
 	stop chan struct{}
@@ -543,7 +530,7 @@ func (l *Lock) Release() error {
 		l.stats.heldNS.Add(int64(time.Since(since)))
 		if l.gated {
 			l.gated = false
-			l.gate.unlock()
+			l.queue.Unlock()
 		}
 		<-l.sem
 	}()
@@ -576,7 +563,8 @@ func (l *Lock) Release() error {
 // Close removes this Lock's claim file and closes its descriptors. The Lock
 // must not be held; a later Acquire starts over with a new claim. Processes
 // that exit without Close leave their claim behind: sweepClaims removes it
-// at the next Acquire of a process on the same host.
+// at the next Acquire of a process on the same host. The node queue
+// (Options.Queue) is the caller's to close, after Close.
 func (l *Lock) Close() error {
 	l.sem <- struct{}{}
 	defer func() { <-l.sem }()
@@ -589,10 +577,6 @@ func (l *Lock) Close() error {
 	if l.own != nil {
 		err = l.own.remove()
 		l.own = nil
-	}
-	if l.gate != nil {
-		l.gate.close()
-		l.gate, l.noGate = nil, false
 	}
 	return err
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/internal/pytest"
+	"github.com/tirastore/tirastore/core/nodequeue"
 	"github.com/tirastore/tirastore/core/tuning"
 )
 
@@ -23,7 +24,7 @@ func newTestLock(t *testing.T) (string, Options) {
 	t.Helper()
 	dir := physTempDir(t)
 	path := filepath.Join(dir, "cache.db.lock")
-	t.Cleanup(func() { os.Remove(gatePath(path)) })
+	t.Cleanup(func() { os.Remove(nodequeue.File(path)) })
 	return path, Options{MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
 }
 
@@ -67,7 +68,7 @@ func holderJSON(host string, pid int, ts float64) string {
 
 func TestAcquireRelease(t *testing.T) {
 	path, opt := newTestLock(t)
-	l := New(path, opt)
+	l := newLock(t, path, opt)
 	for i := 0; i < 3; i++ {
 		if err := l.Acquire(context.Background()); err != nil {
 			t.Fatal(err)
@@ -116,7 +117,7 @@ func TestAcquireRelease(t *testing.T) {
 // idle time between the holds.
 func TestStatsHeld(t *testing.T) {
 	path, opt := newTestLock(t)
-	l := New(path, opt)
+	l := newLock(t, path, opt)
 	defer l.Close()
 	if h := l.Stats().Held; h != 0 {
 		t.Fatalf("Held before any Acquire = %v", h)
@@ -150,7 +151,7 @@ func TestStatsHeld(t *testing.T) {
 func TestClaimNameModeAndContent(t *testing.T) {
 	path, opt := newTestLock(t)
 	opt.Hostname = "node042"
-	l := New(path, opt)
+	l := newLock(t, path, opt)
 	before := unixSeconds(time.Now())
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
@@ -239,7 +240,7 @@ func TestContentMatchesPythonJSON(t *testing.T) {
 	}
 	// A live lock file too.
 	path, opt := newTestLock(t)
-	l := New(path, opt)
+	l := newLock(t, path, opt)
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -302,14 +303,14 @@ func TestTimeoutErrorText(t *testing.T) {
 
 func TestTimeoutWhileHeldByOther(t *testing.T) {
 	path, opt := newTestLock(t)
-	a := New(path, opt)
+	a := newLock(t, path, opt)
 	if err := a.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	defer a.Release()
 	opt.Timeout = 150 * time.Millisecond
 	opt.Hostname = "other"
-	b := New(path, opt)
+	b := newLock(t, path, opt)
 	start := time.Now()
 	err := b.Acquire(context.Background())
 	var te *TimeoutError
@@ -338,14 +339,14 @@ func TestTimeoutWhileHeldByOther(t *testing.T) {
 
 func TestContextCancel(t *testing.T) {
 	path, opt := newTestLock(t)
-	a := New(path, opt)
+	a := newLock(t, path, opt)
 	if err := a.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	defer a.Release()
 	// Long backoff: cancellation must not wait for it.
 	opt.MinBackoff, opt.MaxBackoff = 30*time.Second, 60*time.Second
-	b := New(path, opt)
+	b := newLock(t, path, opt)
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)
 	start := time.Now()
@@ -380,7 +381,7 @@ func TestContextCancel(t *testing.T) {
 func TestInProcessWait(t *testing.T) {
 	path, opt := newTestLock(t)
 	opt.Timeout = 100 * time.Millisecond
-	l := New(path, opt)
+	l := newLock(t, path, opt)
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -416,7 +417,7 @@ func TestGoroutinesExclusive(t *testing.T) {
 	var tr tracker
 	path, opt := newTestLock(t)
 	opt.MinBackoff, opt.MaxBackoff = 50*time.Microsecond, time.Millisecond
-	shared := tr.New(path, opt)
+	shared := tr.New(t, path, opt)
 	var (
 		counter int
 		inside  int32
@@ -427,7 +428,7 @@ func TestGoroutinesExclusive(t *testing.T) {
 	for g := 0; g < 8; g++ {
 		l := shared
 		if g%2 == 1 {
-			l = tr.New(path, opt) // a separate Lock: only the file protocol protects
+			l = tr.New(t, path, opt) // a separate Lock: only the file protocol protects
 		}
 		wg.Add(1)
 		go func() {
@@ -470,7 +471,7 @@ func TestStaleLockBroken(t *testing.T) {
 	now := unixSeconds(time.Now())
 	// Older than the default 600 s: broken.
 	writeLockFile(t, path, holderJSON("deadnode", 1, now-601))
-	l := tr.New(path, opt)
+	l := tr.New(t, path, opt)
 	l.opt.Timeout = 5 * time.Second
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatalf("stale lock not broken: %v", err)
@@ -486,14 +487,14 @@ func TestStaleLockBroken(t *testing.T) {
 	// Younger than StaleTimeout: respected.
 	writeLockFile(t, path, holderJSON("livenode", 2, now-5))
 	opt.Timeout = 100 * time.Millisecond
-	err = tr.New(path, opt).Acquire(context.Background())
+	err = tr.New(t, path, opt).Acquire(context.Background())
 	var te *TimeoutError
 	if !errors.As(err, &te) || te.Holder == nil || te.Holder.Hostname != "livenode" {
 		t.Fatalf("fresh lock: want timeout naming livenode, got %v", err)
 	}
 	// Same file, shorter StaleTimeout: broken.
 	opt.StaleTimeout = time.Second
-	l = tr.New(path, opt)
+	l = tr.New(t, path, opt)
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatalf("custom StaleTimeout: %v", err)
 	}
@@ -502,11 +503,11 @@ func TestStaleLockBroken(t *testing.T) {
 	// Integer timestamps (a Python int) count too; negative StaleTimeout never breaks.
 	writeLockFile(t, path, `{"hostname": "n", "pid": 3, "timestamp": 1000}`)
 	opt.StaleTimeout = -1
-	if err := tr.New(path, opt).Acquire(context.Background()); !errors.As(err, &te) {
+	if err := tr.New(t, path, opt).Acquire(context.Background()); !errors.As(err, &te) {
 		t.Fatalf("StaleTimeout<0 must never break: %v", err)
 	}
 	opt.StaleTimeout = 0
-	l = tr.New(path, opt)
+	l = tr.New(t, path, opt)
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatalf("int timestamp: %v", err)
 	}
@@ -531,7 +532,7 @@ func TestUnparseableLockNeverBroken(t *testing.T) {
 		writeLockFile(t, path, content)
 		opt.StaleTimeout = time.Nanosecond // anything parseable is stale
 		opt.Timeout = 60 * time.Millisecond
-		err := tr.New(path, opt).Acquire(context.Background())
+		err := tr.New(t, path, opt).Acquire(context.Background())
 		var te *TimeoutError
 		if !errors.As(err, &te) {
 			t.Errorf("%q: want timeout, got %v", content, err)
@@ -550,7 +551,7 @@ func TestUnparseableLockNeverBroken(t *testing.T) {
 func TestReleaseKeepsForeignLock(t *testing.T) {
 	var tr tracker
 	path, opt := newTestLock(t)
-	l := tr.New(path, opt)
+	l := tr.New(t, path, opt)
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -591,7 +592,7 @@ func TestReleaseKeepsForeignLock(t *testing.T) {
 // and, often, the same inode number.
 func TestBreakLockChecksInode(t *testing.T) {
 	path, opt := newTestLock(t)
-	l := New(path, opt)
+	l := newLock(t, path, opt)
 	old := holderJSON("old", 1, 1)
 	writeLockFile(t, path, old)
 	_, st, err := readHolder(path)
@@ -648,7 +649,7 @@ func TestLinkCountMeansHeld(t *testing.T) {
 }
 
 func TestAcquireErrors(t *testing.T) {
-	l := New(filepath.Join(t.TempDir(), "no", "such", "dir", "x.db.lock"), Options{Timeout: time.Second})
+	l := newLock(t, filepath.Join(t.TempDir(), "no", "such", "dir", "x.db.lock"), Options{Timeout: time.Second})
 	err := l.Acquire(context.Background())
 	var te *TimeoutError
 	if err == nil || errors.As(err, &te) || !errors.Is(err, os.ErrNotExist) {
@@ -656,7 +657,7 @@ func TestAcquireErrors(t *testing.T) {
 	}
 	// The in-process mutex must have been released.
 	dir := t.TempDir()
-	l = New(filepath.Join(dir, "x.db.lock"), Options{})
+	l = newLock(t, filepath.Join(dir, "x.db.lock"), Options{})
 	if err := os.Chmod(dir, 0o500); err != nil {
 		t.Fatal(err)
 	}
@@ -721,8 +722,8 @@ func TestDefaults(t *testing.T) {
 // removes their reused claim files) before counting leftover claims.
 type tracker []*Lock
 
-func (tr *tracker) New(path string, opt Options) *Lock {
-	l := New(path, opt)
+func (tr *tracker) New(t testing.TB, path string, opt Options) *Lock {
+	l := newLock(t, path, opt)
 	*tr = append(*tr, l)
 	return l
 }

@@ -51,7 +51,7 @@ func TestLockChildProcess(t *testing.T) {
 	if withStats {
 		opt = Options{Timeout: 5 * time.Minute} // production backoff
 	}
-	l := New(filepath.Join(dir, "cache.db.lock"), opt)
+	l := newLock(t, filepath.Join(dir, "cache.db.lock"), opt)
 	var st childStats
 	if withStats {
 		// Start together: report ready, wait for the parent's "go".
@@ -393,7 +393,7 @@ print(os.getpid())
 `
 	out := pytest.Run(t, script, nil, dir, "0")
 	pypid, _ := strconv.Atoi(strings.TrimSpace(string(out)))
-	l := New(path, Options{Timeout: 100 * time.Millisecond, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
+	l := newLock(t, path, Options{Timeout: 100 * time.Millisecond, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
 	err := l.Acquire(context.Background())
 	var te *TimeoutError
 	if !errors.As(err, &te) || te.Holder == nil || te.Holder.PID != pypid {

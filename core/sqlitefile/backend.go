@@ -28,10 +28,9 @@ import (
 	"sync/atomic"
 
 	"github.com/tirastore/tirastore/core/apierr"
-	"github.com/tirastore/tirastore/core/changelog"
 	"github.com/tirastore/tirastore/core/failpoint"
 	"github.com/tirastore/tirastore/core/lock"
-	"github.com/tirastore/tirastore/core/spool"
+	"github.com/tirastore/tirastore/core/nodequeue"
 	"github.com/tirastore/tirastore/core/sqlite"
 	"github.com/tirastore/tirastore/core/storage"
 )
@@ -62,20 +61,8 @@ type Store struct {
 	conn  *conn
 	cache resultCache
 
-	// spool hands writes over between this node's processes (group.go);
-	// nil when unused.
-	spoolOnce sync.Once
-	spool     *spool.Spool
-
-	// changes logs this store's commits and changeReader follows the
-	// node's (cache.go); both nil when the cache is not used or
-	// TIRASTORE_CHANGE_LOG=0. changeHold marks the log used while the
-	// store is open.
-	changes      *changelog.Writer
-	changeReader *changelog.Reader
-	changeHold   *changelog.Holder
-	// local: the node-local directory, the hold on the node queue, and
-	// the notices about those files (local.go).
+	// local: the node-local files (the node queue, the spool, the change
+	// log), their directory and the notices about them (local.go).
 	local localFiles
 
 	mu     sync.RWMutex // held shared by operations, exclusively by Close
@@ -92,10 +79,22 @@ func Open(ctx context.Context, path string, cfg storage.Config) (*Store, *storag
 		return nil, nil, apierr.Wrap(apierr.KindOS, err, "cannot derive the lock path of %s: %v", path, err)
 	}
 	s := &Store{path: path, lockPath: lockPath, cfg: cfg}
+	// The lock's claim file lives beside the database, so the directory
+	// must exist before the lock can be taken.
+	dir := filepath.Dir(path)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o777); err != nil {
+			return nil, nil, s.classify(err, "create the database directory")
+		}
+		s.madeDir = true
+	}
+	s.fresh = freshConnections(dir)
+	s.openLocal() // the node queue, the spool, the change log (local.go)
 	lopts := lock.Options{
 		StaleTimeout: cfg.StaleLockTimeout,
 		Timeout:      cfg.LockTimeout,
 		Hostname:     cfg.Hostname,
+		Queue:        s.local.queue, // nil: none, the lock is polled as from another node
 	}
 	// The negative controls run without a fence: fence-disabled, and
 	// lock-disabled (no lock at all, so nothing a fence could confirm).
@@ -104,24 +103,11 @@ func Open(ctx context.Context, path string, cfg storage.Config) (*Store, *storag
 		lopts.Fence = s.fence
 	}
 	s.lk = lock.New(lockPath, lopts)
-	// The lock's claim file lives beside the database, so the directory
-	// must exist before the lock can be taken.
-	dir := filepath.Dir(path)
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(dir, 0o777); err != nil {
-			s.lk.Close()
-			s.freeFence()
-			return nil, nil, s.classify(err, "create the database directory")
-		}
-		s.madeDir = true
-	}
-	s.fresh = freshConnections(dir)
-	s.openLocal() // the node queue, the spool, the change log (local.go)
 	meta, err := s.initOrValidate(ctx)
 	if err != nil {
 		s.dropConn()
-		s.closeLocal()
 		s.lk.Close()
+		s.closeLocal() // after the Lock, which waits in the queue
 		s.freeFence()
 		return nil, nil, err
 	}
@@ -287,8 +273,8 @@ func (s *Store) closeLocked() error {
 	}
 	s.closed = true
 	s.dropConn()
-	s.closeLocal()
 	err := s.lk.Close()
+	s.closeLocal() // after the Lock, which waits in the queue
 	s.freeFence()
 	return err
 }
@@ -307,19 +293,19 @@ func (s *Store) withWriteDB(ctx context.Context, op string, fn func(db *sqlite.D
 
 // lockedHandover is withWriteDB for a write that can be handed over to
 // another process of this node (h, see group.go): it returns
-// lock.ErrHandedOver, as such, when that process did it.
-func (s *Store) lockedHandover(ctx context.Context, op string, h lock.Handover, fn func(db *sqlite.DB) error) error {
+// nodequeue.ErrHandedOver, as such, when that process did it.
+func (s *Store) lockedHandover(ctx context.Context, op string, h nodequeue.Handover, fn func(db *sqlite.DB) error) error {
 	return s.locked(ctx, op, true, h, fn)
 }
 
-func (s *Store) locked(ctx context.Context, op string, write bool, h lock.Handover, fn func(db *sqlite.DB) error) (err error) {
+func (s *Store) locked(ctx context.Context, op string, write bool, h nodequeue.Handover, fn func(db *sqlite.DB) error) (err error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
 		return apierr.ErrClosed
 	}
 	release, err := s.acquire(ctx, write, h)
-	if errors.Is(err, lock.ErrHandedOver) {
+	if errors.Is(err, nodequeue.ErrHandedOver) {
 		return err
 	}
 	if err != nil {
@@ -396,7 +382,7 @@ func (s *Store) endOp(errp *error) {
 // acquire takes the hard-link lock, as a write if write, and returns its
 // release. Only a failpoint build can switch the lock off, for the negative
 // controls of the concurrency tests.
-func (s *Store) acquire(ctx context.Context, write bool, h lock.Handover) (release func() error, err error) {
+func (s *Store) acquire(ctx context.Context, write bool, h nodequeue.Handover) (release func() error, err error) {
 	if failpoint.Enabled(failpoint.LockDisabled) {
 		return func() error { return nil }, nil
 	}

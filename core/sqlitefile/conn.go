@@ -165,7 +165,7 @@ func (s *Store) connect() (*conn, error) {
 		writes = s.fence.Writes
 	}
 	s.conn = c
-	s.cache.setFile(hdr, c.file, s.changeReader, writes)
+	s.cache.setFile(hdr, c.file, s.local.changeReader, writes)
 	if err := s.checkConn(c); err != nil {
 		s.dropConn()
 		return nil, err

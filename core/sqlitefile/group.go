@@ -11,9 +11,8 @@ import (
 
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/changelog"
-	"github.com/tirastore/tirastore/core/environ"
 	"github.com/tirastore/tirastore/core/identity"
-	"github.com/tirastore/tirastore/core/lock"
+	"github.com/tirastore/tirastore/core/nodequeue"
 	"github.com/tirastore/tirastore/core/spool"
 	"github.com/tirastore/tirastore/core/sqlite"
 	"github.com/tirastore/tirastore/core/storage"
@@ -58,9 +57,10 @@ import (
 //     existed.
 //
 // TIRASTORE_GROUP_COMMIT=0 switches it off (for comparisons); without the
-// node queue (TIRASTORE_NODE_QUEUE=0, or no /dev/shm) there is none, nor
-// when the spool's directory fails its checks (core/nodelocal; the store
-// warns when it opens).
+// node queue (TIRASTORE_NODE_QUEUE=0, or no /dev/shm) there is none
+// (nodelocal.GroupCommitEnabled), nor when the spool's directory fails its
+// checks (core/nodelocal; the store warns when it opens). The spool is one
+// of the store's node-local files (local.go).
 
 // writeRequest is one record or record_many call's rows (storage.Write:
 // the spool's payload) and what this backend learnt of their fate.
@@ -79,14 +79,14 @@ type writeResult struct {
 	Retry   bool `json:"retry,omitempty"`
 }
 
-// handover is one call's request as lock.Handover sees it.
+// handover is one call's request as nodequeue.Handover sees it.
 type handover struct {
 	sp  *spool.Spool
 	req *writeRequest
 	pub *spool.Request // set by Publish
 }
 
-// Publish hands the request over (lock.Handover).
+// Publish hands the request over (nodequeue.Handover).
 func (h *handover) Publish() bool {
 	b, err := json.Marshal(h.req)
 	if err != nil {
@@ -101,7 +101,7 @@ func (h *handover) Publish() bool {
 }
 
 // Done reports whether another process committed the request
-// (lock.Handover).
+// (nodequeue.Handover).
 func (h *handover) Done() bool {
 	_, ok, err := h.pub.Result()
 	return err == nil && ok
@@ -120,26 +120,12 @@ func (h *handover) result() (writeResult, bool, error) {
 	return res, true, nil
 }
 
-// groupSpool is the store's spool, or nil when group commit is off or the
-// spool cannot be used (then writes commit alone; local.spoolErr says
-// why). Open calls it first (openLocal), so that a spool that fails the
-// checks is reported when the store opens.
-func (s *Store) groupSpool() *spool.Spool {
-	s.spoolOnce.Do(func() {
-		if environ.Get("TIRASTORE_GROUP_COMMIT") == "0" || environ.Get("TIRASTORE_NODE_QUEUE") == "0" || s.local.dir == nil {
-			return
-		}
-		sp, err := spool.Open(s.local.dir, lock.NodeLocalName(lock.SpoolPrefix, s.lockPath))
-		s.spool, s.local.spoolErr = sp, err
-	})
-	return s.spool
-}
-
 // writeRecords commits req's rows, handing them over to another writer of
 // this node when one is ahead (see Group commit), and returns how many
-// were written.
+// were written. Without the store's spool (group commit off, or the spool
+// cannot be used: local.spoolErr says why) writes commit alone.
 func (s *Store) writeRecords(ctx context.Context, req *writeRequest) (int, error) {
-	sp := s.groupSpool()
+	sp := s.local.spool
 	if sp == nil {
 		return s.commitAlone(ctx, req)
 	}
@@ -171,7 +157,7 @@ func (s *Store) writeRecords(ctx context.Context, req *writeRequest) (int, error
 	}
 	defer h.pub.Done()
 	switch {
-	case errors.Is(err, lock.ErrHandedOver):
+	case errors.Is(err, nodequeue.ErrHandedOver):
 		return s.handedOverResult(ctx, h, req)
 	case err == nil:
 		return written, nil
@@ -302,11 +288,11 @@ func (s *Store) commitLogged(db *sqlite.DB, reqs []*writeRequest, at time.Time) 
 	}
 	if after, ok := s.generationNow(); ok && after != before {
 		changes.File, changes.Before, changes.After = s.conn.file, changelog.Generation(before), changelog.Generation(after)
-		own, err := s.changes.Append(changes)
+		own, err := s.local.changes.Append(changes)
 		if err != nil {
 			// The node's caches then start over at this commit, as they
 			// would without the log.
-			s.changes.Close()
+			s.local.changes.Close()
 		} else if own != nil {
 			s.cache.Logged(own)
 		}
@@ -317,7 +303,7 @@ func (s *Store) commitLogged(db *sqlite.DB, reqs []*writeRequest, at time.Time) 
 // generationNow reads the database's generation under the lock; ok is
 // false when commits are not logged (no log: also with fresh connections).
 func (s *Store) generationNow() (g generation, ok bool) {
-	if s.changes == nil || s.conn == nil {
+	if s.local.changes == nil || s.conn == nil {
 		return g, false
 	}
 	h, err := readHeader(s.conn.hdr)

@@ -19,6 +19,7 @@ import (
 	"github.com/tirastore/tirastore/core"
 	"github.com/tirastore/tirastore/core/internal/proclocks"
 	"github.com/tirastore/tirastore/core/lock"
+	"github.com/tirastore/tirastore/core/nodequeue"
 	"github.com/tirastore/tirastore/core/pyjson"
 )
 
@@ -43,7 +44,8 @@ func TestLaneHolderChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := lock.New(lp, lock.Options{})
+	q, _ := nodequeue.Open(lp) // as a store would: none if unavailable
+	l := lock.New(lp, lock.Options{Queue: q})
 	if err := l.AcquireWrite(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -53,6 +55,7 @@ func TestLaneHolderChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Close()
+	q.Close()
 }
 
 // TestRecordChild opens the store that $TIRASTORE_TEST_RECORD_CHILD names,
@@ -188,7 +191,7 @@ func waitBlocked(t *testing.T, db string, n int) {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		blocked, err := proclocks.Blocked(lock.GateFile(lp))
+		blocked, err := proclocks.Blocked(nodequeue.File(lp))
 		if err != nil {
 			t.Skip(err)
 		}

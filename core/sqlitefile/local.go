@@ -7,31 +7,44 @@ import (
 	"sync"
 
 	"github.com/tirastore/tirastore/core/changelog"
-	"github.com/tirastore/tirastore/core/environ"
-	"github.com/tirastore/tirastore/core/lock"
 	"github.com/tirastore/tirastore/core/nodelocal"
+	"github.com/tirastore/tirastore/core/nodequeue"
 	"github.com/tirastore/tirastore/core/spool"
 )
 
 // # Node-local files
 //
-// The node queue (core/lock), the spool of group commit (core/spool) and
-// the change log (core/changelog) live in this user's private directory
-// on the node (core/nodelocal). All three are opened, and checked, when
-// the store opens, so that a file planted at one of their names (by
-// another user, before our directory existed) is found then: the speed-up
-// it serves is off for this store (the queue: the lock is polled as from
-// another node; the spool: writes commit alone; the log: the cache starts
-// over at every commit of others), and Notices says so, once, for the
-// caller to warn. Nothing planted is used, changed or removed, and the
-// store never waits for it.
+// The node queue (core/nodequeue), the spool of group commit (core/spool)
+// and the change log (core/changelog) live in this user's private
+// directory on the node (core/nodelocal), named by nodelocal.Name, each
+// unless switched off (nodelocal.QueueEnabled, GroupCommitEnabled,
+// ChangeLogEnabled). All three are opened, and checked, when the store
+// opens (openLocal, before its Lock, which waits in the queue), so that a
+// file planted at one of their names (by another user, before our
+// directory existed) is found then: the speed-up it serves is off for this
+// store (the queue: the lock is polled as from another node; the spool:
+// writes commit alone; the log: the cache starts over at every commit of
+// others), and Notices says so, once, for the caller to warn. Nothing
+// planted is used, changed or removed, and the store never waits for it.
+// closeLocal closes them all, after the Lock.
 
-// localFiles are the store's handles on its node-local files.
+// localFiles are the store's node-local files, all nil when unused.
 type localFiles struct {
-	dir      *nodelocal.Dir  // the private directory; nil: none is used
-	queue    *lock.NodeQueue // the hold on the node queue (the Lock shares it)
-	spoolErr error           // why groupSpool has no spool
-	notices  []string
+	dir *nodelocal.Dir // the private directory; nil: none is used
+	// queue is the node queue, which the store's Lock waits in
+	// (lock.Options.Queue) and the cache asks whether writes are waiting.
+	queue *nodequeue.Queue
+	// spool hands writes over between this node's processes (group.go);
+	// spoolErr is why there is none.
+	spool    *spool.Spool
+	spoolErr error
+	// changes logs this store's commits and changeReader follows the
+	// node's (cache.go); none when the cache is not used or the log is
+	// off. changeHold marks the log used while the store is open.
+	changes      *changelog.Writer
+	changeReader *changelog.Reader
+	changeHold   *changelog.Holder
+	notices      []string
 }
 
 // sweepOnce: the first store of a process clears what killed processes of
@@ -41,9 +54,9 @@ var sweepOnce sync.Once
 // openLocal opens the store's node-local files (see above): the node
 // queue, the spool and the change log, each unless switched off.
 func (s *Store) openLocal() {
-	queue := environ.Get("TIRASTORE_NODE_QUEUE") != "0"
-	group := queue && environ.Get("TIRASTORE_GROUP_COMMIT") != "0"
-	logged := !s.fresh && environ.Get("TIRASTORE_CHANGE_LOG") != "0"
+	queue := nodelocal.QueueEnabled()
+	group := nodelocal.GroupCommitEnabled() // implies queue
+	logged := !s.fresh && nodelocal.ChangeLogEnabled()
 	if !queue && !logged {
 		return
 	}
@@ -81,56 +94,65 @@ func (s *Store) openLocal() {
 	s.local.dir = dir
 	sweepOnce.Do(func() { sweepLocal(dir) })
 	if queue {
-		q, err := lock.OpenNodeQueue(s.lockPath)
+		q, err := nodequeue.Open(s.lockPath)
 		s.local.queue = q
 		note("queue", err, "node queue")
 	}
-	if group && s.groupSpool() == nil {
-		note("spool", s.local.spoolErr, "group commit")
+	if group {
+		// Opened now rather than at the first write, so that a spool
+		// that fails the checks is reported when the store opens.
+		sp, err := spool.Open(dir, nodelocal.Name(nodelocal.SpoolPrefix, s.lockPath))
+		s.local.spool, s.local.spoolErr = sp, err
+		if sp == nil {
+			note("spool", err, "group commit")
+		}
 	}
 	if logged {
-		name := lock.NodeLocalName(lock.ChangeLogPrefix, s.lockPath)
+		name := nodelocal.Name(nodelocal.ChangeLogPrefix, s.lockPath)
 		h, err := changelog.Hold(dir, name)
 		if !note("change log", err, "change log") {
-			s.changes, s.changeReader, s.changeHold = changelog.NewWriter(dir, name), changelog.NewReader(dir, name), h
+			s.local.changes, s.local.changeReader, s.local.changeHold = changelog.NewWriter(dir, name), changelog.NewReader(dir, name), h
 		}
 	}
 }
 
 // closeLocal closes the store's node-local files, removing those no other
-// store of the node uses (an empty spool, a log nobody else holds; the
-// Lock removes an idle gate file) and then the private directory if that
-// left it empty.
+// store of the node uses (an empty spool, a log nobody else holds, an idle
+// gate file) and then the private directory if that left it empty. The
+// store's Lock must be closed first: it waits in the queue.
 func (s *Store) closeLocal() {
-	if s.spool != nil {
-		s.spool.Remove()
-		s.spool.Close()
+	lf := &s.local
+	if lf.spool != nil {
+		lf.spool.Remove()
+		lf.spool.Close()
+		lf.spool = nil
 	}
-	if s.changes != nil {
-		s.changes.Close()
-		s.changeReader.Close()
-		s.changeHold.Release()
+	if lf.changes != nil {
+		lf.changes.Close()
+		lf.changeReader.Close()
+		lf.changeHold.Release()
+		lf.changes, lf.changeReader, lf.changeHold = nil, nil, nil
 	}
-	s.local.queue.Close()
-	s.local.queue = nil
-	if s.local.dir != nil {
-		s.local.dir.RemoveIfEmpty()
+	lf.queue.Close()
+	lf.queue = nil
+	if lf.dir != nil {
+		lf.dir.RemoveIfEmpty()
 	}
 }
 
 // sweepLocal removes what dead processes of this user left in dir: gate
 // files nobody queues on, spool requests of dead requesters (then empty
-// spools), change logs nobody holds (see lock.SweepGate, spool.Sweep,
+// spools), change logs nobody holds (see nodequeue.Sweep, spool.Sweep,
 // changelog.Sweep for the rules).
 func sweepLocal(dir *nodelocal.Dir) {
 	names, _ := dir.Names()
 	for _, n := range names {
 		switch {
-		case strings.HasPrefix(n, lock.GatePrefix):
-			lock.SweepGate(dir, n)
-		case strings.HasPrefix(n, lock.SpoolPrefix):
+		case strings.HasPrefix(n, nodelocal.GatePrefix):
+			nodequeue.Sweep(dir, n)
+		case strings.HasPrefix(n, nodelocal.SpoolPrefix):
 			spool.Sweep(dir, n)
-		case strings.HasPrefix(n, lock.ChangeLogPrefix):
+		case strings.HasPrefix(n, nodelocal.ChangeLogPrefix):
 			changelog.Sweep(dir, n)
 		}
 	}

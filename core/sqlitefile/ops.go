@@ -20,7 +20,7 @@ func (s *Store) Lookup(ctx context.Context, progHash, key string) (*storage.Reco
 	}
 	var rec *storage.Record
 	err := s.withDB(ctx, "lookup", func(db *sqlite.DB) (err error) {
-		rec, err = s.cache.Load(db, progHash, key, s.lk.WritesWaiting)
+		rec, err = s.cache.Load(db, progHash, key, s.local.queue.WritesWaiting)
 		return err
 	})
 	return rec, err

@@ -43,7 +43,7 @@ const (
 	CtxPoll = 100 * time.Millisecond
 )
 
-// The node queue (core/lock, gate.go).
+// The node queue (core/nodequeue).
 const (
 	// LullPoll is how often a write at the head of the writers' lane
 	// looks whether the queue has emptied (WriteLull).

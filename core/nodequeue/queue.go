@@ -1,4 +1,12 @@
-package lock
+// Package nodequeue is the node queue: it orders the processes of one node
+// (of one user) that wait for the hard-link lock of a database
+// (core/lock), so that only the process at its head polls the shared
+// filesystem, in the order they came, writes in a lane of their own. It
+// only orders: the lock excludes. A Lock takes a Queue as an option
+// (lock.Options.Queue); the store opens it (Open) and closes it. The
+// queue's file lives in this user's private directory on the node
+// (core/nodelocal); the lock protocol is in docs/lock-protocol.md.
+package nodequeue
 
 import (
 	"context"
@@ -11,7 +19,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tirastore/tirastore/core/environ"
 	"github.com/tirastore/tirastore/core/nodelocal"
 	"github.com/tirastore/tirastore/core/tuning"
 )
@@ -36,14 +43,14 @@ import (
 //   - the gate file is gate-<hash> in this user's private directory on
 //     the node, <base>/tirastore-<euid> with base /dev/shm, else $TMPDIR
 //     (core/nodelocal; <hash> and the names of the spool and the change
-//     log: NodeLocalName), mode 0600. It is opened through the directory's
+//     log: nodelocal.Name), mode 0600. It is opened through the directory's
 //     descriptor, without following symlinks, and checked (a regular file
 //     of this user, mode 0600, one link) before it is used: a file that
 //     fails the checks means no gate, and the store warns about it; no
 //     usable directory at all (no /dev/shm and no writable $TMPDIR) means
-//     no gate either. The Locks of a process on the database share one
-//     descriptor of it (nodequeue.go), and the last of them removes the
-//     file when nobody is queued;
+//     no gate either. The Queues of a process on the database share one
+//     descriptor of it (file.go), and the last of them removes the file
+//     when nobody is queued;
 //   - the queue is per user: users who share a database do not share its
 //     queue, since a file that another user can open is one they can
 //     stall ours with (plant it before us, lock it and never let go). What
@@ -59,25 +66,31 @@ import (
 //   - EDEADLK (the kernel's deadlock detector sees two processes each
 //     queued on a database while at the head of another's queue) and any
 //     other error mean: go on without the gate;
-//   - TIRASTORE_NODE_QUEUE=0 switches it off (for comparisons).
+//   - TIRASTORE_NODE_QUEUE=0 switches it off (for comparisons:
+//     nodelocal.QueueEnabled).
 //
 // Waiting for the gate honours ctx and the Acquire deadline: the blocking
 // call runs on its own goroutine, and one that is abandoned gives its place
 // up as soon as its turn comes. Two Locks of one process on the same
 // database share one owner (the process), so they pass the gate together;
 // the hard-link lock still orders them.
-type gate struct {
-	// f is this Lock's reference to the process's one descriptor of the
-	// gate file (see nodequeue.go); its Close gives the reference back.
-	f    *gateRef
-	path string
+
+// Queue is one Lock's place in its database's node queue: a reference to
+// the process's descriptor of the gate file and the bytes of it that this
+// Lock holds. It serves one Lock (lock.Options.Queue), whose in-process
+// mutex serializes Lock and Unlock; WritesWaiting may be called at any
+// time while it is open.
+type Queue struct {
+	// f is this Queue's reference to the process's one descriptor of the
+	// gate file (see file.go); its Close gives the reference back.
+	f *gateRef
 	// queueSlot, laneSlot: the slot bytes this process holds in the queue
 	// and in the writers' lane while it holds the gate (-1: none).
 	queueSlot, laneSlot int64
 
 	mu      sync.Mutex
 	pending int  // abandoned waits still blocked in the kernel
-	closed  bool // close was called; the last pending wait closes f
+	closed  bool // Close was called; the last pending wait closes f
 	// settled is closed when the last abandoned wait has finished (nil
 	// while none is pending): a process must not join a line again while
 	// its abandoned place is still in it (see join).
@@ -87,14 +100,32 @@ type gate struct {
 	stalled bool
 }
 
+// Errors of Queue.Lock; on each of them nothing is held.
 var (
-	errHandedOver      = errors.New("lock: handed over")
-	errGateTimeout     = errors.New("lock: timed out in the node-local queue")
-	errGateUnavailable = errors.New("lock: node-local queue unavailable")
-	// errGateStalled: the line did not move for too long (see "Stalled
+	// ErrHandedOver: another process of this node did the write (see
+	// Handover); the lock is not to be taken.
+	ErrHandedOver = errors.New("nodequeue: the write was done by another process of this node")
+	// ErrTimeout: the deadline passed in the queue.
+	ErrTimeout = errors.New("nodequeue: timed out in the node-local queue")
+	// ErrUnavailable: the queue cannot be used now (e.g. EDEADLK); the
+	// caller proceeds without it, since it only orders.
+	ErrUnavailable = errors.New("nodequeue: node-local queue unavailable")
+	// ErrStalled: the line did not move for too long (see "Stalled
 	// places"); this acquisition goes on without the queue.
-	errGateStalled = errors.New("lock: the node-local queue is stalled")
+	ErrStalled = errors.New("nodequeue: the node-local queue is stalled")
 )
+
+// Handover is a write that another process of this node may do on the
+// caller's behalf, in its own transaction (group commit: see core/spool).
+type Handover interface {
+	// Publish is called before waiting, only when another process of
+	// this node holds or waits for the writers' lane; it makes the write
+	// available to them and reports whether it did.
+	Publish() bool
+	// Done is called once the published write's process holds the lane:
+	// true means another process did the write, so the lock is not taken.
+	Done() bool
+}
 
 // # Stalled places
 //
@@ -103,22 +134,23 @@ var (
 // hung keeps its place, and everyone behind it would wait until
 // lock_timeout, although its lock counts as abandoned on other nodes after
 // stale_lock_timeout. So a waiter that has been blocked in a line for a
-// while (stallCheck.every) looks, at that interval, whether the line is
+// while (StallCheck.Every) looks, at that interval, whether the line is
 // moving, and leaves it, abandoning its place as on a timeout, when
 //
 //   - the progress word of the gate file (progressOffset) has not changed
-//     for StaleTimeout as seen here: the head of the queue writes it before
-//     every attempt at the lock file while it polls and at every heartbeat
-//     while it holds the lock, so a head that stopped or hung stops
-//     changing it, whatever it was doing; or
+//     for StaleTimeout (StallCheck.Patience) as seen here: the head of the
+//     queue writes it (NoteProgress) before every attempt at the lock file
+//     while it polls and at every heartbeat while it holds the lock, so a
+//     head that stopped or hung stops changing it, whatever it was doing;
+//     or
 //   - it waits for the ticket byte, which its holder keeps for microseconds,
-//     for longer than stallCheck.every times 16.
+//     for longer than StallCheck.Every times 16.
 //
 // From the first check that finds the progress word unchanged, the waiter
-// also reads the lock file at each check, as it would outside the queue,
-// so that its count of how long the lock stayed unchanged starts while it
-// is still queued and it can break a stopped holder's lock as soon as it
-// is out. A lock that is merely breakable (a dead holder, a stale one on
+// also reads the lock file at each check (StallCheck.Watch), as it would
+// outside the queue, so that its count of how long the lock stayed
+// unchanged starts while it is still queued and it can break a stopped
+// holder's lock as soon as it is out. A lock that is merely breakable (a dead holder, a stale one on
 // another node) is no reason to leave: the head, which is alive, breaks it
 // (leaving then cost fairness: the waiter polled beside a queue that hands
 // the lock on without a gap). While the line moves, waiters read nothing.
@@ -127,40 +159,86 @@ var (
 // another node would, and a stopped holder on the same node is judged by
 // the same heartbeat rule as one elsewhere. Until its abandoned place has
 // been passed (settled), its later acquisitions skip the queue too.
-type stallCheck struct {
-	every time.Duration
-	// moved reports, at each check, whether the line is still moving for a
-	// wait of byte at that has lasted waited (false: leave the line).
-	moved func(at int64, waited time.Duration) bool
+
+// StallCheck is how a Lock's waits in the queue notice a line that does not
+// move (see "Stalled places"); the Lock derives it from its StaleTimeout
+// (core/lock, lease.go).
+type StallCheck struct {
+	// Every is how often a blocked wait looks whether the line moves.
+	Every time.Duration
+	// Patience: a line whose progress word stayed unchanged this long, as
+	// seen here, is stalled.
+	Patience time.Duration
+	// Watch, if not nil, is called at each check that finds the progress
+	// word unchanged since the previous check, with the time of the check.
+	Watch func(now time.Time)
+}
+
+// stall is one acquisition's stall check: its StallCheck and the progress
+// word it last read, shared by its waits in the lane and in the queue.
+type stall struct {
+	*StallCheck
+	last  uint64    // the progress word last read
+	since time.Time // when it was first read with that value
+}
+
+// newStall is the state of one acquisition's stall check (nil: none).
+func newStall(sc *StallCheck) *stall {
+	if sc == nil || sc.Every <= 0 {
+		return nil
+	}
+	return &stall{StallCheck: sc}
+}
+
+// moved reports, at a check, whether the line is still moving (false:
+// leave it).
+func (st *stall) moved(q *Queue) bool {
+	now := time.Now()
+	if p := q.progress(); st.since.IsZero() || p != st.last {
+		st.last, st.since = p, now
+		return true
+	}
+	// The line has not moved since the last check: the caller watches
+	// the lock file too, so that once out of the queue it can judge it at
+	// once (its count of how long the lock stayed unchanged starts now,
+	// not when it leaves).
+	if st.Watch != nil {
+		st.Watch(now)
+	}
+	return now.Sub(st.since) < st.Patience
 }
 
 // gateDir is where gate files live: this user's private directory on the
-// node (core/nodelocal), in /dev/shm (memory, node-local) or else the
-// temporary directory.
+// node (nodelocal.PrivatePath), in /dev/shm (memory, node-local) or else
+// the temporary directory.
 func gateDir() string { return nodelocal.PrivatePath() }
 
-// gatePath is the gate file of lockPath. The last Lock to close removes it
+// File is the node queue's file for the lock at lockPath (tools and tests
+// read its lock state in /proc/locks). The last Queue to close removes it
 // when nobody is queued (see sharedGate.release).
-func gatePath(lockPath string) string {
-	return filepath.Join(gateDir(), NodeLocalName(GatePrefix, lockPath))
+func File(lockPath string) string {
+	return filepath.Join(gateDir(), nodelocal.Name(nodelocal.GatePrefix, lockPath))
 }
 
-// GateFile is the node queue's file for the lock at lockPath (tools and
-// tests read its lock state in /proc/locks).
-func GateFile(lockPath string) string { return gatePath(lockPath) }
-
-// openGate returns a gate on the process's descriptor of the gate file of
-// lockPath (opening, creating and checking the file if this process has
-// none open: acquireGate), or nil when there is none to use.
-func openGate(lockPath string) *gate {
-	if environ.Get("TIRASTORE_NODE_QUEUE") == "0" {
-		return nil
+// Open returns a Queue on the process's descriptor of the gate file of the
+// lock at lockPath (opening, creating and checking the file if this process
+// has none open: acquireGate), for one Lock, as long as its store lives.
+// The store opens it when it opens, so that it learns at once whether the
+// queue can be used (a file planted at its name switches it off, and the
+// store warns when it opens rather than at its first operation). Open
+// returns nil, nil when the queue is switched off (TIRASTORE_NODE_QUEUE=0,
+// nodelocal.QueueEnabled); an error means that the Lock polls without the
+// queue, and a *nodelocal.Problem that a file that fails the checks is in
+// the way (the store should say so).
+func Open(lockPath string) (*Queue, error) {
+	if !nodelocal.QueueEnabled() {
+		return nil, nil
 	}
 	ref, err := acquireGate(lockPath)
 	if err != nil {
-		return nil
+		return nil, err
 	}
-	return &gate{f: ref, path: ref.dir.Join(ref.name), queueSlot: -1, laneSlot: -1}
+	return &Queue{f: ref, queueSlot: -1, laneSlot: -1}, nil
 }
 
 // # A FIFO of byte locks
@@ -246,52 +324,66 @@ func byteLock(typ int16, at int64) *unix.Flock_t {
 	return &unix.Flock_t{Type: typ, Whence: 0, Start: at, Len: 1}
 }
 
-// lock waits until this process is at the head of the queue, ctx is done
-// (ctx.Err()) or deadline passes (errGateTimeout); a write (write true)
-// first waits in the writers' lane, which unlock gives back, then for a
-// lull in the queue (awaitLull). A write whose
-// done (if not nil) reports, once it is at the head of the lane, that
-// another process did its work gives its place back and returns
-// errHandedOver. On error nothing is held. errGateUnavailable means the
-// caller should proceed without the gate.
-func (g *gate) lock(ctx context.Context, deadline time.Time, write bool, done func() bool, sc *stallCheck) error {
-	g.queueSlot, g.laneSlot = -1, -1
+// Lock waits until this process is at the head of the queue, ctx is done
+// (ctx.Err()) or deadline passes (ErrTimeout); a write (write true) first
+// waits in the writers' lane, which Unlock gives back, then for a lull in
+// the queue (awaitLull). A write with a handover h (nil: none) publishes it
+// if another process of this node holds or waits for the lane; if, once it
+// is at the head of the lane, h reports that another process did its work,
+// it gives its place back and returns ErrHandedOver. sc (nil: none) makes
+// a wait leave a line that does not move (ErrStalled; see "Stalled
+// places"). On error nothing is held. ErrUnavailable and ErrStalled mean
+// the caller should proceed without the queue; a closed Queue is
+// unavailable.
+func (q *Queue) Lock(ctx context.Context, deadline time.Time, write bool, h Handover, stallCheck *StallCheck) error {
+	q.mu.Lock()
+	closed := q.closed
+	q.mu.Unlock()
+	if closed {
+		return ErrUnavailable
+	}
+	var done func() bool
+	if write && h != nil && q.laneBusy() && h.Publish() {
+		done = h.Done
+	}
+	sc := newStall(stallCheck)
+	q.queueSlot, q.laneSlot = -1, -1
 	if write {
-		slot, err := g.join(ctx, deadline, laneLine, sc)
+		slot, err := q.join(ctx, deadline, laneLine, sc)
 		if err != nil {
 			return err
 		}
 		if done != nil && done() {
-			g.unlockByte(slot)
-			return errHandedOver
+			q.unlockByte(slot)
+			return ErrHandedOver
 		}
-		g.laneSlot = slot
-		if err := g.awaitLull(ctx, deadline); err != nil {
-			g.unlockByte(slot)
-			g.laneSlot = -1
+		q.laneSlot = slot
+		if err := q.awaitLull(ctx, deadline); err != nil {
+			q.unlockByte(slot)
+			q.laneSlot = -1
 			return err
 		}
 	}
-	slot, err := g.join(ctx, deadline, queueLine, sc)
+	slot, err := q.join(ctx, deadline, queueLine, sc)
 	if err != nil {
-		if g.laneSlot >= 0 {
-			g.unlockByte(g.laneSlot)
-			g.laneSlot = -1
+		if q.laneSlot >= 0 {
+			q.unlockByte(q.laneSlot)
+			q.laneSlot = -1
 		}
 		return err
 	}
-	g.queueSlot = slot
+	q.queueSlot = slot
 	return nil
 }
 
 // awaitLull waits, up to tuning.WriteLull (and deadline), until no other process
 // of this node is in the queue.
-func (g *gate) awaitLull(ctx context.Context, deadline time.Time) error {
+func (q *Queue) awaitLull(ctx context.Context, deadline time.Time) error {
 	until := time.Now().Add(tuning.WriteLull)
 	if !deadline.IsZero() && deadline.Before(until) {
 		until = deadline
 	}
-	for g.queueBusy() && time.Now().Before(until) {
+	for q.queueBusy() && time.Now().Before(until) {
 		if err := sleepCtx(ctx, tuning.LullPoll); err != nil {
 			return err
 		}
@@ -301,8 +393,8 @@ func (g *gate) awaitLull(ctx context.Context, deadline time.Time) error {
 
 // queueBusy reports whether another process of this node is in the queue
 // (at its head or waiting).
-func (g *gate) queueBusy() bool {
-	_, busy := g.inLine(queueLine)
+func (q *Queue) queueBusy() bool {
+	_, busy := q.inLine(queueLine)
 	return busy
 }
 
@@ -313,66 +405,66 @@ func (g *gate) queueBusy() bool {
 // until that place's turn has passed before it joins again. Otherwise its
 // new place would pass the old one (the old slot is its own, so waiting for
 // it returns at once) and with it everyone queued in between.
-func (g *gate) join(ctx context.Context, deadline time.Time, ln line, sc *stallCheck) (int64, error) {
-	g.mu.Lock()
-	settled, stalled := g.settled, g.stalled
-	g.mu.Unlock()
+func (q *Queue) join(ctx context.Context, deadline time.Time, ln line, sc *stall) (int64, error) {
+	q.mu.Lock()
+	settled, stalled := q.settled, q.stalled
+	q.mu.Unlock()
 	if settled != nil {
 		if stalled {
-			return 0, errGateStalled
+			return 0, ErrStalled
 		}
 		if err := waitChan(ctx, deadline, settled); err != nil {
 			return 0, err
 		}
 	}
-	if err := g.wait(ctx, deadline, ticketByte, -1, sc); err != nil {
+	if err := q.wait(ctx, deadline, ticketByte, -1, sc); err != nil {
 		return 0, err
 	}
 	var b [8]byte
-	if n, err := g.f.ReadAt(b[:], ln.counter); err != nil && n != 0 {
-		g.unlockByte(ticketByte)
-		return 0, errGateUnavailable
+	if n, err := q.f.ReadAt(b[:], ln.counter); err != nil && n != 0 {
+		q.unlockByte(ticketByte)
+		return 0, ErrUnavailable
 	}
 	t := binary.LittleEndian.Uint64(b[:])
 	binary.LittleEndian.PutUint64(b[:], t+1)
-	if _, err := g.f.WriteAt(b[:], ln.counter); err != nil {
-		g.unlockByte(ticketByte)
-		return 0, errGateUnavailable
+	if _, err := q.f.WriteAt(b[:], ln.counter); err != nil {
+		q.unlockByte(ticketByte)
+		return 0, ErrUnavailable
 	}
 	mine := ln.slots + int64(t%nSlots)
-	err := unix.FcntlFlock(g.f.Fd(), unix.F_SETLK, byteLock(unix.F_WRLCK, mine))
-	g.unlockByte(ticketByte)
+	err := unix.FcntlFlock(q.f.Fd(), unix.F_SETLK, byteLock(unix.F_WRLCK, mine))
+	q.unlockByte(ticketByte)
 	if err != nil {
-		return 0, errGateUnavailable // a slot still held nSlots tickets later
+		return 0, ErrUnavailable // a slot still held nSlots tickets later
 	}
 	pred := ln.slots + int64((t+nSlots-1)%nSlots)
-	if err := g.wait(ctx, deadline, pred, mine, sc); err != nil {
-		if errors.Is(err, errGateUnavailable) {
-			g.unlockByte(mine)
+	if err := q.wait(ctx, deadline, pred, mine, sc); err != nil {
+		if errors.Is(err, ErrUnavailable) {
+			q.unlockByte(mine)
 		}
 		return 0, err
 	}
-	g.unlockByte(pred)
+	q.unlockByte(pred)
 	return mine, nil
 }
 
-// wait takes the byte at, blocking as lock describes. If the wait is
+// wait takes the byte at, blocking as Lock describes. If the wait is
 // abandoned (ctx, deadline, a stalled line: sc), the byte is given back
 // once it comes, together with the byte also (if not -1): a place in a
 // line is kept until the predecessor's turn has passed. On
-// errGateUnavailable nothing was taken.
-func (g *gate) wait(ctx context.Context, deadline time.Time, at, also int64, sc *stallCheck) error {
+// ErrUnavailable nothing was taken.
+func (q *Queue) wait(ctx context.Context, deadline time.Time, at, also int64, sc *stall) error {
 	// The common uncontended case costs one non-blocking call.
-	switch err := unix.FcntlFlock(g.f.Fd(), unix.F_SETLK, byteLock(unix.F_WRLCK, at)); {
+	switch err := unix.FcntlFlock(q.f.Fd(), unix.F_SETLK, byteLock(unix.F_WRLCK, at)); {
 	case err == nil:
 		return nil
 	case !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EACCES):
-		return errGateUnavailable
+		return ErrUnavailable
 	}
 	done := make(chan error, 1)
 	go func() {
 		for {
-			err := unix.FcntlFlock(g.f.Fd(), unix.F_SETLKW, byteLock(unix.F_WRLCK, at))
+			err := unix.FcntlFlock(q.f.Fd(), unix.F_SETLKW, byteLock(unix.F_WRLCK, at))
 			if !errors.Is(err, unix.EINTR) {
 				done <- err
 				return
@@ -385,8 +477,8 @@ func (g *gate) wait(ctx context.Context, deadline time.Time, at, also int64, sc 
 	defer poll.Stop()
 	var check <-chan time.Time
 	started := time.Now()
-	if sc != nil && sc.every > 0 {
-		t := time.NewTicker(sc.every)
+	if sc != nil {
+		t := time.NewTicker(sc.Every)
 		defer t.Stop()
 		check = t.C
 	}
@@ -394,25 +486,25 @@ func (g *gate) wait(ctx context.Context, deadline time.Time, at, also int64, sc 
 		select {
 		case err := <-done:
 			if err != nil {
-				return errGateUnavailable
+				return ErrUnavailable
 			}
 			return nil
 		case <-check:
 			waited := time.Since(started)
-			if at == ticketByte && waited < 16*sc.every || at != ticketByte && sc.moved(at, waited) {
+			if at == ticketByte && waited < 16*sc.Every || at != ticketByte && sc.moved(q) {
 				continue
 			}
-			g.abandon(done, at, also, true)
-			return errGateStalled
+			q.abandon(done, at, also, true)
+			return ErrStalled
 		case <-ctx.Done():
-			g.abandon(done, at, also, false)
+			q.abandon(done, at, also, false)
 			return ctx.Err()
 		case <-timeout:
-			g.abandon(done, at, also, false)
-			return errGateTimeout
+			q.abandon(done, at, also, false)
+			return ErrTimeout
 		case <-poll.C:
 			if err := ctx.Err(); err != nil {
-				g.abandon(done, at, also, false)
+				q.abandon(done, at, also, false)
 				return err
 			}
 		}
@@ -429,9 +521,11 @@ func (g *gate) wait(ctx context.Context, deadline time.Time, at, also int64, sc 
 // when its head last found the lock held by a process outside the queue
 // (foreignAt: another node, or a process that does not use the queue).
 // When the streak reaches tuning.FairShare while such contention was seen
-// within tuning.ForeignMemory, the next head steps back once, for a random time up to the
-// heads' polling interval, so that a polling head elsewhere can take the
-// lock. A node alone never yields.
+// within tuning.ForeignMemory, the next head steps back once, for a random
+// time up to the heads' polling interval, so that a polling head elsewhere
+// can take the lock. A node alone never yields. The Lock at the head tells
+// the queue what it sees (NoteAcquired, NoteForeign) and asks it whether
+// to step back (YieldIfDue).
 
 // gateState is the node's shared fairness state (see above); only the
 // process holding the main byte reads or writes it.
@@ -440,67 +534,106 @@ type gateState struct {
 	foreignAt int64 // unix nanoseconds; 0: never
 }
 
-func (g *gate) state() gateState {
+func (q *Queue) state() gateState {
 	var b [16]byte
-	if n, _ := g.f.ReadAt(b[:], stateOffset); n < len(b) {
+	if n, _ := q.f.ReadAt(b[:], stateOffset); n < len(b) {
 		return gateState{}
 	}
 	return gateState{streak: binary.LittleEndian.Uint64(b[:8]), foreignAt: int64(binary.LittleEndian.Uint64(b[8:]))}
 }
 
-func (g *gate) setState(st gateState) {
+func (q *Queue) setState(st gateState) {
 	var b [16]byte
 	binary.LittleEndian.PutUint64(b[:8], st.streak)
 	binary.LittleEndian.PutUint64(b[8:], uint64(st.foreignAt))
-	_, _ = g.f.WriteAt(b[:], stateOffset)
+	_, _ = q.f.WriteAt(b[:], stateOffset)
 }
 
 // progressOffset is where the head of the queue keeps its progress word
 // (8 bytes after the ticket counters; see "Stalled places").
 const progressOffset = ticketsOffset + 16
 
-// noteProgress is the head's sign of life: a new progress word (its
+// NoteProgress is the head's sign of life: a new progress word (its
 // CLOCK_MONOTONIC time, which differs at every call). Waiters compare it
 // only with what they read before, so neither torn reads nor clocks
-// matter.
-func (g *gate) noteProgress() {
+// matter. The Lock at the head calls it before every attempt at the lock
+// file and at every heartbeat.
+func (q *Queue) NoteProgress() {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], uint64(monoNow()))
-	_, _ = g.f.WriteAt(b[:], progressOffset)
+	_, _ = q.f.WriteAt(b[:], progressOffset)
 }
 
 // progress reads the progress word (0 if unreadable).
-func (g *gate) progress() uint64 {
+func (q *Queue) progress() uint64 {
 	var b [8]byte
-	if n, _ := g.f.ReadAt(b[:], progressOffset); n < len(b) {
+	if n, _ := q.f.ReadAt(b[:], progressOffset); n < len(b) {
 		return 0
 	}
 	return binary.LittleEndian.Uint64(b[:])
 }
 
-// noteAcquired counts one more acquisition in the node's streak.
-func (g *gate) noteAcquired() {
-	st := g.state()
+// NoteAcquired counts one more acquisition in the node's streak (the head
+// took the lock).
+func (q *Queue) NoteAcquired() {
+	st := q.state()
 	st.streak++
-	g.setState(st)
+	q.setState(st)
 }
 
-// noteForeign records that a process outside the queue holds the lock.
-func (g *gate) noteForeign() {
-	g.setState(gateState{streak: 0, foreignAt: time.Now().UnixNano()})
+// NoteForeign records that a process outside the queue holds the lock (the
+// head found it held by a process not queued here).
+func (q *Queue) NoteForeign() {
+	q.setState(gateState{streak: 0, foreignAt: time.Now().UnixNano()})
 }
 
-// yieldIfDue steps back once if the node has had its fair share while
-// others wanted the lock.
-func (g *gate) yieldIfDue(ctx context.Context, maxBackoff time.Duration) error {
-	st := g.state()
+// YieldIfDue steps back once, for a random time up to min(maxBackoff,
+// tuning.QueuedMaxBackoff), if the node has had its fair share while
+// others wanted the lock; the head calls it before its first attempt.
+func (q *Queue) YieldIfDue(ctx context.Context, maxBackoff time.Duration) error {
+	st := q.state()
 	if st.streak < tuning.FairShare || st.foreignAt == 0 || time.Since(time.Unix(0, st.foreignAt)) > tuning.ForeignMemory {
 		return nil
 	}
 	st.streak = 0
-	g.setState(st)
+	q.setState(st)
 	return sleepCtx(ctx, rand.N(min(maxBackoff, tuning.QueuedMaxBackoff)+1))
 }
+
+// sleepCtx sleeps d, returning early with ctx.Err() when ctx is done. ctx
+// is also polled every tuning.CtxPoll, in case its Done channel is not the
+// only signal. (The same as the lock's.)
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	end := time.Now().Add(d)
+	for {
+		left := time.Until(end)
+		if left <= 0 {
+			return ctx.Err()
+		}
+		t := time.NewTimer(min(left, tuning.CtxPoll))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
+// monoNow is CLOCK_MONOTONIC in nanoseconds, as the lock's lease reads it
+// (core/lock, lease.go): read once, and followed from then on by Go's
+// monotonic clock.
+func monoNow() int64 { return monoBase + int64(time.Since(monoBaseTime)) }
+
+var monoBase, monoBaseTime = func() (int64, time.Time) {
+	var ts unix.Timespec
+	t := time.Now()
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // cannot fail on Linux
+	return ts.Nano(), t
+}()
 
 // deadlineTimer is a channel that fires at deadline (nil, never, for the
 // zero time) and the function that stops its timer.
@@ -513,7 +646,7 @@ func deadlineTimer(deadline time.Time) (<-chan time.Time, func()) {
 }
 
 // waitChan waits until ch is closed, ctx is done or deadline passes
-// (errGateTimeout).
+// (ErrTimeout).
 func waitChan(ctx context.Context, deadline time.Time, ch <-chan struct{}) error {
 	timeout, stop := deadlineTimer(deadline)
 	defer stop()
@@ -523,92 +656,104 @@ func waitChan(ctx context.Context, deadline time.Time, ch <-chan struct{}) error
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-timeout:
-		return errGateTimeout
+		return ErrTimeout
 	}
 }
 
 // abandon lets a pending wait for byte at finish on its own and give the
 // byte back, with also (if not -1) whatever the outcome; stalled: it is
 // abandoned because the line did not move (see join).
-func (g *gate) abandon(done <-chan error, at, also int64, stalled bool) {
-	g.mu.Lock()
-	if g.pending++; g.pending == 1 {
-		g.settled = make(chan struct{})
+func (q *Queue) abandon(done <-chan error, at, also int64, stalled bool) {
+	q.mu.Lock()
+	if q.pending++; q.pending == 1 {
+		q.settled = make(chan struct{})
 	}
-	g.stalled = g.stalled || stalled
-	g.mu.Unlock()
+	q.stalled = q.stalled || stalled
+	q.mu.Unlock()
 	go func() {
 		err := <-done
-		g.mu.Lock()
-		defer g.mu.Unlock()
+		q.mu.Lock()
+		defer q.mu.Unlock()
 		if err == nil {
-			g.unlockByte(at)
+			q.unlockByte(at)
 		}
 		if also >= 0 {
-			g.unlockByte(also)
+			q.unlockByte(also)
 		}
-		if g.pending--; g.pending == 0 {
-			close(g.settled)
-			g.settled, g.stalled = nil, false
+		if q.pending--; q.pending == 0 {
+			close(q.settled)
+			q.settled, q.stalled = nil, false
 		}
-		if g.closed && g.pending == 0 {
-			g.f.Close()
+		if q.closed && q.pending == 0 {
+			q.f.Close()
 		}
 	}()
 }
 
-// unlock lets the next process of this node through: the next in the
+// Unlock lets the next process of this node through: the next in the
 // queue, and the next write in the lane if this one was a write.
-func (g *gate) unlock() {
-	if g.queueSlot >= 0 {
-		g.unlockByte(g.queueSlot)
+func (q *Queue) Unlock() {
+	if q.queueSlot >= 0 {
+		q.unlockByte(q.queueSlot)
 	}
-	if g.laneSlot >= 0 {
-		g.unlockByte(g.laneSlot)
+	if q.laneSlot >= 0 {
+		q.unlockByte(q.laneSlot)
 	}
-	g.queueSlot, g.laneSlot = -1, -1
+	q.queueSlot, q.laneSlot = -1, -1
 }
 
-func (g *gate) unlockByte(at int64) {
-	_ = unix.FcntlFlock(g.f.Fd(), unix.F_SETLK, byteLock(unix.F_UNLCK, at))
+func (q *Queue) unlockByte(at int64) {
+	_ = unix.FcntlFlock(q.f.Fd(), unix.F_SETLK, byteLock(unix.F_UNLCK, at))
 }
 
 // laneBusy reports whether another process of this node is in the writers'
 // lane (at its head or waiting): a write that starts now would wait.
-func (g *gate) laneBusy() bool {
-	_, busy := g.inLine(laneLine)
+func (q *Queue) laneBusy() bool {
+	_, busy := q.inLine(laneLine)
 	return busy
 }
 
-// holder is the pid of a process that holds the gate (0 if none or unknown),
-// for timeout messages.
-func (g *gate) holder() int {
-	pid, _ := g.inLine(queueLine)
+// WritesWaiting reports whether a write of another process of this node
+// holds or waits for the writers' lane, i.e. whether the database is about
+// to change (the result cache asks it under the lock). A nil Queue (no
+// node queue) reports false.
+func (q *Queue) WritesWaiting() bool {
+	return q != nil && q.laneBusy()
+}
+
+// Holder is the pid of a process that holds the gate (0 if none or
+// unknown), for timeout messages.
+func (q *Queue) Holder() int {
+	pid, _ := q.inLine(queueLine)
 	return pid
 }
 
 // inLine reports whether another process of this node holds a slot of ln
 // (F_GETLK sees only other processes' locks), and the pid of one of them.
-func (g *gate) inLine(ln line) (pid int, busy bool) {
+func (q *Queue) inLine(ln line) (pid int, busy bool) {
 	lk := ln.all(unix.F_WRLCK)
-	if err := unix.FcntlFlock(g.f.Fd(), unix.F_GETLK, lk); err != nil || lk.Type == unix.F_UNLCK {
+	if err := unix.FcntlFlock(q.f.Fd(), unix.F_GETLK, lk); err != nil || lk.Type == unix.F_UNLCK {
 		return 0, false
 	}
 	return int(lk.Pid), true
 }
 
-// close gives this Lock's reference to the gate file back, or leaves that
-// to the last abandoned wait still blocked on it (abandon closes g.f). The
+// Close gives this Queue's reference to the gate file back, or leaves that
+// to the last abandoned wait still blocked on it (abandon closes q.f). The
 // process's last reference closes the descriptor, and removes the file if
-// nobody is queued (sharedGate.release): before, other Locks of this
+// nobody is queued (sharedGate.release): before, other Queues of this
 // process may still hold or wait for bytes of it, and closing a descriptor
-// would drop their locks.
-func (g *gate) close() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.closed = true
-	if g.pending > 0 {
+// would drop their locks. Its Lock must not hold the queue (close the Lock
+// first). A nil Queue is closed already.
+func (q *Queue) Close() {
+	if q == nil {
 		return
 	}
-	g.f.Close()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	if q.pending > 0 {
+		return
+	}
+	q.f.Close()
 }

@@ -1,4 +1,4 @@
-package lock
+package nodequeue
 
 import (
 	"bufio"
@@ -19,6 +19,36 @@ import (
 	"github.com/tirastore/tirastore/core/tuning"
 )
 
+// physTempDir is a temp dir with symlinks resolved (e.g. macOS /var ->
+// /private/var).
+func physTempDir(t *testing.T) string {
+	t.Helper()
+	d, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// newTestPath returns a lock path in a fresh directory (nothing is created
+// there: the queue's file is in the private directory, and removed when
+// the test ends).
+func newTestPath(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(physTempDir(t), "cache.db.lock")
+	t.Cleanup(func() { os.Remove(File(path)) })
+	return path
+}
+
+// openGate is Open for the tests: nil when there is no queue to use.
+func openGate(lockPath string) *Queue {
+	q, err := Open(lockPath)
+	if err != nil {
+		return nil
+	}
+	return q
+}
+
 const envGateChild = "TIRASTORE_TEST_GATE_LOCK"
 
 // TestGateHolderChild holds the gate of the lock path in $TIRASTORE_TEST_GATE_LOCK
@@ -32,17 +62,17 @@ func TestGateHolderChild(t *testing.T) {
 	if g == nil {
 		t.Fatal("no gate")
 	}
-	if err := g.lock(context.Background(), time.Time{}, false, nil, nil); err != nil {
+	if err := g.Lock(context.Background(), time.Time{}, false, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	os.Stdout.WriteString("held\n")
 	if ms, err := strconv.Atoi(os.Getenv(envGateProgress)); err == nil {
 		// A live head: it shows progress every 50 ms for ms, then leaves.
 		for end := time.Now().Add(time.Duration(ms) * time.Millisecond); time.Now().Before(end); {
-			g.noteProgress()
+			g.NoteProgress()
 			time.Sleep(50 * time.Millisecond)
 		}
-		g.unlock()
+		g.Unlock()
 		return
 	}
 	time.Sleep(time.Hour)
@@ -50,78 +80,6 @@ func TestGateHolderChild(t *testing.T) {
 
 // envGateProgress makes TestGateHolderChild a live head for that many ms.
 const envGateProgress = "TIRASTORE_TEST_GATE_PROGRESS_MS"
-
-// TestGateStalledHeadIsPassed: a process at the head of the node queue that
-// makes no progress (here: holds its place and sleeps, as a stopped one
-// would) is passed after StaleTimeout, like an abandoned lock, and later
-// acquisitions skip the queue until its place is gone. A head that shows
-// progress is waited for, however long it takes. Negative control: without
-// the stall check the waiter stays blocked until its Timeout.
-func TestGateStalledHeadIsPassed(t *testing.T) {
-	path, opt := newTestLock(t)
-	opt.StaleTimeout, opt.Timeout = time.Second, 20*time.Second
-	holder := gateHolder(t, path)
-	l := New(path, opt)
-	defer l.Close()
-	start := time.Now()
-	if err := l.Acquire(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if waited := time.Since(start); waited < opt.StaleTimeout || waited > 4*opt.StaleTimeout {
-		t.Errorf("passed the stalled head after %v, want StaleTimeout (%v) plus a small margin", waited, opt.StaleTimeout)
-	}
-	if n := l.Stats().Bypassed; n != 1 {
-		t.Errorf("Bypassed = %d, want 1", n)
-	}
-	if err := l.Release(); err != nil {
-		t.Fatal(err)
-	}
-	start = time.Now()
-	if err := l.Acquire(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if waited := time.Since(start); waited > opt.StaleTimeout/2 {
-		t.Errorf("the second acquisition waited %v behind the same stalled head", waited)
-	}
-	l.Release()
-	holder.Process.Kill()
-	holder.Wait()
-
-	// Negative control: no stall check.
-	path2, opt2 := newTestLock(t)
-	opt2.StaleTimeout, opt2.Timeout = time.Second, 3*time.Second
-	gateHolder(t, path2)
-	testNoStallCheck = true
-	defer func() { testNoStallCheck = false }()
-	l2 := New(path2, opt2)
-	defer l2.Close()
-	var te *TimeoutError
-	if err := l2.Acquire(context.Background()); !errors.As(err, &te) || te.Queue == 0 {
-		t.Fatalf("without the stall check the waiter should time out in the queue, got %v", err)
-	}
-}
-
-// TestGateLiveHeadIsWaitedFor: a head that shows progress is not passed,
-// even when it keeps its place for several StaleTimeouts.
-func TestGateLiveHeadIsWaitedFor(t *testing.T) {
-	path, opt := newTestLock(t)
-	opt.StaleTimeout, opt.Timeout = 500*time.Millisecond, 20*time.Second
-	t.Setenv(envGateProgress, "2000")
-	gateHolder(t, path)
-	l := New(path, opt)
-	defer l.Close()
-	start := time.Now()
-	if err := l.Acquire(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release()
-	if waited := time.Since(start); waited < 1500*time.Millisecond {
-		t.Errorf("went through after %v while the head was alive and in progress", waited)
-	}
-	if n := l.Stats().Bypassed; n != 0 {
-		t.Errorf("Bypassed = %d, want 0: a live head was passed", n)
-	}
-}
 
 const (
 	envGateOrder = "TIRASTORE_TEST_GATE_ORDER"    // "read|write <name> <file>"
@@ -143,12 +101,12 @@ func TestGateOrderChild(t *testing.T) {
 	if g == nil {
 		t.Fatal("no gate")
 	}
-	if err := g.lock(context.Background(), time.Time{}, spec[0] == "write", nil, nil); err != nil {
+	if err := g.Lock(context.Background(), time.Time{}, spec[0] == "write", nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	appendOrder(t, spec[2], spec[1])
 	time.Sleep(20 * time.Millisecond)
-	g.unlock()
+	g.Unlock()
 }
 
 // appendOrder appends name to the order file, as a process reaches the head.
@@ -190,9 +148,9 @@ func orderChild(t *testing.T, lockPath, mode, name, order string, blocked int, e
 	deadline := time.Now().Add(30 * time.Second)
 	ready := func() bool {
 		if blocked == 0 {
-			return holds(t, gatePath(lockPath), cmd.Process.Pid)
+			return holds(t, File(lockPath), cmd.Process.Pid)
 		}
-		return blockedOn(t, gatePath(lockPath)) >= blocked
+		return blockedOn(t, File(lockPath)) >= blocked
 	}
 	for !ready() {
 		if time.Now().After(deadline) {
@@ -240,7 +198,7 @@ func blockedBytes(t *testing.T, path string) []string {
 // to run went first, which made a lookup's p99 wait many holds long: see
 // tests/bench/README.md, "Figures cited by the code".)
 func TestGateFIFO(t *testing.T) {
-	path, _ := newTestLock(t)
+	path := newTestPath(t)
 	holder := gateHolder(t, path)
 	order := filepath.Join(t.TempDir(), "order")
 	var kids []*exec.Cmd
@@ -249,7 +207,7 @@ func TestGateFIFO(t *testing.T) {
 		kids = append(kids, orderChild(t, path, "read", name, order, i+1))
 	}
 	seen := map[string]bool{}
-	for _, at := range blockedBytes(t, gatePath(path)) {
+	for _, at := range blockedBytes(t, File(path)) {
 		if seen[at] {
 			t.Errorf("two waiters blocked on byte %s: a release would wake both", at)
 		}
@@ -279,7 +237,7 @@ func TestGateWritersLane(t *testing.T) {
 		lull   bool
 		want   string
 	}{{true, true, "R W1 W2"}, {true, false, "W1 R W2"}, {false, false, "W1 W2 R"}} {
-		path, _ := newTestLock(t)
+		path := newTestPath(t)
 		holder := gateHolder(t, path)
 		order := filepath.Join(t.TempDir(), "order")
 		env := []string{envWriteLull + "=0"}
@@ -317,12 +275,12 @@ func TestGateWritersLane(t *testing.T) {
 // queue after that (blocked behind the holder) and goes through once the
 // holder is gone.
 func TestGateLullBounded(t *testing.T) {
-	path, _ := newTestLock(t)
+	path := newTestPath(t)
 	holder := gateHolder(t, path)
 	order := filepath.Join(t.TempDir(), "order")
 	w := orderChild(t, path, "write", "W", order, 0, envWriteLull+"=50")
 	deadline := time.Now().Add(30 * time.Second)
-	for blockedOn(t, gatePath(path)) < 1 {
+	for blockedOn(t, File(path)) < 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("the write never joined the queue: its wait for a lull is not bounded")
 		}
@@ -360,66 +318,22 @@ func gateHolder(t *testing.T, lockPath string) *exec.Cmd {
 	return nil
 }
 
-// TestGateQueuesAndKilledHolderFreesIt: while another process of this node
-// is at the head of the queue, Acquire waits there without touching the
-// lock file (no link attempt), times out naming that process, and goes
-// through as soon as the process is killed (the kernel drops its lock).
-func TestGateQueuesAndKilledHolderFreesIt(t *testing.T) {
-	path, opt := newTestLock(t)
-	holder := gateHolder(t, path)
-	opt.Timeout = 200 * time.Millisecond
-	l := New(path, opt)
-	defer l.Close()
-	err := l.Acquire(context.Background())
-	var te *TimeoutError
-	if !errors.As(err, &te) || te.Queue != holder.Process.Pid {
-		t.Fatalf("want a timeout naming queue holder pid %d, got %v", holder.Process.Pid, err)
-	}
-	if !strings.Contains(err.Error(), "queued behind pid") {
-		t.Errorf("message does not say where it waited: %v", err)
-	}
-	if n := l.Stats().Links; n != 0 {
-		t.Errorf("%d link attempts while queued, want 0 (the queue must keep waiters off the filesystem)", n)
-	}
-	// Cancellation while queued.
-	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(50*time.Millisecond, cancel)
-	l.opt.Timeout = time.Minute
-	if err := l.Acquire(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancel while queued: %v", err)
-	}
-	// The holder dies: the next Acquire gets through at once.
-	done := make(chan error, 1)
-	go func() { done <- l.Acquire(context.Background()) }()
-	time.Sleep(50 * time.Millisecond)
-	holder.Process.Kill()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("a killed queue holder still blocks the queue")
-	}
-	if err := l.Release(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// TestGateSwitchedOff: with TIRASTORE_NODE_QUEUE=0 (and, equally, when the
-// gate file cannot be opened) Acquire polls the lock file directly.
+// TestGateSwitchedOff: with TIRASTORE_NODE_QUEUE=0 Open gives no queue
+// (nil, nil: the Lock then polls the lock file directly) and creates no
+// gate file.
 func TestGateSwitchedOff(t *testing.T) {
-	path, opt := newTestLock(t)
-	gateHolder(t, path)
+	path := newTestPath(t)
 	t.Setenv("TIRASTORE_NODE_QUEUE", "0")
-	l := New(path, opt)
-	defer l.Close()
-	if err := l.Acquire(context.Background()); err != nil {
-		t.Fatalf("with the queue off, a queue holder must not matter: %v", err)
+	q, err := Open(path)
+	if q != nil || err != nil {
+		t.Fatalf("Open with the queue off: %v, %v; want nil, nil", q, err)
 	}
-	l.Release()
-	if l.gate != nil {
-		t.Error("gate opened although switched off")
+	if _, err := os.Stat(File(path)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("gate file created although switched off: %v", err)
+	}
+	q.Close() // a nil Queue is closed already
+	if q.WritesWaiting() {
+		t.Error("a nil Queue reports writes waiting")
 	}
 }
 
@@ -427,12 +341,12 @@ func TestGateSwitchedOff(t *testing.T) {
 // lives in the user's private directory (mode 0700), under the name the
 // documented rule gives.
 func TestGateFileMode(t *testing.T) {
-	path, _ := newTestLock(t)
+	path := newTestPath(t)
 	g := openGate(path)
 	if g == nil {
 		t.Skip("no gate directory here")
 	}
-	defer g.close()
+	defer g.Close()
 	fi, err := os.Stat(g.f.Name())
 	if err != nil {
 		t.Fatal(err)
@@ -440,8 +354,8 @@ func TestGateFileMode(t *testing.T) {
 	if fi.Mode().Perm() != 0o600 {
 		t.Errorf("gate mode %v, want 0600", fi.Mode().Perm())
 	}
-	if filepath.Dir(g.f.Name()) != gateDir() || g.f.Name() != GateFile(path) {
-		t.Errorf("gate at %s, want %s in %s", g.f.Name(), GateFile(path), gateDir())
+	if filepath.Dir(g.f.Name()) != gateDir() || g.f.Name() != File(path) {
+		t.Errorf("gate at %s, want %s in %s", g.f.Name(), File(path), gateDir())
 	}
 	sum := sha256.Sum256([]byte(path))
 	if want := filepath.Join(nodelocal.Base(), "tirastore-"+strconv.Itoa(os.Geteuid()), "gate-"+hex.EncodeToString(sum[:])[:24]); g.f.Name() != want {
@@ -452,27 +366,30 @@ func TestGateFileMode(t *testing.T) {
 	}
 }
 
-// TestGateFileRemovedWhenIdle: closing the last Lock removes the gate file
+// TestGateFileRemovedWhenIdle: closing the last Queue removes the gate file
 // when nobody is queued, and keeps it while another process is.
 func TestGateFileRemovedWhenIdle(t *testing.T) {
-	path, opt := newTestLock(t)
-	l := New(path, opt)
-	if err := l.Acquire(context.Background()); err != nil {
+	path := newTestPath(t)
+	g := openGate(path)
+	if g == nil {
+		t.Skip("no gate directory here")
+	}
+	if err := g.Lock(context.Background(), time.Time{}, false, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	l.Release()
-	if _, err := os.Stat(gatePath(path)); err != nil {
-		t.Fatalf("gate file missing while the Lock is open: %v", err)
+	g.Unlock()
+	if _, err := os.Stat(File(path)); err != nil {
+		t.Fatalf("gate file missing while the Queue is open: %v", err)
 	}
-	l.Close()
-	if _, err := os.Stat(gatePath(path)); !errors.Is(err, os.ErrNotExist) {
+	g.Close()
+	if _, err := os.Stat(File(path)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("gate file left after the last Close: %v", err)
 	}
 	// Another process holds the gate: closing ours must leave the file.
 	gateHolder(t, path)
-	g := openGate(path)
-	g.close()
-	if _, err := os.Stat(gatePath(path)); err != nil {
+	g = openGate(path)
+	g.Close()
+	if _, err := os.Stat(File(path)); err != nil {
 		t.Fatalf("gate file removed while another process holds it: %v", err)
 	}
 }
@@ -481,23 +398,23 @@ func TestGateFileRemovedWhenIdle(t *testing.T) {
 // once queues behind the write waiting in the lane (W1), instead of taking
 // the lane back before W1, woken by the release, gets to run.
 func TestGateLaneTurnstile(t *testing.T) {
-	path, _ := newTestLock(t)
+	path := newTestPath(t)
 	g := openGate(path)
 	if g == nil {
 		t.Skip("no gate directory here")
 	}
-	defer g.close()
-	if err := g.lock(context.Background(), time.Time{}, true, nil, nil); err != nil {
+	defer g.Close()
+	if err := g.Lock(context.Background(), time.Time{}, true, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	order := filepath.Join(t.TempDir(), "order")
 	cmd := orderChild(t, path, "write", "W1", order, 1)
-	g.unlock()
-	if err := g.lock(context.Background(), time.Time{}, true, nil, nil); err != nil {
+	g.Unlock()
+	if err := g.Lock(context.Background(), time.Time{}, true, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	appendOrder(t, order, "again")
-	g.unlock()
+	g.Unlock()
 	if err := cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,49 +1,26 @@
-package lock
+package nodequeue
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"os"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tirastore/tirastore/core/environ"
 	"github.com/tirastore/tirastore/core/nodelocal"
 	"github.com/tirastore/tirastore/core/tuning"
 )
 
-// The node-local files of a database are named, in this user's private
-// directory (core/nodelocal.PrivatePath), by a prefix and the first 24 hex
-// digits of the SHA-256 of the lock path (NodeLocalName). Tools and tests
-// compute them by this rule.
-const (
-	// GatePrefix names the node queue's gate file (see gate.go).
-	GatePrefix = "gate-"
-	// SpoolPrefix names the group-commit spool directory (core/spool).
-	SpoolPrefix = "spool-"
-	// ChangeLogPrefix names the change log (core/changelog).
-	ChangeLogPrefix = "changes-"
-)
-
-// NodeLocalName is the name, in the private directory, of the node-local
-// file that prefix names for the lock at lockPath.
-func NodeLocalName(prefix, lockPath string) string {
-	sum := sha256.Sum256([]byte(lockPath))
-	return prefix + hex.EncodeToString(sum[:12])
-}
-
 // # One gate file per process and database
 //
 // POSIX record locks belong to the process, and closing any descriptor of
-// a file drops all of the process's locks on it. So the Locks of one
+// a file drops all of the process's locks on it. So the Queues of one
 // process on one database share one descriptor of the gate file (a
-// sharedGate, registered by name): each Lock holds one reference (a
+// sharedGate, registered by name): each Queue holds one reference (a
 // gateRef, whose Close gives it back), and only the last one closes the
-// descriptor, at a time when no Lock of the process holds or waits for a
+// descriptor, at a time when no Queue of the process holds or waits for a
 // byte of it (an abandoned wait still blocked in the kernel keeps its
-// Lock's reference until it returns). Only then can "nobody is queued"
+// Queue's reference until it returns). Only then can "nobody is queued"
 // be judged by taking every byte (F_GETLK and F_SETLK do not see the
 // process's own locks), and the file removed.
 
@@ -55,7 +32,7 @@ type sharedGate struct {
 	refs int // under gates.mu
 }
 
-// gateRef is one Lock's reference to a sharedGate: ReadAt, WriteAt and Fd
+// gateRef is one Queue's reference to a sharedGate: ReadAt, WriteAt and Fd
 // are the file's, Close gives the reference back (once).
 type gateRef struct {
 	*sharedGate
@@ -81,7 +58,7 @@ func acquireGate(lockPath string) (*gateRef, error) {
 	if err != nil {
 		return nil, err
 	}
-	name := NodeLocalName(GatePrefix, lockPath)
+	name := nodelocal.Name(nodelocal.GatePrefix, lockPath)
 	gates.Lock()
 	defer gates.Unlock()
 	if sg := gates.m[name]; sg != nil {
@@ -89,7 +66,7 @@ func acquireGate(lockPath string) (*gateRef, error) {
 			sg.refs++
 			return &gateRef{sharedGate: sg}, nil
 		}
-		// Removed by another process's last Lock while nobody was queued:
+		// Removed by another process's last Queue while nobody was queued:
 		// its holders here keep it, newcomers queue in the new file
 		// together with the node's other newcomers.
 		delete(gates.m, name)
@@ -130,43 +107,13 @@ func (sg *sharedGate) release() {
 	}
 }
 
-// NodeQueue is a store's hold on its database's node queue, taken when
-// the store opens: the store learns at once whether the queue can be
-// used (a file planted at its name switches it off, and the store warns
-// when it opens rather than at its first operation), and the gate file
-// stays open for the store's Lock, which shares it.
-type NodeQueue struct{ ref *gateRef }
-
-// OpenNodeQueue opens the node queue of the lock at lockPath for as long
-// as the store lives. It returns nil, nil when the queue is switched off
-// (TIRASTORE_NODE_QUEUE=0); an error means that the store's Lock will
-// poll without the queue, and a *nodelocal.Problem that a file that fails
-// the checks is in the way (the store should say so).
-func OpenNodeQueue(lockPath string) (*NodeQueue, error) {
-	if environ.Get("TIRASTORE_NODE_QUEUE") == "0" {
-		return nil, nil
-	}
-	ref, err := acquireGate(lockPath)
-	if err != nil {
-		return nil, err
-	}
-	return &NodeQueue{ref: ref}, nil
-}
-
-// Close gives the hold back (nil: nothing to do).
-func (q *NodeQueue) Close() {
-	if q != nil {
-		q.ref.Close()
-	}
-}
-
-// SweepGate removes the gate file name from dir if it is a leftover: not
-// open in this process, unchanged for tuning.StaleGateAge and without any lock
-// of any process (nobody queued). It is for the first store of a process
-// to clear what killed processes of this user left; a process that has
-// the file open without being queued queues on the removed inode, as
-// after release.
-func SweepGate(dir *nodelocal.Dir, name string) {
+// Sweep removes the gate file name (nodelocal.GatePrefix) from dir if it is
+// a leftover: not open in this process, unchanged for tuning.StaleGateAge
+// and without any lock of any process (nobody queued). It is for the first
+// store of a process to clear what killed processes of this user left; a
+// process that has the file open without being queued queues on the
+// removed inode, as after release.
+func Sweep(dir *nodelocal.Dir, name string) {
 	gates.Lock()
 	defer gates.Unlock()
 	if gates.m[name] != nil {
