@@ -191,9 +191,9 @@ func (s *Store) LockPath() string {
 // backend without one): Links per Acquired is how many link() attempts an
 // acquisition cost; Held per Acquired is the mean time an operation kept
 // everyone else waiting.
-func (s *Store) LockStats() lock.Stats {
-	if l, ok := s.be.(interface{ LockStats() lock.Stats }); ok {
+func (s *Store) LockStats() lock.Counters {
+	if l, ok := s.be.(interface{ LockStats() lock.Counters }); ok {
 		return l.LockStats()
 	}
-	return lock.Stats{}
+	return lock.Counters{}
 }

@@ -39,9 +39,9 @@ func at(t *testing.T, p string) (*nodelocal.Dir, string) {
 func writerAt(t *testing.T, p string) *Writer { return NewWriter(at(t, p)) }
 func readerAt(t *testing.T, p string) *Reader { return NewReader(at(t, p)) }
 
-func holdAt(t *testing.T, p string) *Holder {
+func holdAt(t *testing.T, p string) *Mark {
 	t.Helper()
-	h, err := Hold(at(t, p))
+	h, err := MarkUsed(at(t, p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func TestHoldRelease(t *testing.T) {
 	p := logPath(t)
 	a, b := holdAt(t, p), holdAt(t, p)
 	if a == nil || b == nil {
-		t.Fatal("Hold failed")
+		t.Fatal("MarkUsed failed")
 	}
 	a.Release()
 	if _, err := os.Stat(p); err != nil {

@@ -9,7 +9,7 @@ import (
 	"github.com/tirastore/tirastore/core/nodelocal"
 )
 
-// Holder marks the log as used by one store for as long as the store is
+// Mark marks the log as used by one store for as long as the store is
 // open, so that the last store of the node to close removes the file and
 // the others never have to find their log gone (they would reopen it by
 // name, but the entries logged in between would be lost to them).
@@ -19,18 +19,18 @@ import (
 // POSIX lock of the process would be dropped when the process closed any
 // other descriptor of the file, its reader's or writer's), and the kernel
 // drops it when the holder dies.
-type Holder struct {
+type Mark struct {
 	f    *os.File
 	dir  *nodelocal.Dir
 	name string
 }
 
-// Hold opens (creating if needed) the log name in dir and marks it used.
+// MarkUsed opens (creating if needed) the log name in dir and marks it used.
 // It fails with a *nodelocal.Problem when something that fails the checks
 // is at the name (the caller should then not use the log at all); any
 // other failure only means that the file may be removed while this store
-// still follows it (the Holder is nil, and Release does nothing).
-func Hold(dir *nodelocal.Dir, name string) (*Holder, error) {
+// still follows it (the Mark is nil, and Release does nothing).
+func MarkUsed(dir *nodelocal.Dir, name string) (*Mark, error) {
 	f, _, err := open(dir, name, true)
 	if err != nil {
 		return nil, err
@@ -39,12 +39,12 @@ func Hold(dir *nodelocal.Dir, name string) (*Holder, error) {
 		f.Close()
 		return nil, err
 	}
-	return &Holder{f: f, dir: dir, name: name}, nil
+	return &Mark{f: f, dir: dir, name: name}, nil
 }
 
 // Release drops the mark and removes the log if no other store of the node
 // holds it.
-func (h *Holder) Release() {
+func (h *Mark) Release() {
 	if h == nil {
 		return
 	}

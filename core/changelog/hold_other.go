@@ -2,15 +2,15 @@
 
 package changelog
 
-// Holder marks the log as used by one store (see hold_linux.go). Without
+// Mark marks the log as used by one store (see hold_linux.go). Without
 // open-file-description locks the log is never removed.
-type Holder struct{}
+type Mark struct{}
 
-// Hold returns nil: nothing marks the log.
-func Hold(dir *nodelocal.Dir, name string) (*Holder, error) { return nil, nil }
+// MarkUsed returns nil: nothing marks the log.
+func MarkUsed(dir *nodelocal.Dir, name string) (*Mark, error) { return nil, nil }
 
 // Release does nothing.
-func (h *Holder) Release() {}
+func (h *Mark) Release() {}
 
 // Sweep does nothing: without holders' marks a log in use cannot be told
 // from a leftover.

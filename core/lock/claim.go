@@ -13,9 +13,9 @@ import (
 	"github.com/tirastore/tirastore/core/pyjson"
 )
 
-// record is what a claim (and therefore the lock, while held) says about its
+// holderRecord is what a claim (and therefore the lock, while held) says about its
 // holder: the original's three keys, then the extras a Go holder adds.
-type record struct {
+type holderRecord struct {
 	hostname string
 	pid      int
 	proc     procIdentity
@@ -35,7 +35,7 @@ type record struct {
 // and sees a mix of two versions still reads the unchanging keys exactly
 // (see "Torn reads" in docs/lock-protocol.md). Keys that could not be
 // determined are left out.
-func (r *record) encode(ts float64, beats uint64) ([]byte, error) {
+func (r *holderRecord) encode(ts float64, beats uint64) ([]byte, error) {
 	host, err := pyjson.Marshal(r.hostname, pyjson.Default)
 	if err != nil {
 		return nil, err
@@ -75,14 +75,14 @@ func (r *record) encode(ts float64, beats uint64) ([]byte, error) {
 // recordSize is the fixed length of every version of r's record: the
 // longest timestamp of this era and the longest counter, so that a
 // heartbeat never changes the file's size.
-func (r *record) recordSize() (int, error) {
+func (r *holderRecord) recordSize() (int, error) {
 	b, err := r.encode(9999999999.999999, math.MaxUint64)
 	return len(b), err
 }
 
 // padded is encode, followed by spaces up to size (JSON allows trailing
 // whitespace; json.loads and the original's json.load skip it).
-func (r *record) padded(ts float64, beats uint64, size int) ([]byte, error) {
+func (r *holderRecord) padded(ts float64, beats uint64, size int) ([]byte, error) {
 	b, err := r.encode(ts, beats)
 	if err != nil {
 		return nil, err
@@ -101,7 +101,7 @@ func (r *record) padded(ts float64, beats uint64, size int) ([]byte, error) {
 type claim struct {
 	path string
 	id   fileID
-	rec  *record
+	rec  *holderRecord
 	size int
 
 	// f stays open for the claim's life: the record is rewritten through it
@@ -140,7 +140,7 @@ func randomName(n int) string {
 
 // newClaim creates an empty claim file in dir, named like
 // tempfile.mkstemp(prefix=ClaimPrefix(...), dir=dir), and keeps it open.
-func newClaim(dir string, rec *record, flushEvery time.Duration) (*claim, error) {
+func newClaim(dir string, rec *holderRecord, flushEvery time.Duration) (*claim, error) {
 	size, err := rec.recordSize()
 	if err != nil {
 		return nil, fmt.Errorf("lock: %w", err)

@@ -23,7 +23,7 @@ import (
 // goRecord is the record a Go holder with the given identity would write.
 func goRecord(t *testing.T, host string, pid int, ts float64, proc procIdentity, every time.Duration) string {
 	t.Helper()
-	r := &record{hostname: host, pid: pid, proc: proc, every: every}
+	r := &holderRecord{hostname: host, pid: pid, proc: proc, every: every}
 	size, _ := r.recordSize()
 	b, err := r.padded(ts, 0, size)
 	if err != nil {
@@ -144,7 +144,7 @@ func TestTwoBreakersFreshLockSurvives(t *testing.T) {
 					t.Fatalf("fresh lock lost: breakLock=%v survived=%v Release=%v", gone, survived, rerr)
 				}
 				if b.stats.putBacks.Load() != 1 || b.stats.displaced.Load() != 0 || b.stats.breaks.Load() != 0 {
-					t.Errorf("B stats %+v, want one put-back", b.Stats())
+					t.Errorf("B stats %+v, want one put-back", b.Counters())
 				}
 			} else {
 				if survived || !errors.Is(rerr, ErrLockLost) {
@@ -196,7 +196,7 @@ func TestBreakerRecheckSeesReplacement(t *testing.T) {
 		t.Fatalf("B: want a timeout naming the fresh holder, got %v", err)
 	}
 	if b.stats.putBacks.Load() != 0 || b.stats.breaks.Load() != 0 {
-		t.Errorf("B stats %+v: it moved something", b.Stats())
+		t.Errorf("B stats %+v: it moved something", b.Counters())
 	}
 	if err := a.Release(); err != nil {
 		t.Fatalf("fresh holder: %v", err)
@@ -238,7 +238,7 @@ func TestPutBackLosesToNewcomer(t *testing.T) {
 		t.Error("breakLock reported the judged lock broken")
 	}
 	if b.stats.displaced.Load() != 1 {
-		t.Errorf("stats %+v, want one displacement", b.Stats())
+		t.Errorf("stats %+v, want one displacement", b.Counters())
 	}
 	if err := fresh.Release(); !errors.Is(err, ErrLockLost) {
 		t.Errorf("displaced holder: Release = %v, want ErrLockLost", err)
@@ -286,7 +286,7 @@ func TestBreakerPutsBackHeartbeatedLock(t *testing.T) {
 		}
 	}
 	if b.stats.putBacks.Load() != 1 || b.stats.displaced.Load() != 0 {
-		t.Errorf("stats %+v, want one put-back", b.Stats())
+		t.Errorf("stats %+v, want one put-back", b.Counters())
 	}
 	if err := h.Release(); err != nil {
 		t.Fatalf("holder lost its lock: %v", err)
@@ -894,7 +894,7 @@ func TestBreakLockSerializesBreakers(t *testing.T) {
 					t.Fatalf("A after B's break: %v", err)
 				}
 				if b.stats.putBacks.Load() != 0 || a.stats.breaks.Load() != 0 {
-					t.Errorf("stats A %+v B %+v: want B's break only", a.Stats(), b.Stats())
+					t.Errorf("stats A %+v B %+v: want B's break only", a.Counters(), b.Counters())
 				}
 			} else {
 				if aErr != nil {
@@ -905,7 +905,7 @@ func TestBreakLockSerializesBreakers(t *testing.T) {
 					t.Fatal("negative control: B reported the judged lock broken")
 				}
 				if b.stats.putBacks.Load() != 1 {
-					t.Fatalf("negative control: B stats %+v, want B to have moved A's live lock (one put-back)", b.Stats())
+					t.Fatalf("negative control: B stats %+v, want B to have moved A's live lock (one put-back)", b.Counters())
 				}
 				t.Log("without the break lock, B moved A's live lock aside, as expected")
 			}
@@ -1002,7 +1002,7 @@ func TestBreakerOvertakenBeforeBreakLock(t *testing.T) {
 		t.Fatalf("A's lock was moved (err %v)", err)
 	}
 	if b.stats.putBacks.Load() != 0 || b.stats.breaks.Load() != 0 {
-		t.Errorf("B stats %+v: it moved something", b.Stats())
+		t.Errorf("B stats %+v: it moved something", b.Counters())
 	}
 	if err := a.Release(); err != nil {
 		t.Errorf("A: Release = %v", err)

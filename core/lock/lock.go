@@ -81,7 +81,7 @@ type Options struct {
 type Lock struct {
 	path string
 	opt  Options
-	rec  *record
+	rec  *holderRecord
 	// clock is the wall clock for timestamps and ages; tests skew it.
 	clock func() time.Time
 
@@ -92,7 +92,7 @@ type Lock struct {
 
 	mu        sync.Mutex // guards claim, heldSince, confirmedAt and lost, and the claim's record while held
 	claim     *claim     // non-nil while held
-	heldSince time.Time  // when the current hold began (monotonic), for Stats.Held
+	heldSince time.Time  // when the current hold began (monotonic), for Counters.Held
 	// confirmedAt is when the current lease began (monoNow, see lease.go);
 	// lost is set once the lock was found broken while held.
 	confirmedAt int64
@@ -124,8 +124,8 @@ type observation struct {
 	since time.Time // monotonic: when first seen
 }
 
-// stats are counters for tests, benchmarks and monitoring (Lock.Stats).
-// They are atomic so that Stats may read them while another goroutine waits.
+// stats are counters for tests, benchmarks and monitoring (Lock.Counters).
+// They are atomic so that Counters may read them while another goroutine waits.
 type stats struct {
 	acquired  atomic.Int64 // Acquire successes
 	links     atomic.Int64 // link() attempts
@@ -141,13 +141,13 @@ type stats struct {
 	bypassed atomic.Int64
 }
 
-// Stats is a snapshot of a Lock's counters. Links per Acquired is how hard
+// Counters is a snapshot of a Lock's counters. Links per Acquired is how hard
 // this process polled the shared filesystem's metadata server for the lock;
 // Breaks counts locks it removed as abandoned. Held per Acquired is the
 // mean critical section; Held summed over every process of a database and
 // divided by the elapsed time is how busy the lock was, which is what
 // bounds the throughput of all of them together.
-type Stats struct {
+type Counters struct {
 	Acquired, Links, Breaks int64
 	Held                    time.Duration
 	// Writes counts the acquisitions that queued as writes (AcquireWrite),
@@ -160,9 +160,9 @@ type Stats struct {
 	Bypassed int64
 }
 
-// Stats returns the counters since New; safe to call at any time.
-func (l *Lock) Stats() Stats {
-	return Stats{Acquired: l.stats.acquired.Load(), Links: l.stats.links.Load(), Breaks: l.stats.breaks.Load(),
+// Counters returns the counters since New; safe to call at any time.
+func (l *Lock) Counters() Counters {
+	return Counters{Acquired: l.stats.acquired.Load(), Links: l.stats.links.Load(), Breaks: l.stats.breaks.Load(),
 		Held: time.Duration(l.stats.heldNS.Load()), Writes: l.stats.writes.Load(),
 		HandedOver: l.stats.handedOver.Load(), Bypassed: l.stats.bypassed.Load()}
 }
@@ -197,7 +197,7 @@ func New(lockPath string, opt Options) *Lock {
 	if opt.HeartbeatInterval > 0 && opt.HeartbeatInterval < tuning.MinHeartbeat {
 		opt.HeartbeatInterval = tuning.MinHeartbeat
 	}
-	rec := &record{hostname: opt.Hostname, pid: os.Getpid(), proc: self()}
+	rec := &holderRecord{hostname: opt.Hostname, pid: os.Getpid(), proc: self()}
 	if opt.HeartbeatInterval > 0 {
 		rec.every = opt.HeartbeatInterval
 	}

@@ -119,7 +119,7 @@ func TestStatsHeld(t *testing.T) {
 	path, opt := newTestLock(t)
 	l := newLock(t, path, opt)
 	defer l.Close()
-	if h := l.Stats().Held; h != 0 {
+	if h := l.Counters().Held; h != 0 {
 		t.Fatalf("Held before any Acquire = %v", h)
 	}
 	const hold = 20 * time.Millisecond
@@ -135,15 +135,15 @@ func TestStatsHeld(t *testing.T) {
 		}
 		low, high = low+hold, high+time.Since(start)
 		time.Sleep(hold) // idle: must not count
-		if got := l.Stats().Held; got < low || got > high {
+		if got := l.Counters().Held; got < low || got > high {
 			t.Fatalf("after %d holds: Held = %v, want in [%v, %v]", i+1, got, low, high)
 		}
 	}
-	before := l.Stats().Held
+	before := l.Counters().Held
 	if err := l.Release(); !errors.Is(err, ErrNotHeld) {
 		t.Fatalf("Release without a hold: %v", err)
 	}
-	if got := l.Stats(); got.Held != before || got.Acquired != 3 {
+	if got := l.Counters(); got.Held != before || got.Acquired != 3 {
 		t.Fatalf("stats after a Release without a hold: %+v, want Held %v and 3 acquisitions", got, before)
 	}
 }
@@ -220,7 +220,7 @@ func TestContentMatchesPythonJSON(t *testing.T) {
 		{`we"ird\host`, 7, 0.1, procIdentity{startTime: 1, bootID: `"\`, pidNS: 2}, 1500 * time.Millisecond},
 		{"x", 99, 1.5e-7, me, 0},
 	} {
-		r := &record{hostname: c.host, pid: c.pid, proc: c.proc, every: c.hb}
+		r := &holderRecord{hostname: c.host, pid: c.pid, proc: c.proc, every: c.hb}
 		size, _ := r.recordSize()
 		for _, beats := range []uint64{0, 1, 12345, math.MaxUint64} {
 			b, err := r.padded(c.ts, beats, size)
@@ -235,7 +235,7 @@ func TestContentMatchesPythonJSON(t *testing.T) {
 	}
 	for i := 0; i < 200; i++ {
 		ts := unixSeconds(time.Now().Add(time.Duration(i) * 7777777 * time.Nanosecond))
-		b, _ := (&record{hostname: "h", pid: os.Getpid(), proc: me, every: time.Second}).encode(ts, uint64(i))
+		b, _ := (&holderRecord{hostname: "h", pid: os.Getpid(), proc: me, every: time.Second}).encode(ts, uint64(i))
 		inputs = append(inputs, want{string(b), "h", os.Getpid(), ts, uint64(i)})
 	}
 	// A live lock file too.
@@ -629,7 +629,7 @@ func TestBreakLockChecksInode(t *testing.T) {
 // reply case) must count as success.
 func TestLinkCountMeansHeld(t *testing.T) {
 	path, _ := newTestLock(t)
-	c, err := newClaim(filepath.Dir(path), &record{hostname: "h", pid: os.Getpid()}, time.Second)
+	c, err := newClaim(filepath.Dir(path), &holderRecord{hostname: "h", pid: os.Getpid()}, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

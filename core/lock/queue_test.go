@@ -107,7 +107,7 @@ func TestGateStalledHeadIsPassed(t *testing.T) {
 	if waited := time.Since(start); waited < opt.StaleTimeout || waited > 4*opt.StaleTimeout {
 		t.Errorf("passed the stalled head after %v, want StaleTimeout (%v) plus a small margin", waited, opt.StaleTimeout)
 	}
-	if n := l.Stats().Bypassed; n != 1 {
+	if n := l.Counters().Bypassed; n != 1 {
 		t.Errorf("Bypassed = %d, want 1", n)
 	}
 	if err := l.Release(); err != nil {
@@ -155,7 +155,7 @@ func TestGateLiveHeadIsWaitedFor(t *testing.T) {
 	if waited := time.Since(start); waited < 1500*time.Millisecond {
 		t.Errorf("went through after %v while the head was alive and in progress", waited)
 	}
-	if n := l.Stats().Bypassed; n != 0 {
+	if n := l.Counters().Bypassed; n != 0 {
 		t.Errorf("Bypassed = %d, want 0: a live head was passed", n)
 	}
 }
@@ -178,7 +178,7 @@ func TestGateQueuesAndKilledHolderFreesIt(t *testing.T) {
 	if !strings.Contains(err.Error(), "queued behind pid") {
 		t.Errorf("message does not say where it waited: %v", err)
 	}
-	if n := l.Stats().Links; n != 0 {
+	if n := l.Counters().Links; n != 0 {
 		t.Errorf("%d link attempts while queued, want 0 (the queue must keep waiters off the filesystem)", n)
 	}
 	// Cancellation while queued.

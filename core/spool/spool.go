@@ -6,7 +6,7 @@
 // the lock is busy mostly with waiting for the disk, one record at a time.
 // A writer that finds another process of its node ahead of it publishes
 // its rows here and waits in the node's writers' lane as before. Whoever
-// holds the lock next as a writer claims every published request, commits
+// holds the lock next as a writer takes every published request, commits
 // them together with its own rows in one transaction, and leaves each
 // requester its result; a requester that reaches the head of the lane and
 // finds its result collects it and returns without taking the lock.
@@ -16,17 +16,17 @@
 // change of state is a rename, so a process killed at any point leaves a
 // state the others can read:
 //
-//	<id>.tmp         being written by the requester (ignored by claimers)
-//	<id>.req         published: waiting for a claimer
-//	<id>.clm-<pid>-<tag>  claimed by process pid, which is committing it
-//	                      (tag: the claimer's own mark, e.g. its timestamp)
+//	<id>.tmp         being written by the requester (ignored by takers)
+//	<id>.req         published: waiting for a taker
+//	<id>.clm-<pid>-<tag>  taken by process pid, which is committing it
+//	                      (tag: the taker's own mark, e.g. its timestamp)
 //	<id>.res         committed; holds the result for the requester
 //
 // where <id> is <nanoseconds>-<requester pid>-<sequence>, so that sorting
-// ids sorts requests by the time they were published. Claims happen only
-// under the database lock: a claim found by the next holder of the lock is
-// one whose claimer died (or failed to leave results), and it is claimed
-// again (see Claim). The payload
+// ids sorts requests by the time they were published. Takes happen only
+// under the database lock: a take found by the next holder of the lock is
+// one whose taker died (or failed to leave results), and it is taken
+// again (see Take). The payload
 // and result bytes are opaque here; the store defines them.
 //
 // The directory is per user (mode 0700, in a private directory of mode
@@ -119,7 +119,7 @@ var seq atomic.Uint64
 var procNS, procStart = lock.ProcessID()
 
 // Publish writes payload as a new request and makes it visible to
-// claimers.
+// takers.
 func (s *Spool) Publish(payload []byte) (*Request, error) {
 	id := fmt.Sprintf("%019d-%d-%d-%d-%d", time.Now().UnixNano(), os.Getpid(), seq.Add(1), procNS, procStart)
 	r := &Request{sp: s, id: id}
@@ -168,7 +168,7 @@ func (r *Request) ID() string { return r.id }
 func (r *Request) name(suffix string) string { return r.id + suffix }
 func (r *Request) path(suffix string) string { return filepath.Join(r.sp.dir, r.id+suffix) }
 
-// Result returns the result a claimer left, and whether there is one.
+// Result returns the result a taker left, and whether there is one.
 func (r *Request) Result() ([]byte, bool, error) {
 	b, err := r.sp.read(r.name(".res"))
 	switch {
@@ -184,27 +184,27 @@ func (r *Request) Result() ([]byte, bool, error) {
 // Done removes the result once the requester has it.
 func (r *Request) Done() { r.sp.d.Remove(r.name(".res"), nil) }
 
-// Discard removes every file of the request, claimed or not: its requester
+// Discard removes every file of the request, taken or not: its requester
 // holds the database lock and commits the rows itself, so nobody else may.
-// If the request had been claimed (by a claimer that died or failed before
+// If the request had been taken (by a taker that died or failed before
 // leaving a result, and may have committed it), it returns true and that
-// claimer's tags (see Claimed.PrevTag).
-func (r *Request) Discard() (claimed bool, tag string) {
+// taker's tags (see Taken.PrevTag).
+func (r *Request) Discard() (taken bool, tag string) {
 	d := r.sp.d
 	if d.Remove(r.name(".req"), nil) == nil {
 		return false, ""
 	}
 	d.Remove(r.name(".res"), nil)
-	if c, _ := r.claim(); c != "" {
+	if c, _ := r.take(); c != "" {
 		d.Remove(c, nil)
 		_, state := splitName(c)
-		return true, claimTag(state)
+		return true, takeTag(state)
 	}
 	return false, ""
 }
 
-// Withdraw takes a request back that nobody has claimed yet: true means
-// it never will be committed. False means a claimer has it (or had it):
+// Withdraw takes a request back that nobody has taken yet: true means
+// it never will be committed. False means a taker has it (or had it):
 // see Wait.
 func (r *Request) Withdraw() (bool, error) {
 	switch err := r.sp.d.Remove(r.name(".req"), nil); {
@@ -217,14 +217,14 @@ func (r *Request) Withdraw() (bool, error) {
 	}
 }
 
-// ErrOrphaned is returned by Wait when the process that claimed a request
+// ErrOrphaned is returned by Wait when the process that took a request
 // died before leaving its result: whether its transaction committed is
-// unknown (the next claimer commits the request again).
+// unknown (the next taker commits the request again).
 var ErrOrphaned = errors.New("spool: the process committing this request died before reporting the outcome")
 
 // Wait waits, polling every interval, for the result of a request that a
-// claimer has, until the result is there, or the claimer is dead or has
-// not left it within limit (ErrOrphaned either way: a claimer holds the
+// taker has, until the result is there, or the taker is dead or has
+// not left it within limit (ErrOrphaned either way: a taker holds the
 // database lock and only commits, which takes milliseconds).
 func (r *Request) Wait(interval, limit time.Duration) ([]byte, error) {
 	end := time.Now().Add(limit)
@@ -233,19 +233,19 @@ func (r *Request) Wait(interval, limit time.Duration) ([]byte, error) {
 		if err != nil || ok {
 			return b, err
 		}
-		c, err := r.claim()
+		c, err := r.take()
 		if err != nil {
 			return nil, err
 		}
 		if c == "" {
-			// Between a claim and its result there is always one of
+			// Between a take and its result there is always one of
 			// the two files: look for the result once more.
 			if b, ok, err := r.Result(); err != nil || ok {
 				return b, err
 			}
 			return nil, fmt.Errorf("spool: request %s vanished from %s", r.id, r.sp.dir)
 		}
-		if _, state := splitName(c); !alive(claimerPID(state)) {
+		if _, state := splitName(c); !alive(takerPID(state)) {
 			if b, ok, err := r.Result(); err != nil || ok {
 				return b, err
 			}
@@ -258,8 +258,8 @@ func (r *Request) Wait(interval, limit time.Duration) ([]byte, error) {
 	}
 }
 
-// claim is the name of the request's claimed file, or "".
-func (r *Request) claim() (string, error) {
+// take is the name of the request's taken file, or "".
+func (r *Request) take() (string, error) {
 	names, err := r.sp.names()
 	if err != nil {
 		return "", err
@@ -274,12 +274,12 @@ func (r *Request) claim() (string, error) {
 
 func (s *Spool) names() ([]string, error) { return s.d.Names() }
 
-// Claimed is a request a claimer has taken over. Orphan: an earlier
-// claimer had it and died (or failed) before leaving a result, so its rows
-// may be committed already; PrevTag is that claimer's tag, followed by
-// those of the claimers that died before it (separated by TagSep), which
-// the new claim keeps too.
-type Claimed struct {
+// Taken is a request a taker has taken over. Orphan: an earlier
+// taker had it and died (or failed) before leaving a result, so its rows
+// may be committed already; PrevTag is that taker's tag, followed by
+// those of the takers that died before it (separated by TagSep), which
+// the new take keeps too.
+type Taken struct {
 	sp      *Spool
 	id, cur string // cur: the file's current name
 	Payload []byte
@@ -288,26 +288,26 @@ type Claimed struct {
 }
 
 // ID names the request.
-func (c *Claimed) ID() string { return c.id }
+func (c *Taken) ID() string { return c.id }
 
-// Claim takes over up to max published requests, marking each claim with
+// Take takes over up to max published requests, marking each take with
 // tag (no '.', '/', '-' or TagSep), oldest first, besides
 // except (the caller's own request id, or ""), and also those whose
-// claimer died or is this process: it must be called only while holding
-// the database lock, which every claimer holds from its claim to its
-// results. (A live claimer's claim is left alone: a claimer that failed to
+// taker died or is this process: it must be called only while holding
+// the database lock, which every taker holds from its take to its
+// results. (A live taker's take is left alone: a taker that failed to
 // leave results leaves its requesters to commit alone.) A request whose
 // payload cannot be read is skipped (left for its requester's own retry).
 // It also removes results and partial requests of processes that are
 // gone.
-func (s *Spool) Claim(except string, max int, tag string) ([]*Claimed, error) {
+func (s *Spool) Take(except string, max int, tag string) ([]*Taken, error) {
 	names, err := s.names()
 	if err != nil {
 		return nil, err
 	}
 	slices.SortFunc(names, func(a, b string) int { return strings.Compare(idPart(a), idPart(b)) })
 	mine := ".clm-" + strconv.Itoa(os.Getpid()) + "-" + tag
-	var out []*Claimed
+	var out []*Taken
 	for _, n := range names {
 		id, state := splitName(n)
 		switch {
@@ -319,15 +319,15 @@ func (s *Spool) Claim(except string, max int, tag string) ([]*Claimed, error) {
 		case state == ".req":
 		case !strings.HasPrefix(state, ".clm-"):
 			continue
-		case claimerPID(state) != os.Getpid() && alive(claimerPID(state)):
+		case takerPID(state) != os.Getpid() && alive(takerPID(state)):
 			continue
 		}
 		if len(out) >= max {
 			break
 		}
-		c := &Claimed{sp: s, id: id, cur: id + mine, Orphan: state != ".req", PrevTag: claimTag(state)}
+		c := &Taken{sp: s, id: id, cur: id + mine, Orphan: state != ".req", PrevTag: takeTag(state)}
 		if c.PrevTag != "" {
-			// Keep the dead claimers' tags: each of them may have
+			// Keep the dead takers' tags: each of them may have
 			// committed the request.
 			c.cur += TagSep + c.PrevTag
 		}
@@ -345,8 +345,8 @@ func (s *Spool) Claim(except string, max int, tag string) ([]*Claimed, error) {
 }
 
 // Finish leaves result for the requester: the result file appears before
-// the claim disappears, so a requester always finds one of them.
-func (c *Claimed) Finish(result []byte) error {
+// the take disappears, so a requester always finds one of them.
+func (c *Taken) Finish(result []byte) error {
 	if err := c.sp.install(c.id+".rtmp", c.id+".res", result); err != nil {
 		return err
 	}
@@ -354,7 +354,7 @@ func (c *Claimed) Finish(result []byte) error {
 }
 
 // abandonAge is how old a result or partial request of a dead process must
-// be before a claimer (or Sweep) removes it (an age, besides the pid,
+// be before a taker (or Sweep) removes it (an age, besides the pid,
 // guards against processes of another pid namespace sharing /dev/shm).
 const abandonAge = 10 * time.Minute
 
@@ -391,20 +391,20 @@ func (s *Spool) removeIfAbandoned(name, id string) {
 	}
 }
 
-// claimerPID is the pid in a claim's state suffix (.clm-<pid>-<tag>), or
+// takerPID is the pid in a take's state suffix (.clm-<pid>-<tag>), or
 // 0.
-func claimerPID(state string) int {
+func takerPID(state string) int {
 	f, _, _ := strings.Cut(strings.TrimPrefix(state, ".clm-"), "-")
 	pid, _ := strconv.Atoi(f)
 	return pid
 }
 
-// TagSep separates the tags a claim carries (its own, then those of
-// earlier claimers that died).
+// TagSep separates the tags a take carries (its own, then those of
+// earlier takers that died).
 const TagSep = "_"
 
-// claimTag is the tag in a claim's state suffix, or "".
-func claimTag(state string) string {
+// takeTag is the tag in a take's state suffix, or "".
+func takeTag(state string) string {
 	if !strings.HasPrefix(state, ".clm-") {
 		return ""
 	}

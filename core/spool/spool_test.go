@@ -49,8 +49,8 @@ func files(t *testing.T, sp *Spool) string {
 	return strings.Join(names, " ")
 }
 
-// TestHandOver: a published request is claimed with its payload, in
-// publication order, and its requester finds the claimer's result.
+// TestHandOver: a published request is taken with its payload, in
+// publication order, and its requester finds the taker's result.
 func TestHandOver(t *testing.T) {
 	sp := openTemp(t)
 	r1, err := sp.Publish([]byte("one"))
@@ -62,17 +62,17 @@ func TestHandOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, ok, _ := r1.Result(); ok {
-		t.Fatal("result before any claim")
+		t.Fatal("result before any take")
 	}
-	cs, err := sp.Claim("", 10, "7")
+	cs, err := sp.Take("", 10, "7")
 	if err != nil || len(cs) != 2 {
-		t.Fatalf("claimed %d, %v", len(cs), err)
+		t.Fatalf("taken %d, %v", len(cs), err)
 	}
 	if string(cs[0].Payload) != "one" || string(cs[1].Payload) != "two" {
 		t.Fatalf("payloads %q %q, want publication order", cs[0].Payload, cs[1].Payload)
 	}
 	if ok, err := r1.Withdraw(); ok || err != nil {
-		t.Fatalf("withdrew a claimed request: %v %v", ok, err)
+		t.Fatalf("withdrew a taken request: %v %v", ok, err)
 	}
 	for i, c := range cs {
 		if err := c.Finish([]byte("res" + strconv.Itoa(i))); err != nil {
@@ -102,12 +102,12 @@ func TestPublishRecreatesDirectory(t *testing.T) {
 	if _, err := sp.Publish([]byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	if cs, _ := sp.Claim("", 10, "7"); len(cs) != 1 {
-		t.Fatal("the request published after the directory's removal was not claimed")
+	if cs, _ := sp.Take("", 10, "7"); len(cs) != 1 {
+		t.Fatal("the request published after the directory's removal was not taken")
 	}
 }
 
-// TestWithdraw: a request taken back before any claim is never claimed.
+// TestWithdraw: a request taken back before any take is never taken.
 func TestWithdraw(t *testing.T) {
 	sp := openTemp(t)
 	r, err := sp.Publish([]byte("x"))
@@ -117,14 +117,14 @@ func TestWithdraw(t *testing.T) {
 	if ok, err := r.Withdraw(); !ok || err != nil {
 		t.Fatalf("withdraw: %v %v", ok, err)
 	}
-	if cs, _ := sp.Claim("", 10, "7"); len(cs) != 0 {
-		t.Fatal("a withdrawn request was claimed")
+	if cs, _ := sp.Take("", 10, "7"); len(cs) != 0 {
+		t.Fatal("a withdrawn request was taken")
 	}
 }
 
-// TestClaimExceptAndMax: the caller's own request is left alone, and at
+// TestTakeExceptAndMax: the caller's own request is left alone, and at
 // most max requests are taken, oldest first.
-func TestClaimExceptAndMax(t *testing.T) {
+func TestTakeExceptAndMax(t *testing.T) {
 	sp := openTemp(t)
 	var rs []*Request
 	for i := 0; i < 4; i++ {
@@ -134,12 +134,12 @@ func TestClaimExceptAndMax(t *testing.T) {
 		}
 		rs = append(rs, r)
 	}
-	cs, err := sp.Claim(rs[0].ID(), 2, "7")
+	cs, err := sp.Take(rs[0].ID(), 2, "7")
 	if err != nil || len(cs) != 2 || string(cs[0].Payload) != "b" || string(cs[1].Payload) != "c" {
-		t.Fatalf("claimed %v, %v", cs, err)
+		t.Fatalf("taken %v, %v", cs, err)
 	}
 	if ok, _ := rs[0].Withdraw(); !ok {
-		t.Error("the excepted request was claimed")
+		t.Error("the excepted request was taken")
 	}
 }
 
@@ -153,10 +153,10 @@ func deadPID(t *testing.T) int {
 	return cmd.Process.Pid
 }
 
-// TestOrphanedClaim: a claim whose claimer died is claimed again by the
-// next claimer, and its requester's Wait reports ErrOrphaned instead of
-// waiting forever; a live claimer's result reaches Wait.
-func TestOrphanedClaim(t *testing.T) {
+// TestOrphanedTake: a take whose taker died is taken again by the
+// next taker, and its requester's Wait reports ErrOrphaned instead of
+// waiting forever; a live taker's result reaches Wait.
+func TestOrphanedTake(t *testing.T) {
 	sp := openTemp(t)
 	r, err := sp.Publish([]byte("p"))
 	if err != nil {
@@ -167,17 +167,17 @@ func TestOrphanedClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := r.Wait(time.Millisecond, time.Minute); !errors.Is(err, ErrOrphaned) {
-		t.Fatalf("Wait on a dead claimer's claim: %v, want ErrOrphaned", err)
+		t.Fatalf("Wait on a dead taker's take: %v, want ErrOrphaned", err)
 	}
-	cs, err := sp.Claim("", 10, "7")
+	cs, err := sp.Take("", 10, "7")
 	if err != nil || len(cs) != 1 || string(cs[0].Payload) != "p" {
-		t.Fatalf("the orphaned claim was not claimed again: %v %v", cs, err)
+		t.Fatalf("the orphaned take was not taken again: %v %v", cs, err)
 	}
 	if !cs[0].Orphan || cs[0].PrevTag != "123" {
-		t.Errorf("orphan %v, previous tag %q: want true, the dead claimer's 123", cs[0].Orphan, cs[0].PrevTag)
+		t.Errorf("orphan %v, previous tag %q: want true, the dead taker's 123", cs[0].Orphan, cs[0].PrevTag)
 	}
 	if f, want := files(t, sp), ".clm-"+strconv.Itoa(os.Getpid())+"-7"+TagSep+"123"; f != want {
-		t.Errorf("new claim %q, want %q (the dead claimer's tag kept after ours)", f, want)
+		t.Errorf("new take %q, want %q (the dead taker's tag kept after ours)", f, want)
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -201,9 +201,9 @@ func TestOrphanedClaim(t *testing.T) {
 	}
 }
 
-// TestLiveClaimLeftAlone: another live process's claim is not taken over;
+// TestLiveTakeLeftAlone: another live process's take is not taken over;
 // once that process is gone, it is.
-func TestLiveClaimLeftAlone(t *testing.T) {
+func TestLiveTakeLeftAlone(t *testing.T) {
 	sp := openTemp(t)
 	r, err := sp.Publish([]byte("p"))
 	if err != nil {
@@ -217,16 +217,16 @@ func TestLiveClaimLeftAlone(t *testing.T) {
 	if err := os.Rename(r.path(".req"), filepath.Join(sp.dir, r.ID()+".clm-"+strconv.Itoa(other.Process.Pid))); err != nil {
 		t.Fatal(err)
 	}
-	if cs, _ := sp.Claim("", 10, "7"); len(cs) != 0 {
-		t.Fatal("a live process's claim was taken over")
+	if cs, _ := sp.Take("", 10, "7"); len(cs) != 0 {
+		t.Fatal("a live process's take was taken over")
 	}
 	if _, err := r.Wait(time.Millisecond, 30*time.Millisecond); !errors.Is(err, ErrOrphaned) {
 		t.Fatalf("Wait past its limit: %v, want ErrOrphaned", err)
 	}
 	other.Process.Kill()
 	other.Wait()
-	if cs, _ := sp.Claim("", 10, "7"); len(cs) != 1 {
-		t.Fatal("a dead process's claim was not taken over")
+	if cs, _ := sp.Take("", 10, "7"); len(cs) != 1 {
+		t.Fatal("a dead process's take was not taken over")
 	}
 }
 
@@ -234,21 +234,21 @@ func TestLiveClaimLeftAlone(t *testing.T) {
 // request in any state, so nobody commits it a second time.
 func TestDiscard(t *testing.T) {
 	sp := openTemp(t)
-	for _, claimed := range []bool{false, true} {
+	for _, taken := range []bool{false, true} {
 		r, err := sp.Publish([]byte("p"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if claimed {
+		if taken {
 			if err := os.Rename(r.path(".req"), filepath.Join(sp.dir, r.ID()+".clm-"+strconv.Itoa(deadPID(t))+"-99")); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if was, tag := r.Discard(); was != claimed || (claimed && tag != "99") {
-			t.Errorf("Discard: claimed %v tag %q, want %v", was, tag, claimed)
+		if was, tag := r.Discard(); was != taken || (taken && tag != "99") {
+			t.Errorf("Discard: taken %v tag %q, want %v", was, tag, taken)
 		}
 		if f := files(t, sp); f != "" {
-			t.Errorf("claimed=%v: files left after Discard: %s", claimed, f)
+			t.Errorf("taken=%v: files left after Discard: %s", taken, f)
 		}
 	}
 }
@@ -271,7 +271,7 @@ func TestAbandonedFilesRemoved(t *testing.T) {
 	dead := deadPID(t)
 	gone := []string{mk(dead, ".res", old), mk(dead, ".tmp", old)}
 	kept := []string{mk(dead, ".rtmp", time.Now()), mk(os.Getpid(), ".res", old)}
-	if _, err := sp.Claim("", 10, "7"); err != nil {
+	if _, err := sp.Take("", 10, "7"); err != nil {
 		t.Fatal(err)
 	}
 	checkRemoved(t, gone, kept)

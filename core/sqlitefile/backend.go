@@ -124,7 +124,7 @@ func (s *Store) LockPath() string { return s.lockPath }
 // Acquired is how many link() attempts an acquisition cost, i.e. how hard
 // waiting polled the shared filesystem's metadata server; Held per
 // Acquired is the mean time an operation kept everyone else waiting.
-func (s *Store) LockStats() lock.Stats { return s.lk.Stats() }
+func (s *Store) LockStats() lock.Counters { return s.lk.Counters() }
 
 // renewLease is the fence's renewal (a write found the lease over, after a
 // stall): it confirms the lock again, and keeps why it could not.

@@ -40,7 +40,7 @@ import (
 //     committer's clock dates the rows, as if the requester had committed
 //     at that moment;
 //   - a requester whose wait times out or is interrupted withdraws its
-//     request if nobody has claimed it: the error then means nothing was
+//     request if nobody has taken it: the error then means nothing was
 //     written. If a committer already has it, the requester waits for that
 //     transaction's outcome (it holds the lock and is committing) and
 //     reports it. Only if that committer dies before leaving the outcome is
@@ -48,10 +48,10 @@ import (
 //   - if a group's transaction fails, every requester of it commits its own
 //     rows alone, as without group commit, and sees its own error;
 //   - a committer killed after its COMMIT but before leaving the results
-//     leaves claims that the next committer commits again: the rows are
+//     leaves takes that the next committer commits again: the rows are
 //     there, and a row found exactly as requested (program, schedule,
 //     result, host, user, project) and dated by the dead committer's
-//     transaction (its claims carry that date) counts as written for that
+//     transaction (its takes carry that date) counts as written for that
 //     requester. A row written earlier by anyone else, even with the same
 //     values, does not: record then returns False, as for any key that
 //     existed.
@@ -66,7 +66,7 @@ import (
 // the spool's payload) and what this backend learnt of their fate.
 type writeRequest struct {
 	storage.Write
-	// prevStamps: committers that died had claimed this request and may
+	// prevStamps: committers that died had taken this request and may
 	// have committed its rows, dated by one of prevStamps; a row found
 	// exactly as requested with such a date counts as written.
 	prevStamps []string
@@ -135,7 +135,7 @@ func (s *Store) writeRecords(ctx context.Context, req *writeRequest) (int, error
 		ran = true
 		if h.pub != nil {
 			// Under the lock no committer is at work: a result is final,
-			// and a claim without one was left by a dead committer.
+			// and a take without one was left by a dead committer.
 			switch res, ok, err := h.result(); {
 			case err != nil:
 				return err
@@ -144,7 +144,7 @@ func (s *Store) writeRecords(ctx context.Context, req *writeRequest) (int, error
 				return nil
 			}
 			// Ours to commit now, and nobody else's.
-			if claimed, tags := h.pub.Discard(); claimed {
+			if taken, tags := h.pub.Discard(); taken {
 				req.prevStamps = tagStamps(tags)
 			}
 		}
@@ -218,15 +218,15 @@ func (s *Store) commitAlone(ctx context.Context, req *writeRequest) (int, error)
 // is committed by itself. It runs under the lock.
 func (s *Store) commitGroup(db *sqlite.DB, req *writeRequest, sp *spool.Spool) (int, error) {
 	at := time.Now()
-	var claimed []*spool.Claimed
+	var taken []*spool.Taken
 	if sp != nil {
-		// The claims carry the transaction's date: if this process dies
+		// The takes carry the transaction's date: if this process dies
 		// after its COMMIT, the next committer can tell its rows.
-		claimed, _ = sp.Claim("", tuning.MaxGroup, strconv.FormatInt(at.UnixMicro(), 10))
+		taken, _ = sp.Take("", tuning.MaxGroup, strconv.FormatInt(at.UnixMicro(), 10))
 	}
 	reqs := []*writeRequest{req}
-	var mine []*spool.Claimed // the claims whose payload could be read
-	for _, c := range claimed {
+	var mine []*spool.Taken // the takes whose payload could be read
+	for _, c := range taken {
 		var r writeRequest
 		if err := json.Unmarshal(c.Payload, &r); err != nil {
 			leaveResult(c, writeResult{Retry: true})
@@ -258,8 +258,8 @@ func (s *Store) commitGroup(db *sqlite.DB, req *writeRequest, sp *spool.Spool) (
 	return n[0], nil
 }
 
-// tagStamps are the dates of the transactions whose claims carried tags
-// (see commitGroup and spool.Claimed.PrevTag).
+// tagStamps are the dates of the transactions whose takes carried tags
+// (see commitGroup and spool.Taken.PrevTag).
 func tagStamps(tags string) []string {
 	var out []string
 	for _, tag := range strings.Split(tags, spool.TagSep) {
@@ -270,9 +270,9 @@ func tagStamps(tags string) []string {
 	return out
 }
 
-// leaveResult leaves a requester its result; if that fails, the claim stays and
+// leaveResult leaves a requester its result; if that fails, the take stays and
 // its requester, finding no result, commits its rows itself.
-func leaveResult(c *spool.Claimed, res writeResult) {
+func leaveResult(c *spool.Taken, res writeResult) {
 	b, _ := json.Marshal(res)
 	_ = c.Finish(b)
 }

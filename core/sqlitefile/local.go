@@ -40,10 +40,10 @@ type localFiles struct {
 	spoolErr error
 	// changes logs this store's commits and changeReader follows the
 	// node's (cache.go); none when the cache is not used or the log is
-	// off. changeHold marks the log used while the store is open.
+	// off. changeMark marks the log used while the store is open.
 	changes      *changelog.Writer
 	changeReader *changelog.Reader
-	changeHold   *changelog.Holder
+	changeMark   *changelog.Mark
 	notices      []string
 }
 
@@ -109,9 +109,9 @@ func (s *Store) openLocal() {
 	}
 	if logged {
 		name := nodelocal.Name(nodelocal.ChangeLogPrefix, s.lockPath)
-		h, err := changelog.Hold(dir, name)
+		h, err := changelog.MarkUsed(dir, name)
 		if !note("change log", err, "change log") {
-			s.local.changes, s.local.changeReader, s.local.changeHold = changelog.NewWriter(dir, name), changelog.NewReader(dir, name), h
+			s.local.changes, s.local.changeReader, s.local.changeMark = changelog.NewWriter(dir, name), changelog.NewReader(dir, name), h
 		}
 	}
 }
@@ -130,8 +130,8 @@ func (s *Store) closeLocal() {
 	if lf.changes != nil {
 		lf.changes.Close()
 		lf.changeReader.Close()
-		lf.changeHold.Release()
-		lf.changes, lf.changeReader, lf.changeHold = nil, nil, nil
+		lf.changeMark.Release()
+		lf.changes, lf.changeReader, lf.changeMark = nil, nil, nil
 	}
 	lf.queue.Close()
 	lf.queue = nil
