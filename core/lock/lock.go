@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/internal/wait"
 	"github.com/tirastore/tirastore/core/nodequeue"
 	"github.com/tirastore/tirastore/core/tuning"
 )
@@ -298,7 +299,7 @@ func (l *Lock) lockLocal(ctx context.Context, start, deadline time.Time) error {
 		return nil
 	default:
 	}
-	timeout, stop := deadlineTimer(deadline)
+	timeout, stop := wait.Deadline(deadline)
 	defer stop()
 	select {
 	case l.sem <- struct{}{}:
@@ -401,7 +402,7 @@ func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (*cla
 		if !deadline.IsZero() {
 			d = min(d, deadline.Sub(now))
 		}
-		if err := sleepCtx(ctx, d); err != nil {
+		if err := wait.Sleep(ctx, d); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -435,38 +436,6 @@ func (l *Lock) backoff(attempt int, gated bool) time.Duration {
 		}
 	}
 	return rand.N(ceil + 1)
-}
-
-// sleepCtx sleeps d, returning early with ctx.Err() when ctx is done. ctx is
-// also polled every tuning.CtxPoll, in case its Done channel is not the only signal.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	end := time.Now().Add(d)
-	for {
-		left := time.Until(end)
-		if left <= 0 {
-			return ctx.Err()
-		}
-		t := time.NewTimer(min(left, tuning.CtxPoll))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-	}
-}
-
-// deadlineTimer is a channel that fires at deadline (nil, never, for the
-// zero time) and the function that stops its timer.
-func deadlineTimer(deadline time.Time) (<-chan time.Time, func()) {
-	if deadline.IsZero() {
-		return nil, func() {}
-	}
-	t := time.NewTimer(time.Until(deadline))
-	return t.C, func() { t.Stop() }
 }
 
 // heartbeat is the goroutine that keeps a held lock fresh.

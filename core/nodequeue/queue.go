@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tirastore/tirastore/core/internal/wait"
 	"github.com/tirastore/tirastore/core/nodelocal"
 	"github.com/tirastore/tirastore/core/tuning"
 )
@@ -384,7 +385,7 @@ func (q *Queue) awaitLull(ctx context.Context, deadline time.Time) error {
 		until = deadline
 	}
 	for q.queueBusy() && time.Now().Before(until) {
-		if err := sleepCtx(ctx, tuning.LullPoll); err != nil {
+		if err := wait.Sleep(ctx, tuning.LullPoll); err != nil {
 			return err
 		}
 	}
@@ -471,7 +472,7 @@ func (q *Queue) wait(ctx context.Context, deadline time.Time, at, also int64, sc
 			}
 		}
 	}()
-	timeout, stop := deadlineTimer(deadline)
+	timeout, stop := wait.Deadline(deadline)
 	defer stop()
 	poll := time.NewTicker(tuning.CtxPoll)
 	defer poll.Stop()
@@ -597,30 +598,7 @@ func (q *Queue) YieldIfDue(ctx context.Context, maxBackoff time.Duration) error 
 	}
 	st.streak = 0
 	q.setState(st)
-	return sleepCtx(ctx, rand.N(min(maxBackoff, tuning.QueuedMaxBackoff)+1))
-}
-
-// sleepCtx sleeps d, returning early with ctx.Err() when ctx is done. ctx
-// is also polled every tuning.CtxPoll, in case its Done channel is not the
-// only signal. (The same as the lock's.)
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	end := time.Now().Add(d)
-	for {
-		left := time.Until(end)
-		if left <= 0 {
-			return ctx.Err()
-		}
-		t := time.NewTimer(min(left, tuning.CtxPoll))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-	}
+	return wait.Sleep(ctx, rand.N(min(maxBackoff, tuning.QueuedMaxBackoff)+1))
 }
 
 // monoNow is CLOCK_MONOTONIC in nanoseconds, as the lock's lease reads it
@@ -635,20 +613,10 @@ var monoBase, monoBaseTime = func() (int64, time.Time) {
 	return ts.Nano(), t
 }()
 
-// deadlineTimer is a channel that fires at deadline (nil, never, for the
-// zero time) and the function that stops its timer.
-func deadlineTimer(deadline time.Time) (<-chan time.Time, func()) {
-	if deadline.IsZero() {
-		return nil, func() {}
-	}
-	t := time.NewTimer(time.Until(deadline))
-	return t.C, func() { t.Stop() }
-}
-
 // waitChan waits until ch is closed, ctx is done or deadline passes
 // (ErrTimeout).
 func waitChan(ctx context.Context, deadline time.Time, ch <-chan struct{}) error {
-	timeout, stop := deadlineTimer(deadline)
+	timeout, stop := wait.Deadline(deadline)
 	defer stop()
 	select {
 	case <-ch:
