@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/internal/pytest"
+	"github.com/tirastore/tirastore/core/internal/queuechild"
 )
 
 // goRecord is the record a Go holder with the given identity would write.
@@ -409,7 +410,7 @@ func TestDeadHolderBrokenAtOnce(t *testing.T) {
 	if self().bootID == "" || self().pidNS == 0 {
 		t.Skip("no /proc identity on this system: no dead-holder rule")
 	}
-	dir := physTempDir(t)
+	dir := queuechild.PhysTempDir(t)
 	path := filepath.Join(dir, "cache.db.lock")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestLockHolderChild$", "-test.count=1")
 	cmd.Env = append(os.Environ(), envHoldDir+"="+dir)
@@ -458,7 +459,7 @@ func TestSweepSparesWhatItCannotProveDead(t *testing.T) {
 	if self().bootID == "" || self().pidNS == 0 {
 		t.Skip("no /proc identity on this system")
 	}
-	dir := physTempDir(t)
+	dir := queuechild.PhysTempDir(t)
 	path := filepath.Join(dir, "cache.db.lock")
 	l := newLock(t, path, Options{Hostname: "h1"})
 	dead := exec.Command("true")
@@ -797,7 +798,7 @@ func TestReleaseStopsHeartbeat(t *testing.T) {
 }
 
 func TestAsideName(t *testing.T) {
-	dir := physTempDir(t)
+	dir := queuechild.PhysTempDir(t)
 	short := asideName(filepath.Join(dir, "cache.db.lock"), "node1")
 	if !strings.HasPrefix(filepath.Base(short), "cache.db.lock.stale.node1."+strconv.Itoa(os.Getpid())+".") {
 		t.Errorf("aside name %q", short)
@@ -1017,7 +1018,7 @@ func TestBreakerOvertakenBeforeBreakLock(t *testing.T) {
 // have stayed unchanged for longer than StaleTimeout; younger ones and any
 // file with a second link (a lock, a break lock) stay.
 func TestSweepRemovesProvablyOldLeftovers(t *testing.T) {
-	dir := physTempDir(t)
+	dir := queuechild.PhysTempDir(t)
 	path := filepath.Join(dir, "cache.db.lock")
 	l := newLock(t, path, Options{Hostname: "h1", StaleTimeout: 300 * time.Millisecond})
 	old := map[string]string{

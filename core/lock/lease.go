@@ -7,8 +7,7 @@ import (
 	"os"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/tirastore/tirastore/core/internal/mono"
 	"github.com/tirastore/tirastore/core/nodequeue"
 )
 
@@ -57,19 +56,6 @@ type Fence interface {
 
 // noLease is the deadline of a lock that is never broken (StaleTimeout < 0).
 const noLease = math.MaxInt64
-
-// monoNow is CLOCK_MONOTONIC in nanoseconds, the clock of the fence's
-// deadlines (the VFS reads the same clock in C). It is read once, and
-// followed from then on by Go's monotonic clock, which on Linux is the
-// same CLOCK_MONOTONIC read through the vDSO: no system call per use.
-func monoNow() int64 { return monoBase + int64(time.Since(monoBaseTime)) }
-
-var monoBase, monoBaseTime = func() (int64, time.Time) {
-	var ts unix.Timespec
-	t := time.Now()
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // cannot fail on Linux
-	return ts.Nano(), t
-}()
 
 // leaseFor is how long after a confirmation the holder may write without
 // confirming again (see above); 0 for a lock that is never broken.
@@ -137,7 +123,7 @@ func (e *LostError) Unwrap() error { return e.Cause }
 // lostError describes the loss of the lock l held (l.mu held), with the
 // current holder if it can be read.
 func (l *Lock) lostError(cause error) *LostError {
-	e := &LostError{Path: l.path, Confirmed: time.Duration(monoNow() - l.confirmedAt), Stale: l.opt.StaleTimeout,
+	e := &LostError{Path: l.path, Confirmed: time.Duration(mono.Now() - l.confirmedAt), Stale: l.opt.StaleTimeout,
 		Cause: cause, now: l.clock()}
 	if cause == nil {
 		if h, err := ReadHolder(l.path); err == nil {
@@ -189,7 +175,7 @@ func (l *Lock) confirmLocked() error {
 	if l.lost != nil {
 		return l.lost
 	}
-	t := monoNow()
+	t := mono.Now()
 	l.noteProgress()
 	if err := c.beat(l.clock()); err != nil {
 		return l.lostError(fmt.Errorf("rewriting the lock file failed: %w", err))

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/tirastore/tirastore/core/internal/mono"
 )
 
 // fakeFence records what a Lock tells its fence.
@@ -39,13 +39,13 @@ func TestLeaseFollowsConfirmations(t *testing.T) {
 	opt.StaleTimeout, opt.HeartbeatInterval, opt.Fence = 3*time.Second, 50*time.Millisecond, f
 	l := newLock(t, path, opt)
 	defer l.Close()
-	before := monoNow()
+	before := mono.Now()
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	d, n, _ := f.last()
 	want := int64(heartbeatGrace(50*time.Millisecond, 3*time.Second) / 2)
-	if n != 1 || d < before+want || d > monoNow()+want {
+	if n != 1 || d < before+want || d > mono.Now()+want {
 		t.Fatalf("after Acquire: %d extensions, deadline %d, want one about %d ns ahead", n, d-before, want)
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -96,18 +96,5 @@ func TestConfirmFindsBrokenLock(t *testing.T) {
 	}
 	if _, err := os.Stat(path); err != nil {
 		t.Errorf("Release removed the new holder's lock: %v", err)
-	}
-}
-
-// TestMonoNowIsClockMonotonic: the deadlines Go computes are on the clock
-// the VFS reads in C (CLOCK_MONOTONIC).
-func TestMonoNowIsClockMonotonic(t *testing.T) {
-	time.Sleep(20 * time.Millisecond)
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		t.Fatal(err)
-	}
-	if d := monoNow() - ts.Nano(); d < 0 || d > int64(time.Millisecond) {
-		t.Errorf("monoNow is %v off CLOCK_MONOTONIC", time.Duration(d))
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/internal/mono"
 	"github.com/tirastore/tirastore/core/internal/wait"
 	"github.com/tirastore/tirastore/core/nodequeue"
 	"github.com/tirastore/tirastore/core/tuning"
@@ -336,7 +337,7 @@ func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (*cla
 		if err := ctx.Err(); err != nil {
 			return nil, 0, err
 		}
-		wrote := monoNow()
+		wrote := mono.Now()
 		if l.gated {
 			l.queue.NoteProgress()
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/internal/pytest"
+	"github.com/tirastore/tirastore/core/internal/queuechild"
 	"github.com/tirastore/tirastore/core/nodequeue"
 	"github.com/tirastore/tirastore/core/tuning"
 )
@@ -22,7 +23,7 @@ import (
 // newTestLock returns a lock path in a fresh directory and fast options.
 func newTestLock(t *testing.T) (string, Options) {
 	t.Helper()
-	dir := physTempDir(t)
+	dir := queuechild.PhysTempDir(t)
 	path := filepath.Join(dir, "cache.db.lock")
 	t.Cleanup(func() { os.Remove(nodequeue.File(path)) })
 	return path, Options{MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}

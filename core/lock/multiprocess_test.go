@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/internal/pytest"
+	"github.com/tirastore/tirastore/core/internal/queuechild"
 )
 
 // Environment of the child processes started by runChildren.
@@ -201,7 +202,7 @@ func TestMultiProcessMutualExclusion(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
-	dir := physTempDir(t)
+	dir := queuechild.PhysTempDir(t)
 	start := time.Now()
 	got := runChildren(t, dir, 8, 200, false)
 	if got != 1600 {
@@ -226,7 +227,7 @@ func Test64Contenders(t *testing.T) {
 		t.Skip("multi-process test")
 	}
 	const procs, contendCycles = 64, 10
-	dir := physTempDir(t)
+	dir := queuechild.PhysTempDir(t)
 	var views []string
 	if v := os.Getenv(envTestDirs); v != "" {
 		// One directory seen through several mounts ("nodes"): the children
@@ -297,7 +298,7 @@ func TestMultiProcessNegativeControl(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
-	dir := physTempDir(t)
+	dir := queuechild.PhysTempDir(t)
 	got := runChildren(t, dir, 8, 200, true)
 	t.Logf("without locking: counter = %d of 1600", got)
 	if got >= 1600 {
@@ -363,7 +364,7 @@ func TestMixedGoAndPythonWorkers(t *testing.T) {
 		t.Skip("multi-process test")
 	}
 	pytest.Python(t)
-	dir := physTempDir(t)
+	dir := queuechild.PhysTempDir(t)
 	var extra []*exec.Cmd
 	for i := 0; i < 4; i++ {
 		extra = append(extra, pytest.Command(t, pyWorker, dir, "150"))
@@ -380,7 +381,7 @@ func TestMixedGoAndPythonWorkers(t *testing.T) {
 // holder record is readable, and once stale it is broken by Go.
 func TestPythonHeldLock(t *testing.T) {
 	pytest.Python(t)
-	dir := physTempDir(t)
+	dir := queuechild.PhysTempDir(t)
 	path := filepath.Join(dir, "cache.db.lock")
 	script := `
 import json, os, socket, sys, tempfile, time

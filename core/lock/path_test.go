@@ -7,17 +7,8 @@ import (
 	"testing"
 
 	"github.com/tirastore/tirastore/core/internal/pytest"
+	"github.com/tirastore/tirastore/core/internal/queuechild"
 )
-
-// physTempDir is a temp dir with symlinks resolved (e.g. macOS /var -> /private/var).
-func physTempDir(t *testing.T) string {
-	t.Helper()
-	d, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
 
 // chdir changes directory for one (non-parallel) test.
 func chdir(t *testing.T, dir string) {
@@ -44,7 +35,7 @@ var compatNames = []struct{ in, out string }{
 }
 
 func TestPathForCompatExamples(t *testing.T) {
-	dir := physTempDir(t)
+	dir := queuechild.PhysTempDir(t)
 	for _, exist := range []bool{false, true} {
 		for _, c := range compatNames {
 			p := filepath.Join(dir, c.in)
@@ -65,7 +56,7 @@ func TestPathForCompatExamples(t *testing.T) {
 }
 
 func TestPathForRelative(t *testing.T) {
-	dir := physTempDir(t)
+	dir := queuechild.PhysTempDir(t)
 	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +83,7 @@ func TestPathForRelative(t *testing.T) {
 }
 
 func TestPathForSymlinks(t *testing.T) {
-	dir := physTempDir(t)
+	dir := queuechild.PhysTempDir(t)
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -149,7 +140,7 @@ func TestPathForRoot(t *testing.T) {
 // TestPathForMatchesPython compares with pathlib itself on one tree.
 func TestPathForMatchesPython(t *testing.T) {
 	pytest.Python(t)
-	dir := physTempDir(t)
+	dir := queuechild.PhysTempDir(t)
 	for _, s := range [][2]string{{"real", "link"}, {"real/deep", "linkdeep"}, {"../..", "up"}, {"loop2", "loop1"}, {"loop1", "loop2"}, {"nowhere", "dangling"}, {"/", "rootlink"}} {
 		if strings.HasPrefix(s[0], "real") {
 			os.MkdirAll(filepath.Join(dir, s[0]), 0o755)

@@ -1,16 +1,14 @@
 package lock
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tirastore/tirastore/core/internal/queuechild"
 	"github.com/tirastore/tirastore/core/nodelocal"
 	"github.com/tirastore/tirastore/core/nodequeue"
 )
@@ -32,60 +30,20 @@ func newLock(t testing.TB, path string, opt Options) *Lock {
 	return New(path, opt)
 }
 
-const envGateChild = "TIRASTORE_TEST_GATE_LOCK"
-
-// TestGateHolderChild holds the node queue of the lock path in
-// $TIRASTORE_TEST_GATE_LOCK (without the lock itself) until killed; it does
+// TestGateHolderChild holds the node queue of a lock path (without the
+// lock itself) for the queue tests (core/internal/queuechild); it does
 // nothing in a normal run.
 func TestGateHolderChild(t *testing.T) {
-	path := os.Getenv(envGateChild)
-	if path == "" {
-		t.Skip("helper for the gate tests")
-	}
-	q, err := nodequeue.Open(path)
-	if q == nil {
-		t.Fatalf("no gate: %v", err)
-	}
-	if err := q.Lock(context.Background(), time.Time{}, false, nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	os.Stdout.WriteString("held\n")
-	if ms, err := strconv.Atoi(os.Getenv(envGateProgress)); err == nil {
-		// A live head: it shows progress every 50 ms for ms, then leaves.
-		for end := time.Now().Add(time.Duration(ms) * time.Millisecond); time.Now().Before(end); {
-			q.NoteProgress()
-			time.Sleep(50 * time.Millisecond)
+	queuechild.Hold(t, func(path string) (progress, leave func()) {
+		q, err := nodequeue.Open(path)
+		if q == nil {
+			t.Fatalf("no gate: %v", err)
 		}
-		q.Unlock()
-		return
-	}
-	time.Sleep(time.Hour)
-}
-
-// envGateProgress makes TestGateHolderChild a live head for that many ms.
-const envGateProgress = "TIRASTORE_TEST_GATE_PROGRESS_MS"
-
-// gateHolder starts a process that holds the node queue of lockPath.
-func gateHolder(t *testing.T, lockPath string) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestGateHolderChild$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), envGateChild+"="+lockPath)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		if strings.TrimSpace(sc.Text()) == "held" {
-			return cmd
+		if err := q.Lock(context.Background(), time.Time{}, false, nil, nil); err != nil {
+			t.Fatal(err)
 		}
-	}
-	t.Fatal("gate holder did not start")
-	return nil
+		return q.NoteProgress, q.Unlock
+	})
 }
 
 // TestGateStalledHeadIsPassed: a process at the head of the node queue that
@@ -97,7 +55,7 @@ func gateHolder(t *testing.T, lockPath string) *exec.Cmd {
 func TestGateStalledHeadIsPassed(t *testing.T) {
 	path, opt := newTestLock(t)
 	opt.StaleTimeout, opt.Timeout = time.Second, 20*time.Second
-	holder := gateHolder(t, path)
+	holder := queuechild.Start(t, path)
 	l := newLock(t, path, opt)
 	defer l.Close()
 	start := time.Now()
@@ -127,7 +85,7 @@ func TestGateStalledHeadIsPassed(t *testing.T) {
 	// Negative control: no stall check.
 	path2, opt2 := newTestLock(t)
 	opt2.StaleTimeout, opt2.Timeout = time.Second, 3*time.Second
-	gateHolder(t, path2)
+	queuechild.Start(t, path2)
 	testNoStallCheck = true
 	defer func() { testNoStallCheck = false }()
 	l2 := newLock(t, path2, opt2)
@@ -143,8 +101,8 @@ func TestGateStalledHeadIsPassed(t *testing.T) {
 func TestGateLiveHeadIsWaitedFor(t *testing.T) {
 	path, opt := newTestLock(t)
 	opt.StaleTimeout, opt.Timeout = 500*time.Millisecond, 20*time.Second
-	t.Setenv(envGateProgress, "2000")
-	gateHolder(t, path)
+	t.Setenv(queuechild.EnvProgress, "2000")
+	queuechild.Start(t, path)
 	l := newLock(t, path, opt)
 	defer l.Close()
 	start := time.Now()
@@ -166,7 +124,7 @@ func TestGateLiveHeadIsWaitedFor(t *testing.T) {
 // through as soon as the process is killed (the kernel drops its lock).
 func TestGateQueuesAndKilledHolderFreesIt(t *testing.T) {
 	path, opt := newTestLock(t)
-	holder := gateHolder(t, path)
+	holder := queuechild.Start(t, path)
 	opt.Timeout = 200 * time.Millisecond
 	l := newLock(t, path, opt)
 	defer l.Close()
@@ -211,7 +169,7 @@ func TestGateQueuesAndKilledHolderFreesIt(t *testing.T) {
 // (nodequeue.Open: nil), and Acquire polls the lock file directly.
 func TestGateSwitchedOff(t *testing.T) {
 	path, opt := newTestLock(t)
-	gateHolder(t, path)
+	queuechild.Start(t, path)
 	t.Setenv("TIRASTORE_NODE_QUEUE", "0")
 	l := newLock(t, path, opt)
 	defer l.Close()
@@ -232,7 +190,7 @@ func TestPlantedGateNotUsed(t *testing.T) {
 	if _, err := nodelocal.Private(); err != nil {
 		t.Skip(err)
 	}
-	canary := physTempDir(t) + "/canary"
+	canary := queuechild.PhysTempDir(t) + "/canary"
 	if err := os.WriteFile(canary, []byte("canary canary canary canary canary canary"), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tirastore/tirastore/core/internal/queuechild"
 	"github.com/tirastore/tirastore/core/nodelocal"
 	"github.com/tirastore/tirastore/core/tuning"
 )
@@ -114,7 +115,7 @@ func TestSweepGate(t *testing.T) {
 	}
 	g.Close()
 
-	holder := gateHolder(t, path)
+	holder := queuechild.Start(t, path)
 	age()
 	Sweep(dir, name)
 	if !exists() {
@@ -145,7 +146,7 @@ func TestPlantedGateNotUsed(t *testing.T) {
 	if _, err := nodelocal.Private(); err != nil {
 		t.Skip(err)
 	}
-	canary := physTempDir(t) + "/canary"
+	canary := queuechild.PhysTempDir(t) + "/canary"
 	if err := os.WriteFile(canary, []byte("canary canary canary canary canary canary"), 0o644); err != nil {
 		t.Fatal(err)
 	}

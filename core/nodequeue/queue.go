@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tirastore/tirastore/core/internal/mono"
 	"github.com/tirastore/tirastore/core/internal/wait"
 	"github.com/tirastore/tirastore/core/nodelocal"
 	"github.com/tirastore/tirastore/core/tuning"
@@ -561,7 +562,7 @@ const progressOffset = ticketsOffset + 16
 // file and at every heartbeat.
 func (q *Queue) NoteProgress() {
 	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], uint64(monoNow()))
+	binary.LittleEndian.PutUint64(b[:], uint64(mono.Now()))
 	_, _ = q.f.WriteAt(b[:], progressOffset)
 }
 
@@ -600,18 +601,6 @@ func (q *Queue) YieldIfDue(ctx context.Context, maxBackoff time.Duration) error 
 	q.setState(st)
 	return wait.Sleep(ctx, rand.N(min(maxBackoff, tuning.QueuedMaxBackoff)+1))
 }
-
-// monoNow is CLOCK_MONOTONIC in nanoseconds, as the lock's lease reads it
-// (core/lock, lease.go): read once, and followed from then on by Go's
-// monotonic clock.
-func monoNow() int64 { return monoBase + int64(time.Since(monoBaseTime)) }
-
-var monoBase, monoBaseTime = func() (int64, time.Time) {
-	var ts unix.Timespec
-	t := time.Now()
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // cannot fail on Linux
-	return ts.Nano(), t
-}()
 
 // waitChan waits until ch is closed, ctx is done or deadline passes
 // (ErrTimeout).

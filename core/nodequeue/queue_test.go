@@ -1,7 +1,6 @@
 package nodequeue
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -15,27 +14,17 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/internal/proclocks"
+	"github.com/tirastore/tirastore/core/internal/queuechild"
 	"github.com/tirastore/tirastore/core/nodelocal"
 	"github.com/tirastore/tirastore/core/tuning"
 )
-
-// physTempDir is a temp dir with symlinks resolved (e.g. macOS /var ->
-// /private/var).
-func physTempDir(t *testing.T) string {
-	t.Helper()
-	d, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
 
 // newTestPath returns a lock path in a fresh directory (nothing is created
 // there: the queue's file is in the private directory, and removed when
 // the test ends).
 func newTestPath(t *testing.T) string {
 	t.Helper()
-	path := filepath.Join(physTempDir(t), "cache.db.lock")
+	path := filepath.Join(queuechild.PhysTempDir(t), "cache.db.lock")
 	t.Cleanup(func() { os.Remove(File(path)) })
 	return path
 }
@@ -49,37 +38,24 @@ func openGate(lockPath string) *Queue {
 	return q
 }
 
-const envGateChild = "TIRASTORE_TEST_GATE_LOCK"
+// envGateChild names the lock path of the queue tests' children.
+const envGateChild = queuechild.EnvLockPath
 
-// TestGateHolderChild holds the gate of the lock path in $TIRASTORE_TEST_GATE_LOCK
-// (without the lock itself) until killed; it does nothing in a normal run.
+// TestGateHolderChild holds the gate of a lock path (without the lock
+// itself) for the queue tests (core/internal/queuechild); it does nothing
+// in a normal run.
 func TestGateHolderChild(t *testing.T) {
-	path := os.Getenv(envGateChild)
-	if path == "" {
-		t.Skip("helper for the gate tests")
-	}
-	g := openGate(path)
-	if g == nil {
-		t.Fatal("no gate")
-	}
-	if err := g.Lock(context.Background(), time.Time{}, false, nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	os.Stdout.WriteString("held\n")
-	if ms, err := strconv.Atoi(os.Getenv(envGateProgress)); err == nil {
-		// A live head: it shows progress every 50 ms for ms, then leaves.
-		for end := time.Now().Add(time.Duration(ms) * time.Millisecond); time.Now().Before(end); {
-			g.NoteProgress()
-			time.Sleep(50 * time.Millisecond)
+	queuechild.Hold(t, func(path string) (progress, leave func()) {
+		g := openGate(path)
+		if g == nil {
+			t.Fatal("no gate")
 		}
-		g.Unlock()
-		return
-	}
-	time.Sleep(time.Hour)
+		if err := g.Lock(context.Background(), time.Time{}, false, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		return g.NoteProgress, g.Unlock
+	})
 }
-
-// envGateProgress makes TestGateHolderChild a live head for that many ms.
-const envGateProgress = "TIRASTORE_TEST_GATE_PROGRESS_MS"
 
 const (
 	envGateOrder = "TIRASTORE_TEST_GATE_ORDER"    // "read|write <name> <file>"
@@ -199,7 +175,7 @@ func blockedBytes(t *testing.T, path string) []string {
 // tests/bench/README.md, "Figures cited by the code".)
 func TestGateFIFO(t *testing.T) {
 	path := newTestPath(t)
-	holder := gateHolder(t, path)
+	holder := queuechild.Start(t, path)
 	order := filepath.Join(t.TempDir(), "order")
 	var kids []*exec.Cmd
 	names := []string{"R1", "R2", "R3", "R4", "R5"}
@@ -238,7 +214,7 @@ func TestGateWritersLane(t *testing.T) {
 		want   string
 	}{{true, true, "R W1 W2"}, {true, false, "W1 R W2"}, {false, false, "W1 W2 R"}} {
 		path := newTestPath(t)
-		holder := gateHolder(t, path)
+		holder := queuechild.Start(t, path)
 		order := filepath.Join(t.TempDir(), "order")
 		env := []string{envWriteLull + "=0"}
 		if tc.lull {
@@ -276,7 +252,7 @@ func TestGateWritersLane(t *testing.T) {
 // holder is gone.
 func TestGateLullBounded(t *testing.T) {
 	path := newTestPath(t)
-	holder := gateHolder(t, path)
+	holder := queuechild.Start(t, path)
 	order := filepath.Join(t.TempDir(), "order")
 	w := orderChild(t, path, "write", "W", order, 0, envWriteLull+"=50")
 	deadline := time.Now().Add(30 * time.Second)
@@ -293,29 +269,6 @@ func TestGateLullBounded(t *testing.T) {
 	if got := readOrder(t, order); got != "W" {
 		t.Errorf("order %q", got)
 	}
-}
-
-// gateHolder starts a process that holds the gate of lockPath.
-func gateHolder(t *testing.T, lockPath string) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestGateHolderChild$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), envGateChild+"="+lockPath)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		if strings.TrimSpace(sc.Text()) == "held" {
-			return cmd
-		}
-	}
-	t.Fatal("gate holder did not start")
-	return nil
 }
 
 // TestGateSwitchedOff: with TIRASTORE_NODE_QUEUE=0 Open gives no queue
@@ -386,7 +339,7 @@ func TestGateFileRemovedWhenIdle(t *testing.T) {
 		t.Fatalf("gate file left after the last Close: %v", err)
 	}
 	// Another process holds the gate: closing ours must leave the file.
-	gateHolder(t, path)
+	queuechild.Start(t, path)
 	g = openGate(path)
 	g.Close()
 	if _, err := os.Stat(File(path)); err != nil {
