@@ -62,7 +62,7 @@ var methods = map[string]method{
 		if err != nil {
 			return nil, err
 		}
-		return keys.ProgramHash(s), nil
+		return core.ProgramHash(s), nil
 	}},
 	// error_table is core/apierr.Table, one {"status", "name", "python",
 	// "doc"} object per row in status order: what a binding needs to map

@@ -160,8 +160,9 @@ func parseNumberList(s string) ([]float64, bool) {
 // has just looked up (to send the hash instead from then on) does not
 // hash it again.
 type programHashes struct {
-	mu sync.Mutex
-	m  map[string]string
+	mu       sync.Mutex
+	m        map[string]string
+	computed int // hashes computed (not remembered), for tests
 }
 
 var progHashes programHashes
@@ -175,6 +176,7 @@ func (p *programHashes) hash(source string) string {
 	}
 	h = keys.ProgramHash(source)
 	p.mu.Lock()
+	p.computed++
 	if p.m == nil || len(p.m) >= tuning.MaxProgramHashes {
 		p.m = make(map[string]string)
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/tirastore/tirastore/core/keys"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/storage"
 )
@@ -151,6 +152,48 @@ func BenchmarkHitReply(b *testing.B) {
 			r := &Result{Schedule: rec.Schedule}
 			r.legal, r.times, _ = parseResult(rec.Key, rec.ResultJSON)
 			_, _ = pyjson.Marshal(r, pyjson.Compact)
+		}
+	})
+}
+
+// The first lookup of a new source hashes it once: the binding's
+// make_program_hash that follows (to send the hash from then on, capi's
+// make_program_hash is ProgramHash) and the later lookups by source find
+// it remembered.
+func TestNewSourceHashedOnce(t *testing.T) {
+	st := openTemp(t, Options{CPUModel: "X"})
+	count := func() int {
+		progHashes.mu.Lock()
+		defer progHashes.mu.Unlock()
+		return progHashes.computed
+	}
+	step := func(what string, want int, fn func()) {
+		t.Helper()
+		before := count()
+		fn()
+		if n := count() - before; n != want {
+			t.Fatalf("%s: %d hashes computed, want %d", what, n, want)
+		}
+	}
+	other := "void other() { /* " + t.Name() + " */ }"
+	step("ProgramHash of a new source", 1, func() { ProgramHash(other) })
+	source := "void once() { /* " + t.Name() + " */ }"
+	step("first lookup", 1, func() {
+		if _, err := st.Lookup(ctx, "p", source, sched); err != nil {
+			t.Fatal(err)
+		}
+	})
+	step("ProgramHash after it", 0, func() {
+		if h := ProgramHash(source); h != keys.ProgramHash(source) {
+			t.Fatalf("ProgramHash = %s", h)
+		}
+	})
+	step("contains and record by source", 0, func() {
+		if _, err := st.Contains(ctx, "p", source, sched); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Record(ctx, "p", source, Measurement{Schedule: sched, IsLegal: false}, false); err != nil {
+			t.Fatal(err)
 		}
 	})
 }
