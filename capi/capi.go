@@ -241,10 +241,13 @@ func tirastoreGo_close(handle C.uint64_t, out **C.char) (status C.int) {
 // JSON object of its arguments (NULL means {}). Utility methods
 // ("version", "normalize_schedule", "validate_schedule",
 // "normalize_program", "make_program_hash", "make_record_key") take
-// handle 0. *out receives {"result": ...} or {"error": ...}; the caller
-// frees it with tirastore_free. Results may contain the non-standard
-// tokens NaN and Infinity when a stored measurement holds them (as
-// Python's json module writes them).
+// handle 0, as does "error_table" (the status codes with their names and
+// Python classes). An argument value a binding cannot write as JSON (a
+// Python bytes, say) may be sent as {"\u0000type": "<its type name>"}: the
+// TypeError then names that type. *out receives {"result": ...} or
+// {"error": ...}; the caller frees it with tirastore_free. Results may
+// contain the non-standard tokens NaN and Infinity when a stored
+// measurement holds them (as Python's json module writes them).
 //
 //export tirastoreGo_call
 func tirastoreGo_call(handle C.uint64_t, method *C.char, args_json *C.char, out **C.char) (status C.int) {
