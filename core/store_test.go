@@ -149,6 +149,35 @@ func TestNotADatabase(t *testing.T) {
 	}
 }
 
+// A URL is not a file path: it is refused, naming it, and nothing is
+// created (the original made a directory named after the scheme). A path
+// that only contains "://" after something that is no URL scheme is a path.
+func TestURLRefused(t *testing.T) {
+	dir := t.TempDir()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chdir(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chdir(wd)
+	for _, url := range []string{"postgresql://u@/tira?host=/run/pg", "postgres://h:5432/db", "sqlite+x://a"} {
+		_, err := Open(ctx, url, Options{CPUModel: "X"})
+		if KindOf(err) != KindValue || !strings.Contains(err.Error(), "is a URL") {
+			t.Errorf("%s: %v, want a ValueError saying it is a URL", url, err)
+		}
+	}
+	if names, _ := os.ReadDir(dir); len(names) != 0 {
+		t.Errorf("refused URLs left %v in the working directory", names)
+	}
+	st, err := Open(ctx, "not a scheme://cache.db", Options{CPUModel: "X"})
+	if err != nil {
+		t.Fatalf("a path with \"://\" after a space: %v", err)
+	}
+	st.Close()
+}
+
 func TestNewerSchemaRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cache.db")
 	st, err := Open(ctx, path, Options{CPUModel: "X"})
