@@ -268,10 +268,22 @@ func TestBreakerPutsBackHeartbeatedLock(t *testing.T) {
 	}
 	b := newLock(t, path, Options{Hostname: "breaker"})
 	var judged lockState
+	confirmed := func() int64 {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.confirmedAt
+	}
 	setHook(t, &testHookBeforeRename, func(*Lock) {
+		// Wait for a whole heartbeat: its write (the state the re-check
+		// sees changed) and its confirmation (the lstat that must not
+		// fall into the moment the lock is aside: a holder that confirms
+		// then finds its lock gone and counts it lost, which is right for
+		// a holder that stalled past the stale timeout, the only one a
+		// breaker judges stale outside this test).
+		before := confirmed()
 		deadline := time.Now().Add(10 * time.Second)
 		for time.Now().Before(deadline) {
-			if _, st, err := readHolder(path); err == nil && st != judged {
+			if _, st, err := readHolder(path); err == nil && st != judged && confirmed() != before {
 				return
 			}
 			time.Sleep(time.Millisecond)
