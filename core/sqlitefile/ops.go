@@ -137,3 +137,14 @@ func (w writer) PutRecord(r *storage.Record, overwrite bool) (bool, error) {
 
 // DeleteRecord deletes key in the transaction.
 func (w writer) DeleteRecord(key string) (bool, error) { return w.tx.DeleteRecord(key) }
+
+// PutConfig writes e in the transaction.
+func (w writer) PutConfig(e *storage.ConfigEntry, overwrite bool) (bool, error) {
+	return w.tx.PutConfig(e, overwrite)
+}
+
+// DeleteConfig deletes the config entry key in the transaction.
+func (w writer) DeleteConfig(key string) (bool, error) { return w.tx.DeleteConfig(key) }
+
+// ClearConfigs deletes every config entry in the transaction.
+func (w writer) ClearConfigs() (int64, error) { return w.tx.ClearConfigs() }

@@ -51,6 +51,22 @@ type ScheduleResult struct {
 	ResultJSON string
 }
 
+// ConfigEntry is one entry of the kernel-config table (ejKernel's
+// PersistentCache): the best configuration found for a (device, op_id,
+// call_key), under the seed's key "device|op_id|call_key", as JSON text,
+// with who wrote it and when.
+type ConfigEntry struct {
+	Key          string
+	Device       string
+	OpID         string
+	CallKey      string
+	ValueJSON    string
+	Hostname     string
+	Username     string
+	CreationDate string
+	UpdateDate   string
+}
+
 // Summary is what the original's stats() counts in the tables.
 type Summary struct {
 	Total, Legal, Illegal, Programs int64
@@ -174,6 +190,14 @@ type Reader interface {
 	Summary() (*Summary, error)
 	// Keys lists record keys by creation date; limit > 0 paginates.
 	Keys(limit, offset int64) ([]string, error)
+
+	// GetConfig is the config entry of key, or nil.
+	GetConfig(key string) (*ConfigEntry, error)
+	// EachConfig calls fn for every config entry of device and op_id
+	// ("" matches any), by key.
+	EachConfig(device, opID string, fn func(*ConfigEntry) error) error
+	// CountConfigs is the number of config entries.
+	CountConfigs() (int64, error)
 }
 
 // Writer is the write side of an Update.
@@ -185,6 +209,14 @@ type Writer interface {
 	PutRecord(r *Record, overwrite bool) (bool, error)
 	// DeleteRecord removes a record and reports whether it existed.
 	DeleteRecord(key string) (bool, error)
+
+	// PutConfig inserts e, or replaces the entry of its key if overwrite
+	// (keeping its creation date); it reports whether it wrote.
+	PutConfig(e *ConfigEntry, overwrite bool) (bool, error)
+	// DeleteConfig removes a config entry and reports whether it existed.
+	DeleteConfig(key string) (bool, error)
+	// ClearConfigs removes every config entry and says how many.
+	ClearConfigs() (int64, error)
 }
 
 // ErrNoProgram is Writer.PutRecord's error for a record whose program row

@@ -37,6 +37,7 @@ func Run(t *testing.T, open Open) {
 		{"Update", testUpdate},
 		{"EachProgram", testEachProgram},
 		{"Backup", testBackup},
+		{"Configs", testConfigs},
 		{"Closed", testClosed},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, open) })
@@ -250,6 +251,77 @@ func testEachProgram(t *testing.T, open Open) {
 	}
 	if want := []string{"alpha:3:1", "beta:1:2", "beta:2:1"}; !slices.Equal(got, want) {
 		t.Fatalf("EachProgram order %v, want %v (by name, then hash)", got, want)
+	}
+}
+
+func testConfigs(t *testing.T, open Open) {
+	b := open(t)
+	entry := func(key, value string) *storage.ConfigEntry {
+		return &storage.ConfigEntry{Key: key, Device: "gpu:0", OpID: "op", CallKey: key, ValueJSON: value,
+			Hostname: "h", Username: "u", CreationDate: "d1", UpdateDate: "d1"}
+	}
+	// Reads of a database without config entries.
+	if err := b.View(ctx, "configs", func(r storage.Reader) error {
+		if e, err := r.GetConfig("k"); err != nil || e != nil {
+			return fmt.Errorf("get in an empty table: %+v, %v", e, err)
+		}
+		if n, err := r.CountConfigs(); err != nil || n != 0 {
+			return fmt.Errorf("count: %d, %v", n, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Update(ctx, "configs", func(w storage.Writer) error {
+		for _, k := range []string{"b", "a"} {
+			if ok, err := w.PutConfig(entry(k, "1"), false); err != nil || !ok {
+				return fmt.Errorf("put %s: %v, %v", k, ok, err)
+			}
+		}
+		if ok, err := w.PutConfig(entry("a", "2"), false); err != nil || ok {
+			return fmt.Errorf("put without overwrite: %v, %v; want false", ok, err)
+		}
+		later := entry("a", "3")
+		later.CreationDate, later.UpdateDate = "d2", "d2"
+		if ok, err := w.PutConfig(later, true); err != nil || !ok {
+			return fmt.Errorf("overwrite: %v, %v", ok, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	err := b.View(ctx, "configs", func(r storage.Reader) error {
+		e, err := r.GetConfig("a")
+		if err != nil || e == nil || e.ValueJSON != "3" || e.CreationDate != "d1" || e.UpdateDate != "d2" {
+			return fmt.Errorf("after overwrite: %+v, %v; want value 3, created d1, updated d2", e, err)
+		}
+		var keys []string
+		if err := r.EachConfig("gpu:0", "", func(e *storage.ConfigEntry) error {
+			keys = append(keys, e.Key)
+			return nil
+		}); err != nil || !slices.Equal(keys, []string{"a", "b"}) {
+			return fmt.Errorf("EachConfig = %v, %v; want by key", keys, err)
+		}
+		if err := r.EachConfig("gpu:1", "", func(e *storage.ConfigEntry) error {
+			return fmt.Errorf("EachConfig of another device gave %s", e.Key)
+		}); err != nil {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Update(ctx, "configs", func(w storage.Writer) error {
+		if ok, err := w.DeleteConfig("b"); err != nil || !ok {
+			return fmt.Errorf("delete: %v, %v", ok, err)
+		}
+		if n, err := w.ClearConfigs(); err != nil || n != 1 {
+			return fmt.Errorf("clear: %d, %v; want 1", n, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -1,0 +1,145 @@
+package core
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/pyjson"
+	"github.com/tirastore/tirastore/core/storage"
+)
+
+// # The kernel-config cache
+//
+// ejKernel's PersistentCache remembers, for kernel autotuners, the best
+// configuration found for (device, operation, call signature). Here its
+// entries live in a table of the TiraStore database (core/sqlite
+// configs.go), under the same lock as the records, so that every put is a
+// small transaction that no other process's put can undo, and a get sees
+// every other process's puts at once. The key is the seed's,
+// "device|op_id|call_key"; the value is any JSON value, NaN and the
+// infinities included, as Python's json writes them. The CPU check of the
+// records does not apply: a configuration names its device in its key.
+
+// ConfigKey is the seed's key of an entry: "device|op_id|call_key".
+func ConfigKey(device, opID, callKey string) string {
+	return strings.Join([]string{device, opID, callKey}, "|")
+}
+
+// ConfigEntry is one entry of the kernel-config cache.
+type ConfigEntry storage.ConfigEntry
+
+// PyJSON gives {device, op_id, call_key, value, hostname, username,
+// creation_date, update_date}, the value as stored.
+func (e *ConfigEntry) PyJSON() any {
+	o := pyjson.NewObjectCap(8)
+	o.Set("device", e.Device)
+	o.Set("op_id", e.OpID)
+	o.Set("call_key", e.CallKey)
+	o.Set("value", pyjson.Raw(e.ValueJSON))
+	o.Set("hostname", e.Hostname)
+	o.Set("username", e.Username)
+	o.Set("creation_date", e.CreationDate)
+	o.Set("update_date", e.UpdateDate)
+	return o
+}
+
+// checkConfigRef validates the three parts of a key.
+func checkConfigRef(device, opID, callKey string) error {
+	return checkTexts("device", device, "op_id", opID, "call_key", callKey)
+}
+
+// ConfigGet returns the entry of (device, opID, callKey), or nil.
+func (s *Store) ConfigGet(ctx context.Context, device, opID, callKey string) (*ConfigEntry, error) {
+	if err := checkConfigRef(device, opID, callKey); err != nil {
+		return nil, err
+	}
+	var e *storage.ConfigEntry
+	err := s.be.View(ctx, "config get", func(r storage.Reader) (err error) {
+		e, err = r.GetConfig(ConfigKey(device, opID, callKey))
+		return err
+	})
+	if err != nil || e == nil {
+		return nil, err
+	}
+	return (*ConfigEntry)(e), nil
+}
+
+// ConfigPut stores valueJSON (one JSON value) for (device, opID, callKey)
+// in one transaction and reports whether it wrote: with overwrite the last
+// writer wins, as in the seed; without, the first value stays and the call
+// returns false, so that concurrent tuners agree on one result.
+func (s *Store) ConfigPut(ctx context.Context, device, opID, callKey, valueJSON string, overwrite bool) (bool, error) {
+	if err := checkConfigRef(device, opID, callKey); err != nil {
+		return false, err
+	}
+	key := ConfigKey(device, opID, callKey)
+	if err := checkText("value", valueJSON); err != nil {
+		return false, err
+	}
+	if _, err := pyjson.Parse([]byte(valueJSON)); err != nil {
+		return false, wrapError(KindValue, err, "config %s: the value is not one JSON value: %v", key, err)
+	}
+	stamp := identity.NowISO(time.Now())
+	e := &storage.ConfigEntry{Key: key, Device: device, OpID: opID, CallKey: callKey, ValueJSON: valueJSON,
+		Hostname: s.hostname, Username: s.username, CreationDate: stamp, UpdateDate: stamp}
+	var wrote bool
+	err := s.be.Update(ctx, "config put", func(w storage.Writer) (err error) {
+		wrote, err = w.PutConfig(e, overwrite)
+		return err
+	})
+	return wrote, err
+}
+
+// ConfigDelete removes the entry of (device, opID, callKey) and reports
+// whether there was one.
+func (s *Store) ConfigDelete(ctx context.Context, device, opID, callKey string) (bool, error) {
+	if err := checkConfigRef(device, opID, callKey); err != nil {
+		return false, err
+	}
+	var found bool
+	err := s.be.Update(ctx, "config delete", func(w storage.Writer) (err error) {
+		found, err = w.DeleteConfig(ConfigKey(device, opID, callKey))
+		return err
+	})
+	return found, err
+}
+
+// ConfigLen is the number of entries.
+func (s *Store) ConfigLen(ctx context.Context) (n int64, err error) {
+	err = s.be.View(ctx, "config len", func(r storage.Reader) (err error) {
+		n, err = r.CountConfigs()
+		return err
+	})
+	return n, err
+}
+
+// ConfigEntries lists the entries of device and opID ("" matches any), by
+// key.
+func (s *Store) ConfigEntries(ctx context.Context, device, opID string) ([]*ConfigEntry, error) {
+	if err := checkTexts("device", device, "op_id", opID); err != nil {
+		return nil, err
+	}
+	out := []*ConfigEntry{}
+	err := s.be.View(ctx, "config entries", func(r storage.Reader) error {
+		out = out[:0]
+		return r.EachConfig(device, opID, func(e *storage.ConfigEntry) error {
+			out = append(out, (*ConfigEntry)(e))
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ConfigClear removes every entry and returns how many there were.
+func (s *Store) ConfigClear(ctx context.Context) (n int64, err error) {
+	err = s.be.Update(ctx, "config clear", func(w storage.Writer) (err error) {
+		n, err = w.ClearConfigs()
+		return err
+	})
+	return n, err
+}
