@@ -278,3 +278,46 @@ func (a *args) check(params []string) error {
 	}
 	return nil
 }
+
+// jsonValue is argument name as JSON text, for a value the engine stores
+// as it is (a config entry's): compact, ensure_ascii, as json.dumps writes
+// it with separators (",", ":"). A value the binding could not write as JSON
+// (a foreignKey marker anywhere inside) is a TypeError naming what (the
+// entry's key, say) and the type.
+func (a *args) jsonValue(name, what string) (string, error) {
+	v, ok := a.get(name)
+	if !ok {
+		return "", &core.Error{Kind: core.KindType, Message: fmt.Sprintf("%s(): missing argument %s", a.method, name)}
+	}
+	if t, bad := foreignIn(v); bad {
+		return "", &core.Error{Kind: core.KindType, Message: fmt.Sprintf("%s(): the value of %s is not JSON serializable: it holds a %s", a.method, what, t)}
+	}
+	b, err := pyjson.Marshal(v, pyjson.Compact)
+	if err != nil {
+		return "", &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("%s(): the value of %s cannot be stored: %v", a.method, what, err), Err: err}
+	}
+	return string(b), nil
+}
+
+// foreignIn finds a foreignKey marker in v and names its type.
+func foreignIn(v any) (string, bool) {
+	switch x := v.(type) {
+	case []any:
+		for _, e := range x {
+			if t, ok := foreignIn(e); ok {
+				return t, true
+			}
+		}
+	case *pyjson.Object:
+		if t, ok := foreignType(x); ok {
+			return t, true
+		}
+		for _, k := range x.Keys() {
+			e, _ := x.Get(k)
+			if t, ok := foreignIn(e); ok {
+				return t, true
+			}
+		}
+	}
+	return "", false
+}

@@ -24,7 +24,9 @@ var (
 	// readParams: the reads also accept program_hash (what make_program_hash
 	// returns) instead of program_source_code, so that a binding need not
 	// send a long source with every lookup.
-	readParams   = []string{"program_name", "program_source_code", "program_hash", "tiralib_schedule_string"}
+	readParams = []string{"program_name", "program_source_code", "program_hash", "tiralib_schedule_string"}
+	// configParams name a kernel-config entry: the parts of the seed's key.
+	configParams = []string{"device", "op_id", "call_key"}
 	recordParams = []string{"program_name", "program_source_code", "tiralib_schedule_string", "is_legal", "execution_times", "overwrite"}
 )
 
@@ -266,6 +268,57 @@ var methods = map[string]method{
 		}
 		return st.Delete(ctx, k)
 	}},
+	// The kernel-config cache (core/config.go): ejKernel's PersistentCache.
+	"config_get": {true, configParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		d, op, ck, err := configArgs(a)
+		if err != nil {
+			return nil, err
+		}
+		e, err := st.ConfigGet(ctx, d, op, ck)
+		if e == nil || err != nil {
+			return nil, err
+		}
+		return e, nil
+	}},
+	"config_put": {true, []string{"device", "op_id", "call_key", "value", "overwrite"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		d, op, ck, err := configArgs(a)
+		if err != nil {
+			return nil, err
+		}
+		v, err := a.jsonValue("value", "key "+schedule.Repr(core.ConfigKey(d, op, ck)))
+		if err != nil {
+			return nil, err
+		}
+		overwrite, err := a.boolean("overwrite", true)
+		if err != nil {
+			return nil, err
+		}
+		return st.ConfigPut(ctx, d, op, ck, v, overwrite)
+	}},
+	"config_delete": {true, configParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		d, op, ck, err := configArgs(a)
+		if err != nil {
+			return nil, err
+		}
+		return st.ConfigDelete(ctx, d, op, ck)
+	}},
+	"config_len": {true, noParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		return st.ConfigLen(ctx)
+	}},
+	"config_entries": {true, []string{"device", "op_id"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		d, err := a.optStr("device")
+		if err != nil {
+			return nil, err
+		}
+		op, err := a.optStr("op_id")
+		if err != nil {
+			return nil, err
+		}
+		return anySlice(st.ConfigEntries(ctx, d, op))
+	}},
+	"config_clear": {true, noParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		return st.ConfigClear(ctx)
+	}},
 	"writes_allowed": {true, noParams, func(_ context.Context, st *core.Store, a *args) (any, error) {
 		return st.WritesAllowed(), nil
 	}},
@@ -352,4 +405,16 @@ func anySlice[T any](xs []T, err error) (any, error) {
 		out[i] = x
 	}
 	return out, nil
+}
+
+// configArgs are the three parts of a config entry's key.
+func configArgs(a *args) (device, opID, callKey string, err error) {
+	if device, err = a.str("device"); err != nil {
+		return
+	}
+	if opID, err = a.str("op_id"); err != nil {
+		return
+	}
+	callKey, err = a.str("call_key")
+	return
 }
