@@ -23,10 +23,28 @@ type args struct {
 // function ("normalize_schedule"); tirastore_open's "TiraStore" (the
 // constructor) stays as it is.
 func displayName(method string) string {
+	if name, ok := pythonNames[method]; ok {
+		return name
+	}
 	if m, ok := methods[method]; ok && m.store {
 		return "TiraStore." + method
 	}
 	return method
+}
+
+// pythonNames are the methods that messages name by the Python method
+// they serve, when that is not TiraStore's method of the same name.
+var pythonNames = map[string]string{
+	"config_get":      "PersistentCache.get",
+	"config_value":    "PersistentCache.get",
+	"config_put":      "PersistentCache.put",
+	"config_delete":   "PersistentCache.delete",
+	"config_len":      "PersistentCache.__len__",
+	"config_entries":  "PersistentCache.entries",
+	"config_clear":    "PersistentCache.clear",
+	"config_import":   "PersistentCache.import_json",
+	"config_export":   "PersistentCache.export_json",
+	"config_location": "PersistentCache",
 }
 
 // foreignKey marks a value the caller could not write as JSON: a binding

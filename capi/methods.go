@@ -280,6 +280,20 @@ var methods = map[string]method{
 		}
 		return e, nil
 	}},
+	// config_value is config_get's fast form for bindings: [value] on a
+	// hit, null on a miss (a stored null stays distinguishable), without
+	// the entry's who and when.
+	"config_value": {true, configParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		d, op, ck, err := configArgs(a)
+		if err != nil {
+			return nil, err
+		}
+		e, err := st.ConfigGet(ctx, d, op, ck)
+		if e == nil || err != nil {
+			return nil, err
+		}
+		return []any{pyjson.Raw(e.ValueJSON)}, nil
+	}},
 	"config_put": {true, []string{"device", "op_id", "call_key", "value", "overwrite"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		d, op, ck, err := configArgs(a)
 		if err != nil {
@@ -318,6 +332,61 @@ var methods = map[string]method{
 	}},
 	"config_clear": {true, noParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		return st.ConfigClear(ctx)
+	}},
+	"config_location": {false, []string{"opname", "path"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {
+		opname, err := a.str("opname")
+		if err != nil {
+			return nil, err
+		}
+		path, err := a.optStr("path")
+		if err != nil {
+			return nil, err
+		}
+		db, js, err := core.ConfigLocation(opname, path)
+		if err != nil {
+			return nil, err
+		}
+		o := pyjson.NewObjectCap(2)
+		o.Set("db_path", db)
+		if js == "" {
+			o.Set("json_path", nil)
+		} else {
+			o.Set("json_path", js)
+		}
+		return o, nil
+	}},
+	"config_import": {true, []string{"path", "overwrite", "once"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		path, err := a.str("path")
+		if err != nil {
+			return nil, err
+		}
+		overwrite, err := a.boolean("overwrite", false)
+		if err != nil {
+			return nil, err
+		}
+		once, err := a.boolean("once", false)
+		if err != nil {
+			return nil, err
+		}
+		res, err := st.ConfigImportJSON(ctx, path, once, overwrite)
+		if err != nil {
+			return nil, err
+		}
+		return res, nil
+	}},
+	"config_export": {true, []string{"output_path"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		path, err := a.str("output_path")
+		if err != nil {
+			return nil, err
+		}
+		out, n, err := st.ConfigExportJSON(ctx, path)
+		if err != nil {
+			return nil, err
+		}
+		o := pyjson.NewObjectCap(2)
+		o.Set("path", out)
+		o.Set("entries", n)
+		return o, nil
 	}},
 	"writes_allowed": {true, noParams, func(_ context.Context, st *core.Store, a *args) (any, error) {
 		return st.WritesAllowed(), nil

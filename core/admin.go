@@ -140,20 +140,37 @@ func (s *Store) Export(ctx context.Context, path, format string) (string, error)
 		perr := &fs.PathError{Op: "open", Path: out, Err: syscall.EISDIR}
 		return "", wrapError(KindOS, perr, "cannot write export: %v", perr)
 	}
+	err = writeReplacing(out, func(w *bufio.Writer) error {
+		ew := &exportWriter{w: w, json: format == "json"}
+		err := s.be.EachProgram(ctx, ew.program)
+		if err == nil {
+			err = ew.finish()
+		}
+		if ew.err != nil {
+			err = ew.err
+		}
+		return err
+	})
+	if err != nil {
+		return "", fileWriteError(err, "export", out)
+	}
+	return out, nil
+}
+
+// writeReplacing writes the file out through fill, into a temporary file
+// beside it that is synced and renamed over out: readers of out see the
+// old file or the whole new one, never a part.
+func writeReplacing(out string, fill func(w *bufio.Writer) error) error {
 	tmp := tempBeside(out)
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
 	if err != nil {
-		k, _ := apierr.OSKind(err)
-		return "", wrapError(k, err, "cannot write export %s: %v", out, err)
+		return err
 	}
 	defer os.Remove(tmp) // after the rename: nothing
-	ew := &exportWriter{w: bufio.NewWriterSize(f, 1<<20), json: format == "json"}
-	err = s.be.EachProgram(ctx, ew.program)
+	w := bufio.NewWriterSize(f, 1<<20)
+	err = fill(w)
 	if err == nil {
-		err = ew.finish()
-	}
-	if ew.err != nil {
-		err = ew.err
+		err = w.Flush()
 	}
 	if err == nil {
 		err = f.Sync()
@@ -164,15 +181,18 @@ func (s *Store) Export(ctx context.Context, path, format string) (string, error)
 	if err == nil {
 		err = os.Rename(tmp, out)
 	}
+	return err
+}
+
+// fileWriteError is the error of writing the file out (an *Error from
+// below passes unchanged).
+func fileWriteError(err error, what, out string) error {
 	var e *Error
-	if err != nil && !errors.As(err, &e) {
-		k, _ := apierr.OSKind(err)
-		return "", wrapError(k, err, "cannot write export %s: %v", out, err)
+	if errors.As(err, &e) {
+		return err
 	}
-	if err != nil {
-		return "", err
-	}
-	return out, nil
+	k, _ := apierr.OSKind(err)
+	return wrapError(k, err, "cannot write %s %s: %v", what, out, err)
 }
 
 // exportWriter writes an export while the backend scans the programs, in

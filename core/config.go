@@ -50,16 +50,14 @@ func checkConfigRef(device, opID, callKey string) error {
 	return checkTexts("device", device, "op_id", opID, "call_key", callKey)
 }
 
-// ConfigGet returns the entry of (device, opID, callKey), or nil.
+// ConfigGet returns the entry of (device, opID, callKey), or nil: from the
+// backend's in-process cache, without the lock, when it can prove the
+// entry current (a header read), as a lookup.
 func (s *Store) ConfigGet(ctx context.Context, device, opID, callKey string) (*ConfigEntry, error) {
 	if err := checkConfigRef(device, opID, callKey); err != nil {
 		return nil, err
 	}
-	var e *storage.ConfigEntry
-	err := s.be.View(ctx, "config get", func(r storage.Reader) (err error) {
-		e, err = r.GetConfig(ConfigKey(device, opID, callKey))
-		return err
-	})
+	e, err := s.be.ConfigGet(ctx, ConfigKey(device, opID, callKey))
 	if err != nil || e == nil {
 		return nil, err
 	}

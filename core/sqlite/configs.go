@@ -28,6 +28,20 @@ const (
 	createConfigIndex = `CREATE INDEX IF NOT EXISTS idx_config_entries_device_op_id
     ON config_entries (device, op_id)`
 
+	// ConfigImportTable remembers the seed JSON files imported (see
+	// storage.ConfigImport), created by the first import.
+	ConfigImportTable       = "config_imports"
+	createConfigImportTable = `CREATE TABLE IF NOT EXISTS config_imports (
+    path         TEXT PRIMARY KEY,
+    size         INTEGER NOT NULL,
+    mtime_ns     INTEGER NOT NULL,
+    sha256       TEXT NOT NULL,
+    entries      INTEGER NOT NULL,
+    imported_at  TEXT NOT NULL,
+    hostname     TEXT NOT NULL,
+    username     TEXT NOT NULL
+)`
+
 	configColumns = `key, device, op_id, call_key, value_json, hostname, username, creation_date, update_date`
 	insertConfig  = `INSERT OR IGNORE INTO config_entries (` + configColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	upsertConfig  = `INSERT INTO config_entries (` + configColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -37,9 +51,12 @@ const (
 )
 
 // hasConfigTable reports whether the config table exists yet.
-func (d *DB) hasConfigTable() (bool, error) {
+func (d *DB) hasConfigTable() (bool, error) { return d.hasTable(ConfigTable) }
+
+// hasTable reports whether the table name exists.
+func (d *DB) hasTable(name string) (bool, error) {
 	var n int
-	err := d.queryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?`, ConfigTable).Scan(&n)
+	err := d.queryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?`, name).Scan(&n)
 	return n == 1, err
 }
 
@@ -151,4 +168,34 @@ func (tx *Tx) ClearConfigs() (int64, error) {
 		return 0, err
 	}
 	return res.RowsAffected()
+}
+
+// ConfigImported returns the import record of the JSON file path, or nil.
+func (d *DB) ConfigImported(path string) (*storage.ConfigImport, error) {
+	if ok, err := d.hasTable(ConfigImportTable); err != nil || !ok {
+		return nil, err
+	}
+	var im storage.ConfigImport
+	err := d.queryRow(`SELECT path, size, mtime_ns, sha256, entries, imported_at, hostname, username
+  FROM config_imports WHERE path = ?`, path).Scan(&im.Path, &im.Size, &im.MtimeNS, &im.SHA256, &im.Entries,
+		&im.ImportedAt, &im.Hostname, &im.Username)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &im, nil
+}
+
+// PutConfigImport inserts or replaces the import record of im.Path,
+// creating the table on first use.
+func (tx *Tx) PutConfigImport(im *storage.ConfigImport) error {
+	if _, err := tx.exec(createConfigImportTable); err != nil {
+		return err
+	}
+	_, err := tx.exec(`INSERT OR REPLACE INTO config_imports
+  (path, size, mtime_ns, sha256, entries, imported_at, hostname, username) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		im.Path, im.Size, im.MtimeNS, im.SHA256, im.Entries, im.ImportedAt, im.Hostname, im.Username)
+	return err
 }

@@ -64,6 +64,12 @@ type resultCache struct {
 	hdr     *os.File // nil: no lock-free reads (no kept connection)
 	gen     generation
 	entries map[string]*storage.Record // nil value: known to be absent
+	// configs are kernel-config entries by key (nil value: known to be
+	// absent), valid at gen as entries are. No logged commit changes a
+	// config row (config writes are not logged), so following the log
+	// keeps them; a config write is a commit that was not logged and
+	// starts the cache over.
+	configs map[string]*storage.ConfigEntry
 	// complete: programs (by hash) all of whose records are in entries;
 	// tooBig: programs found to have more than tuning.PrefetchLimit records at gen.
 	complete, tooBig map[string]bool
@@ -129,7 +135,7 @@ func (c *resultCache) forgetAll() {
 
 // reset forgets every entry (the caller holds c.mu).
 func (c *resultCache) reset() {
-	c.entries, c.complete, c.tooBig = nil, nil, nil
+	c.entries, c.complete, c.tooBig, c.configs = nil, nil, nil, nil
 }
 
 // Get returns the entry for key of program progHash if the database is
@@ -150,6 +156,44 @@ func (c *resultCache) Get(progHash, key string) (rec *storage.Record, ok bool) {
 		return nil, false
 	}
 	return c.lookup(progHash, key)
+}
+
+// GetConfig is Get for the config entry of key.
+func (c *resultCache) GetConfig(key string) (e *storage.ConfigEntry, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok = c.configs[key]; !ok || c.hdr == nil {
+		return nil, false
+	}
+	if !failpoint.Enabled(failpoint.CacheTrust) && !c.current() {
+		return nil, false
+	}
+	e, ok = c.configs[key]
+	return e, ok
+}
+
+// LoadConfig is Load for the config entry of key (no prefetch: an
+// autotuner asks for few keys, each many times).
+func (c *resultCache) LoadConfig(db *sqlite.DB, key string) (*storage.ConfigEntry, error) {
+	c.mu.Lock()
+	e, ok := c.configs[key]
+	c.mu.Unlock()
+	if ok && c.hdr != nil {
+		return e, nil
+	}
+	e, err := db.GetConfig(key)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hdr != nil {
+		if c.configs == nil || len(c.configs) >= tuning.MaxCached {
+			c.configs = make(map[string]*storage.ConfigEntry)
+		}
+		c.configs[key] = e
+	}
+	return e, nil
 }
 
 // lookup is what the entries say of key (the caller holds c.mu).

@@ -36,6 +36,30 @@ func (s *Store) cached(progHash, key string) (*storage.Record, bool) {
 	return s.cache.Get(progHash, key)
 }
 
+// ConfigGet returns the config entry of key, from the cache when it is
+// provably current, else under the lock (see resultCache.LoadConfig).
+func (s *Store) ConfigGet(ctx context.Context, key string) (*storage.ConfigEntry, error) {
+	if e, ok := s.cachedConfig(key); ok {
+		return e, nil
+	}
+	var e *storage.ConfigEntry
+	err := s.withDB(ctx, "config get", func(db *sqlite.DB) (err error) {
+		e, err = s.cache.LoadConfig(db, key)
+		return err
+	})
+	return e, err
+}
+
+// cachedConfig is the lock-free path of ConfigGet.
+func (s *Store) cachedConfig(key string) (*storage.ConfigEntry, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, false // the locked path reports it
+	}
+	return s.cache.GetConfig(key)
+}
+
 // LookupMany looks the keys up under one acquisition of the lock and in
 // one read transaction, except those the cache answers.
 func (s *Store) LookupMany(ctx context.Context, progHash string, keys []string) ([]*storage.Record, error) {
@@ -148,3 +172,6 @@ func (w writer) DeleteConfig(key string) (bool, error) { return w.tx.DeleteConfi
 
 // ClearConfigs deletes every config entry in the transaction.
 func (w writer) ClearConfigs() (int64, error) { return w.tx.ClearConfigs() }
+
+// PutConfigImport writes an import record in the transaction.
+func (w writer) PutConfigImport(im *storage.ConfigImport) error { return w.tx.PutConfigImport(im) }

@@ -67,6 +67,20 @@ type ConfigEntry struct {
 	UpdateDate   string
 }
 
+// ConfigImport remembers that a seed JSON file was imported into the
+// kernel-config table, so that it is imported once, never twice, and that
+// a later change of the file can be told apart from the content imported.
+type ConfigImport struct {
+	Path       string // absolute path of the JSON file
+	Size       int64
+	MtimeNS    int64
+	SHA256     string // of the file's bytes, hex
+	Entries    int64  // entries the file held
+	ImportedAt string
+	Hostname   string
+	Username   string
+}
+
 // Summary is what the original's stats() counts in the tables.
 type Summary struct {
 	Total, Legal, Illegal, Programs int64
@@ -147,6 +161,10 @@ type Backend interface {
 	// Contains reports whether a record row has key (no join with
 	// programs, as in the original).
 	Contains(ctx context.Context, programHash, key string) (bool, error)
+	// ConfigGet returns the config entry of key, or nil. Like Lookup, it
+	// is a hot path that a backend may answer from a cache it can prove
+	// current.
+	ConfigGet(ctx context.Context, key string) (*ConfigEntry, error)
 	// Write stores w's program (unless present) and rows in one
 	// transaction and returns how many rows it wrote (a row whose key
 	// exists is skipped unless w.Overwrite).
@@ -198,6 +216,8 @@ type Reader interface {
 	EachConfig(device, opID string, fn func(*ConfigEntry) error) error
 	// CountConfigs is the number of config entries.
 	CountConfigs() (int64, error)
+	// ConfigImported is the import record of the JSON file path, or nil.
+	ConfigImported(path string) (*ConfigImport, error)
 }
 
 // Writer is the write side of an Update.
@@ -217,6 +237,8 @@ type Writer interface {
 	DeleteConfig(key string) (bool, error)
 	// ClearConfigs removes every config entry and says how many.
 	ClearConfigs() (int64, error)
+	// PutConfigImport inserts or replaces the import record of im.Path.
+	PutConfigImport(im *ConfigImport) error
 }
 
 // ErrNoProgram is Writer.PutRecord's error for a record whose program row

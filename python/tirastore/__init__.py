@@ -4,13 +4,15 @@ One SQLite file on a shared (Lustre/NFS) filesystem, read and written by many
 Slurm jobs at once, serialized by a lock built on atomic ``link()``. A drop-in
 replacement for the original pure-Python TiraStore: same API, same database
 and lock-file formats. The engine is a Go library (``libtirastore.so``)
-loaded with cffi.
+loaded with cffi. :class:`PersistentCache` is ejKernel's kernel-config cache
+on the same engine.
 """
 
 from __future__ import annotations
 
 from tirastore import _native
 from tirastore.errors import LockLostError, TiraStoreWarning
+from tirastore.persistent_cache import ConfigEntry, PersistentCache
 from tirastore.store import LookupResult, TiraStore
 
 __version__ = _native.version()
@@ -18,6 +20,8 @@ __version__ = _native.version()
 __all__ = [
     "TiraStore",
     "LookupResult",
+    "PersistentCache",
+    "ConfigEntry",
     "LockLostError",
     "TiraStoreWarning",
     "normalize_schedule",

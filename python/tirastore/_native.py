@@ -364,15 +364,42 @@ def _default(obj: Any) -> Any:
 
 # Made once: json.dumps/json.loads with non-default options build a new
 # encoder per call, which costs more than the library call itself.
-_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=True, default=_default)
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=True, default=_default, separators=(",", ":"))
 _DECODER = json.JSONDecoder()
+
+try:  # CPython's C accelerators, which JSONEncoder.encode and json.loads wrap
+    from json.encoder import c_encode_basestring as _c_encode_basestring
+    from json.encoder import c_make_encoder as _c_make_encoder
+except ImportError:  # pragma: no cover - an interpreter without _json
+    _c_make_encoder = _c_encode_basestring = None
+
+
+def _dumps(obj: Any) -> str:
+    """_ENCODER.encode(obj), without its per-call overhead: JSONEncoder
+    builds its C encoder at every call anyway, so build it here directly
+    (with a fresh dict of markers, so that a circular reference is still
+    a ValueError and concurrent calls do not share state)."""
+    if _c_make_encoder is None or _c_encode_basestring is None:
+        return _ENCODER.encode(obj)
+    enc = _c_make_encoder({}, _default, _c_encode_basestring, None, ":", ",", False, False, True)
+    return "".join(enc(obj, 0))
+
+
+def _loads(text: str) -> Any:
+    """json.loads of a reply of the library: one JSON value and nothing
+    else, so the C scanner alone (json.loads adds two whitespace regex
+    matches, as costly as the scan of a short reply)."""
+    try:
+        return _DECODER.scan_once(text, 0)[0]
+    except StopIteration:  # not what the library writes: let json say why
+        return _DECODER.decode(text)
 
 
 def _culprit(args: dict[str, Any]) -> str:
     """The name of the first argument that cannot be sent ("an argument" if none)."""
     for name, value in args.items():
         try:
-            _ENCODER.encode(value).encode("utf-8")
+            _dumps(value).encode("utf-8")
         except (TypeError, ValueError):
             return name
     return "an argument"
@@ -382,7 +409,7 @@ def _encode(where: str, args: dict[str, Any]) -> bytes:
     # Only what the library never sees is reported here, naming the argument;
     # wrong types it judges itself (see _default).
     try:
-        text = _ENCODER.encode(args)
+        text = _dumps(args)
     except TypeError as e:  # a dict key json cannot write (a tuple, say)
         raise TypeError(f"{where}(): {_culprit(args)}: {e}") from None
     except ValueError as e:  # circular reference
@@ -401,7 +428,7 @@ def _reply(status: int, out) -> Any:
         text = ffi.string(out[0])
     finally:
         lib.tirastore_free(out[0])
-    doc = _DECODER.decode(text.decode("utf-8"))
+    doc = _loads(text.decode("utf-8"))
     if status == 0:
         return doc["result"]
     err = doc["error"]
@@ -437,6 +464,19 @@ def close_store(handle: int) -> None:
     """Close a handle (an unknown handle raises ValueError)."""
     out = ffi.new("char **")
     _reply(lib.tirastore_close(handle, out), out)
+
+
+def encode_args(where: str, **args: Any) -> bytes:
+    """The JSON payload of a call's arguments, for :func:`call_encoded`."""
+    return _encode(where, args)
+
+
+def call_encoded(handle: int, method: bytes, payload: bytes) -> Any:
+    """:func:`call` with the method name and the arguments already encoded
+    (:func:`encode_args`), for a hot path that sends the same arguments
+    again and again (``PersistentCache.get``)."""
+    out = ffi.new("char **")
+    return _reply(lib.tirastore_call(handle, method, payload, out), out)
 
 
 def call(handle: int, method: str, **args: Any) -> Any:

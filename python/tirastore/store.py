@@ -222,6 +222,12 @@ class TiraStore:
             self._reopen()
         return _native.call(self._handle, method, **args)
 
+    def _call_encoded(self, method: bytes, payload: bytes) -> Any:
+        """:meth:`_call` with arguments from :func:`tirastore._native.encode_args`."""
+        if self._copy != _native.lib_copy:
+            self._reopen()
+        return _native.call_encoded(self._handle, method, payload)
+
     def _reopen(self) -> None:
         """Open this store's handle in the library copy of the current process.
 

@@ -1,0 +1,378 @@
+package core
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tirastore/tirastore/core/apierr"
+	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/pyjson"
+	"github.com/tirastore/tirastore/core/pypath"
+	"github.com/tirastore/tirastore/core/schedule"
+	"github.com/tirastore/tirastore/core/storage"
+)
+
+// # The seed's JSON files
+//
+// ejKernel's PersistentCache keeps one JSON object per cache file, {key:
+// value} with the key "device|op_id|call_key", written by json.dump. An
+// existing file is the only copy of hours of tuning, and old readers may
+// still read it during a migration, so the engine never rewrites it on its
+// own: ConfigImportJSON copies it into the table in one transaction and
+// remembers it (path, size, mtime, SHA-256) in config_imports, so that an
+// automatic import (once) happens once and never twice; ConfigExportJSON
+// writes the table back in the seed's format when a user asks for it.
+
+// ConfigLocation is where PersistentCache(opname, path) keeps its entries,
+// the same from every language: path "" is the seed's default,
+// ~/ejkernel-presistent-cache/<opname>.json (its spelling kept). A path
+// ending in ".json" names a seed file: the entries live in the database
+// beside it, <stem>.tirastore.db, and jsonPath is the file (imported once,
+// never rewritten unless exported to). Any other path is the database
+// itself, and jsonPath is "".
+func ConfigLocation(opname, path string) (dbPath, jsonPath string, err error) {
+	if err := checkTexts("opname", opname, "path", path); err != nil {
+		return "", "", err
+	}
+	if path == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", "", wrapError(KindOS, err, "PersistentCache(): no path given and no home directory: %v", err)
+		}
+		path = filepath.Join(home, "ejkernel-presistent-cache", opname+".json")
+	}
+	if strings.Contains(path, "://") {
+		return path, "", nil // a server's URL: the backend refuses what it does not serve
+	}
+	abs, err := pypath.Resolve(path)
+	if err != nil {
+		return "", "", wrapError(KindOS, err, "cannot resolve path %s: %v", path, err)
+	}
+	if stem, ok := strings.CutSuffix(abs, ".json"); ok && filepath.Base(stem) != "" {
+		return stem + ".tirastore.db", abs, nil
+	}
+	return abs, "", nil
+}
+
+// ConfigImportResult says what ConfigImportJSON did.
+type ConfigImportResult struct {
+	// Path is the file's absolute path; Found is false when it does not
+	// exist (once only: nothing to import).
+	Path  string
+	Found bool
+	// Entries is the number of entries in the file; Added are new keys,
+	// Replaced existing keys overwritten, Kept existing keys left as they
+	// were (no overwrite).
+	Entries, Added, Replaced, Kept int64
+	// Skipped: once, and the file was imported before (ImportedAt, by
+	// ImportedBy); nothing was read into the table. Changed: the file is
+	// no longer what was imported then (an old writer went on writing it).
+	Skipped, Changed       bool
+	ImportedAt, ImportedBy string
+	// Notice is what to tell the user when Changed (a warning).
+	Notice string
+}
+
+// PyJSON gives the result as the binding's dict.
+func (r *ConfigImportResult) PyJSON() any {
+	o := pyjson.NewObjectCap(10)
+	o.Set("path", r.Path)
+	o.Set("found", r.Found)
+	o.Set("entries", r.Entries)
+	o.Set("added", r.Added)
+	o.Set("replaced", r.Replaced)
+	o.Set("kept", r.Kept)
+	o.Set("skipped", r.Skipped)
+	o.Set("changed", r.Changed)
+	o.Set("imported_at", r.ImportedAt)
+	o.Set("imported_by", r.ImportedBy)
+	o.Set("notice", r.Notice)
+	return o
+}
+
+// seedFile is a seed JSON file read whole: its entries and what
+// config_imports remembers of it.
+type seedFile struct {
+	entries []*storage.ConfigEntry
+	mark    storage.ConfigImport
+}
+
+// resolveFile is the absolute form of a file argument.
+func resolveFile(field, path string) (string, error) {
+	if err := checkText(field, path); err != nil {
+		return "", err
+	}
+	if path == "" {
+		return "", newError(KindValue, "%s must not be empty", field)
+	}
+	abs, err := pypath.Resolve(path)
+	if err != nil {
+		return "", wrapError(KindOS, err, "cannot resolve %s %s: %v", field, path, err)
+	}
+	return abs, nil
+}
+
+// readError is the error of reading the file path.
+func readError(err error, path string) error {
+	k, ok := apierr.OSKind(err)
+	if !ok {
+		k = KindOS
+	}
+	return wrapError(k, err, "cannot read PersistentCache file %s: %v", path, err)
+}
+
+// ConfigImportJSON imports the seed JSON file path into the kernel-config
+// table in one transaction, all or nothing: with overwrite an entry of the
+// file replaces the table's entry of its key, else the table's stays. With
+// once (PersistentCache's constructor) a missing file is no error, and a
+// file imported before (by any process, under any options) is not read
+// again: the result says Skipped, and Changed when the file changed since.
+// Every import is remembered, so that a later once import skips it.
+//
+// A key is split at its first two "|" into device, op_id and call_key (the
+// seed joins them with "|", so a device or op_id holding "|" cannot be told
+// apart; the key itself is kept exactly). Entries are stamped with this
+// host, user and time.
+func (s *Store) ConfigImportJSON(ctx context.Context, path string, once, overwrite bool) (*ConfigImportResult, error) {
+	abs, err := resolveFile("path", path)
+	if err != nil {
+		return nil, err
+	}
+	res := &ConfigImportResult{Path: abs}
+	fi, err := os.Stat(abs)
+	if once && errors.Is(err, fs.ErrNotExist) {
+		return res, nil
+	}
+	if err != nil {
+		return nil, readError(err, abs)
+	}
+	if fi.IsDir() {
+		return nil, readError(&fs.PathError{Op: "open", Path: abs, Err: syscall.EISDIR}, abs)
+	}
+	res.Found = true
+	if once {
+		var mark *storage.ConfigImport
+		err := s.be.View(ctx, "config import", func(r storage.Reader) (err error) {
+			mark, err = r.ConfigImported(abs)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if mark != nil {
+			return s.skipped(res, mark, fi)
+		}
+	}
+	f, err := s.readSeedFile(abs)
+	if err != nil {
+		return nil, err
+	}
+	res.Entries = int64(len(f.entries))
+	var mark *storage.ConfigImport
+	err = s.be.Update(ctx, "config import", func(w storage.Writer) error {
+		res.Added, res.Replaced, res.Kept = 0, 0, 0
+		var err error
+		if once {
+			// Another process may have imported it since the look above.
+			if mark, err = w.ConfigImported(abs); err != nil || mark != nil {
+				return err
+			}
+		}
+		before, err := w.CountConfigs()
+		if err != nil {
+			return err
+		}
+		var wrote int64
+		for _, e := range f.entries {
+			ok, err := w.PutConfig(e, overwrite)
+			if err != nil {
+				return err
+			}
+			if ok {
+				wrote++
+			}
+		}
+		after, err := w.CountConfigs()
+		if err != nil {
+			return err
+		}
+		res.Added = after - before
+		res.Replaced = wrote - res.Added
+		res.Kept = res.Entries - wrote
+		return w.PutConfigImport(&f.mark)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if mark != nil {
+		return s.skipped(res, mark, fi)
+	}
+	res.ImportedAt, res.ImportedBy = f.mark.ImportedAt, f.mark.Username+"@"+f.mark.Hostname
+	return res, nil
+}
+
+// skipped fills res for a once import of a file imported before, as mark
+// says; fi is the file's status now.
+func (s *Store) skipped(res *ConfigImportResult, mark *storage.ConfigImport, fi os.FileInfo) (*ConfigImportResult, error) {
+	res.Skipped = true
+	res.Entries, res.ImportedAt, res.ImportedBy = mark.Entries, mark.ImportedAt, mark.Username+"@"+mark.Hostname
+	if fi.Size() != mark.Size || fi.ModTime().UnixNano() != mark.MtimeNS {
+		// Touched or rewritten: only its bytes tell.
+		sum, err := fileSHA256(res.Path)
+		if err != nil {
+			return nil, readError(err, res.Path)
+		}
+		res.Changed = sum != mark.SHA256
+	}
+	if res.Changed {
+		res.Notice = fmt.Sprintf("%s changed since it was imported into %s (%s, by %s): entries written to it "+
+			"since then are not in the cache; import_json() imports them (the cache's own entries are kept)",
+			res.Path, s.path, res.ImportedAt, res.ImportedBy)
+	}
+	return res, nil
+}
+
+// fileSHA256 is the hex SHA-256 of the file's bytes.
+func fileSHA256(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// readSeedFile reads and checks a whole seed JSON file: one object of
+// "device|op_id|call_key" keys. The seed replaces its file by rename, so
+// one open file is one consistent version of it.
+func (s *Store) readSeedFile(path string) (*seedFile, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, readError(err, path)
+	}
+	defer fh.Close()
+	fi, err := fh.Stat()
+	if err != nil {
+		return nil, readError(err, path)
+	}
+	data, err := io.ReadAll(fh)
+	if err != nil {
+		return nil, readError(err, path)
+	}
+	v, err := pyjson.Parse(data)
+	if err != nil {
+		return nil, wrapError(KindValue, err, "%s is not a PersistentCache file: %v", path, err)
+	}
+	obj, ok := v.(*pyjson.Object)
+	if !ok {
+		return nil, newError(KindValue, "%s is not a PersistentCache file: its top level is not an object", path)
+	}
+	now := time.Now()
+	stamp := identity.NowISO(now)
+	sum := sha256.Sum256(data)
+	f := &seedFile{mark: storage.ConfigImport{Path: path, Size: int64(len(data)), MtimeNS: fi.ModTime().UnixNano(),
+		SHA256: hex.EncodeToString(sum[:]), Entries: int64(obj.Len()), ImportedAt: stamp,
+		Hostname: s.hostname, Username: s.username}}
+	var bad error
+	obj.Range(func(key string, val any) bool {
+		parts := strings.SplitN(key, "|", 3)
+		if len(parts) != 3 {
+			bad = newError(KindValue, "%s: key %s is not \"device|op_id|call_key\"", path, schedule.Repr(key))
+			return false
+		}
+		if bad = checkConfigRef(parts[0], parts[1], parts[2]); bad != nil {
+			bad = wrapError(KindValue, bad, "%s: key %s: %v", path, schedule.Repr(key), bad)
+			return false
+		}
+		b, err := pyjson.Marshal(val, pyjson.Compact)
+		if err != nil {
+			bad = wrapError(KindValue, err, "%s: key %s: %v", path, schedule.Repr(key), err)
+			return false
+		}
+		f.entries = append(f.entries, &storage.ConfigEntry{Key: key, Device: parts[0], OpID: parts[1],
+			CallKey: parts[2], ValueJSON: string(b), Hostname: s.hostname, Username: s.username,
+			CreationDate: stamp, UpdateDate: stamp})
+		return true
+	})
+	if bad != nil {
+		return nil, bad
+	}
+	return f, nil
+}
+
+// ConfigExportJSON writes every config entry to path in the seed's format
+// (json.dump's: one object {key: value}, by key, separators ", " and ": "),
+// replacing the file atomically as the seed did, and returns the absolute
+// path and the number of entries. Exporting to a file imported before
+// updates its import record: what it holds now came from the table, so a
+// later once import does not report it changed.
+func (s *Store) ConfigExportJSON(ctx context.Context, path string) (string, int64, error) {
+	out, err := resolveFile("output_path", path)
+	if err != nil {
+		return "", 0, err
+	}
+	if fi, err := os.Stat(out); err == nil && fi.IsDir() {
+		perr := &fs.PathError{Op: "open", Path: out, Err: syscall.EISDIR}
+		return "", 0, wrapError(KindOS, perr, "cannot write PersistentCache file: %v", perr)
+	}
+	var n int64
+	err = s.be.Update(ctx, "config export", func(w storage.Writer) error {
+		n = 0
+		err := writeReplacing(out, func(bw *bufio.Writer) error {
+			err := w.EachConfig("", "", func(e *storage.ConfigEntry) error {
+				v, err := pyjson.Parse([]byte(e.ValueJSON))
+				if err == nil {
+					k, _ := pyjson.Marshal(e.Key, pyjson.Default)
+					var b []byte
+					if b, err = pyjson.Marshal(v, pyjson.Default); err == nil {
+						sep := ", "
+						if n == 0 {
+							sep = "{"
+						}
+						_, err = bw.WriteString(sep + string(k) + ": " + string(b))
+					}
+				}
+				if err != nil {
+					return wrapError(KindInternal, err, "config %s: %v", e.Key, err)
+				}
+				n++
+				return nil
+			})
+			if err == nil && n == 0 {
+				err = bw.WriteByte('{')
+			}
+			if err == nil {
+				err = bw.WriteByte('}')
+			}
+			return err
+		})
+		if err != nil {
+			return fileWriteError(err, "PersistentCache file", out)
+		}
+		mark, err := w.ConfigImported(out)
+		if err != nil || mark == nil {
+			return err
+		}
+		fresh, err := s.readSeedFile(out)
+		if err != nil {
+			return err
+		}
+		fresh.mark.ImportedAt, fresh.mark.Hostname, fresh.mark.Username = mark.ImportedAt, mark.Hostname, mark.Username
+		return w.PutConfigImport(&fresh.mark)
+	})
+	if err != nil {
+		return "", 0, err
+	}
+	return out, n, nil
+}

@@ -1,0 +1,332 @@
+"""PersistentCache: ejKernel's kernel-config cache, on a TiraStore database.
+
+A drop-in for ``ejkernel``'s ``PersistentCache`` (same constructor, same
+``get``/``put``, same serialization rules), whose entries live in a table of
+a TiraStore database instead of one JSON file that every ``put`` rewrites:
+concurrent tuners on many nodes keep each other's results, a ``put`` is
+visible to every other process at once, and a ``put`` costs the same with
+ten entries or ten thousand. All storage, locking, caching, key and file
+rules live in the library (``core/config.go``, ``core/configjson.go``);
+this module only adapts them to the seed's Python API.
+
+>>> from tirastore import PersistentCache
+>>> cache = PersistentCache("matmul", path="tuning/matmul.json")
+>>> cache.put("gpu:0", "matmul@v1", "m=4096,n=4096", {"block_m": 128, "num_warps": 4})
+True
+>>> cache.get("gpu:0", "matmul@v1", "m=4096,n=4096")
+Namespace(block_m=128, num_warps=4)
+>>> cache.close()
+"""
+
+from __future__ import annotations
+
+import warnings
+from argparse import Namespace
+from dataclasses import asdict, dataclass, is_dataclass
+from pathlib import Path
+from typing import Any, Callable, Generic, Iterator, Optional, TypeVar
+
+from tirastore import _native
+from tirastore.errors import TiraStoreWarning
+from tirastore.store import PathLike, TiraStore, _fspath
+
+Cfg = TypeVar("Cfg")
+
+# The most encoded get arguments a cache keeps (see PersistentCache.get).
+_PAYLOADS = 4096
+
+
+@dataclass
+class ConfigEntry:
+    """One stored entry, with who wrote it and when (see :meth:`PersistentCache.entries`).
+
+    ``value`` is the stored JSON value as written (the loader is not
+    applied); ``hostname`` and ``username`` name the last writer;
+    ``creation_date`` and ``update_date`` are UTC ISO 8601 times.
+    """
+
+    device: str
+    op_id: str
+    call_key: str
+    value: Any
+    hostname: str
+    username: str
+    creation_date: str
+    update_date: str
+
+
+class PersistentCache(Generic[Cfg]):
+    """A kernel-config cache shared by every process and node that opens it.
+
+    It remembers, for kernel autotuners, the best configuration found for a
+    (device, operation, call signature), under the seed's key
+    ``"device|op_id|call_key"``.
+
+    *path* chooses the database:
+
+    * None: the seed's default file, ``~/ejkernel-presistent-cache/<opname>.json``
+      (spelling kept), mapped as a ``.json`` path is;
+    * a path ending in ``.json``: a seed JSON file. The entries live in the
+      TiraStore database beside it, ``<stem>.tirastore.db``. A file already
+      there is imported into the database the first time any process opens
+      it, in one transaction, and never again; the file itself is never
+      rewritten (old readers keep reading it) unless :meth:`export_json` is
+      called. If it changes later (an old tuner still writes it), opening
+      warns (:class:`~tirastore.TiraStoreWarning`) and :meth:`import_json`
+      imports the new entries;
+    * any other path: the TiraStore database itself, which may also hold
+      TiraStore records (the CPU check of records does not apply here).
+
+    :param str opname: the operation's name; it only picks the default path
+    :param path: the JSON file or database (str or path-like), or None
+    :param loader: applied to a stored value by :meth:`get`
+    :param dumper: applied to a configuration by :meth:`put`
+    :param cfg_type: the class :meth:`get` builds from a dict (``cfg_type(**d)``);
+        None gives an :class:`argparse.Namespace`
+    :param lock_timeout: seconds an operation waits for the database's lock
+        (as for :class:`~tirastore.TiraStore`; None: 600)
+    :param stale_lock_timeout: seconds after which a silent lock holder is
+        presumed dead (None: 600)
+    :raises TypeError: an argument has the wrong type
+    :raises ValueError: the JSON file is not a PersistentCache file (its
+        top level is not an object of ``"device|op_id|call_key"`` keys)
+    :raises OSError: the database or the JSON file cannot be read or created
+
+    Besides the errors each method lists, every method may raise what
+    :class:`~tirastore.TiraStore`'s methods raise (:exc:`TimeoutError` for
+    the lock, :exc:`KeyboardInterrupt`, :exc:`~tirastore.LockLostError`,
+    :exc:`OSError`), and :exc:`ValueError` once the cache is closed.
+    """
+
+    def __init__(
+        self,
+        opname: str,
+        path: Optional[PathLike] = None,
+        loader: Optional[Callable[[Any], Cfg]] = None,
+        dumper: Optional[Callable[[Cfg], Any]] = None,
+        cfg_type: Optional[type] = None,
+        *,
+        lock_timeout: Optional[float] = None,
+        stale_lock_timeout: Optional[float] = None,
+    ) -> None:
+        self._store: Optional[TiraStore] = None
+        # The encoded arguments of recent gets: an autotuner asks for the
+        # same few keys again and again, and encoding them cost a third of
+        # a get.
+        self._payloads: dict[tuple[str, str, str], bytes] = {}
+        given = None if path is None else _fspath("PersistentCache", "path", path)
+        where = _native.call(0, "config_location", opname=opname, path=given)
+        self.loader = loader
+        self.dumper = dumper
+        self.cfg_type = cfg_type
+        #: The JSON file this cache imports and exports by default (None
+        #: when *path* names the database itself).
+        self.json_path: Optional[Path] = None if where["json_path"] is None else Path(where["json_path"])
+        #: What opening did with the JSON file (see :meth:`import_json`),
+        #: or None without one.
+        self.imported: Optional[dict[str, Any]] = None
+        # The CPU check guards records, which this class never writes.
+        self._store = TiraStore(
+            where["db_path"],
+            allow_cpu_mismatch=True,
+            lock_timeout=lock_timeout,
+            stale_lock_timeout=stale_lock_timeout,
+        )
+        #: The seed's attribute: the path as given, or the default file.
+        self.path = given if given is not None else str(self.json_path)
+        if self.json_path is not None:
+            self.imported = self._store._call("config_import", path=str(self.json_path), once=True)
+            if self.imported["notice"]:
+                warnings.warn(self.imported["notice"], TiraStoreWarning, stacklevel=2)
+
+    @property
+    def db_path(self) -> Path:
+        """The absolute path of the database that holds the entries."""
+        return self._live().db_path
+
+    def _live(self) -> TiraStore:
+        if self._store is None:
+            raise ValueError("PersistentCache: the cache was not opened")
+        return self._store
+
+    # -- the seed's API ----------------------------------------------------
+
+    def get(self, device: str, op_id: str, call_key: str) -> Optional[Cfg]:
+        """Return the configuration stored for the coordinates, or None.
+
+        As the seed: the loader, when given, is applied to the stored value;
+        a dict result then becomes ``cfg_type(**d)``, or an
+        :class:`argparse.Namespace` when *cfg_type* is None. A stored None
+        (JSON null) reads as a miss. Answered without the lock from the
+        library's in-process cache when no commit happened since the entry
+        was read; a ``put`` of any other process is seen at once.
+
+        :param str device: the device fingerprint (``"gpu:0"``, ``"tpu:v4"``)
+        :param str op_id: the operation with its version (``"matmul@v1"``)
+        :param str call_key: the call signature
+        :raises TypeError: an argument is not a str
+        :raises ValueError: an argument contains a NUL character or a lone
+            surrogate
+        """
+        coords = (device, op_id, call_key)
+        try:
+            payload = self._payloads.get(coords)
+        except TypeError:  # an unhashable argument: the library names it
+            payload = None
+        if payload is None:
+            payload = _native.encode_args("PersistentCache.get", device=device, op_id=op_id, call_key=call_key)
+            if type(device) is str and type(op_id) is str and type(call_key) is str:
+                if len(self._payloads) >= _PAYLOADS:
+                    self._payloads.clear()
+                self._payloads[coords] = payload
+        found = self._live()._call_encoded(b"config_value", payload)
+        raw = None if found is None else found[0]
+        if raw is None:
+            return None
+        out = self.loader(raw) if self.loader is not None else raw
+        if isinstance(out, dict):
+            out = Namespace(**out) if self.cfg_type is None else self.cfg_type(**out)
+        return out
+
+    def put(self, device: str, op_id: str, call_key: str, cfg: Cfg, overwrite: bool = True) -> bool:
+        """Store a configuration for the coordinates, in one small transaction.
+
+        Serialized as the seed does: the dumper when given, else a
+        dataclass's :func:`~dataclasses.asdict`, else ``cfg.model_dump()``
+        (pydantic v2), else *cfg* itself, which must then be JSON
+        serializable (NaN and infinities are stored as Python's json writes
+        them).
+
+        :param bool overwrite: True (the seed's behaviour): the last writer
+            wins; False: an existing entry stays, so that concurrent tuners
+            agree on the first result
+        :return: True if written; False if an entry existed and *overwrite*
+            is False
+        :raises TypeError: an argument is not a str, or the value is not
+            JSON serializable (the message names the key)
+        :raises ValueError: an argument contains a NUL character or a lone
+            surrogate
+        """
+        if self.dumper is not None:
+            val = self.dumper(cfg)
+        elif is_dataclass(cfg) and not isinstance(cfg, type):
+            val = asdict(cfg)
+        elif hasattr(cfg, "model_dump"):
+            val = cfg.model_dump()
+        else:
+            val = cfg
+        return self._live()._call(
+            "config_put", device=device, op_id=op_id, call_key=call_key, value=val, overwrite=overwrite
+        )
+
+    # -- beyond the seed ---------------------------------------------------
+
+    def delete(self, device: str, op_id: str, call_key: str) -> bool:
+        """Remove the entry of the coordinates; return whether there was one."""
+        return self._live()._call("config_delete", device=device, op_id=op_id, call_key=call_key)
+
+    def clear(self) -> int:
+        """Remove every entry; return how many there were."""
+        return self._live()._call("config_clear")
+
+    def __len__(self) -> int:
+        return self._live()._call("config_len")
+
+    def entries(self, device: Optional[str] = None, op_id: Optional[str] = None) -> list[ConfigEntry]:
+        """Return the stored entries of a device and/or an operation, by key.
+
+        :param device: only this device's entries (None: every device)
+        :param op_id: only this operation's entries (None: every operation)
+        :return: a list of :class:`ConfigEntry` (raw values, with who
+            wrote them and when), from one consistent read
+        """
+        rows = self._live()._call("config_entries", device=device, op_id=op_id)
+        return [ConfigEntry(**r) for r in rows]
+
+    def items(self, device: Optional[str] = None, op_id: Optional[str] = None) -> Iterator[tuple[tuple[str, str, str], Cfg]]:
+        """Iterate over ``((device, op_id, call_key), cfg)`` pairs, cfg as :meth:`get` returns it.
+
+        The entries are read at once (one consistent read), then converted
+        one by one; entries whose value is None are left out, as :meth:`get`
+        reads them as misses.
+        """
+        for e in self.entries(device, op_id):
+            if e.value is None:
+                continue
+            out = self.loader(e.value) if self.loader is not None else e.value
+            if isinstance(out, dict):
+                out = Namespace(**out) if self.cfg_type is None else self.cfg_type(**out)
+            yield (e.device, e.op_id, e.call_key), out
+
+    def __iter__(self) -> Iterator[tuple[str, str, str]]:
+        """Iterate over the ``(device, op_id, call_key)`` of every entry, by key."""
+        return iter([(e.device, e.op_id, e.call_key) for e in self.entries()])
+
+    def __contains__(self, coords: object) -> bool:
+        """``(device, op_id, call_key) in cache``: an entry is stored (its value may be None)."""
+        if not (isinstance(coords, tuple) and len(coords) == 3):
+            return False
+        device, op_id, call_key = coords
+        return self._live()._call("config_get", device=device, op_id=op_id, call_key=call_key) is not None
+
+    def import_json(self, path: Optional[PathLike] = None, overwrite: bool = False) -> dict[str, Any]:
+        """Import a seed JSON file (``{"device|op_id|call_key": value}``) in one transaction.
+
+        All or nothing: a malformed file or key imports nothing. The file is
+        remembered, so that opening a cache on it does not import it again.
+
+        :param path: the file (None: :attr:`json_path`)
+        :param bool overwrite: the file's entries replace the cache's of the
+            same key (default: the cache's stay)
+        :return: a dict with ``path``, ``entries`` (in the file), ``added``,
+            ``replaced``, ``kept`` and ``imported_at``
+        :raises ValueError: the file is not a PersistentCache file, or no
+            path is given and the cache has no JSON file
+        :raises OSError: the file cannot be read (:exc:`FileNotFoundError`, ...)
+        """
+        return self._live()._call("config_import", path=self._json_arg("import_json", path), overwrite=overwrite)
+
+    def export_json(self, path: Optional[PathLike] = None) -> Path:
+        """Write every entry to a JSON file in the seed's format, replacing it atomically.
+
+        What the seed's ``json.dump`` writes (``{"device|op_id|call_key":
+        value, ...}``, here by key), so that old readers and tools see the
+        cache's entries; written to a temporary file and renamed over
+        *path*, as the seed did.
+
+        :param path: the file (None: :attr:`json_path`)
+        :return: the absolute :class:`~pathlib.Path` written
+        :raises ValueError: no path is given and the cache has no JSON file
+        :raises OSError: the file cannot be written
+        """
+        out = self._live()._call("config_export", output_path=self._json_arg("export_json", path))
+        return Path(out["path"])
+
+    def _json_arg(self, where: str, path: Optional[PathLike]) -> str:
+        if path is not None:
+            return _fspath(f"PersistentCache.{where}", "path", path)
+        if self.json_path is None:
+            raise ValueError(f"PersistentCache.{where}(): this cache has no JSON file (its path names the database): give a path")
+        return str(self.json_path)
+
+    # -- lifetime ----------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._store is None or self._store.closed
+
+    def close(self) -> None:
+        """Release the database; later calls raise ValueError. Closing twice is harmless."""
+        if self._store is not None:
+            self._store.close()
+
+    def __enter__(self) -> "PersistentCache[Cfg]":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        where = str(self._store.db_path) if self._store is not None else None
+        return f"PersistentCache(path={self.path!r}, db_path={where!r})"
