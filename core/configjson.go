@@ -10,12 +10,14 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/tirastore/tirastore/core/apierr"
+	"github.com/tirastore/tirastore/core/environ"
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/pypath"
@@ -46,7 +48,7 @@ func ConfigLocation(opname, path string) (dbPath, jsonPath string, err error) {
 		return "", "", err
 	}
 	if path == "" {
-		home, err := os.UserHomeDir()
+		home, err := homeDir()
 		if err != nil {
 			return "", "", wrapError(KindOS, err, "PersistentCache(): no path given and no home directory: %v", err)
 		}
@@ -59,10 +61,23 @@ func ConfigLocation(opname, path string) (dbPath, jsonPath string, err error) {
 	if err != nil {
 		return "", "", wrapError(KindOS, err, "cannot resolve path %s: %v", path, err)
 	}
-	if stem, ok := strings.CutSuffix(abs, ".json"); ok && filepath.Base(stem) != "" {
+	if stem, ok := strings.CutSuffix(abs, ".json"); ok && filepath.Base(abs) != ".json" {
 		return stem + ".tirastore.db", abs, nil
 	}
 	return abs, "", nil
+}
+
+// homeDir is the home directory as Python's Path.home() finds it: $HOME
+// as it is now (read live, see core/environ), else the user database's.
+func homeDir() (string, error) {
+	if h := environ.Get("HOME"); h != "" {
+		return h, nil
+	}
+	u, err := user.Current()
+	if err != nil {
+		return "", err
+	}
+	return u.HomeDir, nil
 }
 
 // ConfigImportResult says what ConfigImportJSON did.
@@ -314,9 +329,8 @@ func (s *Store) readSeedFile(path string) (*seedFile, error) {
 // ConfigExportJSON writes every config entry to path in the seed's format
 // (json.dump's: one object {key: value}, by key, separators ", " and ": "),
 // replacing the file atomically as the seed did, and returns the absolute
-// path and the number of entries. Exporting to a file imported before
-// updates its import record: what it holds now came from the table, so a
-// later once import does not report it changed.
+// path and the number of entries. The file is then remembered as imported
+// (see ConfigImportJSON), in the same transaction.
 func (s *Store) ConfigExportJSON(ctx context.Context, path string) (string, int64, error) {
 	out, err := resolveFile("output_path", path)
 	if err != nil {
@@ -360,15 +374,13 @@ func (s *Store) ConfigExportJSON(ctx context.Context, path string) (string, int6
 		if err != nil {
 			return fileWriteError(err, "PersistentCache file", out)
 		}
-		mark, err := w.ConfigImported(out)
-		if err != nil || mark == nil {
-			return err
-		}
+		// What the file holds came from the table: remembered as imported,
+		// so that opening a cache on it neither imports it (which would
+		// bring back entries deleted since) nor reports it changed.
 		fresh, err := s.readSeedFile(out)
 		if err != nil {
 			return err
 		}
-		fresh.mark.ImportedAt, fresh.mark.Hostname, fresh.mark.Username = mark.ImportedAt, mark.Hostname, mark.Username
 		return w.PutConfigImport(&fresh.mark)
 	})
 	if err != nil {

@@ -126,12 +126,17 @@ class PersistentCache(Generic[Cfg]):
         #: or None without one.
         self.imported: Optional[dict[str, Any]] = None
         # The CPU check guards records, which this class never writes.
-        self._store = TiraStore(
+        store = TiraStore.__new__(TiraStore)
+        store._open(
             where["db_path"],
+            source_project="",
+            cpu_model=None,
+            slurm_cpus=None,
             allow_cpu_mismatch=True,
-            lock_timeout=lock_timeout,
             stale_lock_timeout=stale_lock_timeout,
+            lock_timeout=lock_timeout,
         )
+        self._store = store
         #: The seed's attribute: the path as given, or the default file.
         self.path = given if given is not None else str(self.json_path)
         if self.json_path is not None:

@@ -184,6 +184,21 @@ class TiraStore:
         stale_lock_timeout: Optional[float] = None,
         lock_timeout: Optional[float] = None,
     ) -> None:
+        self._open(db_path, source_project, cpu_model, slurm_cpus, allow_cpu_mismatch, stale_lock_timeout, lock_timeout)
+
+    def _open(
+        self,
+        db_path: PathLike,
+        source_project: str,
+        cpu_model: Optional[str],
+        slurm_cpus: Optional[str],
+        allow_cpu_mismatch: bool,
+        stale_lock_timeout: Optional[float],
+        lock_timeout: Optional[float],
+    ) -> None:
+        """The constructor's work, for it and for classes built on a store
+        (PersistentCache), so that the open's warnings point at the line of
+        their caller, two frames up."""
         # A closed store keeps its handle: the library answers a closed
         # handle with the engine's closed-store message. Closed until the
         # open succeeds, so that __del__ of a failed open does nothing.
@@ -213,9 +228,9 @@ class TiraStore:
         # that failed its checks, planted by another user, say, so the store
         # works without the speed-up it serves; a directory others cannot use).
         if info["warning"]:
-            warnings.warn(info["warning"], TiraStoreWarning, stacklevel=2)
+            warnings.warn(info["warning"], TiraStoreWarning, stacklevel=3)
         for notice in info.get("notices") or ():
-            warnings.warn(notice, TiraStoreWarning, stacklevel=2)
+            warnings.warn(notice, TiraStoreWarning, stacklevel=3)
 
     def _call(self, method: str, **args: Any) -> Any:
         if self._copy != _native.lib_copy:  # forked or unpickled: re-open in this process's copy

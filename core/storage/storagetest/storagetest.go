@@ -312,6 +312,40 @@ func testConfigs(t *testing.T, open Open) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The fast path agrees with the reads, hit and miss, twice (a cache).
+	for i := 0; i < 2; i++ {
+		if e, err := b.ConfigGet(ctx, "a"); err != nil || e == nil || e.ValueJSON != "3" || e.Device != "gpu:0" {
+			t.Fatalf("ConfigGet(a) = %+v, %v; want value 3", e, err)
+		}
+		if e, err := b.ConfigGet(ctx, "zz"); err != nil || e != nil {
+			t.Fatalf("ConfigGet of a missing key = %+v, %v", e, err)
+		}
+	}
+	// Import records: absent, written, replaced.
+	im := &storage.ConfigImport{Path: "/x/a.json", Size: 10, MtimeNS: 5, SHA256: "ab", Entries: 2, ImportedAt: "d1",
+		Hostname: "h", Username: "u"}
+	if err := b.Update(ctx, "imports", func(w storage.Writer) error {
+		if got, err := w.ConfigImported(im.Path); err != nil || got != nil {
+			return fmt.Errorf("import record before any: %+v, %v", got, err)
+		}
+		if err := w.PutConfigImport(im); err != nil {
+			return err
+		}
+		again := *im
+		again.Entries, again.SHA256 = 3, "cd"
+		return w.PutConfigImport(&again)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.View(ctx, "imports", func(r storage.Reader) error {
+		got, err := r.ConfigImported(im.Path)
+		if err != nil || got == nil || got.Entries != 3 || got.SHA256 != "cd" || got.MtimeNS != 5 || got.Username != "u" {
+			return fmt.Errorf("import record after a replace: %+v, %v", got, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	if err := b.Update(ctx, "configs", func(w storage.Writer) error {
 		if ok, err := w.DeleteConfig("b"); err != nil || !ok {
 			return fmt.Errorf("delete: %v, %v", ok, err)
