@@ -359,6 +359,36 @@ int main(void) {
     expect_error("record legal without execution_times", call(h, "record", args), TIRASTORE_ERR_VALUE, "ValueError");
     expect_reply("count unchanged by the failed writes", call(h, "count", NULL), "{\"result\":3}");
 
+    /* The kernel-config cache, as a C++ autotuner uses it. */
+    expect_reply("config_put writes", call(h, "config_put",
+                 "{\"device\":\"gpu:0\",\"op_id\":\"mm@v1\",\"call_key\":\"m=64\",\"value\":{\"bm\":64,\"s\":NaN}}"),
+                 "{\"result\":true}");
+    expect_reply("config_put overwrite=false keeps the first", call(h, "config_put",
+                 "{\"device\":\"gpu:0\",\"op_id\":\"mm@v1\",\"call_key\":\"m=64\",\"value\":1,\"overwrite\":false}"),
+                 "{\"result\":false}");
+    const char *config_key = "{\"device\":\"gpu:0\",\"op_id\":\"mm@v1\",\"call_key\":\"m=64\"}";
+    expect_reply("config_value hit", call(h, "config_value", config_key), "{\"result\":[{\"bm\":64,\"s\":NaN}]}");
+    expect_reply("config_value hit again (from the cache)", call(h, "config_value", config_key),
+                 "{\"result\":[{\"bm\":64,\"s\":NaN}]}");
+    expect_ok_with("config_get has who and when", call(h, "config_get", config_key), "\"creation_date\":");
+    expect_reply("config_value miss", call(h, "config_value", "{\"device\":\"gpu:0\",\"op_id\":\"mm@v1\",\"call_key\":\"x\"}"),
+                 "{\"result\":null}");
+    expect_error("config_put of a value with a foreign marker", call(h, "config_put",
+                 "{\"device\":\"d\",\"op_id\":\"o\",\"call_key\":\"k\",\"value\":{\"\\u0000type\":\"bytes\"}}"),
+                 TIRASTORE_ERR_TYPE, "TypeError");
+    expect_reply("config_len", call(h, "config_len", NULL), "{\"result\":1}");
+    snprintf(args, sizeof args, "{\"opname\":\"mm\",\"path\":\"%s/mm.json\"}", dir);
+    char want[1024];
+    snprintf(want, sizeof want, "{\"result\":{\"db_path\":\"%s/mm.tirastore.db\",\"json_path\":\"%s/mm.json\"}}", dir, dir);
+    expect_reply("config_location maps a .json path beside it", call(0, "config_location", args), want);
+    snprintf(args, sizeof args, "{\"output_path\":\"%s/configs.json\"}", dir);
+    expect_ok_with("config_export", call(h, "config_export", args), "\"entries\":1");
+    snprintf(args, sizeof args, "{\"path\":\"%s/configs.json\",\"once\":true}", dir);
+    expect_ok_with("config_import once of the exported file is skipped", call(h, "config_import", args),
+                   "\"skipped\":true");
+    expect_reply("config_delete", call(h, "config_delete", config_key), "{\"result\":true}");
+    expect_reply("config_clear of an empty table", call(h, "config_clear", NULL), "{\"result\":0}");
+
     expect_error("lookup on unknown handle 999999", call(999999, "lookup", lookup_args), TIRASTORE_ERR_HANDLE,
                  "ValueError");
     expect_error("lookup on handle 0 (utilities only)", call(0, "lookup", lookup_args), TIRASTORE_ERR_HANDLE,

@@ -7,8 +7,10 @@ without the built library).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -215,3 +217,59 @@ def test_harness_reports_errors(harness, tmp_path):
     assert "harness: tirastore_open(" in proc.stderr and "failed with status" in proc.stderr
     proc = subprocess.run([str(harness)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "usage:" in proc.stderr
+
+
+# ---------------------------------------------------------------------------
+# autotune_cache.py
+# ---------------------------------------------------------------------------
+
+
+def run_autotune(cwd: Path, workers: int) -> tuple[int, int, int]:
+    """Run the example in *cwd* (default cache path); return (tuned, lost, avoided)."""
+    out = run([sys.executable, EXAMPLES / "autotune_cache.py", "--workers", workers], cwd=cwd).stdout
+    last = out.rstrip().splitlines()[-1]
+    m = re.match(rf"{workers} workers, (\d+) signatures: (\d+) tuned \((\d+) of them lost the race to store\), "
+                 r"(\d+) avoided; ", last)
+    assert m, out
+    sigs, tuned, lost, avoided = map(int, m.groups())
+    assert sigs == 4 and tuned + avoided == workers * sigs, out
+    return tuned, lost, avoided
+
+
+def test_autotune_cache_shares_configs(tmp_path, monkeypatch):
+    # The example as a module, for its signatures and config class (a
+    # dataclass's module must be in sys.modules while it is defined).
+    spec = importlib.util.spec_from_file_location("autotune_cache", EXAMPLES / "autotune_cache.py")
+    example = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "autotune_cache", example)
+    spec.loader.exec_module(example)
+    keys = sorted(example.call_key(s) for s in example.SIGNATURES)
+
+    tuned, lost, _ = run_autotune(tmp_path, 2)
+    # Every signature tuned at least once, and exactly one put per signature won.
+    assert tuned >= len(keys) and tuned - lost == len(keys)
+    # The default path is a .json one: the entries live in the database beside it.
+    json_path = tmp_path / "tirastore-demo" / "autotune.json"
+    assert json_path.with_name("autotune.tirastore.db").exists() and not json_path.exists()
+    with tirastore.PersistentCache("blocked_matmul", path=json_path, cfg_type=example.BlockConfig) as cache:
+        entries = cache.entries()
+        assert sorted(e.call_key for e in entries) == keys  # one entry per signature
+        assert {(e.device, e.op_id) for e in entries} == {(example.DEVICE, example.OP_ID)}
+        first = {e.call_key: e for e in entries}
+        for e in entries:
+            assert set(e.value) == {"block_i", "block_k", "best_ms"}
+            cfg = cache.get(e.device, e.op_id, e.call_key)
+            assert isinstance(cfg, example.BlockConfig) and cfg.block_i == e.value["block_i"]
+
+    # A second run on the same cache tunes nothing and changes nothing.
+    assert run_autotune(tmp_path, 2) == (0, 0, 2 * len(keys))
+    with tirastore.PersistentCache("blocked_matmul", path=json_path) as cache:
+        assert {e.call_key: e for e in cache.entries()} == first
+
+
+def test_autotune_cache_bad_arguments(tmp_path):
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "autotune_cache.py"), "--workers", "0"], check=False,
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "--workers must be at least 1" in proc.stderr
+    assert not (tmp_path / "tirastore-demo").exists()
