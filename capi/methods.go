@@ -368,11 +368,7 @@ var methods = map[string]method{
 		if err != nil {
 			return nil, err
 		}
-		res, err := st.ConfigImportJSON(ctx, path, once, overwrite)
-		if err != nil {
-			return nil, err
-		}
-		return res, nil
+		return st.ConfigImportJSON(ctx, path, once, overwrite)
 	}},
 	"config_export": {true, []string{"output_path"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		path, err := a.str("output_path")
