@@ -20,8 +20,9 @@ func TestMain(m *testing.M) {
 
 // TestQuickRun is the smoke test: the whole benchmark in -quick mode into
 // a temporary directory. It checks that every section is in the JSON (or
-// says why it was skipped) and that every throughput run found exactly
-// the records it acknowledged. It asserts nothing about timings.
+// says why it was skipped), the kernel-config cache rows included, and
+// that every throughput run found exactly the records it acknowledged. It
+// asserts nothing about timings.
 func TestQuickRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the benchmark in -quick mode (tens of seconds)")
@@ -91,6 +92,8 @@ func TestQuickRun(t *testing.T) {
 	checkLatency(implPython, ops)
 	checkLatency(implCtypes, ops)
 	checkLatency(implOrigPy, []string{opLookupHit, opLookupMiss, opRecordNew, opRecordExisting})
+	checkLatency(implConfigSeed, configOps)
+	checkLatency(implConfigCache, configOps)
 
 	switch {
 	case res.Syscalls == nil:

@@ -48,25 +48,7 @@ func toOpResults(raw map[string]*stepResult, keepSamples bool) map[string]*opRes
 // original reference runs in the first round only.
 func latencySection(cfg *config, res *results) error {
 	raw := map[string]map[string]*stepResult{}
-	add := func(impl string, m map[string]*stepResult) {
-		if raw[impl] == nil {
-			raw[impl] = map[string]*stepResult{}
-		}
-		for label, r := range m {
-			p := raw[impl][label]
-			if p == nil {
-				p = &stepResult{Label: r.Label, Batch: r.Batch}
-				raw[impl][label] = p
-			}
-			p.NS = append(p.NS, r.NS...)
-			p.Errors += r.Errors
-			p.Timeouts += r.Timeouts
-			p.Wrong += r.Wrong
-			if p.FirstError == "" {
-				p.FirstError = r.FirstError
-			}
-		}
-	}
+	add := func(impl string, m map[string]*stepResult) { poolResults(raw, impl, m) }
 	pyWhy := ""
 	if cfg.Sections["python"] {
 		if pyWhy = pythonPrereq(cfg); pyWhy != "" {
@@ -112,6 +94,28 @@ func latencySection(cfg *config, res *results) error {
 	return nil
 }
 
+// poolResults adds one run's step results of impl to raw, the samples of a
+// row pooled over rounds.
+func poolResults(raw map[string]map[string]*stepResult, impl string, m map[string]*stepResult) {
+	if raw[impl] == nil {
+		raw[impl] = map[string]*stepResult{}
+	}
+	for label, r := range m {
+		p := raw[impl][label]
+		if p == nil {
+			p = &stepResult{Label: r.Label, Batch: r.Batch}
+			raw[impl][label] = p
+		}
+		p.NS = append(p.NS, r.NS...)
+		p.Errors += r.Errors
+		p.Timeouts += r.Timeouts
+		p.Wrong += r.Wrong
+		if p.FirstError == "" {
+			p.FirstError = r.FirstError
+		}
+	}
+}
+
 // latencyGo runs the latency plan in this process on a fresh database.
 func latencyGo(cfg *config, impl string, round int) (map[string]*stepResult, error) {
 	if err := cfg.fresh(); err != nil {
@@ -146,6 +150,13 @@ type pySpec struct {
 	Times       []float64 `json:"times"`
 	CPUModel    string    `json:"cpu_model"`
 	Steps       []step    `json:"steps"`
+	// The kernel-config cache's entries (configcache.go): device, op_id,
+	// call keys from ConfigKeyFormat ({tag}, {i}), and the configuration
+	// (plus a "trial" field) every entry stores.
+	ConfigDevice    string         `json:"config_device"`
+	ConfigOpID      string         `json:"config_op_id"`
+	ConfigKeyFormat string         `json:"config_key_format"`
+	ConfigValue     map[string]any `json:"config_value"`
 }
 
 // pyOutput is what pybench.py prints.
@@ -157,7 +168,8 @@ type pyOutput struct {
 
 func (cfg *config) pySpec(impl string, steps []step) pySpec {
 	return pySpec{Impl: impl, DB: cfg.dbPath(), Lib: cfg.Lib, Repo: cfg.Repo, ProgramName: programName,
-		Source: programSource, SchedFormat: schedFormat, Times: benchTimes, CPUModel: benchCPU, Steps: steps}
+		Source: programSource, SchedFormat: schedFormat, Times: benchTimes, CPUModel: benchCPU, Steps: steps,
+		ConfigDevice: configDevice, ConfigOpID: configOpID, ConfigKeyFormat: configKeyFormat, ConfigValue: configValue}
 }
 
 // pythonCmd runs pybench.py on a spec file, against this tree's package and

@@ -19,7 +19,11 @@
 //     processes, classified by kind and by where they land (the database's
 //     directory and its ancestors = the shared filesystem, or node-local);
 //  4. aggregate throughput of 1..32 worker processes on an 80/20
-//     lookup/record mix, with the exact set of records checked afterwards.
+//     lookup/record mix, with the exact set of records checked afterwards;
+//  5. the kernel-config cache (issue 16): tirastore.PersistentCache beside
+//     the seed's whole-file JSON pattern (tests/python/seed_cache.py), get
+//     hit and put with 10 and 10,000 entries stored, printed with the
+//     latency rows (configcache.go).
 //
 // It prints one table per section, then which of the issue's targets hold,
 // and writes every raw figure as JSON. The exit code is 0 even when targets
@@ -70,6 +74,7 @@ type config struct {
 	Exe                         string // the worker executable (this program)
 	Quick                       bool
 	Go, Py, Orig                sizes
+	ConfigCache                 configSizes
 	Procs                       []int
 	OpsPerWorker, TPPool, Reps  int
 	Rounds                      int
@@ -166,6 +171,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	records := fs.Int("records", 500, "iterations of the record new / record existing rows")
 	many100 := fs.Int("many100", 30, "iterations of record_many(100)")
 	many1000 := fs.Int("many1000", 12, "iterations of record_many(1000)")
+	configPuts := fs.Int("config-puts", 50, "timed puts of the kernel-config cache's 10,000-entry row per round (the seed's rewrite the whole file); its get-hit row runs -lookups gets, its 10-entry put row -records puts")
 	origDiv := fs.Int("orig-divisor", 4, "the Python original reference runs 1/N of the iterations")
 	procs := fs.String("procs", "1,2,4,8,16,32", "process counts of the throughput section")
 	fs.IntVar(&cfg.OpsPerWorker, "ops", 200, "operations per throughput worker (80% lookups, 20% new records); note that with convoys (the baseline) the p99 of a fixed-count run depends on it")
@@ -174,7 +180,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.TPPool, "pool", 1000, "records preloaded before each throughput run")
 	fs.IntVar(&cfg.SyscallOps, "syscall-ops", 50, "traced operations per syscall row")
 	fs.IntVar(&cfg.SyscallMany, "syscall-many", 3, "traced record_many(1000) calls per syscall row")
-	sections := fs.String("sections", "latency,python,syscalls,throughput", "sections to run")
+	sections := fs.String("sections", "latency,python,config,syscalls,throughput", "sections to run (config: the kernel-config cache rows)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the bench directory afterwards")
 	fs.BoolVar(&cfg.Raw, "raw", false, "also write every single duration (and every throughput worker's report) into the JSON")
 	if err := fs.Parse(args); err != nil {
@@ -188,7 +194,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 			name string
 			v    *int
 			n    int
-		}{{"lookups", lookups, 30}, {"records", records, 20}, {"many100", many100, 3}, {"many1000", many1000, 2}} {
+		}{{"lookups", lookups, 30}, {"records", records, 20}, {"many100", many100, 3}, {"many1000", many1000, 2}, {"config-puts", configPuts, 10}} {
 			if !isSet(fs, q.name) {
 				*q.v = q.n
 			}
@@ -219,6 +225,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	cfg.Py = cfg.Go
 	d := max(*origDiv, 1)
 	cfg.Orig = sizes{max(*lookups/d, 1), max(*records/d, 1), max(*many100/d, 1), max(*many1000/d, 1)}
+	cfg.ConfigCache = configSizes{Gets: *lookups, PutsSmall: *records, PutsLarge: max(*configPuts, 1)}
 	var err error
 	if cfg.Procs, err = parseProcs(*procs); err != nil {
 		return err
@@ -263,6 +270,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 	res.Skipped = map[string]string{}
 	if cfg.Sections["latency"] || cfg.Sections["python"] {
 		if err := latencySection(cfg, res); err != nil {
+			return err
+		}
+	}
+	if cfg.Sections["config"] {
+		if err := configSection(cfg, res); err != nil {
 			return err
 		}
 	}

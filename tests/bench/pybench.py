@@ -19,7 +19,15 @@ Implementations:
   the repository's stdlib-only reconstruction of the original library's
   protocol (lock, fresh sqlite3 connection per operation). It has no
   contains() and no record_many(): those rows are left out, and its pool is
-  preloaded through the engine.
+  preloaded through the engine;
+* ``persistent-cache`` and ``seed-cache``: the kernel-config caches of issue
+  16, ``tirastore.PersistentCache`` and ``SeedPersistentCache`` of
+  tests/python/seed_cache.py (the seed's pattern: the whole JSON file loaded
+  by the constructor, every put rewriting it). They run only the config_*
+  steps: ``config_open`` writes a seed JSON file of ``batch`` entries in the
+  database's directory and opens a cache on it (the seed loads it,
+  PersistentCache imports it into ``<label>.tirastore.db``), then
+  ``config_get`` and ``config_put`` use that cache.
 
 Steps with ``mark_begin``/``mark_end`` stat() those (absent) paths right
 before and after the step, so an strace of this process can be cut there.
@@ -171,10 +179,102 @@ class OriginalClient:
         self.done_preloading()
 
 
+class ConfigClient:
+    """A kernel-config cache (``open_cache`` in a subclass) on seed JSON files
+    written in the database's directory; one cache open at a time."""
+
+    def __init__(self, spec: dict) -> None:
+        self.dir = os.path.dirname(spec["db"])
+        self.device, self.op_id = spec["config_device"], spec["config_op_id"]
+        self.key_fmt, self.value = spec["config_key_format"], spec["config_value"]
+        self.cache: Any = None
+
+    def coords(self, tag: int, i: int) -> tuple[str, str, str]:
+        return self.device, self.op_id, schedule(self.key_fmt, tag, i)
+
+    def cfg(self, trial: int) -> dict:
+        return dict(self.value, trial=trial)
+
+    def config_open(self, label: str, tag: int, start: int, n: int) -> int:
+        """Write the seed JSON file of entries (tag, start..start+n-1) as the
+        seed writes it (json.dump), open a cache on it, return its size."""
+        self.close()
+        path = os.path.join(self.dir, label + ".json")
+        data = {"|".join(self.coords(tag, start + j)): self.cfg(0) for j in range(n)}
+        with open(path, "w") as f:
+            json.dump(data, f)
+        self.cache = self.open_cache(path)
+        return self.size()
+
+    def config_get(self, coords: tuple[str, str, str]) -> bool:
+        return self.cache.get(*coords) is not None
+
+    def open_cache(self, path: str) -> Any:
+        raise NotImplementedError
+
+    def size(self) -> int:
+        raise NotImplementedError
+
+
+class PersistentCacheClient(ConfigClient):
+    """tirastore.PersistentCache: the constructor imports the JSON file."""
+
+    def __init__(self, spec: dict) -> None:
+        super().__init__(spec)
+        try:
+            from tirastore import PersistentCache  # noqa: PLC0415
+        except ImportError as e:
+            raise Skip(f"from tirastore import PersistentCache failed: {e}") from None
+        self.cls = PersistentCache
+
+    def open_cache(self, path: str) -> Any:
+        return self.cls("bench", path=path)
+
+    def size(self) -> int:
+        return len(self.cache)
+
+    def config_put(self, coords: tuple[str, str, str], cfg: dict, overwrite: bool) -> bool:
+        return self.cache.put(*coords, cfg, overwrite=overwrite)
+
+    def close(self) -> None:
+        if self.cache is not None:
+            self.cache.close()
+            self.cache = None
+
+
+class SeedCacheClient(ConfigClient):
+    """SeedPersistentCache of tests/python/seed_cache.py: the constructor
+    loads the JSON file; put always overwrites and returns nothing."""
+
+    def __init__(self, spec: dict) -> None:
+        super().__init__(spec)
+        sys.path.insert(0, str(Path(spec["repo"]) / "tests" / "python"))
+        try:
+            from seed_cache import SeedPersistentCache  # noqa: PLC0415
+        except Exception as e:  # noqa: BLE001
+            raise Skip(f"cannot import SeedPersistentCache from tests/python/seed_cache.py: {e!r}") from None
+        self.cls = SeedPersistentCache
+
+    def open_cache(self, path: str) -> Any:
+        return self.cls("bench", path=path)
+
+    def size(self) -> int:
+        return len(self.cache._data)
+
+    def config_put(self, coords: tuple[str, str, str], cfg: dict, overwrite: bool) -> bool:
+        self.cache.put(*coords, cfg)
+        return True
+
+    def close(self) -> None:
+        self.cache = None
+
+
 CLIENTS: dict[str, Callable[[dict], Any]] = {
     "python": PackageClient,
     "ctypes": CtypesClient,
     "original-py": OriginalClient,
+    "persistent-cache": PersistentCacheClient,
+    "seed-cache": SeedCacheClient,
 }
 
 
@@ -197,6 +297,7 @@ def run_plan(client: Any, spec: dict) -> dict:
     for s in spec["steps"]:
         op, n, tag, start = s["op"], s["n"], s["tag"], s.get("start", 0)
         batch, overwrite, expect = s.get("batch", 0), s.get("overwrite", False), s["expect"]
+        keys = s.get("keys", 0)
         warm = s.get("warmup", False)
         if original and not warm:
             client.done_preloading()
@@ -209,14 +310,20 @@ def run_plan(client: Any, spec: dict) -> dict:
             r["batch"] = batch
         mark(s.get("mark_begin", ""))
         for k in range(n):
+            i = start + (k % keys if keys else k)
+            what = ""  # what failed, when not the operation's key
+            if op in ("config_get", "config_put"):
+                # A fresh key (as a tuner builds it per call) and value,
+                # made before the clock starts: a get is short.
+                coords, cfg = client.coords(tag, i), client.cfg(start + k + 1)
             t0 = clock()
             try:
                 if op == "lookup":
-                    ok = client.lookup(schedule(fmt, tag, start + k)) == expect
+                    ok = client.lookup(schedule(fmt, tag, i)) == expect
                 elif op == "contains":
-                    ok = client.contains(schedule(fmt, tag, start + k)) == expect
+                    ok = client.contains(schedule(fmt, tag, i)) == expect
                 elif op == "record":
-                    ok = client.record(schedule(fmt, tag, start + k), overwrite) == expect
+                    ok = client.record(schedule(fmt, tag, i), overwrite) == expect
                 elif op == "record_many":
                     entries = [{"tiralib_schedule_string": schedule(fmt, tag, start + k * batch + j),
                                 "is_legal": True, "execution_times": times} for j in range(batch)]
@@ -226,12 +333,23 @@ def run_plan(client: Any, spec: dict) -> dict:
                     else:
                         got = client.record_many(entries, overwrite)
                     ok = (got == batch) == expect
+                elif op == "config_open":
+                    got = client.config_open(s["label"], tag, start, batch)
+                    ok = (got == batch) == expect
+                    what = f"{op} {s['label']}: {got} entries of {batch}"
+                elif op == "config_get":
+                    ok = client.config_get(coords) == expect
+                elif op == "config_put":
+                    ok = client.config_put(coords, cfg, overwrite) == expect
                 else:
                     raise ValueError(f"unknown op {op!r}")
                 r["ns"].append(clock() - t0)
                 if not ok:
                     r["wrong"] += 1
-                    r.setdefault("first_error", f"{op} {schedule(fmt, tag, start + k)}: unexpected result")
+                    if not what:
+                        key = "|".join(coords) if op in ("config_get", "config_put") else schedule(fmt, tag, i)
+                        what = f"{op} {key}"
+                    r.setdefault("first_error", f"{what}: unexpected result")
             except Exception as e:  # noqa: BLE001  (counted, reported, the run goes on)
                 r["ns"].append(clock() - t0)
                 r["errors"] += 1

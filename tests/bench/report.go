@@ -45,6 +45,7 @@ func configJSON(cfg *config) map[string]any {
 		"throughput_mix": "80% lookups (10% of them for absent keys), 20% records of new keys",
 		"syscall_ops":    cfg.SyscallOps, "syscall_record_many_1000_calls": cfg.SyscallMany,
 		"program_source_bytes": len(programSource), "schedule_format": schedFormat, "raw_samples": cfg.Raw,
+		"config_cache_sizes": cfg.ConfigCache, "config_cache_entries": []int{configSmall, configLarge}, "config_cache_key_format": configKeyFormat,
 		"baseline": "tests/bench/baseline: the original's protocol in Go (50 ms..5 s backoff, stale 600 s, fresh claim+link and fresh POSIX-locked connection per operation, two connections per record)",
 	}
 }
@@ -411,12 +412,13 @@ func writeLatency(w io.Writer, res *results) {
 	}
 	t.write(w, "  ")
 	for _, k := range sortedKeys(res.Skipped) {
-		if strings.HasPrefix(k, "latency/") {
-			fmt.Fprintf(w, "   %s skipped: %s\n", strings.TrimPrefix(k, "latency/"), res.Skipped[k])
+		if impl, ok := strings.CutPrefix(k, "latency/"); ok && impl != implConfigSeed && impl != implConfigCache {
+			fmt.Fprintf(w, "   %s skipped: %s\n", impl, res.Skipped[k])
 		}
 	}
 	fmt.Fprintf(w, "   python = the tirastore package (cffi); ctypes = the bare C ABI; original-py (ref) = OriginalStore of tests/python/test_mixed_fleet.py,\n")
 	fmt.Fprintf(w, "   the stdlib reconstruction of the original (no contains/record_many). Python and ctypes speedups are against the Go baseline: conservative.\n")
+	writeConfigCache(w, res)
 }
 
 func writeSyscalls(w io.Writer, res *results) {

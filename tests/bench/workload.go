@@ -200,17 +200,25 @@ func isTimeout(err error) bool {
 
 // step is one row of a plan: n operations of one kind on records
 // (tag, start..start+n-1), or n batches of `batch` records. Go
-// (runPlan) and Python (pybench.py) interpret plans identically.
+// (runPlan) and Python (pybench.py) interpret plans identically; the
+// config_* operations of the kernel-config cache (configcache.go) exist
+// only in pybench.py's config clients.
 type step struct {
-	Label     string `json:"label"`
-	Op        string `json:"op"` // lookup, contains, record, record_many
+	Label string `json:"label"`
+	// Op: lookup, contains, record, record_many; config_open (a seed JSON
+	// file of Batch entries (tag, start...) is written, then a cache is
+	// opened on it; N is 1), config_get, config_put.
+	Op        string `json:"op"`
 	N         int    `json:"n"`
 	Tag       int    `json:"tag"`
 	Start     int    `json:"start"`
 	Batch     int    `json:"batch,omitempty"`
 	Overwrite bool   `json:"overwrite,omitempty"`
-	Expect    bool   `json:"expect"` // lookup/contains: found; record: written
-	Warmup    bool   `json:"warmup,omitempty"`
+	// Keys, when set, makes operation k use key start + k mod Keys (the
+	// same few keys again and again) instead of start + k.
+	Keys   int  `json:"keys,omitempty"`
+	Expect bool `json:"expect"` // lookup/contains/config_get: found; record/config_put: written; config_open: every entry loaded
+	Warmup bool `json:"warmup,omitempty"`
 	// QuietMS: after the step the worker pauses this many milliseconds, a
 	// database left alone (as between two measurements of an
 	// autoscheduler), which is what a store's whole-program cache waits
@@ -245,19 +253,23 @@ func runPlan(c client, steps []step) map[string]*stepResult {
 		for k := 0; k < s.N; k++ {
 			var err error
 			ok := true
+			i := s.Start + k
+			if s.Keys > 0 {
+				i = s.Start + k%s.Keys
+			}
 			t0 := time.Now()
 			switch s.Op {
 			case "lookup":
 				var found bool
-				found, err = c.Lookup(schedule(s.Tag, s.Start+k))
+				found, err = c.Lookup(schedule(s.Tag, i))
 				ok = found == s.Expect
 			case "contains":
 				var found bool
-				found, err = c.Contains(schedule(s.Tag, s.Start+k))
+				found, err = c.Contains(schedule(s.Tag, i))
 				ok = found == s.Expect
 			case "record":
 				var written bool
-				written, err = c.Record(schedule(s.Tag, s.Start+k), s.Overwrite)
+				written, err = c.Record(schedule(s.Tag, i), s.Overwrite)
 				ok = written == s.Expect
 			case "record_many":
 				scheds := make([]string, s.Batch)
@@ -284,7 +296,7 @@ func runPlan(c client, steps []step) map[string]*stepResult {
 			case !ok:
 				r.Wrong++
 				if r.FirstError == "" {
-					r.FirstError = fmt.Sprintf("%s %s: unexpected result", s.Op, schedule(s.Tag, s.Start+k))
+					r.FirstError = fmt.Sprintf("%s %s: unexpected result", s.Op, schedule(s.Tag, i))
 				}
 			}
 		}
@@ -323,6 +335,9 @@ var opTitles = map[string]string{
 	opRecordExisting: "record existing",
 	opMany100:        "record_many(100)",
 	opMany1000:       "record_many(1000)",
+	opConfigGet:      "config get hit",
+	opConfigPutSmall: "config put, 10 entries stored",
+	opConfigPutLarge: "config put, 10,000 entries stored",
 }
 
 // sizes are the iteration counts of the latency plan.
