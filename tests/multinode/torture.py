@@ -17,6 +17,27 @@ workers use the normal (production) library. Killed workers are restarted
 and redo their phases. Then verify_results.py checks the database against
 every acknowledgement, and the figures are printed.
 
+Kernel-config writers share the database: on each node, --config-per-node
+of the workers (default a quarter of them) also put entries of the
+kernel-config cache (tirastore.PersistentCache on the same database file),
+interleaved with their record writes: --nconfigs entries of their own,
+--nconfig-first contested entries that every config writer puts with
+overwrite=False (the first writer wins) and --nconfig-last ones that every
+config writer puts with overwrite=True (the last writer wins). Such a
+worker runs as ``torture.py --mixed-worker ... -- <worker.py arguments>``:
+worker.py's phases in this process, with one config put after every few of
+its record writes and, before worker.py's final "done" line, the remaining
+puts and a read-back of what it put (entries, get, len). Its config calls
+are acknowledged in an fsync'd log of their own, DIR/config-N.jsonl, and
+are killed like the record calls (the same killer, the same failpoints),
+and a killed writer redoes them. After verify_results.py, verify_configs()
+checks the config table against those logs with the stdlib sqlite3 module,
+exactly: every acknowledged entry present with its value; for a
+first-writer entry at most one acknowledged winner, whose value is stored
+and was never updated; no last-writer value older than an acknowledged
+later put; no entry nobody wrote (an unacknowledged one only from a writer
+that was killed); no error logged.
+
 --no-lock runs the same with lock-disabled=on in every worker (the engine
 skips the hard-link lock): verification must then FAIL; with
 --expect-failure the exit code is inverted so CI can assert it.
@@ -28,9 +49,14 @@ bed on exit (finally + SIGTERM/SIGINT/SIGALRM handlers).
 from __future__ import annotations
 
 import argparse
+import collections
 import json
+import math
 import os
+import random
 import signal
+import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -73,6 +99,485 @@ def failpoints_for(w: int, run: int, a) -> tuple[str, str]:
     return fp_lib, f"after-commit=kill@{a.fp_kill / 2:g}" if armed else ""
 
 
+# ---------------------------------------------------------------------------
+# The kernel-config writers: their plan, the mixed worker, the verifier
+# ---------------------------------------------------------------------------
+
+CONFIG_OPNAME = "torture"           # only picks a default path, unused with a database path
+CONFIG_SHARED = "torture:shared"    # the device of the contested entries
+CONFIG_FIRST_OP = "first-writer@v1"  # contested entries put with overwrite=False
+CONFIG_LAST_OP = "last-writer@v1"    # contested entries put with overwrite=True
+CONFIG_MAX_ERRORS = 25              # a config writer stops putting after this many errors
+
+
+def config_key(device: str, op_id: str, call_key: str) -> str:
+    """The seed's key of an entry, as the config table stores it."""
+    return f"{device}|{op_id}|{call_key}"
+
+
+def config_distinct(w: int, j: int) -> tuple[tuple[str, str, str], object, bool]:
+    """Entry j of config writer w (only w puts it): (coords, value, overwrite).
+
+    Even entries are put with overwrite=True (the seed's default), odd ones
+    with overwrite=False (a restarted writer then gets False for those its
+    earlier run committed). One value in four is a dict, read back through
+    cfg_type=dict; the others are lists."""
+    coords = (f"torture:w{w}", f"kernel{j % 3}@v1", f"m={64 * (j + 1)},w={w}")
+    if j % 4 == 3:
+        value: object = {"block_m": 16 << (j % 3), "num_warps": 1 + w % 8, "w": w, "j": j}
+    else:
+        value = [w, j, (w * 131 + j * 17) % 1009]
+    return coords, value, j % 2 == 0
+
+
+def config_first(w: int, c: int) -> tuple[tuple[str, str, str], object]:
+    """Writer w's value of first-writer entry c (every config writer puts it, overwrite=False)."""
+    return (CONFIG_SHARED, CONFIG_FIRST_OP, f"c={c}"), [1000 + w, c]
+
+
+def config_last(w: int, c: int) -> tuple[tuple[str, str, str], object]:
+    """Writer w's value of last-writer entry c (every config writer puts it, overwrite=True)."""
+    return (CONFIG_SHARED, CONFIG_LAST_OP, f"c={c}"), [2000 + w, c]
+
+
+def config_spec(kind: str, w: int, n: int) -> tuple[tuple[str, str, str], object, bool]:
+    if kind == "distinct":
+        return config_distinct(w, n)
+    if kind == "first":
+        return (*config_first(w, n), False)
+    return (*config_last(w, n), True)
+
+
+def is_config_worker(w: int, nodes: int, per_node: int) -> bool:
+    """Worker w runs on node w % nodes as that node's (w // nodes)-th worker."""
+    return w // nodes < per_node
+
+
+def _canon(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _exc_type(exc: BaseException) -> str:
+    t = type(exc)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__name__}"
+
+
+class ConfigWriter:
+    """The config side of a mixed worker (see mixed_worker)."""
+
+    def __init__(self, a, log_cls, append):
+        self.a = a
+        self.w = a.worker_id
+        self.db = Path(a.db)
+        self.workers = [int(x) for x in a.config_workers.split(",") if x]
+        self._append = append  # AckLog.append as worker.py defines it (not the hook)
+        self.log = log_cls(Path(a.log) / f"config-{self.w}.jsonl", {"w": self.w, "pid": os.getpid()})
+        rng = random.Random(a.seed * 1000003 + self.w * 7919 + os.getpid())
+        self.todo = ([("distinct", j) for j in range(a.nconfigs)]
+                     + [("first", c) for c in range(a.nconfig_first)]
+                     + [("last", c) for c in range(a.nconfig_last)])
+        rng.shuffle(self.todo)
+        self.put_done: dict[tuple[str, int], bool] = {}  # (kind, n) -> what put returned, this run
+        self.cache = None
+        self.errors = 0
+        self.writes = 0
+        self.finished = False
+
+    def note(self, **entry) -> None:
+        self._append(self.log, **entry)
+
+    def start(self) -> None:
+        self.note(op="start", hostname=socket.gethostname(), node=self.a.node, db=str(self.db),
+                  lib=os.environ.get("TIRASTORE_LIB", ""),
+                  failpoints=os.environ.get("TIRASTORE_FAILPOINTS", ""))
+
+    def error(self, phase: str, exc: BaseException, **ctx) -> None:
+        self.errors += 1
+        self.note(op="error", phase=phase, type=_exc_type(exc), message=str(exc)[:500], **ctx)
+
+    def mismatch(self, what: str, **ctx) -> None:
+        self.errors += 1
+        self.note(op="error", phase="read", type="Mismatch", message=what[:500], **ctx)
+
+    def _open(self) -> bool:
+        if self.cache is not None:
+            return True
+        try:
+            import plan
+            import tirastore
+            if not self.db.exists():
+                # The first store to open the file writes its CPU into it, and
+                # the record workers use the test CPU: a cache creating it with
+                # this host's CPU would disable their writes.
+                tirastore.TiraStore(self.db, cpu_model=plan.TEST_CPU, slurm_cpus=plan.TEST_SLURM,
+                                    stale_lock_timeout=self.a.stale_lock_timeout,
+                                    lock_timeout=self.a.lock_timeout).close()
+            self.cache = tirastore.PersistentCache(
+                CONFIG_OPNAME, path=str(self.db), cfg_type=dict,
+                lock_timeout=self.a.lock_timeout, stale_lock_timeout=self.a.stale_lock_timeout)
+        except Exception as e:  # noqa: BLE001 - every failure is logged for the verifier
+            self.error("open", e)
+            return False
+        return True
+
+    def put_next(self) -> bool:
+        """Put the next planned entry; False when there is nothing (more) to do."""
+        if not self.todo or self.errors >= CONFIG_MAX_ERRORS or not self._open():
+            return False
+        kind, n = self.todo.pop(0)
+        coords, value, overwrite = config_spec(kind, self.w, n)
+        t0 = time.time()
+        try:
+            ret = self.cache.put(*coords, value, overwrite=overwrite)
+        except Exception as e:  # noqa: BLE001
+            self.error("put", e, kind=kind, n=n)
+            return True
+        t1 = time.time()
+        self.note(op="put", kind=kind, n=n, key=config_key(*coords), overwrite=overwrite,
+                  returned=bool(ret), t0=t0, t1=t1)
+        self.put_done[(kind, n)] = bool(ret)
+        return True
+
+    def after_write(self) -> None:
+        """Called after each acknowledged record write of this process."""
+        self.writes += 1
+        if self.writes % max(1, self.a.every) == 0:
+            self.put_next()
+
+    def finish(self) -> None:
+        """The remaining puts, the read-back, the close; then the 'done' line."""
+        if self.finished:
+            return
+        self.finished = True
+        while self.put_next():
+            pass
+        if self.errors < CONFIG_MAX_ERRORS and self._open():
+            try:
+                self.check()
+            except Exception as e:  # noqa: BLE001
+                self.error("check", e)
+        self.close()
+        self.note(op="done", errors=self.errors, puts=len(self.put_done))
+
+    def close(self) -> None:
+        if self.cache is not None:
+            try:
+                self.cache.close()
+            except Exception as e:  # noqa: BLE001
+                self.error("close", e)
+            self.cache = None
+
+    def check(self) -> None:
+        """Read back what this run put, in few calls (each takes the lock in a
+        new process): entries() of its own device and of the shared one, get()
+        of the first-writer entries (its own value where it won) and of one
+        own dict value, len()."""
+        w, cache = self.w, self.cache
+        first_values = {_canon(config_first(x, c)[1])
+                        for x in self.workers for c in range(self.a.nconfig_first)}
+        last_values = {_canon(config_last(x, c)[1])
+                       for x in self.workers for c in range(self.a.nconfig_last)}
+        planned_own = {config_key(*config_distinct(w, j)[0]): _canon(config_distinct(w, j)[1])
+                       for j in range(self.a.nconfigs)}
+        mine = {config_key(e.device, e.op_id, e.call_key): e for e in cache.entries(device=f"torture:w{w}")}
+        for key, e in mine.items():
+            if planned_own.get(key) != _canon(e.value):
+                self.mismatch(f"entries(): {key} = {e.value!r}, not planned for worker {w}")
+            elif e.hostname != socket.gethostname() or e.update_date < e.creation_date:
+                self.mismatch(f"entries(): {key} written by {e.hostname!r} at {e.creation_date}/"
+                              f"{e.update_date}")
+        seen = {config_key(e.device, e.op_id, e.call_key): _canon(e.value)
+                for e in cache.entries(device=CONFIG_SHARED)}
+        for key, val in seen.items():
+            if val not in (first_values if f"|{CONFIG_FIRST_OP}|" in key else last_values):
+                self.mismatch(f"entries(): shared entry {key} = {val}, which nobody put")
+        for kind, n in self.put_done:
+            key = config_key(*config_spec(kind, w, n)[0])
+            if key not in (mine if kind == "distinct" else seen):
+                self.mismatch(f"entries(): {key} is missing although put() returned", kind=kind, n=n)
+        own = sorted(n for kind, n in self.put_done if kind == "distinct")
+        gets = [("first", n) for kind, n in sorted(self.put_done) if kind == "first"]
+        gets += [("distinct", j) for j in own if j % 4 == 3][:1]  # a dict value, through cfg_type
+        for kind, n in gets:
+            coords, value, _ = config_spec(kind, w, n)
+            got = cache.get(*coords)
+            returned = self.put_done[(kind, n)]
+            if not (got == value if kind == "distinct" or returned else _canon(got) in first_values):
+                self.mismatch(f"get({coords!r}) = {got!r} after put({value!r}) returned {returned}",
+                              kind=kind, n=n)
+        n = len(cache)
+        most = len(self.workers) * self.a.nconfigs + self.a.nconfig_first + self.a.nconfig_last
+        if not len(self.put_done) <= n <= most:
+            self.mismatch(f"len(cache) = {n}; this run put {len(self.put_done)} entries, "
+                          f"{most} are planned in all")
+        self.note(op="checked", own=len(mine), shared=len(seen), entries=n, gets=len(gets))
+
+
+def mixed_worker(argv: list) -> int:
+    """torture.py --mixed-worker CONFIG-OPTIONS -- WORKER-ARGUMENTS: worker.py's
+    record phases in this process, with config puts interleaved (see the
+    docstring at the top)."""
+    if "--" not in argv:
+        print("torture.py --mixed-worker: '--' and the worker.py arguments are missing", file=sys.stderr)
+        return 2
+    cut = argv.index("--")
+    ap = argparse.ArgumentParser(prog="torture.py --mixed-worker")
+    ap.add_argument("--db", required=True)
+    ap.add_argument("--worker-id", type=int, required=True)
+    ap.add_argument("--log", required=True)
+    ap.add_argument("--node", default="")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--config-workers", required=True, help="comma-separated ids of every config writer")
+    ap.add_argument("--nconfigs", type=int, required=True)
+    ap.add_argument("--nconfig-first", type=int, required=True)
+    ap.add_argument("--nconfig-last", type=int, required=True)
+    ap.add_argument("--every", type=int, default=2, help="one config put after every N record writes")
+    ap.add_argument("--stale-lock-timeout", type=float, default=600.0)
+    ap.add_argument("--lock-timeout", type=float, default=600.0)
+    a = ap.parse_args(argv[:cut])
+    wargv = argv[cut + 1:]
+
+    import worker as record_worker  # tests/multinode/worker.py (sys.path has this directory)
+
+    append = record_worker.AckLog.append
+    cw = ConfigWriter(a, record_worker.AckLog, append)
+    cw.start()
+
+    def hooked(self, **entry):
+        # Between two calls of worker.py: after a write is acknowledged (its
+        # log line fsync'd), before the next call starts its clock; and the
+        # config side ends before the record side's "done", so that a kill
+        # during it counts as a killed run for verify_results.py too.
+        op = entry.get("op")
+        if op == "done":
+            cw.finish()
+        append(self, **entry)
+        if op in ("unique", "contested"):
+            cw.after_write()
+
+    record_worker.AckLog.append = hooked
+    sys.argv = [str(harness.WORKER), *wargv]
+    try:
+        rc = record_worker.main(wargv)
+    except SystemExit as e:  # worker.py gives up after too many errors
+        rc = e.code if isinstance(e.code, int) else 1
+    if not cw.finished:
+        cw.close()
+        cw.note(op="exit", errors=cw.errors)
+    return 1 if rc or cw.errors else 0
+
+
+def load_config_logs(log_dir: Path, workers: list) -> tuple[dict, int]:
+    """{w: [entries]} of the config logs, and the count of torn lines."""
+    logs: dict[int, list] = {}
+    torn = 0
+    for w in workers:
+        f = log_dir / f"config-{w}.jsonl"
+        if not f.exists():
+            continue
+        entries = []
+        for line in f.read_text(errors="replace").splitlines():
+            try:
+                entries.append(json.loads(line))
+            except ValueError:
+                torn += 1
+        logs[w] = entries
+    return logs, torn
+
+
+def verify_configs(db: Path, log_dir: Path, workers: list, nconfigs: int, nfirst: int,
+                   nlast: int) -> tuple[list, dict]:
+    """Check the config table against the config writers' logs (stdlib only).
+
+    Returns (violations, figures)."""
+    v: list[str] = []
+    errs: list[str] = []
+    info: collections.Counter = collections.Counter()
+    logs, torn = load_config_logs(log_dir, workers)
+    info["torn config log lines"] = torn
+    runs: dict = {}  # pid -> {"w", "t" (start), "done"}
+    hosts: set = set()
+    puts = []  # (w, pid, entry)
+    for w in workers:
+        if w not in logs:
+            v.append(f"config writer {w}: no config log (never started)")
+            continue
+        for e in logs[w]:
+            pid, op = e.get("pid"), e.get("op")
+            if op == "start":
+                runs[pid] = {"w": w, "t": e.get("t", 0.0), "done": False}
+                hosts.add(e.get("hostname"))
+            elif op in ("done", "exit"):
+                runs.setdefault(pid, {"w": w, "t": 0.0})["done"] = True
+            elif op == "error":
+                errs.append(f"config writer {w} (pid {pid}) logged an error in phase {e.get('phase')}: "
+                            f"{e.get('type')}: {e.get('message')}")
+            elif op == "put" and "returned" in e:
+                puts.append((w, pid, e))
+        if not any(e.get("op") == "done" and e.get("errors") == 0 for e in logs[w]):
+            errs.append(f"config writer {w}: never finished without error (no clean 'done')")
+    killed = {pid for pid, r in runs.items() if not r["done"]}
+    killed_w = {runs[p]["w"] for p in killed}
+    info["config writer runs"] = len(runs)
+    info["killed config writer runs"] = len(killed)
+    starts = collections.defaultdict(list)
+    for r in runs.values():
+        starts[r["w"]].append(r["t"])
+
+    def death_bound(pid) -> float:
+        """The latest moment a killed run can have committed: when its
+        worker's next run started (the fleet restarts it once it is dead)."""
+        r = runs[pid]
+        later = [t for t in starts[r["w"]] if t > r["t"]]
+        return min(later) if later else math.inf
+
+    planned: dict[str, dict] = {}
+    for w in workers:
+        for j in range(nconfigs):
+            coords, value, overwrite = config_distinct(w, j)
+            planned[config_key(*coords)] = {"kind": "distinct", "w": w, "n": j, "coords": coords,
+                                            "overwrite": overwrite, "values": {_canon(value): w}}
+    for kind, n_of, value_of, overwrite in (("first", nfirst, config_first, False),
+                                            ("last", nlast, config_last, True)):
+        for c in range(n_of):
+            for w in workers:
+                coords, value = value_of(w, c)
+                spec = planned.setdefault(config_key(*coords), {"kind": kind, "n": c, "coords": coords,
+                                                                "overwrite": overwrite, "values": {}})
+                spec["values"][_canon(value)] = w
+
+    rows = []
+    if not db.exists():
+        v.append(f"database {db} does not exist")
+    else:
+        try:
+            conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+            try:
+                has = conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'"
+                                   " AND name = 'config_entries'").fetchone()[0]
+                if has:
+                    rows = conn.execute(
+                        "SELECT key, device, op_id, call_key, value_json, hostname, username,"
+                        " creation_date, update_date FROM config_entries NOT INDEXED").fetchall()
+                    by_index = conn.execute("SELECT count(*) FROM config_entries INDEXED BY"
+                                            " idx_config_entries_device_op_id").fetchone()[0]
+                    if by_index != len(rows):
+                        v.append(f"config_entries: {len(rows)} rows, {by_index} in its index")
+            finally:
+                conn.close()
+        except sqlite3.DatabaseError as e:
+            v.append(f"cannot read the config table: {type(e).__name__}: {e}")
+    info["config entries in db"] = len(rows)
+
+    count = collections.Counter(r[0] for r in rows)
+    for key, n in count.items():
+        if n > 1:
+            v.append(f"config entry {key} stored {n} times")
+    stored: dict[str, int] = {}  # key -> writer of the stored value
+    for key, device, op_id, call_key, value_json, host, user, created, updated in rows:
+        spec = planned.get(key)
+        if spec is None:
+            v.append(f"unexpected config entry {key!r} = {value_json} (nobody put it)")
+            continue
+        if (device, op_id, call_key) != spec["coords"]:
+            v.append(f"config entry {key}: columns {(device, op_id, call_key)!r}, expected {spec['coords']!r}")
+        try:
+            writer = spec["values"].get(_canon(json.loads(value_json)))
+        except ValueError:
+            writer = None
+        if writer is None:
+            v.append(f"config entry {key} ({spec['kind']}): value {value_json} is no planned value")
+            continue
+        stored[key] = writer
+        if host not in hosts:
+            v.append(f"config entry {key}: hostname {host!r}, but the config writers ran on {sorted(map(str, hosts))}")
+        if not user:
+            v.append(f"config entry {key}: no username")
+        if updated < created:
+            v.append(f"config entry {key}: update_date {updated} before creation_date {created}")
+        elif not spec["overwrite"] and updated != created:
+            v.append(f"config entry {key} (put with overwrite=False only) was updated: "
+                     f"created {created}, updated {updated}")
+
+    acks: dict[str, list] = collections.defaultdict(list)
+    for w, pid, e in puts:
+        kind, n = e.get("kind"), e.get("n")
+        try:
+            coords, _, overwrite = config_spec(kind, w, n)
+        except TypeError:
+            v.append(f"config writer {w}: unparseable put line {e}")
+            continue
+        key = config_key(*coords)
+        if e.get("key") != key or key not in planned or e.get("overwrite") != overwrite:
+            v.append(f"config writer {w}: logged put {e} does not match the plan ({key})")
+            continue
+        acks[key].append((w, pid, bool(e["returned"]), e.get("t0", 0.0), e.get("t1", 0.0)))
+        info[f"acked config puts, {kind} ({e['returned']})"] += 1
+
+    winners = 0
+    for key, spec in planned.items():
+        kind = spec["kind"]
+        label = (f"config entry {key} ({kind}, writer {spec['w']})" if kind == "distinct"
+                 else f"config entry {key} ({kind}-writer)")
+        a = acks.get(key, [])
+        wins = [x for x in a if x[2]]
+        if spec["overwrite"]:
+            for x in a:
+                if not x[2]:
+                    v.append(f"{label}: put(overwrite=True) returned False (worker {x[0]}, pid {x[1]})")
+        elif len(wins) > 1:
+            v.append(f"{label}: put(overwrite=False) returned True {len(wins)} times "
+                     f"(workers/pids {[(x[0], x[1]) for x in wins]}) - two winners, or lost and put again")
+        if kind == "first" and wins:
+            winners += 1
+        if key not in stored:
+            if a and not any(r[0] == key for r in rows):
+                v.append(f"{label}: LOST - acknowledged ({[(x[0], x[1], x[2]) for x in a[:4]]}) "
+                         f"but not in the database")
+            continue
+        writer = stored[key]
+        if kind == "distinct":
+            if not a and spec["w"] not in killed_w:
+                v.append(f"{label}: present but never acknowledged, and its writer was never killed")
+            if not spec["overwrite"]:
+                for x in a:
+                    if x[2]:
+                        continue
+                    before = any(y[2] and y[4] <= x[3] for y in a) or any(
+                        runs[p]["w"] == spec["w"] and runs[p]["t"] < x[3] for p in killed)
+                    if not before:
+                        v.append(f"{label}: put(overwrite=False) returned False (pid {x[1]}), but no "
+                                 f"earlier put of it was acknowledged or killed")
+            continue
+        if kind == "first":
+            if wins:
+                if writer != wins[0][0]:
+                    v.append(f"{label}: worker {wins[0][0]} was told it won, but the stored value is "
+                             f"worker {writer}'s")
+            elif writer not in killed_w:
+                v.append(f"{label}: nobody was told it won, and the stored value's writer "
+                         f"(worker {writer}) was never killed")
+            continue
+        # last-writer: the stored value is its writer's latest put, so no
+        # acknowledged put of another writer may have started after it.
+        mine = [x for x in a if x[0] == writer]
+        if not mine and writer not in killed_w:
+            v.append(f"{label}: holds worker {writer}'s value, which it never acknowledged, and it was "
+                     f"never killed")
+            continue
+        latest = max([x[4] for x in mine] + [death_bound(p) for p in killed if runs[p]["w"] == writer],
+                     default=-math.inf)
+        later = [x for x in a if x[0] != writer and x[3] > latest]
+        if later:
+            x = min(later, key=lambda y: y[3])
+            v.append(f"{label}: LOST UPDATE - holds worker {writer}'s value, but worker {x[0]}'s put "
+                     f"(pid {x[1]}, acknowledged) started {x[3] - latest:.3f} s after worker {writer}'s "
+                     f"last put ended")
+    info["first-writer entries with an acknowledged winner"] = winners
+    info["config entries planned"] = len(planned)
+    return v + errs, dict(info)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -81,6 +586,13 @@ def main(argv=None) -> int:
     ap.add_argument("--nrecords", type=int, default=24, help="unique records per worker")
     ap.add_argument("--ncontested", type=int, default=10, help="contested records")
     ap.add_argument("--sample", type=int, default=6, help="other workers' records each worker reads")
+    ap.add_argument("--config-per-node", type=int, default=None,
+                    help="workers per node that also put kernel-config entries (default: a quarter; 0: none)")
+    ap.add_argument("--nconfigs", type=int, default=4, help="config entries of its own per config writer")
+    ap.add_argument("--nconfig-first", type=int, default=3,
+                    help="contested config entries every config writer puts with overwrite=False")
+    ap.add_argument("--nconfig-last", type=int, default=2,
+                    help="contested config entries every config writer puts with overwrite=True")
     ap.add_argument("--kills", type=int, default=100, help="max external SIGKILLs")
     ap.add_argument("--kill-rate", type=float, default=1.0, help="external kills per second")
     ap.add_argument("--holder-bias", type=float, default=0.6,
@@ -126,6 +638,13 @@ def main(argv=None) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     mounts = [run_dir / "mnt" / f"node{n}" for n in range(a.nodes)]
     nworkers = a.nodes * a.per_node
+    if a.config_per_node is None:
+        a.config_per_node = max(1, a.per_node // 4) if a.per_node else 0
+    config_workers = [w for w in range(nworkers) if is_config_worker(w, a.nodes, a.config_per_node)]
+    nconfig_ops = a.nconfigs + a.nconfig_first + a.nconfig_last
+    # One config put after every `every` record writes spreads them over the
+    # write phases; the rest are put before the worker's end.
+    every = max(1, (a.nrecords + a.ncontested) // max(1, nconfig_ops))
     bed = harness.FuseBed(backing, mounts, latency=a.latency or None, log=run_dir / "fusebed.log")
     for s in SIGNALS:
         signal.signal(s, _on_signal)
@@ -135,6 +654,10 @@ def main(argv=None) -> int:
     print(f"{label}: {a.nodes} nodes x {a.per_node} workers = {nworkers} processes, "
           f"{a.nrecords} unique + {a.ncontested} contested records each, seed {a.seed}, dir {run_dir}",
           flush=True)
+    if config_workers:
+        print(f"  with {len(config_workers)} kernel-config writers ({a.config_per_node} per node) putting "
+              f"{a.nconfigs} own + {a.nconfig_first} first-writer + {a.nconfig_last} last-writer "
+              f"config entries each", flush=True)
     fleet = None
     res = None
     bed_missing = False
@@ -151,10 +674,20 @@ def main(argv=None) -> int:
             db = mounts[n] / "shared" / "cache.db"
 
             def cmd_for(run, w=w, n=n, db=db):
-                return harness.worker_cmd(db, w, nworkers, a.nrecords, a.ncontested, log_dir,
-                                          node=f"node{n}", seed=a.seed * 100 + run,
-                                          stale=a.stale_lock_timeout, sample=a.sample,
-                                          lock_timeout=max(60.0, a.time_limit))
+                cmd = harness.worker_cmd(db, w, nworkers, a.nrecords, a.ncontested, log_dir,
+                                         node=f"node{n}", seed=a.seed * 100 + run,
+                                         stale=a.stale_lock_timeout, sample=a.sample,
+                                         lock_timeout=max(60.0, a.time_limit))
+                if w not in config_workers:
+                    return cmd
+                return [sys.executable, str(Path(__file__).resolve()), "--mixed-worker",
+                        "--db", str(db), "--worker-id", str(w), "--log", str(log_dir),
+                        "--node", f"node{n}", "--seed", str(a.seed * 100 + run),
+                        "--config-workers", ",".join(map(str, config_workers)),
+                        "--nconfigs", str(a.nconfigs), "--nconfig-first", str(a.nconfig_first),
+                        "--nconfig-last", str(a.nconfig_last), "--every", str(every),
+                        "--stale-lock-timeout", str(a.stale_lock_timeout),
+                        "--lock-timeout", str(max(60.0, a.time_limit)), "--", *cmd[2:]]
 
             def env_for(run, w=w):
                 lib, fps = failpoints_for(w, run, a)
@@ -191,16 +724,40 @@ def main(argv=None) -> int:
 
     # Verify on the backing directory (the bed is unmounted now).
     summary_path = run_dir / "summary.json"
+    cv, cinfo = [], {}
     try:
         vr = subprocess.run(harness.verify_cmd(backing / "shared" / "cache.db", log_dir, nworkers,
                                                a.nrecords, a.ncontested, summary=summary_path),
                             timeout=max(30.0, a.time_limit - (time.monotonic() - t0)))
+        # The config table, against the config writers' logs (in this
+        # process: stdlib sqlite3 on the backing directory, read-only).
+        if config_workers:
+            try:
+                cv, cinfo = verify_configs(backing / "shared" / "cache.db", log_dir, config_workers,
+                                           a.nconfigs, a.nconfig_first, a.nconfig_last)
+            except Abort:
+                raise
+            except Exception as e:  # noqa: BLE001 - a crash of the checks is a failed verification
+                cv = [f"the config verification crashed: {type(e).__name__}: {e}"]
     except (Abort, subprocess.TimeoutExpired) as e:
         print(f"torture: verification aborted: {e}", file=sys.stderr)
         return 3
     finally:
         signal.alarm(0)
-    ok = vr.returncode == 0 and not res.failed
+    if config_workers:
+        print(f"verify configs: {len(config_workers)} config writers x {a.nconfigs} own + "
+              f"{a.nconfig_first} first-writer + {a.nconfig_last} last-writer entries")
+        for k, n in sorted(cinfo.items()):
+            print(f"  {k}: {n}")
+        if cv:
+            print(f"FAIL: {len(cv)} violations")
+            for x in cv[:40]:
+                print("  - " + x)
+            if len(cv) > 40:
+                print(f"  ... and {len(cv) - 40} more")
+        else:
+            print("PASS")
+    ok = vr.returncode == 0 and not cv and not res.failed
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     info = summary.get("info", {})
     planned = nworkers * a.nrecords + a.ncontested
@@ -209,6 +766,13 @@ def main(argv=None) -> int:
     print(f"  processes:                {nworkers} workers, {res.runs} runs including restarts")
     print(f"  records:                  {planned} planned ({nworkers}x{a.nrecords} unique + "
           f"{a.ncontested} contested), {info.get('records in db', '?')} in the database")
+    if config_workers:
+        print(f"  config entries:           {cinfo.get('config entries planned', '?')} planned "
+              f"({len(config_workers)}x{a.nconfigs} own + {a.nconfig_first} first-writer + "
+              f"{a.nconfig_last} last-writer), {cinfo.get('config entries in db', '?')} in the database; "
+              f"{sum(n for k, n in cinfo.items() if k.startswith('acked config puts'))} puts acknowledged "
+              f"by {len(config_workers)} config writers in {cinfo.get('config writer runs', '?')} runs "
+              f"({cinfo.get('killed config writer runs', '?')} killed)")
     print(f"  kills inside the lock:    {res.kills_in_lock} ({res.kills_inside} external SIGKILL of "
           f"the holder, {res.self_kills} failpoint self-kills)")
     print(f"  kills outside the lock:   {res.kills_outside}")
@@ -222,7 +786,8 @@ def main(argv=None) -> int:
           f"{left['asides']} aside files, {left['node-local']} node-local entries in {left['private']}")
     if res.failed:
         print(f"  workers that exited nonzero: {res.failed[:20]}")
-    print(f"  verification:             {'PASS' if vr.returncode == 0 else 'FAIL'}")
+    print(f"  verification:             records {'PASS' if vr.returncode == 0 else 'FAIL'}"
+          + (f", configs {'PASS' if not cv else f'FAIL ({len(cv)} violations)'}" if config_workers else ""))
     # Keep the logs of a surprising outcome; remove those of an expected one.
     if ok != a.expect_failure and not a.keep and not a.dir and not any(os.path.ismount(m) for m in mounts):
         harness.rmtree_quiet(run_dir)
@@ -250,4 +815,6 @@ def leftovers(shared: Path) -> dict:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--mixed-worker"]:
+        sys.exit(mixed_worker(sys.argv[2:]))
     sys.exit(main())
