@@ -278,4 +278,26 @@ func tirastoreGo_call(handle C.uint64_t, method *C.char, args_json *C.char, out 
 	return reply(out, res, err)
 }
 
+// tirastore_config_fresh reports whether the answers of the method
+// "config_value" that carried stamp still hold: 1 if the same calls would
+// return the same values now, 0 if they may not (then call config_value
+// again), also for an unknown or closed handle. It takes no lock, makes no
+// allocation a caller sees and costs one fstat and one header read, so
+// that a binding may keep the values it decoded and serve a repeated get
+// without a JSON round trip.
+//
+//export tirastoreGo_config_fresh
+func tirastoreGo_config_fresh(handle C.uint64_t, stamp C.uint64_t) (fresh C.int) {
+	defer func() {
+		if recover() != nil {
+			fresh = 0
+		}
+	}()
+	st, err := findHandle(uint64(handle), false)
+	if err != nil || !st.ConfigFresh(uint64(stamp)) {
+		return 0
+	}
+	return 1
+}
+
 func main() {}

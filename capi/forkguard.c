@@ -60,6 +60,11 @@ int tirastore_call(uint64_t handle, const char *method, const char *args_json, c
 	return tirastoreGo_call(handle, (char *)method, (char *)args_json, out);
 }
 
+int tirastore_config_fresh(uint64_t handle, uint64_t stamp) {
+	if (tirastore_forked) return 0; // not fresh: the caller's config_value call then reports the fork
+	return tirastoreGo_config_fresh(handle, stamp);
+}
+
 void tirastore_free(const char *buf) {
 	// Replies are allocated with malloc (C.CBytes in Go, strdup above):
 	// free() releases them without entering Go, also in a forked child.

@@ -280,19 +280,20 @@ var methods = map[string]method{
 		}
 		return e, nil
 	}},
-	// config_value is config_get's fast form for bindings: [value] on a
-	// hit, null on a miss (a stored null stays distinguishable), without
-	// the entry's who and when.
+	// config_value is config_get's fast form for bindings: [value, stamp]
+	// on a hit (a stored null stays distinguishable), null on a miss,
+	// without the entry's who and when; while tirastore_config_fresh(stamp)
+	// returns 1, the same call would return the same value.
 	"config_value": {true, configParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		d, op, ck, err := configArgs(a)
 		if err != nil {
 			return nil, err
 		}
-		e, err := st.ConfigGet(ctx, d, op, ck)
+		e, stamp, err := st.ConfigValue(ctx, d, op, ck)
 		if e == nil || err != nil {
 			return nil, err
 		}
-		return []any{pyjson.Raw(e.ValueJSON)}, nil
+		return []any{pyjson.Raw(e.ValueJSON), stamp}, nil
 	}},
 	"config_put": {true, []string{"device", "op_id", "call_key", "value", "overwrite"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		d, op, ck, err := configArgs(a)

@@ -54,15 +54,27 @@ func checkConfigRef(device, opID, callKey string) error {
 // backend's in-process cache, without the lock, when it can prove the
 // entry current (a header read), as a lookup.
 func (s *Store) ConfigGet(ctx context.Context, device, opID, callKey string) (*ConfigEntry, error) {
-	if err := checkConfigRef(device, opID, callKey); err != nil {
-		return nil, err
-	}
-	e, err := s.be.ConfigGet(ctx, ConfigKey(device, opID, callKey))
-	if err != nil || e == nil {
-		return nil, err
-	}
-	return (*ConfigEntry)(e), nil
+	e, _, err := s.ConfigValue(ctx, device, opID, callKey)
+	return e, err
 }
+
+// ConfigValue is ConfigGet with the stamp of the answer: while
+// ConfigFresh(stamp) holds, the same call would return the same entry, so
+// a binding may keep what it decoded (0: no such promise).
+func (s *Store) ConfigValue(ctx context.Context, device, opID, callKey string) (*ConfigEntry, uint64, error) {
+	if err := checkConfigRef(device, opID, callKey); err != nil {
+		return nil, 0, err
+	}
+	e, stamp, err := s.be.ConfigGet(ctx, ConfigKey(device, opID, callKey))
+	if err != nil || e == nil {
+		return nil, stamp, err
+	}
+	return (*ConfigEntry)(e), stamp, nil
+}
+
+// ConfigFresh reports whether answers of ConfigValue stamped stamp still
+// hold; it takes no lock and costs one fstat and one header read.
+func (s *Store) ConfigFresh(stamp uint64) bool { return s.be.ConfigFresh(stamp) }
 
 // ConfigPut stores valueJSON (one JSON value) for (device, opID, callKey)
 // in one transaction and reports whether it wrote: with overwrite the last

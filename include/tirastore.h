@@ -99,6 +99,17 @@ int tirastore_close(uint64_t handle, char **out);
 int tirastore_call(uint64_t handle, const char *method, const char *args_json, char **out);
 
 /*
+ * tirastore_config_fresh reports whether the answers of the method
+ * "config_value" that carried stamp still hold: 1 if the same calls would
+ * return the same values now, 0 if they may not (then call config_value
+ * again), also for an unknown or closed handle. It takes no lock, makes no
+ * allocation a caller sees and costs one fstat and one header read, so
+ * that a binding may keep the values it decoded and serve a repeated get
+ * without a JSON round trip.
+ */
+int tirastore_config_fresh(uint64_t handle, uint64_t stamp);
+
+/*
  * tirastore_free releases a buffer the library returned through an out
  * parameter. NULL is ignored. Each buffer must be freed exactly once.
  */

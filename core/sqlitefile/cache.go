@@ -3,6 +3,7 @@ package sqlitefile
 import (
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tirastore/tirastore/core/changelog"
@@ -12,6 +13,11 @@ import (
 	"github.com/tirastore/tirastore/core/storage"
 	"github.com/tirastore/tirastore/core/tuning"
 )
+
+// stamps numbers the config-entry sets of every cache of the process
+// (resultCache.stamp): unique, so that a stamp of one store never names
+// another's.
+var stamps atomic.Uint64
 
 // resultCache serves repeated lookups of one process without the lock.
 //
@@ -70,6 +76,11 @@ type resultCache struct {
 	// keeps them; a config write is a commit that was not logged and
 	// starts the cache over.
 	configs map[string]*storage.ConfigEntry
+	// stamp names the cache's current set of config entries: a new one
+	// (from stamps) whenever entries may be dropped or replaced, never when
+	// one is added, so that an answer stamped stamp holds while stamp is
+	// still the cache's and the entries are current (Fresh).
+	stamp uint64
 	// complete: programs (by hash) all of whose records are in entries;
 	// tooBig: programs found to have more than tuning.PrefetchLimit records at gen.
 	complete, tooBig map[string]bool
@@ -136,6 +147,7 @@ func (c *resultCache) forgetAll() {
 // reset forgets every entry (the caller holds c.mu).
 func (c *resultCache) reset() {
 	c.entries, c.complete, c.tooBig, c.configs = nil, nil, nil, nil
+	c.stamp = stamps.Add(1)
 }
 
 // Get returns the entry for key of program progHash if the database is
@@ -158,42 +170,60 @@ func (c *resultCache) Get(progHash, key string) (rec *storage.Record, ok bool) {
 	return c.lookup(progHash, key)
 }
 
-// GetConfig is Get for the config entry of key.
-func (c *resultCache) GetConfig(key string) (e *storage.ConfigEntry, ok bool) {
+// GetConfig is Get for the config entry of key, with the stamp of the
+// answer (see Fresh).
+func (c *resultCache) GetConfig(key string) (e *storage.ConfigEntry, stamp uint64, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok = c.configs[key]; !ok || c.hdr == nil {
-		return nil, false
+		return nil, 0, false
 	}
 	if !failpoint.Enabled(failpoint.CacheTrust) && !c.current() {
-		return nil, false
+		return nil, 0, false
 	}
 	e, ok = c.configs[key]
-	return e, ok
+	return e, c.stamp, ok
+}
+
+// Fresh reports whether the config answers stamped stamp still hold: the
+// stamp is the cache's (no entry was dropped or replaced since) and the
+// entries are current. Logged commits, which the cache follows, never
+// change a config row.
+func (c *resultCache) Fresh(stamp uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if stamp == 0 || stamp != c.stamp || c.hdr == nil {
+		return false
+	}
+	return failpoint.Enabled(failpoint.CacheTrust) || c.current()
 }
 
 // LoadConfig is Load for the config entry of key (no prefetch: an
-// autotuner asks for few keys, each many times).
-func (c *resultCache) LoadConfig(db *sqlite.DB, key string) (*storage.ConfigEntry, error) {
+// autotuner asks for few keys, each many times), with the stamp of the
+// answer (0: not cached).
+func (c *resultCache) LoadConfig(db *sqlite.DB, key string) (*storage.ConfigEntry, uint64, error) {
 	c.mu.Lock()
 	e, ok := c.configs[key]
+	stamp := c.stamp
 	c.mu.Unlock()
 	if ok && c.hdr != nil {
-		return e, nil
+		return e, stamp, nil
 	}
 	e, err := db.GetConfig(key)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.hdr != nil {
-		if c.configs == nil || len(c.configs) >= tuning.MaxCached {
-			c.configs = make(map[string]*storage.ConfigEntry)
-		}
-		c.configs[key] = e
+	if c.hdr == nil {
+		return e, 0, nil
 	}
-	return e, nil
+	if c.configs == nil || len(c.configs) >= tuning.MaxCached {
+		c.configs = make(map[string]*storage.ConfigEntry)
+		c.stamp = stamps.Add(1)
+	}
+	c.configs[key] = e
+	return e, c.stamp, nil
 }
 
 // lookup is what the entries say of key (the caller holds c.mu).

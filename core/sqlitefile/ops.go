@@ -37,27 +37,37 @@ func (s *Store) cached(progHash, key string) (*storage.Record, bool) {
 }
 
 // ConfigGet returns the config entry of key, from the cache when it is
-// provably current, else under the lock (see resultCache.LoadConfig).
-func (s *Store) ConfigGet(ctx context.Context, key string) (*storage.ConfigEntry, error) {
-	if e, ok := s.cachedConfig(key); ok {
-		return e, nil
+// provably current, else under the lock (see resultCache.LoadConfig), with
+// the cache's stamp (see ConfigFresh).
+func (s *Store) ConfigGet(ctx context.Context, key string) (*storage.ConfigEntry, uint64, error) {
+	if e, stamp, ok := s.cachedConfig(key); ok {
+		return e, stamp, nil
 	}
 	var e *storage.ConfigEntry
+	var stamp uint64
 	err := s.withDB(ctx, "config get", func(db *sqlite.DB) (err error) {
-		e, err = s.cache.LoadConfig(db, key)
+		e, stamp, err = s.cache.LoadConfig(db, key)
 		return err
 	})
-	return e, err
+	return e, stamp, err
 }
 
 // cachedConfig is the lock-free path of ConfigGet.
-func (s *Store) cachedConfig(key string) (*storage.ConfigEntry, bool) {
+func (s *Store) cachedConfig(key string) (*storage.ConfigEntry, uint64, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return nil, false // the locked path reports it
+		return nil, 0, false // the locked path reports it
 	}
 	return s.cache.GetConfig(key)
+}
+
+// ConfigFresh reports whether the config answers stamped stamp still hold
+// (resultCache.Fresh): one fstat and one header read, no lock.
+func (s *Store) ConfigFresh(stamp uint64) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return !s.closed && s.cache.Fresh(stamp)
 }
 
 // LookupMany looks the keys up under one acquisition of the lock and in

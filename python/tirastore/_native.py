@@ -103,6 +103,7 @@ const char *tirastore_version(void);
 int tirastore_open(const char *db_path, const char *options_json, uint64_t *handle, char **out);
 int tirastore_close(uint64_t handle, char **out);
 int tirastore_call(uint64_t handle, const char *method, const char *args_json, char **out);
+int tirastore_config_fresh(uint64_t handle, uint64_t stamp);
 void tirastore_free(const char *buf);
 """
 
@@ -477,6 +478,11 @@ def call_encoded(handle: int, method: bytes, payload: bytes) -> Any:
     again and again (``PersistentCache.get``)."""
     out = ffi.new("char **")
     return _reply(lib.tirastore_call(handle, method, payload, out), out)
+
+
+def config_fresh(handle: int, stamp: int) -> bool:
+    """Whether config_value answers stamped *stamp* still hold (no JSON, no lock)."""
+    return lib.tirastore_config_fresh(handle, stamp) == 1
 
 
 def call(handle: int, method: str, **args: Any) -> Any:

@@ -32,8 +32,8 @@ from tirastore.store import PathLike, TiraStore, _fspath
 
 Cfg = TypeVar("Cfg")
 
-# The most encoded get arguments a cache keeps (see PersistentCache.get).
-_PAYLOADS = 4096
+# The most recent gets a cache remembers (see PersistentCache.get).
+_MEMO = 4096
 
 
 @dataclass
@@ -110,10 +110,12 @@ class PersistentCache(Generic[Cfg]):
         stale_lock_timeout: Optional[float] = None,
     ) -> None:
         self._store: Optional[TiraStore] = None
-        # The encoded arguments of recent gets: an autotuner asks for the
-        # same few keys again and again, and encoding them cost a third of
-        # a get.
-        self._payloads: dict[tuple[str, str, str], bytes] = {}
+        # Recent gets: (encoded arguments, stamp, value) by coordinates. An
+        # autotuner asks for the same few keys again and again; while the
+        # library says a stamp is fresh (one fstat and one header read, no
+        # lock, no JSON), its value is what a get would decode again.
+        self._memo: dict[tuple[str, str, str], tuple[bytes, int, Any]] = {}
+        self._memo_copy = _native.lib_copy
         given = None if path is None else _fspath("PersistentCache", "path", path)
         where = _native.call(0, "config_location", opname=opname, path=given)
         self.loader = loader
@@ -162,9 +164,12 @@ class PersistentCache(Generic[Cfg]):
         As the seed: the loader, when given, is applied to the stored value;
         a dict result then becomes ``cfg_type(**d)``, or an
         :class:`argparse.Namespace` when *cfg_type* is None. A stored None
-        (JSON null) reads as a miss. Answered without the lock from the
-        library's in-process cache when no commit happened since the entry
-        was read; a ``put`` of any other process is seen at once.
+        (JSON null) reads as a miss. A repeated get is answered without the
+        lock and without decoding again, once the library has checked that
+        nothing committed since (one header read); a ``put`` of any other
+        process is seen at once. As with the seed, the stored value's
+        containers are shared between gets (and with the loader): do not
+        change them in place.
 
         :param str device: the device fingerprint (``"gpu:0"``, ``"tpu:v4"``)
         :param str op_id: the operation with its version (``"matmul@v1"``)
@@ -173,19 +178,27 @@ class PersistentCache(Generic[Cfg]):
         :raises ValueError: an argument contains a NUL character or a lone
             surrogate
         """
+        store = self._live()
+        if self._memo_copy != _native.lib_copy:  # forked or unpickled: stamps of another library copy
+            self._memo.clear()
+            self._memo_copy = _native.lib_copy
         coords = (device, op_id, call_key)
         try:
-            payload = self._payloads.get(coords)
+            memo = self._memo.get(coords)
         except TypeError:  # an unhashable argument: the library names it
-            payload = None
-        if payload is None:
-            payload = _native.encode_args("PersistentCache.get", device=device, op_id=op_id, call_key=call_key)
+            memo = None
+        if memo is not None and memo[1] and _native.config_fresh(store._handle, memo[1]):
+            raw = memo[2]  # what the library answered, and would answer again now
+        else:
+            payload = memo[0] if memo is not None else _native.encode_args(
+                "PersistentCache.get", device=device, op_id=op_id, call_key=call_key
+            )
+            found = store._call_encoded(b"config_value", payload)
+            raw, stamp = (None, 0) if found is None else found
             if type(device) is str and type(op_id) is str and type(call_key) is str:
-                if len(self._payloads) >= _PAYLOADS:
-                    self._payloads.clear()
-                self._payloads[coords] = payload
-        found = self._live()._call_encoded(b"config_value", payload)
-        raw = None if found is None else found[0]
+                if memo is None and len(self._memo) >= _MEMO:
+                    self._memo.clear()
+                self._memo[coords] = (payload, stamp, raw)
         if raw is None:
             return None
         out = self.loader(raw) if self.loader is not None else raw
@@ -313,6 +326,17 @@ class PersistentCache(Generic[Cfg]):
         if self.json_path is None:
             raise ValueError(f"PersistentCache.{where}(): this cache has no JSON file (its path names the database): give a path")
         return str(self.json_path)
+
+    # -- pickling (multiprocessing spawn, any pickled task) -----------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_memo"] = {}  # stamps mean something in this process only
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._memo_copy = -1  # never a library copy: the first get starts afresh
 
     # -- lifetime ----------------------------------------------------------
 

@@ -367,9 +367,16 @@ int main(void) {
                  "{\"device\":\"gpu:0\",\"op_id\":\"mm@v1\",\"call_key\":\"m=64\",\"value\":1,\"overwrite\":false}"),
                  "{\"result\":false}");
     const char *config_key = "{\"device\":\"gpu:0\",\"op_id\":\"mm@v1\",\"call_key\":\"m=64\"}";
-    expect_reply("config_value hit", call(h, "config_value", config_key), "{\"result\":[{\"bm\":64,\"s\":NaN}]}");
-    expect_reply("config_value hit again (from the cache)", call(h, "config_value", config_key),
-                 "{\"result\":[{\"bm\":64,\"s\":NaN}]}");
+    expect_ok_with("config_value hit: [value, stamp]", call(h, "config_value", config_key),
+                   "{\"result\":[{\"bm\":64,\"s\":NaN},");
+    r = call(h, "config_value", config_key); /* from the cache: a stamp that is fresh */
+    const char *comma = r.reply ? strrchr(r.reply, ',') : NULL;
+    uint64_t stamp = comma ? strtoull(comma + 1, NULL, 10) : 0;
+    check(r.status == TIRASTORE_OK && stamp != 0 && tirastore_config_fresh(h, stamp) == 1,
+          "config_value again: stamp %llu is fresh (%s)", (unsigned long long)stamp, show(&r));
+    free(r.reply);
+    check(tirastore_config_fresh(h, 0) == 0 && tirastore_config_fresh(999999, stamp) == 0,
+          "tirastore_config_fresh of stamp 0 or an unknown handle is 0");
     expect_ok_with("config_get has who and when", call(h, "config_get", config_key), "\"creation_date\":");
     expect_reply("config_value miss", call(h, "config_value", "{\"device\":\"gpu:0\",\"op_id\":\"mm@v1\",\"call_key\":\"x\"}"),
                  "{\"result\":null}");
@@ -377,6 +384,10 @@ int main(void) {
                  "{\"device\":\"d\",\"op_id\":\"o\",\"call_key\":\"k\",\"value\":{\"\\u0000type\":\"bytes\"}}"),
                  TIRASTORE_ERR_TYPE, "TypeError");
     expect_reply("config_len", call(h, "config_len", NULL), "{\"result\":1}");
+    expect_reply("config_put of another value", call(h, "config_put",
+                 "{\"device\":\"gpu:0\",\"op_id\":\"mm@v1\",\"call_key\":\"m=64\",\"value\":2}"), "{\"result\":true}");
+    check(tirastore_config_fresh(h, stamp) == 0, "after a put the old stamp is not fresh");
+    expect_ok_with("config_value sees the put", call(h, "config_value", config_key), "{\"result\":[2,");
     snprintf(args, sizeof args, "{\"opname\":\"mm\",\"path\":\"%s/mm.json\"}", dir);
     char want[1024];
     snprintf(want, sizeof want, "{\"result\":{\"db_path\":\"%s/mm.tirastore.db\",\"json_path\":\"%s/mm.json\"}}", dir, dir);

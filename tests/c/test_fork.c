@@ -46,6 +46,7 @@ static int child_guarded(uint64_t h) {
 	tirastore_free(out);
 	ok = ok && tirastore_open("/nonexistent/x.db", NULL, &h, NULL) == TIRASTORE_ERR_FORKED;
 	ok = ok && tirastore_version() && strlen(tirastore_version()) > 0;
+	ok = ok && tirastore_config_fresh(h, 1) == 0; /* not fresh, and no hang */
 	return ok ? 0 : 1;
 }
 

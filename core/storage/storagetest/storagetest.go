@@ -313,13 +313,36 @@ func testConfigs(t *testing.T, open Open) {
 		t.Fatal(err)
 	}
 	// The fast path agrees with the reads, hit and miss, twice (a cache).
+	var stamp uint64
 	for i := 0; i < 2; i++ {
-		if e, err := b.ConfigGet(ctx, "a"); err != nil || e == nil || e.ValueJSON != "3" || e.Device != "gpu:0" {
+		e, st, err := b.ConfigGet(ctx, "a")
+		if err != nil || e == nil || e.ValueJSON != "3" || e.Device != "gpu:0" {
 			t.Fatalf("ConfigGet(a) = %+v, %v; want value 3", e, err)
 		}
-		if e, err := b.ConfigGet(ctx, "zz"); err != nil || e != nil {
+		stamp = st
+		if e, _, err := b.ConfigGet(ctx, "zz"); err != nil || e != nil {
 			t.Fatalf("ConfigGet of a missing key = %+v, %v", e, err)
 		}
+	}
+	if b.ConfigFresh(0) {
+		t.Fatal("ConfigFresh(0) is true")
+	}
+	// A stamp that is still fresh promises the same answer; after a write
+	// it must not be fresh any more.
+	if stamp != 0 && !b.ConfigFresh(stamp) {
+		t.Logf("stamp %d not fresh right after its answer (allowed, but the binding then gains nothing)", stamp)
+	}
+	if err := b.Update(ctx, "configs", func(w storage.Writer) error {
+		_, err := w.PutConfig(entry("a", "4"), true)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if stamp != 0 && b.ConfigFresh(stamp) {
+		t.Fatalf("stamp %d is still fresh after a put of its key", stamp)
+	}
+	if e, _, err := b.ConfigGet(ctx, "a"); err != nil || e == nil || e.ValueJSON != "4" {
+		t.Fatalf("ConfigGet(a) after the put = %+v, %v; want value 4", e, err)
 	}
 	// Import records: absent, written, replaced.
 	im := &storage.ConfigImport{Path: "/x/a.json", Size: 10, MtimeNS: 5, SHA256: "ab", Entries: 2, ImportedAt: "d1",
