@@ -101,7 +101,7 @@ type ConfigImportResult struct {
 
 // PyJSON gives the result as the binding's dict.
 func (r *ConfigImportResult) PyJSON() any {
-	o := pyjson.NewObjectCap(10)
+	o := pyjson.NewObjectCap(11)
 	o.Set("path", r.Path)
 	o.Set("found", r.Found)
 	o.Set("entries", r.Entries)

@@ -142,7 +142,11 @@ class PersistentCache(Generic[Cfg]):
         #: The seed's attribute: the path as given, or the default file.
         self.path = given if given is not None else str(self.json_path)
         if self.json_path is not None:
-            self.imported = self._store._call("config_import", path=str(self.json_path), once=True)
+            try:
+                self.imported = store._call("config_import", path=str(self.json_path), once=True)
+            except BaseException:
+                store.close()  # a malformed file: nothing was imported, nothing stays open
+                raise
             if self.imported["notice"]:
                 warnings.warn(self.imported["notice"], TiraStoreWarning, stacklevel=2)
 
