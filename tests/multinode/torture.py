@@ -65,6 +65,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
+from verify_results import read_log  # noqa: E402
 
 NORMAL_LIB = harness.REPO / "python" / "tirastore" / "libtirastore.so"
 
@@ -375,13 +376,8 @@ def load_config_logs(log_dir: Path, workers: list) -> tuple[dict, int]:
         f = log_dir / f"config-{w}.jsonl"
         if not f.exists():
             continue
-        entries = []
-        for line in f.read_text(errors="replace").splitlines():
-            try:
-                entries.append(json.loads(line))
-            except ValueError:
-                torn += 1
-        logs[w] = entries
+        logs[w], bad = read_log(f)
+        torn += bad
     return logs, torn
 
 

@@ -54,15 +54,21 @@ def load_logs(log_dir: Path, nworkers: int):
         m = re.match(r"worker-(\d+)\.jsonl$", f.name)
         if not m:
             continue
-        w = int(m.group(1))
-        entries = []
-        for line in f.read_text(errors="replace").splitlines():
-            try:
-                entries.append(json.loads(line))
-            except ValueError:
-                torn += 1
-        logs[w] = entries
+        entries, bad = read_log(f)
+        logs[int(m.group(1))] = entries
+        torn += bad
     return logs, torn
+
+
+def read_log(f: Path) -> tuple[list, int]:
+    """The entries of one JSON Lines log, and how many lines did not parse."""
+    entries, torn = [], 0
+    for line in f.read_text(errors="replace").splitlines():
+        try:
+            entries.append(json.loads(line))
+        except ValueError:
+            torn += 1
+    return entries, torn
 
 
 def lock_path_for(db: Path) -> Path:
