@@ -162,12 +162,14 @@ var versionCString = C.CString(core.Version)
 //export tirastoreGo_version
 func tirastoreGo_version() *C.char { return versionCString }
 
-var openParams = []string{"source_project", "cpu_model", "slurm_cpus", "allow_cpu_mismatch", "stale_lock_timeout", "lock_timeout"}
+var openParams = []string{"source_project", "cpu_model", "slurm_cpus", "allow_cpu_mismatch", "create", "stale_lock_timeout", "lock_timeout"}
 
 // tirastore_open opens (creating if needed) the database at db_path.
 // options_json may be NULL or a JSON object with any of: source_project
 // (str), cpu_model (str|null), slurm_cpus (str|null), allow_cpu_mismatch
-// (bool), stale_lock_timeout (seconds > 0; null = 600), lock_timeout
+// (bool), create (bool, default true; false: open an existing database
+// only, TIRASTORE_ERR_NOT_FOUND when there is none, creating nothing),
+// stale_lock_timeout (seconds > 0; null = 600), lock_timeout
 // (seconds; null = 600, 0 = try once, negative = wait forever). On success
 // *handle is set and *out (if out is not NULL) receives {"result":
 // {"db_path", "lock_path", "source_project", "writes_allowed", "warning",
@@ -199,6 +201,11 @@ func tirastoreGo_open(db_path *C.char, options_json *C.char, handle *C.uint64_t,
 	if o.AllowCPUMismatch, err = a.boolean("allow_cpu_mismatch", false); err != nil {
 		return reply(out, nil, err)
 	}
+	create, err := a.boolean("create", true)
+	if err != nil {
+		return reply(out, nil, err)
+	}
+	o.MustExist = !create
 	if o.StaleLockTimeout, err = a.seconds("stale_lock_timeout"); err != nil {
 		return reply(out, nil, err)
 	}

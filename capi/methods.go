@@ -385,6 +385,9 @@ var methods = map[string]method{
 		o.Set("entries", n)
 		return o, nil
 	}},
+	"program_stats": {true, noParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		return anySlice(st.ProgramStats(ctx))
+	}},
 	"writes_allowed": {true, noParams, func(_ context.Context, st *core.Store, a *args) (any, error) {
 		return st.WritesAllowed(), nil
 	}},

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -68,7 +69,9 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 // Backup writes a consistent snapshot of the database to dest and returns
 // its absolute path. With dest "" the name is <stem>_<UTC timestamp>.db
 // beside the database, as in the original; an existing directory receives a
-// file of the database's name. The copy is made under the lock (so it
+// file of the database's name, as does a path ending in "/", and a missing
+// directory is created. The
+// copy is made under the lock (so it
 // never contains half a transaction), written to a temporary file and
 // renamed into place, so dest is never seen half-written.
 func (s *Store) Backup(ctx context.Context, dest string) (string, error) {
@@ -79,17 +82,19 @@ func (s *Store) Backup(ctx context.Context, dest string) (string, error) {
 		stamp := time.Now().UTC().Format("20060102T150405Z")
 		dest = filepath.Join(filepath.Dir(s.path), pypath.Stem(filepath.Base(s.path))+"_"+stamp+".db")
 	}
+	intoDir := strings.HasSuffix(dest, "/") // "snapshots/": a directory, created if missing
 	dest, err := pypath.Resolve(dest)
 	if err != nil {
 		return "", wrapError(KindOS, err, "cannot resolve backup path: %v", err)
 	}
-	if fi, err := os.Stat(dest); err == nil && fi.IsDir() {
+	if fi, err := os.Stat(dest); intoDir || err == nil && fi.IsDir() {
 		dest = filepath.Join(dest, filepath.Base(s.path))
 	}
 	if dest == s.path {
 		return "", newError(KindValue, "backup path %s is the database itself", dest)
 	}
-	if _, err := os.Stat(filepath.Dir(dest)); err != nil {
+	// As opening a database creates its directory, so does a backup.
+	if err := os.MkdirAll(filepath.Dir(dest), 0o777); err != nil {
 		k, _ := apierr.OSKind(err)
 		return "", wrapError(k, err, "cannot back up to %s: %v", dest, err)
 	}

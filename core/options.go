@@ -28,6 +28,10 @@ type Options struct {
 	SlurmCPUs string
 	// AllowCPUMismatch keeps writes enabled when the CPU check fails.
 	AllowCPUMismatch bool
+	// MustExist opens an existing database only: a missing one is an
+	// error (FileNotFoundError), not a new empty database and directory,
+	// so that an operator's typo in a path never creates one.
+	MustExist bool
 	// StaleLockTimeout is how long a lock may stay unconfirmed before
 	// other processes count its holder as dead and break it (nil: 600 s,
 	// as in the original; it must be positive).

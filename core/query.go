@@ -419,6 +419,46 @@ func (s *Store) Stats(ctx context.Context) (*Stats, error) {
 	return &st, nil
 }
 
+// ProgramStat counts one program's records (stats --by program).
+type ProgramStat storage.ProgramSummary
+
+// PyJSON gives {program_name, program_hash, records, legal, illegal,
+// first_record, last_record} (the dates None without records).
+func (p *ProgramStat) PyJSON() any {
+	o := pyjson.NewObjectCap(7)
+	o.Set("program_name", p.Name)
+	o.Set("program_hash", p.Hash)
+	o.Set("records", p.Records)
+	o.Set("legal", p.Legal)
+	o.Set("illegal", p.Records-p.Legal)
+	for _, f := range []struct{ k, v string }{{"first_record", p.FirstDate}, {"last_record", p.LastDate}} {
+		if f.v == "" {
+			o.Set(f.k, nil)
+		} else {
+			o.Set(f.k, f.v)
+		}
+	}
+	return o
+}
+
+// ProgramStats counts the records of every program, by name then hash, in
+// one read under the lock.
+func (s *Store) ProgramStats(ctx context.Context) ([]*ProgramStat, error) {
+	var out []*ProgramStat
+	err := s.be.View(ctx, "program stats", func(r storage.Reader) error {
+		ps, err := r.ProgramSummaries()
+		out = make([]*ProgramStat, len(ps))
+		for i := range ps {
+			out[i] = (*ProgramStat)(&ps[i])
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // Keys lists record keys ordered by creation date; limit > 0 paginates.
 func (s *Store) Keys(ctx context.Context, limit, offset int64) (keys []string, err error) {
 	err = s.be.View(ctx, "keys", func(r storage.Reader) (err error) {

@@ -72,6 +72,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		LockTimeout:      wait,
 		Hostname:         s.hostname,
 		Interruptible:    opts.Interruptible,
+		MustExist:        opts.MustExist,
 		NewMeta: map[string]string{
 			"cpu_model":  s.localCPU,
 			"slurm_cpus": s.localSlurm,

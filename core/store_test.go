@@ -307,3 +307,25 @@ func TestWritesQueueAsWrites(t *testing.T) {
 		}
 	}
 }
+
+// MustExist never creates a database or its directory (an operator's
+// typo in a path).
+func TestMustExistCreatesNothing(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "typo", "cahce.db")
+	if _, err := Open(ctx, path, Options{CPUModel: "X", MustExist: true}); KindOf(err) != KindNotFound {
+		t.Fatalf("open of a missing database: %v; want a not-found error", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "typo")); !os.IsNotExist(err) {
+		t.Fatalf("the directory was created (%v)", err)
+	}
+	if _, err := Open(ctx, dir, Options{CPUModel: "X", MustExist: true}); err == nil {
+		t.Fatal("a directory opened as a database")
+	}
+	st := openTemp(t, Options{CPUModel: "X"})
+	again, err := Open(ctx, st.Path(), Options{CPUModel: "X", MustExist: true})
+	if err != nil {
+		t.Fatalf("an existing database: %v", err)
+	}
+	again.Close()
+}

@@ -64,7 +64,9 @@ const char *tirastore_version(void);
  * tirastore_open opens (creating if needed) the database at db_path.
  * options_json may be NULL or a JSON object with any of: source_project
  * (str), cpu_model (str|null), slurm_cpus (str|null), allow_cpu_mismatch
- * (bool), stale_lock_timeout (seconds > 0; null = 600), lock_timeout
+ * (bool), create (bool, default true; false: open an existing database
+ * only, TIRASTORE_ERR_NOT_FOUND when there is none, creating nothing),
+ * stale_lock_timeout (seconds > 0; null = 600), lock_timeout
  * (seconds; null = 600, 0 = try once, negative = wait forever). On success
  * *handle is set and *out (if out is not NULL) receives {"result":
  * {"db_path", "lock_path", "source_project", "writes_allowed", "warning",

@@ -349,6 +349,29 @@ func (d *DB) Summary() (*storage.Summary, error) {
 	return &s, nil
 }
 
+// ProgramSummaries counts the records of every program in one grouped
+// scan, by name then hash.
+func (d *DB) ProgramSummaries() ([]storage.ProgramSummary, error) {
+	rows, err := d.query(`SELECT p.program_hash, p.program_name, COUNT(r.key),
+       COALESCE(SUM(json_extract(r.result_json, '$.is_legal') = 1), 0),
+       COALESCE(MIN(r.creation_date), ''), COALESCE(MAX(r.creation_date), '')
+  FROM programs p LEFT JOIN records r ON r.program_hash = p.program_hash
+  GROUP BY p.program_hash ORDER BY p.program_name, p.program_hash`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []storage.ProgramSummary{}
+	for rows.Next() {
+		var p storage.ProgramSummary
+		if err := rows.Scan(&p.Hash, &p.Name, &p.Records, &p.Legal, &p.FirstDate, &p.LastDate); err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
 // Keys lists record keys by creation_date; limit > 0 paginates.
 func (d *DB) Keys(limit, offset int64) ([]string, error) {
 	if limit > 0 {

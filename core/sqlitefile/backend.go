@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/failpoint"
@@ -79,6 +80,11 @@ func Open(ctx context.Context, path string, cfg storage.Config) (*Store, *storag
 		return nil, nil, apierr.Wrap(apierr.KindOS, err, "cannot derive the lock path of %s: %v", path, err)
 	}
 	s := &Store{path: path, lockPath: lockPath, cfg: cfg}
+	if cfg.MustExist {
+		if err := existingFile(path); err != nil {
+			return nil, nil, err
+		}
+	}
 	// The lock's claim file lives beside the database, so the directory
 	// must exist before the lock can be taken.
 	dir := filepath.Dir(path)
@@ -112,6 +118,25 @@ func Open(ctx context.Context, path string, cfg storage.Config) (*Store, *storag
 		return nil, nil, err
 	}
 	return s, &storage.Opened{Meta: meta, Notices: s.notices()}, nil
+}
+
+// existingFile is the error of opening path as an existing database: nil
+// for a regular file (or a link to one), else why not.
+func existingFile(path string) error {
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return apierr.Wrap(apierr.KindNotFound, err, "no database at %s (an existing database was asked for: none was created)", path)
+	case err != nil:
+		k, _ := apierr.OSKind(err)
+		return apierr.Wrap(k, err, "cannot open database %s: %v", path, err)
+	case fi.IsDir():
+		perr := &fs.PathError{Op: "open", Path: path, Err: syscall.EISDIR}
+		return apierr.Wrap(apierr.KindOS, perr, "cannot open database %s: it is a directory", path)
+	case !fi.Mode().IsRegular():
+		return apierr.New(apierr.KindValue, "cannot open database %s: not a regular file", path)
+	}
+	return nil
 }
 
 // Location is the database file's absolute path.

@@ -81,6 +81,13 @@ type ConfigImport struct {
 	Username   string
 }
 
+// ProgramSummary counts one program's records (stats --by program).
+type ProgramSummary struct {
+	Hash, Name          string
+	Records, Legal      int64
+	FirstDate, LastDate string // creation dates of its oldest and newest record ("" without records)
+}
+
 // Summary is what the original's stats() counts in the tables.
 type Summary struct {
 	Total, Legal, Illegal, Programs int64
@@ -123,6 +130,9 @@ type Config struct {
 	// NewMeta are the db_meta rows of a database this open creates
 	// (cpu_model, slurm_cpus, created_at).
 	NewMeta map[string]string
+	// MustExist: open an existing database only; a missing one is an
+	// error wrapping fs.ErrNotExist, and nothing is created.
+	MustExist bool
 }
 
 // The special values of Config.LockTimeout.
@@ -214,6 +224,9 @@ type Reader interface {
 	Summary() (*Summary, error)
 	// Keys lists record keys by creation date; limit > 0 paginates.
 	Keys(limit, offset int64) ([]string, error)
+	// ProgramSummaries counts the records of every program, by name then
+	// hash (programs without records included).
+	ProgramSummaries() ([]ProgramSummary, error)
 
 	// GetConfig is the config entry of key, or nil.
 	GetConfig(key string) (*ConfigEntry, error)

@@ -87,6 +87,8 @@ class PersistentCache(Generic[Cfg]):
         (as for :class:`~tirastore.TiraStore`; None: 600)
     :param stale_lock_timeout: seconds after which a silent lock holder is
         presumed dead (None: 600)
+    :param bool create: False opens an existing database only
+        (:exc:`FileNotFoundError` otherwise), as tools do
     :raises TypeError: an argument has the wrong type
     :raises ValueError: the JSON file is not a PersistentCache file (its
         top level is not an object of ``"device|op_id|call_key"`` keys)
@@ -108,6 +110,7 @@ class PersistentCache(Generic[Cfg]):
         *,
         lock_timeout: Optional[float] = None,
         stale_lock_timeout: Optional[float] = None,
+        create: bool = True,
     ) -> None:
         self._store: Optional[TiraStore] = None
         # Recent gets: (encoded arguments, stamp, value) by coordinates. An
@@ -137,6 +140,7 @@ class PersistentCache(Generic[Cfg]):
             allow_cpu_mismatch=True,
             stale_lock_timeout=stale_lock_timeout,
             lock_timeout=lock_timeout,
+            create=create,
         )
         self._store = store
         #: The seed's attribute: the path as given, or the default file.

@@ -151,6 +151,9 @@ class TiraStore:
     :param lock_timeout: seconds an operation waits for the lock before
         raising :exc:`TimeoutError` naming the holder (new; None: 600,
         0: try once, negative: wait forever)
+    :param bool create: keyword only (new): False opens an existing
+        database only, raising :exc:`FileNotFoundError` instead of creating
+        it and its directory (for tools, where a typo must not create one)
     :raises TypeError: an argument has the wrong type
     :raises ValueError: *db_path* contains a NUL character, or a timeout is
         not a finite number
@@ -183,8 +186,12 @@ class TiraStore:
         allow_cpu_mismatch: bool = False,
         stale_lock_timeout: Optional[float] = None,
         lock_timeout: Optional[float] = None,
+        *,
+        create: bool = True,
     ) -> None:
-        self._open(db_path, source_project, cpu_model, slurm_cpus, allow_cpu_mismatch, stale_lock_timeout, lock_timeout)
+        self._open(
+            db_path, source_project, cpu_model, slurm_cpus, allow_cpu_mismatch, stale_lock_timeout, lock_timeout, create
+        )
 
     def _open(
         self,
@@ -195,6 +202,7 @@ class TiraStore:
         allow_cpu_mismatch: bool,
         stale_lock_timeout: Optional[float],
         lock_timeout: Optional[float],
+        create: bool = True,
     ) -> None:
         """The constructor's work, for it and for classes built on a store
         (PersistentCache), so that the open's warnings point at the line of
@@ -214,6 +222,8 @@ class TiraStore:
             "stale_lock_timeout": stale_lock_timeout,
             "lock_timeout": lock_timeout,
         }
+        if create is not True:  # only when asked: the options of a pickled store stay the original's
+            options["create"] = create
         self._handle, info = _native.open_store(path, options)
         self._closed = False
         _open_stores.add(self)
@@ -519,7 +529,9 @@ class TiraStore:
         file renamed into place, so it is never seen half written.
 
         :param backup_path: the file to write (str or path-like; an
-            existing directory receives a file of the database's name);
+            existing directory, or a path ending in ``/``, receives a file of
+            the database's name; a missing directory is created, as opening
+            a database does);
             None names it ``<stem>_<UTC %Y%m%dT%H%M%SZ>.db`` beside the
             database
         :return: the absolute :class:`~pathlib.Path` of the snapshot
@@ -659,6 +671,21 @@ class TiraStore:
         (1, 1, ['doctest'])
         """
         return self._call("stats")
+
+    def program_stats(self) -> list[dict[str, Any]]:
+        """Count the records of every program (new; ``tirastore stats --by program``).
+
+        :return: a list of dicts ``{"program_name", "program_hash",
+            "records", "legal", "illegal", "first_record", "last_record"}``
+            (the creation dates of the program's oldest and newest records,
+            None without records), by name then hash, from one read
+
+        >>> store.record("blur", "void blur() {}", "R(L0,comps=['c1'])", True, [0.04])
+        True
+        >>> [(p["program_name"], p["records"], p["legal"]) for p in store.program_stats()]
+        [('blur', 1, 1)]
+        """
+        return self._call("program_stats")
 
     def keys(self, limit: int = 0, offset: int = 0) -> list[str]:
         """Return the record keys, oldest record first.

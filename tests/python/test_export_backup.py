@@ -255,12 +255,17 @@ def test_export_to_missing_directory_raises_file_not_found(store, tmp_path):
     assert leftover_lock_files(tmp_path) == []
 
 
-def test_backup_to_missing_directory_raises_file_not_found(store, tmp_path):
+def test_backup_creates_a_missing_directory(store, tmp_path):
+    """Unlike the original (shutil.copy2 raised FileNotFoundError), a backup
+    creates its directory, as opening a database does."""
     store.record("blur", SRC_BLUR, SCHED_R, True, [1.0])
-    with pytest.raises(FileNotFoundError):
-        store.backup(tmp_path / "no_such_dir" / "x.db")
+    out = store.backup(tmp_path / "no_such_dir" / "deeper" / "x.db")
+    assert out == tmp_path / "no_such_dir" / "deeper" / "x.db"
+    assert sqlite3.connect(out).execute("SELECT COUNT(*) FROM records").fetchone() == (1,)
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(NotADirectoryError):
+        store.backup(tmp_path / "a_file" / "x.db")
     assert store.count() == 1
-    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".lock_")) == ["cache.db"]
     assert leftover_lock_files(tmp_path) == []
 
 

@@ -252,6 +252,26 @@ func testEachProgram(t *testing.T, open Open) {
 	if want := []string{"alpha:3:1", "beta:1:2", "beta:2:1"}; !slices.Equal(got, want) {
 		t.Fatalf("EachProgram order %v, want %v (by name, then hash)", got, want)
 	}
+	// The per-program counts, in the same order.
+	if err := b.View(ctx, "program summaries", func(r storage.Reader) error {
+		ps, err := r.ProgramSummaries()
+		if err != nil {
+			return err
+		}
+		got = got[:0]
+		for _, p := range ps {
+			if p.FirstDate == "" || p.LastDate < p.FirstDate {
+				return fmt.Errorf("program %s: dates %q..%q", p.Name, p.FirstDate, p.LastDate)
+			}
+			got = append(got, fmt.Sprintf("%s:%c:%d:%d", p.Name, p.Hash[0], p.Records, p.Legal))
+		}
+		if want := []string{"alpha:3:1:1", "beta:1:2:2", "beta:2:1:1"}; !slices.Equal(got, want) {
+			return fmt.Errorf("ProgramSummaries %v, want %v", got, want)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func testConfigs(t *testing.T, open Open) {

@@ -1,0 +1,319 @@
+"""The ``tirastore`` command: look after a shared database from a shell.
+
+    tirastore stats cache.db                 # what is in it
+    tirastore stats cache.db --by program    # one row per program
+    tirastore export cache.db dump.jsonl --format jsonl
+    tirastore backup cache.db snapshots/     # a consistent online copy
+    tirastore config list tuning.json        # the kernel-config cache
+    tirastore plot cache.db --program blur -o blur.png
+
+Every subcommand has ``--help``, readable output and ``--json`` (one JSON
+document on stdout). Exit status: 0 fine, 1 a problem (a missing or
+corrupt database, a held lock, a missing entry), 2 a usage error. The
+command opens existing databases only: a typo in a path never creates
+one. All work is the library's (the same calls as :class:`TiraStore` and
+:class:`PersistentCache`); this module parses arguments and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from tirastore import _native
+from tirastore.errors import LockLostError
+from tirastore.persistent_cache import PersistentCache
+from tirastore.store import TiraStore
+
+# What a problem found is (exit 1): every error the library raises.
+_PROBLEMS = (OSError, sqlite3.Error, TimeoutError, ValueError, TypeError, LockLostError)
+
+
+class _Output:
+    """Prints a command's result: JSON with --json, else the command's text."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.json = args.json
+        self.quiet = args.quiet
+
+    def result(self, doc: Any, text: Callable[[], str]) -> None:
+        if self.json:
+            print(json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=True))
+        else:
+            out = text()
+            if out:
+                print(out)
+
+    def warn(self, message: str) -> None:
+        if not self.quiet:
+            print(f"tirastore: warning: {message}", file=sys.stderr)
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain text table, columns padded to their widest cell."""
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _open_store(args: argparse.Namespace) -> TiraStore:
+    # The CPU check guards record writes; these commands read, or write the
+    # config table, which it does not concern.
+    return TiraStore(args.db, allow_cpu_mismatch=True, lock_timeout=args.lock_timeout, create=False)
+
+
+def _open_cache(args: argparse.Namespace, create: bool = False) -> PersistentCache:
+    return PersistentCache("tirastore", path=args.db, lock_timeout=args.lock_timeout, create=create)
+
+
+# -- the commands ----------------------------------------------------------------
+
+
+def cmd_stats(args: argparse.Namespace, out: _Output) -> int:
+    with _open_store(args) as store:
+        s = store.stats()
+        s["file_size"] = os.stat(store.db_path).st_size
+        s["db_path"] = str(store.db_path)
+        s["config_entries"] = store._call("config_len")
+        programs = store.program_stats() if args.by == "program" else None
+    if programs is not None:
+        s["programs"] = programs
+
+    def text() -> str:
+        lines = [
+            f"database        {s['db_path']} ({s['file_size']:,} bytes)",
+            f"records         {s['total_records']:,} ({s['legal_records']:,} legal, {s['illegal_records']:,} illegal)",
+            f"programs        {s['total_programs']:,}",
+            f"users           {', '.join(s['users']) or '-'}",
+            f"projects        {', '.join(repr(p) for p in s['source_projects']) or '-'}",
+            f"cpu_model       {s['cpu_model']}",
+            f"slurm_cpus      {s['slurm_cpus']}",
+            f"config entries  {s['config_entries']:,}",
+        ]
+        if programs is not None:
+            rows = [
+                (p["program_name"], p["program_hash"][:12], p["records"], p["legal"], p["illegal"], p["last_record"])
+                for p in programs
+            ]
+            lines += ["", _table(["program", "hash", "records", "legal", "illegal", "last record"], rows)]
+        return "\n".join(lines)
+
+    out.result(s, text)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace, out: _Output) -> int:
+    with _open_store(args) as store:
+        path = store.export(args.out, fmt=args.format)
+        n = store.count()
+    out.result({"path": str(path), "format": args.format, "records": n}, lambda: f"exported {n:,} records to {path}")
+    return 0
+
+
+def cmd_backup(args: argparse.Namespace, out: _Output) -> int:
+    with _open_store(args) as store:
+        path = store.backup(args.path)
+    size = os.stat(path).st_size
+    out.result({"path": str(path), "size": size}, lambda: f"backed up to {path} ({size:,} bytes)")
+    return 0
+
+
+def _entry_doc(e: Any) -> dict[str, Any]:
+    return {
+        "device": e.device,
+        "op_id": e.op_id,
+        "call_key": e.call_key,
+        "value": e.value,
+        "hostname": e.hostname,
+        "username": e.username,
+        "creation_date": e.creation_date,
+        "update_date": e.update_date,
+    }
+
+
+def _value_text(v: Any) -> str:
+    return json.dumps(v, ensure_ascii=False, allow_nan=True)
+
+
+def cmd_config_list(args: argparse.Namespace, out: _Output) -> int:
+    with _open_cache(args) as cache:
+        entries = [_entry_doc(e) for e in cache.entries(device=args.device, op_id=args.op)]
+    rows = [(e["device"], e["op_id"], e["call_key"], _value_text(e["value"]), e["update_date"]) for e in entries]
+    out.result(entries, lambda: _table(["device", "op_id", "call_key", "value", "updated"], rows) if rows else "(no entries)")
+    return 0
+
+
+def cmd_config_get(args: argparse.Namespace, out: _Output) -> int:
+    with _open_cache(args) as cache:
+        found = [e for e in cache.entries(device=args.device, op_id=args.op_id) if e.call_key == args.call_key]
+    if not found:
+        print(f"tirastore: no entry {args.device}|{args.op_id}|{args.call_key} in {args.db}", file=sys.stderr)
+        return 1
+    doc = _entry_doc(found[0])
+    out.result(doc, lambda: _value_text(doc["value"]))
+    return 0
+
+
+def cmd_config_delete(args: argparse.Namespace, out: _Output) -> int:
+    with _open_cache(args) as cache:
+        deleted = cache.delete(args.device, args.op_id, args.call_key)
+    key = f"{args.device}|{args.op_id}|{args.call_key}"
+    out.result({"deleted": deleted, "key": key}, lambda: f"deleted {key}" if deleted else "")
+    if not deleted:
+        print(f"tirastore: no entry {key} in {args.db}", file=sys.stderr)
+    return 0 if deleted else 1
+
+
+def cmd_config_import(args: argparse.Namespace, out: _Output) -> int:
+    with _open_cache(args, create=True) as cache:  # its purpose: the only command that creates a database
+        res = cache.import_json(args.file, overwrite=args.overwrite)
+    out.result(
+        res,
+        lambda: f"imported {res['path']}: {res['entries']:,} entries, {res['added']:,} added, "
+        f"{res['replaced']:,} replaced, {res['kept']:,} kept",
+    )
+    return 0
+
+
+def cmd_config_export(args: argparse.Namespace, out: _Output) -> int:
+    with _open_cache(args) as cache:
+        path = cache.export_json(args.file)
+        n = len(cache)
+    out.result({"path": str(path), "entries": n}, lambda: f"exported {n:,} entries to {path}")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace, out: _Output) -> int:
+    from tirastore.plot import plot_program  # matplotlib is an optional extra: imported there
+
+    with _open_store(args) as store:
+        path = plot_program(store, args.program, args.output, program_hash=args.hash)
+    out.result({"path": str(path)}, lambda: f"wrote {path}")
+    return 0
+
+
+# -- the parser ------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print the result as one JSON document")
+    common.add_argument("-q", "--quiet", action="store_true", help="no warnings or progress on stderr")
+    common.add_argument(
+        "--lock-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="how long to wait for the database's lock (default: the library's, 600; 0: try once)",
+    )
+
+    def with_db(p: argparse.ArgumentParser, what: str = "the TiraStore database (an existing file)") -> None:
+        p.add_argument("db", metavar="DB", help=what)
+
+    top = argparse.ArgumentParser(
+        prog="tirastore",
+        description="Look after a shared TiraStore database: stats, export, backup, the kernel-config cache, plots.",
+        epilog="Exit status: 0 fine, 1 a problem found, 2 a usage error. Databases are never created by accident.",
+    )
+    top.add_argument("--version", action="version", version=f"tirastore {_native.version()}")
+    sub = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("stats", parents=[common], help="counts, programs, users, CPU metadata, size",
+                       description="What a database holds: records, programs, users, projects, CPU metadata, "
+                       "file size and kernel-config entries.")
+    with_db(p)
+    p.add_argument("--by", choices=["program"], help="add a table with one row per program")
+    p.set_defaults(run=cmd_stats)
+
+    p = sub.add_parser("export", parents=[common], help="write every record in the original's export format",
+                       description="Write every program and its measurements to OUT in the original TiraStore's "
+                       "export format (docs/COMPAT.md), under the lock; OUT is replaced atomically.")
+    with_db(p)
+    p.add_argument("out", metavar="OUT", help="the file to write")
+    p.add_argument("--format", choices=["json", "jsonl"], default="json", help="one JSON object, or one line per program")
+    p.set_defaults(run=cmd_export)
+
+    p = sub.add_parser("backup", parents=[common], help="a consistent online snapshot",
+                       description="Copy the database under its lock into a new file, renamed into place when "
+                       "complete. PATH may be a file or an existing directory; its directory is created. "
+                       "Without PATH: <stem>_<UTC time>.db beside the database.")
+    with_db(p)
+    p.add_argument("path", metavar="PATH", nargs="?", help="where to write the snapshot")
+    p.set_defaults(run=cmd_backup)
+
+    cfg = sub.add_parser("config", help="the kernel-config cache (ejKernel's PersistentCache)",
+                         description="The kernel-config table of a database. DB is a TiraStore database, or a "
+                         "PersistentCache .json path (its entries live in <stem>.tirastore.db beside it).")
+    csub = cfg.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    db_help = "the database, or a PersistentCache .json path"
+    p = csub.add_parser("list", parents=[common], help="list the entries, by key")
+    with_db(p, db_help)
+    p.add_argument("--device", help="only this device's entries")
+    p.add_argument("--op", help="only this operation's entries")
+    p.set_defaults(run=cmd_config_list)
+    for name, run, helptext in [("get", cmd_config_get, "print one entry's value"),
+                                ("delete", cmd_config_delete, "remove one entry")]:
+        p = csub.add_parser(name, parents=[common], help=helptext)
+        with_db(p, db_help)
+        p.add_argument("device")
+        p.add_argument("op_id")
+        p.add_argument("call_key")
+        p.set_defaults(run=run)
+    p = csub.add_parser("import-ejkernel", parents=[common], help="import a PersistentCache JSON file",
+                        description="Import ejKernel's PersistentCache JSON file ({\"device|op_id|call_key\": value}) "
+                        "in one transaction, all or nothing. Creates DB if it does not exist.")
+    with_db(p, db_help)
+    p.add_argument("file", metavar="FILE.json")
+    p.add_argument("--overwrite", action="store_true", help="the file's entries replace existing ones")
+    p.set_defaults(run=cmd_config_import)
+    p = csub.add_parser("export-ejkernel", parents=[common], help="write the entries as a PersistentCache JSON file",
+                        description="Write every entry in ejKernel's PersistentCache format (json.dump's), "
+                        "replacing FILE atomically.")
+    with_db(p, db_help)
+    p.add_argument("file", metavar="FILE.json")
+    p.set_defaults(run=cmd_config_export)
+
+    p = sub.add_parser("plot", parents=[common], help="execution times of a program's schedules, best so far",
+                       description="Plot the execution time of every recorded schedule of a program in creation "
+                       "order with the best-so-far line. Needs matplotlib: pip install \"tirastore[plot]\".")
+    with_db(p)
+    p.add_argument("--program", required=True, help="the program's name")
+    p.add_argument("--hash", help="only the source version with this program hash")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="FILE.png, FILE.svg or FILE.pdf")
+    p.set_defaults(run=cmd_plot)
+    return top
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command line *argv* (default: sys.argv[1:]); return the exit status."""
+    args = _parser().parse_args(argv)
+    out = _Output(args)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            status = args.run(args, out)
+        except KeyboardInterrupt:
+            print("tirastore: interrupted", file=sys.stderr)
+            return 130
+        except ModuleNotFoundError as e:  # an optional extra (plot)
+            print(f"tirastore: {e}", file=sys.stderr)
+            return 1
+        except _PROBLEMS as e:
+            print(f"tirastore: error: {e}", file=sys.stderr)
+            status = 1
+        finally:
+            for w in caught:
+                out.warn(str(w.message))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

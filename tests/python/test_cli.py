@@ -1,0 +1,178 @@
+"""The ``tirastore`` command (python -m tirastore): one test per subcommand,
+its failure exits (missing file, corrupt file, held lock, missing entry,
+usage), --json and --help."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import TEST_CPU
+from tirastore import TiraStore
+
+SRC = "void blur() {}"
+
+
+def tirastore(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tirastore", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=timeout
+    )
+
+
+@pytest.fixture
+def db(tmp_path) -> Path:
+    path = tmp_path / "cache.db"
+    with TiraStore(path, cpu_model=TEST_CPU, source_project="proj") as s:
+        for i in range(6):
+            legal = i % 3 != 0
+            s.record("blur", SRC, f"S(L0,L1,{i + 1},8,comps=['c1'])", legal, [0.5 / (i + 1)] if legal else None)
+        s.record("sharpen", "void sharpen() {}", "R(L0,comps=['c1'])", True, [1.0])
+        s._call("config_put", device="gpu:0", op_id="mm@v1", call_key="m=64", value={"block_m": 64})
+    return path
+
+
+def test_help_of_every_subcommand():
+    top = tirastore("--help")
+    assert top.returncode == 0 and "stats" in top.stdout and "Exit status" in top.stdout
+    for cmd in (["stats"], ["export"], ["backup"], ["plot"], ["config"], ["config", "list"], ["config", "get"],
+                ["config", "delete"], ["config", "import-ejkernel"], ["config", "export-ejkernel"]):
+        r = tirastore(*cmd, "--help")
+        assert r.returncode == 0 and "usage: tirastore" in r.stdout, (cmd, r.stderr)
+    assert tirastore("--version").stdout.startswith("tirastore ")
+
+
+def test_usage_errors_exit_2(db):
+    for cmd in ([], ["frobnicate"], ["stats"], ["stats", db, "--by", "user"], ["export", db],
+                ["stats", db, "--lock-timeout", "soon"], ["config"]):
+        r = tirastore(*cmd)
+        assert r.returncode == 2, (cmd, r.stdout, r.stderr)
+        assert "usage:" in r.stderr
+
+
+def test_stats(db):
+    r = tirastore("stats", db)
+    assert r.returncode == 0, r.stderr
+    assert "records         7 (5 legal, 2 illegal)" in r.stdout
+    assert "programs        2" in r.stdout and TEST_CPU in r.stdout and "config entries  1" in r.stdout
+    doc = json.loads(tirastore("stats", db, "--json").stdout)
+    assert (doc["total_records"], doc["total_programs"], doc["config_entries"]) == (7, 2, 1)
+    assert doc["file_size"] == db.stat().st_size and doc["users"] and doc["source_projects"] == ["proj"]
+    by = json.loads(tirastore("stats", db, "--by", "program", "--json").stdout)["programs"]
+    assert [(p["program_name"], p["records"], p["legal"], p["illegal"]) for p in by] == [("blur", 6, 4, 2), ("sharpen", 1, 1, 0)]
+    table = tirastore("stats", db, "--by", "program").stdout
+    assert "program  hash" in table and "blur" in table
+
+
+def test_a_missing_database_is_never_created(tmp_path):
+    typo = tmp_path / "typo" / "cahce.db"
+    for cmd in (["stats", typo], ["export", typo, tmp_path / "x.json"], ["backup", typo, tmp_path / "b.db"],
+                ["config", "list", typo], ["plot", typo, "--program", "p", "-o", tmp_path / "p.png"]):
+        r = tirastore(*cmd)
+        assert r.returncode == 1, (cmd, r.stderr)
+        assert "no database at" in r.stderr and "none was created" in r.stderr
+    assert not (tmp_path / "typo").exists() and sorted(os.listdir(tmp_path)) == []
+
+
+def test_a_corrupt_file_exits_1(tmp_path):
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"this is not a database" * 100)
+    r = tirastore("stats", bad)
+    assert r.returncode == 1 and "tirastore: error:" in r.stderr and "Traceback" not in r.stderr
+    assert bad.read_bytes() == b"this is not a database" * 100
+
+
+def test_a_held_lock_exits_1_naming_the_holder(db):
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lock = db.with_suffix(".db.lock")
+        lock.write_text(json.dumps({"hostname": socket.gethostname(), "pid": holder.pid, "timestamp": time.time()}))
+        r = tirastore("stats", db, "--lock-timeout", "0.2")
+        assert r.returncode == 1, r.stderr
+        assert str(holder.pid) in r.stderr and "Traceback" not in r.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+        db.with_suffix(".db.lock").unlink(missing_ok=True)
+
+
+def test_export_both_formats(db, tmp_path):
+    for fmt in ("json", "jsonl"):
+        out = tmp_path / f"dump.{fmt}"
+        r = tirastore("export", db, out, "--format", fmt, "--json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout) == {"path": str(out), "format": fmt, "records": 7}
+        with TiraStore(db, cpu_model=TEST_CPU) as s:
+            assert out.read_bytes() == s.export(tmp_path / f"api.{fmt}", fmt=fmt).read_bytes()
+
+
+def test_backup_creates_its_directory_and_is_a_valid_copy(db, tmp_path):
+    r = tirastore("backup", db, f"{tmp_path}/snapshots/today/")  # a trailing slash: a directory
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "snapshots" / "today" / "cache.db"
+    assert out.is_file() and str(out) in r.stdout
+    con = sqlite3.connect(out)
+    assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert con.execute("SELECT COUNT(*) FROM records").fetchone() == (7,)
+    doc = json.loads(tirastore("backup", db, tmp_path / "named.db", "--json").stdout)
+    assert doc["path"] == str(tmp_path / "named.db") and doc["size"] > 0
+
+
+def test_config_commands(db, tmp_path):
+    listed = json.loads(tirastore("config", "list", db, "--json").stdout)
+    assert [(e["device"], e["op_id"], e["call_key"], e["value"]) for e in listed] == [("gpu:0", "mm@v1", "m=64", {"block_m": 64})]
+    assert "gpu:0" in tirastore("config", "list", db, "--device", "gpu:0").stdout
+    assert "(no entries)" in tirastore("config", "list", db, "--op", "other").stdout
+    got = tirastore("config", "get", db, "gpu:0", "mm@v1", "m=64")
+    assert got.returncode == 0 and json.loads(got.stdout) == {"block_m": 64}
+    missing = tirastore("config", "get", db, "gpu:0", "mm@v1", "m=128")
+    assert missing.returncode == 1 and "no entry gpu:0|mm@v1|m=128" in missing.stderr
+    # export-ejkernel writes the seed's format; import-ejkernel reads it into a new database
+    seed = tmp_path / "matmul.json"
+    assert tirastore("config", "export-ejkernel", db, seed).returncode == 0
+    assert seed.read_text() == json.dumps({"gpu:0|mm@v1|m=64": {"block_m": 64}})
+    other = tmp_path / "other.db"
+    imp = tirastore("config", "import-ejkernel", other, seed, "--json")
+    assert imp.returncode == 0, imp.stderr
+    assert json.loads(imp.stdout)["added"] == 1
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    r = tirastore("config", "import-ejkernel", other, bad)
+    assert r.returncode == 1 and "not an object" in r.stderr
+    assert tirastore("config", "delete", other, "gpu:0", "mm@v1", "m=64").returncode == 0
+    assert tirastore("config", "delete", other, "gpu:0", "mm@v1", "m=64").returncode == 1
+    assert json.loads(tirastore("config", "list", other, "--json").stdout) == []
+
+
+def test_plot(db, tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "blur.png"
+    r = tirastore("plot", db, "--program", "blur", "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes().startswith(b"\x89PNG")
+    r = tirastore("plot", db, "--program", "nonexistent", "-o", tmp_path / "x.png")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+
+
+def test_plot_without_matplotlib_says_how_to_install(db, tmp_path):
+    blocker = tmp_path / "block"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(
+        "import sys\nclass _Block:\n    def find_spec(self, name, *a):\n"
+        "        if name == 'matplotlib' or name.startswith('matplotlib.'):\n"
+        "            raise ModuleNotFoundError(\"No module named 'matplotlib'\", name=name)\n"
+        "sys.meta_path.insert(0, _Block())\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(blocker) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-m", "tirastore", "plot", str(db), "--program", "blur", "-o", str(tmp_path / "p.png")],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert 'pip install "tirastore[plot]"' in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "p.png").exists()
