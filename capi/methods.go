@@ -356,6 +356,26 @@ var methods = map[string]method{
 		}
 		return o, nil
 	}},
+	// The lock of a database, for operators (core/lockadmin.go): handle 0,
+	// since opening the database would take the lock.
+	"lock_status": {false, []string{"db_path", "stale_lock_timeout"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {
+		path, opts, err := lockArgs(a)
+		if err != nil {
+			return nil, err
+		}
+		return core.InspectLock(path, opts)
+	}},
+	"lock_break": {false, []string{"db_path", "stale_lock_timeout", "force"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {
+		path, opts, err := lockArgs(a)
+		if err != nil {
+			return nil, err
+		}
+		force, err := a.boolean("force", false)
+		if err != nil {
+			return nil, err
+		}
+		return core.BreakLock(path, opts, force)
+	}},
 	"config_import": {true, []string{"path", "overwrite", "once"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		path, err := a.str("path")
 		if err != nil {
@@ -474,6 +494,16 @@ func anySlice[T any](xs []T, err error) (any, error) {
 		out[i] = x
 	}
 	return out, nil
+}
+
+// lockArgs are the database path and stale timeout of lock_status and
+// lock_break.
+func lockArgs(a *args) (path string, opts core.Options, err error) {
+	if path, err = a.str("db_path"); err != nil {
+		return
+	}
+	opts.StaleLockTimeout, err = a.seconds("stale_lock_timeout")
+	return
 }
 
 // configArgs are the three parts of a config entry's key.

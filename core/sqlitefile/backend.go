@@ -81,7 +81,7 @@ func Open(ctx context.Context, path string, cfg storage.Config) (*Store, *storag
 	}
 	s := &Store{path: path, lockPath: lockPath, cfg: cfg}
 	if cfg.MustExist {
-		if err := existingFile(path); err != nil {
+		if err := Existing(path); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -120,9 +120,9 @@ func Open(ctx context.Context, path string, cfg storage.Config) (*Store, *storag
 	return s, &storage.Opened{Meta: meta, Notices: s.notices()}, nil
 }
 
-// existingFile is the error of opening path as an existing database: nil
-// for a regular file (or a link to one), else why not.
-func existingFile(path string) error {
+// Existing is the error of opening path as an existing database: nil for
+// a regular file (or a link to one), else why not (not found, a directory).
+func Existing(path string) error {
 	fi, err := os.Stat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):

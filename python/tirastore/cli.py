@@ -5,6 +5,7 @@
     tirastore export cache.db dump.jsonl --format jsonl
     tirastore backup cache.db snapshots/     # a consistent online copy
     tirastore config list tuning.json        # the kernel-config cache
+    tirastore lock status cache.db           # who holds the lock, alive?
     tirastore plot cache.db --program blur -o blur.png
 
 Every subcommand has ``--help``, readable output and ``--json`` (one JSON
@@ -191,6 +192,45 @@ def cmd_config_export(args: argparse.Namespace, out: _Output) -> int:
     return 0
 
 
+def _holder_text(st: dict[str, Any]) -> str:
+    if not st["held"]:
+        return f"{st['lock_path']}: free"
+    h = st["holder"]
+    if h is None:
+        return f"{st['lock_path']}: held, but not a lock record ({st['unreadable']})"
+    if h["on_this_host"]:
+        state = "alive" if h["alive"] else "dead (its process is gone)"
+    else:
+        state = "on another host: alive unknown"
+    verdict = ""
+    if h["stale"]:
+        verdict = f"; stale (older than {st['stale_lock_timeout']:g} s, no heartbeat)"
+    elif h["overdue"]:
+        verdict = f"; overdue (no heartbeat for over {st['stale_lock_timeout']:g} s)"
+    beat = f", heartbeat every {h['heartbeat_interval']:g} s" if h["heartbeat_interval"] else ", no heartbeat (an original worker)"
+    return (
+        f"{st['lock_path']}: held by {h['hostname']} pid {h['pid']}, {h['age_seconds']:.1f} s old{beat}; {state}{verdict}"
+    )
+
+
+def _abandoned(st: dict[str, Any]) -> bool:
+    h = st["holder"]
+    return st["held"] and (h is None or h["dead"] or h["stale"] or h["overdue"])
+
+
+def cmd_lock_status(args: argparse.Namespace, out: _Output) -> int:
+    st = _native.call(0, "lock_status", db_path=args.db, stale_lock_timeout=args.stale_lock_timeout)
+    hint = "\nlooks abandoned: `tirastore lock break` removes it" if _abandoned(st) else ""
+    out.result(st, lambda: _holder_text(st) + hint)
+    return 1 if _abandoned(st) else 0
+
+
+def cmd_lock_break(args: argparse.Namespace, out: _Output) -> int:
+    st = _native.call(0, "lock_break", db_path=args.db, stale_lock_timeout=args.stale_lock_timeout, force=args.force)
+    out.result(st, lambda: ("broke the lock: " if st["broken"] else "nothing to break: ") + _holder_text(st))
+    return 0
+
+
 def cmd_plot(args: argparse.Namespace, out: _Output) -> int:
     from tirastore.plot import plot_program  # matplotlib is an optional extra: imported there
 
@@ -280,6 +320,28 @@ def _parser() -> argparse.ArgumentParser:
     with_db(p, db_help)
     p.add_argument("file", metavar="FILE.json")
     p.set_defaults(run=cmd_config_export)
+
+    lk = sub.add_parser("lock", help="who holds a database's lock; break an abandoned one",
+                        description="The database's hard-link lock, looked at without opening the database.")
+    lsub = lk.add_subparsers(dest="lock_command", metavar="ACTION", required=True)
+    stale = dict(type=float, default=None, metavar="SECONDS",
+                 help="count a holder without heartbeat as dead after this (default: the library's, 600)")
+    p = lsub.add_parser("status", parents=[common], help="the holder, its age, whether it is alive",
+                        description="Who holds the lock, since when, and whether it is alive. Exit 1 when it "
+                        "looks abandoned (its process gone from this host, or stale).")
+    with_db(p)
+    p.add_argument("--stale-lock-timeout", **stale)
+    p.set_defaults(run=cmd_lock_status)
+    p = lsub.add_parser("break", parents=[common], help="remove an abandoned lock",
+                        description="Remove the lock if its holder is dead on this host or stale; a holder that "
+                        "promised heartbeats and missed them is watched for a few seconds first. A live process "
+                        "on this host is never broken; --force breaks any other holder (say so only if you know "
+                        "it is gone: its writes are then fenced). The removal is the engine's race-free one: "
+                        "never a lock taken meanwhile.")
+    with_db(p)
+    p.add_argument("--stale-lock-timeout", **stale)
+    p.add_argument("--force", action="store_true", help="also break a holder younger than the stale timeout")
+    p.set_defaults(run=cmd_lock_break)
 
     p = sub.add_parser("plot", parents=[common], help="execution times of a program's schedules, best so far",
                        description="Plot the execution time of every recorded schedule of a program in creation "

@@ -42,7 +42,8 @@ def db(tmp_path) -> Path:
 def test_help_of_every_subcommand():
     top = tirastore("--help")
     assert top.returncode == 0 and "stats" in top.stdout and "Exit status" in top.stdout
-    for cmd in (["stats"], ["export"], ["backup"], ["plot"], ["config"], ["config", "list"], ["config", "get"],
+    for cmd in (["stats"], ["export"], ["backup"], ["plot"], ["lock"], ["lock", "status"], ["lock", "break"],
+                ["config"], ["config", "list"], ["config", "get"],
                 ["config", "delete"], ["config", "import-ejkernel"], ["config", "export-ejkernel"]):
         r = tirastore(*cmd, "--help")
         assert r.returncode == 0 and "usage: tirastore" in r.stdout, (cmd, r.stderr)
@@ -176,3 +177,47 @@ def test_plot_without_matplotlib_says_how_to_install(db, tmp_path):
     assert r.returncode == 1, r.stderr
     assert 'pip install "tirastore[plot]"' in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "p.png").exists()
+
+
+def _go_record(pid: int) -> str:
+    """A Go holder's lock record for process pid of this host."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    start = int(stat[stat.rindex(")") + 2 :].split()[19])  # field 22
+    return json.dumps({
+        "hostname": socket.gethostname(), "pid": pid, "timestamp": time.time(),
+        "boot_id": Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+        "pid_ns": os.stat("/proc/self/ns/pid").st_ino, "start_time": start, "heartbeat_interval": 5.0,
+    })
+
+
+def test_lock_status_and_break(db):
+    lock = db.with_suffix(".db.lock")
+    free = tirastore("lock", "status", db, "--json")
+    assert free.returncode == 0 and json.loads(free.stdout)["held"] is False
+    assert tirastore("lock", "status", db.with_name("typo.db")).returncode == 1
+    # An original worker's record on another node, older than the stale timeout: abandoned.
+    lock.write_text(json.dumps({"hostname": "node17", "pid": 4242, "timestamp": time.time() - 3600}))
+    st = tirastore("lock", "status", db)
+    assert st.returncode == 1 and "node17 pid 4242" in st.stdout and "stale" in st.stdout
+    br = tirastore("lock", "break", db, "--json")
+    assert br.returncode == 0 and json.loads(br.stdout)["broken"] is True and not lock.exists()
+    # A recent one: refused without --force, broken with it.
+    lock.write_text(json.dumps({"hostname": "node17", "pid": 4242, "timestamp": time.time()}))
+    r = tirastore("lock", "break", db)
+    assert r.returncode == 1 and "force" in r.stderr and lock.exists()
+    assert tirastore("lock", "break", db, "--force").returncode == 0 and not lock.exists()
+    # A live process of this host: never broken, even with --force; a dead one is.
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lock.write_text(_go_record(holder.pid))
+        st = json.loads(tirastore("lock", "status", db, "--json").stdout)
+        assert st["holder"]["on_this_host"] and st["holder"]["alive"] is True
+        r = tirastore("lock", "break", db, "--force")
+        assert r.returncode == 1 and "alive" in r.stderr and lock.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    st = tirastore("lock", "status", db)
+    assert st.returncode == 1 and "dead" in st.stdout
+    assert tirastore("lock", "break", db).returncode == 0 and not lock.exists()
+    assert [p.name for p in db.parent.iterdir() if p.name.startswith(".lock_")] == []

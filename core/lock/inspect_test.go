@@ -1,0 +1,130 @@
+package lock
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/tirastore/tirastore/core/identity"
+)
+
+// deadPID is the pid of a process of this host that has exited.
+func deadPID(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Skip("cannot run a child process:", err)
+	}
+	return cmd.Process.Pid
+}
+
+// thisHostJSON is a Go holder's record on this host, in this boot and pid
+// namespace, of process pid that started at start.
+func thisHostJSON(pid int, start uint64, ts float64) string {
+	me := self()
+	return fmt.Sprintf(`{"hostname": %q, "pid": %d, "timestamp": %f, "boot_id": %q, "pid_ns": %d, "start_time": %d}`,
+		identity.Hostname(), pid, ts, me.bootID, me.pidNS, start)
+}
+
+func TestInspectAndBreak(t *testing.T) {
+	if self().bootID == "" {
+		t.Skip("no /proc: the dead-holder rule cannot apply")
+	}
+	path, opt := newTestLock(t)
+	opt.StaleTimeout = 2 * time.Second
+	now := unixSeconds(time.Now())
+	refused := func(err error) bool { var r *RefusedError; return errors.As(err, &r) }
+	for _, c := range []struct {
+		name, record string
+		force        bool
+		broken       bool
+		check        func(*Status) bool
+	}{
+		{"free", "", false, false, func(s *Status) bool { return !s.Held }},
+		{"live holder here (this process), even with force", thisHostJSON(os.Getpid(), self().startTime, now), true, false,
+			func(s *Status) bool { return s.OnThisHost && s.Alive && !s.Dead }},
+		{"dead holder here", thisHostJSON(deadPID(t), 1, now), false, true, func(s *Status) bool { return s.Dead }},
+		{"old Python holder elsewhere", holderJSON("elsewhere", 42, now-10), false, true,
+			func(s *Status) bool { return s.Stale && !s.OnThisHost && s.Age > 9*time.Second }},
+		{"recent Python holder elsewhere", holderJSON("elsewhere", 42, now), false, false,
+			func(s *Status) bool { return !s.Stale && s.Holder.Hostname == "elsewhere" }},
+		{"recent Python holder elsewhere, forced", holderJSON("elsewhere", 42, now), true, true, nil},
+		{"not a record", "garbage", false, false, func(s *Status) bool { return s.Unreadable != nil }},
+		{"not a record, forced", "garbage", true, true, nil},
+		{"overdue heartbeat holder elsewhere, unchanged while watched", fmt.Sprintf(
+			`{"hostname": "elsewhere", "pid": 42, "timestamp": %f, "heartbeat_interval": 0.2}`, now-10), false, true,
+			func(s *Status) bool { return s.Overdue && !s.Stale && s.Heartbeat == 200*time.Millisecond }},
+	} {
+		os.Remove(path)
+		if c.record != "" {
+			writeLockFile(t, path, c.record)
+		}
+		l := New(path, opt)
+		s, err := l.Inspect()
+		if err != nil || (c.check != nil && !c.check(s)) {
+			t.Fatalf("%s: Inspect = %+v, %v", c.name, s, err)
+		}
+		_, broken, err := l.Break(c.force)
+		l.Close()
+		if broken != c.broken || (err != nil && !refused(err)) || (!c.broken && c.record != "" && err == nil) {
+			t.Fatalf("%s: Break(force=%v) = %v, %v; want broken %v", c.name, c.force, broken, err, c.broken)
+		}
+		if _, serr := os.Lstat(path); c.record != "" && (serr == nil) == c.broken {
+			t.Fatalf("%s: lock file present %v after broken=%v", c.name, serr == nil, broken)
+		}
+		if left := claims(t, dir(path)); len(left) > 0 {
+			t.Fatalf("%s: claim files left: %v", c.name, left)
+		}
+	}
+}
+
+// A heartbeating holder that rewrites its record while Break watches is
+// alive: not broken (the negative control of the watch: without it, the
+// overdue timestamp alone would break a holder whose clock is behind).
+func TestBreakWatchesAnOverdueHolder(t *testing.T) {
+	path, opt := newTestLock(t)
+	opt.StaleTimeout = 2 * time.Second
+	rec := func() string {
+		return fmt.Sprintf(`{"hostname": "skewed", "pid": 42, "timestamp": %f, "heartbeat_interval": 0.3}`,
+			unixSeconds(time.Now())-10) // a clock 10 s behind ours, beating
+	}
+	writeLockFile(t, path, rec())
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+				writeLockFile(t, path+".tmp", rec())
+				os.Rename(path+".tmp", path)
+			}
+		}
+	}()
+	l := New(path, opt)
+	_, broken, err := l.Break(false)
+	close(stop)
+	<-done
+	l.Close()
+	var r *RefusedError
+	if broken || !errors.As(err, &r) {
+		t.Fatalf("Break of a beating holder = %v, %v; want refused", broken, err)
+	}
+	if _, err := os.Lstat(path); err != nil {
+		t.Fatalf("the live lock was removed: %v", err)
+	}
+}
+
+func dir(path string) string {
+	for i := len(path) - 1; i >= 0; i-- {
+		if path[i] == '/' {
+			return path[:i]
+		}
+	}
+	return "."
+}
