@@ -376,6 +376,30 @@ var methods = map[string]method{
 		}
 		return core.BreakLock(path, opts, force)
 	}},
+	// import reads an export back in, a slice at a time (core/transfer.go).
+	"import": {true, []string{"input_path", "offset", "max_records", "overwrite", "list_conflicts"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		path, err := a.str("input_path")
+		if err != nil {
+			return nil, err
+		}
+		offset, err := a.integer("offset", 0)
+		if err != nil {
+			return nil, err
+		}
+		limit, err := a.integer("max_records", 0)
+		if err != nil {
+			return nil, err
+		}
+		overwrite, err := a.boolean("overwrite", false)
+		if err != nil {
+			return nil, err
+		}
+		list, err := a.boolean("list_conflicts", false)
+		if err != nil {
+			return nil, err
+		}
+		return st.ImportExport(ctx, path, offset, int(limit), overwrite, list)
+	}},
 	"config_import": {true, []string{"path", "overwrite", "once"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		path, err := a.str("path")
 		if err != nil {

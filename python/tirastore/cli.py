@@ -3,6 +3,7 @@
     tirastore stats cache.db                 # what is in it
     tirastore stats cache.db --by program    # one row per program
     tirastore export cache.db dump.jsonl --format jsonl
+    tirastore import other.db dump.jsonl     # and back in
     tirastore backup cache.db snapshots/     # a consistent online copy
     tirastore config list tuning.json        # the kernel-config cache
     tirastore lock status cache.db           # who holds the lock, alive?
@@ -65,6 +66,21 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
+def _progress(out: "_Output", total: int, unit: str, desc: str) -> Any:
+    """A tqdm bar on a terminal's stderr; nothing when stderr is not a
+    terminal (Slurm logs), with --quiet or --json. tqdm is what this
+    community already has installed (a dependency of the package)."""
+    from tqdm import tqdm  # noqa: PLC0415 - only the long commands need it
+
+    quiet = out.quiet or out.json or not sys.stderr.isatty()
+    return tqdm(total=total, unit=unit, unit_scale=True, desc=desc, disable=quiet, leave=False, file=sys.stderr)
+
+
+# Records per library call of a long command: big enough that the calls
+# cost nothing next to the work, small enough for a lively progress bar.
+_SLICE = 5000
+
+
 def _open_store(args: argparse.Namespace) -> TiraStore:
     # The CPU check guards record writes; these commands read, or write the
     # config table, which it does not concern.
@@ -116,6 +132,37 @@ def cmd_export(args: argparse.Namespace, out: _Output) -> int:
         path = store.export(args.out, fmt=args.format)
         n = store.count()
     out.result({"path": str(path), "format": args.format, "records": n}, lambda: f"exported {n:,} records to {path}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace, out: _Output) -> int:
+    size = os.stat(args.input).st_size  # a missing input creates no database
+    created = not os.path.exists(args.db)
+    totals = {k: 0 for k in ("programs", "records", "added", "same", "conflicts", "replaced")}
+    conflicts = open(args.conflicts, "w", encoding="utf-8") if args.conflicts else None  # noqa: SIM115
+    try:
+        # The one command besides config import-ejkernel that creates a
+        # database on purpose: an export is read into a new one.
+        with TiraStore(args.db, allow_cpu_mismatch=args.allow_cpu_mismatch, lock_timeout=args.lock_timeout) as store:
+            offset: Optional[int] = 0
+            with _progress(out, size, "B", "import") as bar:
+                while offset is not None:
+                    r = store._call("import", input_path=args.input, offset=offset, max_records=_SLICE,
+                                    overwrite=args.overwrite, list_conflicts=conflicts is not None)
+                    for k in totals:
+                        totals[k] += r[k]
+                    for c in r["conflict_list"]:
+                        conflicts.write(json.dumps(c, ensure_ascii=False, allow_nan=True) + "\n")
+                    bar.update((r["next"] if r["next"] is not None else size) - offset)
+                    offset = r["next"]
+    finally:
+        if conflicts is not None:
+            conflicts.close()
+    doc = dict(totals, db_path=str(Path(args.db).resolve()), created=created)
+    out.result(doc, lambda: (f"created {doc['db_path']}\n" if created else "")
+               + f"imported {totals['records']:,} records of {totals['programs']:,} programs: {totals['added']:,} added, "
+               f"{totals['same']:,} already there, {totals['conflicts']:,} conflicting (same key, another result; "
+               + ("replaced" if args.overwrite else "kept") + ")")
     return 0
 
 
@@ -280,6 +327,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("out", metavar="OUT", help="the file to write")
     p.add_argument("--format", choices=["json", "jsonl"], default="json", help="one JSON object, or one line per program")
     p.set_defaults(run=cmd_export)
+
+    p = sub.add_parser("import", parents=[common], help="read an export (json or jsonl) back into a database",
+                       description="Read a file in the original's export format (what `tirastore export` writes, "
+                       "json or jsonl: told apart by its first line) into DB, a slice at a time; DB is created if "
+                       "it does not exist. Records already there with the same result are skipped; a record with "
+                       "the same key and another result is a conflict, kept unless --overwrite. Imported records "
+                       "are stamped with this host, user and time.")
+    with_db(p, "the database to import into (created if missing)")
+    p.add_argument("input", metavar="IN", help="the export file")
+    p.add_argument("--overwrite", action="store_true", help="conflicting records take the file's result")
+    p.add_argument("--conflicts", metavar="FILE", help="write the conflicting records to FILE (JSON Lines)")
+    p.add_argument("--allow-cpu-mismatch", action="store_true",
+                   help="import although DB was created on another CPU model or SLURM_CPUS_PER_TASK")
+    p.set_defaults(run=cmd_import)
 
     p = sub.add_parser("backup", parents=[common], help="a consistent online snapshot",
                        description="Copy the database under its lock into a new file, renamed into place when "

@@ -221,3 +221,46 @@ def test_lock_status_and_break(db):
     assert st.returncode == 1 and "dead" in st.stdout
     assert tirastore("lock", "break", db).returncode == 0 and not lock.exists()
     assert [p.name for p in db.parent.iterdir() if p.name.startswith(".lock_")] == []
+
+
+def test_export_import_export_gives_identical_files(db, tmp_path):
+    for fmt in ("json", "jsonl"):
+        first = tmp_path / f"first.{fmt}"
+        assert tirastore("export", db, first, "--format", fmt).returncode == 0
+        fresh = tmp_path / f"fresh-{fmt}.db"
+        r = tirastore("import", fresh, first, "--json")
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        assert (doc["records"], doc["added"], doc["same"], doc["created"]) == (7, 7, 0, True)
+        second = tmp_path / f"second.{fmt}"
+        assert tirastore("export", fresh, second, "--format", fmt).returncode == 0
+        assert second.read_bytes() == first.read_bytes()
+        again = json.loads(tirastore("import", fresh, first, "--json").stdout)
+        assert (again["added"], again["same"], again["created"]) == (0, 7, False)
+
+
+def test_import_conflicts_and_failures(db, tmp_path):
+    dump = tmp_path / "dump.jsonl"
+    assert tirastore("export", db, dump, "--format", "jsonl").returncode == 0
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text(dump.read_text().replace("0.25", "7.5"))
+    listed = tmp_path / "conflicts.jsonl"
+    # db was made with the test CPU model: importing into it needs the override.
+    r = tirastore("import", db, edited, "--conflicts", listed, "--json", "--allow-cpu-mismatch")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["conflicts"] == 1 and doc["replaced"] == 0
+    [c] = [json.loads(line) for line in listed.read_text().splitlines()]
+    assert c["program_name"] == "blur" and c["stored"]["execution_times"] == [0.25] and c["incoming"]["execution_times"] == [7.5]
+    assert json.loads(tirastore("import", db, edited, "--overwrite", "--json", "--allow-cpu-mismatch").stdout)["replaced"] == 1
+    missing = tirastore("import", tmp_path / "new.db", tmp_path / "nothere.jsonl")
+    assert missing.returncode == 1 and not (tmp_path / "new.db").exists()
+    bad = tmp_path / "bad.json"
+    bad.write_text('{\n  "p": {"Tiramisu_cpp": 1}\n}\n')
+    r = tirastore("import", db, bad, "--allow-cpu-mismatch")
+    assert r.returncode == 1 and "not a string" in r.stderr
+    other_cpu = tmp_path / "other.db"
+    TiraStore(other_cpu, cpu_model="Another CPU").close()
+    r = tirastore("import", other_cpu, dump)
+    assert r.returncode == 1 and "CPU" in r.stderr
+    assert tirastore("import", other_cpu, dump, "--allow-cpu-mismatch").returncode == 0

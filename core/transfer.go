@@ -1,0 +1,412 @@
+package core
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/tirastore/tirastore/core/apierr"
+	"github.com/tirastore/tirastore/core/pyjson"
+	"github.com/tirastore/tirastore/core/schedule"
+	"github.com/tirastore/tirastore/core/storage"
+)
+
+// # Importing an export
+//
+// ImportExport reads the original's export format (Export's output, json
+// or jsonl) back into a store, a slice of the file at a time: each call
+// starts at a byte offset that an earlier call returned, reads up to a
+// number of records, and says where the next call starts, so that a
+// caller can show progress and memory stays that of one slice whatever
+// the file's size. Each program of a slice is one lookup_many and one
+// record_many (one transaction); a record whose key exists is "same" when
+// its result is the one stored, else a conflict, written only with
+// overwrite.
+
+// TransferResult counts what one slice of an import did.
+type TransferResult struct {
+	Programs, Records                int64
+	Added, Same, Conflicts, Replaced int64
+	// Next is the offset the next call starts at, -1 when the file is
+	// done; Size is the file's size, for progress.
+	Next, Size int64
+	// ConflictList holds the conflicting records of this slice (when
+	// asked for): what is stored and what the file says.
+	ConflictList []Conflict
+}
+
+// Conflict is a record whose key exists with another result.
+type Conflict struct {
+	ProgramName, Schedule, Stored, Incoming string
+}
+
+// PyJSON gives {programs, records, added, same, conflicts, replaced,
+// next, size, conflict_list: [{program_name, schedule, stored, incoming}]}
+// (next null when done).
+func (r *TransferResult) PyJSON() any {
+	o := pyjson.NewObjectCap(9)
+	for _, f := range []struct {
+		k string
+		v int64
+	}{{"programs", r.Programs}, {"records", r.Records}, {"added", r.Added}, {"same", r.Same},
+		{"conflicts", r.Conflicts}, {"replaced", r.Replaced}} {
+		o.Set(f.k, f.v)
+	}
+	if r.Next < 0 {
+		o.Set("next", nil)
+	} else {
+		o.Set("next", r.Next)
+	}
+	o.Set("size", r.Size)
+	list := make([]any, len(r.ConflictList))
+	for i, c := range r.ConflictList {
+		co := pyjson.NewObjectCap(4)
+		co.Set("program_name", c.ProgramName)
+		co.Set("schedule", c.Schedule)
+		co.Set("stored", pyjson.Raw(c.Stored))
+		co.Set("incoming", pyjson.Raw(c.Incoming))
+		list[i] = co
+	}
+	o.Set("conflict_list", list)
+	return o
+}
+
+// ImportExport imports the export file path from byte offset (0 or a
+// Next of an earlier call) until about maxRecords records (at least one
+// program) have been read; see "Importing an export".
+func (s *Store) ImportExport(ctx context.Context, path string, offset int64, maxRecords int, overwrite, listConflicts bool) (*TransferResult, error) {
+	abs, err := resolveFile("input_path", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkWrites(); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(abs)
+	if err != nil {
+		return nil, readError(err, abs)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, readError(err, abs)
+	}
+	res := &TransferResult{Size: fi.Size(), Next: -1}
+	er, err := newExportReader(f, offset)
+	if err != nil {
+		return nil, wrapError(KindValue, err, "%s is not a TiraStore export: %v", abs, err)
+	}
+	for maxRecords <= 0 || res.Records < int64(maxRecords) {
+		key, entry, err := er.next()
+		if errors.Is(err, io.EOF) {
+			res.Next = -1
+			return res, nil
+		}
+		if err != nil {
+			return nil, wrapError(KindValue, err, "%s (at byte %d) is not a TiraStore export: %v", abs, er.pos, err)
+		}
+		name, source, ms, err := exportEntry(key, entry)
+		if err != nil {
+			return nil, wrapError(KindValue, err, "%s: program %s: %v", abs, schedule.Repr(key), err)
+		}
+		if err := s.importProgram(ctx, name, source, ms, overwrite, listConflicts, res); err != nil {
+			return nil, apierr.Prefix(fmt.Sprintf("%s: program %s: ", abs, schedule.Repr(key)), err)
+		}
+		res.Next = er.pos
+	}
+	if _, _, err := er.peekEnd(); errors.Is(err, io.EOF) {
+		res.Next = -1
+	}
+	return res, nil
+}
+
+// importProgram writes one program's measurements, counting them in res.
+func (s *Store) importProgram(ctx context.Context, name, source string, ms []Measurement, overwrite, list bool, res *TransferResult) error {
+	res.Programs++
+	res.Records += int64(len(ms))
+	hash := progHashes.hash(source)
+	rows := make([]storage.Row, len(ms))
+	keys := make([]string, len(ms))
+	for i := range ms {
+		r, err := prepare(hash, &ms[i])
+		if err != nil {
+			return fmt.Errorf("schedules_list[%d]: %w", i, err)
+		}
+		rows[i], keys[i] = r, r.Key
+	}
+	stored, err := s.be.LookupMany(ctx, hash, keys)
+	if err != nil {
+		return err
+	}
+	var write []storage.Row
+	var added, replaced int64
+	for i, rec := range stored {
+		switch {
+		case rec == nil:
+			write = append(write, rows[i])
+			added++
+		case rec.ResultJSON == rows[i].ResultJSON:
+			res.Same++
+		default:
+			res.Conflicts++
+			if list {
+				res.ConflictList = append(res.ConflictList, Conflict{name, rows[i].Schedule, rec.ResultJSON, rows[i].ResultJSON})
+			}
+			if overwrite {
+				write = append(write, rows[i])
+				replaced++
+			}
+		}
+	}
+	if len(write) == 0 {
+		return nil
+	}
+	n, err := s.be.Write(ctx, &storage.Write{Hash: hash, Name: name, Source: source, Rows: write,
+		Hostname: s.hostname, Username: s.username, SourceProject: s.opts.SourceProject, Overwrite: overwrite})
+	if err != nil {
+		return err
+	}
+	// Another writer may have stored some of the new keys meanwhile.
+	res.Added += min(added, int64(n))
+	res.Replaced += min(replaced, int64(n)-min(added, int64(n)))
+	return nil
+}
+
+// exportEntry reads one program of an export: {"Tiramisu_cpp": source,
+// "schedules_list": [{"schedule_str", "is_legal", "execution_times"}],
+// "program_name": name}.
+func exportEntry(key string, v any) (name, source string, ms []Measurement, err error) {
+	o, ok := v.(*pyjson.Object)
+	if !ok {
+		return "", "", nil, errors.New("not an object")
+	}
+	str := func(field string) (string, error) {
+		x, _ := o.Get(field)
+		s, ok := x.(string)
+		if !ok {
+			return "", fmt.Errorf("%s is not a string", field)
+		}
+		return s, nil
+	}
+	if source, err = str("Tiramisu_cpp"); err != nil {
+		return
+	}
+	if name, err = str("program_name"); err != nil {
+		return
+	}
+	if err = checkTexts("program_name", name, "Tiramisu_cpp", source); err != nil {
+		return
+	}
+	x, _ := o.Get("schedules_list")
+	list, ok := x.([]any)
+	if !ok {
+		return "", "", nil, errors.New("schedules_list is not a list")
+	}
+	ms = make([]Measurement, len(list))
+	for i, it := range list {
+		item, ok := it.(*pyjson.Object)
+		if !ok {
+			return "", "", nil, fmt.Errorf("schedules_list[%d] is not an object", i)
+		}
+		sv, _ := item.Get("schedule_str")
+		sched, ok := sv.(string)
+		lv, _ := item.Get("is_legal")
+		legal, lok := lv.(bool)
+		if !ok || !lok {
+			return "", "", nil, fmt.Errorf("schedules_list[%d]: schedule_str must be a string and is_legal a bool", i)
+		}
+		tv, _ := item.Get("execution_times")
+		m := Measurement{Schedule: sched, IsLegal: legal}
+		switch t := tv.(type) {
+		case nil:
+		case []any:
+			m.ExecutionTimes = make([]pyjson.Number, len(t))
+			for j, n := range t {
+				num, ok := n.(pyjson.Number)
+				if !ok {
+					return "", "", nil, fmt.Errorf("schedules_list[%d]: execution_times[%d] is not a number", i, j)
+				}
+				m.ExecutionTimes[j] = num
+			}
+		default:
+			return "", "", nil, fmt.Errorf("schedules_list[%d]: execution_times is neither a list nor null", i)
+		}
+		ms[i] = m
+	}
+	return name, source, ms, nil
+}
+
+// exportReader yields the top-level members of an export one at a time,
+// from a byte offset: the "json" format (one object, indent 2) or "jsonl"
+// (one {name: entry} object per line), told apart by the first line.
+type exportReader struct {
+	r     *bufio.Reader
+	pos   int64 // bytes consumed from the start of the file
+	lines bool  // jsonl
+}
+
+func newExportReader(f *os.File, offset int64) (*exportReader, error) {
+	head := make([]byte, 2)
+	n, _ := f.ReadAt(head, 0)
+	first := bytes.TrimLeft(head[:n], " \t\r\n")
+	er := &exportReader{}
+	// json starts "{\n" (or "{}" when empty); jsonl "{"name"...".
+	er.lines = n > 0 && !(len(first) == 0 || bytes.Equal(head[:n], []byte("{\n")) || bytes.Equal(head[:n], []byte("{}")))
+	if offset < 0 {
+		return nil, fmt.Errorf("offset %d is negative", offset)
+	}
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return nil, err
+	}
+	er.r, er.pos = bufio.NewReaderSize(f, 1<<16), offset
+	if !er.lines && offset == 0 {
+		if c, err := er.skipSpace(); err != nil || c != '{' {
+			return nil, errors.New("it does not start with '{'")
+		}
+		er.read()
+	}
+	return er, nil
+}
+
+func (er *exportReader) read() (byte, error) {
+	c, err := er.r.ReadByte()
+	if err == nil {
+		er.pos++
+	}
+	return c, err
+}
+
+// skipSpace skips whitespace and returns the next byte without consuming it.
+func (er *exportReader) skipSpace() (byte, error) {
+	for {
+		b, err := er.r.Peek(1)
+		if err != nil {
+			return 0, err
+		}
+		if !strings.ContainsRune(" \t\r\n", rune(b[0])) {
+			return b[0], nil
+		}
+		er.read()
+	}
+}
+
+// peekEnd reports, without consuming a member, whether the file ends here
+// (io.EOF) or a member follows.
+func (er *exportReader) peekEnd() (byte, bool, error) {
+	c, err := er.skipSpace()
+	if err != nil {
+		return 0, false, err
+	}
+	if !er.lines && (c == ',' || c == '}') {
+		if c == '}' {
+			return c, false, io.EOF
+		}
+	}
+	return c, true, nil
+}
+
+// next returns the next member (key and parsed value), or io.EOF.
+func (er *exportReader) next() (string, any, error) {
+	c, err := er.skipSpace()
+	if errors.Is(err, io.EOF) {
+		if er.lines {
+			return "", nil, io.EOF
+		}
+		return "", nil, errors.New("it ends before its closing '}'")
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	if er.lines {
+		line, err := er.r.ReadBytes('\n')
+		er.pos += int64(len(line))
+		if err != nil && !errors.Is(err, io.EOF) {
+			return "", nil, err
+		}
+		v, perr := pyjson.Parse(bytes.TrimRight(line, "\r\n"))
+		if perr != nil {
+			return "", nil, perr
+		}
+		o, ok := v.(*pyjson.Object)
+		if !ok || o.Len() != 1 {
+			return "", nil, errors.New("a line is not an object of one program")
+		}
+		k := o.Keys()[0]
+		val, _ := o.Get(k)
+		return k, val, nil
+	}
+	switch c {
+	case '}':
+		return "", nil, io.EOF
+	case ',':
+		er.read()
+		if c, err = er.skipSpace(); err != nil {
+			return "", nil, err
+		}
+	}
+	if c != '"' {
+		return "", nil, fmt.Errorf("expected a program name, found %q", c)
+	}
+	kb, err := er.value()
+	if err != nil {
+		return "", nil, err
+	}
+	if c, err = er.skipSpace(); err != nil || c != ':' {
+		return "", nil, errors.New("expected ':' after a program name")
+	}
+	er.read()
+	if _, err = er.skipSpace(); err != nil {
+		return "", nil, err
+	}
+	vb, err := er.value()
+	if err != nil {
+		return "", nil, err
+	}
+	kv, err := pyjson.Parse(kb)
+	if err != nil {
+		return "", nil, err
+	}
+	v, err := pyjson.Parse(vb)
+	if err != nil {
+		return "", nil, err
+	}
+	return kv.(string), v, nil
+}
+
+// value reads the bytes of one JSON string or container, by its brackets
+// and quotes (pyjson.Parse then checks it).
+func (er *exportReader) value() ([]byte, error) {
+	var out []byte
+	depth, inStr, esc := 0, false, false
+	for {
+		c, err := er.read()
+		if err != nil {
+			return nil, errors.New("it ends inside a value")
+		}
+		out = append(out, c)
+		switch {
+		case inStr && esc:
+			esc = false
+		case inStr && c == '\\':
+			esc = true
+		case c == '"':
+			inStr = !inStr
+			if !inStr && depth == 0 {
+				return out, nil
+			}
+		case inStr:
+		case c == '{' || c == '[':
+			depth++
+		case c == '}' || c == ']':
+			depth--
+			if depth == 0 {
+				return out, nil
+			}
+		}
+	}
+}
