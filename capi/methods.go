@@ -400,6 +400,37 @@ var methods = map[string]method{
 		}
 		return st.ImportExport(ctx, path, offset, int(limit), overwrite, list)
 	}},
+	// merge copies another database's records in, a slice of programs at
+	// a time (core/merge.go); after is the previous slice's next.
+	"merge": {true, []string{"source_path", "after", "max_records", "overwrite", "allow_cpu_mismatch", "list_conflicts"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		src, err := a.str("source_path")
+		if err != nil {
+			return nil, err
+		}
+		var cursor *core.MergeCursor
+		if v, ok := a.get("after"); ok && v != nil {
+			o, isObj := dict(v)
+			name, _ := o.Get("program_name")
+			hash, _ := o.Get("program_hash")
+			ns, nok := name.(string)
+			hs, hok := hash.(string)
+			if !isObj || !nok || !hok {
+				return nil, a.typeErr("after", "a {program_name, program_hash} dict or None", v)
+			}
+			cursor = &core.MergeCursor{Name: ns, Hash: hs}
+		}
+		limit, err := a.integer("max_records", 0)
+		if err != nil {
+			return nil, err
+		}
+		flags := map[string]bool{}
+		for _, f := range []string{"overwrite", "allow_cpu_mismatch", "list_conflicts"} {
+			if flags[f], err = a.boolean(f, false); err != nil {
+				return nil, err
+			}
+		}
+		return st.MergeFrom(ctx, src, cursor, int(limit), flags["overwrite"], flags["allow_cpu_mismatch"], flags["list_conflicts"])
+	}},
 	"config_import": {true, []string{"path", "overwrite", "once"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		path, err := a.str("path")
 		if err != nil {

@@ -97,6 +97,13 @@ func (d *DB) ProgramRecords(programHash string, limit int) ([]*storage.Record, e
 	return out, rows.Err()
 }
 
+// ProgramsAfter lists up to limit programs that come after (name, hash)
+// in (program_name, program_hash) order.
+func (d *DB) ProgramsAfter(name, hash string, limit int) ([]storage.Program, error) {
+	return d.programs(`SELECT program_hash, program_name, source_code FROM programs
+  WHERE (program_name, program_hash) > (?, ?) ORDER BY program_name, program_hash LIMIT ?`, name, hash, limit)
+}
+
 // ProgramsByName returns every source version recorded under a name,
 // ordered by program_hash.
 func (d *DB) ProgramsByName(name string) ([]storage.Program, error) {

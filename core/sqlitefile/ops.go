@@ -169,6 +169,9 @@ func (w writer) PutRecord(r *storage.Record, overwrite bool) (bool, error) {
 	return ok, err
 }
 
+// PutProgram writes p in the transaction unless present.
+func (w writer) PutProgram(p storage.Program) error { return w.tx.PutProgram(p) }
+
 // DeleteRecord deletes key in the transaction.
 func (w writer) DeleteRecord(key string) (bool, error) { return w.tx.DeleteRecord(key) }
 

@@ -214,6 +214,9 @@ type Reader interface {
 	Get(key string) (*Record, error)
 	// ProgramsByName lists the programs of a name by hash.
 	ProgramsByName(name string) ([]Program, error)
+	// ProgramsAfter lists up to limit programs after (name, hash) in
+	// (name, hash) order: a cursor over every program.
+	ProgramsAfter(name, hash string, limit int) ([]Program, error)
 	// EachRecordOf calls fn for every record of a program, joined with
 	// it, by creation date.
 	EachRecordOf(programHash string, fn func(*Record) error) error
@@ -242,6 +245,9 @@ type Reader interface {
 // Writer is the write side of an Update.
 type Writer interface {
 	Reader
+	// PutProgram inserts p unless its hash is stored (the first name
+	// stored for a source stays).
+	PutProgram(p Program) error
 	// PutRecord inserts r, or replaces an existing row if overwrite
 	// (keeping its creation date); it reports whether it wrote. The
 	// program must exist: ErrNoProgram otherwise.

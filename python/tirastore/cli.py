@@ -4,6 +4,7 @@
     tirastore stats cache.db --by program    # one row per program
     tirastore export cache.db dump.jsonl --format jsonl
     tirastore import other.db dump.jsonl     # and back in
+    tirastore merge cache.db clusterB.db     # records of other databases
     tirastore backup cache.db snapshots/     # a consistent online copy
     tirastore config list tuning.json        # the kernel-config cache
     tirastore lock status cache.db           # who holds the lock, alive?
@@ -163,6 +164,57 @@ def cmd_import(args: argparse.Namespace, out: _Output) -> int:
                + f"imported {totals['records']:,} records of {totals['programs']:,} programs: {totals['added']:,} added, "
                f"{totals['same']:,} already there, {totals['conflicts']:,} conflicting (same key, another result; "
                + ("replaced" if args.overwrite else "kept") + ")")
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace, out: _Output) -> int:
+    for src in args.sources:  # every source must exist before anything is written
+        if not os.path.isfile(src):
+            raise FileNotFoundError(2, f"no database at {src}")
+    created = not os.path.exists(args.dst)
+    keys = ("programs", "records", "added", "same", "conflicts", "replaced")
+    report = []
+    conflicts = open(args.conflicts, "w", encoding="utf-8") if args.conflicts else None  # noqa: SIM115
+    try:
+        # The CPU check that matters is the sources' against DST's (the
+        # library's merge makes it); this host measures nothing.
+        meta: dict[str, Any] = {}
+        if created:  # a new DST takes its first source's CPU metadata
+            with TiraStore(args.sources[0], allow_cpu_mismatch=True, lock_timeout=args.lock_timeout, create=False) as s:
+                meta = {"cpu_model": s.cpu_model, "slurm_cpus": s.slurm_cpus}
+        with TiraStore(args.dst, allow_cpu_mismatch=True, lock_timeout=args.lock_timeout, **meta) as dst:
+            for src in args.sources:
+                with TiraStore(src, allow_cpu_mismatch=True, lock_timeout=args.lock_timeout, create=False) as s:
+                    total = s.count()
+                totals = dict.fromkeys(keys, 0)
+                after = None
+                with _progress(out, total, "rec", f"merge {os.path.basename(src)}") as bar:
+                    while True:
+                        r = dst._call("merge", source_path=src, after=after, max_records=_SLICE, overwrite=args.overwrite,
+                                      allow_cpu_mismatch=args.allow_cpu_mismatch, list_conflicts=conflicts is not None)
+                        for k in keys:
+                            totals[k] += r[k]
+                        for c in r["conflict_list"]:
+                            conflicts.write(json.dumps(dict(c, source=src), ensure_ascii=False, allow_nan=True) + "\n")
+                        bar.update(r["records"])
+                        if r["next"] is None:
+                            break
+                        after = r["next"]
+                report.append(dict(totals, source=str(Path(src).resolve())))
+    finally:
+        if conflicts is not None:
+            conflicts.close()
+    doc = {"db_path": str(Path(args.dst).resolve()), "created": created, "sources": report}
+
+    def text() -> str:
+        lines = [f"created {doc['db_path']}"] if created else []
+        for t in report:
+            lines.append(f"{t['source']}: {t['records']:,} records of {t['programs']:,} programs: {t['added']:,} added, "
+                         f"{t['same']:,} already there, {t['conflicts']:,} conflicting ("
+                         + ("replaced" if args.overwrite else "kept") + ")")
+        return "\n".join(lines)
+
+    out.result(doc, text)
     return 0
 
 
@@ -341,6 +393,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-cpu-mismatch", action="store_true",
                    help="import although DB was created on another CPU model or SLURM_CPUS_PER_TASK")
     p.set_defaults(run=cmd_import)
+
+    p = sub.add_parser("merge", parents=[common], help="copy the records of other databases into one",
+                       description="Copy the records of each SRC (other clusters' databases, other experiments') "
+                       "into DST, a slice of programs at a time, each slice read under the source's own lock and "
+                       "written in one transaction. Rows keep who measured them and when. A record already in DST "
+                       "with the same result is skipped; the same key with another result is a conflict, kept "
+                       "unless --overwrite. A source measured on another CPU model or SLURM_CPUS_PER_TASK is refused "
+                       "unless --allow-cpu-mismatch. DST is created if it does not exist.")
+    p.add_argument("dst", metavar="DST", help="the database to merge into (created if missing)")
+    p.add_argument("sources", metavar="SRC", nargs="+", help="databases to read (existing files)")
+    p.add_argument("--overwrite", action="store_true", help="conflicting records take the source's result")
+    p.add_argument("--conflicts", metavar="FILE", help="write the conflicting records to FILE (JSON Lines)")
+    p.add_argument("--allow-cpu-mismatch", action="store_true", help="merge sources measured on other CPUs")
+    p.set_defaults(run=cmd_merge)
 
     p = sub.add_parser("backup", parents=[common], help="a consistent online snapshot",
                        description="Copy the database under its lock into a new file, renamed into place when "

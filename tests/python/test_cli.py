@@ -264,3 +264,42 @@ def test_import_conflicts_and_failures(db, tmp_path):
     r = tirastore("import", other_cpu, dump)
     assert r.returncode == 1 and "CPU" in r.stderr
     assert tirastore("import", other_cpu, dump, "--allow-cpu-mismatch").returncode == 0
+
+
+def test_merge(db, tmp_path):
+    other = tmp_path / "clusterB.db"
+    with TiraStore(other, cpu_model=TEST_CPU, source_project="B") as s:
+        s.record("blur", SRC, "S(L0,L1,2,8,comps=['c1'])", True, [0.25])  # the same as db's
+        s.record("blur", SRC, "S(L0,L1,3,8,comps=['c1'])", True, [9.0])  # conflicts with db's 0.1666...
+        for i in range(30):
+            s.record(f"p{i:02d}", f"void p{i}() {{}}", "R(L0,comps=['c1'])", True, [float(i)])
+        stamp = s.lookup("p07", "void p7() {}", "R(L0,comps=['c1'])")
+    listed = tmp_path / "conflicts.jsonl"
+    r = tirastore("merge", db, other, "--conflicts", listed, "--json")
+    assert r.returncode == 0, r.stderr
+    [rep] = json.loads(r.stdout)["sources"]
+    assert (rep["records"], rep["added"], rep["same"], rep["conflicts"], rep["replaced"]) == (32, 30, 1, 1, 0)
+    assert len(listed.read_text().splitlines()) == 1
+    with TiraStore(db, cpu_model=TEST_CPU) as s:
+        assert s.count() == 37
+        got = s.lookup("p07", "void p7() {}", "R(L0,comps=['c1'])")
+        assert (got.hostname, got.creation_date, got.source_project) == (stamp.hostname, stamp.creation_date, "B")
+        assert s.lookup("blur", SRC, "S(L0,L1,3,8,comps=['c1'])").execution_times != [9.0]
+    again = json.loads(tirastore("merge", db, other, "--json").stdout)["sources"][0]
+    assert (again["added"], again["same"], again["conflicts"]) == (0, 31, 1)
+    over = json.loads(tirastore("merge", db, other, "--overwrite", "--json").stdout)["sources"][0]
+    assert over["replaced"] == 1
+    with TiraStore(db, cpu_model=TEST_CPU) as s:
+        assert s.lookup("blur", SRC, "S(L0,L1,3,8,comps=['c1'])").execution_times == [9.0]
+    # Another CPU: refused unless allowed; a missing source: nothing written, not created.
+    xeon = tmp_path / "xeon.db"
+    with TiraStore(xeon, cpu_model="Xeon") as s:
+        s.record("q", "void q() {}", "R(L0,comps=['c1'])", True, [1.0])
+    r = tirastore("merge", db, xeon)
+    assert r.returncode == 1 and "not comparable" in r.stderr
+    assert tirastore("merge", db, xeon, "--allow-cpu-mismatch").returncode == 0
+    r = tirastore("merge", tmp_path / "new.db", tmp_path / "typo.db")
+    assert r.returncode == 1 and not (tmp_path / "new.db").exists()
+    # Into a new database: created on purpose, with both sources' records.
+    r = tirastore("merge", tmp_path / "all.db", db, other, "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["created"] is True
