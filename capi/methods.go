@@ -365,6 +365,21 @@ var methods = map[string]method{
 		}
 		return core.InspectLock(path, opts)
 	}},
+	"check": {false, []string{"db_path", "stale_lock_timeout", "lock_timeout", "repair"}, func(ctx context.Context, _ *core.Store, a *args) (any, error) {
+		path, opts, err := lockArgs(a)
+		if err != nil {
+			return nil, err
+		}
+		if opts.LockTimeout, err = a.seconds("lock_timeout"); err != nil {
+			return nil, err
+		}
+		repair, err := a.boolean("repair", false)
+		if err != nil {
+			return nil, err
+		}
+		opts.Interruptible = interruptible
+		return core.CheckDatabase(ctx, path, opts, repair)
+	}},
 	"lock_break": {false, []string{"db_path", "stale_lock_timeout", "force"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {
 		path, opts, err := lockArgs(a)
 		if err != nil {

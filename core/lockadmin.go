@@ -69,32 +69,31 @@ func (s *LockStatus) PyJSON() any {
 
 // operatorLock is the lock of the database at dbPath as an operator's
 // command uses it: opts' stale timeout, this host's name.
-func operatorLock(dbPath string, opts Options) (*lock.Lock, error) {
+func operatorLock(dbPath string, opts Options) (l *lock.Lock, abs string, err error) {
 	if err := checkText("db_path", dbPath); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	stale, _, err := opts.lockConfig()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	abs, err := pypath.Resolve(dbPath)
-	if err != nil {
-		return nil, wrapError(KindOS, err, "cannot resolve database path %q: %v", dbPath, err)
+	if abs, err = pypath.Resolve(dbPath); err != nil {
+		return nil, "", wrapError(KindOS, err, "cannot resolve database path %q: %v", dbPath, err)
 	}
 	if err := sqlitefile.Existing(abs); err != nil { // a lock beside a typo is no lock
-		return nil, err
+		return nil, "", err
 	}
 	lp, err := lock.PathFor(abs)
 	if err != nil {
-		return nil, wrapError(KindOS, err, "cannot derive the lock path of %s: %v", abs, err)
+		return nil, "", wrapError(KindOS, err, "cannot derive the lock path of %s: %v", abs, err)
 	}
-	return lock.New(lp, lock.Options{StaleTimeout: stale}), nil
+	return lock.New(lp, lock.Options{StaleTimeout: stale}), abs, nil
 }
 
 // InspectLock looks at the lock of the database at dbPath once, without
 // opening the database or changing anything.
 func InspectLock(dbPath string, opts Options) (*LockStatus, error) {
-	l, err := operatorLock(dbPath, opts)
+	l, _, err := operatorLock(dbPath, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +111,7 @@ func InspectLock(dbPath string, opts Options) (*LockStatus, error) {
 // process of this host (lock.Lock.Break). A refusal is a PermissionError
 // naming the holder.
 func BreakLock(dbPath string, opts Options, force bool) (*LockStatus, error) {
-	l, err := operatorLock(dbPath, opts)
+	l, _, err := operatorLock(dbPath, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -31,13 +31,24 @@ import (
 // which exist for microseconds unless the breaker was killed, are removed
 // by the same age rule. Before removing, the file's stamp is compared
 // again: a link made since (it became the lock) changes its ctime.
-func (l *Lock) sweepClaims() {
+func (l *Lock) sweepClaims() { l.leftovers(true) }
+
+// Leftovers lists the claim and moved-aside files that the sweep would
+// remove now (see sweepClaims), without removing them: tirastore check.
+func (l *Lock) Leftovers() []string { return l.leftovers(false) }
+
+// Sweep removes them and lists what it removed: tirastore check --repair.
+func (l *Lock) Sweep() []string { return l.leftovers(true) }
+
+// leftovers finds the sweep's files and, if remove, removes them.
+func (l *Lock) leftovers(remove bool) []string {
+	var found []string
 	dir := filepath.Dir(l.path)
 	here := ".lock_" + l.opt.Hostname + "_"
 	asides := filepath.Base(l.path) + "."
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return
+		return nil
 	}
 	now := l.clock()
 	for _, e := range entries {
@@ -61,12 +72,17 @@ func (l *Lock) sweepClaims() {
 				continue
 			}
 		}
+		if !remove {
+			found = append(found, p)
+			continue
+		}
 		// A link made since we looked would have changed its ctime.
-		if cur, err := lstatStamp(p); err == nil && cur == stamp {
-			os.Remove(p)
+		if cur, err := lstatStamp(p); err == nil && cur == stamp && os.Remove(p) == nil {
 			l.stats.swept.Add(1)
+			found = append(found, p)
 		}
 	}
+	return found
 }
 
 // provablyOld: a leftover unchanged for longer than StaleTimeout by our

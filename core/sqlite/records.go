@@ -379,6 +379,29 @@ func (d *DB) ProgramSummaries() ([]storage.ProgramSummary, error) {
 	return out, rows.Err()
 }
 
+// CheckTables runs PRAGMA integrity_check (up to 100 messages) and counts
+// orphan records and records whose result_json is not JSON.
+func (d *DB) CheckTables() (*storage.TableCheck, error) {
+	var c storage.TableCheck
+	var err error
+	if c.Integrity, err = d.strings("PRAGMA integrity_check(100)"); err != nil {
+		return nil, err
+	}
+	if len(c.Integrity) != 1 || c.Integrity[0] != "ok" {
+		c.Orphans, c.BadResults = -1, -1 // not counted: reads of a damaged file may fail anywhere
+		return &c, nil
+	}
+	if c.Orphans, err = d.count(`SELECT COUNT(*) FROM records r
+  WHERE NOT EXISTS (SELECT 1 FROM programs p WHERE p.program_hash = r.program_hash)`); err != nil {
+		return nil, err
+	}
+	// As JSON5 text: the NaN and Infinity of the original's results pass.
+	if c.BadResults, err = d.count("SELECT COUNT(*) FROM records WHERE NOT json_valid(result_json, 2)"); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
 // Keys lists record keys by creation_date; limit > 0 paginates.
 func (d *DB) Keys(limit, offset int64) ([]string, error) {
 	if limit > 0 {

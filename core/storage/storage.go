@@ -88,6 +88,16 @@ type ProgramSummary struct {
 	FirstDate, LastDate string // creation dates of its oldest and newest record ("" without records)
 }
 
+// TableCheck is what a check of the tables found (tirastore check).
+type TableCheck struct {
+	// Integrity is SQLite's integrity_check: ["ok"] when sound.
+	Integrity []string
+	// Orphans are records whose program row is missing; BadResults
+	// records whose result_json is not valid JSON (both -1, not
+	// counted, when the integrity check failed).
+	Orphans, BadResults int64
+}
+
 // Summary is what the original's stats() counts in the tables.
 type Summary struct {
 	Total, Legal, Illegal, Programs int64
@@ -230,6 +240,9 @@ type Reader interface {
 	// ProgramSummaries counts the records of every program, by name then
 	// hash (programs without records included).
 	ProgramSummaries() ([]ProgramSummary, error)
+	// CheckTables runs the database's own integrity check and counts the
+	// records that lookups cannot serve.
+	CheckTables() (*TableCheck, error)
 
 	// GetConfig is the config entry of key, or nil.
 	GetConfig(key string) (*ConfigEntry, error)

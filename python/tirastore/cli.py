@@ -8,6 +8,7 @@
     tirastore backup cache.db snapshots/     # a consistent online copy
     tirastore config list tuning.json        # the kernel-config cache
     tirastore lock status cache.db           # who holds the lock, alive?
+    tirastore check cache.db --repair        # after a node died holding it
     tirastore plot cache.db --program blur -o blur.png
 
 Every subcommand has ``--help``, readable output and ``--json`` (one JSON
@@ -330,6 +331,29 @@ def cmd_lock_break(args: argparse.Namespace, out: _Output) -> int:
     return 0
 
 
+def cmd_check(args: argparse.Namespace, out: _Output) -> int:
+    rep = _native.call(0, "check", db_path=args.db, stale_lock_timeout=args.stale_lock_timeout,
+                       lock_timeout=args.lock_timeout, repair=args.repair)
+
+    def text() -> str:
+        t = rep["tables"]
+        lines = [f"database        {rep['db_path']}"]
+        if t is not None:
+            lines[0] += f": {rep['records']:,} records, {rep['programs']:,} programs, schema_version {rep['schema_version']}"
+            lines.append(f"integrity       {'ok' if t['integrity'] == ['ok'] else '; '.join(t['integrity'][:5])}")
+            if t["orphan_records"] >= 0:
+                lines += [f"orphan records  {t['orphan_records']:,}", f"bad results     {t['bad_results']:,}"]
+        lines += [f"lock            {_holder_text(rep['lock'])}", f"leftover claims {len(rep['leftover_claims'])}"]
+        lines += [f"notice          {n}" for n in rep["notices"]]
+        lines += [f"repaired        {r}" for r in rep["repaired"]]
+        lines += [f"PROBLEM         {p}" for p in rep["problems"]]
+        lines.append("ok" if rep["ok"] else f"{len(rep['problems'])} problem(s) found")
+        return "\n".join(lines)
+
+    out.result(rep, text)
+    return 0 if rep["ok"] else 1
+
+
 def cmd_plot(args: argparse.Namespace, out: _Output) -> int:
     from tirastore.plot import plot_program  # matplotlib is an optional extra: imported there
 
@@ -447,6 +471,18 @@ def _parser() -> argparse.ArgumentParser:
     with_db(p, db_help)
     p.add_argument("file", metavar="FILE.json")
     p.set_defaults(run=cmd_config_export)
+
+    p = sub.add_parser("check", parents=[common], help="integrity, orphans, schema, journal, lock, leftovers",
+                       description="Check a database: SQLite's integrity_check under the lock, records without "
+                       "their program, results that are not JSON, the schema version, a crashed writer's journal, "
+                       "the lock (holder, age, alive?) and leftover claim files. Exit 1 on any problem. --repair "
+                       "does what is safe: break an abandoned lock (never a live holder's) and remove the claim "
+                       "files of dead processes; damaged tables are reported, never rewritten.")
+    with_db(p)
+    p.add_argument("--repair", action="store_true", help="break an abandoned lock, remove leftover claims")
+    p.add_argument("--stale-lock-timeout", type=float, default=None, metavar="SECONDS",
+                   help="count a holder without heartbeat as dead after this (default: the library's, 600)")
+    p.set_defaults(run=cmd_check)
 
     lk = sub.add_parser("lock", help="who holds a database's lock; break an abandoned one",
                         description="The database's hard-link lock, looked at without opening the database.")

@@ -303,3 +303,52 @@ def test_merge(db, tmp_path):
     # Into a new database: created on purpose, with both sources' records.
     r = tirastore("merge", tmp_path / "all.db", db, other, "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["created"] is True
+
+
+def test_check_and_repair(db, tmp_path):
+    ok = tirastore("check", db, "--json")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    rep = json.loads(ok.stdout)
+    assert rep["ok"] and rep["tables"]["integrity"] == ["ok"] and rep["records"] == 7 and rep["schema_version"] == "2"
+    # A node died holding the lock (an original worker's record, an hour old) and
+    # a dead process of this host left its claim file.
+    lock = db.with_suffix(".db.lock")
+    lock.write_text(json.dumps({"hostname": "node17", "pid": 4242, "timestamp": time.time() - 3600}))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    claim = db.parent / f".lock_{socket.gethostname()}_{dead.pid}_leftover"
+    rec = json.loads(_go_record(os.getpid()))
+    rec["pid"], rec["start_time"] = dead.pid, 1
+    claim.write_text(json.dumps(rec))
+    r = tirastore("check", db, "--lock-timeout", "0.5")
+    assert r.returncode == 1 and "abandoned" in r.stdout and "leftover claim" in r.stdout, r.stdout + r.stderr
+    assert lock.exists() and claim.exists()
+    r = tirastore("check", db, "--repair", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["lock"]["broken"] and len(rep["repaired"]) == 2
+    assert not lock.exists() and not claim.exists()
+    # Orphan records and a result that is not JSON: reported, exit 1, not repaired.
+    con = sqlite3.connect(db)
+    con.execute("DELETE FROM programs WHERE program_name = 'sharpen'")
+    con.execute("UPDATE records SET result_json = 'oops' WHERE rowid = (SELECT MIN(rowid) FROM records)")
+    con.commit()
+    con.close()
+    rep = json.loads(tirastore("check", db, "--repair", "--json").stdout)
+    assert not rep["ok"] and rep["tables"]["orphan_records"] == 1 and rep["tables"]["bad_results"] == 1
+    assert tirastore("check", tmp_path / "typo.db").returncode == 1
+
+
+def test_check_a_corrupt_database(tmp_path):
+    db = tmp_path / "cache.db"
+    with TiraStore(db, cpu_model=TEST_CPU) as s:
+        s.record_many("p", SRC, [{"tiralib_schedule_string": f"S(L0,L1,{i},8,comps=['c1'])", "is_legal": True,
+                                  "execution_times": [float(i)] * 50} for i in range(1, 400)])
+    data = bytearray(db.read_bytes())
+    page = 4096
+    for off in range(3 * page, min(len(data), 8 * page)):  # some pages past the header: garbage
+        data[off] = 0x5A
+    db.write_bytes(bytes(data))
+    r = tirastore("check", db)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "integrity" in (r.stdout + r.stderr)

@@ -1,0 +1,177 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/tirastore/tirastore/core/pyjson"
+	"github.com/tirastore/tirastore/core/sqlite"
+	"github.com/tirastore/tirastore/core/storage"
+)
+
+// # Checking a database
+//
+// CheckDatabase is tirastore check: what an operator asks after a node
+// died holding the lock or a filesystem misbehaved. It looks at the lock
+// first (opening takes it, and would wait behind an abandoned one), then
+// at the leftovers beside it, then opens the database and checks its
+// tables under the lock. With repair it does what is safe: break an
+// abandoned lock (the race-free way, never a live holder's) and remove
+// the claim files of dead processes; a damaged table is reported, never
+// "repaired" (restore a backup, or export what is readable).
+
+// CheckReport is what CheckDatabase found and did.
+type CheckReport struct {
+	Path string
+	// Problems are what the operator should know, one sentence each;
+	// Repaired what repair did.
+	Problems, Repaired []string
+	Lock               *LockStatus
+	Leftovers          []string // claim files of dead processes, or provably old
+	HotJournal         bool     // a crashed writer's journal was there (the check's read rolled it back)
+	SchemaVersion      string
+	Tables             *storage.TableCheck
+	Records, Programs  int64
+	// Notices are the open's warnings (node-local files that failed their
+	// checks, a directory other users cannot use).
+	Notices []string
+}
+
+// PyJSON gives the report as a dict.
+func (r *CheckReport) PyJSON() any {
+	o := pyjson.NewObjectCap(12)
+	o.Set("db_path", r.Path)
+	o.Set("ok", len(r.Problems) == 0)
+	o.Set("problems", strs(r.Problems))
+	o.Set("repaired", strs(r.Repaired))
+	if r.Lock != nil {
+		o.Set("lock", r.Lock)
+	} else {
+		o.Set("lock", nil)
+	}
+	o.Set("leftover_claims", strs(r.Leftovers))
+	o.Set("hot_journal", r.HotJournal)
+	o.Set("schema_version", r.SchemaVersion)
+	if t := r.Tables; t != nil {
+		to := pyjson.NewObjectCap(3)
+		to.Set("integrity", strs(t.Integrity))
+		to.Set("orphan_records", t.Orphans)
+		to.Set("bad_results", t.BadResults)
+		o.Set("tables", to)
+	} else {
+		o.Set("tables", nil)
+	}
+	o.Set("records", r.Records)
+	o.Set("programs", r.Programs)
+	o.Set("notices", strs(r.Notices))
+	return o
+}
+
+func strs(xs []string) []any {
+	out := make([]any, len(xs))
+	for i, x := range xs {
+		out[i] = x
+	}
+	return out
+}
+
+// CheckDatabase checks the database at path; see "Checking a database".
+// opts' timeouts apply (a lock held by a live process makes the table
+// checks wait for it, up to the lock timeout).
+func CheckDatabase(ctx context.Context, path string, opts Options, repair bool) (*CheckReport, error) {
+	l, abs, err := operatorLock(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	rep := &CheckReport{}
+	st, err := l.Inspect()
+	if err != nil {
+		return nil, lockFileError(err, l.Path())
+	}
+	rep.Lock = &LockStatus{Status: *st}
+	abandoned := st.Held && (st.Holder == nil || st.Dead || st.Stale || st.Overdue)
+	if abandoned {
+		who := "an unreadable lock file"
+		if h := st.Holder; h != nil {
+			who = fmt.Sprintf("%s pid %d", h.Hostname, h.PID)
+		}
+		if !repair || st.Holder == nil {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("the lock %s is abandoned (held by %s); --repair breaks it", st.Path, who))
+		} else if bs, broken, err := l.Break(false); err != nil || !broken {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("the lock %s looked abandoned but was not broken: %v", st.Path, err))
+		} else {
+			rep.Lock = &LockStatus{Status: *bs, Broken: true}
+			rep.Repaired = append(rep.Repaired, fmt.Sprintf("broke the abandoned lock of %s", who))
+			abandoned = false
+		}
+	}
+	if repair {
+		for _, p := range l.Sweep() {
+			rep.Repaired = append(rep.Repaired, "removed the leftover claim file "+p)
+		}
+	} else if rep.Leftovers = l.Leftovers(); len(rep.Leftovers) > 0 {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%d leftover claim files of dead processes beside the lock; --repair removes them", len(rep.Leftovers)))
+	}
+	if fi, err := os.Stat(abs + "-journal"); err == nil && fi.Size() > 0 && !st.Held {
+		rep.HotJournal = true
+		rep.Problems = append(rep.Problems, "a crashed writer's journal was beside the database (this check's read rolled its transaction back)")
+	}
+	rep.Path = abs
+	if abandoned {
+		// Taking the lock to read the tables would break it: only --repair may.
+		rep.Problems = append(rep.Problems, "the tables were not checked: that takes the lock")
+		return rep, nil
+	}
+	opts.MustExist, opts.AllowCPUMismatch = true, true
+	s, err := Open(ctx, path, opts)
+	if err != nil {
+		if KindOf(err) == KindDatabase || KindOf(err) == KindOperational {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("SQLite cannot open the database (integrity unknown): %v", err))
+			return rep, nil
+		}
+		return nil, err
+	}
+	defer s.Close()
+	rep.Path, rep.Notices = s.path, s.Notices()
+	err = s.be.View(ctx, "check", func(r storage.Reader) error {
+		v, _, err := r.Meta("schema_version")
+		if err != nil {
+			return err
+		}
+		rep.SchemaVersion = v
+		if rep.Tables, err = r.CheckTables(); err != nil || rep.Tables.Orphans < 0 {
+			return err
+		}
+		if rep.Records, err = r.CountRecords(); err != nil {
+			return err
+		}
+		rep.Programs, err = r.CountPrograms()
+		return err
+	})
+	if k := KindOf(err); err != nil && (k == KindDatabase || k == KindOperational) {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("SQLite cannot read the database (integrity check failed): %v", err))
+		return rep, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if rep.SchemaVersion != strconv.Itoa(sqlite.SchemaVersion) {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("schema_version is %q, this library's is %d", rep.SchemaVersion, sqlite.SchemaVersion))
+	}
+	if rep.Tables == nil {
+		return rep, nil
+	}
+	if t := rep.Tables; len(t.Integrity) != 1 || t.Integrity[0] != "ok" {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("SQLite's integrity check failed (%d messages): restore a backup, or export what is readable", len(t.Integrity)))
+	}
+	if rep.Tables.Orphans > 0 {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%d records whose program row is missing (lookups cannot return them)", rep.Tables.Orphans))
+	}
+	if rep.Tables.BadResults > 0 {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%d records whose result_json is not JSON", rep.Tables.BadResults))
+	}
+	return rep, nil
+}
