@@ -6,6 +6,7 @@ import (
 
 	"github.com/tirastore/tirastore/core/sqlite"
 	"github.com/tirastore/tirastore/core/storage"
+	"github.com/tirastore/tirastore/core/tuning"
 )
 
 // The storage.Backend operations. Each runs under the hard-link lock on
@@ -139,15 +140,41 @@ func (s *Store) EachProgram(ctx context.Context, fn func(storage.Program, []stor
 	return s.withDB(ctx, "export", func(db *sqlite.DB) error { return db.EachProgram(fn) })
 }
 
-// Backup copies the database into the new file path under the lock (VACUUM
-// INTO), so that the copy never holds half a transaction.
+// Backup copies the database into the new file path with SQLite's backup
+// API, tuning.BackupStepPages pages per hold of the lock, so that writers
+// get in between steps; a write between two steps makes SQLite start the
+// copy over, so the copy is one consistent state. After
+// tuning.BackupRestarts restarts the rest is copied in one hold.
 func (s *Store) Backup(ctx context.Context, path string) error {
-	return s.withDB(ctx, "back up", func(db *sqlite.DB) error {
-		if err := db.VacuumInto(path); err != nil {
-			return fmt.Errorf("write %s: %w", path, err)
+	bk, err := sqlite.StartBackup(s.path, path)
+	if err != nil {
+		return s.classify(fmt.Errorf("write %s: %w", path, err), "back up")
+	}
+	defer bk.Close()
+	restarts, last := 0, -1
+	for {
+		pages := tuning.BackupStepPages
+		if restarts >= tuning.BackupRestarts {
+			pages = -1
 		}
-		return nil
-	})
+		var done bool
+		var remaining, total int
+		err := s.withDB(ctx, "back up", func(*sqlite.DB) (err error) {
+			done, remaining, total, err = bk.Step(pages)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if done {
+			return bk.Close()
+		}
+		// A restart: more remains than after the previous step.
+		if last >= 0 && remaining > last-pages && remaining >= total-pages {
+			restarts++
+		}
+		last = remaining
+	}
 }
 
 // reader is a View's storage.Reader: the connection's reads.

@@ -95,6 +95,14 @@ const (
 	// (lookups of an autoscheduler are mostly of new schedules, so
 	// recency buys little).
 	MaxCached = 1 << 16
+	// BackupStepPages is what a backup copies per hold of the lock: 1,024
+	// pages (4 MiB with 4 KiB pages), a few milliseconds of copying, the
+	// hold of a record_many of some hundred records.
+	BackupStepPages = 1024
+	// BackupRestarts is how many times writers may make a stepped backup
+	// start over before it copies the rest in one hold of the lock (a
+	// backup must finish even under a steady stream of writes).
+	BackupRestarts = 3
 )
 
 // PrefetchMaxPages bounds the database a prefetch may scan when records has
