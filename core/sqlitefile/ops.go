@@ -146,11 +146,12 @@ func (s *Store) EachProgram(ctx context.Context, fn func(storage.Program, []stor
 // copy over, so the copy is one consistent state. After
 // tuning.BackupRestarts restarts the rest is copied in one hold.
 func (s *Store) Backup(ctx context.Context, path string) error {
-	bk, err := sqlite.StartBackup(s.path, path)
-	if err != nil {
-		return s.classify(fmt.Errorf("write %s: %w", path, err), "back up")
-	}
-	defer bk.Close()
+	var bk *sqlite.Backup
+	defer func() {
+		if bk != nil {
+			bk.Close()
+		}
+	}()
 	restarts, last := 0, -1
 	for {
 		pages := tuning.BackupStepPages
@@ -160,6 +161,14 @@ func (s *Store) Backup(ctx context.Context, path string) error {
 		var done bool
 		var remaining, total int
 		err := s.withDB(ctx, "back up", func(*sqlite.DB) (err error) {
+			if bk == nil {
+				// Under the lock: the engine's VFS leaves exclusion to it,
+				// so even opening a connection outside it could meet a
+				// writer's journal half gone.
+				if bk, err = sqlite.StartBackup(s.path, path); err != nil {
+					return fmt.Errorf("write %s: %w", path, err)
+				}
+			}
 			done, remaining, total, err = bk.Step(pages)
 			return err
 		})
@@ -167,7 +176,9 @@ func (s *Store) Backup(ctx context.Context, path string) error {
 			return err
 		}
 		if done {
-			return bk.Close()
+			err := bk.Close()
+			bk = nil
+			return err
 		}
 		// A restart: more remains than after the previous step.
 		if last >= 0 && remaining > last-pages && remaining >= total-pages {
