@@ -1,16 +1,35 @@
 # TiraStore — see README.md. `make demo` and `make test` work on a fresh
-# machine with Go >= 1.22, a C/C++ compiler and CPython 3 with pip.
-PYTHON ?= python3
-GO     ?= go
-CXX    ?= g++
-CC     ?= gcc
+# machine with Go >= 1.22, a C/C++ compiler and CPython >= 3.9 with venv.
+#
+# Every target that runs Python uses a virtualenv of the project (VENV,
+# ./.venv by default), made from PYTHON3 on first use: nothing is installed
+# into the system's or the user's Python (Debian's is externally managed,
+# PEP 668, and other projects share it).
+VENV    ?= .venv
+PYTHON3 ?= python3
+GO      ?= go
+CXX     ?= g++
+CC      ?= gcc
+# An absolute path: the benchmark and the tests start it from other
+# directories.
+PYTHON  := $(abspath $(VENV))/bin/python
+ifeq ($(strip $(VENV)),)
+$(error VENV is empty: it names the virtualenv's directory, ./.venv by default)
+endif
+# Test commands run as in the activated venv: the Go tests and the scripts
+# the tests start call `python3` by name (core/internal/pytest honours
+# TIRASTORE_TEST_PYTHON, the benchmark's smoke test takes python3 from
+# PATH), and they need the venv's packages (cffi, py-cpuinfo, pytest).
+IN_VENV := PATH="$(abspath $(VENV))/bin:$$PATH" VIRTUAL_ENV="$(abspath $(VENV))" TIRASTORE_TEST_PYTHON="$(PYTHON)"
 export CGO_ENABLED := 1
-export PIP_ROOT_USER_ACTION := ignore
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
+# A PIP_USER=1 in the caller's environment would make pip refuse to install
+# into the venv.
+export PIP_USER := 0
 
 LIB := build/libtirastore.so
 
-.PHONY: all build build-failpoints install test test-go test-python test-c lint header demo bench fusebed torture clean
+.PHONY: all build build-failpoints venv install pydeps test test-go test-python test-c lint header demo bench fusebed torture clean
 
 all: build
 
@@ -18,19 +37,51 @@ all: build
 build:
 	./build.sh
 
-# The Python package in editable mode, with its test dependencies; the
-# build backend compiles the Go library (python/hatch_build.py).
-install:
+# The virtualenv. A failed attempt leaves no half-made venv behind (the next
+# run would take it for a good one), and a VENV that is something else than
+# a venv is never removed. Debian and Ubuntu ship venv's ensurepip in a
+# separate package, python3-venv, hence the check first. pip < 21.3 (bundled
+# with some Python 3.9) cannot make editable installs from pyproject.toml
+# alone (PEP 660): it is upgraded in the venv.
+venv: $(PYTHON)
+
+$(PYTHON):
+	@command -v $(PYTHON3) >/dev/null 2>&1 || { echo "make: $(PYTHON3) not found: the Makefile needs CPython >= 3.9 (or PYTHON3=/path/to/python3)" >&2; exit 1; }
+	@$(PYTHON3) -c 'import sys; sys.exit(sys.version_info < (3, 9))' || { echo "make: $(PYTHON3) is older than Python 3.9, which tirastore needs (choose another with PYTHON3=...)" >&2; exit 1; }
+	@if [ -e $(VENV) ] && [ ! -f $(VENV)/pyvenv.cfg ] && [ -n "$$(ls -A $(VENV) 2>/dev/null)" ]; then \
+	    echo "make: $(VENV) exists and is not a virtualenv: remove it or choose another with VENV=..." >&2; exit 1; \
+	fi
+	@rm -rf $(VENV)
+	@if ! $(PYTHON3) -c 'import venv, ensurepip' >/dev/null 2>&1 || ! $(PYTHON3) -m venv $(VENV); then \
+	    rm -rf $(VENV); \
+	    echo "make: could not create the virtualenv $(VENV) with '$(PYTHON3) -m venv'." >&2; \
+	    echo "make: on Debian/Ubuntu install the venv module first: apt install python3-venv" >&2; \
+	    exit 1; \
+	fi
+	@$(PYTHON) -c 'import sys, pip; sys.exit(tuple(map(int, pip.__version__.split(".")[:2])) < (21, 3))' || \
+	    $(PYTHON) -m pip install -q --upgrade "pip>=21.3" || { rm -rf $(VENV); exit 1; }
+	@echo "make: created the virtualenv $(VENV) ($$($(PYTHON) -V))"
+
+# The Python package in editable mode in the venv, with its test
+# dependencies; the build backend compiles the Go library
+# (python/hatch_build.py).
+install: $(PYTHON)
 	$(PYTHON) -m pip install -q -e ".[dev]"
+
+# For targets that only need the runtime dependencies importable (bench and
+# torture put this tree's package on the path themselves): install once.
+pydeps: $(PYTHON)
+	@$(PYTHON) -c 'import cffi' 2>/dev/null || $(MAKE) --no-print-directory install
 
 lint:
 	@out="$$(gofmt -l capi core tests 2>/dev/null)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run ./capi/genheader -check
 
-test-go:
-	$(GO) test -race -count=1 ./...
-	$(GO) test -race -count=1 -tags failpoints ./core/failpoint/
+# The differential tests compare the Go code with CPython in the venv.
+test-go: install
+	$(IN_VENV) $(GO) test -race -count=1 ./...
+	$(IN_VENV) $(GO) test -race -count=1 -tags failpoints ./core/failpoint/
 
 test-c: build
 	$(CC) -std=c11 -Wall -Wextra -Werror -Iinclude tests/c/test_capi.c -Lbuild -ltirastore -Wl,-rpath,$(CURDIR)/build -o build/test_capi
@@ -46,8 +97,8 @@ build-failpoints:
 	./build.sh failpoints
 
 test-python: install build-failpoints
-	$(PYTHON) -m pytest -q -rs tests/python
-	$(PYTHON) -m pytest -q --doctest-modules python/tirastore
+	$(IN_VENV) $(PYTHON) -m pytest -q -rs tests/python
+	$(IN_VENV) $(PYTHON) -m pytest -q --doctest-modules python/tirastore
 
 # Everything CI runs (.ci/run calls exactly this).
 test: lint test-go test-c test-python
@@ -60,11 +111,11 @@ demo: install
 # original's per-operation protocol (tests/bench/baseline), same run, same
 # disk: a table on stdout and build/bench/results.{json,txt}. Python rows use
 # this tree's package and library (PYTHONPATH/TIRASTORE_LIB set by the tool);
-# only cffi must be importable, so `make install` runs only when it is not.
+# only cffi must be importable in the venv, so `make install` runs only when
+# it is not.
 # BENCHFLAGS: e.g. -quick, -dir /lustre/scratch/me/bench, -procs 1,8,64.
 BENCHFLAGS ?=
-bench: build
-	@$(PYTHON) -c 'import cffi' 2>/dev/null || $(MAKE) install
+bench: build pydeps
 	$(GO) build -o build/bench/tirastore-bench ./tests/bench
 	./build/bench/tirastore-bench -python $(PYTHON) $(BENCHFLAGS)
 
@@ -75,10 +126,11 @@ fusebed: ; go build -o build/fusebed ./tests/fusebed
 # 8 simulated nodes x 8 workers on one database, SIGKILLs inside and outside
 # the lock, restarts, exact verification; then the negative control (the lock
 # switched off, smaller), which must fail verification.
-torture: build build-failpoints fusebed
-	$(PYTHON) tests/multinode/torture.py
-	$(PYTHON) tests/multinode/torture.py --no-lock --expect-failure --nodes 4 --per-node 4 --nrecords 8 --ncontested 6 --kills 5
+torture: build build-failpoints fusebed pydeps
+	$(IN_VENV) $(PYTHON) tests/multinode/torture.py
+	$(IN_VENV) $(PYTHON) tests/multinode/torture.py --no-lock --expect-failure --nodes 4 --per-node 4 --nrecords 8 --ncontested 6 --kills 5
 
 clean:
 	rm -rf build dist python/tirastore/libtirastore.so tirastore-demo .pytest_cache
+	[ ! -f $(VENV)/pyvenv.cfg ] || rm -rf $(VENV)
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

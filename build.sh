@@ -15,7 +15,11 @@ if [ "${1:-}" = failpoints ]; then
     exit 0
 fi
 mkdir -p build
-go build -trimpath -buildmode=c-shared -o build/libtirastore.so ./capi
+# -s -w: no symbol table, no DWARF. The library ships in every wheel and
+# every install; Go's own tracebacks need neither (they use the pclntab),
+# and the debug info is a large part of its size. The failpoints build
+# above keeps them: it exists to be debugged.
+go build -trimpath -ldflags "-s -w" -buildmode=c-shared -o build/libtirastore.so ./capi
 rm -f build/libtirastore.h   # cgo's own header; include/tirastore.h is the contract
 cp build/libtirastore.so python/tirastore/libtirastore.so.tmp
 mv -f python/tirastore/libtirastore.so.tmp python/tirastore/libtirastore.so

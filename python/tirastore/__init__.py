@@ -28,6 +28,7 @@ __all__ = [
     "validate_schedule",
     "normalize_program",
     "make_program_hash",
+    "get_include",
     "__version__",
 ]
 
@@ -121,3 +122,34 @@ def make_program_hash(source: str) -> str:
     'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855'
     """
     return _native.call(0, "make_program_hash", source=source or "")
+
+
+def get_include() -> str:
+    """Return the directory that holds ``tirastore.h``, for C and C++ callers.
+
+    An installed package ships the header in its ``include/`` directory,
+    next to ``libtirastore.so`` (the directory of ``tirastore.__file__``);
+    an editable install or a source tree uses the repository's
+    ``include/``. Compile with ``-I`` this directory and link with ``-L``
+    the package's directory, ``-ltirastore``.
+
+    :return: an absolute path
+    :raises FileNotFoundError: neither location has the header (a broken
+        install)
+
+    >>> import os
+    >>> os.path.isfile(os.path.join(get_include(), "tirastore.h"))
+    True
+    """
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = [
+        os.path.join(here, "include"),
+        # python/tirastore/ -> the repository's include/ (the one source).
+        os.path.join(os.path.dirname(os.path.dirname(here)), "include"),
+    ]
+    for d in candidates:
+        if os.path.isfile(os.path.join(d, "tirastore.h")):
+            return d
+    raise FileNotFoundError("tirastore.h not found in " + " or ".join(candidates))

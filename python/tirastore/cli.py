@@ -366,6 +366,19 @@ def cmd_plot(args: argparse.Namespace, out: _Output) -> int:
 # -- the parser ------------------------------------------------------------------
 
 
+class _IncludeAction(argparse.Action):
+    """--include: print get_include() and exit, as --version does."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kw: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kw)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        from tirastore import get_include  # noqa: PLC0415
+
+        print(get_include())
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="print the result as one JSON document")
@@ -387,6 +400,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 fine, 1 a problem found, 2 a usage error. Databases are never created by accident.",
     )
     top.add_argument("--version", action="version", version=f"tirastore {_native.version()}")
+    top.add_argument("--include", action=_IncludeAction, help="print the directory of tirastore.h (for C and C++) and exit")
     sub = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("stats", parents=[common], help="counts, programs, users, CPU metadata, size",

@@ -48,6 +48,8 @@ def test_help_of_every_subcommand():
         r = tirastore(*cmd, "--help")
         assert r.returncode == 0 and "usage: tirastore" in r.stdout, (cmd, r.stderr)
     assert tirastore("--version").stdout.startswith("tirastore ")
+    inc = tirastore("--include")
+    assert inc.returncode == 0 and (Path(inc.stdout.strip()) / "tirastore.h").is_file()
 
 
 def test_usage_errors_exit_2(db):
