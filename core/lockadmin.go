@@ -28,7 +28,8 @@ type LockStatus struct {
 // PyJSON gives {lock_path, held, holder, unreadable, stale_lock_timeout,
 // broken}; holder is null when free, else {hostname, pid, timestamp,
 // age_seconds, heartbeat_interval, on_this_host, alive, dead, stale,
-// overdue} (alive null when the holder is on another host).
+// overdue, watch_seconds} (alive null when the holder is on another host;
+// watch_seconds: how long lock_break watches an overdue holder).
 func (s *LockStatus) PyJSON() any {
 	o := pyjson.NewObjectCap(6)
 	o.Set("lock_path", s.Path)
@@ -53,6 +54,7 @@ func (s *LockStatus) PyJSON() any {
 		ho.Set("dead", s.Dead)
 		ho.Set("stale", s.Stale)
 		ho.Set("overdue", s.Overdue)
+		ho.Set("watch_seconds", s.Watch.Seconds())
 		o.Set("holder", ho)
 	} else {
 		o.Set("holder", nil)

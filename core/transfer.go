@@ -97,6 +97,9 @@ func (s *Store) ImportExport(ctx context.Context, path string, offset int64, max
 		return nil, readError(err, abs)
 	}
 	res := &TransferResult{Size: fi.Size(), Next: -1}
+	if fi.Size() == 0 {
+		return res, nil // the jsonl export of an empty database
+	}
 	er, err := newExportReader(f, offset)
 	if err != nil {
 		return nil, wrapError(KindValue, err, "%s is not a TiraStore export: %v", abs, err)

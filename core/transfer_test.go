@@ -78,6 +78,17 @@ func TestImportExportRoundTrip(t *testing.T) {
 	if r2, err := src.ImportExport(ctx, edited, 0, 0, true, false); err != nil || r2.Replaced != r.Conflicts {
 		t.Fatalf("conflicts with overwrite: %+v, %v", r2, err)
 	}
+	// The exports of an empty database import as nothing.
+	empty := openTemp(t, Options{CPUModel: "X"})
+	for _, format := range []string{"json", "jsonl"} {
+		out, err := empty.Export(ctx, filepath.Join(dir, "empty."+format), format)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := empty.ImportExport(ctx, out, 0, 0, false, false); err != nil || r.Programs != 0 || r.Next != -1 {
+			t.Fatalf("empty %s: %+v, %v", format, r, err)
+		}
+	}
 	// A malformed file writes nothing and names the file.
 	bad := filepath.Join(dir, "bad.json")
 	os.WriteFile(bad, []byte("{\n  \"p\": {\"Tiramisu_cpp\": 1}\n}\n"), 0o644)

@@ -44,6 +44,9 @@ type Status struct {
 	// timeout: dead or stalled, or its clock is behind ours; Break watches
 	// it for the waiters' grace before it believes that.
 	Dead, Stale, Overdue bool
+	// Watch is how long Break watches an overdue holder before it breaks
+	// it (0 when not overdue).
+	Watch time.Duration
 	// StaleTimeout is the timeout the judgement used.
 	StaleTimeout time.Duration
 }
@@ -86,6 +89,9 @@ func (l *Lock) inspect() (*Status, lockState, error) {
 	}
 	old := !s.Alive && s.Age > l.opt.StaleTimeout
 	s.Stale, s.Overdue = old && h.every <= 0, old && h.every > 0
+	if s.Overdue {
+		s.Watch = heartbeatGrace(h.every, l.opt.StaleTimeout)
+	}
 	return s, state, nil
 }
 
@@ -120,7 +126,7 @@ func (l *Lock) Break(force bool) (s *Status, broken bool, err error) {
 	if s.Overdue && !force {
 		// The waiters' rule: an overdue heartbeat holder is abandoned once
 		// its record stays unchanged for the grace, on our own clock.
-		time.Sleep(heartbeatGrace(s.Heartbeat, l.opt.StaleTimeout))
+		time.Sleep(s.Watch)
 		again, state, err := l.inspect()
 		if err != nil || !again.Held {
 			return again, false, err

@@ -326,6 +326,11 @@ def cmd_lock_status(args: argparse.Namespace, out: _Output) -> int:
 
 
 def cmd_lock_break(args: argparse.Namespace, out: _Output) -> int:
+    before = _native.call(0, "lock_status", db_path=args.db, stale_lock_timeout=args.stale_lock_timeout)
+    h = before["holder"]
+    if h is not None and h["overdue"] and not args.force:
+        out.warn(f"{h['hostname']} pid {h['pid']} promised a heartbeat every {h['heartbeat_interval']:g} s and missed "
+                 f"them: watching the lock for {h['watch_seconds']:g} s before breaking it")
     st = _native.call(0, "lock_break", db_path=args.db, stale_lock_timeout=args.stale_lock_timeout, force=args.force)
     out.result(st, lambda: ("broke the lock: " if st["broken"] else "nothing to break: ") + _holder_text(st))
     return 0
