@@ -426,10 +426,3 @@ func (d *DB) strings(query string, args ...any) ([]string, error) {
 	}
 	return out, rows.Err()
 }
-
-// VacuumInto writes a consistent, compacted copy of the database to path,
-// which must not exist or be empty.
-func (d *DB) VacuumInto(path string) error {
-	_, err := d.exec("VACUUM INTO ?", path)
-	return err
-}
