@@ -137,10 +137,28 @@ def cmd_export(args: argparse.Namespace, out: _Output) -> int:
     return 0
 
 
+# What a slice of import or merge counts (the library's TransferResult).
+_COUNTS = ("programs", "records", "added", "same", "conflicts", "replaced")
+
+
+def _add_slice(totals: dict[str, int], r: dict[str, Any], conflicts: Any, **extra: Any) -> None:
+    """Add a slice's counts to totals; write its conflicts, if asked, one JSON line each."""
+    for k in _COUNTS:
+        totals[k] += r[k]
+    if conflicts is not None:
+        for c in r["conflict_list"]:
+            conflicts.write(json.dumps(dict(c, **extra), ensure_ascii=False, allow_nan=True) + "\n")
+
+
+def _counts_text(t: dict[str, Any], overwrite: bool) -> str:
+    return (f"{t['records']:,} records of {t['programs']:,} programs: {t['added']:,} added, {t['same']:,} already "
+            f"there, {t['conflicts']:,} conflicting (same key, another result; {'replaced' if overwrite else 'kept'})")
+
+
 def cmd_import(args: argparse.Namespace, out: _Output) -> int:
     size = os.stat(args.input).st_size  # a missing input creates no database
     created = not os.path.exists(args.db)
-    totals = {k: 0 for k in ("programs", "records", "added", "same", "conflicts", "replaced")}
+    totals = dict.fromkeys(_COUNTS, 0)
     conflicts = open(args.conflicts, "w", encoding="utf-8") if args.conflicts else None  # noqa: SIM115
     try:
         # The one command besides config import-ejkernel that creates a
@@ -151,20 +169,15 @@ def cmd_import(args: argparse.Namespace, out: _Output) -> int:
                 while offset is not None:
                     r = store._call("import", input_path=args.input, offset=offset, max_records=_SLICE,
                                     overwrite=args.overwrite, list_conflicts=conflicts is not None)
-                    for k in totals:
-                        totals[k] += r[k]
-                    for c in r["conflict_list"]:
-                        conflicts.write(json.dumps(c, ensure_ascii=False, allow_nan=True) + "\n")
+                    _add_slice(totals, r, conflicts)
                     bar.update((r["next"] if r["next"] is not None else size) - offset)
                     offset = r["next"]
     finally:
         if conflicts is not None:
             conflicts.close()
     doc = dict(totals, db_path=str(Path(args.db).resolve()), created=created)
-    out.result(doc, lambda: (f"created {doc['db_path']}\n" if created else "")
-               + f"imported {totals['records']:,} records of {totals['programs']:,} programs: {totals['added']:,} added, "
-               f"{totals['same']:,} already there, {totals['conflicts']:,} conflicting (same key, another result; "
-               + ("replaced" if args.overwrite else "kept") + ")")
+    out.result(doc, lambda: (f"created {doc['db_path']}\n" if created else "") + "imported "
+               + _counts_text(totals, args.overwrite))
     return 0
 
 
@@ -173,7 +186,6 @@ def cmd_merge(args: argparse.Namespace, out: _Output) -> int:
         if not os.path.isfile(src):
             raise FileNotFoundError(2, f"no database at {src}")
     created = not os.path.exists(args.dst)
-    keys = ("programs", "records", "added", "same", "conflicts", "replaced")
     report = []
     conflicts = open(args.conflicts, "w", encoding="utf-8") if args.conflicts else None  # noqa: SIM115
     try:
@@ -187,16 +199,13 @@ def cmd_merge(args: argparse.Namespace, out: _Output) -> int:
             for src in args.sources:
                 with TiraStore(src, allow_cpu_mismatch=True, lock_timeout=args.lock_timeout, create=False) as s:
                     total = s.count()
-                totals = dict.fromkeys(keys, 0)
+                totals = dict.fromkeys(_COUNTS, 0)
                 after = None
                 with _progress(out, total, "rec", f"merge {os.path.basename(src)}") as bar:
                     while True:
                         r = dst._call("merge", source_path=src, after=after, max_records=_SLICE, overwrite=args.overwrite,
                                       allow_cpu_mismatch=args.allow_cpu_mismatch, list_conflicts=conflicts is not None)
-                        for k in keys:
-                            totals[k] += r[k]
-                        for c in r["conflict_list"]:
-                            conflicts.write(json.dumps(dict(c, source=src), ensure_ascii=False, allow_nan=True) + "\n")
+                        _add_slice(totals, r, conflicts, source=src)
                         bar.update(r["records"])
                         if r["next"] is None:
                             break
@@ -209,10 +218,7 @@ def cmd_merge(args: argparse.Namespace, out: _Output) -> int:
 
     def text() -> str:
         lines = [f"created {doc['db_path']}"] if created else []
-        for t in report:
-            lines.append(f"{t['source']}: {t['records']:,} records of {t['programs']:,} programs: {t['added']:,} added, "
-                         f"{t['same']:,} already there, {t['conflicts']:,} conflicting ("
-                         + ("replaced" if args.overwrite else "kept") + ")")
+        lines += [f"{t['source']}: {_counts_text(t, args.overwrite)}" for t in report]
         return "\n".join(lines)
 
     out.result(doc, text)
