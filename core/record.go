@@ -51,18 +51,27 @@ func (s *Store) record(ctx context.Context, programName, source string, ms []Mea
 	if err := s.checkWrites(); err != nil {
 		return 0, err
 	}
+	w, bad, err := s.prepareWrite(programName, source, ms, overwrite)
+	if err != nil {
+		if many {
+			return 0, apierr.Prefix(fmt.Sprintf("schedules[%d]: ", bad), err)
+		}
+		return 0, err
+	}
+	return s.be.Write(ctx, w)
+}
+
+// prepareWrite validates and keys the measurements of one program into
+// the Write that stores them as this store's (its host, user and
+// source_project); on an error, bad is the index of the measurement.
+func (s *Store) prepareWrite(programName, source string, ms []Measurement, overwrite bool) (w *storage.Write, bad int, err error) {
 	hash := progHashes.hash(source)
 	rows := make([]storage.Row, len(ms))
 	for i := range ms {
-		r, err := prepare(hash, &ms[i])
-		if err != nil {
-			if many {
-				return 0, apierr.Prefix(fmt.Sprintf("schedules[%d]: ", i), err)
-			}
-			return 0, err
+		if rows[i], err = prepare(hash, &ms[i]); err != nil {
+			return nil, i, err
 		}
-		rows[i] = r
 	}
-	return s.be.Write(ctx, &storage.Write{Hash: hash, Name: programName, Source: source, Rows: rows,
-		Hostname: s.hostname, Username: s.username, SourceProject: s.opts.SourceProject, Overwrite: overwrite})
+	return &storage.Write{Hash: hash, Name: programName, Source: source, Rows: rows, Hostname: s.hostname,
+		Username: s.username, SourceProject: s.opts.SourceProject, Overwrite: overwrite}, 0, nil
 }

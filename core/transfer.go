@@ -132,17 +132,16 @@ func (s *Store) ImportExport(ctx context.Context, path string, offset int64, max
 func (s *Store) importProgram(ctx context.Context, name, source string, ms []Measurement, overwrite, list bool, res *TransferResult) error {
 	res.Programs++
 	res.Records += int64(len(ms))
-	hash := progHashes.hash(source)
-	rows := make([]storage.Row, len(ms))
-	keys := make([]string, len(ms))
-	for i := range ms {
-		r, err := prepare(hash, &ms[i])
-		if err != nil {
-			return fmt.Errorf("schedules_list[%d]: %w", i, err)
-		}
-		rows[i], keys[i] = r, r.Key
+	w, bad, err := s.prepareWrite(name, source, ms, overwrite)
+	if err != nil {
+		return apierr.Prefix(fmt.Sprintf("schedules_list[%d]: ", bad), err)
 	}
-	stored, err := s.be.LookupMany(ctx, hash, keys)
+	rows := w.Rows
+	keys := make([]string, len(rows))
+	for i, r := range rows {
+		keys[i] = r.Key
+	}
+	stored, err := s.be.LookupMany(ctx, w.Hash, keys)
 	if err != nil {
 		return err
 	}
@@ -169,8 +168,8 @@ func (s *Store) importProgram(ctx context.Context, name, source string, ms []Mea
 	if len(write) == 0 {
 		return nil
 	}
-	n, err := s.be.Write(ctx, &storage.Write{Hash: hash, Name: name, Source: source, Rows: write,
-		Hostname: s.hostname, Username: s.username, SourceProject: s.opts.SourceProject, Overwrite: overwrite})
+	w.Rows = write
+	n, err := s.be.Write(ctx, w)
 	if err != nil {
 		return err
 	}
