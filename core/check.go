@@ -89,7 +89,7 @@ func CheckDatabase(ctx context.Context, path string, opts Options, repair bool) 
 	rep := &CheckReport{}
 	st, err := l.Inspect()
 	if err != nil {
-		return nil, lockFileError(err, l.Path())
+		return nil, readError(err, "lock", l.Path())
 	}
 	rep.Lock = &LockStatus{Status: *st}
 	abandoned := st.Held && (st.Holder == nil || st.Dead || st.Stale || st.Overdue)

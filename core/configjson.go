@@ -138,13 +138,13 @@ func resolveFile(field, path string) (string, error) {
 	return abs, nil
 }
 
-// readError is the error of reading the file path.
-func readError(err error, path string) error {
+// readError is the error of reading the file path, which holds what.
+func readError(err error, what, path string) error {
 	k, ok := apierr.OSKind(err)
 	if !ok {
 		k = KindOS
 	}
-	return wrapError(k, err, "cannot read PersistentCache file %s: %v", path, err)
+	return wrapError(k, err, "cannot read %s %s: %v", what, path, err)
 }
 
 // ConfigImportJSON imports the seed JSON file path into the kernel-config
@@ -170,10 +170,10 @@ func (s *Store) ConfigImportJSON(ctx context.Context, path string, once, overwri
 		return res, nil
 	}
 	if err != nil {
-		return nil, readError(err, abs)
+		return nil, readError(err, "PersistentCache file", abs)
 	}
 	if fi.IsDir() {
-		return nil, readError(&fs.PathError{Op: "open", Path: abs, Err: syscall.EISDIR}, abs)
+		return nil, readError(&fs.PathError{Op: "open", Path: abs, Err: syscall.EISDIR}, "PersistentCache file", abs)
 	}
 	res.Found = true
 	if once {
@@ -246,7 +246,7 @@ func (s *Store) skipped(res *ConfigImportResult, mark *storage.ConfigImport, fi 
 		// Touched or rewritten: only its bytes tell.
 		sum, err := fileSHA256(res.Path)
 		if err != nil {
-			return nil, readError(err, res.Path)
+			return nil, readError(err, "PersistentCache file", res.Path)
 		}
 		res.Changed = sum != mark.SHA256
 	}
@@ -274,16 +274,16 @@ func fileSHA256(path string) (string, error) {
 func (s *Store) readSeedFile(path string) (*seedFile, error) {
 	fh, err := os.Open(path)
 	if err != nil {
-		return nil, readError(err, path)
+		return nil, readError(err, "PersistentCache file", path)
 	}
 	defer fh.Close()
 	fi, err := fh.Stat()
 	if err != nil {
-		return nil, readError(err, path)
+		return nil, readError(err, "PersistentCache file", path)
 	}
 	data, err := io.ReadAll(fh)
 	if err != nil {
-		return nil, readError(err, path)
+		return nil, readError(err, "PersistentCache file", path)
 	}
 	v, err := pyjson.Parse(data)
 	if err != nil {

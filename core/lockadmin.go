@@ -4,7 +4,6 @@ import (
 	"errors"
 	"math"
 
-	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/lock"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/pypath"
@@ -102,7 +101,7 @@ func InspectLock(dbPath string, opts Options) (*LockStatus, error) {
 	defer l.Close()
 	st, err := l.Inspect()
 	if err != nil {
-		return nil, lockFileError(err, l.Path())
+		return nil, readError(err, "lock", l.Path())
 	}
 	return &LockStatus{Status: *st}, nil
 }
@@ -124,15 +123,7 @@ func BreakLock(dbPath string, opts Options, force bool) (*LockStatus, error) {
 	case errors.As(err, &refused):
 		return nil, wrapError(KindPermission, err, "%v", err)
 	case err != nil:
-		return nil, lockFileError(err, l.Path())
+		return nil, readError(err, "lock", l.Path())
 	}
 	return &LockStatus{Status: *st, Broken: broken}, nil
-}
-
-func lockFileError(err error, path string) error {
-	k, ok := apierr.OSKind(err)
-	if !ok {
-		k = KindOS
-	}
-	return wrapError(k, err, "cannot read lock %s: %v", path, err)
 }

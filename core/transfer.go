@@ -89,12 +89,12 @@ func (s *Store) ImportExport(ctx context.Context, path string, offset int64, max
 	}
 	f, err := os.Open(abs)
 	if err != nil {
-		return nil, readError(err, abs)
+		return nil, readError(err, "export", abs)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, readError(err, abs)
+		return nil, readError(err, "export", abs)
 	}
 	res := &TransferResult{Size: fi.Size(), Next: -1}
 	if fi.Size() == 0 {
