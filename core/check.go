@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/tirastore/tirastore/core/nodelocal"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/sqlite"
 	"github.com/tirastore/tirastore/core/storage"
@@ -34,6 +35,10 @@ type CheckReport struct {
 	SchemaVersion      string
 	Tables             *storage.TableCheck
 	Records, Programs  int64
+	// NodeLocal is this node's files of the database (nodelocal.Inspect),
+	// as found before the check opened it; a name that fails its checks is
+	// also a problem (its speed-up is off here until its owner removes it).
+	NodeLocal []nodelocal.FileState
 	// Notices are the open's warnings (node-local files that failed their
 	// checks, a directory other users cannot use).
 	Notices []string
@@ -41,7 +46,7 @@ type CheckReport struct {
 
 // PyJSON gives the report as a dict.
 func (r *CheckReport) PyJSON() any {
-	o := pyjson.NewObjectCap(12)
+	o := pyjson.NewObjectCap(13)
 	o.Set("db_path", r.Path)
 	o.Set("ok", len(r.Problems) == 0)
 	o.Set("problems", strs(r.Problems))
@@ -65,6 +70,18 @@ func (r *CheckReport) PyJSON() any {
 	}
 	o.Set("records", r.Records)
 	o.Set("programs", r.Programs)
+	nl := make([]any, len(r.NodeLocal))
+	for i, f := range r.NodeLocal {
+		fo := pyjson.NewObjectCap(6)
+		fo.Set("role", f.Role)
+		fo.Set("path", f.Path)
+		fo.Set("present", f.Present)
+		fo.Set("problem", f.Problem)
+		fo.Set("serves", f.Serves)
+		fo.Set("entries", f.Entries)
+		nl[i] = fo
+	}
+	o.Set("node_local", nl)
 	o.Set("notices", strs(r.Notices))
 	return o
 }
@@ -120,6 +137,12 @@ func CheckDatabase(ctx context.Context, path string, opts Options, repair bool) 
 		rep.Problems = append(rep.Problems, "a crashed writer's journal was beside the database (this check's read rolled its transaction back)")
 	}
 	rep.Path = abs
+	rep.NodeLocal = nodelocal.Inspect(l.Path())
+	for _, f := range rep.NodeLocal {
+		if f.Problem != "" {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("the node-local %s %s is %s: the %s is off on this node until its owner (or root) removes it", f.Role, f.Path, f.Problem, f.Serves))
+		}
+	}
 	if abandoned {
 		// Taking the lock to read the tables would break it: only --repair may.
 		rep.Problems = append(rep.Problems, "the tables were not checked: that takes the lock")

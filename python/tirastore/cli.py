@@ -355,6 +355,11 @@ def cmd_check(args: argparse.Namespace, out: _Output) -> int:
             if t["orphan_records"] >= 0:
                 lines += [f"orphan records  {t['orphan_records']:,}", f"bad results     {t['bad_results']:,}"]
         lines += [f"lock            {_holder_text(rep['lock'])}", f"leftover claims {len(rep['leftover_claims'])}"]
+        for f in rep["node_local"]:
+            state = f["problem"] or ("ok" if f["present"] else "absent")
+            if f["entries"]:
+                state += f", {f['entries']} entries"
+            lines.append(f"node-local      {f['role']} {f['path']}: {state}")
         lines += [f"notice          {n}" for n in rep["notices"]]
         lines += [f"repaired        {r}" for r in rep["repaired"]]
         lines += [f"PROBLEM         {p}" for p in rep["problems"]]
