@@ -317,11 +317,12 @@ with TiraStore(db, cpu_model=sys.argv[4], allow_cpu_mismatch=True) as s:
 """
 
 
-def test_backup_while_four_processes_write_is_consistent(tmp_path):
-    """Backups taken in steps (the lock released between them) while 4
-    processes record, one record per transaction: each backup is a valid
-    database, and holds for every writer a prefix of its records (a copy
-    spanning commits would show a gap or a torn page)."""
+def _backups_while_four_write(tmp_path, take) -> list:
+    """Backups taken by take(path) while 4 processes record, one record per
+    transaction, on a database big enough for several backup steps; returns
+    what is wrong with each backup (nothing, if it is a valid database holding
+    for every writer a prefix of its records: a copy spanning commits shows a
+    gap, a torn page or a broken index)."""
     import subprocess
     import sys
 
@@ -329,27 +330,67 @@ def test_backup_while_four_processes_write_is_consistent(tmp_path):
 
     db = tmp_path / "cache.db"
     with TiraStore(db, cpu_model=TEST_CPU) as s:
-        # Big enough for several backup steps (more than 1,024 pages).
+        # More than 1,024 pages (several steps).
         s.record_many("ballast", "void ballast() {}", [
             {"tiralib_schedule_string": f"S(L0,L1,{i},4,comps=['c1'])", "is_legal": True,
              "execution_times": [float(i)] * 40} for i in range(1, 12001)])
-        writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(db), str(w), "150", TEST_CPU]) for w in range(4)]
-        backups = []
-        try:
-            while any(p.poll() is None for p in writers) and len(backups) < 8:
-                backups.append(s.backup(tmp_path / f"b{len(backups)}.db"))
-        finally:
-            for p in writers:
-                assert p.wait(timeout=300) == 0
-    assert db.stat().st_size > 1024 * 4096 and backups
+    assert db.stat().st_size > 1024 * 4096
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(db), str(w), "150", TEST_CPU]) for w in range(4)]
+    backups = []
+    try:
+        while any(p.poll() is None for p in writers) and len(backups) < 8:
+            backups.append(tmp_path / f"b{len(backups)}.db")
+            take(db, backups[-1])
+    finally:
+        for p in writers:
+            assert p.wait(timeout=300) == 0
+    assert backups
+    wrong = []
     for b in backups:
-        con = sqlite3.connect(b)
-        assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",), b
-        for w in range(4):
-            rows = con.execute(
-                "SELECT r.schedule FROM records r JOIN programs p USING (program_hash) WHERE p.program_name = ?",
-                (f"writer{w}",)).fetchall()
-            got = sorted(int(s[0].split(",")[2]) for s in rows)
-            assert got == list(range(1, len(got) + 1)), (b, w, got[:10])
-        assert con.execute("SELECT COUNT(*) FROM records WHERE schedule LIKE '%,4,comps%'").fetchone() == (12000,)
-        con.close()
+        try:
+            con = sqlite3.connect(b)
+            if (ic := con.execute("PRAGMA integrity_check").fetchall()) != [("ok",)]:
+                wrong.append(f"{b.name}: integrity_check {ic[:3]}")
+                continue
+            for w in range(4):
+                rows = con.execute(
+                    "SELECT r.schedule FROM records r JOIN programs p USING (program_hash) WHERE p.program_name = ?",
+                    (f"writer{w}",)).fetchall()
+                got = sorted(int(s[0].split(",")[2]) for s in rows)
+                if got != list(range(1, len(got) + 1)):
+                    wrong.append(f"{b.name}: writer{w} has {got[:10]}...")
+            if (n := con.execute("SELECT COUNT(*) FROM records WHERE schedule LIKE '%,4,comps%'").fetchone()) != (12000,):
+                wrong.append(f"{b.name}: {n} ballast records")
+        except sqlite3.DatabaseError as e:
+            wrong.append(f"{b.name}: {e}")
+        finally:
+            con.close()
+    return wrong
+
+
+def test_backup_while_four_processes_write_is_consistent(tmp_path):
+    """Backups taken in steps (the lock released between them) while 4
+    processes record are valid databases holding a prefix of every writer's
+    records."""
+    from conftest import TEST_CPU
+
+    def backup(db, path):
+        with TiraStore(db, cpu_model=TEST_CPU) as s:
+            s.backup(path)
+
+    assert _backups_while_four_write(tmp_path, backup) == []
+
+
+def test_negative_control_a_copy_in_steps_without_the_lock_is_caught(tmp_path):
+    """The same backups taken as a copy of the file in 4 MiB steps with the
+    writers' pace between them, neither under the lock nor restarted after a
+    write (as `cp` during writes, or a backup step outside the lock, would):
+    the checks above find at least one of them wrong."""
+
+    def raw_copy(db, path):
+        with open(db, "rb") as src, open(path, "wb") as dst:
+            while chunk := src.read(1024 * 4096):
+                dst.write(chunk)
+                time.sleep(0.005)
+
+    assert _backups_while_four_write(tmp_path, raw_copy) != []
