@@ -8,6 +8,7 @@ The sdist, the wheel and the virtualenv are made once for this module."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import struct
@@ -95,6 +96,25 @@ def test_pip_install_in_fresh_venv(installed, tmp_path):
     wheel = next(installed.parent.parent.glob("lib/python3*/site-packages/tirastore-*.dist-info/WHEEL"))
     tags = wheel.read_text()
     assert "Root-Is-Purelib: false" in tags and "linux" in tags, tags
+
+
+def test_installed_console_script(installed, tmp_path):
+    """The wheel's `tirastore` command: in the venv's bin, runs without the
+    checkout, and refuses to create a database from a typo."""
+    cmd = installed.parent / "tirastore"
+    assert cmd.is_file(), sorted(p.name for p in installed.parent.iterdir())
+    db = tmp_path / "c.db"
+    made = subprocess.run([str(installed), "-c", f"import tirastore; tirastore.TiraStore({str(db)!r}, cpu_model='X').close()"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert made.returncode == 0, made.stderr
+    run = subprocess.run([str(cmd), "stats", str(db), "--json"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["total_records"] == 0
+    typo = subprocess.run([str(cmd), "stats", str(tmp_path / "typo" / "c.db")], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert typo.returncode == 1 and "typo" in typo.stderr and not (tmp_path / "typo").exists()
+    inc = subprocess.run([str(cmd), "--include"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert inc.returncode == 0 and (Path(inc.stdout.strip()) / "tirastore.h").is_file(), inc
 
 
 def _platform_tag() -> str:
