@@ -229,6 +229,15 @@ func (a *args) measurement(obj *pyjson.Object, prefix string) (core.Measurement,
 	if m.Schedule, ok = sched.(string); !ok {
 		return m, a.typeErr(prefix+"tiralib_schedule_string", "str", sched)
 	}
+	out, err := a.outcome(obj, prefix)
+	out.Schedule = m.Schedule
+	return out, err
+}
+
+// outcome is a measurement's is_legal and execution_times (its schedule
+// left empty: a claim knows it).
+func (a *args) outcome(obj *pyjson.Object, prefix string) (core.Measurement, error) {
+	var m core.Measurement
 	legal, ok := obj.Get("is_legal")
 	if !ok {
 		return m, &core.Error{Kind: core.KindType, Message: fmt.Sprintf("%s(): missing required argument %sis_legal", a.method, prefix)}

@@ -141,6 +141,101 @@ var methods = map[string]method{
 		}
 		return out, nil
 	}},
+	// Claims (core/claim.go): lookup_or_claim answers {"result": ...},
+	// {"claim": {...}} or {"busy": holder}; the claim's token names it in
+	// claim_record and claim_release.
+	"lookup_or_claim": {true, append(readParams[:len(readParams):len(readParams)], "lease", "wait"), func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		name, prog, sched, err := readArgs(a, true)
+		if err != nil {
+			return nil, err
+		}
+		opts, err := claimOptions(a, true)
+		if err != nil {
+			return nil, err
+		}
+		var out core.ClaimOutcome
+		if prog.byHash {
+			out, err = st.LookupOrClaimByHash(ctx, name, prog.hash, sched, opts)
+		} else {
+			out, err = st.LookupOrClaim(ctx, name, prog.source, sched, opts)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return out, nil
+	}},
+	"lookup_many_or_claim": {true, []string{"program_name", "program_source_code", "program_hash", "schedules", "lease", "wait"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		name, prog, _, err := readArgs(a, false)
+		if err != nil {
+			return nil, err
+		}
+		scheds, err := a.strList("schedules")
+		if err != nil {
+			return nil, err
+		}
+		opts, err := claimOptions(a, false)
+		if err != nil {
+			return nil, err
+		}
+		var out []core.ClaimOutcome
+		if prog.byHash {
+			out, err = st.LookupManyOrClaimByHash(ctx, name, prog.hash, scheds, opts)
+		} else {
+			out, err = st.LookupManyOrClaim(ctx, name, prog.source, scheds, opts)
+		}
+		if err != nil {
+			return nil, err
+		}
+		list := make([]any, len(out))
+		for i, o := range out {
+			list[i] = o
+		}
+		return list, nil
+	}},
+	"claim_record": {true, []string{"token", "program_source_code", "is_legal", "execution_times"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		c, err := heldClaim(st, a)
+		if err != nil {
+			return nil, err
+		}
+		if _, ok := a.get("program_source_code"); ok {
+			src, err := a.str("program_source_code")
+			if err != nil {
+				return nil, err
+			}
+			if err := c.SetSource(src); err != nil {
+				return nil, err
+			}
+		}
+		m, err := a.outcome(a.obj, "")
+		if err != nil {
+			return nil, err
+		}
+		return c.Record(ctx, m)
+	}},
+	"claim_release": {true, []string{"token"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		c, err := heldClaim(st, a)
+		if c == nil {
+			return nil, err
+		}
+		return nil, c.Release(ctx)
+	}},
+	"claim_status": {true, []string{"token"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		tok, err := a.str("token")
+		if err != nil {
+			return nil, err
+		}
+		c := st.HeldClaim(tok)
+		if c == nil {
+			return "ended", nil
+		}
+		if c.TakenOver() {
+			return "taken_over", nil
+		}
+		return "held", nil
+	}},
+	"claims": {true, noParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		return anySlice(st.Claims(ctx))
+	}},
 	"contains": {true, readParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		name, prog, sched, err := readArgs(a, true)
 		if err != nil {
@@ -586,4 +681,37 @@ func configArgs(a *args) (device, opID, callKey string, err error) {
 	}
 	callKey, err = a.str("call_key")
 	return
+}
+
+// claimOptions reads lease (seconds, null: the default) and wait.
+func claimOptions(a *args, waitDefault bool) (core.ClaimOptions, error) {
+	var o core.ClaimOptions
+	d, err := a.seconds("lease")
+	if err != nil {
+		return o, err
+	}
+	if d != nil {
+		if *d <= 0 {
+			return o, &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("%s(): lease must be a positive number of seconds, got %g", a.method, d.Seconds())}
+		}
+		o.Lease = *d
+	}
+	o.Wait, err = a.boolean("wait", waitDefault)
+	return o, err
+}
+
+// heldClaim is the store's claim named by the token argument; a claim that
+// has ended (recorded, released, or its store closed) is a ValueError.
+func heldClaim(st *core.Store, a *args) (*core.Claim, error) {
+	tok, err := a.str("token")
+	if err != nil {
+		return nil, err
+	}
+	if c := st.HeldClaim(tok); c != nil {
+		return c, nil
+	}
+	if a.method == "claim_release" {
+		return nil, nil // releasing an ended claim does nothing
+	}
+	return nil, &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("%s(): no claim %s is held by this store (it was recorded or released)", a.method, tok)}
 }

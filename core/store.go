@@ -37,6 +37,12 @@ type Store struct {
 	writesAllowed bool
 	warning       string
 	notices       []string
+
+	// lockWait is the resolved lock_timeout (storage.Config.LockTimeout),
+	// which also bounds a wait for another worker's claim; claims are the
+	// claims this store holds and has seen (claim.go).
+	lockWait time.Duration
+	claims   claimState
 }
 
 // Open connects to the database at path, creating it (and its directory)
@@ -60,6 +66,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		localCPU:      opts.CPUModel,
 		localSlurm:    opts.SlurmCPUs,
 		writesAllowed: true,
+		lockWait:      wait,
 	}
 	if s.localCPU == "" {
 		s.localCPU = cpu.Model()
@@ -141,7 +148,12 @@ func (s *Store) checkCPU(meta map[string]string) {
 
 // Close marks the store closed; later calls fail with ErrClosed. Calls in
 // flight finish first. Closing twice is harmless.
-func (s *Store) Close() error { return s.be.Close() }
+// The claims it still holds are released first, so that their waiters
+// need not wait out the leases.
+func (s *Store) Close() error {
+	s.releaseHeld()
+	return s.be.Close()
+}
 
 // CloseIfIdle is Close for exit handlers, which must never wait: it closes
 // the store unless an operation is in flight (say, in a thread that the

@@ -113,12 +113,37 @@ func heartbeatGrace(every, staleTimeout time.Duration) time.Duration {
 // prove that its pid means the same process here (containers share host
 // names; nodes get renamed; the node may have rebooted).
 func (l *Lock) deadOnThisHost(h *Holder) bool {
+	return GoneFromThisHost(l.opt.Hostname, h.Hostname, h.PID, Process{StartTime: h.startTime, BootID: h.bootID, PIDNS: h.pidNS})
+}
+
+// Process is what a process records about itself, beside its host name
+// and pid, so that another process on the same host can later prove it
+// dead (GoneFromThisHost): the extras of a Go lock record, also kept by
+// other records of a process's work (the claims of measurements). Fields
+// that /proc cannot tell are zero.
+type Process struct {
+	StartTime uint64 // field 22 of /proc/<pid>/stat
+	BootID    string // the kernel boot it runs under
+	PIDNS     uint64 // inode of its pid namespace
+}
+
+// Self is this process's Process.
+func Self() Process {
 	me := self()
-	if h.Hostname != l.opt.Hostname || h.bootID == "" || h.bootID != me.bootID ||
-		h.pidNS == 0 || h.pidNS != me.pidNS {
+	return Process{StartTime: me.startTime, BootID: me.bootID, PIDNS: me.pidNS}
+}
+
+// GoneFromThisHost is the dead-holder rule for a process that recorded
+// host, pid and p: it ran on this host (localHost), under this very kernel
+// and in our pid namespace, and its pid is gone or now belongs to a
+// process that started at another time. Anything it cannot prove (no
+// boot_id or pid_ns, another host, another namespace) counts as alive.
+func GoneFromThisHost(localHost, host string, pid int, p Process) bool {
+	me := self()
+	if host != localHost || p.BootID == "" || p.BootID != me.bootID || p.PIDNS == 0 || p.PIDNS != me.pidNS {
 		return false
 	}
-	return processGone(h.PID, h.startTime)
+	return processGone(pid, p.StartTime)
 }
 
 // processGone: pid, in our pid namespace, is gone, or now belongs to a

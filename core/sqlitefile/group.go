@@ -286,18 +286,28 @@ func (s *Store) commitLogged(db *sqlite.DB, reqs []*writeRequest, at time.Time) 
 	if err != nil || !logged {
 		return written, err
 	}
-	if after, ok := s.generationNow(); ok && after != before {
-		changes.File, changes.Before, changes.After = s.conn.file, changelog.Generation(before), changelog.Generation(after)
-		own, err := s.local.changes.Append(changes)
-		if err != nil {
-			// The node's caches then start over at this commit, as they
-			// would without the log.
-			s.local.changes.Close()
-		} else if own != nil {
-			s.cache.Logged(own)
-		}
-	}
+	s.logCommit(before, changes)
 	return written, nil
+}
+
+// logCommit logs the commit that moved the database from generation
+// before as changes (the rows it changed) for the node's caches, this
+// store's included (see resultCache). It runs under the lock, right after
+// the commit.
+func (s *Store) logCommit(before generation, changes *changelog.Entry) {
+	after, ok := s.generationNow()
+	if !ok || after == before {
+		return
+	}
+	changes.File, changes.Before, changes.After = s.conn.file, changelog.Generation(before), changelog.Generation(after)
+	own, err := s.local.changes.Append(changes)
+	if err != nil {
+		// The node's caches then start over at this commit, as they
+		// would without the log.
+		s.local.changes.Close()
+	} else if own != nil {
+		s.cache.Logged(own)
+	}
 }
 
 // generationNow reads the database's generation under the lock; ok is
@@ -354,6 +364,11 @@ func putRequests(db *sqlite.DB, reqs []*writeRequest, at time.Time) ([]int, *cha
 				}
 				if ok {
 					written[i]++
+				}
+			}
+			for _, c := range r.Release {
+				if _, err := tx.DeleteClaim(c.Key, c.Token); err != nil {
+					return err
 				}
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/tirastore/tirastore/core/changelog"
 	"github.com/tirastore/tirastore/core/sqlite"
 	"github.com/tirastore/tirastore/core/storage"
 	"github.com/tirastore/tirastore/core/tuning"
@@ -111,6 +112,10 @@ func (s *Store) Contains(ctx context.Context, progHash, key string) (bool, error
 	return found, err
 }
 
+// Peek is the lock-free path of Lookup alone: the cache's answer, if it
+// can prove it current.
+func (s *Store) Peek(progHash, key string) (*storage.Record, bool) { return s.cached(progHash, key) }
+
 // Write commits w, handed over to another writer of this node when one is
 // ahead (group.go).
 func (s *Store) Write(ctx context.Context, w *storage.Write) (int, error) {
@@ -127,6 +132,23 @@ func (s *Store) View(ctx context.Context, op string, fn func(storage.Reader) err
 func (s *Store) Update(ctx context.Context, op string, fn func(storage.Writer) error) error {
 	return s.withWriteDB(ctx, op, func(db *sqlite.DB) error {
 		return db.Tx(func(tx *sqlite.Tx) error { return fn(writer{reader{db}, tx}) })
+	})
+}
+
+// UpdateClaims is Update for a transaction that writes claims only. Its
+// commit is logged as one that changed no record (core/changelog), so the
+// node's caches follow it instead of starting over: claims are not cached,
+// and a claimer's renewals would otherwise empty every cache of the node.
+func (s *Store) UpdateClaims(ctx context.Context, op string, fn func(storage.ClaimWriter) error) error {
+	return s.withWriteDB(ctx, op, func(db *sqlite.DB) error {
+		before, logged := s.generationNow()
+		if err := db.Tx(func(tx *sqlite.Tx) error { return fn(writer{reader{db}, tx}) }); err != nil {
+			return err
+		}
+		if logged {
+			s.logCommit(before, &changelog.Entry{})
+		}
+		return nil
 	})
 }
 
@@ -223,6 +245,17 @@ func (w writer) DeleteConfig(key string) (bool, error) { return w.tx.DeleteConfi
 
 // ClearConfigs deletes every config entry in the transaction.
 func (w writer) ClearConfigs() (int64, error) { return w.tx.ClearConfigs() }
+
+// PutClaim writes c in the transaction.
+func (w writer) PutClaim(c *storage.Claim) error { return w.tx.PutClaim(c) }
+
+// DeleteClaim deletes the claim of key in the transaction if token names it.
+func (w writer) DeleteClaim(key, token string) (bool, error) { return w.tx.DeleteClaim(key, token) }
+
+// RenewClaims renews the claims of refs in the transaction.
+func (w writer) RenewClaims(refs []storage.ClaimRef, at string) ([]storage.ClaimRef, error) {
+	return w.tx.RenewClaims(refs, at)
+}
 
 // PutConfigImport writes an import record in the transaction.
 func (w writer) PutConfigImport(im *storage.ConfigImport) error { return w.tx.PutConfigImport(im) }

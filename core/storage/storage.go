@@ -81,6 +81,41 @@ type ConfigImport struct {
 	Username   string
 }
 
+// Claim is one row of the claims table: a worker's announcement that it
+// is measuring the schedule of Key, so that others wait for its result
+// instead of measuring it too (core/claim.go has the protocol). The
+// holder renews the row while it measures; a waiter judges it abandoned
+// by its own clock (Renewals unchanged for LeaseSeconds) or, on the
+// holder's host, by the dead-process rule (core/lock.GoneFromThisHost),
+// never by the dates, which are for people.
+type Claim struct {
+	Key, ProgramHash, ProgramName, Schedule string
+	// Token names this claim: a takeover writes a new one, so that the
+	// old holder's release or renewal no longer matches.
+	Token string
+	// Who holds it: host, pid and what proves the pid's process dead on
+	// that host (core/lock.Process), the Slurm job ("" outside one) and
+	// the user.
+	Hostname   string
+	PID        int
+	StartTime  uint64
+	BootID     string
+	PIDNS      uint64
+	SlurmJobID string
+	Username   string
+	// LeaseSeconds is how long a waiter lets the row stay unrenewed.
+	LeaseSeconds float64
+	// Renewals counts the holder's renewals: each changes the row.
+	Renewals             int64
+	ClaimedAt, RenewedAt string
+}
+
+// ClaimRef names one claim: its key and the token of its holder.
+type ClaimRef struct {
+	Key   string `json:"key"`
+	Token string `json:"token"`
+}
+
 // ProgramSummary counts one program's records (stats --by program).
 type ProgramSummary struct {
 	Hash, Name          string
@@ -115,6 +150,9 @@ type Write struct {
 	Username      string `json:"username"`
 	SourceProject string `json:"source_project"`
 	Overwrite     bool   `json:"overwrite"`
+	// Release are claims that the write ends (a claimer's record): each
+	// is deleted in the write's transaction if its token still names it.
+	Release []ClaimRef `json:"release,omitempty"`
 }
 
 // Row is one validated record of a Write: its key, normalized schedule and
@@ -191,6 +229,10 @@ type Backend interface {
 	// (no lock), so that a binding may keep the decoded values of its
 	// answers; false when in doubt, and always for stamp 0.
 	ConfigFresh(stamp uint64) bool
+	// Peek is Lookup answered without a round trip to the database (a
+	// cache the backend can prove current): ok false when it cannot
+	// tell, and the caller asks Lookup or a transaction.
+	Peek(programHash, key string) (rec *Record, ok bool)
 	// Write stores w's program (unless present) and rows in one
 	// transaction and returns how many rows it wrote (a row whose key
 	// exists is skipped unless w.Overwrite).
@@ -200,6 +242,10 @@ type Backend interface {
 	View(ctx context.Context, op string, fn func(Reader) error) error
 	// Update runs fn in one transaction, committed if fn returns nil.
 	Update(ctx context.Context, op string, fn func(Writer) error) error
+	// UpdateClaims is Update for a transaction that writes claims only,
+	// which a backend may make cheaper for its caches: the records and
+	// config entries that they hold stay valid across it.
+	UpdateClaims(ctx context.Context, op string, fn func(ClaimWriter) error) error
 	// EachProgram calls fn for every program in export order (by name,
 	// then hash) with its results ordered by creation date, from one
 	// consistent state of the database, holding one program in memory at
@@ -253,11 +299,30 @@ type Reader interface {
 	CountConfigs() (int64, error)
 	// ConfigImported is the import record of the JSON file path, or nil.
 	ConfigImported(path string) (*ConfigImport, error)
+
+	// GetClaims returns the claims of those keys that have one, by key.
+	GetClaims(keys []string) (map[string]*Claim, error)
+	// EachClaim calls fn for every claim, oldest first.
+	EachClaim(fn func(*Claim) error) error
+}
+
+// ClaimWriter is the write side of an UpdateClaims: reads, and writes of
+// claims.
+type ClaimWriter interface {
+	Reader
+	// PutClaim inserts c, replacing the claim of its key (a takeover).
+	PutClaim(c *Claim) error
+	// DeleteClaim removes the claim of key if token still names it and
+	// reports whether it did.
+	DeleteClaim(key, token string) (bool, error)
+	// RenewClaims counts a renewal, dated at, of each claim of refs that
+	// its token still names, and returns those.
+	RenewClaims(refs []ClaimRef, at string) ([]ClaimRef, error)
 }
 
 // Writer is the write side of an Update.
 type Writer interface {
-	Reader
+	ClaimWriter
 	// PutProgram inserts p unless its hash is stored (the first name
 	// stored for a source stays).
 	PutProgram(p Program) error

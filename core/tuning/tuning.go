@@ -18,6 +18,31 @@ const (
 	// LockTimeout: a wait for the lock gives up after about as long as
 	// a stale lock takes to be broken, naming the holder.
 	LockTimeout = 600 * time.Second
+	// ClaimLease: how long a claim on a measurement may go unrenewed
+	// before other workers take it over (a holder stopped or dead on
+	// another node). Its holder renews it every third of it, so a live
+	// holder misses two renewals before anyone doubts it; a minute keeps
+	// a suspended job's schedules from waiting long (BuildBuddy's remote
+	// cache learnt to keep such leases short, pinging every 20 s).
+	ClaimLease = 60 * time.Second
+)
+
+// Claims on measurements (core/claim.go).
+const (
+	// MinClaimLease and MaxClaimLease bound the lease a caller may ask
+	// for: shorter than a few polls of the waiters, a live holder would
+	// be taken over; a day is longer than any measurement.
+	MinClaimLease = 100 * time.Millisecond
+	MaxClaimLease = 24 * time.Hour
+	// ClaimProbe is how often a waiter asks its cache, lock-free, whether
+	// the result has been recorded (a commit of this node is seen through
+	// the change log at once) and whether a holder on this host died.
+	ClaimProbe = 20 * time.Millisecond
+	// ClaimMinPoll and ClaimMaxPoll bound the full-jitter backoff between
+	// a waiter's reads of the claims under the lock, which are what
+	// notice a result of another node, a release or an expiry.
+	ClaimMinPoll = 20 * time.Millisecond
+	ClaimMaxPoll = time.Second
 )
 
 // The hard-link lock (core/lock).

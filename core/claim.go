@@ -1,0 +1,829 @@
+package core
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/tirastore/tirastore/core/apierr"
+	"github.com/tirastore/tirastore/core/environ"
+	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/internal/wait"
+	"github.com/tirastore/tirastore/core/keys"
+	"github.com/tirastore/tirastore/core/lock"
+	"github.com/tirastore/tirastore/core/pyjson"
+	"github.com/tirastore/tirastore/core/schedule"
+	"github.com/tirastore/tirastore/core/storage"
+	"github.com/tirastore/tirastore/core/tuning"
+)
+
+// # Claims: never measure the same schedule twice
+//
+// Workers of one search reach the same schedule at nearly the same
+// moment; without coordination each misses, each measures, and all
+// results but one are thrown away. LookupOrClaim returns the record when
+// there is one; else it claims the schedule for its caller, who measures
+// it and records through the Claim, in one transaction that also ends the
+// claim. A caller that finds a live claim of another worker waits for its
+// result (or returns at once, Wait false).
+//
+// A claim is a row of the claims table (storage.Claim) in the same
+// database, written under the same lock as the records: claiming a key is
+// reading that it has neither a record nor a live claim and writing the
+// claim, in one transaction, so two workers cannot both claim it. The
+// original library's workers never look at the table: they measure and
+// record as before, and a claimer's record then returns False like any
+// record of an existing key.
+//
+// When a claim ends without a result, a waiter takes it over:
+//   - its holder released it (Release, or an exception in Python's with
+//     block): the row is gone;
+//   - its holder is dead on the waiter's host: the lock's dead-holder rule
+//     (core/lock.GoneFromThisHost: same host, kernel and pid namespace,
+//     pid gone or reused), judged at once;
+//   - its lease ran out: the holder renews the row every third of its
+//     lease (a goroutine of the holder's Store, while it holds claims),
+//     and a waiter that has seen the row unchanged for the lease, on its
+//     own monotonic clock, takes it over. As for the lock, the holder's
+//     clock or dates never count, so clock skew cannot expire a live
+//     claim; a stopped holder (SIGSTOP, a suspended Slurm job, a VM
+//     pause) loses its claims after its lease, as a dead one on another
+//     node does. The observation is kept by the Store across calls.
+//
+// A late record, of a claim that expired and may have been taken over:
+// Claim.Record stores the result if the schedule is still not recorded
+// (the measurement is as good as anyone's) and returns true; if someone
+// recorded it meanwhile, it returns false, as record does for an existing
+// key. It never raises for being late, and it ends the claim only if the
+// claim is still its own, so a worker that took over keeps its claim
+// (its own record then returns false).
+//
+// A waiter does not hammer the shared filesystem: every tuning.ClaimProbe
+// it asks the result cache, lock-free, whether the result is there (a
+// commit of this node reaches it through the change log at once) and
+// looks, locally, whether a holder of this host died; it reads the claims
+// under the lock only with a full-jitter backoff from tuning.ClaimMinPoll
+// to tuning.ClaimMaxPoll, when a holder of this host died, or when a
+// lease it watches is due. The wait is bounded by lock_timeout and ends
+// early on Ctrl-C (Options.Interruptible), like a wait for the lock.
+
+// ClaimOptions are LookupOrClaim's choices.
+type ClaimOptions struct {
+	// Lease is how long other workers let the claim go unrenewed before
+	// they take it over (0: tuning.ClaimLease; else between
+	// tuning.MinClaimLease and tuning.MaxClaimLease).
+	Lease time.Duration
+	// Wait: when another live worker holds the claim, wait until its
+	// result is recorded (returned) or its claim ends without one (then
+	// claimed for this caller); false: return at once.
+	Wait bool
+}
+
+// lease resolves o.Lease.
+func (o ClaimOptions) lease() (time.Duration, error) {
+	l := o.Lease
+	if l == 0 {
+		return tuning.ClaimLease, nil
+	}
+	if l < tuning.MinClaimLease || l > tuning.MaxClaimLease {
+		return 0, newError(KindValue, "lease must be between %g and %g seconds, got %g",
+			tuning.MinClaimLease.Seconds(), tuning.MaxClaimLease.Seconds(), l.Seconds())
+	}
+	return l, nil
+}
+
+// ClaimHolder is who holds a claim: for a caller that found it busy, for
+// listings (tirastore claims) and for error messages.
+type ClaimHolder struct {
+	Key, ProgramHash, ProgramName, Schedule string
+	Hostname                                string
+	PID                                     int
+	SlurmJobID, Username                    string
+	Lease                                   time.Duration
+	Renewals                                int64
+	ClaimedAt, RenewedAt                    string
+	// Dead: its process is provably gone (it died on this host); such a
+	// claim is taken over by the next caller.
+	Dead bool
+}
+
+func newClaimHolder(c *storage.Claim, dead bool) *ClaimHolder {
+	return &ClaimHolder{Key: c.Key, ProgramHash: c.ProgramHash, ProgramName: c.ProgramName, Schedule: c.Schedule,
+		Hostname: c.Hostname, PID: c.PID, SlurmJobID: c.SlurmJobID, Username: c.Username,
+		Lease: time.Duration(c.LeaseSeconds * float64(time.Second)), Renewals: c.Renewals,
+		ClaimedAt: c.ClaimedAt, RenewedAt: c.RenewedAt, Dead: dead}
+}
+
+// PyJSON gives the holder as a dict.
+func (h *ClaimHolder) PyJSON() any {
+	o := pyjson.NewObjectCap(13)
+	o.Set("key", h.Key)
+	o.Set("program_hash", h.ProgramHash)
+	o.Set("program_name", h.ProgramName)
+	o.Set("tiralib_schedule_string", h.Schedule)
+	o.Set("hostname", h.Hostname)
+	o.Set("pid", h.PID)
+	o.Set("slurm_job_id", optText(h.SlurmJobID))
+	o.Set("username", h.Username)
+	o.Set("lease", h.Lease.Seconds())
+	o.Set("renewals", h.Renewals)
+	o.Set("claimed_at", h.ClaimedAt)
+	o.Set("renewed_at", h.RenewedAt)
+	o.Set("dead", h.Dead)
+	return o
+}
+
+func optText(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// describe names the holder in a sentence.
+func (h *ClaimHolder) describe() string {
+	job := ""
+	if h.SlurmJobID != "" {
+		job = ", Slurm job " + h.SlurmJobID
+	}
+	return fmt.Sprintf("%s pid %d%s, claimed at %s, lease %gs", h.Hostname, h.PID, job, h.ClaimedAt, h.Lease.Seconds())
+}
+
+// Claim is this caller's claim on measuring one schedule: measure it, then
+// Record (or Release to give it up). It renews itself while held. Safe
+// for concurrent use; after Record or Release it is ended.
+type Claim struct {
+	s            *Store
+	ref          storage.ClaimRef
+	programName  string
+	programHash  string
+	schedule     string // as the caller gave it
+	lease        time.Duration
+	mu           sync.Mutex
+	source       string // "" until known (a claim made by hash)
+	ended, taken bool
+}
+
+// Token names the claim (the C ABI's and Python's handle on it).
+func (c *Claim) Token() string { return c.ref.Token }
+
+// Key is the record key the result will be stored under.
+func (c *Claim) Key() string { return c.ref.Key }
+
+// Lease is the claim's lease.
+func (c *Claim) Lease() time.Duration { return c.lease }
+
+// Schedule is the schedule as the caller gave it.
+func (c *Claim) Schedule() string { return c.schedule }
+
+// TakenOver reports whether a renewal found the claim no longer this
+// caller's: it expired (the holder was stopped longer than its lease) and
+// another worker took it over, or an operator removed it. Record still
+// stores the result if nobody has (see "Claims").
+func (c *Claim) TakenOver() bool { return c.takenOver() }
+
+func (c *Claim) takenOver() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.taken
+}
+
+// PyJSON gives the claim as a dict.
+func (c *Claim) PyJSON() any {
+	o := pyjson.NewObjectCap(6)
+	o.Set("token", c.ref.Token)
+	o.Set("key", c.ref.Key)
+	o.Set("program_name", c.programName)
+	o.Set("program_hash", c.programHash)
+	o.Set("tiralib_schedule_string", c.schedule)
+	o.Set("lease", c.lease.Seconds())
+	return o
+}
+
+// SetSource gives a claim made by program hash its program's source, which
+// Record needs (to store the program row with the record); it must hash
+// to the claim's program.
+func (c *Claim) SetSource(source string) error {
+	if err := checkText("program_source_code", source); err != nil {
+		return err
+	}
+	if h := progHashes.hash(source); h != c.programHash {
+		return newError(KindValue, "program_source_code is not the claimed program's source (its hash is %s, the claim's %s)", h, c.programHash)
+	}
+	c.mu.Lock()
+	c.source = source
+	c.mu.Unlock()
+	return nil
+}
+
+// Record stores the measurement and ends the claim, in one transaction
+// (see "Claims" for a late record). It reports whether it wrote: false
+// when the schedule was recorded meanwhile by someone else.
+func (c *Claim) Record(ctx context.Context, m Measurement) (bool, error) {
+	c.mu.Lock()
+	source, ended := c.source, c.ended
+	c.mu.Unlock()
+	if ended {
+		return false, newError(KindValue, "the claim on %s has ended (recorded or released)", schedule.Repr(c.schedule))
+	}
+	if source == "" {
+		return false, newError(KindValue, "the claim on %s was made by program hash: give the program's source to record", schedule.Repr(c.schedule))
+	}
+	if err := c.s.checkWrites(); err != nil {
+		return false, err
+	}
+	m.Schedule = c.schedule
+	w, _, err := c.s.prepareWrite(c.programName, source, []Measurement{m}, false)
+	if err != nil {
+		return false, err
+	}
+	if w.Rows[0].Key != c.ref.Key {
+		return false, newError(KindInternal, "the claim's key %s is not the record's %s", c.ref.Key, w.Rows[0].Key)
+	}
+	w.Release = []storage.ClaimRef{c.ref}
+	n, err := c.s.be.Write(ctx, w)
+	if err != nil {
+		return false, err
+	}
+	c.end()
+	return n == 1, nil
+}
+
+// Release gives the claim up without a result: a waiter takes it over at
+// once. Releasing an ended claim does nothing.
+func (c *Claim) Release(ctx context.Context) error {
+	c.mu.Lock()
+	ended := c.ended
+	c.mu.Unlock()
+	if ended {
+		return nil
+	}
+	err := c.s.be.UpdateClaims(ctx, "release a claim", func(w storage.ClaimWriter) error {
+		_, err := w.DeleteClaim(c.ref.Key, c.ref.Token)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	c.end()
+	return nil
+}
+
+// end marks the claim ended and stops renewing it.
+func (c *Claim) end() {
+	c.mu.Lock()
+	c.ended = true
+	c.mu.Unlock()
+	c.s.claims.drop(c)
+}
+
+// ClaimOutcome is what LookupManyOrClaim found for one schedule: exactly
+// one of its fields is set.
+type ClaimOutcome struct {
+	Result *Result      // recorded
+	Claim  *Claim       // claimed for this caller: measure and record
+	Busy   *ClaimHolder // held by another live worker (Wait false)
+}
+
+// PyJSON gives the outcome as a dict with one key: "result", "claim" or
+// "busy".
+func (o ClaimOutcome) PyJSON() any {
+	d := pyjson.NewObjectCap(1)
+	switch {
+	case o.Result != nil:
+		d.Set("result", o.Result)
+	case o.Claim != nil:
+		d.Set("claim", o.Claim)
+	default:
+		d.Set("busy", o.Busy)
+	}
+	return d
+}
+
+// claimState is a Store's side of claims: the claims it holds (renewed by
+// its renewer goroutine) and what it has seen of others'.
+type claimState struct {
+	mu sync.Mutex
+	// held are this store's claims that have not ended, by token; those
+	// taken over are kept (for a late Record) but no longer renewed.
+	held map[string]*Claim
+	// seen: the state of other workers' claims as this store last read
+	// it, with when it first saw that state (the lease's clock).
+	seen map[string]sighting
+	// renewing: the renewer goroutine runs; wake tells it that the set of
+	// claims (and so the shortest lease) changed; stop ends it.
+	renewing bool
+	wake     chan struct{}
+	stop     chan struct{}
+	closed   bool
+}
+
+// sighting is one observation of another worker's claim.
+type sighting struct {
+	token    string
+	renewals int64
+	since    time.Time // monotonic
+}
+
+// maxSightings bounds claimState.seen (keys are dropped once resolved;
+// this only bounds a caller that abandons waits).
+const maxSightings = 1 << 14
+
+// look judges c, another worker's claim, as seen now: whether it may be
+// taken over (its holder is dead on this host, or it stayed unchanged for
+// its lease here), and when its lease will be due if it stays unchanged.
+func (cs *claimState) look(s *Store, c *storage.Claim, now time.Time) (takeable, dead bool, due time.Time) {
+	if lock.GoneFromThisHost(s.hostname, c.Hostname, c.PID, lock.Process{StartTime: c.StartTime, BootID: c.BootID, PIDNS: c.PIDNS}) {
+		return true, true, now
+	}
+	lease := time.Duration(c.LeaseSeconds * float64(time.Second))
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if _, mine := cs.held[c.Token]; mine {
+		return false, false, now.Add(lease) // this process is alive: its claim is
+	}
+	sg, ok := cs.seen[c.Key]
+	if !ok || sg.token != c.Token || sg.renewals != c.Renewals {
+		if len(cs.seen) >= maxSightings {
+			clear(cs.seen)
+		}
+		if cs.seen == nil {
+			cs.seen = make(map[string]sighting)
+		}
+		sg = sighting{token: c.Token, renewals: c.Renewals, since: now}
+		cs.seen[c.Key] = sg
+	}
+	due = sg.since.Add(lease)
+	return !now.Before(due), false, due
+}
+
+// forget drops what was seen of key's claim (resolved).
+func (cs *claimState) forget(key string) {
+	cs.mu.Lock()
+	delete(cs.seen, key)
+	cs.mu.Unlock()
+}
+
+// hold starts renewing c.
+func (cs *claimState) hold(s *Store, c *Claim) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.held == nil {
+		cs.held = make(map[string]*Claim)
+	}
+	cs.held[c.ref.Token] = c
+	delete(cs.seen, c.ref.Key)
+	if cs.closed {
+		return
+	}
+	if !cs.renewing {
+		cs.renewing = true
+		cs.wake, cs.stop = make(chan struct{}, 1), make(chan struct{})
+		go cs.renew(s, cs.wake, cs.stop)
+		return
+	}
+	select {
+	case cs.wake <- struct{}{}:
+	default:
+	}
+}
+
+// drop stops renewing c.
+func (cs *claimState) drop(c *Claim) {
+	cs.mu.Lock()
+	delete(cs.held, c.ref.Token)
+	cs.mu.Unlock()
+}
+
+// renewInterval is a third of the shortest lease held, and whether any
+// claim is held (the caller holds cs.mu).
+func (cs *claimState) renewInterval() (time.Duration, bool) {
+	var every time.Duration
+	for _, c := range cs.held {
+		if !c.takenOver() && (every == 0 || c.lease/3 < every) {
+			every = c.lease / 3
+		}
+	}
+	return every, every > 0
+}
+
+// renew is the renewer goroutine: while the store holds claims it renews
+// them all, in one transaction, every third of the shortest lease; a
+// claim whose token is gone is marked taken over (and still renewed
+// nowhere). It ends when no claim is held or at Close.
+func (cs *claimState) renew(s *Store, wake <-chan struct{}, stop <-chan struct{}) {
+	last := time.Now()
+	for {
+		cs.mu.Lock()
+		every, any := cs.renewInterval()
+		if !any {
+			cs.renewing = false
+			cs.mu.Unlock()
+			return
+		}
+		cs.mu.Unlock()
+		t := time.NewTimer(time.Until(last.Add(every)))
+		select {
+		case <-stop:
+			t.Stop()
+			return
+		case <-wake:
+			t.Stop()
+			continue // the shortest lease may have changed
+		case <-t.C:
+		}
+		last = time.Now()
+		cs.mu.Lock()
+		refs := make([]storage.ClaimRef, 0, len(cs.held))
+		for _, c := range cs.held {
+			if !c.takenOver() {
+				refs = append(refs, c.ref)
+			}
+		}
+		cs.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), every)
+		var renewed []storage.ClaimRef
+		err := s.be.UpdateClaims(ctx, "renew claims", func(w storage.ClaimWriter) (err error) {
+			renewed, err = w.RenewClaims(refs, identity.NowISO(time.Now()))
+			return err
+		})
+		cancel()
+		if err != nil {
+			continue // tried again at the next tick; two may fail before anyone doubts the claims
+		}
+		ok := make(map[string]bool, len(renewed))
+		for _, r := range renewed {
+			ok[r.Token] = true
+		}
+		cs.mu.Lock()
+		for _, r := range refs {
+			if c := cs.held[r.Token]; c != nil && !ok[r.Token] {
+				c.mu.Lock()
+				c.taken = true // kept for a late Record, renewed no more
+				c.mu.Unlock()
+			}
+		}
+		cs.mu.Unlock()
+	}
+}
+
+// close stops the renewer and returns the claims still held (Close
+// releases them).
+func (cs *claimState) close() []*Claim {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.closed = true
+	if cs.renewing {
+		close(cs.stop)
+		cs.renewing = false
+	}
+	out := make([]*Claim, 0, len(cs.held))
+	for _, c := range cs.held {
+		out = append(out, c)
+	}
+	return out
+}
+
+// releaseHeld releases, in one transaction, the claims the store still
+// holds when it closes, so that waiters need not wait out their leases.
+func (s *Store) releaseHeld() {
+	held := s.claims.close()
+	if len(held) == 0 {
+		return
+	}
+	_ = s.be.UpdateClaims(context.Background(), "release claims", func(w storage.ClaimWriter) error {
+		for _, c := range held {
+			if _, err := w.DeleteClaim(c.ref.Key, c.ref.Token); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, c := range held {
+		c.mu.Lock()
+		c.ended = true
+		c.mu.Unlock()
+	}
+}
+
+// HeldClaim is the claim of this store named token that has not ended, or
+// nil: how the C ABI finds the claim a caller records or releases.
+func (s *Store) HeldClaim(token string) *Claim {
+	s.claims.mu.Lock()
+	defer s.claims.mu.Unlock()
+	return s.claims.held[token]
+}
+
+// LookupOrClaim returns, for (program, schedule), the record if there is
+// one (Result); else a claim for this caller to measure it (Claim); else,
+// when another live worker holds the claim and opts.Wait is false, that
+// holder (Busy). With Wait it waits (see "Claims"). The schedule must be
+// valid (it will be recorded).
+func (s *Store) LookupOrClaim(ctx context.Context, programName, source, sched string, opts ClaimOptions) (ClaimOutcome, error) {
+	if err := checkTexts("program_name", programName, "program_source_code", source); err != nil {
+		return ClaimOutcome{}, err
+	}
+	out, err := s.lookupOrClaim(ctx, programName, progHashes.hash(source), source, []string{sched}, opts, false)
+	if err != nil {
+		return ClaimOutcome{}, err
+	}
+	return out[0], nil
+}
+
+// LookupOrClaimByHash is LookupOrClaim by program hash (see LookupByHash);
+// the claim needs the program's source before it records (SetSource).
+func (s *Store) LookupOrClaimByHash(ctx context.Context, programName, hash, sched string, opts ClaimOptions) (ClaimOutcome, error) {
+	if err := checkProgramRef(programName, hash, ""); err != nil {
+		return ClaimOutcome{}, err
+	}
+	out, err := s.lookupOrClaim(ctx, programName, hash, "", []string{sched}, opts, false)
+	if err != nil {
+		return ClaimOutcome{}, err
+	}
+	return out[0], nil
+}
+
+// LookupManyOrClaim is LookupOrClaim for several schedules of one program,
+// with one acquisition of the lock for the whole batch (and one per poll
+// while it waits); the outcomes are in the order of schedules. Invalid
+// input anywhere fails the whole call, naming the entry.
+func (s *Store) LookupManyOrClaim(ctx context.Context, programName, source string, schedules []string, opts ClaimOptions) ([]ClaimOutcome, error) {
+	if err := checkTexts("program_name", programName, "program_source_code", source); err != nil {
+		return nil, err
+	}
+	return s.lookupOrClaim(ctx, programName, progHashes.hash(source), source, schedules, opts, true)
+}
+
+// LookupManyOrClaimByHash is LookupManyOrClaim by program hash.
+func (s *Store) LookupManyOrClaimByHash(ctx context.Context, programName, hash string, schedules []string, opts ClaimOptions) ([]ClaimOutcome, error) {
+	if err := checkProgramRef(programName, hash, ""); err != nil {
+		return nil, err
+	}
+	return s.lookupOrClaim(ctx, programName, hash, "", schedules, opts, true)
+}
+
+// pendingClaim is a schedule whose outcome is not known yet.
+type pendingClaim struct {
+	i      int
+	key    string
+	norm   string         // normalized: what the key hashes and the claim row shows
+	given  string         // as the caller gave it: what Record stores
+	holder *storage.Claim // the last claim of another worker seen on it
+	due    time.Time      // when its lease is due, if it stays unchanged
+}
+
+func (s *Store) lookupOrClaim(ctx context.Context, programName, hash, source string, schedules []string, opts ClaimOptions, many bool) ([]ClaimOutcome, error) {
+	lease, err := opts.lease()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ClaimOutcome, len(schedules))
+	pend := make([]*pendingClaim, 0, len(schedules))
+	for i, sc := range schedules {
+		err := checkText("tiralib_schedule_string", sc)
+		norm := schedule.Normalize(sc)
+		if err == nil {
+			if ok, reason := schedule.Validate(norm); !ok {
+				err = newError(KindValue, "Invalid schedule string: %s", reason)
+			}
+		}
+		if err != nil && many {
+			return nil, apierr.Prefix(fmt.Sprintf("schedules[%d]: ", i), err)
+		} else if err != nil {
+			return nil, err
+		}
+		pend = append(pend, &pendingClaim{i: i, key: keys.RecordKeyNormalized(hash, norm), norm: norm, given: sc})
+	}
+	// The hot path: a hit that the cache proves current, lock-free.
+	if pend, err = s.peekResults(hash, pend, out); err != nil || len(pend) == 0 {
+		return out, err
+	}
+	if err := s.checkWrites(); err != nil {
+		return nil, err
+	}
+	var deadline time.Time
+	if s.lockWait > 0 {
+		deadline = time.Now().Add(s.lockWait)
+	}
+	if opts.Wait && s.opts.Interruptible != nil {
+		var stop func()
+		ctx, stop = s.opts.Interruptible(ctx)
+		defer stop()
+	}
+	poll := tuning.ClaimMinPoll
+	for first := true; ; first = false {
+		// Read the records and claims; take what is free, under the lock
+		// as a write only when something may be taken (the first pass
+		// always: a miss usually is one).
+		take := first || s.someoneGone(pend, time.Now())
+		if pend, err = s.claimPass(ctx, programName, hash, source, lease, pend, out, take); err != nil {
+			return nil, s.claimWaitError(ctx, err, pend)
+		}
+		if len(pend) == 0 || !opts.Wait {
+			for _, p := range pend {
+				if p.holder != nil {
+					out[p.i].Busy = newClaimHolder(p.holder, false)
+				}
+			}
+			return out, nil
+		}
+		// Wait: probe the cache and the holders of this host often, read
+		// under the lock with backoff, or when a lease is due.
+		next := time.Now().Add(time.Duration(mrand.Int64N(int64(poll)) + 1))
+		poll = min(2*poll, tuning.ClaimMaxPoll)
+		for {
+			if !deadline.IsZero() && time.Now().After(deadline) {
+				return nil, s.claimTimeout(pend)
+			}
+			if err := wait.Sleep(ctx, min(tuning.ClaimProbe, time.Until(next)+time.Millisecond)); err != nil {
+				return nil, s.claimWaitError(ctx, err, pend)
+			}
+			if pend, err = s.peekResults(hash, pend, out); err != nil || len(pend) == 0 {
+				return out, err
+			}
+			now := time.Now()
+			if !now.Before(next) || s.someoneGone(pend, now) {
+				break
+			}
+		}
+	}
+}
+
+// peekResults fills out for the pending schedules that the cache can
+// answer as recorded, lock-free, and returns the others.
+func (s *Store) peekResults(hash string, pend []*pendingClaim, out []ClaimOutcome) ([]*pendingClaim, error) {
+	left := pend[:0]
+	for _, p := range pend {
+		rec, ok := s.be.Peek(hash, p.key)
+		if !ok || rec == nil {
+			left = append(left, p)
+			continue
+		}
+		r, err := newResult(rec)
+		if err != nil {
+			return nil, err
+		}
+		out[p.i].Result = r
+		s.claims.forget(p.key)
+	}
+	return left, nil
+}
+
+// someoneGone reports whether a holder of this host died or a lease is
+// due, either of which makes the waiter read the claims now.
+func (s *Store) someoneGone(pend []*pendingClaim, now time.Time) bool {
+	for _, p := range pend {
+		if h := p.holder; h == nil || !now.Before(p.due) ||
+			lock.GoneFromThisHost(s.hostname, h.Hostname, h.PID, lock.Process{StartTime: h.StartTime, BootID: h.BootID, PIDNS: h.PIDNS}) {
+			return true
+		}
+	}
+	return false
+}
+
+// claimPass reads the pending schedules' records and claims in one
+// transaction (a write transaction if take: then it also claims every
+// schedule that is free, or whose claim may be taken over), fills out for
+// those it resolved and returns the others, each with its holder.
+func (s *Store) claimPass(ctx context.Context, programName, hash, source string, lease time.Duration,
+	pend []*pendingClaim, out []ClaimOutcome, take bool) ([]*pendingClaim, error) {
+	var mine []*Claim
+	var results map[int]*Result
+	var left []*pendingClaim
+	pass := func(r storage.Reader, w storage.ClaimWriter) error {
+		mine, results, left = nil, map[int]*Result{}, nil
+		keyList := make([]string, len(pend))
+		for i, p := range pend {
+			keyList[i] = p.key
+		}
+		claims, err := r.GetClaims(keyList)
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		var at string
+		for _, p := range pend {
+			rec, err := r.Get(p.key)
+			if err != nil {
+				return err
+			}
+			if rec != nil {
+				res, err := newResult(rec)
+				if err != nil {
+					return err
+				}
+				results[p.i] = res
+				continue
+			}
+			if c := claims[p.key]; c != nil {
+				takeable, _, due := s.claims.look(s, c, now)
+				if !takeable || w == nil {
+					p.holder, p.due = c, due
+					left = append(left, p)
+					continue
+				}
+			} else if w == nil {
+				p.holder, p.due = nil, now
+				left = append(left, p)
+				continue
+			}
+			if at == "" {
+				at = identity.NowISO(now)
+			}
+			c := s.newClaimRow(p, programName, hash, lease, at)
+			if err := w.PutClaim(c); err != nil {
+				return err
+			}
+			mine = append(mine, &Claim{s: s, ref: storage.ClaimRef{Key: c.Key, Token: c.Token}, programName: programName,
+				programHash: hash, schedule: p.given, lease: lease, source: source})
+		}
+		return nil
+	}
+	var err error
+	if take {
+		err = s.be.UpdateClaims(ctx, "lookup_or_claim", func(w storage.ClaimWriter) error { return pass(w, w) })
+	} else {
+		err = s.be.View(ctx, "lookup_or_claim", func(r storage.Reader) error { return pass(r, nil) })
+	}
+	if err != nil {
+		return pend, err
+	}
+	for i, r := range results {
+		out[i].Result = r
+	}
+	for _, c := range mine {
+		s.claims.hold(s, c)
+		for _, p := range pend {
+			if p.key == c.ref.Key {
+				out[p.i].Claim = c
+			}
+		}
+	}
+	for _, p := range pend {
+		if out[p.i].Result != nil {
+			s.claims.forget(p.key)
+		}
+	}
+	return left, nil
+}
+
+// newClaimRow is this store's claim on p.
+func (s *Store) newClaimRow(p *pendingClaim, programName, hash string, lease time.Duration, at string) *storage.Claim {
+	var tok [16]byte
+	_, _ = rand.Read(tok[:])
+	me := lock.Self()
+	return &storage.Claim{
+		Key: p.key, ProgramHash: hash, ProgramName: programName, Schedule: p.norm,
+		Token: hex.EncodeToString(tok[:]), Hostname: s.hostname, PID: os.Getpid(),
+		StartTime: me.StartTime, BootID: me.BootID, PIDNS: me.PIDNS,
+		SlurmJobID: environ.Get("SLURM_JOB_ID"), Username: s.username,
+		LeaseSeconds: lease.Seconds(), ClaimedAt: at, RenewedAt: at,
+	}
+}
+
+// claimTimeout is the error of a wait that outlasted lock_timeout: it
+// names a holder the caller waited for.
+func (s *Store) claimTimeout(pend []*pendingClaim) error {
+	who := "another worker"
+	for _, p := range pend {
+		if p.holder != nil {
+			who = newClaimHolder(p.holder, false).describe()
+			break
+		}
+	}
+	return newError(KindTimeout, "%s: timed out after %gs waiting for the measurement of %s claimed by %s (%d schedules still claimed)",
+		s.path, s.lockWait.Seconds(), schedule.Repr(pend[0].norm), who, len(pend))
+}
+
+// claimWaitError is err, from a wait for claims, as the caller should see
+// it: an interrupted wait says so (ctx canceled by Ctrl-C).
+func (s *Store) claimWaitError(ctx context.Context, err error, pend []*pendingClaim) error {
+	var e *apierr.Error
+	if errors.As(err, &e) {
+		return e
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		return wrapError(KindInterrupted, err, "%s: lookup_or_claim interrupted while waiting for %d claimed schedules", s.path, len(pend))
+	}
+	return err
+}
+
+// Claims lists every claim of the database, oldest first, with whether
+// its holder is provably dead (on this host).
+func (s *Store) Claims(ctx context.Context) ([]*ClaimHolder, error) {
+	var out []*ClaimHolder
+	err := s.be.View(ctx, "list claims", func(r storage.Reader) error {
+		return r.EachClaim(func(c *storage.Claim) error {
+			dead := lock.GoneFromThisHost(s.hostname, c.Hostname, c.PID, lock.Process{StartTime: c.StartTime, BootID: c.BootID, PIDNS: c.PIDNS})
+			out = append(out, newClaimHolder(c, dead))
+			return nil
+		})
+	})
+	return out, err
+}

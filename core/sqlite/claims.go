@@ -1,0 +1,148 @@
+package sqlite
+
+import (
+	"strings"
+
+	"github.com/tirastore/tirastore/core/storage"
+)
+
+// The claims table: one row per schedule being measured (storage.Claim),
+// keyed by the record key the measurement will be stored under. It is
+// created by the first claim (a database that never saw one has no such
+// table and every read finds it empty); the original library never looks
+// at it, so its workers go on measuring and recording beside claimers.
+const (
+	ClaimTable       = "claims"
+	createClaimTable = `CREATE TABLE IF NOT EXISTS claims (
+    key            TEXT PRIMARY KEY,
+    program_hash   TEXT NOT NULL,
+    program_name   TEXT NOT NULL,
+    schedule       TEXT NOT NULL,
+    token          TEXT NOT NULL,
+    hostname       TEXT NOT NULL,
+    pid            INTEGER NOT NULL,
+    start_time     INTEGER NOT NULL,
+    boot_id        TEXT NOT NULL,
+    pid_ns         INTEGER NOT NULL,
+    slurm_job_id   TEXT NOT NULL,
+    username       TEXT NOT NULL,
+    lease          REAL NOT NULL,
+    renewals       INTEGER NOT NULL,
+    claimed_at     TEXT NOT NULL,
+    renewed_at     TEXT NOT NULL
+)`
+	// maxClaimVars bounds the keys of one GetClaims statement (SQLite's
+	// default limit of bound variables is 999 in old builds).
+	maxClaimVars = 500
+	claimColumns = `key, program_hash, program_name, schedule, token, hostname, pid, start_time, boot_id,
+    pid_ns, slurm_job_id, username, lease, renewals, claimed_at, renewed_at`
+)
+
+func scanClaim(sc interface{ Scan(...any) error }) (*storage.Claim, error) {
+	var c storage.Claim
+	err := sc.Scan(&c.Key, &c.ProgramHash, &c.ProgramName, &c.Schedule, &c.Token, &c.Hostname, &c.PID,
+		&c.StartTime, &c.BootID, &c.PIDNS, &c.SlurmJobID, &c.Username, &c.LeaseSeconds, &c.Renewals,
+		&c.ClaimedAt, &c.RenewedAt)
+	return &c, err
+}
+
+// GetClaims returns the claims of keys that exist, by key.
+func (d *DB) GetClaims(keys []string) (map[string]*storage.Claim, error) {
+	out := make(map[string]*storage.Claim)
+	if ok, err := d.hasTable(ClaimTable); err != nil || !ok || len(keys) == 0 {
+		return out, err
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), maxClaimVars)
+		args := make([]any, n)
+		for i, k := range keys[:n] {
+			args[i] = k
+		}
+		rows, err := d.query("SELECT "+claimColumns+" FROM claims WHERE key IN (?"+strings.Repeat(", ?", n-1)+")", args...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			c, err := scanClaim(rows)
+			if err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out[c.Key] = c
+		}
+		if err := rows.Close(); err != nil {
+			return nil, err
+		}
+		keys = keys[n:]
+	}
+	return out, nil
+}
+
+// EachClaim calls fn for every claim, oldest first.
+func (d *DB) EachClaim(fn func(*storage.Claim) error) error {
+	if ok, err := d.hasTable(ClaimTable); err != nil || !ok {
+		return err
+	}
+	rows, err := d.query("SELECT " + claimColumns + " FROM claims ORDER BY claimed_at, key")
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		c, err := scanClaim(rows)
+		if err != nil {
+			return err
+		}
+		if err := fn(c); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// PutClaim inserts c, replacing the claim of its key (a takeover),
+// creating the table on first use.
+func (tx *Tx) PutClaim(c *storage.Claim) error {
+	if _, err := tx.exec(createClaimTable); err != nil {
+		return err
+	}
+	_, err := tx.exec("INSERT OR REPLACE INTO claims ("+claimColumns+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+		c.Key, c.ProgramHash, c.ProgramName, c.Schedule, c.Token, c.Hostname, c.PID, c.StartTime, c.BootID,
+		c.PIDNS, c.SlurmJobID, c.Username, c.LeaseSeconds, c.Renewals, c.ClaimedAt, c.RenewedAt)
+	return err
+}
+
+// DeleteClaim removes the claim of key if token still names it, and
+// reports whether it did.
+func (tx *Tx) DeleteClaim(key, token string) (bool, error) {
+	if ok, err := tx.d.hasTable(ClaimTable); err != nil || !ok {
+		return false, err
+	}
+	res, err := tx.exec("DELETE FROM claims WHERE key = ? AND token = ?", key, token)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}
+
+// RenewClaims counts a renewal, dated at, of every claim of refs that
+// its token still names, and returns those it renewed.
+func (tx *Tx) RenewClaims(refs []storage.ClaimRef, at string) ([]storage.ClaimRef, error) {
+	if ok, err := tx.d.hasTable(ClaimTable); err != nil || !ok {
+		return nil, err
+	}
+	var renewed []storage.ClaimRef
+	for _, r := range refs {
+		res, err := tx.exec("UPDATE claims SET renewals = renewals + 1, renewed_at = ? WHERE key = ? AND token = ?", at, r.Key, r.Token)
+		if err != nil {
+			return nil, err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return nil, err
+		} else if n > 0 {
+			renewed = append(renewed, r)
+		}
+	}
+	return renewed, nil
+}
