@@ -492,12 +492,12 @@ func (cs *claimState) close() []*Claim {
 
 // releaseHeld releases, in one transaction, the claims the store still
 // holds when it closes, so that waiters need not wait out their leases.
-func (s *Store) releaseHeld() {
+func (s *Store) releaseHeld(ctx context.Context) {
 	held := s.claims.close()
 	if len(held) == 0 {
 		return
 	}
-	_ = s.be.UpdateClaims(context.Background(), "release claims", func(w storage.ClaimWriter) error {
+	_ = s.be.UpdateClaims(ctx, "release claims", func(w storage.ClaimWriter) error {
 		for _, c := range held {
 			if _, err := w.DeleteClaim(c.ref.Key, c.ref.Token); err != nil {
 				return err

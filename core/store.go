@@ -19,6 +19,7 @@ import (
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/sqlitefile"
 	"github.com/tirastore/tirastore/core/storage"
+	"github.com/tirastore/tirastore/core/tuning"
 )
 
 // Store is an open handle on one database. It is safe for concurrent use by
@@ -151,14 +152,22 @@ func (s *Store) checkCPU(meta map[string]string) {
 // The claims it still holds are released first, so that their waiters
 // need not wait out the leases.
 func (s *Store) Close() error {
-	s.releaseHeld()
+	s.releaseHeld(context.Background())
 	return s.be.Close()
 }
 
 // CloseIfIdle is Close for exit handlers, which must never wait: it closes
 // the store unless an operation is in flight (say, in a thread that the
 // exiting program abandons) and reports whether it did.
-func (s *Store) CloseIfIdle() (bool, error) { return s.be.CloseIfIdle() }
+// Claims it holds are released first, waiting for the lock at most
+// tuning.ClaimReleaseAtExit (a process that exits is dead anyway: its
+// claims are taken over at once on its host, after their lease elsewhere).
+func (s *Store) CloseIfIdle() (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), tuning.ClaimReleaseAtExit)
+	s.releaseHeld(ctx)
+	cancel()
+	return s.be.CloseIfIdle()
+}
 
 // Path is the resolved absolute path of the database file (the backend's
 // location).

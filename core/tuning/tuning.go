@@ -43,6 +43,9 @@ const (
 	// notice a result of another node, a release or an expiry.
 	ClaimMinPoll = 20 * time.Millisecond
 	ClaimMaxPoll = time.Second
+	// ClaimReleaseAtExit bounds how long closing an idle store at exit
+	// waits for the lock to release the claims it still holds.
+	ClaimReleaseAtExit = 2 * time.Second
 )
 
 // The hard-link lock (core/lock).

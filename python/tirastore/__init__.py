@@ -11,6 +11,7 @@ on the same engine.
 from __future__ import annotations
 
 from tirastore import _native
+from tirastore.claim import Claim, ClaimInfo
 from tirastore.errors import LockLostError, TiraStoreWarning
 from tirastore.persistent_cache import ConfigEntry, PersistentCache
 from tirastore.store import LookupResult, TiraStore
@@ -20,6 +21,8 @@ __version__ = _native.version()
 __all__ = [
     "TiraStore",
     "LookupResult",
+    "Claim",
+    "ClaimInfo",
     "PersistentCache",
     "ConfigEntry",
     "LockLostError",

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from tirastore import _native
+from tirastore.claim import Claim, ClaimInfo
 from tirastore.errors import TiraStoreWarning
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -372,6 +373,130 @@ class TiraStore:
         found = self._call("lookup_many", program_name=program_name, schedules=schedules, **ref)
         self._remember(ref)
         return [None if r is None else LookupResult(**r) for r in found]
+
+    def lookup_or_claim(
+        self,
+        program_name: str,
+        program_source_code: str,
+        tiralib_schedule_string: str,
+        lease: Optional[float] = None,
+        wait: bool = True,
+    ) -> Union[LookupResult, Claim, None]:
+        """Look a schedule up, or claim it for this worker to measure (new).
+
+        Workers of one search reach the same schedule at nearly the same
+        moment; with :meth:`lookup` each of them misses and measures it.
+        This returns the :class:`LookupResult` when the schedule is
+        recorded; else a :class:`~tirastore.Claim`, which makes every other
+        worker asking for it wait for this one's result: measure, then
+        ``claim.record(is_legal, times)``. When another live worker already
+        holds the claim, ``wait=True`` waits until its result is recorded
+        (and returns it) or its claim ends without one (and returns the
+        claim to this caller); ``wait=False`` returns None at once. The
+        wait ends with :exc:`TimeoutError` after *lock_timeout*, and on
+        Ctrl-C. The original library's workers sharing the database do not
+        see claims: they measure and record as before.
+
+        :param str program_name: the program's name
+        :param str program_source_code: the program's source code
+        :param str tiralib_schedule_string: the schedule; it must pass
+            :func:`~tirastore.validate_schedule`
+        :param lease: seconds other workers let the claim go unrenewed (its
+            holder stopped or dead on another host) before taking it over
+            (None: 60; it renews itself every third of it while held)
+        :param bool wait: whether to wait for another worker's claim
+        :return: a :class:`LookupResult`, a :class:`~tirastore.Claim`, or
+            None (claimed by another worker, *wait* False)
+        :raises ValueError: an invalid schedule or lease, a NUL character or
+            lone surrogate in a string
+        :raises TypeError: an argument has the wrong type
+        :raises PermissionError: the schedule is not recorded and writes
+            are disabled by the CPU check
+
+        >>> claim = store.lookup_or_claim("blur", "void blur() {}", "U(L0,4,comps=['c1'])")
+        >>> claim
+        Claim(program_name='blur', tiralib_schedule_string="U(L0,4,comps=['c1'])", lease=60, held)
+        >>> store.lookup_or_claim("blur", "void blur() {}", "U(L0,4,comps=['c1'])", wait=False) is None
+        True
+        >>> claim.record(True, [0.5])
+        True
+        >>> store.lookup_or_claim("blur", "void blur() {}", "U(L0,4,comps=['c1'])").execution_times
+        [0.5]
+        """
+        ref = self._program(program_source_code)
+        out = self._call(
+            "lookup_or_claim",
+            program_name=program_name,
+            tiralib_schedule_string=tiralib_schedule_string,
+            lease=lease,
+            wait=wait,
+            **ref,
+        )
+        self._remember(ref)
+        return self._outcome(program_source_code, out)
+
+    def lookup_many_or_claim(
+        self,
+        program_name: str,
+        program_source_code: str,
+        schedules: list[str],
+        lease: Optional[float] = None,
+        wait: bool = False,
+    ) -> list[Union[LookupResult, Claim, None]]:
+        """:meth:`lookup_or_claim` for several schedules of one program, taking
+        the lock once (new).
+
+        The outcomes are in the order of *schedules*: a
+        :class:`LookupResult` (recorded), a :class:`~tirastore.Claim` (this
+        worker measures it) or None (another worker is measuring it). With
+        ``wait=True`` it returns only once no None is left, waiting for the
+        other workers' results or claims (one lock acquisition per poll for
+        the whole batch).
+
+        :param str program_name: the program's name
+        :param str program_source_code: the program's source code
+        :param schedules: a list of schedule strings
+        :param lease: as for :meth:`lookup_or_claim`
+        :param bool wait: whether to wait for other workers' claims
+        :return: a list with one outcome per schedule
+        :raises ValueError: as for :meth:`lookup_or_claim`, naming the
+            entry (``schedules[i]: ...``); nothing is claimed then
+        :raises TypeError: an argument or an entry of *schedules* has the
+            wrong type
+        :raises PermissionError: as for :meth:`lookup_or_claim`
+
+        >>> out = store.lookup_many_or_claim("blur", "void blur() {}", ["R(L0,comps=['c1'])", "U(L1,2,comps=['c1'])"])
+        >>> [type(o).__name__ for o in out]
+        ['Claim', 'Claim']
+        >>> [c.record(True, [0.1]) for c in out]
+        [True, True]
+        """
+        ref = self._program(program_source_code)
+        out = self._call(
+            "lookup_many_or_claim", program_name=program_name, schedules=schedules, lease=lease, wait=wait, **ref
+        )
+        self._remember(ref)
+        return [self._outcome(program_source_code, o) for o in out]
+
+    def _outcome(self, source: str, out: dict[str, Any]) -> Union[LookupResult, Claim, None]:
+        if "result" in out:
+            return LookupResult(**out["result"])
+        if "claim" in out:
+            return Claim(self, source, out["claim"])
+        return None
+
+    def claims(self) -> list[ClaimInfo]:
+        """List the claims in the database: who is measuring what (new).
+
+        :return: a list of :class:`~tirastore.ClaimInfo`, oldest first
+
+        >>> with store.lookup_or_claim("blur", "void blur() {}", "S(L0,L1,2,2,comps=['c1'])") as claim:
+        ...     [c.tiralib_schedule_string for c in store.claims()]
+        ["S(L0,L1,2,2,comps=['c1'])"]
+        >>> store.claims()
+        []
+        """
+        return [ClaimInfo(**c) for c in self._call("claims")]
 
     def record(
         self,
