@@ -8,6 +8,7 @@ import (
 
 	"github.com/tirastore/tirastore/core/nodelocal"
 	"github.com/tirastore/tirastore/core/pyjson"
+	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/sqlite"
 	"github.com/tirastore/tirastore/core/storage"
 )
@@ -39,6 +40,10 @@ type CheckReport struct {
 	// as found before the check opened it; a name that fails its checks is
 	// also a problem (its speed-up is off here until its owner removes it).
 	NodeLocal []nodelocal.FileState
+	// StaleClaims are measurement claims (lookup_or_claim) that nobody
+	// will end: their holder died on this host, or their schedule is
+	// recorded; --repair removes them.
+	StaleClaims []*ClaimHolder
 	// Notices are the open's warnings (node-local files that failed their
 	// checks, a directory other users cannot use).
 	Notices []string
@@ -46,7 +51,7 @@ type CheckReport struct {
 
 // PyJSON gives the report as a dict.
 func (r *CheckReport) PyJSON() any {
-	o := pyjson.NewObjectCap(13)
+	o := pyjson.NewObjectCap(14)
 	o.Set("db_path", r.Path)
 	o.Set("ok", len(r.Problems) == 0)
 	o.Set("problems", strs(r.Problems))
@@ -82,6 +87,13 @@ func (r *CheckReport) PyJSON() any {
 		nl[i] = fo
 	}
 	o.Set("node_local", nl)
+	sc := make([]any, len(r.StaleClaims))
+	for i, c := range r.StaleClaims {
+		co := c.PyJSON().(*pyjson.Object)
+		co.Set("recorded", c.Recorded)
+		sc[i] = co
+	}
+	o.Set("stale_measurement_claims", sc)
 	o.Set("notices", strs(r.Notices))
 	return o
 }
@@ -195,6 +207,25 @@ func CheckDatabase(ctx context.Context, path string, opts Options, repair bool) 
 	}
 	if rep.Tables.BadResults > 0 {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("%d records whose result_json is not JSON", rep.Tables.BadResults))
+	}
+	// Measurement claims, once the tables are known to be sound.
+	if t := rep.Tables; len(t.Integrity) != 1 || t.Integrity[0] != "ok" {
+		return rep, nil
+	}
+	if rep.StaleClaims, err = s.staleClaims(ctx, repair); err != nil {
+		return nil, err
+	}
+	for _, c := range rep.StaleClaims {
+		why := "its holder died"
+		if c.Recorded {
+			why = "its schedule is recorded"
+		}
+		what := fmt.Sprintf("the measurement claim on %s of %s by %s pid %d (%s)", schedule.Repr(c.Schedule), c.ProgramName, c.Hostname, c.PID, why)
+		if repair {
+			rep.Repaired = append(rep.Repaired, "removed "+what)
+		} else {
+			rep.Problems = append(rep.Problems, what+" is stale; --repair removes it")
+		}
 	}
 	return rep, nil
 }

@@ -111,6 +111,9 @@ type ClaimHolder struct {
 	// Dead: its process is provably gone (it died on this host); such a
 	// claim is taken over by the next caller.
 	Dead bool
+	// Recorded: the schedule has a record although the claim is there
+	// (only check's stale claims say; listings leave it false).
+	Recorded bool
 }
 
 func newClaimHolder(c *storage.Claim, dead bool) *ClaimHolder {
@@ -122,7 +125,7 @@ func newClaimHolder(c *storage.Claim, dead bool) *ClaimHolder {
 
 // PyJSON gives the holder as a dict.
 func (h *ClaimHolder) PyJSON() any {
-	o := pyjson.NewObjectCap(13)
+	o := pyjson.NewObjectCap(14) // room for check's "recorded"
 	o.Set("key", h.Key)
 	o.Set("program_hash", h.ProgramHash)
 	o.Set("program_name", h.ProgramName)
@@ -812,6 +815,44 @@ func (s *Store) claimWaitError(ctx context.Context, err error, pend []*pendingCl
 		return wrapError(KindInterrupted, err, "%s: lookup_or_claim interrupted while waiting for %d claimed schedules", s.path, len(pend))
 	}
 	return err
+}
+
+// staleClaims are the claims nobody will end: a holder dead on this host,
+// or a schedule recorded meanwhile (a record made without ending its
+// claim: by an older library, say). A waiter takes such claims over or
+// ignores them anyway; check lists them and --repair removes them.
+func (s *Store) staleClaims(ctx context.Context, remove bool) ([]*ClaimHolder, error) {
+	var out []*ClaimHolder
+	var refs []storage.ClaimRef
+	find := func(r storage.Reader) error {
+		out, refs = nil, nil
+		return r.EachClaim(func(c *storage.Claim) error {
+			dead := lock.GoneFromThisHost(s.hostname, c.Hostname, c.PID, lock.Process{StartTime: c.StartTime, BootID: c.BootID, PIDNS: c.PIDNS})
+			rec, err := r.Get(c.Key)
+			if err != nil || (!dead && rec == nil) {
+				return err
+			}
+			h := newClaimHolder(c, dead)
+			h.Recorded = rec != nil
+			out, refs = append(out, h), append(refs, storage.ClaimRef{Key: c.Key, Token: c.Token})
+			return nil
+		})
+	}
+	if !remove {
+		return out, s.be.View(ctx, "check claims", find)
+	}
+	err := s.be.UpdateClaims(ctx, "remove stale claims", func(w storage.ClaimWriter) error {
+		if err := find(w); err != nil {
+			return err
+		}
+		for _, r := range refs {
+			if _, err := w.DeleteClaim(r.Key, r.Token); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return out, err
 }
 
 // Claims lists every claim of the database, oldest first, with whether

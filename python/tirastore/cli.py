@@ -22,10 +22,12 @@ one. All work is the library's (the same calls as :class:`TiraStore` and
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sqlite3
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -355,6 +357,7 @@ def cmd_check(args: argparse.Namespace, out: _Output) -> int:
             if t["orphan_records"] >= 0:
                 lines += [f"orphan records  {t['orphan_records']:,}", f"bad results     {t['bad_results']:,}"]
         lines += [f"lock            {_holder_text(rep['lock'])}", f"leftover claims {len(rep['leftover_claims'])}"]
+        lines.append(f"stale measurement claims {len(rep['stale_measurement_claims'])}")
         for f in rep["node_local"]:
             state = f["problem"] or ("ok" if f["present"] else "absent")
             if f["entries"]:
@@ -368,6 +371,38 @@ def cmd_check(args: argparse.Namespace, out: _Output) -> int:
 
     out.result(rep, text)
     return 0 if rep["ok"] else 1
+
+
+def _ago(iso: str, now: float) -> str:
+    """How long ago an ISO 8601 date of the holder's clock was, for people."""
+    from datetime import datetime  # noqa: PLC0415
+
+    try:
+        secs = now - datetime.fromisoformat(iso).timestamp()
+    except ValueError:
+        return "?"
+    return f"{secs:.0f}s" if secs < 120 else f"{secs / 60:.0f}min" if secs < 7200 else f"{secs / 3600:.1f}h"
+
+
+def cmd_claims(args: argparse.Namespace, out: _Output) -> int:
+    with _open_store(args) as store:
+        claims = [dataclasses.asdict(c) for c in store.claims()]
+    now = time.time()
+
+    def text() -> str:
+        if not claims:
+            return "no claims: nobody is measuring"
+        rows = [
+            (c["program_name"], c["tiralib_schedule_string"], c["hostname"], c["pid"], c["slurm_job_id"] or "-",
+             c["username"], _ago(c["claimed_at"], now), f"{c['lease']:g}s", _ago(c["renewed_at"], now),
+             "dead" if c["dead"] else "alive?")
+            for c in claims
+        ]
+        table = _table(["program", "schedule", "host", "pid", "job", "user", "age", "lease", "renewed", "holder"], rows)
+        return f"{table}\n{len(claims)} claim(s); ages by the holders' clocks; a dead holder's claim goes to the next caller"
+
+    out.result(claims, text)
+    return 0
 
 
 def cmd_plot(args: argparse.Namespace, out: _Output) -> int:
@@ -501,6 +536,13 @@ def _parser() -> argparse.ArgumentParser:
     with_db(p, db_help)
     p.add_argument("file", metavar="FILE.json")
     p.set_defaults(run=cmd_config_export)
+
+    p = sub.add_parser("claims", parents=[common], help="who is measuring what (claims of lookup_or_claim)",
+                       description="List the claims of lookup_or_claim: the schedules being measured, by whom "
+                       "(host, pid, Slurm job, user), how long ago they were claimed and last renewed (by the "
+                       "holder's clock), their lease, and whether the holder is provably dead (on this host).")
+    with_db(p)
+    p.set_defaults(run=cmd_claims)
 
     p = sub.add_parser("check", parents=[common], help="integrity, orphans, schema, journal, lock, leftovers",
                        description="Check a database: SQLite's integrity_check under the lock, records without "

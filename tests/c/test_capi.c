@@ -251,6 +251,7 @@ int main(void) {
     expect_reply("count after record_many", call(h, "count", NULL), "{\"result\":3}");
     expect_reply("program_count", call(h, "program_count", NULL), "{\"result\":1}");
 
+
     r = call(h, "stats", NULL);
     check(r.status == TIRASTORE_OK && contains(&r, "\"total_records\":3") && contains(&r, "\"legal_records\":2") &&
               contains(&r, "\"illegal_records\":1") && contains(&r, "\"total_programs\":1") &&
@@ -423,6 +424,35 @@ int main(void) {
     check(tirastore_close(h2, NULL) == TIRASTORE_ERR_HANDLE, "tirastore_close(h2, out NULL) a third time -> HANDLE");
     expect_error("call after close", call(h2, "count", NULL), TIRASTORE_ERR_HANDLE, "ValueError");
     expect_reply("the first handle still works", call(h, "count", NULL), "{\"result\":3}");
+
+    /* Claims: a miss is claimed (a token), a second ask without waiting
+       finds it busy, claim_record records and ends it, then it is a hit. */
+    snprintf(args, sizeof args, "{%s,\"tiralib_schedule_string\":\"U(L2,4,comps=['c1'])\",\"lease\":5}", SRC_ARGS);
+    r = call(h, "lookup_or_claim", args);
+    char token[40] = "";
+    const char *t = r.reply ? strstr(r.reply, "\"token\":\"") : NULL;
+    if (t != NULL) {
+        snprintf(token, sizeof token, "%.32s", t + strlen("\"token\":\""));
+    }
+    check(r.status == TIRASTORE_OK && contains(&r, "{\"result\":{\"claim\":") && strlen(token) == 32 &&
+              contains(&r, "\"lease\":5.0"),
+          "lookup_or_claim of a miss claims it: %s", show(&r));
+    free(r.reply);
+    snprintf(args, sizeof args, "{%s,\"tiralib_schedule_string\":\"U(L2,4,comps=['c1'])\",\"wait\":false}", SRC_ARGS);
+    expect_ok_with("lookup_or_claim of a claimed schedule, wait false: busy", call(h, "lookup_or_claim", args),
+                   "{\"result\":{\"busy\":{");
+    expect_ok_with("claims lists it", call(h, "claims", NULL), "\"tiralib_schedule_string\":\"U(L2,4,comps=['c1'])\"");
+    snprintf(args, sizeof args, "{\"token\":\"%s\",\"is_legal\":true,\"execution_times\":[0.5]}", token);
+    expect_reply("claim_record records", call(h, "claim_record", args), "{\"result\":true}");
+    expect_error("claim_record of an ended claim", call(h, "claim_record", args), TIRASTORE_ERR_VALUE, "ValueError");
+    snprintf(args, sizeof args, "{%s,\"tiralib_schedule_string\":\"U(L2,4,comps=['c1'])\"}", SRC_ARGS);
+    expect_ok_with("lookup_or_claim after the record: the result", call(h, "lookup_or_claim", args),
+                   "{\"result\":{\"result\":{\"is_legal\":true,\"execution_times\":[0.5]");
+    expect_reply("no claims left", call(h, "claims", NULL), "{\"result\":[]}");
+    snprintf(args, sizeof args, "{%s,\"tiralib_schedule_string\":\"U(L2\"}", SRC_ARGS);
+    expect_error("lookup_or_claim of an invalid schedule", call(h, "lookup_or_claim", args), TIRASTORE_ERR_VALUE,
+                 "ValueError");
+    expect_reply("count after the claim", call(h, "count", NULL), "{\"result\":4}");
 
     tirastore_free(NULL);
     check(1, "tirastore_free(NULL) is a no-op");

@@ -43,7 +43,7 @@ def db(tmp_path) -> Path:
 def test_help_of_every_subcommand():
     top = tirastore("--help")
     assert top.returncode == 0 and "stats" in top.stdout and "Exit status" in top.stdout
-    for cmd in (["stats"], ["export"], ["backup"], ["plot"], ["lock"], ["lock", "status"], ["lock", "break"],
+    for cmd in (["stats"], ["export"], ["import"], ["merge"], ["backup"], ["check"], ["claims"], ["plot"], ["lock"], ["lock", "status"], ["lock", "break"],
                 ["config"], ["config", "list"], ["config", "get"],
                 ["config", "delete"], ["config", "import-ejkernel"], ["config", "export-ejkernel"]):
         r = tirastore(*cmd, "--help")
@@ -375,3 +375,23 @@ def test_check_a_corrupt_database(tmp_path):
     r = tirastore("check", db)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "integrity" in (r.stdout + r.stderr)
+
+
+def test_claims_lists_who_measures_what(db):
+    r = tirastore("claims", db)
+    assert r.returncode == 0 and "nobody is measuring" in r.stdout, r.stdout + r.stderr
+    # A claimer that died holding its claim (SIGKILL), in a Slurm job.
+    code = ("import os, sys, signal; from tirastore import TiraStore; "
+            f"s = TiraStore(sys.argv[1], cpu_model={TEST_CPU!r}); "
+            "s.lookup_or_claim('blur', 'void blur() {}', \"U(L0,4,comps=['c1'])\", lease=90); "
+            "os.kill(os.getpid(), signal.SIGKILL)")
+    dead = subprocess.run([sys.executable, "-c", code, str(db)], env={**os.environ, "SLURM_JOB_ID": "4242"}, timeout=60)
+    assert dead.returncode == -9
+    rep = json.loads(tirastore("claims", db, "--json").stdout)
+    assert len(rep) == 1
+    (c,) = rep
+    assert c["slurm_job_id"] == "4242" and c["lease"] == 90 and c["dead"] is True
+    assert c["hostname"] == socket.gethostname() and c["tiralib_schedule_string"] == "U(L0,4,comps=['c1'])"
+    text = tirastore("claims", db).stdout
+    assert "4242" in text and "dead" in text and "90s" in text, text
+    assert tirastore("claims", db.parent / "typo.db").returncode == 1
