@@ -603,8 +603,14 @@ func (s *Store) lookupOrClaim(ctx context.Context, programName, hash, source str
 		}
 		pend = append(pend, &pendingClaim{i: i, key: keys.RecordKeyNormalized(hash, norm), norm: norm, given: sc})
 	}
-	// The hot path: a hit that the cache proves current, lock-free.
+	// The hot path: a hit that the cache proves current, lock-free; then a
+	// read as lookup_many's (which loads the cache, so that the next
+	// lookups of the program are lock-free too); only what is still
+	// missing takes the claims transaction.
 	if pend, err = s.peekResults(hash, pend, out); err != nil || len(pend) == 0 {
+		return out, err
+	}
+	if pend, err = s.readResults(ctx, hash, pend, out); err != nil || len(pend) == 0 {
 		return out, err
 	}
 	if err := s.checkWrites(); err != nil {
@@ -669,6 +675,42 @@ func (s *Store) peekResults(hash string, pend []*pendingClaim, out []ClaimOutcom
 			continue
 		}
 		r, err := newResult(rec)
+		if err != nil {
+			return nil, err
+		}
+		out[p.i].Result = r
+		s.claims.forget(p.key)
+	}
+	return left, nil
+}
+
+// readResults is peekResults through the backend's lookup or lookup_many
+// (under the lock unless the cache answers).
+func (s *Store) readResults(ctx context.Context, hash string, pend []*pendingClaim, out []ClaimOutcome) ([]*pendingClaim, error) {
+	keyList := make([]string, len(pend))
+	for i, p := range pend {
+		keyList[i] = p.key
+	}
+	var recs []*storage.Record
+	var err error
+	if len(pend) == 1 {
+		// As lookup reads: its read may load the whole program.
+		var rec *storage.Record
+		rec, err = s.be.Lookup(ctx, hash, keyList[0])
+		recs = []*storage.Record{rec}
+	} else {
+		recs, err = s.be.LookupMany(ctx, hash, keyList)
+	}
+	if err != nil {
+		return nil, err
+	}
+	left := pend[:0]
+	for i, p := range pend {
+		if recs[i] == nil {
+			left = append(left, p)
+			continue
+		}
+		r, err := newResult(recs[i])
 		if err != nil {
 			return nil, err
 		}

@@ -7,16 +7,21 @@ N worker processes (think: N Slurm tasks on N nodes) explore schedules of a
 few Tiramisu programs and share one cache file. Each worker follows the
 README's Slurm worker pattern for every (program, schedule) it is given:
 
-    lookup  -> hit:  reuse the stored measurement, skip the work
-            -> miss: "measure" (sleep 5-20 ms, deterministic pseudo-random
-                     times, ~10% of schedules illegal), then record
+    lookup_or_claim -> recorded: reuse the stored measurement, skip the work
+                    -> claimed:  "measure" (sleep 5-20 ms, deterministic
+                                 pseudo-random times, ~10% of schedules
+                                 illegal), then record through the claim
+                    -> another worker is measuring it: wait for its result
+                                 ("duplicates avoided")
 
 Workers get overlapping slices of the schedule space, so they contend for
 the lock, sometimes find what another worker recorded a moment ago, and
-sometimes race to measure the same schedule (only one record is written;
-the others get False: "records already present"). Every worker starts with
-the unscheduled baseline of each program, as real autoschedulers do, so
-those races happen on every cold run. Odd-numbered workers write their
+sometimes reach a schedule that another worker is measuring at that very
+moment. Every worker starts with the unscheduled baseline of each program,
+as real autoschedulers do, so that happens on every cold run. With
+--no-claims the workers use the plain pattern (lookup, measure on a miss,
+record): they then measure those schedules twice, and only one record is
+written (the others get False: "already present"). Odd-numbered workers write their
 schedules with cosmetic differences (spaces, double quotes): the store
 normalizes schedules, so they still hit what even-numbered workers stored.
 
@@ -46,10 +51,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 try:
-    from tirastore import TiraStore
+    from tirastore import Claim, LookupResult, TiraStore
 except ImportError:  # run from a source checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
-    from tirastore import TiraStore
+    from tirastore import Claim, LookupResult, TiraStore
 
 SOURCE_PROJECT = "demo-autoscheduler"
 
@@ -212,6 +217,7 @@ class Counts:
     misses: int = 0
     written: int = 0
     already: int = 0          # record() returned False: another worker won
+    waited: int = 0           # claimed by another worker: its result awaited, not measured again
     measure_s: float = 0.0    # simulated measurement time spent
     saved_s: float = 0.0      # simulated measurement time hits avoided
     store_s: float = 0.0      # time spent inside the store (lock + SQLite)
@@ -248,7 +254,7 @@ def plan(n_workers: int, n_schedules: int) -> tuple[list[Task], list[list[Task]]
     return tasks, lists
 
 
-def worker(wid: int, db_path: str, tasks: list[Task], start, stop, results) -> None:
+def worker(wid: int, db_path: str, tasks: list[Task], start, stop, results, claims: bool = True) -> None:
     """One worker process: the README's Slurm worker pattern over its tasks.
 
     stop asks it to quit between two tasks (another worker failed): never
@@ -266,10 +272,18 @@ def worker(wid: int, db_path: str, tasks: list[Task], start, stop, results) -> N
             prog = PROGRAMS[pi]
             sched = cosmetic(schedule) if sloppy else schedule
             t0 = time.perf_counter()
-            found = store.lookup(prog.name, prog.source, sched)
+            if claims:
+                # Another worker measuring it: None at once (counted), then
+                # wait for its result (or its claim, if it gives up).
+                found = store.lookup_or_claim(prog.name, prog.source, sched, wait=False)
+                if found is None:
+                    c.waited += 1
+                    found = store.lookup_or_claim(prog.name, prog.source, sched)
+            else:
+                found = store.lookup(prog.name, prog.source, sched)
             c.store_s += time.perf_counter() - t0
             c.store_ops += 1
-            if found is not None:
+            if isinstance(found, LookupResult):
                 c.hits += 1
                 c.saved_s += measurement_cost(prog, schedule)
                 results.put(("tick", wid, True))
@@ -279,7 +293,11 @@ def worker(wid: int, db_path: str, tasks: list[Task], start, stop, results) -> N
             is_legal, times = measure(prog, schedule)
             c.measure_s += time.perf_counter() - t0
             t0 = time.perf_counter()
-            if store.record(prog.name, prog.source, sched, is_legal, times):
+            if isinstance(found, Claim):
+                wrote = found.record(is_legal, times)
+            else:
+                wrote = store.record(prog.name, prog.source, sched, is_legal, times)
+            if wrote:
                 c.written += 1
             else:
                 c.already += 1
@@ -340,10 +358,10 @@ class Progress:
 
 
 def run_pass(ctx, number: int, n_passes: int, db_path: str, lists: list[list[Task]],
-             show_progress: bool, timeout: float) -> tuple[Counts, float]:
+             show_progress: bool, timeout: float, claims: bool = True) -> tuple[Counts, float]:
     results = ctx.Queue()
     start, stop = ctx.Event(), ctx.Event()
-    procs = [ctx.Process(target=worker, args=(w, db_path, tasks, start, stop, results), name=f"demo-worker-{w}",
+    procs = [ctx.Process(target=worker, args=(w, db_path, tasks, start, stop, results, claims), name=f"demo-worker-{w}",
                          daemon=True)
              for w, tasks in enumerate(lists)]
     for p in procs:
@@ -407,6 +425,7 @@ def print_table(rows: list[dict], out=sys.stdout) -> None:
         ("misses", "misses", "{}"),
         ("written", "records written", "{}"),
         ("already", "already present", "{}"),
+        ("waited", "duplicates avoided", "{}"),
         ("db_records", "records in DB", "{}"),
         ("wall_s", "wall time", "{:.2f} s"),
         ("saved_s", "measurement saved", "{:.2f} s"),
@@ -431,6 +450,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--fresh", action="store_true", help="delete the database first, for a cold first pass")
     ap.add_argument("--quiet", action="store_true", help="no progress output")
     ap.add_argument("--json", action="store_true", help="print the summary as one JSON document")
+    ap.add_argument("--no-claims", dest="claims", action="store_false",
+                    help="the plain pattern (lookup, measure on a miss, record) instead of lookup_or_claim")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds a pass may take (default: %(default)s)")
     a = ap.parse_args(argv)
     for name in ("workers", "schedules", "passes"):
@@ -461,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = mp.get_context("spawn")  # fork after loading the Go runtime hangs
     rows = []
     for n in range(1, a.passes + 1):
-        counts, wall = run_pass(ctx, n, a.passes, str(db_path), lists, not a.quiet, a.timeout)
+        counts, wall = run_pass(ctx, n, a.passes, str(db_path), lists, not a.quiet, a.timeout, a.claims)
         with TiraStore(db_path, source_project=SOURCE_PROJECT) as store:
             db_after = store.count()
         rows.append({
@@ -471,6 +492,7 @@ def main(argv: list[str] | None = None) -> int:
             "misses": counts.misses,
             "written": counts.written,
             "already": counts.already,
+            "waited": counts.waited,
             "db_records": db_after,
             "wall_s": wall,
             "measure_s": counts.measure_s,
@@ -483,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
                             f"{db_after - db_before}")
         if counts.written + counts.already != counts.misses:
             problems.append(f"{counts.misses} misses but {counts.written + counts.already} records attempted")
-        if n > 1 and counts.misses:
+        if n > 1 and (counts.misses or counts.waited):
             problems.append(f"{counts.misses} misses in a repeated pass: measurements recorded earlier were lost")
         if problems:
             raise DemoError(f"pass {n} is inconsistent: " + "; ".join(problems))
@@ -496,7 +518,11 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print_table(rows)
         print()
-        print("'already present': record() returned False because another worker stored the schedule first.")
+        print("'already present': record() returned False because another worker stored the schedule first "
+              "(measured twice).")
+        if a.claims:
+            print("'duplicates avoided': another worker was measuring the schedule; lookup_or_claim waited for "
+                  "its result instead of measuring it again.")
         print(f"'measurement saved': simulated compile-and-run time the cache hits avoided "
               f"(pass 1 spent {rows[0]['measure_s']:.2f} s measuring).")
     return 0
