@@ -38,6 +38,7 @@ func Run(t *testing.T, open Open) {
 		{"EachProgram", testEachProgram},
 		{"Backup", testBackup},
 		{"Configs", testConfigs},
+		{"Claims", testClaims},
 		{"Closed", testClosed},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, open) })
@@ -431,5 +432,76 @@ func testClosed(t *testing.T, open Open) {
 	}
 	if err := b.View(ctx, "v", func(storage.Reader) error { return nil }); apierr.KindOf(err) != apierr.KindClosed {
 		t.Errorf("view after close: %v, want the closed error", err)
+	}
+}
+
+func testClaims(t *testing.T, open Open) {
+	b := open(t)
+	h := hashOf('c')
+	claim := func(sched, token string) *storage.Claim {
+		return &storage.Claim{Key: key(h, sched), ProgramHash: h, ProgramName: "conv", Schedule: sched, Token: token,
+			Hostname: "node1", PID: 42, StartTime: 7, BootID: "boot", PIDNS: 9, SlurmJobID: "123", Username: "u",
+			LeaseSeconds: 60, ClaimedAt: "2026-01-01T00:00:00+00:00", RenewedAt: "2026-01-01T00:00:00+00:00"}
+	}
+	claims := func(keys ...string) map[string]*storage.Claim {
+		t.Helper()
+		var got map[string]*storage.Claim
+		if err := b.View(ctx, "claims", func(r storage.Reader) (err error) { got, err = r.GetClaims(keys); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	// A database without a claim reads as empty.
+	if got := claims(key(h, "A")); len(got) != 0 {
+		t.Fatalf("no claims yet: %v", got)
+	}
+	put := func(c *storage.Claim) {
+		t.Helper()
+		if err := b.UpdateClaims(ctx, "claim", func(w storage.ClaimWriter) error { return w.PutClaim(c) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(claim("A", "t1"))
+	put(claim("B", "t2"))
+	got := claims(key(h, "A"), key(h, "B"), key(h, "C"))
+	if len(got) != 2 || *got[key(h, "A")] != *claim("A", "t1") {
+		t.Fatalf("GetClaims: %+v", got)
+	}
+	// A takeover replaces the row; the old token no longer renews or deletes it.
+	put(claim("A", "t3"))
+	var renewed []storage.ClaimRef
+	err := b.UpdateClaims(ctx, "renew", func(w storage.ClaimWriter) (err error) {
+		renewed, err = w.RenewClaims([]storage.ClaimRef{{Key: key(h, "A"), Token: "t1"}, {Key: key(h, "A"), Token: "t3"}}, "later")
+		if err != nil {
+			return err
+		}
+		if ok, err := w.DeleteClaim(key(h, "A"), "t1"); ok || err != nil {
+			return fmt.Errorf("delete by an old token: %v %v", ok, err)
+		}
+		return nil
+	})
+	if err != nil || len(renewed) != 1 || renewed[0].Token != "t3" {
+		t.Fatalf("renew: %v %v", renewed, err)
+	}
+	if c := claims(key(h, "A"))[key(h, "A")]; c.Renewals != 1 || c.RenewedAt != "later" || c.Token != "t3" {
+		t.Fatalf("after renewal: %+v", c)
+	}
+	// A write that releases its claim deletes it in the same transaction,
+	// only if the token still names it.
+	w := &storage.Write{Hash: h, Name: "conv", Source: "src", Hostname: "h", Username: "u",
+		Rows:    []storage.Row{{Key: key(h, "A"), Schedule: "A", ResultJSON: `{"is_legal":false,"execution_times":null}`}},
+		Release: []storage.ClaimRef{{Key: key(h, "A"), Token: "t3"}, {Key: key(h, "B"), Token: "wrong"}}}
+	if n, err := b.Write(ctx, w); n != 1 || err != nil {
+		t.Fatalf("write with release: %v %v", n, err)
+	}
+	got = claims(key(h, "A"), key(h, "B"))
+	if len(got) != 1 || got[key(h, "B")] == nil {
+		t.Fatalf("after the release: %+v", got)
+	}
+	var all []string
+	if err := b.View(ctx, "each", func(r storage.Reader) error {
+		return r.EachClaim(func(c *storage.Claim) error { all = append(all, c.Schedule); return nil })
+	}); err != nil || !slices.Equal(all, []string{"B"}) {
+		t.Fatalf("EachClaim: %v %v", all, err)
 	}
 }
