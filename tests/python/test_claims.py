@@ -361,3 +361,49 @@ def test_mixed_fleet_original_workers_beside_claimers(tmp_path):
     assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     assert con.execute("SELECT COUNT(*) FROM claims").fetchone() == (0,)
     con.close()
+
+
+WAITER = r"""
+import sys, time
+from tirastore import TiraStore
+s = TiraStore(sys.argv[1], cpu_model=sys.argv[2], lock_timeout=float(sys.argv[3]))
+print("waiting", flush=True)
+try:
+    s.lookup_or_claim("search", "void search() { /* the program */ }", sys.argv[4])
+    print("returned", time.monotonic(), flush=True)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt", time.monotonic(), flush=True)
+except TimeoutError as e:
+    print("TimeoutError", time.monotonic(), e, flush=True)
+"""
+
+FP_LIB = Path(__file__).resolve().parents[2] / "build" / "failpoints" / "libtirastore.so"
+
+
+@pytest.mark.parametrize("control", [False, True], ids=["ctrl-c", "negative-control-interrupts-off"])
+def test_ctrl_c_interrupts_a_wait_for_a_claim(tmp_path, control):
+    """SIGINT to a worker waiting for another worker's claim raises
+    KeyboardInterrupt within 1 s; with the library's Ctrl-C handling off
+    (failpoint interrupt-disabled) it waits on until lock_timeout."""
+    if control and not FP_LIB.exists():
+        pytest.skip(f"{FP_LIB} not built (./build.sh failpoints)")
+    env = dict(os.environ)
+    if control:
+        env.update(TIRASTORE_LIB=str(FP_LIB), TIRASTORE_FAILPOINTS="interrupt-disabled=on")
+    db = tmp_path / "cache.db"
+    with TiraStore(db, cpu_model=TEST_CPU) as s:
+        claim = s.lookup_or_claim("search", SRC, SCHEDS[0])
+        p = subprocess.Popen([sys.executable, "-c", WAITER, str(db), TEST_CPU, "4", SCHEDS[0]],
+                             stdout=subprocess.PIPE, text=True, env=env)
+        assert p.stdout.readline().strip() == "waiting"
+        time.sleep(0.8)
+        sent = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        line = p.stdout.readline().split()
+        p.wait(timeout=60)
+        claim.release()
+    if control:  # Python's own handler runs once the call returns, at the 4 s lock_timeout
+        assert float(line[1]) - sent > 1.5, line
+    else:
+        assert line[0] == "KeyboardInterrupt", line
+        assert float(line[1]) - sent < 1.0, f"interrupted {float(line[1]) - sent:.2f}s after SIGINT"
