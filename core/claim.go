@@ -741,8 +741,10 @@ func (s *Store) claimPass(ctx context.Context, programName, hash, source string,
 	var mine []*Claim
 	var results map[int]*Result
 	var left []*pendingClaim
+	var couldTake bool // a read-only pass found something to take
 	pass := func(r storage.Reader, w storage.ClaimWriter) error {
-		mine, results, left = nil, map[int]*Result{}, nil
+		mine, results, left, couldTake = nil, map[int]*Result{}, nil, false
+		claimedNow := map[string]bool{}
 		keyList := make([]string, len(pend))
 		for i, p := range pend {
 			keyList[i] = p.key
@@ -766,18 +768,24 @@ func (s *Store) claimPass(ctx context.Context, programName, hash, source string,
 				results[p.i] = res
 				continue
 			}
+			if claimedNow[p.key] {
+				continue // the same schedule twice in one batch: one claim
+			}
 			if c := claims[p.key]; c != nil {
 				takeable, _, due := s.claims.look(s, c, now)
 				if !takeable || w == nil {
 					p.holder, p.due = c, due
 					left = append(left, p)
+					couldTake = couldTake || takeable
 					continue
 				}
 			} else if w == nil {
 				p.holder, p.due = nil, now
 				left = append(left, p)
+				couldTake = true
 				continue
 			}
+			claimedNow[p.key] = true
 			if at == "" {
 				at = identity.NowISO(now)
 			}
@@ -791,10 +799,12 @@ func (s *Store) claimPass(ctx context.Context, programName, hash, source string,
 		return nil
 	}
 	var err error
-	if take {
-		err = s.be.UpdateClaims(ctx, "lookup_or_claim", func(w storage.ClaimWriter) error { return pass(w, w) })
-	} else {
+	if !take {
 		err = s.be.View(ctx, "lookup_or_claim", func(r storage.Reader) error { return pass(r, nil) })
+		take = err == nil && couldTake // released or expired meanwhile: take it now
+	}
+	if take && err == nil {
+		err = s.be.UpdateClaims(ctx, "lookup_or_claim", func(w storage.ClaimWriter) error { return pass(w, w) })
 	}
 	if err != nil {
 		return pend, err

@@ -224,3 +224,18 @@ func TestCheckFindsStaleClaims(t *testing.T) {
 		t.Fatalf("left: %+v %v", left, err)
 	}
 }
+
+// TestSameScheduleTwiceInABatch: one claim serves both entries.
+func TestSameScheduleTwiceInABatch(t *testing.T) {
+	a, _ := twoStores(t)
+	out, err := a.LookupManyOrClaim(ctx, "blur", src, []string{sched, " " + sched}, ClaimOptions{})
+	if err != nil || out[0].Claim == nil || out[0].Claim != out[1].Claim {
+		t.Fatalf("%+v %v", out, err)
+	}
+	if cl, _ := a.Claims(ctx); len(cl) != 1 {
+		t.Fatalf("claims: %+v", cl)
+	}
+	if ok, err := out[1].Claim.Record(ctx, measured); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+}
