@@ -424,13 +424,12 @@ class TiraStore:
         [0.5]
         """
         ref = self._program(program_source_code)
+        if lease is not None:  # the defaults are the library's: not sent
+            ref["lease"] = lease
+        if wait is not True:
+            ref["wait"] = wait
         out = self._call(
-            "lookup_or_claim",
-            program_name=program_name,
-            tiralib_schedule_string=tiralib_schedule_string,
-            lease=lease,
-            wait=wait,
-            **ref,
+            "lookup_or_claim", program_name=program_name, tiralib_schedule_string=tiralib_schedule_string, **ref
         )
         self._remember(ref)
         return self._outcome(program_source_code, out)

@@ -20,7 +20,7 @@ func TestMain(m *testing.M) {
 
 // TestQuickRun is the smoke test: the whole benchmark in -quick mode into
 // a temporary directory. It checks that every section is in the JSON (or
-// says why it was skipped), the kernel-config cache rows included, and
+// says why it was skipped), the kernel-config cache and claim rows included, and
 // that every throughput run found exactly the records it acknowledged. It
 // asserts nothing about timings.
 func TestQuickRun(t *testing.T) {
@@ -45,6 +45,7 @@ func TestQuickRun(t *testing.T) {
 		Syscalls   *syscallResults                      `json:"syscalls"`
 		Throughput map[string][]map[string]any          `json:"throughput"`
 		Targets    []map[string]any                     `json:"targets"`
+		Claims     map[string]map[string]map[string]any `json:"claims"`
 		Skipped    map[string]string                    `json:"skipped"`
 		Reference  map[string]any                       `json:"reference_original_issue5"`
 	}
@@ -94,6 +95,38 @@ func TestQuickRun(t *testing.T) {
 	checkLatency(implOrigPy, []string{opLookupHit, opLookupMiss, opRecordNew, opRecordExisting})
 	checkLatency(implConfigSeed, configOps)
 	checkLatency(implConfigCache, configOps)
+
+	// The claim section (claim.go): every row and part of both workers.
+	claimLabels := []string{clLookupHit, clLookupRepeat, clCachedPair + ":lookup", clCachedPair + ":lookup_or_claim", clLookupMiss, clLookupRecord,
+		clLookupRecord + ":lookup", clLookupRecord + ":record", clClaimHit, clClaimRepeat,
+		clClaimRelease, clClaimRelease + ":claim", clClaimRelease + ":release",
+		clClaimRecord, clClaimRecord + ":claim", clClaimRecord + ":record"}
+	for _, impl := range claimImpls {
+		rows := res.Claims[impl]
+		if rows == nil {
+			if why := res.Skipped["claims/"+impl]; why != "" && impl != implEngine {
+				t.Logf("claims %s skipped: %s", impl, why)
+			} else {
+				t.Errorf("claims %s: neither measured nor skipped", impl)
+			}
+			continue
+		}
+		for _, label := range claimLabels {
+			r := rows[label]
+			if r == nil || r["per_call"] == nil {
+				t.Errorf("claims %s %s missing", impl, label)
+				continue
+			}
+			if r["errors"].(float64) != 0 || r["wrong_results"].(float64) != 0 {
+				t.Errorf("claims %s %s: %v errors, %v wrong: %v", impl, label, r["errors"], r["wrong_results"], r["first_error"])
+			}
+		}
+		for label := range rows {
+			if strings.HasPrefix(label, "warmup/") {
+				t.Errorf("claims %s: failed warm-up %s: %v", impl, label, rows[label]["first_error"])
+			}
+		}
+	}
 
 	switch {
 	case res.Syscalls == nil:

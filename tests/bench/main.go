@@ -23,7 +23,11 @@
 //  5. the kernel-config cache (issue 16): tirastore.PersistentCache beside
 //     the seed's whole-file JSON pattern (tests/python/seed_cache.py), get
 //     hit and put with 10 and 10,000 entries stored, printed with the
-//     latency rows (configcache.go).
+//     latency rows (configcache.go);
+//  6. claims with leases (issue 18): lookup_or_claim against lookup on a
+//     hit and on a miss (claim + record against lookup + record, and the
+//     claim alone), from Go and Python, printed with the latency rows
+//     (claim.go).
 //
 // It prints one table per section, then which of the issue's targets hold,
 // and writes every raw figure as JSON. The exit code is 0 even when targets
@@ -180,7 +184,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.TPPool, "pool", 1000, "records preloaded before each throughput run")
 	fs.IntVar(&cfg.SyscallOps, "syscall-ops", 50, "traced operations per syscall row")
 	fs.IntVar(&cfg.SyscallMany, "syscall-many", 3, "traced record_many(1000) calls per syscall row")
-	sections := fs.String("sections", "latency,python,config,syscalls,throughput", "sections to run (config: the kernel-config cache rows)")
+	sections := fs.String("sections", "latency,python,config,claim,syscalls,throughput", "sections to run (config: the kernel-config cache rows; claim: lookup_or_claim against lookup, from Go and Python)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the bench directory afterwards")
 	fs.BoolVar(&cfg.Raw, "raw", false, "also write every single duration (and every throughput worker's report) into the JSON")
 	if err := fs.Parse(args); err != nil {
@@ -275,6 +279,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	if cfg.Sections["config"] {
 		if err := configSection(cfg, res); err != nil {
+			return err
+		}
+	}
+	if cfg.Sections["claim"] {
+		if err := claimSection(cfg, res); err != nil {
 			return err
 		}
 	}

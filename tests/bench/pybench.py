@@ -29,6 +29,15 @@ Implementations:
   PersistentCache imports it into ``<label>.tirastore.db``), then
   ``config_get`` and ``config_put`` use that cache.
 
+The ``python`` client also runs the claim section's ops (issue 18,
+tests/bench/claim.go): ``lookup_or_claim`` (expect: a LookupResult),
+``lookup_record`` (a lookup miss, then record), ``claim_record``
+(lookup_or_claim returning a Claim, then ``claim.record``) and
+``claim_release`` (a Claim, then ``claim.release``), ``lookup_pair`` (a
+lookup hit on key start+keys+k and a lookup_or_claim hit on key start+k,
+in alternating order, each timed alone); the two-part ops also report
+each part as ``<label>:<part>``.
+
 Steps with ``mark_begin``/``mark_end`` stat() those (absent) paths right
 before and after the step, so an strace of this process can be cut there.
 """
@@ -63,6 +72,8 @@ class PackageClient:
             raise Skip(f"import tirastore failed: {e}") from None
         self.name, self.src, self.times = spec["program_name"], spec["source"], spec["times"]
         self.store = tirastore.TiraStore(spec["db"], cpu_model=spec["cpu_model"], slurm_cpus="N/A")
+        self.lookup_result = tirastore.LookupResult
+        self.claim_class = getattr(tirastore, "Claim", None)
 
     def lookup(self, s: str) -> bool:
         return self.store.lookup(self.name, self.src, s) is not None
@@ -75,6 +86,23 @@ class PackageClient:
 
     def record_many(self, entries: list, overwrite: bool) -> int:
         return self.store.record_many(self.name, self.src, entries, overwrite)
+
+    # Claims (issue 18; the claim section, tests/bench/claim.go).
+
+    def lookup_or_claim(self, s: str) -> Any:
+        return self.store.lookup_or_claim(self.name, self.src, s)
+
+    def is_result(self, out: Any) -> bool:
+        return isinstance(out, self.lookup_result)
+
+    def is_claim(self, out: Any) -> bool:
+        return isinstance(out, self.claim_class)
+
+    def claim_record(self, claim: Any) -> bool:
+        return claim.record(True, self.times)
+
+    def claim_release(self, claim: Any) -> None:
+        claim.release()
 
     def close(self) -> None:
         self.store.close()
@@ -281,6 +309,17 @@ CLIENTS: dict[str, Callable[[dict], Any]] = {
 # -- the plan runner (same semantics as runPlan in workload.go) ------------------
 
 
+# The two-part operations of the claim plans and their parts, as
+# claimParts in tests/bench/claim.go: a miss then the record of that key,
+# a claim then its record, a claim then its release.
+CLAIM_PARTS = {
+    "lookup_record": ("lookup", "record"),
+    "claim_record": ("claim", "record"),
+    "claim_release": ("claim", "release"),
+    "lookup_pair": ("lookup", "lookup_or_claim"),
+}
+
+
 def mark(path: str) -> None:
     if path:
         try:
@@ -308,6 +347,9 @@ def run_plan(client: Any, spec: dict) -> dict:
         r = {"label": s["label"], "ns": [], "errors": 0, "timeouts": 0, "wrong": 0}
         if batch:
             r["batch"] = batch
+        parts = CLAIM_PARTS.get(op)  # two-part ops: each part timed too
+        part_ns: tuple[list, list] = ([], [])
+        pair_ns = [0, 0]
         mark(s.get("mark_begin", ""))
         for k in range(n):
             i = start + (k % keys if keys else k)
@@ -341,9 +383,51 @@ def run_plan(client: Any, spec: dict) -> dict:
                     ok = client.config_get(coords) == expect
                 elif op == "config_put":
                     ok = client.config_put(coords, cfg, overwrite) == expect
+                elif op == "lookup_pair":
+                    # Both calls timed on their own, in alternating order (the
+                    # first of two calls is not favoured); the schedules are
+                    # made before the clock starts, as in the Go runner.
+                    s_lookup, s_claim = schedule(fmt, tag, i + keys), schedule(fmt, tag, start + k)
+                    ok = True
+                    for which in ((0, 1) if k % 2 == 0 else (1, 0)):
+                        ta = clock()
+                        if which == 0:
+                            ok = client.lookup(s_lookup) and ok
+                        else:
+                            got = client.lookup_or_claim(s_claim)
+                            ok = client.is_result(got) and ok
+                            if client.is_claim(got):
+                                client.claim_release(got)
+                        pair_ns[which] = clock() - ta
+                elif op == "lookup_or_claim":
+                    got = client.lookup_or_claim(schedule(fmt, tag, i))
+                    ok = client.is_result(got) == expect
+                    if client.is_claim(got):  # a miss where a hit was expected: give it back
+                        client.claim_release(got)
+                elif op == "lookup_record":
+                    sched = schedule(fmt, tag, i)
+                    ok = not client.lookup(sched)
+                    t1 = clock()
+                    if ok:
+                        ok = client.record(sched, False) == expect
+                elif op in ("claim_record", "claim_release"):
+                    got = client.lookup_or_claim(schedule(fmt, tag, i))
+                    t1 = clock()
+                    ok = client.is_claim(got)
+                    if ok and op == "claim_record":
+                        ok = client.claim_record(got) == expect
+                    elif ok:
+                        client.claim_release(got)
                 else:
                     raise ValueError(f"unknown op {op!r}")
-                r["ns"].append(clock() - t0)
+                t2 = clock()
+                r["ns"].append(t2 - t0)
+                if op == "lookup_pair" and ok:
+                    part_ns[0].append(pair_ns[0])
+                    part_ns[1].append(pair_ns[1])
+                elif parts and ok:
+                    part_ns[0].append(t1 - t0)
+                    part_ns[1].append(t2 - t1)
                 if not ok:
                     r["wrong"] += 1
                     if not what:
@@ -360,6 +444,9 @@ def run_plan(client: Any, spec: dict) -> dict:
         time.sleep(s.get("quiet_ms", 0) / 1000)  # a quiet database (see QuietMS in workload.go)
         if not warm:
             out[s["label"]] = r
+            for name, ns in zip(parts or (), part_ns):
+                label = f"{s['label']}:{name}"
+                out[label] = {"label": label, "ns": ns, "errors": 0, "timeouts": 0, "wrong": 0}
         elif r["errors"] or r["wrong"]:
             out["warmup/" + s["label"]] = r  # a failed preload or warm-up must not go unnoticed
     return out

@@ -32,9 +32,13 @@ type results struct {
 	Syscalls   *syscallResults                 `json:"syscalls"`
 	Throughput map[string][]*tpRun             `json:"throughput"`
 	Targets    []*target                       `json:"targets"`
-	Reference  reference                       `json:"reference_original_issue5"`
-	Skipped    map[string]string               `json:"skipped"`
-	ElapsedS   float64                         `json:"elapsed_s"`
+	// Claims are the claim section's rows (claim.go), by client and row;
+	// ClaimTargets issue 18's hit target on them.
+	Claims       map[string]map[string]*opResult `json:"claims,omitempty"`
+	ClaimTargets []*target                       `json:"claim_targets,omitempty"`
+	Reference    reference                       `json:"reference_original_issue5"`
+	Skipped      map[string]string               `json:"skipped"`
+	ElapsedS     float64                         `json:"elapsed_s"`
 }
 
 func configJSON(cfg *config) map[string]any {
@@ -419,6 +423,7 @@ func writeLatency(w io.Writer, res *results) {
 	fmt.Fprintf(w, "   python = the tirastore package (cffi); ctypes = the bare C ABI; original-py (ref) = OriginalStore of tests/python/test_mixed_fleet.py,\n")
 	fmt.Fprintf(w, "   the stdlib reconstruction of the original (no contains/record_many). Python and ctypes speedups are against the Go baseline: conservative.\n")
 	writeConfigCache(w, res)
+	writeClaims(w, res)
 }
 
 func writeSyscalls(w io.Writer, res *results) {
