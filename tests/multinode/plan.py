@@ -165,3 +165,32 @@ def planned(nworkers: int, nrecords: int, ncontested: int) -> dict:
             records[key]["values"][("overwrite", OVERWRITE_WORKER)] = (
                 result_json(o["is_legal"], o["times"]), project(OVERWRITE_WORKER))
     return {"records": records, "programs": programs}
+
+
+# ---------------------------------------------------------------------------
+# The claimers' plan (torture.py --claim-per-node): one program, N schedules
+# that every claimer measures through lookup_or_claim
+# ---------------------------------------------------------------------------
+
+CLAIM_PROGRAM = "mn_claims"
+CLAIM_SOURCE = "void mn_claims() { /* measured once, by whoever claims it first */ int z = 7; }"
+
+
+def claim_schedule(s: int) -> str:
+    """Claim schedule s as the claimers give it (cosmetic spaces: the stored
+    and claimed schedule is the normalized one)."""
+    return f"S( L0, L1, {s + 1}, {2 * s + 1}, comps=['cm'] )"
+
+
+def claim_times(s: int, w: int, pid: int) -> list:
+    """What the run pid of claimer w "measures" for schedule s: the stored
+    value names the run that measured it."""
+    return [s + 0.5, float(w), float(pid)]
+
+
+def claim_plan(nclaims: int) -> dict:
+    """{key: {"s", "schedule" (normalized), "program_hash"}} of the claim schedules."""
+    h = program_hash(CLAIM_SOURCE)
+    return {record_key(CLAIM_SOURCE, claim_schedule(s)):
+            {"s": s, "schedule": normalize_schedule(claim_schedule(s)), "program_hash": h}
+            for s in range(nclaims)}

@@ -3,6 +3,7 @@
 
     verify_results.py --db PATH --log DIR --nworkers W --nrecords R --ncontested C
                       [--distinct-hosts | --distinct-nodes] [--summary-json FILE]
+                      [--nclaims N --claimers W1,W2,... --claim-lease S]
 
 Run it after every worker has ended. It reads the database with the stdlib
 sqlite3 module only (read-only) and recomputes every key with hashlib/json
@@ -22,7 +23,19 @@ sqlite3 module only (read-only) and recomputes every key with hashlib/json
 * no lock file, no journal, and no claim file except those of killed
   processes;
 * optionally, that the workers ran on distinct hosts (--distinct-hosts, for
-  the Slurm run) or distinct simulated nodes (--distinct-nodes).
+  the Slurm run) or distinct simulated nodes (--distinct-nodes);
+* with --nclaims N --claimers LIST (torture.py's claimers, logs
+  DIR/claim-N.jsonl): each claim schedule recorded exactly once, with the
+  value of a claimer run that measured it, the one told True if any (else
+  a run killed after its record committed); every value read back is the
+  stored one; nobody claimed a schedule after it was read back recorded;
+  a schedule measured more than once only because every measurer but the
+  last was killed inside its claim (an earlier measurer that acknowledged
+  its record, True or False, is a failure; the last may be told False, by
+  a killed holder's record committed after its death by group commit); a
+  claim of a killed claimer taken over from another host no sooner than
+  --claim-lease after it was asked for; no row in the claims table but
+  claims of killed runs; no claimer error, every claimer done.
 
 Prints a summary; exits 1 with the list of violations if there is any.
 """
@@ -32,6 +45,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import re
 import sqlite3
 import sys
@@ -76,7 +90,8 @@ def lock_path_for(db: Path) -> Path:
 
 
 def verify(db: Path, log_dir: Path, nworkers: int, nrecords: int, ncontested: int,
-           distinct: str = "", out=sys.stdout) -> tuple[list[str], dict]:
+           distinct: str = "", out=sys.stdout, *, nclaims: int = 0, claimers=(),
+           lease: float = 0.0) -> tuple[list[str], dict]:
     v: list[str] = []  # violations
     worker_errors: list[str] = []  # errors the workers logged (listed last)
     info = collections.Counter()
@@ -172,6 +187,11 @@ def verify(db: Path, log_dir: Path, nworkers: int, nrecords: int, ncontested: in
 
     # ---- database ----------------------------------------------------------
     want = plan.planned(nworkers, nrecords, ncontested)
+    cplan = plan.claim_plan(nclaims) if nclaims else {}
+    if cplan:
+        want["programs"][plan.program_hash(plan.CLAIM_SOURCE)] = plan.CLAIM_PROGRAM
+    claim_rows: dict = {}
+    claim_table: list = []
     try:
         conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
         try:
@@ -188,6 +208,9 @@ def verify(db: Path, log_dir: Path, nworkers: int, nrecords: int, ncontested: in
                 "SELECT key, program_hash, schedule, result_json, source_project, creation_date,"
                 " update_date, hostname FROM records NOT INDEXED").fetchall()
             progs = conn.execute("SELECT program_hash, program_name FROM programs NOT INDEXED").fetchall()
+            if conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'"
+                            " AND name = 'claims'").fetchone()[0]:
+                claim_table = conn.execute("SELECT key, schedule, hostname, pid, token FROM claims").fetchall()
         finally:
             conn.close()
     except sqlite3.DatabaseError as e:
@@ -216,6 +239,16 @@ def verify(db: Path, log_dir: Path, nworkers: int, nrecords: int, ncontested: in
         if w is not None and hosts.get(w) and host not in hosts[w]:
             v.append(f"record {key[:12]}: hostname {host!r}, but its writer (worker {w}) ran on "
                      f"{sorted(hosts[w])}")
+        if key in cplan:
+            claim_rows[key] = (sched, ph, rj, proj)
+            if sched != cplan[key]["schedule"]:
+                v.append(f"claim record {key[:12]}: schedule {sched!r}, expected {cplan[key]['schedule']!r}")
+            if ph != cplan[key]["program_hash"]:
+                v.append(f"claim record {key[:12]}: program_hash {ph[:12]}, expected "
+                         f"{cplan[key]['program_hash'][:12]}")
+            if updated < created:
+                v.append(f"record {key[:12]}: update_date {updated} before creation_date {created}")
+            continue
         spec = want["records"].get(key)
         if spec is None:
             v.append(f"unexpected record {key[:12]} (schedule {sched!r}, project {proj!r})")
@@ -309,9 +342,249 @@ def verify(db: Path, log_dir: Path, nworkers: int, nrecords: int, ncontested: in
         1 for key, s in want["records"].items() if s["kind"] == "contested" and true_acks.get(key))
     info["overwrite acknowledged"] = int(overwrite_acked)
 
+    if nclaims:
+        cv, claims, left = verify_claims(log_dir, list(claimers), nclaims, claim_rows, claim_table, lease)
+        claims["claim records in db"] = len(claim_rows)
+        claims["left"] = left
+        figures["claims"] = claims
+        v += cv
+    elif claim_table:
+        v.append(f"claims table: {len(claim_table)} claims, but no claimer ran")
     v += worker_errors
     summary = {"info": dict(info), **figures, "violations": len(v)}
     return v, summary
+
+
+
+# ---- the claimers (torture.py --claim-per-node) ------------------------------
+
+
+def load_claim_logs(log_dir: Path, claimers: list) -> tuple[dict, int]:
+    """{w: [entries]} of the claimers' logs (DIR/claim-N.jsonl), and the
+    count of torn lines."""
+    logs: dict[int, list] = {}
+    torn = 0
+    for w in claimers:
+        f = log_dir / f"claim-{w}.jsonl"
+        if f.exists():
+            logs[w], bad = read_log(f)
+            torn += bad
+    return logs, torn
+
+
+def verify_claims(log_dir: Path, claimers: list, nclaims: int, rows: dict, table: list,
+                  lease: float) -> tuple[list, dict, list]:
+    """Check the claim schedules' records and the claims table against the
+    claimers' logs. rows: {key: (schedule, program_hash, result_json,
+    source_project)} of the claim program's records; table: the rows of
+    the claims table. Returns (violations, figures, the claims left)."""
+    v: list[str] = []
+    errs: list[str] = []
+    info: collections.Counter = collections.Counter()
+    cplan = plan.claim_plan(nclaims)
+    by_s = {spec["s"]: key for key, spec in cplan.items()}
+    logs, torn = load_claim_logs(log_dir, claimers)
+    info["torn claim log lines"] = torn
+    runs: dict = {}  # pid -> {"w", "host", "done", "last"}
+    meas: dict = collections.defaultdict(list)   # s -> [measuring dicts]
+    founds: dict = collections.defaultdict(list)  # s -> ["found" entries]
+    lookups: list = []
+    holds: list = []  # measuring -> recorded: how long a claim was held (at least)
+    for w in claimers:
+        if w not in logs:
+            v.append(f"claimer {w}: no claim log (never started)")
+            continue
+        pending: dict = {}  # (pid, s) -> the measuring awaiting its "recorded"
+        held: dict = collections.defaultdict(set)  # pid -> claimed, not yet measured or ended
+        for e in logs[w]:
+            pid, op = e.get("pid"), e.get("op")
+            r = runs.setdefault(pid, {"w": w, "host": None, "done": False, "last": 0.0})
+            r["last"] = max(r["last"], e.get("t", 0.0))
+            if op == "start":
+                r["host"] = e.get("hostname")
+            elif op in ("done", "exit"):
+                r["done"] = True
+            elif op == "error":
+                errs.append(f"claimer {w} (pid {pid}) logged an error in phase {e.get('phase')}: "
+                            f"{e.get('type')}: {e.get('message')}")
+            elif op == "found":
+                founds[e.get("s")].append(e)
+            elif op == "claimed":
+                held[pid].update(e.get("s", []))
+            elif op == "measuring":
+                m = {"s": e.get("s"), "w": w, "pid": pid, "asked": e.get("asked", 0.0),
+                     "t": e.get("t", 0.0), "rec": None}
+                meas[m["s"]].append(m)
+                pending[(pid, m["s"])] = m
+                held[pid].discard(m["s"])
+            elif op == "recorded":
+                m = pending.pop((pid, e.get("s")), None)
+                if m is None:
+                    v.append(f"claimer {w} (pid {pid}): 'recorded' of schedule {e.get('s')} without 'measuring'")
+                else:
+                    m["rec"] = e
+                    info[f"claim records acknowledged ({bool(e.get('returned'))})"] += 1
+                    holds.append(e.get("t", 0.0) - m["t"])
+            elif op == "released":
+                pending.pop((pid, e.get("s")), None)
+                held[pid].discard(e.get("s"))
+            if op in ("found", "measuring", "busy") and "dt" in e:
+                lookups.append(e["dt"])
+            if op in ("found", "busy"):
+                info[f"lookups answered {op}"] += 1
+        for (pid, s), m in pending.items():
+            m["open"] = True  # its run ended (or died) inside this claim
+        for pid, ss in held.items():
+            runs[pid]["unmeasured"] = len(ss)
+        if not any(e.get("op") == "done" and e.get("errors") == 0 for e in logs[w]):
+            errs.append(f"claimer {w}: never finished its claims without error (no clean 'done')")
+    killed = {pid for pid, r in runs.items() if not r["done"]}
+    info["claimer runs"] = len(runs)
+    info["killed claimer runs"] = len(killed)
+    all_meas = [m for ms in meas.values() for m in ms]
+    info["measurements"] = len(all_meas)
+    for m in all_meas:
+        if m.get("open") and m["pid"] not in killed:
+            v.append(f"claimer {m['w']} (pid {m['pid']}): schedule {m['s']} measured but never recorded, "
+                     f"and the run was not killed")
+    in_claim = {m["pid"] for m in all_meas if m.get("open") and m["pid"] in killed}
+    in_claim |= {pid for pid in killed if runs[pid].get("unmeasured")}
+    info["killed inside a claim (runs)"] = len(in_claim)
+    info["claims open at a kill"] = (sum(1 for m in all_meas if m.get("open") and m["pid"] in killed)
+                                     + sum(runs[p].get("unmeasured", 0) for p in killed))
+    lookups.sort()
+    figures = {"lookup_p50": lookups[len(lookups) // 2] if lookups else 0.0,
+               "lookup_max": lookups[-1] if lookups else 0.0,
+               "hold_max": max(holds, default=0.0)}
+    # A live claim held longer than its lease can be taken over if its
+    # renewals fail meanwhile (they need the lock): a figure, not a fault.
+    info["claims held longer than the lease"] = sum(1 for h in holds if h > lease)
+
+    dup_schedules = extra = legit = 0
+    same_host_takeovers = other_host_takeovers = 0
+    worst_same = worst_other = 0.0
+    committed_then_killed = 0
+    posthumous = 0
+    for s in range(nclaims):
+        key = by_s[s]
+        label = f"claim schedule {s} ({key[:12]})"
+        ms = sorted(meas.get(s, []), key=lambda m: m["t"])
+        trues = [m for m in ms if m["rec"] is not None and m["rec"].get("returned")]
+        if len(trues) > 1:
+            v.append(f"{label}: Claim.record() returned True {len(trues)} times "
+                     f"(claimers/pids {[(m['w'], m['pid']) for m in trues]}) - claimed twice at once")
+        got = rows.get(key)
+        if got is None:
+            v.append(f"{label}: LOST - not recorded at the end "
+                     f"({len(ms)} measurements, {len(trues)} acknowledged True)")
+            continue
+        sched, ph, rj, proj = got
+        try:
+            val = json.loads(rj)
+            times = val.get("execution_times")
+            sw, spid = int(times[1]), int(times[2])
+            ok = val.get("is_legal") is True and len(times) == 3 and times[0] == s + 0.5
+        except (ValueError, TypeError, IndexError, AttributeError):
+            ok, sw, spid = False, None, None
+        if not ok:
+            v.append(f"{label}: stored value {rj} is no claimer's measurement of it")
+            continue
+        if proj != plan.project(sw):
+            v.append(f"{label}: stored value of claimer {sw} carries project {proj!r}")
+        for f in founds.get(s, []):
+            if f.get("times") != times or f.get("is_legal") is not True:
+                v.append(f"{label}: claimer {f['w']} (pid {f['pid']}) read {f.get('times')}, "
+                         f"but {times} is stored")
+        mine = [m for m in ms if m["pid"] == spid and m["w"] == sw]
+        if not mine:
+            v.append(f"{label}: holds the measurement of claimer {sw} pid {spid}, which never measured it")
+            continue
+        mr = mine[-1]
+        if mr["rec"] is None:
+            committed_then_killed += 1
+        elif not mr["rec"].get("returned"):
+            v.append(f"{label}: holds the value of claimer {sw} pid {spid}, whose record returned False")
+        if trues and trues[0]["pid"] != spid:
+            v.append(f"{label}: LOST - claimer {trues[0]['w']} (pid {trues[0]['pid']}) was told it recorded, "
+                     f"but claimer {sw} pid {spid}'s value is stored")
+        # When was it provably recorded? Nobody may claim it after that.
+        known = min([f["t"] for f in founds.get(s, [])] + [m["rec"]["t"] for m in trues], default=math.inf)
+        for m in ms:
+            if m["asked"] > known:
+                v.append(f"{label}: claimer {m['w']} (pid {m['pid']}) claimed it {m['asked'] - known:.3f} s "
+                         f"after it was recorded and read back")
+        if len(ms) > 1:
+            dup_schedules += 1
+            extra += len(ms) - 1
+        # Measured more than once: legitimate only if every measurer but
+        # the last was killed inside its claim (its claim was then taken
+        # over). The last may learn that its record came second: a killed
+        # holder's record can still commit after its death (another
+        # process of its node commits the requests it had published, group
+        # commit), after its claim was taken over.
+        bad = False
+        for i, m in enumerate(ms[:-1]):
+            if m.get("open") and m["pid"] in killed:
+                continue
+            bad = True
+            nxt = ms[i + 1]
+            if m["rec"] is not None:
+                v.append(f"{label}: MEASURED TWICE - claimer {m['w']} (pid {m['pid']}) measured it and was "
+                         f"not killed during its claim (its record returned {m['rec'].get('returned')}, taken "
+                         f"over: {m['rec'].get('taken_over')}), and claimer {nxt['w']} (pid {nxt['pid']}) "
+                         f"measured it {nxt['t'] - m['t']:.3f} s later; claimer {sw} pid {spid}'s value is stored")
+        if (len(ms) > 1 and not bad and ms[-1] is not mr and ms[-1]["rec"] is not None
+                and not ms[-1]["rec"].get("returned")):
+            posthumous += 1
+        if len(ms) > 1 and not bad:
+            legit += 1
+        # Takeovers of the claims of killed claimers, and the lease.
+        for i, m in enumerate(ms[:-1]):
+            if not m.get("open"):
+                continue
+            nxt = ms[i + 1]
+            same = runs.get(m["pid"], {}).get("host") == runs.get(nxt["pid"], {}).get("host")
+            # From the later of its holder's last sign of life and the
+            # taker's call to the taker's claim.
+            delay = nxt["t"] - max(runs[m["pid"]]["last"], nxt["asked"])
+            if same:
+                same_host_takeovers += 1
+                worst_same = max(worst_same, delay)
+            else:
+                other_host_takeovers += 1
+                worst_other = max(worst_other, delay)
+                early = m["asked"] + lease - nxt["t"]
+                if early > 0.05:
+                    v.append(f"{label}: the claim of killed claimer {m['w']} (pid {m['pid']}, host "
+                             f"{runs[m['pid']]['host']}) was taken over on host {runs[nxt['pid']]['host']} "
+                             f"{nxt['t'] - m['asked']:.3f} s after its call, before its lease "
+                             f"({lease:g} s) could run out")
+    info["schedules measured more than once"] = dup_schedules
+    info["extra measurements"] = extra
+    info["schedules measured again after a kill inside the claim"] = legit
+    info["killed after recording, before the acknowledgement"] = committed_then_killed
+    info["takers whose record came second to the killed holder's"] = posthumous
+    info["claims of killed claimers taken over on their host"] = same_host_takeovers
+    info["claims of killed claimers taken over from another host"] = other_host_takeovers
+    figures["takeover_same_max"] = worst_same
+    figures["takeover_other_max"] = worst_other
+
+    left = []
+    hosts_pids = {(r["host"], pid): pid for pid, r in runs.items()}
+    for key, sched, host, pid, token in table:
+        spec = cplan.get(key)
+        if spec is None:
+            v.append(f"claims table: a claim on {key[:12]} ({sched!r}), which is no claim schedule")
+            continue
+        p = hosts_pids.get((host, pid))
+        if p is None or p not in killed:
+            v.append(f"claims table: claim on schedule {spec['s']} left by {host} pid {pid}, which was "
+                     f"not a killed claimer run")
+        else:
+            info["claims left by killed workers"] += 1
+        left.append({"s": spec["s"], "key": key, "hostname": host, "pid": pid})
+    info["claims left by killed workers"] += 0
+    return v + errs, {"info": dict(info), **figures}, left
 
 
 def main(argv=None) -> int:
@@ -325,10 +598,14 @@ def main(argv=None) -> int:
     g.add_argument("--distinct-hosts", action="store_true", help="require one host name per worker")
     g.add_argument("--distinct-nodes", action="store_true", help="require one node label per worker")
     ap.add_argument("--summary-json", help="also write the summary as JSON here")
+    ap.add_argument("--nclaims", type=int, default=0, help="claim schedules of the claimers (torture.py)")
+    ap.add_argument("--claimers", default="", help="comma-separated ids of the claimers")
+    ap.add_argument("--claim-lease", type=float, default=0.0, help="the claimers' lease (s)")
     args = ap.parse_args(argv)
     distinct = "hosts" if args.distinct_hosts else "nodes" if args.distinct_nodes else ""
+    claimers = [int(x) for x in args.claimers.split(",") if x]
     v, summary = verify(Path(args.db), Path(args.log), args.nworkers, args.nrecords, args.ncontested,
-                        distinct)
+                        distinct, nclaims=args.nclaims, claimers=claimers, lease=args.claim_lease)
     summary["violation_list"] = v
     print(f"verify: {args.nworkers} workers x {args.nrecords} unique + {args.ncontested} contested records")
     for k, n in sorted(summary["info"].items()):
@@ -336,6 +613,16 @@ def main(argv=None) -> int:
     print(f"  calls logged: {summary['calls']}, median {summary['p50_call_seconds']:.3f} s, "
           f"p99 {summary['p99_call_seconds']:.3f} s, slowest {summary['max_call_seconds']:.3f} s "
           f"({summary['max_call_op']})")
+    if "claims" in summary:
+        c = summary["claims"]
+        print(f"verify claims: {len(claimers)} claimers x {args.nclaims} schedules, lease {args.claim_lease:g} s")
+        for k, n in sorted(c["info"].items()):
+            print(f"  {k}: {n}")
+        print(f"  claim records in db: {c['claim records in db']}")
+        print(f"  longest claim (measuring to recorded): {c['hold_max']:.3f} s")
+        print(f"  lookup_or_claim calls: median {c['lookup_p50']:.3f} s, slowest {c['lookup_max']:.3f} s; "
+              f"longest takeover of a killed claim: {c['takeover_same_max']:.3f} s on its host, "
+              f"{c['takeover_other_max']:.3f} s from another")
     if args.summary_json:
         Path(args.summary_json).write_text(json.dumps(summary, indent=1))
     if v:
