@@ -250,6 +250,7 @@ func (c *Claim) Record(ctx context.Context, m Measurement) (bool, error) {
 		return false, newError(KindInternal, "the claim's key %s is not the record's %s", c.ref.Key, w.Rows[0].Key)
 	}
 	w.Release = []storage.ClaimRef{c.ref}
+	w.Renew = c.s.claims.renewable(c.ref.Token)
 	n, err := c.s.be.Write(ctx, w)
 	if err != nil {
 		return false, err
@@ -442,15 +443,19 @@ func (cs *claimState) renew(s *Store, wake <-chan struct{}, stop <-chan struct{}
 		case <-t.C:
 		}
 		last = time.Now()
-		cs.mu.Lock()
-		refs := make([]storage.ClaimRef, 0, len(cs.held))
-		for _, c := range cs.held {
-			if !c.takenOver() {
-				refs = append(refs, c.ref)
+		refs := cs.renewable("")
+		// A renewal may wait for the lock for two thirds of the lease: a
+		// waiter expires the claim a lease after it last saw the row
+		// change, so a late renewal still counts; one that failed is
+		// tried again soon rather than at the next tick.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*every)
+		go func() {
+			select {
+			case <-stop:
+			case <-ctx.Done():
 			}
-		}
-		cs.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), every)
+			cancel()
+		}()
 		var renewed []storage.ClaimRef
 		err := s.be.UpdateClaims(ctx, "renew claims", func(w storage.ClaimWriter) (err error) {
 			renewed, err = w.RenewClaims(refs, identity.NowISO(time.Now()))
@@ -458,21 +463,42 @@ func (cs *claimState) renew(s *Store, wake <-chan struct{}, stop <-chan struct{}
 		})
 		cancel()
 		if err != nil {
-			continue // tried again at the next tick; two may fail before anyone doubts the claims
+			last = time.Now().Add(tuning.ClaimMinPoll - every)
+			continue
 		}
-		ok := make(map[string]bool, len(renewed))
-		for _, r := range renewed {
-			ok[r.Token] = true
+		cs.renewed(refs, renewed)
+	}
+}
+
+// renewable is the claims to renew now, but the one named except: those
+// held and not taken over.
+func (cs *claimState) renewable(except string) []storage.ClaimRef {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	var refs []storage.ClaimRef
+	for tok, c := range cs.held {
+		if tok != except && !c.takenOver() {
+			refs = append(refs, c.ref)
 		}
-		cs.mu.Lock()
-		for _, r := range refs {
-			if c := cs.held[r.Token]; c != nil && !ok[r.Token] {
-				c.mu.Lock()
-				c.taken = true // kept for a late Record, renewed no more
-				c.mu.Unlock()
-			}
+	}
+	return refs
+}
+
+// renewed notes the outcome of a renewal of refs: a claim not among
+// renewed was taken over (or removed).
+func (cs *claimState) renewed(refs, renewed []storage.ClaimRef) {
+	ok := make(map[string]bool, len(renewed))
+	for _, r := range renewed {
+		ok[r.Token] = true
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, r := range refs {
+		if c := cs.held[r.Token]; c != nil && !ok[r.Token] {
+			c.mu.Lock()
+			c.taken = true // kept for a late Record, renewed no more
+			c.mu.Unlock()
 		}
-		cs.mu.Unlock()
 	}
 }
 
@@ -767,9 +793,18 @@ func (s *Store) claimPass(ctx context.Context, programName, hash, source string,
 	var results map[int]*Result
 	var left []*pendingClaim
 	var couldTake bool // a read-only pass found something to take
+	// A write pass also renews the claims this store holds (as its
+	// records do): one more way to keep them alive when the lock is busy.
+	var renew, renewedRefs []storage.ClaimRef
 	pass := func(r storage.Reader, w storage.ClaimWriter) error {
 		mine, results, left, couldTake = nil, map[int]*Result{}, nil, false
 		claimedNow := map[string]bool{}
+		if w != nil && len(renew) > 0 {
+			var err error
+			if renewedRefs, err = w.RenewClaims(renew, identity.NowISO(time.Now())); err != nil {
+				return err
+			}
+		}
 		keyList := make([]string, len(pend))
 		for i, p := range pend {
 			keyList[i] = p.key
@@ -829,7 +864,11 @@ func (s *Store) claimPass(ctx context.Context, programName, hash, source string,
 		take = err == nil && couldTake // released or expired meanwhile: take it now
 	}
 	if take && err == nil {
+		renew = s.claims.renewable("")
 		err = s.be.UpdateClaims(ctx, "lookup_or_claim", func(w storage.ClaimWriter) error { return pass(w, w) })
+		if err == nil && len(renew) > 0 {
+			s.claims.renewed(renew, renewedRefs)
+		}
 	}
 	if err != nil {
 		return pend, err

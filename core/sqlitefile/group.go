@@ -371,6 +371,11 @@ func putRequests(db *sqlite.DB, reqs []*writeRequest, at time.Time) ([]int, *cha
 					return err
 				}
 			}
+			if len(r.Renew) > 0 {
+				if _, err := tx.RenewClaims(r.Renew, stamp); err != nil {
+					return err
+				}
+			}
 		}
 		return nil
 	})

@@ -153,6 +153,11 @@ type Write struct {
 	// Release are claims that the write ends (a claimer's record): each
 	// is deleted in the write's transaction if its token still names it.
 	Release []ClaimRef `json:"release,omitempty"`
+	// Renew are other claims of the writer, renewed in the write's
+	// transaction (dated by it) if their tokens still name them: a
+	// claimer's records keep its other claims alive when the lock is too
+	// busy for its renewals.
+	Renew []ClaimRef `json:"renew,omitempty"`
 }
 
 // Row is one validated record of a Write: its key, normalized schedule and

@@ -42,7 +42,7 @@ Claimers share it too (core/claim.go): on each node, --claim-per-node of
 the workers (default a quarter of them, the last ones of the node) also
 measure a shared list of --nclaims schedules of one program (plan.py's
 claim plan) through lookup_or_claim with a short lease (--claim-lease,
-10 s), interleaved with their record calls like the config puts (at most
+4 s), interleaved with their record calls like the config puts (at most
 one call after a record call). The list goes in rounds of --claim-round
 schedules, each in an order of the claimer's own; round k opens k x
 --claim-pace seconds after the start (as a search advances), so that the
@@ -804,7 +804,7 @@ def mixed_worker(argv: list) -> int:
     ap.add_argument("--nconfig-last", type=int, default=0)
     ap.add_argument("--every", type=int, default=2, help="one config put after every N record writes")
     ap.add_argument("--nclaims", type=int, default=0, help="claim schedules (0: this worker claims nothing)")
-    ap.add_argument("--claim-lease", type=float, default=10.0)
+    ap.add_argument("--claim-lease", type=float, default=4.0)
     ap.add_argument("--claim-mode", choices=CLAIM_MODES, default="wait")
     ap.add_argument("--claim-round", type=int, default=5, help="schedules per round of the list")
     ap.add_argument("--claim-parity", type=int, default=-1, help="only the even (0) or odd (1) rounds; -1: all")
@@ -1184,12 +1184,13 @@ def main(argv=None) -> int:
                     help="workers per node that also claim and measure the shared claim schedules "
                          "(default: a quarter; 0: none)")
     ap.add_argument("--nclaims", type=int, default=40, help="claim schedules (one program) every claimer goes through")
-    # The lease must outlast a live holder's worst run of failed renewals:
-    # they need the lock and give up after a third of the lease, and lock
-    # waits here reach several seconds (at 3 s, a live holder busy
-    # recording its other claims lost one: a schedule measured twice).
+    # The lease must outlast a live holder's renewals under a busy lock
+    # (lock waits here reach several seconds): a renewal waits for the lock
+    # up to two thirds of the lease, and a claimer's records and claim
+    # transactions renew its other claims too. Short enough that claims of
+    # killed holders on other hosts are taken over during the run.
     ap.add_argument("--claim-lease", type=float, default=None,
-                    help="lease of the claims (s; default 10, with --no-lock 3)")
+                    help="lease of the claims (s; default 4, with --no-lock 3)")
     ap.add_argument("--claim-hosts", choices=("node", "node-shm", "same"), default="node",
                     help="node: the even nodes' claimers run as a host of their own per node (a UTS "
                          "namespace), so that only their node-mates can prove them dead; node-shm: also "
@@ -1253,7 +1254,7 @@ def main(argv=None) -> int:
     if a.claim_per_node is None:
         a.claim_per_node = max(1, a.per_node // 4) if a.per_node else 0
     if a.claim_lease is None:
-        a.claim_lease = 3.0 if a.no_lock else 10.0
+        a.claim_lease = 3.0 if a.no_lock else 4.0
     # How long a claimer's call may wait (for the lock or for a claim): with
     # the lock off the claims table is unprotected, and a claim nobody can
     # end must fail the run soon rather than hang it.

@@ -490,13 +490,14 @@ func testClaims(t *testing.T, open Open) {
 	// only if the token still names it.
 	w := &storage.Write{Hash: h, Name: "conv", Source: "src", Hostname: "h", Username: "u",
 		Rows:    []storage.Row{{Key: key(h, "A"), Schedule: "A", ResultJSON: `{"is_legal":false,"execution_times":null}`}},
-		Release: []storage.ClaimRef{{Key: key(h, "A"), Token: "t3"}, {Key: key(h, "B"), Token: "wrong"}}}
+		Release: []storage.ClaimRef{{Key: key(h, "A"), Token: "t3"}, {Key: key(h, "B"), Token: "wrong"}},
+		Renew:   []storage.ClaimRef{{Key: key(h, "B"), Token: "t2"}}}
 	if n, err := b.Write(ctx, w); n != 1 || err != nil {
 		t.Fatalf("write with release: %v %v", n, err)
 	}
 	got = claims(key(h, "A"), key(h, "B"))
-	if len(got) != 1 || got[key(h, "B")] == nil {
-		t.Fatalf("after the release: %+v", got)
+	if len(got) != 1 || got[key(h, "B")] == nil || got[key(h, "B")].Renewals != 1 {
+		t.Fatalf("after the release and renewal: %+v", got)
 	}
 	var all []string
 	if err := b.View(ctx, "each", func(r storage.Reader) error {
