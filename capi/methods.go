@@ -177,20 +177,10 @@ var methods = map[string]method{
 		if err != nil {
 			return nil, err
 		}
-		var out []core.ClaimOutcome
 		if prog.byHash {
-			out, err = st.LookupManyOrClaimByHash(ctx, name, prog.hash, scheds, opts)
-		} else {
-			out, err = st.LookupManyOrClaim(ctx, name, prog.source, scheds, opts)
+			return anySlice(st.LookupManyOrClaimByHash(ctx, name, prog.hash, scheds, opts))
 		}
-		if err != nil {
-			return nil, err
-		}
-		list := make([]any, len(out))
-		for i, o := range out {
-			list[i] = o
-		}
-		return list, nil
+		return anySlice(st.LookupManyOrClaim(ctx, name, prog.source, scheds, opts))
 	}},
 	"claim_record": {true, []string{"token", "program_source_code", "is_legal", "execution_times"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		c, err := heldClaim(st, a)

@@ -290,21 +290,7 @@ func runClaimPlan(st *core.Store, steps []step) map[string]*stepResult {
 				parts[0].NS = append(parts[0].NS, mid.Sub(t0).Nanoseconds())
 				parts[1].NS = append(parts[1].NS, end.Sub(mid).Nanoseconds())
 			}
-			switch {
-			case err != nil:
-				r.Errors++
-				if isTimeout(err) {
-					r.Timeouts++
-				}
-				if r.FirstError == "" {
-					r.FirstError = err.Error()
-				}
-			case !ok:
-				r.Wrong++
-				if r.FirstError == "" {
-					r.FirstError = fmt.Sprintf("%s %s: unexpected result", s.Op, sched)
-				}
-			}
+			r.count(err, ok, s.Op, sched)
 		}
 		switch {
 		case !s.Warmup:

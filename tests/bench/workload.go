@@ -241,6 +241,26 @@ type stepResult struct {
 	FirstError string  `json:"first_error,omitempty"`
 }
 
+// count tallies one operation of the step: an error (and whether it was
+// a lock timeout) or a wrong result, the first of them kept as text.
+func (r *stepResult) count(err error, ok bool, op, sched string) {
+	switch {
+	case err != nil:
+		r.Errors++
+		if isTimeout(err) {
+			r.Timeouts++
+		}
+		if r.FirstError == "" {
+			r.FirstError = err.Error()
+		}
+	case !ok:
+		r.Wrong++
+		if r.FirstError == "" {
+			r.FirstError = fmt.Sprintf("%s %s: unexpected result", op, sched)
+		}
+	}
+}
+
 // runPlan runs the steps on c and returns the results of the non-warm-up
 // steps by label, plus those of warm-up steps that failed ("warmup/<label>").
 func runPlan(c client, steps []step) map[string]*stepResult {
@@ -284,21 +304,7 @@ func runPlan(c client, steps []step) map[string]*stepResult {
 				err = fmt.Errorf("unknown op %q", s.Op)
 			}
 			r.NS = append(r.NS, time.Since(t0).Nanoseconds())
-			switch {
-			case err != nil:
-				r.Errors++
-				if isTimeout(err) {
-					r.Timeouts++
-				}
-				if r.FirstError == "" {
-					r.FirstError = err.Error()
-				}
-			case !ok:
-				r.Wrong++
-				if r.FirstError == "" {
-					r.FirstError = fmt.Sprintf("%s %s: unexpected result", s.Op, schedule(s.Tag, i))
-				}
-			}
+			r.count(err, ok, s.Op, schedule(s.Tag, i))
 		}
 		if s.MarkEnd != "" {
 			os.Stat(s.MarkEnd)
