@@ -31,6 +31,20 @@ func twoStores(t *testing.T) (*Store, *Store) {
 	return out[0], out[1]
 }
 
+// waitFor starts st's LookupOrClaim of sched with Wait in a goroutine: its
+// outcome arrives on the channel.
+func waitFor(t *testing.T, st *Store) <-chan ClaimOutcome {
+	got := make(chan ClaimOutcome, 1)
+	go func() {
+		o, err := st.LookupOrClaim(ctx, "blur", src, sched, ClaimOptions{Wait: true})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- o
+	}()
+	return got
+}
+
 var measured = Measurement{IsLegal: true, ExecutionTimes: []pyjson.Number{"0.5"}}
 
 func TestClaimRecordAndBusy(t *testing.T) {
@@ -44,14 +58,7 @@ func TestClaimRecordAndBusy(t *testing.T) {
 		t.Fatalf("second: %+v %v", busy, err)
 	}
 	// A waiter gets the result once it is recorded.
-	got := make(chan ClaimOutcome, 1)
-	go func() {
-		o, err := b.LookupOrClaim(ctx, "blur", src, sched, ClaimOptions{Wait: true})
-		if err != nil {
-			t.Error(err)
-		}
-		got <- o
-	}()
+	got := waitFor(t, b)
 	time.Sleep(100 * time.Millisecond)
 	if wrote, err := o.Claim.Record(ctx, measured); !wrote || err != nil {
 		t.Fatalf("record: %v %v", wrote, err)
@@ -71,14 +78,7 @@ func TestClaimRecordAndBusy(t *testing.T) {
 func TestClaimReleaseHandsOver(t *testing.T) {
 	a, b := twoStores(t)
 	o, _ := a.LookupOrClaim(ctx, "blur", src, sched, ClaimOptions{})
-	got := make(chan ClaimOutcome, 1)
-	go func() {
-		o, err := b.LookupOrClaim(ctx, "blur", src, sched, ClaimOptions{Wait: true})
-		if err != nil {
-			t.Error(err)
-		}
-		got <- o
-	}()
+	got := waitFor(t, b)
 	time.Sleep(100 * time.Millisecond)
 	if err := o.Claim.Release(ctx); err != nil {
 		t.Fatal(err)
