@@ -654,13 +654,10 @@ func (s *Store) lookupOrClaim(ctx context.Context, programName, hash, source str
 		}
 		pend = append(pend, &pendingClaim{i: i, key: keys.RecordKeyNormalized(hash, norm), norm: norm, given: sc})
 	}
-	// The hot path: a hit that the cache proves current, lock-free; then a
-	// read as lookup_many's (which loads the cache, so that the next
-	// lookups of the program are lock-free too); only what is still
-	// missing takes the claims transaction.
-	if pend, err = s.peekResults(hash, pend, out); err != nil || len(pend) == 0 {
-		return out, err
-	}
+	// A read as lookup's or lookup_many's: lock-free for what the cache
+	// proves current, else under the lock (which loads the cache, so that
+	// the next lookups of the program are lock-free too); only what is
+	// still missing takes the claims transaction.
 	if pend, err = s.readResults(ctx, hash, pend, out); err != nil || len(pend) == 0 {
 		return out, err
 	}
