@@ -55,6 +55,9 @@ import (
 //     claim; a stopped holder (SIGSTOP, a suspended Slurm job, a VM
 //     pause) loses its claims after its lease, as a dead one on another
 //     node does. The observation is kept by the Store across calls.
+//     A database server dates every renewal by its own one clock
+//     (storage.Claim.ServerClock): there the server's verdict counts,
+//     and a waiter that just arrived need not watch the row first.
 //
 // A late record, of a claim that expired and may have been taken over:
 // Claim.Record stores the result if the schedule is still not recorded
@@ -351,6 +354,10 @@ func (cs *claimState) look(s *Store, c *storage.Claim, now time.Time) (takeable,
 	defer cs.mu.Unlock()
 	if _, mine := cs.held[c.Token]; mine {
 		return false, false, now.Add(lease) // this process is alive: its claim is
+	}
+	if c.ServerClock {
+		// One clock dates every renewal: its verdict needs no watching.
+		return c.ExpiresIn <= 0, false, now.Add(max(c.ExpiresIn, 0))
 	}
 	sg, ok := cs.seen[c.Key]
 	if !ok || sg.token != c.Token || sg.renewals != c.Renewals {

@@ -2,8 +2,9 @@
 // original Python library (lookup, record, record_many, ...) with its
 // argument checks, normalization, keys, result shapes, CPU policy and
 // errors, over a storage backend (core/storage) that stores what this
-// layer has validated. The one backend today is the shared SQLite file
-// (core/sqlitefile); docs/design.md draws the whole pipeline.
+// layer has validated. The backend is the shared SQLite file
+// (core/sqlitefile) or a PostgreSQL server (core/postgres); docs/design.md
+// draws the whole pipeline.
 package core
 
 import (
@@ -15,6 +16,7 @@ import (
 	"github.com/tirastore/tirastore/core/cpu"
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/lock"
+	"github.com/tirastore/tirastore/core/postgres"
 	"github.com/tirastore/tirastore/core/pypath"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/sqlitefile"
@@ -96,12 +98,16 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// openBackend chooses the backend by the form of the location: a URL
-// names a database server, anything else a file path.
+// openBackend chooses the backend by the form of the location: a
+// postgresql:// (or postgres://) URL names a PostgreSQL database, another
+// URL is refused, and anything else is a file path.
 func openBackend(ctx context.Context, location string, cfg storage.Config) (storage.Backend, *storage.Opened, error) {
+	if postgres.IsURL(location) {
+		return postgres.Open(ctx, location, cfg)
+	}
 	if scheme, _, ok := strings.Cut(location, "://"); ok && isURLScheme(scheme) {
-		return nil, nil, newError(KindValue, "db_path %s is a URL (%s://); this version of TiraStore stores "+
-			"only in SQLite files: give a file path", schedule.Repr(location), scheme)
+		return nil, nil, newError(KindValue, "db_path %s is a URL of a kind TiraStore does not know (%s://): "+
+			"give a file path, or a postgresql:// URL", schedule.Repr(postgres.Redact(location)), scheme)
 	}
 	abs, err := pypath.Resolve(location)
 	if err != nil {

@@ -3,11 +3,11 @@
 // a database backend. A backend stores what the API layer has already
 // validated and keyed; it never normalizes or hashes.
 //
-// Today there is one backend, the shared SQLite file (core/sqlitefile):
-// one file on a cluster filesystem, serialized by the hard-link lock, with
+// There are two backends: the shared SQLite file (core/sqlitefile), one
+// file on a cluster filesystem, serialized by the hard-link lock, with
 // its speed-up layers (node queue, group commit, change log, result cache)
-// all behind this interface. A backend with row-level concurrency (a
-// database server) implements the same interface without a global lock.
+// all behind this interface; and a PostgreSQL server (core/postgres),
+// with row-level concurrency and no global lock.
 //
 // Adding a table: its row types go here, its reads on Reader and its
 // writes on Writer (or, for an operation a backend serves faster than a
@@ -108,6 +108,14 @@ type Claim struct {
 	// Renewals counts the holder's renewals: each changes the row.
 	Renewals             int64
 	ClaimedAt, RenewedAt string
+	// ServerClock: the backend has one clock that dates every renewal
+	// (a database server's), and ExpiresIn is what is left of the lease
+	// by it when the claim was read (<= 0: expired), so that a waiter
+	// need not watch the row for a whole lease first. A backend whose
+	// writers date rows by their own clocks (the shared file) leaves it
+	// false, and waiters count the lease on their own clocks.
+	ServerClock bool
+	ExpiresIn   time.Duration
 }
 
 // ClaimRef names one claim: its key and the token of its holder.

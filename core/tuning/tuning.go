@@ -153,3 +153,46 @@ const (
 	// wait that lasts this long installs the SIGINT handler.
 	ArmDelay = 20 * time.Millisecond
 )
+
+// The PostgreSQL backend (core/postgres). Each applies unless the
+// connection URL or PGOPTIONS sets the server parameter itself.
+const (
+	// ServerConnectTimeout bounds one connection attempt (libpq's
+	// connect_timeout, when the URL and PGCONNECT_TIMEOUT leave it unset):
+	// a cut network fails an open or a call instead of hanging in the
+	// kernel's TCP retries.
+	ServerConnectTimeout = 10 * time.Second
+	// ServerStatementTimeout is the server's statement_timeout: no
+	// statement of the engine runs this long (the longest is one page of
+	// an export), so one that does is stuck behind a lock.
+	ServerStatementTimeout = 60 * time.Second
+	// ServerIdleInTransaction is the server's
+	// idle_in_transaction_session_timeout: a client stopped inside a
+	// transaction (SIGSTOP, a suspended Slurm job) holds its row locks
+	// only this long, then the server ends its session and rolls it back,
+	// so a stalled holder never commits late. Below the default claim
+	// lease, so that a stalled claimer never blocks its takers longer.
+	ServerIdleInTransaction = 30 * time.Second
+	// ServerCallSlack is what a statement's client-side deadline adds to
+	// ServerStatementTimeout: past it the server is unreachable (a cut
+	// network never answers), and the call fails.
+	ServerCallSlack = 10 * time.Second
+	// ServerRetryFor bounds the retries of a call that met a lost
+	// connection or a restarting server (and could be retried: nothing
+	// was sent, or the call is idempotent); between attempts the backoff
+	// grows from ServerRetryMin to ServerRetryMax. A restart of a
+	// server takes a few seconds.
+	ServerRetryFor = 30 * time.Second
+	ServerRetryMin = 50 * time.Millisecond
+	ServerRetryMax = 2 * time.Second
+	// ServerMaxConns is a process's pool of connections when the URL
+	// does not set pool_max_conns: a worker makes one call at a time,
+	// and a second connection keeps its claims' renewals from waiting
+	// behind that call. 64 workers then need a max_connections above
+	// 128 (the server's default is 100), or PgBouncer in between, or
+	// pool_max_conns=1.
+	ServerMaxConns = 2
+	// ServerExportPage is how many programs an export or backup reads
+	// per statement (with their sources) inside its one snapshot.
+	ServerExportPage = 64
+)

@@ -1,0 +1,135 @@
+// Package pgtest gives Go tests a real PostgreSQL server: a throwaway
+// cluster that tests/pg/pgcluster.py makes with initdb and starts on a
+// socket of its own, once per test binary (Main), and a fresh schema of
+// it per test (URL). No cluster of the machine's own is used.
+//
+// Without PostgreSQL installed the tests that need it skip, except under
+// CI=true, where they fail: CI installs it (.ci/run). It is imported by
+// _test.go files only.
+package pgtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// Cluster is a running throwaway cluster (pgcluster.py's JSON).
+type Cluster struct {
+	Base      string `json:"base"`
+	BinDir    string `json:"bindir"`
+	Port      int    `json:"port"`
+	SocketDir string `json:"socket_dir"`
+	// URL is the superuser's on the socket; TCPURL tira_pw's, with its
+	// password, over TCP without TLS.
+	URL      string `json:"url"`
+	TCPURL   string `json:"tcp_url"`
+	Cert     string `json:"cert"`
+	Password string `json:"password"`
+}
+
+var (
+	cluster *Cluster
+	why     string // why there is none
+	schemas atomic.Int64
+)
+
+// script is tests/pg/pgcluster.py of this source tree.
+func script() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "tests", "pg", "pgcluster.py")
+}
+
+func python() string {
+	if p := os.Getenv("TIRASTORE_TEST_PYTHON"); p != "" {
+		return p
+	}
+	return "python3"
+}
+
+// Main runs the test binary's tests with a cluster started for them, and
+// removes it afterwards.
+func Main(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tirastore-pgtest-")
+	if err == nil {
+		var out []byte
+		cmd := exec.Command(python(), script(), "start", dir)
+		cmd.Stderr = os.Stderr
+		if out, err = cmd.Output(); err == nil {
+			var c Cluster
+			if err = json.Unmarshal(out, &c); err == nil {
+				cluster = &c
+			}
+		}
+	}
+	if err != nil {
+		why = fmt.Sprintf("no PostgreSQL test cluster: %v", err)
+	}
+	code := m.Run()
+	if cluster != nil {
+		_ = exec.Command(python(), script(), "stop", dir).Run()
+	}
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// Need returns the cluster, or skips t (fails it under CI=true) when
+// there is none.
+func Need(t testing.TB) *Cluster {
+	t.Helper()
+	if cluster == nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(why)
+		}
+		t.Skip(why)
+	}
+	return cluster
+}
+
+// URL is the URL of a new, empty schema for t (first on the search_path),
+// dropped when t ends.
+func URL(t testing.TB) string {
+	c := Need(t)
+	name := fmt.Sprintf("t%d_%d", os.Getpid(), schemas.Add(1))
+	c.PSQL(t, fmt.Sprintf(`CREATE SCHEMA %q`, name))
+	t.Cleanup(func() { _, _ = c.psql(fmt.Sprintf(`DROP SCHEMA IF EXISTS %q CASCADE`, name)) })
+	return c.URL + "&options=-csearch_path%3D" + name
+}
+
+// PSQL runs sql as the superuser in the database tira and returns its
+// unaligned output; a failure fails t.
+func (c *Cluster) PSQL(t testing.TB, sql string) string {
+	t.Helper()
+	out, err := c.psql(sql)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func (c *Cluster) psql(sql string) (string, error) {
+	cmd := exec.Command(filepath.Join(c.BinDir, "psql"), "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1",
+		"-h", c.SocketDir, "-p", fmt.Sprint(c.Port), "-U", "postgres", "-d", "tira", "-c", sql)
+	if _, err := os.Stat(cmd.Path); err != nil {
+		cmd.Path, _ = exec.LookPath("psql")
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("psql %q: %v: %s", sql, err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// Restart restarts the server (mode "fast" or "immediate").
+func (c *Cluster) Restart(t testing.TB, mode string) {
+	t.Helper()
+	if out, err := exec.Command(python(), script(), "restart", c.Base, "--mode", mode).CombinedOutput(); err != nil {
+		t.Fatalf("restart: %v: %s", err, out)
+	}
+}

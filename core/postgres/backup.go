@@ -1,0 +1,114 @@
+package postgres
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tirastore/tirastore/core/sqlite"
+	"github.com/tirastore/tirastore/core/storage"
+	"github.com/tirastore/tirastore/core/tuning"
+)
+
+// eachProgram is EachProgram inside the reader's snapshot: a page of
+// programs (with their sources) per statement, then each one's results.
+func (r *reader) eachProgram(fn func(storage.Program, []storage.ScheduleResult) error) error {
+	var name, hash string
+	for {
+		page, err := r.ProgramsAfter(name, hash, tuning.ServerExportPage)
+		if err != nil {
+			return err
+		}
+		for _, p := range page {
+			results := []storage.ScheduleResult{}
+			err := r.rows(func(rows pgx.Rows) error {
+				var sr storage.ScheduleResult
+				err := rows.Scan(&sr.Schedule, &sr.ResultJSON)
+				results = append(results, sr)
+				return err
+			}, "SELECT schedule, result_json FROM records WHERE program_hash = $1 ORDER BY creation_date, rowid", p.Hash)
+			if err != nil {
+				return err
+			}
+			if err := fn(p, results); err != nil {
+				return err
+			}
+		}
+		if len(page) < tuning.ServerExportPage {
+			return nil
+		}
+		name, hash = page[len(page)-1].Name, page[len(page)-1].Hash
+	}
+}
+
+// backupTo writes the reader's snapshot to the new file path as a SQLite
+// database of the same tables (the original's schema, with the
+// kernel-config tables when there are entries): a copy that any TiraStore,
+// or the original library, can open. Records go in insertion order, so
+// that the copy's rowid order, and hence its export, is the server's.
+// Claims are not copied: they belong to running workers.
+func (r *reader) backupTo(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	f.Close()
+	db, err := sqlite.Open(path, nil)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer db.Close()
+	meta := map[string]string{}
+	for _, k := range []string{"cpu_model", "slurm_cpus", "created_at"} {
+		v, _, err := r.Meta(k)
+		if err != nil {
+			return err
+		}
+		meta[k] = v
+	}
+	if err := db.Init(meta["cpu_model"], meta["slurm_cpus"], meta["created_at"]); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return db.Tx(func(tx *sqlite.Tx) error {
+		err := r.rows(func(rows pgx.Rows) error {
+			var p storage.Program
+			if err := rows.Scan(&p.Hash, &p.Name, &p.Source); err != nil {
+				return err
+			}
+			return tx.PutProgram(p)
+		}, "SELECT program_hash, program_name, source_code FROM programs ORDER BY program_name, program_hash")
+		if err != nil {
+			return err
+		}
+		err = r.rows(func(rows pgx.Rows) error {
+			rec, err := scanRecord(rows)
+			if err != nil {
+				return err
+			}
+			_, err = tx.PutRecord(rec, false)
+			return err
+		}, "SELECT "+recordColumns+" FROM records r ORDER BY r.rowid")
+		if err != nil {
+			return err
+		}
+		err = r.rows(func(rows pgx.Rows) error {
+			var e storage.ConfigEntry
+			if err := rows.Scan(configDst(&e)...); err != nil {
+				return err
+			}
+			_, err := tx.PutConfig(&e, false)
+			return err
+		}, "SELECT "+configColumns+" FROM config_entries ORDER BY key")
+		if err != nil {
+			return err
+		}
+		return r.rows(func(rows pgx.Rows) error {
+			var im storage.ConfigImport
+			if err := rows.Scan(&im.Path, &im.Size, &im.MtimeNS, &im.SHA256, &im.Entries, &im.ImportedAt, &im.Hostname, &im.Username); err != nil {
+				return err
+			}
+			return tx.PutConfigImport(&im)
+		}, "SELECT path, size, mtime_ns, sha256, entries, imported_at, hostname, username FROM config_imports ORDER BY path")
+	})
+}

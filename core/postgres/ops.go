@@ -1,0 +1,352 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/storage"
+)
+
+// The storage.Backend operations.
+
+const (
+	recordColumns = `r.key, r.program_hash, r.schedule, r.result_json, r.hostname, r.username,
+       r.creation_date, r.update_date, r.source_project`
+	// The lookups keep the original's inner join with programs (a record
+	// whose program row is missing is not found) without reading the
+	// program's name and source, which a lookup does not return.
+	lookupSQL = "SELECT " + recordColumns + `
+  FROM records r JOIN programs p ON r.program_hash = p.program_hash WHERE r.key = $1`
+	lookupManySQL = "SELECT " + recordColumns + `
+  FROM records r JOIN programs p ON r.program_hash = p.program_hash WHERE r.key = ANY($1)`
+	containsSQL = "SELECT EXISTS (SELECT 1 FROM records WHERE key = $1)"
+
+	insertProgramSQL = `INSERT INTO programs (program_hash, program_name, source_code) VALUES ($1, $2, $3)
+  ON CONFLICT (program_hash) DO NOTHING`
+	// The rows of one write from arrays, in their order (so that rowid
+	// follows it), one statement whatever their number.
+	insertRowsSQL = `INSERT INTO records (key, program_hash, schedule, result_json, hostname, username,
+       creation_date, update_date, source_project)
+  SELECT t.k, $2, t.s, t.r, $3, $4, $5, $5, $6
+    FROM unnest($1::text[], $7::text[], $8::text[]) WITH ORDINALITY AS t(k, s, r, n) ORDER BY t.n
+  ON CONFLICT (key) DO NOTHING RETURNING key`
+	upsertRowsSQL = `INSERT INTO records (key, program_hash, schedule, result_json, hostname, username,
+       creation_date, update_date, source_project)
+  SELECT t.k, $2, t.s, t.r, $3, $4, $5, $5, $6
+    FROM unnest($1::text[], $7::text[], $8::text[]) WITH ORDINALITY AS t(k, s, r, n) ORDER BY t.n
+  ON CONFLICT (key) DO UPDATE SET program_hash = excluded.program_hash, schedule = excluded.schedule,
+       result_json = excluded.result_json, hostname = excluded.hostname, username = excluded.username,
+       update_date = excluded.update_date, source_project = excluded.source_project
+  RETURNING key`
+	// ownRowsSQL finds, after a retry, the rows an earlier attempt of the
+	// same write committed before its answer was lost: exactly its
+	// values, its date.
+	ownRowsSQL = `SELECT r.key FROM records r
+  JOIN unnest($1::text[], $7::text[], $8::text[]) AS t(k, s, res) ON r.key = t.k AND r.schedule = t.s AND r.result_json = t.res
+  WHERE r.program_hash = $2 AND r.hostname = $3 AND r.username = $4 AND r.update_date = $5 AND r.source_project = $6`
+	releaseSQL = `DELETE FROM claims c USING unnest($1::text[], $2::text[]) AS t(k, tok)
+  WHERE c.key = t.k AND c.token = t.tok`
+	renewSQL = `UPDATE claims c SET renewals = c.renewals + 1, renewed_at = ` + serverNow + `
+  FROM unnest($1::text[], $2::text[]) AS t(k, tok) WHERE c.key = t.k AND c.token = t.tok`
+)
+
+// serverNow is the server's clock as identity.NowISO writes dates: a
+// claim's dates, by which the server judges its lease.
+const serverNow = `(to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') || '+00:00')`
+
+func scanRecord(row pgx.Row) (*storage.Record, error) {
+	var r storage.Record
+	err := row.Scan(&r.Key, &r.ProgramHash, &r.Schedule, &r.ResultJSON, &r.Hostname, &r.Username,
+		&r.CreationDate, &r.UpdateDate, &r.SourceProject)
+	return &r, err
+}
+
+// one runs fn, a read of one statement, with retries.
+func (s *Store) one(ctx context.Context, op string, fn func(ctx context.Context) error) error {
+	ctx, done, err := s.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return s.retry(ctx, op, true, func(ctx context.Context, _ int) error {
+		sctx, cancel := s.stmtCtx(ctx)
+		defer cancel()
+		return fn(sctx)
+	})
+}
+
+// Lookup reads the record of key in one round trip.
+func (s *Store) Lookup(ctx context.Context, _, key string) (*storage.Record, error) {
+	var rec *storage.Record
+	err := s.one(ctx, "lookup", func(ctx context.Context) error {
+		r, err := scanRecord(s.pool.QueryRow(ctx, lookupSQL, key))
+		if errors.Is(err, pgx.ErrNoRows) {
+			rec = nil
+			return nil
+		}
+		rec = r
+		return err
+	})
+	return rec, err
+}
+
+// LookupMany reads the records of keys in one statement.
+func (s *Store) LookupMany(ctx context.Context, _ string, keys []string) ([]*storage.Record, error) {
+	var out []*storage.Record
+	err := s.one(ctx, "lookup_many", func(ctx context.Context) error {
+		rows, err := s.pool.Query(ctx, lookupManySQL, keys)
+		if err != nil {
+			return err
+		}
+		byKey := make(map[string]*storage.Record, len(keys))
+		for rows.Next() {
+			r, err := scanRecord(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			byKey[r.Key] = r
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		out = make([]*storage.Record, len(keys))
+		for i, k := range keys {
+			out[i] = byKey[k]
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Contains reports whether a record row has key (no join).
+func (s *Store) Contains(ctx context.Context, _, key string) (bool, error) {
+	var found bool
+	err := s.one(ctx, "contains", func(ctx context.Context) error {
+		return s.pool.QueryRow(ctx, containsSQL, key).Scan(&found)
+	})
+	return found, err
+}
+
+// ConfigGet reads the config entry of key; nothing is cached (stamp 0).
+func (s *Store) ConfigGet(ctx context.Context, key string) (*storage.ConfigEntry, uint64, error) {
+	var e *storage.ConfigEntry
+	err := s.one(ctx, "config get", func(ctx context.Context) error {
+		var err error
+		e, err = getConfig(ctx, s.pool, key)
+		return err
+	})
+	return e, 0, err
+}
+
+// ConfigFresh is false: no answer is cached.
+func (s *Store) ConfigFresh(uint64) bool { return false }
+
+// Peek cannot answer without a round trip.
+func (s *Store) Peek(string, string) (*storage.Record, bool) { return nil, false }
+
+// Write stores w in one pipelined batch: one round trip, one implicit
+// transaction. A retry after a lost answer counts the rows that the
+// earlier attempt committed (exactly w's values and date) as written, so
+// that a record that won its key still says so.
+func (s *Store) Write(ctx context.Context, w *storage.Write) (int, error) {
+	ctx, done, err := s.enter(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	rows := w.Rows
+	if w.Overwrite {
+		rows = lastOfEachKey(rows)
+	}
+	keys := make([]string, len(rows))
+	scheds := make([]string, len(rows))
+	results := make([]string, len(rows))
+	for i, r := range rows {
+		keys[i], scheds[i], results[i] = r.Key, r.Schedule, r.ResultJSON
+	}
+	stamp := identity.NowISO(time.Now())
+	args := []any{keys, w.Hash, w.Hostname, w.Username, stamp, w.SourceProject, scheds, results}
+	insert := insertRowsSQL
+	if w.Overwrite {
+		insert = upsertRowsSQL
+	}
+	written := 0
+	err = s.retry(ctx, "record", true, func(ctx context.Context, attempt int) error {
+		sctx, cancel := s.stmtCtx(ctx)
+		defer cancel()
+		b := &pgx.Batch{}
+		b.Queue(insertProgramSQL, w.Hash, w.Name, w.Source)
+		b.Queue(insert, args...)
+		if len(w.Release) > 0 {
+			k, t := refArrays(w.Release)
+			b.Queue(releaseSQL, k, t)
+		}
+		if len(w.Renew) > 0 {
+			k, t := refArrays(w.Renew)
+			b.Queue(renewSQL, k, t)
+		}
+		br := s.pool.SendBatch(sctx, b)
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return err
+		}
+		got := map[string]bool{}
+		r, err := br.Query()
+		if err == nil {
+			var k string
+			_, err = pgx.ForEachRow(r, []any{&k}, func() error { got[k] = true; return nil })
+		}
+		if err != nil {
+			br.Close()
+			return err
+		}
+		if err := br.Close(); err != nil {
+			return err
+		}
+		if attempt > 0 && len(got) < len(keys) {
+			r, err := s.pool.Query(sctx, ownRowsSQL, args...)
+			if err != nil {
+				return err
+			}
+			var k string
+			if _, err := pgx.ForEachRow(r, []any{&k}, func() error { got[k] = true; return nil }); err != nil {
+				return err
+			}
+		}
+		written = len(got)
+		return nil
+	})
+	if err != nil {
+		return 0, s.noProgram(err)
+	}
+	return written, nil
+}
+
+// noProgram maps a foreign-key violation to storage.ErrNoProgram.
+func (s *Store) noProgram(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23503" {
+		return errors.Join(storage.ErrNoProgram, err)
+	}
+	return err
+}
+
+// lastOfEachKey keeps the last row of each key, in the order of their
+// first appearance: an upsert may not change one row twice in one
+// statement, and with overwrite the last row written is the one SQLite
+// keeps.
+func lastOfEachKey(rows []storage.Row) []storage.Row {
+	idx := make(map[string]int, len(rows))
+	out := make([]storage.Row, 0, len(rows))
+	for _, r := range rows {
+		if i, ok := idx[r.Key]; ok {
+			out[i] = r
+			continue
+		}
+		idx[r.Key] = len(out)
+		out = append(out, r)
+	}
+	return out
+}
+
+func refArrays(refs []storage.ClaimRef) (keys, tokens []string) {
+	keys, tokens = make([]string, len(refs)), make([]string, len(refs))
+	for i, r := range refs {
+		keys[i], tokens[i] = r.Key, r.Token
+	}
+	return keys, tokens
+}
+
+// View runs fn in one REPEATABLE READ, read-only transaction: one
+// snapshot, blocking nobody. Only starting it is retried (fn may not be
+// safe to run twice).
+func (s *Store) View(ctx context.Context, op string, fn func(storage.Reader) error) error {
+	return s.tx(ctx, op, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		return fn(&reader{s: s, ctx: ctx, q: tx})
+	})
+}
+
+// Update runs fn in one READ COMMITTED transaction.
+func (s *Store) Update(ctx context.Context, op string, fn func(storage.Writer) error) error {
+	return s.tx(ctx, op, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		return fn(&writer{reader{s: s, ctx: ctx, q: tx, write: true}, tx})
+	})
+}
+
+// UpdateClaims is Update: the claims need no cache of their own.
+func (s *Store) UpdateClaims(ctx context.Context, op string, fn func(storage.ClaimWriter) error) error {
+	return s.tx(ctx, op, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		return fn(&writer{reader{s: s, ctx: ctx, q: tx, write: true}, tx})
+	})
+}
+
+// ranErr marks an error of a transaction whose function ran: it is not
+// retried.
+type ranErr struct{ error }
+
+func (e ranErr) Unwrap() error { return e.error }
+
+// tx runs fn in a transaction of opts, committed if fn returns nil.
+func (s *Store) tx(ctx context.Context, op string, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
+	ctx, done, err := s.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return s.retry(ctx, op, false, func(ctx context.Context, _ int) error {
+		bctx, cancel := s.stmtCtx(ctx)
+		tx, err := s.pool.BeginTx(bctx, opts)
+		cancel()
+		if err != nil {
+			return err
+		}
+		defer func() {
+			rctx, cancel := context.WithTimeout(context.Background(), s.stmtTimeoutOr(time.Minute))
+			_ = tx.Rollback(rctx)
+			cancel()
+		}()
+		if err := fn(tx); err != nil {
+			return ranErr{s.noProgram(err)}
+		}
+		cctx, cancel := s.stmtCtx(ctx)
+		defer cancel()
+		if err := tx.Commit(cctx); err != nil {
+			if isConnError(err) {
+				err = fmt.Errorf("the connection was lost at COMMIT, so the transaction may or may not "+
+					"have been committed: %w", err)
+			}
+			return ranErr{err}
+		}
+		return nil
+	})
+}
+
+func (s *Store) stmtTimeoutOr(d time.Duration) time.Duration {
+	if s.stmtTimeout > 0 {
+		return s.stmtTimeout
+	}
+	return d
+}
+
+// EachProgram reads every program, ServerExportPage at a time with their
+// sources, and each one's results, all in one REPEATABLE READ snapshot.
+func (s *Store) EachProgram(ctx context.Context, fn func(storage.Program, []storage.ScheduleResult) error) error {
+	return s.View(ctx, "export", func(r storage.Reader) error {
+		return r.(*reader).eachProgram(fn)
+	})
+}
+
+// Backup writes a consistent copy of the database, as a SQLite file of
+// the same tables (backup.go).
+func (s *Store) Backup(ctx context.Context, path string) error {
+	return s.View(ctx, "back up", func(r storage.Reader) error {
+		return r.(*reader).backupTo(path)
+	})
+}

@@ -1,0 +1,275 @@
+// Package postgres is the PostgreSQL backend of the storage seam
+// (core/storage): one database on a server, shared by workers on several
+// clusters, with row-level concurrency and no global lock.
+//
+// It keeps the tables and columns of the SQLite schema (db_meta,
+// programs, records, config_entries, config_imports, claims; schema.go),
+// so that SQL users can query either backend alike, with one column
+// more: records.rowid, the insertion order SQLite keeps in its hidden
+// rowid, which export's order needs for records of one creation date.
+//
+// How each operation reaches the server:
+//   - lookup, lookup_many, contains, config get: one statement each, one
+//     round trip; nothing is cached in the process (every answer is the
+//     server's; tests/bench measures what a cache could save);
+//   - record, record_many: one pipelined batch, one round trip: the
+//     program and every row as one INSERT ... ON CONFLICT DO NOTHING
+//     (or DO UPDATE with overwrite) from arrays, the claims it ends and
+//     renews, all in the batch's one implicit transaction;
+//   - claims: rows of claims; a claims transaction first takes a
+//     transaction-scoped advisory lock per key, so two claimers of one
+//     key are serialized on that key only, and the server's clock dates
+//     and expires the leases (storage.Claim.ServerClock);
+//   - View is a REPEATABLE READ, read-only transaction (one snapshot),
+//     Update a READ COMMITTED one.
+//
+// Connections follow libpq's conventions, through pgx: the URL
+// (postgresql://user@host:port/db?sslmode=...), the PG* environment
+// variables, ~/.pgpass and the service file. A password is never shown:
+// Location and every error message leave it out.
+//
+// Faults: a lost connection or a restarting server is retried with
+// backoff for up to tuning.ServerRetryFor when the call can be retried
+// (nothing was sent, or it is idempotent: every read, and a record, whose
+// retry recognizes its own rows); every statement has a server-side
+// statement_timeout and a client-side deadline, and a connection attempt
+// a connect timeout, so a cut network fails a call instead of hanging it.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tirastore/tirastore/core/apierr"
+	"github.com/tirastore/tirastore/core/storage"
+	"github.com/tirastore/tirastore/core/tuning"
+)
+
+// IsURL reports whether location names a PostgreSQL database
+// (postgresql:// or postgres://, as libpq accepts).
+func IsURL(location string) bool {
+	l := strings.ToLower(location)
+	return strings.HasPrefix(l, "postgresql://") || strings.HasPrefix(l, "postgres://")
+}
+
+// Store is an open PostgreSQL database: a pool of connections of this
+// process. It is safe for concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+	loc  string   // the URL without its password
+	hide []string // passwords to keep out of every message
+	cfg  storage.Config
+	// stmtTimeout is the client-side deadline of one statement.
+	stmtTimeout time.Duration
+
+	// mu: operations hold it shared, Close exclusively, so that calls in
+	// flight finish first.
+	mu     sync.RWMutex
+	closed bool
+}
+
+// Open connects to the database the URL names and, unless
+// cfg.MustExist, creates the schema in it when it has none (the database
+// itself must exist: creating one is the server administrator's job).
+func Open(ctx context.Context, rawURL string, cfg storage.Config) (*Store, *storage.Opened, error) {
+	loc := Redact(rawURL)
+	pc, err := pgxpool.ParseConfig(rawURL)
+	if err != nil {
+		return nil, nil, apierr.Wrap(apierr.KindValue, err, "cannot use the database URL %s: %s", loc, scrub(err.Error(), passwordsOf(rawURL)))
+	}
+	s := &Store{loc: loc, cfg: cfg, hide: passwordsOf(rawURL)}
+	if p := pc.ConnConfig.Password; p != "" {
+		s.hide = append(s.hide, p)
+	}
+	s.configure(pc, rawURL)
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		return nil, nil, s.classify(err, "connect to")
+	}
+	s.pool = pool
+	opened, err := s.init(ctx)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return s, opened, nil
+}
+
+// configure applies the engine's defaults to what the URL and the
+// environment left unset: the connect timeout, the pool's size, and the
+// server's timeouts for this engine's sessions.
+func (s *Store) configure(pc *pgxpool.Config, rawURL string) {
+	cc := pc.ConnConfig
+	if cc.ConnectTimeout == 0 {
+		cc.ConnectTimeout = tuning.ServerConnectTimeout
+	}
+	if !hasQueryParam(rawURL, "pool_max_conns") {
+		pc.MaxConns = tuning.ServerMaxConns
+	}
+	pc.MinConns = 0
+	pc.MaxConnIdleTime = time.Minute
+	params := cc.RuntimeParams
+	if params == nil {
+		params = map[string]string{}
+		cc.RuntimeParams = params
+	}
+	if params["application_name"] == "" {
+		params["application_name"] = "tirastore"
+	}
+	stmt := tuning.ServerStatementTimeout
+	set := func(name, value string) {
+		if _, ok := params[name]; !ok && !strings.Contains(params["options"], name) {
+			params[name] = value
+		}
+	}
+	set("statement_timeout", fmt.Sprint(stmt.Milliseconds()))
+	set("idle_in_transaction_session_timeout", fmt.Sprint(tuning.ServerIdleInTransaction.Milliseconds()))
+	switch lt := s.cfg.LockTimeout; {
+	case lt == storage.TryOnce:
+		set("lock_timeout", "1")
+	case lt > 0:
+		set("lock_timeout", fmt.Sprint(max(lt.Milliseconds(), 1)))
+	}
+	if v, ok := params["statement_timeout"]; ok {
+		var ms int64
+		if _, err := fmt.Sscan(v, &ms); err == nil && ms > 0 {
+			stmt = time.Duration(ms) * time.Millisecond
+		} else if err == nil && ms == 0 {
+			stmt = 0 // the user's choice: no server-side bound
+		}
+	}
+	s.stmtTimeout = 0
+	if stmt > 0 {
+		s.stmtTimeout = stmt + tuning.ServerCallSlack
+	}
+}
+
+// Location is the URL without its password.
+func (s *Store) Location() string { return s.loc }
+
+// Close waits for the calls in flight, then closes the pool.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		s.pool.Close()
+	}
+	return nil
+}
+
+// CloseIfIdle is Close unless a call is in flight.
+func (s *Store) CloseIfIdle() (bool, error) {
+	if !s.mu.TryLock() {
+		return false, nil
+	}
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		s.pool.Close()
+	}
+	return true, nil
+}
+
+// enter starts an operation: ErrClosed after Close; the returned context
+// is ctx made interruptible (Ctrl-C) when the caller asked for it, and
+// done ends the operation.
+func (s *Store) enter(ctx context.Context) (context.Context, func(), error) {
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return nil, nil, apierr.ErrClosed
+	}
+	stop := func() {}
+	if s.cfg.Interruptible != nil {
+		ctx, stop = s.cfg.Interruptible(ctx)
+	}
+	return ctx, func() { stop(); s.mu.RUnlock() }, nil
+}
+
+// stmtCtx is the context of one statement: ctx with the client-side
+// deadline.
+func (s *Store) stmtCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.stmtTimeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, s.stmtTimeout)
+}
+
+// Redact is the URL without its password (in the user part or a password
+// query parameter), for messages and Location.
+func Redact(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		// Not parseable: keep the scheme and host part only.
+		scheme, rest, _ := strings.Cut(rawURL, "://")
+		if at := strings.LastIndex(rest, "@"); at >= 0 {
+			rest = rest[at+1:]
+		}
+		return scheme + "://" + rest
+	}
+	if u.User != nil {
+		if _, has := u.User.Password(); has {
+			u.User = url.User(u.User.Username())
+		}
+	}
+	q := u.Query()
+	changed := false
+	for _, k := range []string{"password", "sslpassword"} {
+		if q.Has(k) {
+			q.Del(k)
+			changed = true
+		}
+	}
+	if changed {
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}
+
+// passwordsOf lists the passwords written in rawURL.
+func passwordsOf(rawURL string) []string {
+	var out []string
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil
+	}
+	if u.User != nil {
+		if p, ok := u.User.Password(); ok && p != "" {
+			out = append(out, p, url.PathEscape(p), url.QueryEscape(p))
+		}
+	}
+	for _, k := range []string{"password", "sslpassword"} {
+		if p := u.Query().Get(k); p != "" {
+			out = append(out, p, url.QueryEscape(p))
+		}
+	}
+	return out
+}
+
+// scrub replaces every password of hide in msg.
+func scrub(msg string, hide []string) string {
+	for _, p := range hide {
+		if len(p) >= 1 {
+			msg = strings.ReplaceAll(msg, p, "********")
+		}
+	}
+	return msg
+}
+
+// hasQueryParam reports whether the URL sets the query parameter name.
+func hasQueryParam(rawURL, name string) bool {
+	u, err := url.Parse(rawURL)
+	return err == nil && u.Query().Has(name)
+}
+
+// errNotPostgres marks a server that does not speak PostgreSQL as this
+// backend needs it.
+var errNotPostgres = errors.New("not a PostgreSQL server")

@@ -1,0 +1,480 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tirastore/tirastore/core/pyjson"
+	"github.com/tirastore/tirastore/core/storage"
+)
+
+// reader is the storage.Reader of a View or Update: statements of one
+// transaction. The Each* methods read all their rows before they call fn,
+// which may read more in the same transaction (one connection runs one
+// statement at a time).
+type reader struct {
+	s     *Store
+	ctx   context.Context
+	q     pgx.Tx
+	write bool // an Update's: GetClaims locks the keys it reads
+}
+
+// writer adds an Update's writes.
+type writer struct {
+	reader
+	tx pgx.Tx
+}
+
+// row runs a one-row statement; ok is false when it found no row.
+func (r *reader) row(dst []any, sql string, args ...any) (ok bool, err error) {
+	ctx, cancel := r.s.stmtCtx(r.ctx)
+	defer cancel()
+	err = r.q.QueryRow(ctx, sql, args...).Scan(dst...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// rows runs a statement and calls scan for each row (the statement is
+// still open: scan must not run another).
+func (r *reader) rows(scan func(pgx.Rows) error, sql string, args ...any) error {
+	ctx, cancel := r.s.stmtCtx(r.ctx)
+	defer cancel()
+	rows, err := r.q.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// exec runs a statement and returns the rows it affected.
+func (r *reader) exec(sql string, args ...any) (int64, error) {
+	ctx, cancel := r.s.stmtCtx(r.ctx)
+	defer cancel()
+	tag, err := r.q.Exec(ctx, sql, args...)
+	return tag.RowsAffected(), err
+}
+
+func (r *reader) count(sql string, args ...any) (n int64, err error) {
+	_, err = r.row([]any{&n}, sql, args...)
+	return n, err
+}
+
+func (r *reader) strings(sql string, args ...any) ([]string, error) {
+	out := []string{}
+	err := r.rows(func(rows pgx.Rows) error {
+		var s string
+		err := rows.Scan(&s)
+		out = append(out, s)
+		return err
+	}, sql, args...)
+	return out, err
+}
+
+// Meta is one db_meta row.
+func (r *reader) Meta(key string) (string, bool, error) {
+	var v string
+	ok, err := r.row([]any{&v}, "SELECT value FROM db_meta WHERE key = $1", key)
+	return v, ok, err
+}
+
+const getSQL = "SELECT " + recordColumns + `, p.program_name, p.source_code
+  FROM records r JOIN programs p ON r.program_hash = p.program_hash WHERE r.key = $1`
+
+// Get is a record joined with its program, or nil.
+func (r *reader) Get(key string) (*storage.Record, error) {
+	var rec storage.Record
+	ok, err := r.row([]any{&rec.Key, &rec.ProgramHash, &rec.Schedule, &rec.ResultJSON, &rec.Hostname, &rec.Username,
+		&rec.CreationDate, &rec.UpdateDate, &rec.SourceProject, &rec.ProgramName, &rec.SourceCode}, getSQL, key)
+	if !ok {
+		return nil, err
+	}
+	return &rec, nil
+}
+
+func (r *reader) programs(sql string, args ...any) ([]storage.Program, error) {
+	var out []storage.Program
+	err := r.rows(func(rows pgx.Rows) error {
+		var p storage.Program
+		err := rows.Scan(&p.Hash, &p.Name, &p.Source)
+		out = append(out, p)
+		return err
+	}, sql, args...)
+	return out, err
+}
+
+// ProgramsByName lists the programs of a name by hash.
+func (r *reader) ProgramsByName(name string) ([]storage.Program, error) {
+	return r.programs("SELECT program_hash, program_name, source_code FROM programs WHERE program_name = $1 ORDER BY program_hash", name)
+}
+
+// ProgramsAfter lists up to limit programs after (name, hash).
+func (r *reader) ProgramsAfter(name, hash string, limit int) ([]storage.Program, error) {
+	return r.programs(`SELECT program_hash, program_name, source_code FROM programs
+  WHERE (program_name, program_hash) > ($1, $2) ORDER BY program_name, program_hash LIMIT $3`, name, hash, limit)
+}
+
+// EachRecordOf calls fn for every record of a program, joined with it,
+// by creation date then insertion order.
+func (r *reader) EachRecordOf(programHash string, fn func(*storage.Record) error) error {
+	var name, source string
+	ok, err := r.row([]any{&name, &source}, "SELECT program_name, source_code FROM programs WHERE program_hash = $1", programHash)
+	if !ok {
+		return err
+	}
+	var recs []*storage.Record
+	err = r.rows(func(rows pgx.Rows) error {
+		rec, err := scanRecord(rows)
+		rec.ProgramName, rec.SourceCode = name, source
+		recs = append(recs, rec)
+		return err
+	}, "SELECT "+recordColumns+" FROM records r WHERE r.program_hash = $1 ORDER BY r.creation_date, r.rowid", programHash)
+	if err != nil {
+		return err
+	}
+	for _, rec := range recs {
+		if err := fn(rec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CountRecords is the size of records.
+func (r *reader) CountRecords() (int64, error) { return r.count("SELECT count(*) FROM records") }
+
+// CountPrograms is the size of programs.
+func (r *reader) CountPrograms() (int64, error) { return r.count("SELECT count(*) FROM programs") }
+
+// legalOf is SQLite's json_extract(result_json, '$.is_legal') compared
+// with 1 (true, 1) and 0 (false, 0), as the original's stats counted:
+// 1, 0 or NULL. The result's NaN and Infinity tokens (Python's JSON) are
+// made numbers first, which PostgreSQL's JSON refuses.
+const legalOf = `(SELECT CASE jsonb_typeof(j.v)
+        WHEN 'boolean' THEN CASE WHEN j.v = 'true'::jsonb THEN 1 ELSE 0 END
+        WHEN 'number' THEN CASE WHEN (j.v #>> '{}')::numeric = 1 THEN 1 WHEN (j.v #>> '{}')::numeric = 0 THEN 0 END
+        END
+   FROM (SELECT regexp_replace(%s, '-?\mInfinity\M|\mNaN\M', '0', 'g')::jsonb -> 'is_legal' AS v) j)`
+
+func legalExpr(col string) string {
+	return fmt.Sprintf(legalOf, col)
+}
+
+// Summary computes the original's stats() counts.
+func (r *reader) Summary() (*storage.Summary, error) {
+	var s storage.Summary
+	var err error
+	if _, err = r.row([]any{&s.Total, &s.Legal, &s.Illegal}, `SELECT count(*), count(*) FILTER (WHERE l = 1), count(*) FILTER (WHERE l = 0)
+  FROM (SELECT `+legalExpr("result_json")+` AS l FROM records) x`); err != nil {
+		return nil, err
+	}
+	if s.Programs, err = r.CountPrograms(); err != nil {
+		return nil, err
+	}
+	if s.SourceProjects, err = r.strings("SELECT DISTINCT source_project FROM records ORDER BY 1"); err != nil {
+		return nil, err
+	}
+	if s.Users, err = r.strings("SELECT DISTINCT username FROM records ORDER BY 1"); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// Keys lists record keys by creation date; limit > 0 paginates.
+func (r *reader) Keys(limit, offset int64) ([]string, error) {
+	if limit > 0 {
+		return r.strings("SELECT key FROM records ORDER BY creation_date, rowid LIMIT $1 OFFSET $2", limit, offset)
+	}
+	return r.strings("SELECT key FROM records ORDER BY creation_date, rowid")
+}
+
+// ProgramSummaries counts the records of every program.
+func (r *reader) ProgramSummaries() ([]storage.ProgramSummary, error) {
+	out := []storage.ProgramSummary{}
+	err := r.rows(func(rows pgx.Rows) error {
+		var p storage.ProgramSummary
+		err := rows.Scan(&p.Hash, &p.Name, &p.Records, &p.Legal, &p.FirstDate, &p.LastDate)
+		out = append(out, p)
+		return err
+	}, `SELECT p.program_hash, p.program_name, count(r.key),
+       count(*) FILTER (WHERE r.key IS NOT NULL AND `+legalExpr("r.result_json")+` = 1),
+       coalesce(min(r.creation_date), ''), coalesce(max(r.creation_date), '')
+  FROM programs p LEFT JOIN records r ON r.program_hash = p.program_hash
+  GROUP BY p.program_hash, p.program_name ORDER BY p.program_name, p.program_hash`)
+	return out, err
+}
+
+// CheckTables counts orphans and records whose result is not JSON (as
+// Python reads it). PostgreSQL checks its pages itself (and pg_amcheck
+// does on demand): Integrity says "ok" once the tables could be read.
+func (r *reader) CheckTables() (*storage.TableCheck, error) {
+	c := &storage.TableCheck{Integrity: []string{"ok"}}
+	var err error
+	if c.Orphans, err = r.count(`SELECT count(*) FROM records r
+  WHERE NOT EXISTS (SELECT 1 FROM programs p WHERE p.program_hash = r.program_hash)`); err != nil {
+		return nil, err
+	}
+	err = r.rows(func(rows pgx.Rows) error {
+		var j string
+		if err := rows.Scan(&j); err != nil {
+			return err
+		}
+		if _, err := pyjson.Parse([]byte(j)); err != nil {
+			c.BadResults++
+		}
+		return nil
+	}, "SELECT result_json FROM records")
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+const configColumns = `key, device, op_id, call_key, value_json, hostname, username, creation_date, update_date`
+
+func configDst(e *storage.ConfigEntry) []any {
+	return []any{&e.Key, &e.Device, &e.OpID, &e.CallKey, &e.ValueJSON, &e.Hostname, &e.Username, &e.CreationDate, &e.UpdateDate}
+}
+
+// getConfig reads one config entry through q (the pool or a transaction).
+func getConfig(ctx context.Context, q queryer, key string) (*storage.ConfigEntry, error) {
+	var e storage.ConfigEntry
+	err := q.QueryRow(ctx, "SELECT "+configColumns+" FROM config_entries WHERE key = $1", key).Scan(configDst(&e)...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// GetConfig is the config entry of key, or nil.
+func (r *reader) GetConfig(key string) (*storage.ConfigEntry, error) {
+	ctx, cancel := r.s.stmtCtx(r.ctx)
+	defer cancel()
+	return getConfig(ctx, r.q, key)
+}
+
+// EachConfig calls fn for the config entries of device and op_id.
+func (r *reader) EachConfig(device, opID string, fn func(*storage.ConfigEntry) error) error {
+	var all []*storage.ConfigEntry
+	err := r.rows(func(rows pgx.Rows) error {
+		e := &storage.ConfigEntry{}
+		all = append(all, e)
+		return rows.Scan(configDst(e)...)
+	}, "SELECT "+configColumns+` FROM config_entries
+  WHERE ($1 = '' OR device = $1) AND ($2 = '' OR op_id = $2) ORDER BY key`, device, opID)
+	if err != nil {
+		return err
+	}
+	for _, e := range all {
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CountConfigs is the number of config entries.
+func (r *reader) CountConfigs() (int64, error) { return r.count("SELECT count(*) FROM config_entries") }
+
+// ConfigImported is the import record of path, or nil.
+func (r *reader) ConfigImported(path string) (*storage.ConfigImport, error) {
+	var im storage.ConfigImport
+	ok, err := r.row([]any{&im.Path, &im.Size, &im.MtimeNS, &im.SHA256, &im.Entries, &im.ImportedAt, &im.Hostname, &im.Username},
+		`SELECT path, size, mtime_ns, sha256, entries, imported_at, hostname, username FROM config_imports WHERE path = $1`, path)
+	if !ok {
+		return nil, err
+	}
+	return &im, nil
+}
+
+const claimColumns = `key, program_hash, program_name, schedule, token, hostname, pid, start_time, boot_id,
+    pid_ns, slurm_job_id, username, lease, renewals, claimed_at, renewed_at`
+
+// claimSelect adds what the server's clock leaves of each lease.
+const claimSelect = "SELECT " + claimColumns + `,
+    extract(epoch FROM renewed_at::timestamptz + lease * interval '1 second' - clock_timestamp())::float8
+  FROM claims`
+
+func scanClaim(rows pgx.Rows) (*storage.Claim, error) {
+	var c storage.Claim
+	var left float64
+	var startTime, pidNS int64
+	err := rows.Scan(&c.Key, &c.ProgramHash, &c.ProgramName, &c.Schedule, &c.Token, &c.Hostname, &c.PID,
+		&startTime, &c.BootID, &pidNS, &c.SlurmJobID, &c.Username, &c.LeaseSeconds, &c.Renewals,
+		&c.ClaimedAt, &c.RenewedAt, &left)
+	c.StartTime, c.PIDNS = uint64(startTime), uint64(pidNS)
+	c.ServerClock, c.ExpiresIn = true, time.Duration(left*float64(time.Second))
+	return &c, err
+}
+
+// lockKeysSQL takes a transaction-scoped advisory lock per key, in one
+// order (of the locks' numbers) so that two transactions never wait for
+// each other in a cycle: the claims transaction of a key is then alone on
+// it until it commits.
+const lockKeysSQL = `SELECT count(pg_advisory_xact_lock(h))
+  FROM (SELECT DISTINCT hashtextextended(k, 0) AS h FROM unnest($1::text[]) AS k ORDER BY 1) s`
+
+// GetClaims returns the claims of those keys that have one. In an
+// Update it first locks the keys (lockKeysSQL), and reads them in a
+// statement of its own: under READ COMMITTED that statement, and every
+// later one (the records), sees what the previous holder of the keys
+// committed.
+func (r *reader) GetClaims(keys []string) (map[string]*storage.Claim, error) {
+	out := make(map[string]*storage.Claim)
+	if len(keys) == 0 {
+		return out, nil
+	}
+	if r.write {
+		if _, err := r.exec(lockKeysSQL, keys); err != nil {
+			return nil, err
+		}
+	}
+	err := r.rows(func(rows pgx.Rows) error {
+		c, err := scanClaim(rows)
+		out[c.Key] = c
+		return err
+	}, claimSelect+" WHERE key = ANY($1)", keys)
+	return out, err
+}
+
+// EachClaim calls fn for every claim, oldest first.
+func (r *reader) EachClaim(fn func(*storage.Claim) error) error {
+	var all []*storage.Claim
+	err := r.rows(func(rows pgx.Rows) error {
+		c, err := scanClaim(rows)
+		all = append(all, c)
+		return err
+	}, claimSelect+" ORDER BY claimed_at, key")
+	if err != nil {
+		return err
+	}
+	for _, c := range all {
+		if err := fn(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PutProgram inserts p unless its hash is stored.
+func (w *writer) PutProgram(p storage.Program) error {
+	_, err := w.exec(insertProgramSQL, p.Hash, p.Name, p.Source)
+	return err
+}
+
+const (
+	putRecordSQL = `INSERT INTO records (key, program_hash, schedule, result_json, hostname, username,
+       creation_date, update_date, source_project) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+  ON CONFLICT (key) DO NOTHING`
+	upsertRecordSQL = `INSERT INTO records (key, program_hash, schedule, result_json, hostname, username,
+       creation_date, update_date, source_project) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+  ON CONFLICT (key) DO UPDATE SET program_hash = excluded.program_hash, schedule = excluded.schedule,
+       result_json = excluded.result_json, hostname = excluded.hostname, username = excluded.username,
+       update_date = excluded.update_date, source_project = excluded.source_project`
+)
+
+// PutRecord inserts r, or replaces the row of its key if overwrite.
+func (w *writer) PutRecord(r *storage.Record, overwrite bool) (bool, error) {
+	q := putRecordSQL
+	if overwrite {
+		q = upsertRecordSQL
+	}
+	n, err := w.exec(q, r.Key, r.ProgramHash, r.Schedule, r.ResultJSON, r.Hostname, r.Username,
+		r.CreationDate, r.UpdateDate, r.SourceProject)
+	if err != nil {
+		return false, w.s.noProgram(err)
+	}
+	return n > 0, nil
+}
+
+// DeleteRecord removes a record.
+func (w *writer) DeleteRecord(key string) (bool, error) {
+	n, err := w.exec("DELETE FROM records WHERE key = $1", key)
+	return n > 0, err
+}
+
+// PutConfig inserts e, or replaces the entry of its key if overwrite.
+func (w *writer) PutConfig(e *storage.ConfigEntry, overwrite bool) (bool, error) {
+	q := "INSERT INTO config_entries (" + configColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+  ON CONFLICT (key) DO NOTHING`
+	if overwrite {
+		q = "INSERT INTO config_entries (" + configColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+  ON CONFLICT (key) DO UPDATE SET device = excluded.device, op_id = excluded.op_id, call_key = excluded.call_key,
+       value_json = excluded.value_json, hostname = excluded.hostname, username = excluded.username,
+       update_date = excluded.update_date`
+	}
+	n, err := w.exec(q, e.Key, e.Device, e.OpID, e.CallKey, e.ValueJSON, e.Hostname, e.Username, e.CreationDate, e.UpdateDate)
+	return n > 0, err
+}
+
+// DeleteConfig removes a config entry.
+func (w *writer) DeleteConfig(key string) (bool, error) {
+	n, err := w.exec("DELETE FROM config_entries WHERE key = $1", key)
+	return n > 0, err
+}
+
+// ClearConfigs removes every config entry.
+func (w *writer) ClearConfigs() (int64, error) { return w.exec("DELETE FROM config_entries") }
+
+// PutConfigImport inserts or replaces the import record of im.Path.
+func (w *writer) PutConfigImport(im *storage.ConfigImport) error {
+	_, err := w.exec(`INSERT INTO config_imports (path, size, mtime_ns, sha256, entries, imported_at, hostname, username)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+  ON CONFLICT (path) DO UPDATE SET size = excluded.size, mtime_ns = excluded.mtime_ns, sha256 = excluded.sha256,
+       entries = excluded.entries, imported_at = excluded.imported_at, hostname = excluded.hostname,
+       username = excluded.username`,
+		im.Path, im.Size, im.MtimeNS, im.SHA256, im.Entries, im.ImportedAt, im.Hostname, im.Username)
+	return err
+}
+
+// PutClaim inserts c, replacing the claim of its key, dated by the
+// server's clock (its lease counts from there).
+func (w *writer) PutClaim(c *storage.Claim) error {
+	_, err := w.exec(`INSERT INTO claims (`+claimColumns+`)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, `+serverNow+`, `+serverNow+`)
+  ON CONFLICT (key) DO UPDATE SET program_hash = excluded.program_hash, program_name = excluded.program_name,
+       schedule = excluded.schedule, token = excluded.token, hostname = excluded.hostname, pid = excluded.pid,
+       start_time = excluded.start_time, boot_id = excluded.boot_id, pid_ns = excluded.pid_ns,
+       slurm_job_id = excluded.slurm_job_id, username = excluded.username, lease = excluded.lease,
+       renewals = excluded.renewals, claimed_at = excluded.claimed_at, renewed_at = excluded.renewed_at`,
+		c.Key, c.ProgramHash, c.ProgramName, c.Schedule, c.Token, c.Hostname, c.PID, int64(c.StartTime), c.BootID,
+		int64(c.PIDNS), c.SlurmJobID, c.Username, c.LeaseSeconds, c.Renewals)
+	return err
+}
+
+// DeleteClaim removes the claim of key if token names it.
+func (w *writer) DeleteClaim(key, token string) (bool, error) {
+	n, err := w.exec("DELETE FROM claims WHERE key = $1 AND token = $2", key, token)
+	return n > 0, err
+}
+
+// RenewClaims renews, dated by the server's clock (at is the caller's
+// and is not used), each claim of refs that its token still names.
+func (w *writer) RenewClaims(refs []storage.ClaimRef, _ string) ([]storage.ClaimRef, error) {
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	k, t := refArrays(refs)
+	var renewed []storage.ClaimRef
+	err := w.rows(func(rows pgx.Rows) error {
+		var r storage.ClaimRef
+		err := rows.Scan(&r.Key, &r.Token)
+		renewed = append(renewed, r)
+		return err
+	}, renewSQL+" RETURNING c.key, c.token", k, t)
+	return renewed, err
+}
