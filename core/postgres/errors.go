@@ -139,4 +139,3 @@ func (s *Store) retry(ctx context.Context, op string, idempotent bool, fn func(c
 		backoff = min(2*backoff, tuning.ServerRetryMax)
 	}
 }
-

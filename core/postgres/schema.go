@@ -266,4 +266,3 @@ func (s *Store) checkVersions(meta map[string]string) (current bool, err error) 
 	}
 	return lv == LayoutVersion, nil
 }
-
