@@ -631,6 +631,7 @@ func optional(p *string, err error) (any, error) {
 func storeInfo(st *core.Store) map[string]any {
 	return map[string]any{
 		"db_path":        st.Path(),
+		"server":         st.IsServer(), // db_path is a server's URL (without its password), not a file
 		"lock_path":      st.LockPath(),
 		"source_project": st.SourceProject(),
 		"writes_allowed": st.WritesAllowed(),

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/postgres"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/pypath"
 	"github.com/tirastore/tirastore/core/schedule"
@@ -78,9 +79,15 @@ func (s *Store) Backup(ctx context.Context, dest string) (string, error) {
 	if err := checkText("backup_path", dest); err != nil {
 		return "", err
 	}
+	// A server's database is backed up into a SQLite file named after it,
+	// in the working directory (it is beside no file).
+	dir, base := filepath.Dir(s.path), filepath.Base(s.path)
+	if s.IsServer() {
+		dir, base = ".", postgres.DatabaseName(s.path)+".db"
+	}
 	if dest == "" {
 		stamp := time.Now().UTC().Format("20060102T150405Z")
-		dest = filepath.Join(filepath.Dir(s.path), pypath.Stem(filepath.Base(s.path))+"_"+stamp+".db")
+		dest = filepath.Join(dir, pypath.Stem(base)+"_"+stamp+".db")
 	}
 	intoDir := strings.HasSuffix(dest, "/") // "snapshots/": a directory, created if missing
 	dest, err := pypath.Resolve(dest)
@@ -88,7 +95,7 @@ func (s *Store) Backup(ctx context.Context, dest string) (string, error) {
 		return "", wrapError(KindOS, err, "cannot resolve backup path: %v", err)
 	}
 	if fi, err := os.Stat(dest); intoDir || err == nil && fi.IsDir() {
-		dest = filepath.Join(dest, filepath.Base(s.path))
+		dest = filepath.Join(dest, base)
 	}
 	if dest == s.path {
 		return "", newError(KindValue, "backup path %s is the database itself", dest)
@@ -106,7 +113,7 @@ func (s *Store) Backup(ctx context.Context, dest string) (string, error) {
 	if err := syncFile(tmp); err != nil {
 		return "", s.fileError(err, "back up")
 	}
-	if fi, err := os.Stat(s.path); err == nil {
+	if fi, err := os.Stat(s.path); err == nil && !s.IsServer() {
 		_ = os.Chmod(tmp, fi.Mode().Perm())
 	}
 	if err := os.Rename(tmp, dest); err != nil {

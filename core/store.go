@@ -175,9 +175,16 @@ func (s *Store) CloseIfIdle() (bool, error) {
 	return s.be.CloseIfIdle()
 }
 
-// Path is the resolved absolute path of the database file (the backend's
-// location).
+// Path is the resolved absolute path of the database file, or a server's
+// URL without its password (the backend's location).
 func (s *Store) Path() string { return s.path }
+
+// IsServer reports whether the database is on a server (Path is a URL),
+// not in a file.
+func (s *Store) IsServer() bool {
+	_, ok := s.be.(*postgres.Store)
+	return ok
+}
 
 // SourceProject is the project name stamped on records this store writes.
 func (s *Store) SourceProject() string { return s.opts.SourceProject }

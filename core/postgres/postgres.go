@@ -234,6 +234,20 @@ func Redact(rawURL string) string {
 	return u.String()
 }
 
+// DatabaseName is the database a URL names ("tirastore" when it names
+// none), for the names of files made from it (a backup's).
+func DatabaseName(rawURL string) string {
+	if u, err := url.Parse(rawURL); err == nil {
+		if n := strings.Trim(u.Path, "/"); n != "" && !strings.ContainsAny(n, "/\x00") {
+			return n
+		}
+		if n := u.Query().Get("dbname"); n != "" && !strings.ContainsAny(n, "/\x00") {
+			return n
+		}
+	}
+	return "tirastore"
+}
+
 // passwordsOf lists the passwords written in rawURL.
 func passwordsOf(rawURL string) []string {
 	var out []string

@@ -229,7 +229,7 @@ class TiraStore:
         self._closed = False
         _open_stores.add(self)
         self._options = options
-        self.db_path = Path(info["db_path"])
+        self._set_location(path, info)
         self.source_project = info["source_project"]
         self.allow_cpu_mismatch = allow_cpu_mismatch
         self._writes_allowed = bool(info["writes_allowed"])
@@ -242,6 +242,17 @@ class TiraStore:
             warnings.warn(info["warning"], TiraStoreWarning, stacklevel=3)
         for notice in info.get("notices") or ():
             warnings.warn(notice, TiraStoreWarning, stacklevel=3)
+
+    def _set_location(self, given: str, info: dict[str, Any]) -> None:
+        """db_path: the database file's absolute Path, or a server's URL
+        without its password (a str); _location: what re-opens it (the URL
+        as given, with its password if it had one)."""
+        if info.get("server"):
+            self.db_path = info["db_path"]
+            self._location = given
+        else:
+            self.db_path = Path(info["db_path"])
+            self._location = info["db_path"]
 
     def _call(self, method: str, **args: Any) -> Any:
         if self._copy != _native.lib_copy:  # forked or unpickled: re-open in this process's copy
@@ -267,7 +278,7 @@ class TiraStore:
             if self._copy == gen:
                 return
             if not self._closed:
-                self._handle, info = _native.open_store(str(self.db_path), self._options)
+                self._handle, info = _native.open_store(self._location, self._options)
                 _open_stores.add(self)
                 self._writes_allowed = bool(info["writes_allowed"])
             else:
@@ -280,7 +291,9 @@ class TiraStore:
 
     def __getstate__(self) -> dict[str, Any]:
         return {
-            "db_path": str(self.db_path),
+            "db_path": self._location,
+            "server": not isinstance(self.db_path, Path),
+            "shown_path": str(self.db_path),
             "options": dict(self._options),
             "source_project": self.source_project,
             "allow_cpu_mismatch": self.allow_cpu_mismatch,
@@ -291,7 +304,8 @@ class TiraStore:
     def __setstate__(self, state: dict[str, Any]) -> None:
         # The handle is opened lazily, on first use, in this process's copy.
         self._options = dict(state["options"])
-        self.db_path = Path(state["db_path"])
+        self._location = state["db_path"]
+        self.db_path = state.get("shown_path", state["db_path"]) if state.get("server") else Path(state["db_path"])
         self.source_project = state["source_project"]
         self.allow_cpu_mismatch = state["allow_cpu_mismatch"]
         self._writes_allowed = bool(state["writes_allowed"])

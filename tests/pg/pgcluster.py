@@ -128,9 +128,11 @@ class Cluster:
             raise RuntimeError(f"psql {sql!r}: {out.stderr.strip()}")
         return out.stdout
 
-    def query_json(self, sql: str, db: str = "tira") -> list:
-        """Rows of a SELECT as a list of dicts."""
-        text = self.psql(f"SELECT coalesce(json_agg(t), '[]') FROM ({sql}) t", db=db)
+    def query_json(self, sql: str, db: str = "tira", schema: Optional[str] = None) -> list:
+        """Rows of a SELECT as a list of dicts (in *schema*, if given)."""
+        sql = sql.strip().rstrip(";")
+        prefix = f'SET search_path TO "{schema}"; ' if schema else ""
+        text = self.psql(f"{prefix}SELECT coalesce(json_agg(t), '[]') FROM ({sql}) t", db=db)
         return json.loads(text)
 
     def new_schema(self, name: str, db: str = "tira") -> str:

@@ -61,6 +61,18 @@ ISO_UTC_RE = re.compile(
 )
 
 
+# The backend the store fixtures open: "sqlite" (a file, the default) or
+# "postgresql" (a schema of a throwaway PostgreSQL cluster that the session
+# starts, tests/pg/pgcluster.py). `make test` runs the API modules on both.
+BACKEND = os.environ.get("TIRASTORE_TEST_BACKEND", "sqlite")
+if BACKEND not in ("sqlite", "postgresql"):
+    raise RuntimeError(f"TIRASTORE_TEST_BACKEND={BACKEND!r}: sqlite or postgresql")
+ON_PG = BACKEND == "postgresql"
+
+sqlite_only = pytest.mark.skipif(ON_PG, reason="about the SQLite file (its lock, its bytes, its directory)")
+"""Marks a test of what only the SQLite-file backend has."""
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long-running test")
 
@@ -178,6 +190,18 @@ def expected_result_json(is_legal: bool, times: Optional[Iterable[Any]]) -> str:
 # ---------------------------------------------------------------------------
 
 
+def _is_url(db: Any) -> bool:
+    return isinstance(db, str) and db.startswith("postgresql://")
+
+
+def _pg_schema(url: str) -> str:
+    """The schema a test URL (pgcluster.Cluster.url) puts first on the search_path."""
+    from urllib.parse import parse_qs, urlsplit
+
+    opts = parse_qs(urlsplit(url).query).get("options", [""])[0]
+    return opts.split("search_path=", 1)[1] if "search_path=" in opts else "public"
+
+
 def raw_connect(db: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(str(db))
     conn.row_factory = sqlite3.Row
@@ -185,6 +209,11 @@ def raw_connect(db: Path) -> sqlite3.Connection:
 
 
 def raw_query(db: Path, sql: str, params: tuple = ()) -> list[dict]:
+    """Rows of sql on the database, read by sqlite3, or by psql for a
+    test cluster's URL (params are then not supported)."""
+    if _is_url(db):
+        assert not params, "raw_query on PostgreSQL takes no parameters"
+        return _pg_cluster.query_json(sql, schema=_pg_schema(db))
     conn = raw_connect(db)
     try:
         return [dict(r) for r in conn.execute(sql, params).fetchall()]
@@ -291,10 +320,15 @@ def _live_claim(p: Path) -> bool:
     return p.stat().st_nlink == 1
 
 
-def leftover_lock_files(directory: Path) -> list[str]:
+def leftover_lock_files(directory: Any) -> list[str]:
     """Lock files, and claim files of processes that are gone, left in
-    *directory*. (An open store keeps one claim file between operations; it
+    *directory* (or beside a store's database file; none for a store on a
+    server). (An open store keeps one claim file between operations; it
     is removed when the store is closed.)"""
+    if hasattr(directory, "db_path"):
+        if not isinstance(directory.db_path, Path):
+            return []
+        directory = directory.db_path.parent
     return sorted(
         p.name
         for p in Path(directory).iterdir()
@@ -329,14 +363,52 @@ def tirastore_mod():
     return tirastore
 
 
+_pg_cluster = None  # the session's throwaway cluster (ON_PG)
+_pg_schemas = 0
+
+
+@pytest.fixture(scope="session")
+def pg_cluster():
+    """A throwaway PostgreSQL cluster for the session (tests/pg/pgcluster.py);
+    skipped where PostgreSQL is not installed, except under CI=true."""
+    global _pg_cluster
+    sys.path.insert(0, str(_REPO / "tests" / "pg"))
+    import pgcluster
+
+    if _pg_cluster is None:
+        try:
+            _pg_cluster = pgcluster.start()
+        except pgcluster.Unavailable as e:
+            if os.environ.get("CI") == "true":
+                pytest.fail(str(e))
+            pytest.skip(str(e))
+    yield _pg_cluster
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _pg_cluster is not None:
+        _pg_cluster.stop()
+
+
+def new_pg_url(cluster) -> str:
+    """The URL of a new, empty schema of the cluster (one per test)."""
+    global _pg_schemas
+    _pg_schemas += 1
+    return cluster.new_schema(f"t{os.getpid()}_{_pg_schemas}")
+
+
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
+def db_path(request, tmp_path: Path):
+    """The test's database: a file in tmp_path, or on PostgreSQL a new schema's URL."""
+    if ON_PG:
+        return new_pg_url(request.getfixturevalue("pg_cluster"))
     return tmp_path / "cache.db"
 
 
 @pytest.fixture
-def make_store(tmp_path: Path):
-    """Factory: make_store(path=None, **kwargs) -> TiraStore, closed at teardown."""
+def make_store(db_path):
+    """Factory: make_store(path=None, **kwargs) -> TiraStore, closed at teardown;
+    path None is the test's db_path."""
     from tirastore import TiraStore
 
     opened = []
@@ -345,7 +417,7 @@ def make_store(tmp_path: Path):
         kwargs.setdefault("source_project", TEST_PROJECT)
         kwargs.setdefault("cpu_model", TEST_CPU)
         kwargs.setdefault("slurm_cpus", TEST_SLURM)
-        s = TiraStore(path if path is not None else tmp_path / "cache.db", **kwargs)
+        s = TiraStore(path if path is not None else db_path, **kwargs)
         opened.append(s)
         return s
 

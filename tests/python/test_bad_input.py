@@ -45,7 +45,7 @@ def seeded(store):
         assert store.lookup("blur", SRC_BLUR, SCHED_S).execution_times == [2.0]
         assert store.delete(store.keys()[-1]) is True
         assert store.count() == 1
-        assert leftover_lock_files(store.db_path.parent) == []
+        assert leftover_lock_files(store) == []
 
     return store, check_untouched_and_working
 

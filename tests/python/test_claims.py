@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_CPU
+from conftest import TEST_CPU, sqlite_only
 from tirastore import Claim, LookupResult, TiraStore
 
 SRC = "void search() { /* the program */ }"
@@ -56,8 +56,7 @@ with TiraStore(db, cpu_model=cpu) as s, open(log, "a") as f:
 """
 
 
-def _fleet(tmp_path: Path, mode: str, n: int = 16) -> Counter:
-    db = tmp_path / "cache.db"
+def _fleet(tmp_path: Path, db, mode: str, n: int = 16) -> Counter:
     TiraStore(db, cpu_model=TEST_CPU).close()
     go = tmp_path / "go"
     logs = [tmp_path / f"w{w}.log" for w in range(n)]
@@ -75,14 +74,14 @@ def _fleet(tmp_path: Path, mode: str, n: int = 16) -> Counter:
     return measured
 
 
-def test_sixteen_workers_measure_every_schedule_once(tmp_path):
-    measured = _fleet(tmp_path, "claim")
+def test_sixteen_workers_measure_every_schedule_once(tmp_path, db_path):
+    measured = _fleet(tmp_path, db_path, "claim")
     assert sorted(measured) == sorted(SCHEDS)
     assert max(measured.values()) == 1, [s for s, n in measured.items() if n > 1]
 
 
-def test_negative_control_plain_lookup_record_measures_twice(tmp_path):
-    measured = _fleet(tmp_path, "plain")
+def test_negative_control_plain_lookup_record_measures_twice(tmp_path, db_path):
+    measured = _fleet(tmp_path, db_path, "plain")
     assert sorted(measured) == sorted(SCHEDS)
     assert sum(measured.values()) > len(SCHEDS), "no schedule was measured twice without claims"
 
@@ -136,7 +135,7 @@ def _wait_in_thread(store: TiraStore) -> tuple[threading.Thread, dict]:
 
 
 @pytest.mark.parametrize("where", ["same-host", "negative-control-other-node"])
-def test_killed_claimer_is_taken_over_at_once_on_its_host(tmp_path, where):
+def test_killed_claimer_is_taken_over_at_once_on_its_host(tmp_path, db_path, where):
     """A claimer killed with SIGKILL mid-measurement: a waiter on its host
     takes over within 1 s (the dead-process rule). The negative control puts
     the claimer on another simulated node, where nothing proves it dead: the
@@ -146,7 +145,7 @@ def test_killed_claimer_is_taken_over_at_once_on_its_host(tmp_path, where):
         prefix = _other_node_prefix()
         if prefix is None:
             pytest.skip("cannot simulate another node here: needs root and unshare --uts --mount")
-    db = tmp_path / "cache.db"
+    db = db_path
     with TiraStore(db, cpu_model=TEST_CPU, lock_timeout=3 if prefix else None) as s:
         holder, _ = _start_holder(tmp_path, db, 30.0, prefix)
         time.sleep(0.3)
@@ -167,7 +166,7 @@ def test_killed_claimer_is_taken_over_at_once_on_its_host(tmp_path, where):
 
 
 @pytest.mark.parametrize("late", ["late-record-wins", "late-record-loses"])
-def test_stopped_claimer_on_another_node_is_taken_over_after_its_lease(tmp_path, late):
+def test_stopped_claimer_on_another_node_is_taken_over_after_its_lease(tmp_path, db_path, late):
     """A claimer SIGSTOPped on another simulated node loses its claim after
     its lease plus a small margin; after SIGCONT its late record stores the
     result if the taker has not recorded yet (and the taker's record then
@@ -175,7 +174,7 @@ def test_stopped_claimer_on_another_node_is_taken_over_after_its_lease(tmp_path,
     prefix = _other_node_prefix()
     if prefix is None:
         pytest.skip("cannot simulate another node here: needs root and unshare --uts --mount")
-    db = tmp_path / "cache.db"
+    db = db_path
     lease = 2.0
     with TiraStore(db, cpu_model=TEST_CPU) as s:
         holder, resume = _start_holder(tmp_path, db, lease, prefix)
@@ -207,13 +206,13 @@ def test_stopped_claimer_on_another_node_is_taken_over_after_its_lease(tmp_path,
         assert s.claims() == []
 
 
-def test_negative_control_a_renewing_claimer_on_another_node_keeps_its_claim(tmp_path):
+def test_negative_control_a_renewing_claimer_on_another_node_keeps_its_claim(tmp_path, db_path):
     """The same claimer, not stopped, renews its claim: a waiter has not taken
     it over after several leases (so the takeover above is the lease's)."""
     prefix = _other_node_prefix()
     if prefix is None:
         pytest.skip("cannot simulate another node here: needs root and unshare --uts --mount")
-    db = tmp_path / "cache.db"
+    db = db_path
     with TiraStore(db, cpu_model=TEST_CPU, lock_timeout=3.5) as s:
         holder, resume = _start_holder(tmp_path, db, 1.0, prefix)
         t, got = _wait_in_thread(s)
@@ -224,8 +223,8 @@ def test_negative_control_a_renewing_claimer_on_another_node_keeps_its_claim(tmp
         assert out.split() == ["held", "True"], out
 
 
-def test_claim_api(tmp_path):
-    db = tmp_path / "cache.db"
+def test_claim_api(tmp_path, db_path):
+    db = db_path
     with TiraStore(db, cpu_model=TEST_CPU) as a, TiraStore(db, cpu_model=TEST_CPU) as b:
         c = a.lookup_or_claim("search", SRC, SCHEDS[0], lease=5)
         assert isinstance(c, Claim) and c.lease == 5 and not c.ended
@@ -278,8 +277,8 @@ def test_claim_api(tmp_path):
             c.release()
 
 
-def test_closing_releases_held_claims(tmp_path):
-    db = tmp_path / "cache.db"
+def test_closing_releases_held_claims(tmp_path, db_path):
+    db = db_path
     with TiraStore(db, cpu_model=TEST_CPU) as a:
         a.lookup_or_claim("search", SRC, SCHEDS[0])
         b = TiraStore(db, cpu_model=TEST_CPU)
@@ -288,8 +287,8 @@ def test_closing_releases_held_claims(tmp_path):
         assert [c.tiralib_schedule_string for c in a.claims()] == [SCHEDS[0]]
 
 
-def test_cpu_mismatch_claims_nothing(tmp_path):
-    db = tmp_path / "cache.db"
+def test_cpu_mismatch_claims_nothing(tmp_path, db_path):
+    db = db_path
     TiraStore(db, cpu_model=TEST_CPU).close()
     with pytest.warns(Warning):
         other = TiraStore(db, cpu_model="Another CPU")
@@ -321,6 +320,7 @@ with open(log, "a") as f:
 """
 
 
+@sqlite_only
 def test_mixed_fleet_original_workers_beside_claimers(tmp_path):
     """Workers of the original's protocol (test_mixed_fleet.OriginalStore: its
     lock, its SQL, no notion of claims) and claimers share one database and
@@ -381,7 +381,7 @@ FP_LIB = Path(__file__).resolve().parents[2] / "build" / "failpoints" / "libtira
 
 
 @pytest.mark.parametrize("control", [False, True], ids=["ctrl-c", "negative-control-interrupts-off"])
-def test_ctrl_c_interrupts_a_wait_for_a_claim(tmp_path, control):
+def test_ctrl_c_interrupts_a_wait_for_a_claim(tmp_path, db_path, control):
     """SIGINT to a worker waiting for another worker's claim raises
     KeyboardInterrupt within 1 s; with the library's Ctrl-C handling off
     (failpoint interrupt-disabled) it waits on until lock_timeout."""
@@ -390,7 +390,7 @@ def test_ctrl_c_interrupts_a_wait_for_a_claim(tmp_path, control):
     env = dict(os.environ)
     if control:
         env.update(TIRASTORE_LIB=str(FP_LIB), TIRASTORE_FAILPOINTS="interrupt-disabled=on")
-    db = tmp_path / "cache.db"
+    db = db_path
     with TiraStore(db, cpu_model=TEST_CPU) as s:
         claim = s.lookup_or_claim("search", SRC, SCHEDS[0])
         p = subprocess.Popen([sys.executable, "-c", WAITER, str(db), TEST_CPU, "4", SCHEDS[0]],

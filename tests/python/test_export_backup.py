@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 
 from conftest import (
+    ON_PG,
+    RECORD_COLUMNS,
     leftover_lock_files,
+    sqlite_only,
     SCHED_I,
     SCHED_R,
     SCHED_S,
@@ -171,19 +174,32 @@ def test_export_bad_format(store, tmp_path, fmt):
 # ---------------------------------------------------------------------------
 
 
-def _dump(db: Path) -> dict[str, list]:
-    conn = sqlite3.connect(str(db))
-    try:
-        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        return {
-            t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall())
-            for t in ("db_meta", "programs", "records")
-        }
-    finally:
-        conn.close()
+def _dump(db) -> dict[str, list]:
+    """The rows of the original's tables, on either backend (a server's own
+    db_meta row, postgres_schema, and its records.rowid left out)."""
+    if not (isinstance(db, str) and db.startswith("postgresql://")):
+        conn = sqlite3.connect(str(db))
+        try:
+            assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        finally:
+            conn.close()
+    cols = {"db_meta": "key, value", "programs": "program_hash, program_name, source_code",
+            "records": ", ".join(RECORD_COLUMNS)}
+    return {
+        t: sorted(tuple(r.values()) for r in raw_query(db, f"SELECT {c} FROM {t}") if r.get("key") != "postgres_schema")
+        for t, c in cols.items()
+    }
 
 
-def test_backup_default_path(store, db_path):
+@pytest.fixture
+def bk_cleanup():
+    made = []
+    yield made
+    for p in made:
+        p.unlink(missing_ok=True)
+
+
+def test_backup_default_path(store, db_path, bk_cleanup):
     store.record_many(
         "blur",
         SRC_BLUR,
@@ -196,8 +212,13 @@ def test_backup_default_path(store, db_path):
     bk = store.backup()
     after = datetime.now(timezone.utc)
     assert isinstance(bk, Path)
-    assert bk.parent == db_path.resolve().parent
-    m = re.fullmatch(r"cache_(\d{8}T\d{6}Z)\.db", bk.name)
+    if ON_PG:  # beside nothing: in the working directory, named after the database
+        assert bk.parent == Path.cwd()
+        m = re.fullmatch(r"tira_(\d{8}T\d{6}Z)\.db", bk.name)
+        bk_cleanup.append(bk)
+    else:
+        assert bk.parent == db_path.resolve().parent
+        m = re.fullmatch(r"cache_(\d{8}T\d{6}Z)\.db", bk.name)
     assert m, bk.name
     ts = datetime.strptime(m.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
     assert before <= ts <= after
@@ -251,7 +272,7 @@ def test_export_to_missing_directory_raises_file_not_found(store, tmp_path):
     with pytest.raises(FileNotFoundError):
         store.export(tmp_path / "no_such_dir" / "x.json")
     assert store.count() == 1
-    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".lock_")) == ["cache.db"]
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".lock_")) == ([] if ON_PG else ["cache.db"])
     assert leftover_lock_files(tmp_path) == []
 
 
@@ -301,6 +322,7 @@ def test_export_onto_a_directory_raises_is_a_directory(store, tmp_path):
         store.export(tmp_path)
 
 
+@sqlite_only
 def test_backup_onto_the_database_itself_is_refused(store):
     with pytest.raises(ValueError, match="database itself"):
         store.backup(store.db_path)
