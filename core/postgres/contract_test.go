@@ -33,3 +33,20 @@ func TestStorageContract(t *testing.T) {
 		return b
 	})
 }
+
+func TestConfigureReadsTheUsersTimeouts(t *testing.T) {
+	for _, c := range []struct {
+		options string
+		want    time.Duration
+	}{
+		{"", 70 * time.Second},
+		{"-cstatement_timeout=1000", 11 * time.Second},
+		{"-c statement_timeout=2s", 12 * time.Second},
+		{"--statement-timeout=1min -csearch_path=x", 70 * time.Second},
+		{"-cstatement_timeout=0", 0},
+	} {
+		if got := postgres.ClientDeadline(t, c.options); got != c.want {
+			t.Errorf("options %q: client deadline %v, want %v", c.options, got, c.want)
+		}
+	}
+}

@@ -103,7 +103,9 @@ func retriable(err error) bool {
 	if errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01") {
 		return true
 	}
-	if isProtocolError(err) {
+	// A timeout is the caller's bound (connect_timeout, the statement's
+	// deadline), not a fault that a retry gets past.
+	if errors.Is(err, errNotPostgres) || isProtocolError(err) || pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
 	return isConnError(err)

@@ -41,6 +41,9 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -48,6 +51,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tirastore/tirastore/core/apierr"
+	"github.com/tirastore/tirastore/core/environ"
 	"github.com/tirastore/tirastore/core/storage"
 	"github.com/tirastore/tirastore/core/tuning"
 )
@@ -68,6 +72,9 @@ type Store struct {
 	cfg  storage.Config
 	// stmtTimeout is the client-side deadline of one statement.
 	stmtTimeout time.Duration
+	// host and port of the first server the URL names (probe).
+	host string
+	port uint16
 
 	// mu: operations hold it shared, Close exclusively, so that calls in
 	// flight finish first.
@@ -80,7 +87,8 @@ type Store struct {
 // itself must exist: creating one is the server administrator's job).
 func Open(ctx context.Context, rawURL string, cfg storage.Config) (*Store, *storage.Opened, error) {
 	loc := Redact(rawURL)
-	pc, err := pgxpool.ParseConfig(rawURL)
+	connURL, notices := withPassfile(rawURL)
+	pc, err := pgxpool.ParseConfig(connURL)
 	if err != nil {
 		return nil, nil, apierr.Wrap(apierr.KindValue, err, "cannot use the database URL %s: %s", loc, scrub(err.Error(), passwordsOf(rawURL)))
 	}
@@ -89,6 +97,7 @@ func Open(ctx context.Context, rawURL string, cfg storage.Config) (*Store, *stor
 		s.hide = append(s.hide, p)
 	}
 	s.configure(pc, rawURL)
+	s.host, s.port = pc.ConnConfig.Host, pc.ConnConfig.Port
 	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
 	if err != nil {
 		return nil, nil, s.classify(err, "connect to")
@@ -99,7 +108,51 @@ func Open(ctx context.Context, rawURL string, cfg storage.Config) (*Store, *stor
 		pool.Close()
 		return nil, nil, err
 	}
+	opened.Notices = append(notices, opened.Notices...)
 	return s, opened, nil
+}
+
+// withPassfile is the URL with libpq's choice of password file made
+// explicit: PGPASSFILE, else .pgpass in $HOME (libpq reads $HOME first;
+// pgx alone would take the home directory of the user database), and
+// none when the file has group or world access (libpq ignores it then,
+// and so does this, with a notice saying so). A URL that names its
+// passfile keeps it.
+func withPassfile(rawURL string) (string, []string) {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Query().Has("passfile") {
+		return rawURL, nil
+	}
+	path := environ.Get("PGPASSFILE")
+	if path == "" {
+		home := environ.Get("HOME")
+		if home == "" {
+			if h, err := os.UserHomeDir(); err == nil {
+				home = h
+			}
+		}
+		if home == "" {
+			return rawURL, nil
+		}
+		path = filepath.Join(home, ".pgpass")
+	}
+	var notices []string
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		path = "" // none: nothing to read
+	case !fi.Mode().IsRegular():
+		notices = append(notices, fmt.Sprintf("password file %s is not a plain file: ignored", path))
+		path = ""
+	case fi.Mode().Perm()&0o077 != 0:
+		notices = append(notices, fmt.Sprintf("password file %s has group or world access: ignored, "+
+			"as libpq does (chmod 0600 %s)", path, path))
+		path = ""
+	}
+	q := u.Query()
+	q.Set("passfile", path)
+	u.RawQuery = q.Encode()
+	return u.String(), notices
 }
 
 // configure applies the engine's defaults to what the URL and the
@@ -129,6 +182,13 @@ func (s *Store) configure(pc *pgxpool.Config, rawURL string) {
 			params[name] = value
 		}
 	}
+	// The user's statement_timeout, in a parameter or in options, also
+	// sets the client-side deadline.
+	if v, ok := optionValue(params["options"], "statement_timeout"); ok {
+		if _, set := params["statement_timeout"]; !set {
+			params["statement_timeout"] = v
+		}
+	}
 	set("statement_timeout", fmt.Sprint(stmt.Milliseconds()))
 	set("idle_in_transaction_session_timeout", fmt.Sprint(tuning.ServerIdleInTransaction.Milliseconds()))
 	switch lt := s.cfg.LockTimeout; {
@@ -138,17 +198,59 @@ func (s *Store) configure(pc *pgxpool.Config, rawURL string) {
 		set("lock_timeout", fmt.Sprint(max(lt.Milliseconds(), 1)))
 	}
 	if v, ok := params["statement_timeout"]; ok {
-		var ms int64
-		if _, err := fmt.Sscan(v, &ms); err == nil && ms > 0 {
-			stmt = time.Duration(ms) * time.Millisecond
-		} else if err == nil && ms == 0 {
-			stmt = 0 // the user's choice: no server-side bound
+		if d, ok := pgDuration(v); ok {
+			stmt = d // 0: the user's choice, no bound
 		}
 	}
 	s.stmtTimeout = 0
 	if stmt > 0 {
 		s.stmtTimeout = stmt + tuning.ServerCallSlack
 	}
+}
+
+// pgDuration reads a time setting as the server does: a number of
+// milliseconds, or a number with a unit (us, ms, s, min, h, d).
+func pgDuration(v string) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	i := strings.IndexFunc(v, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	num, unit := v, "ms"
+	if i >= 0 {
+		num, unit = v[:i], strings.TrimSpace(v[i:])
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil || f < 0 {
+		return 0, false
+	}
+	per := map[string]time.Duration{"us": time.Microsecond, "ms": time.Millisecond, "s": time.Second,
+		"min": time.Minute, "h": time.Hour, "d": 24 * time.Hour}[unit]
+	if per == 0 {
+		return 0, false
+	}
+	return time.Duration(f * float64(per)), true
+}
+
+// optionValue finds "-c name=value" (or "-cname=value", "--name=value")
+// in a libpq options string.
+func optionValue(options, name string) (string, bool) {
+	f := strings.Fields(options)
+	for i := 0; i < len(f); i++ {
+		o := f[i]
+		switch {
+		case o == "-c" && i+1 < len(f):
+			i++
+			o = f[i]
+		case strings.HasPrefix(o, "--"):
+			o = o[2:]
+		case strings.HasPrefix(o, "-c"):
+			o = o[2:]
+		default:
+			continue
+		}
+		if k, v, ok := strings.Cut(o, "="); ok && strings.ReplaceAll(k, "-", "_") == name {
+			return v, true
+		}
+	}
+	return "", false
 }
 
 // Location is the URL without its password.
@@ -158,10 +260,7 @@ func (s *Store) Location() string { return s.loc }
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.closed {
-		s.closed = true
-		s.pool.Close()
-	}
+	s.closePool()
 	return nil
 }
 
@@ -171,11 +270,30 @@ func (s *Store) CloseIfIdle() (bool, error) {
 		return false, nil
 	}
 	defer s.mu.Unlock()
-	if !s.closed {
-		s.closed = true
-		s.pool.Close()
-	}
+	s.closePool()
 	return true, nil
+}
+
+// closePool closes the pool, waiting at most tuning.ServerCloseWait: a
+// connection that timed out is closed by pgx with a cancel request to the
+// server, which an unreachable server never answers, and closing a store
+// (at exit, say) must not hang on it. The rest goes on in the background.
+func (s *Store) closePool() {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	done := make(chan struct{})
+	go func() {
+		s.pool.Close()
+		close(done)
+	}()
+	t := time.NewTimer(tuning.ServerCloseWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // enter starts an operation: ErrClosed after Close; the returned context

@@ -2,15 +2,22 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/storage"
+	"github.com/tirastore/tirastore/core/tuning"
 )
 
 // The schema: the SQLite schema's tables and columns (core/sqlite), in
@@ -114,9 +121,16 @@ func (s *Store) init(ctx context.Context) (*storage.Opened, error) {
 	}
 	defer done()
 	var opened *storage.Opened
-	err = s.retry(ctx, "open", true, func(ctx context.Context, _ int) error {
+	err = s.retry(ctx, "open", true, func(ctx context.Context, attempt int) error {
 		var err error
 		opened, err = s.initOnce(ctx)
+		var pe *pgconn.PgError
+		if err != nil && attempt == 0 && !errors.As(err, &pe) {
+			// No answer in PostgreSQL's protocol: is it one at all?
+			if perr := s.probe(ctx); perr != nil {
+				return perr
+			}
+		}
 		return err
 	})
 	return opened, err
@@ -265,4 +279,36 @@ func (s *Store) checkVersions(meta map[string]string) (current bool, err error) 
 			"version of TiraStore knows (%d): use a newer TiraStore", s.loc, lv, LayoutVersion)
 	}
 	return lv == LayoutVersion, nil
+}
+
+// probe asks the first server of the URL what it speaks: PostgreSQL
+// answers an SSLRequest with one byte, S or N (E from a very old one).
+// Another answer is errNotPostgres; no answer is no verdict (nil), and
+// the caller's error stands.
+func (s *Store) probe(ctx context.Context) error {
+	network, addr := "tcp", net.JoinHostPort(s.host, strconv.Itoa(int(s.port)))
+	if strings.HasPrefix(s.host, "/") {
+		network, addr = "unix", filepath.Join(s.host, ".s.PGSQL."+strconv.Itoa(int(s.port)))
+	}
+	d := net.Dialer{Timeout: tuning.ServerProbeTimeout}
+	conn, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(tuning.ServerProbeTimeout))
+	if _, err := conn.Write([]byte{0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f}); err != nil {
+		return nil
+	}
+	buf := make([]byte, 16)
+	n, _ := io.ReadAtLeast(conn, buf, 1)
+	if n == 0 {
+		return nil
+	}
+	switch buf[0] {
+	case 'S', 'N', 'E':
+		return nil
+	}
+	return fmt.Errorf("%w: %s answered PostgreSQL's first message with %q: is this the right host and port?",
+		errNotPostgres, addr, buf[:n])
 }

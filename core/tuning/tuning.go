@@ -192,6 +192,14 @@ const (
 	// 128 (the server's default is 100), or PgBouncer in between, or
 	// pool_max_conns=1.
 	ServerMaxConns = 2
+	// ServerCloseWait bounds how long closing a store waits for its
+	// connections to close (pgx sends an unreachable server a cancel
+	// request first, and waits up to 15 s for it).
+	ServerCloseWait = time.Second
+	// ServerProbeTimeout bounds the probe that tells a server that does
+	// not speak PostgreSQL from one that is down (it runs only after a
+	// connection failed).
+	ServerProbeTimeout = 2 * time.Second
 	// ServerExportPage is how many programs an export or backup reads
 	// per statement (with their sources) inside its one snapshot.
 	ServerExportPage = 64

@@ -199,7 +199,7 @@ def _pg_schema(url: str) -> str:
     from urllib.parse import parse_qs, urlsplit
 
     opts = parse_qs(urlsplit(url).query).get("options", [""])[0]
-    return opts.split("search_path=", 1)[1] if "search_path=" in opts else "public"
+    return opts.split("search_path=", 1)[1].split()[0] if "search_path=" in opts else "public"
 
 
 def raw_connect(db: Path) -> sqlite3.Connection:

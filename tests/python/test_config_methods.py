@@ -13,8 +13,8 @@ from tirastore import TiraStore, _native
 
 
 @pytest.fixture
-def handle(tmp_path):
-    store = TiraStore(str(tmp_path / "configs.db"), cpu_model="X")
+def handle(db_path):
+    store = TiraStore(str(db_path), cpu_model="X")
     yield store, store._handle
     store.close()
 

@@ -20,6 +20,7 @@ from conftest import (
     expected_key,
     oracle_program_hash,
     raw_meta,
+    sqlite_only,
 )
 
 from tirastore import TiraStore, TiraStoreWarning
@@ -78,8 +79,8 @@ def _assert_writes_blocked(s: TiraStore, tmp_path: Path):
     assert "False" in repr(s)
 
 
-def test_cpu_model_mismatch(tmp_path, capfd):
-    db = tmp_path / "cache.db"
+def test_cpu_model_mismatch(tmp_path, db_path, capfd):
+    db = db_path
     _create(db, cpu="X", slurm="4")
     capfd.readouterr()
     with pytest.warns(TiraStoreWarning, match="CPU metadata mismatch") as caught:
@@ -99,8 +100,8 @@ def test_cpu_model_mismatch(tmp_path, capfd):
         s.close()
 
 
-def test_slurm_cpus_mismatch(tmp_path, capfd):
-    db = tmp_path / "cache.db"
+def test_slurm_cpus_mismatch(tmp_path, db_path, capfd):
+    db = db_path
     _create(db, cpu="X", slurm="4")
     capfd.readouterr()
     with pytest.warns(TiraStoreWarning, match="SLURM_CPUS_PER_TASK: DB='4'  local='8'"):
@@ -113,8 +114,8 @@ def test_slurm_cpus_mismatch(tmp_path, capfd):
         s.close()
 
 
-def test_matching_metadata_no_warning(tmp_path, capfd):
-    db = tmp_path / "cache.db"
+def test_matching_metadata_no_warning(tmp_path, db_path, capfd):
+    db = db_path
     _create(db, cpu="X", slurm="4")
     capfd.readouterr()
     s = _open_quiet(db, cpu_model="X", slurm_cpus="4")
@@ -126,8 +127,8 @@ def test_matching_metadata_no_warning(tmp_path, capfd):
         s.close()
 
 
-def test_db_slurm_na_never_mismatches(tmp_path, capfd):
-    db = tmp_path / "cache.db"
+def test_db_slurm_na_never_mismatches(tmp_path, db_path, capfd):
+    db = db_path
     _create(db, cpu="X", slurm="N/A")
     assert raw_meta(db)["slurm_cpus"] == "N/A"
     capfd.readouterr()
@@ -140,6 +141,7 @@ def test_db_slurm_na_never_mismatches(tmp_path, capfd):
         s.close()
 
 
+@sqlite_only
 def test_empty_db_values_never_mismatch(tmp_path, capfd):
     # An original-format DB whose cpu_model / slurm_cpus are empty strings.
     db = tmp_path / "cache.db"
@@ -156,6 +158,7 @@ def test_empty_db_values_never_mismatch(tmp_path, capfd):
         s.close()
 
 
+@sqlite_only
 def test_empty_cpu_model_but_slurm_mismatch(tmp_path):
     db = tmp_path / "cache.db"
     create_original_db(db, cpu_model="", slurm_cpus="4")
@@ -167,8 +170,8 @@ def test_empty_cpu_model_but_slurm_mismatch(tmp_path):
         s.close()
 
 
-def test_allow_cpu_mismatch_lets_writes_through(tmp_path):
-    db = tmp_path / "cache.db"
+def test_allow_cpu_mismatch_lets_writes_through(tmp_path, db_path):
+    db = db_path
     _create(db, cpu="X", slurm="4")
     s = _open_quiet(db, cpu_model="Y", slurm_cpus="8", allow_cpu_mismatch=True)
     try:
@@ -190,8 +193,8 @@ def test_allow_cpu_mismatch_lets_writes_through(tmp_path):
         s.close()
 
 
-def test_mismatch_store_reflects_in_repr(tmp_path):
-    db = tmp_path / "cache.db"
+def test_mismatch_store_reflects_in_repr(tmp_path, db_path):
+    db = db_path
     _create(db)
     with pytest.warns(TiraStoreWarning):
         s = TiraStore(db, cpu_model="Y", slurm_cpus="4")
@@ -202,8 +205,8 @@ def test_mismatch_store_reflects_in_repr(tmp_path):
         s.close()
 
 
-def test_explicit_values_stored_at_creation(tmp_path):
-    db = tmp_path / "cache.db"
+def test_explicit_values_stored_at_creation(tmp_path, db_path):
+    db = db_path
     _create(db, cpu="Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz", slurm="32")
     meta = raw_meta(db)
     assert meta["cpu_model"] == "Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz"
@@ -342,8 +345,8 @@ def _run_mismatch(db: Path, mode: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_mismatch_banner_goes_to_stderr_not_stdout(tmp_path):
-    db = tmp_path / "cache.db"
+def test_mismatch_banner_goes_to_stderr_not_stdout(tmp_path, db_path):
+    db = db_path
     _create(db, cpu="X", slurm="4")
     os.chmod(tmp_path, 0o1777)  # no notice about a private directory
     proc = _run_mismatch(db, "default")
@@ -355,16 +358,16 @@ def test_mismatch_banner_goes_to_stderr_not_stdout(tmp_path):
     assert "  Set allow_cpu_mismatch=True to override." in lines
 
 
-def test_mismatch_banner_can_be_silenced(tmp_path):
-    db = tmp_path / "cache.db"
+def test_mismatch_banner_can_be_silenced(tmp_path, db_path):
+    db = db_path
     _create(db, cpu="X", slurm="4")
     os.chmod(tmp_path, 0o1777)
     proc = _run_mismatch(db, "ignore")
     assert proc.stdout == "False" and proc.stderr == ""
 
 
-def test_mismatch_banner_in_recwarn(tmp_path, recwarn):
-    db = tmp_path / "cache.db"
+def test_mismatch_banner_in_recwarn(tmp_path, db_path, recwarn):
+    db = db_path
     _create(db, cpu="X", slurm="4")
     recwarn.clear()
     line = sys._getframe().f_lineno + 1
@@ -376,8 +379,8 @@ def test_mismatch_banner_in_recwarn(tmp_path, recwarn):
     assert (w.filename, w.lineno) == (__file__, line)  # the caller's TiraStore(...) line
 
 
-def test_simplefilter_ignore_silences_the_banner(tmp_path, recwarn):
-    db = tmp_path / "cache.db"
+def test_simplefilter_ignore_silences_the_banner(tmp_path, db_path, recwarn):
+    db = db_path
     _create(db, cpu="X", slurm="4")
     recwarn.clear()
     with warnings.catch_warnings():
