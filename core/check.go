@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/tirastore/tirastore/core/nodelocal"
+	"github.com/tirastore/tirastore/core/postgres"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/sqlite"
@@ -22,7 +23,10 @@ import (
 // tables under the lock. With repair it does what is safe: break an
 // abandoned lock (the race-free way, never a live holder's) and remove
 // the claim files of dead processes; a damaged table is reported, never
-// "repaired" (restore a backup, or export what is readable).
+// "repaired" (restore a backup, or export what is readable). A database
+// on a PostgreSQL server has no lock and no node-local files: its check
+// is the tables' (orphans, results that are not JSON; the server checks
+// its own pages) and the stale claims'.
 
 // CheckReport is what CheckDatabase found and did.
 type CheckReport struct {
@@ -110,6 +114,11 @@ func strs(xs []string) []any {
 // opts' timeouts apply (a lock held by a live process makes the table
 // checks wait for it, up to the lock timeout).
 func CheckDatabase(ctx context.Context, path string, opts Options, repair bool) (*CheckReport, error) {
+	if postgres.IsURL(path) {
+		// A server's database: no lock, no files of this node; the
+		// tables and the claims as below.
+		return checkTables(ctx, &CheckReport{}, path, opts, repair)
+	}
 	l, abs, err := operatorLock(path, opts)
 	if err != nil {
 		return nil, err
@@ -160,11 +169,17 @@ func CheckDatabase(ctx context.Context, path string, opts Options, repair bool) 
 		rep.Problems = append(rep.Problems, "the tables were not checked: that takes the lock")
 		return rep, nil
 	}
+	return checkTables(ctx, rep, path, opts, repair)
+}
+
+// checkTables opens the database and adds what its tables and claims
+// show to rep.
+func checkTables(ctx context.Context, rep *CheckReport, path string, opts Options, repair bool) (*CheckReport, error) {
 	opts.MustExist, opts.AllowCPUMismatch = true, true
 	s, err := Open(ctx, path, opts)
 	if err != nil {
 		if KindOf(err) == KindDatabase || KindOf(err) == KindOperational {
-			rep.Problems = append(rep.Problems, fmt.Sprintf("SQLite cannot open the database (integrity unknown): %v", err))
+			rep.Problems = append(rep.Problems, fmt.Sprintf("the database cannot be opened (integrity unknown): %v", err))
 			return rep, nil
 		}
 		return nil, err
@@ -187,7 +202,7 @@ func CheckDatabase(ctx context.Context, path string, opts Options, repair bool) 
 		return err
 	})
 	if k := KindOf(err); err != nil && (k == KindDatabase || k == KindOperational) {
-		rep.Problems = append(rep.Problems, fmt.Sprintf("SQLite cannot read the database (integrity check failed): %v", err))
+		rep.Problems = append(rep.Problems, fmt.Sprintf("the database cannot be read (integrity check failed): %v", err))
 		return rep, nil
 	}
 	if err != nil {
@@ -200,7 +215,7 @@ func CheckDatabase(ctx context.Context, path string, opts Options, repair bool) 
 		return rep, nil
 	}
 	if t := rep.Tables; len(t.Integrity) != 1 || t.Integrity[0] != "ok" {
-		rep.Problems = append(rep.Problems, fmt.Sprintf("SQLite's integrity check failed (%d messages): restore a backup, or export what is readable", len(t.Integrity)))
+		rep.Problems = append(rep.Problems, fmt.Sprintf("the integrity check failed (%d messages): restore a backup, or export what is readable", len(t.Integrity)))
 	}
 	if rep.Tables.Orphans > 0 {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("%d records whose program row is missing (lookups cannot return them)", rep.Tables.Orphans))

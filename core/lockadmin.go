@@ -6,6 +6,7 @@ import (
 
 	"github.com/tirastore/tirastore/core/lock"
 	"github.com/tirastore/tirastore/core/pyjson"
+	"github.com/tirastore/tirastore/core/postgres"
 	"github.com/tirastore/tirastore/core/pypath"
 	"github.com/tirastore/tirastore/core/sqlitefile"
 )
@@ -73,6 +74,10 @@ func (s *LockStatus) PyJSON() any {
 func operatorLock(dbPath string, opts Options) (l *lock.Lock, abs string, err error) {
 	if err := checkText("db_path", dbPath); err != nil {
 		return nil, "", err
+	}
+	if postgres.IsURL(dbPath) {
+		return nil, "", newError(KindValue, "%s is a database on a PostgreSQL server: it has no lock file "+
+			"(the server locks rows itself)", postgres.Redact(dbPath))
 	}
 	stale, _, err := opts.lockConfig()
 	if err != nil {

@@ -5,6 +5,7 @@
     tirastore export cache.db dump.jsonl --format jsonl
     tirastore import other.db dump.jsonl     # and back in
     tirastore merge cache.db clusterB.db     # records of other databases
+    tirastore merge postgresql://db.example.org/tira cache.db   # a file into a server's
     tirastore backup cache.db snapshots/     # a consistent online copy
     tirastore config list tuning.json        # the kernel-config cache
     tirastore lock status cache.db           # who holds the lock, alive?
@@ -31,6 +32,7 @@ import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
+from urllib.parse import urlsplit
 
 from tirastore import _native
 from tirastore.errors import LockLostError
@@ -101,7 +103,7 @@ def _open_cache(args: argparse.Namespace, create: bool = False) -> PersistentCac
 def cmd_stats(args: argparse.Namespace, out: _Output) -> int:
     with _open_store(args) as store:
         s = store.stats()
-        s["file_size"] = os.stat(store.db_path).st_size
+        s["file_size"] = os.stat(store.db_path).st_size if _is_file(store) else None
         s["db_path"] = str(store.db_path)
         s["config_entries"] = store._call("config_len")
         programs = store.program_stats() if args.by == "program" else None
@@ -110,7 +112,7 @@ def cmd_stats(args: argparse.Namespace, out: _Output) -> int:
 
     def text() -> str:
         lines = [
-            f"database        {s['db_path']} ({s['file_size']:,} bytes)",
+            f"database        {s['db_path']}" + (f" ({s['file_size']:,} bytes)" if s["file_size"] is not None else ""),
             f"records         {s['total_records']:,} ({s['legal_records']:,} legal, {s['illegal_records']:,} illegal)",
             f"programs        {s['total_programs']:,}",
             f"users           {', '.join(s['users']) or '-'}",
@@ -157,15 +159,44 @@ def _counts_text(t: dict[str, Any], overwrite: bool) -> str:
             f"there, {t['conflicts']:,} conflicting (same key, another result; {'replaced' if overwrite else 'kept'})")
 
 
+def _is_url(location: str) -> bool:
+    """A database on a server (a postgresql:// URL), not a file."""
+    return location.lower().startswith(("postgresql://", "postgres://"))
+
+
+def _is_file(store: TiraStore) -> bool:
+    return isinstance(store.db_path, Path)
+
+
+def _shown(location: str, store: Optional[TiraStore] = None) -> str:
+    """How a report names a database: a file's absolute path, a server's URL
+    without its password (as the store says it)."""
+    if store is not None:
+        return str(store.db_path)
+    return location if _is_url(location) else str(Path(location).resolve())
+
+
+def _exists(location: str, lock_timeout: Optional[float] = None) -> bool:
+    """Whether the database exists: its file, or its tables on a server."""
+    if not _is_url(location):
+        return os.path.exists(location)
+    try:
+        TiraStore(location, allow_cpu_mismatch=True, lock_timeout=lock_timeout, create=False).close()
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def cmd_import(args: argparse.Namespace, out: _Output) -> int:
     size = os.stat(args.input).st_size  # a missing input creates no database
-    created = not os.path.exists(args.db)
+    created = not _exists(args.db, args.lock_timeout)
     totals = dict.fromkeys(_COUNTS, 0)
     conflicts = open(args.conflicts, "w", encoding="utf-8") if args.conflicts else None  # noqa: SIM115
     try:
         # The one command besides config import-ejkernel that creates a
         # database on purpose: an export is read into a new one.
         with TiraStore(args.db, allow_cpu_mismatch=args.allow_cpu_mismatch, lock_timeout=args.lock_timeout) as store:
+            shown = _shown(args.db, store)
             offset: Optional[int] = 0
             with _progress(out, size, "B", "import") as bar:
                 while offset is not None:
@@ -177,7 +208,7 @@ def cmd_import(args: argparse.Namespace, out: _Output) -> int:
     finally:
         if conflicts is not None:
             conflicts.close()
-    doc = dict(totals, db_path=str(Path(args.db).resolve()), created=created)
+    doc = dict(totals, db_path=shown, created=created)
     out.result(doc, lambda: (f"created {doc['db_path']}\n" if created else "") + "imported "
                + _counts_text(totals, args.overwrite))
     return 0
@@ -185,9 +216,9 @@ def cmd_import(args: argparse.Namespace, out: _Output) -> int:
 
 def cmd_merge(args: argparse.Namespace, out: _Output) -> int:
     for src in args.sources:  # every source must exist before anything is written
-        if not os.path.isfile(src):
+        if not _is_url(src) and not os.path.isfile(src):
             raise FileNotFoundError(2, f"no database at {src}")
-    created = not os.path.exists(args.dst)
+    created = not _exists(args.dst, args.lock_timeout)
     report = []
     conflicts = open(args.conflicts, "w", encoding="utf-8") if args.conflicts else None  # noqa: SIM115
     try:
@@ -198,12 +229,15 @@ def cmd_merge(args: argparse.Namespace, out: _Output) -> int:
             with TiraStore(args.sources[0], allow_cpu_mismatch=True, lock_timeout=args.lock_timeout, create=False) as s:
                 meta = {"cpu_model": s.cpu_model, "slurm_cpus": s.slurm_cpus}
         with TiraStore(args.dst, allow_cpu_mismatch=True, lock_timeout=args.lock_timeout, **meta) as dst:
+            shown = _shown(args.dst, dst)
             for src in args.sources:
                 with TiraStore(src, allow_cpu_mismatch=True, lock_timeout=args.lock_timeout, create=False) as s:
                     total = s.count()
+                    src_shown = _shown(src, s)
                 totals = dict.fromkeys(_COUNTS, 0)
                 after = None
-                with _progress(out, total, "rec", f"merge {os.path.basename(src)}") as bar:
+                label = (urlsplit(src).path.strip("/") or "server") if _is_url(src) else os.path.basename(src)
+                with _progress(out, total, "rec", f"merge {label}") as bar:
                     while True:
                         r = dst._call("merge", source_path=src, after=after, max_records=_SLICE, overwrite=args.overwrite,
                                       allow_cpu_mismatch=args.allow_cpu_mismatch, list_conflicts=conflicts is not None)
@@ -212,11 +246,11 @@ def cmd_merge(args: argparse.Namespace, out: _Output) -> int:
                         if r["next"] is None:
                             break
                         after = r["next"]
-                report.append(dict(totals, source=str(Path(src).resolve())))
+                report.append(dict(totals, source=src_shown))
     finally:
         if conflicts is not None:
             conflicts.close()
-    doc = {"db_path": str(Path(args.dst).resolve()), "created": created, "sources": report}
+    doc = {"db_path": shown, "created": created, "sources": report}
 
     def text() -> str:
         lines = [f"created {doc['db_path']}"] if created else []
@@ -442,7 +476,8 @@ def _parser() -> argparse.ArgumentParser:
         help="how long to wait for the database's lock (default: the library's, 600; 0: try once)",
     )
 
-    def with_db(p: argparse.ArgumentParser, what: str = "the TiraStore database (an existing file)") -> None:
+    def with_db(p: argparse.ArgumentParser,
+                what: str = "the TiraStore database: an existing file, or a postgresql:// URL") -> None:
         p.add_argument("db", metavar="DB", help=what)
 
     top = argparse.ArgumentParser(

@@ -534,3 +534,47 @@ def test_a_claim_expires_by_the_servers_clock(pg_cluster, url, tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+# ---------------------------------------------------------------------------
+# The tirastore command on a server's database
+# ---------------------------------------------------------------------------
+
+
+def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    out = subprocess.run([sys.executable, "-m", "tirastore", *args], capture_output=True, text=True, timeout=300)
+    if check:
+        assert out.returncode == 0, out.stderr
+    return out
+
+
+def test_cli_merge_both_ways_export_stats_check_backup(pg_cluster, url, tmp_path):
+    """merge from a SQLite file into PostgreSQL and back; the two databases
+    then export the same bytes; stats, check, backup and claims work on the
+    URL, and lock status says there is no lock file."""
+    a = tmp_path / "a.db"
+    with TiraStore(a, cpu_model=TEST_CPU, slurm_cpus="4", source_project="p") as s:
+        s.record("blur", SRC_BLUR, SCHED_R, True, [1.0])
+        s.record_many("prog", SRC, [{"tiralib_schedule_string": f"U(L0,{i},comps=['c'])", "is_legal": i % 2 == 0,
+                                     "execution_times": [float(i)] if i % 2 == 0 else None} for i in range(5)])
+    r = json.loads(_cli("merge", url, str(a), "--json").stdout)
+    assert r["created"] is True and r["sources"][0]["added"] == 6 and r["db_path"] == url
+    with TiraStore(url, cpu_model=TEST_CPU, slurm_cpus="4") as s:  # the new database took a's CPU metadata
+        assert s.writes_allowed
+        s.record("blur", SRC_BLUR, SCHED_S, False, None)
+    b = tmp_path / "b.db"
+    r = json.loads(_cli("merge", str(b), url, "--json").stdout)
+    assert r["created"] is True and r["sources"][0]["added"] == 7 and r["sources"][0]["source"] == url
+    _cli("export", url, str(tmp_path / "pg.json"))
+    _cli("export", str(b), str(tmp_path / "b.json"))
+    assert (tmp_path / "pg.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    st = json.loads(_cli("stats", url, "--json", "--by", "program").stdout)
+    assert st["total_records"] == 7 and st["file_size"] is None and st["cpu_model"] == TEST_CPU
+    assert [p["program_name"] for p in st["programs"]] == ["blur", "prog"]
+    ck = json.loads(_cli("check", url, "--json").stdout)
+    assert ck["ok"] and ck["records"] == 7 and ck["lock"] is None and ck["tables"]["orphan_records"] == 0
+    bk = json.loads(_cli("backup", url, str(tmp_path / "snap.db"), "--json").stdout)
+    assert sqlite3.connect(bk["path"]).execute("SELECT count(*) FROM records").fetchone() == (7,)
+    assert json.loads(_cli("claims", url, "--json").stdout) == []
+    out = _cli("lock", "status", url, check=False)
+    assert out.returncode == 1 and "no lock file" in out.stderr
