@@ -61,7 +61,9 @@ extern "C" {
 const char *tirastore_version(void);
 
 /*
- * tirastore_open opens (creating if needed) the database at db_path.
+ * tirastore_open opens (creating if needed) the database at db_path: a
+ * file, or a postgresql:// URL naming a database on a PostgreSQL server
+ * (its tables are then created; the database must exist).
  * options_json may be NULL or a JSON object with any of: source_project
  * (str), cpu_model (str|null), slurm_cpus (str|null), allow_cpu_mismatch
  * (bool), create (bool, default true; false: open an existing database
@@ -69,10 +71,11 @@ const char *tirastore_version(void);
  * stale_lock_timeout (seconds > 0; null = 600), lock_timeout
  * (seconds; null = 600, 0 = try once, negative = wait forever). On success
  * *handle is set and *out (if out is not NULL) receives {"result":
- * {"db_path", "lock_path", "source_project", "writes_allowed", "warning",
- * "notices"}}, notices being a list of warnings about node-local files
- * that failed their checks and about a database directory other users
- * cannot use. On error *out receives {"error": {"type", "message",
+ * {"db_path", "lock_path", "server", "source_project", "writes_allowed",
+ * "warning", "notices"}} (server: db_path is a server's URL, without its
+ * password, and lock_path is ""), notices being a list of warnings about
+ * node-local files that failed their checks, about a database directory
+ * other users cannot use, and about an ignored password file. On error *out receives {"error": {"type", "message",
  * "code"}}. *out is owned by the caller: free it with tirastore_free.
  */
 int tirastore_open(const char *db_path, const char *options_json, uint64_t *handle, char **out);

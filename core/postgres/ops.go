@@ -268,21 +268,25 @@ func refArrays(refs []storage.ClaimRef) (keys, tokens []string) {
 // snapshot, blocking nobody. Only starting it is retried (fn may not be
 // safe to run twice).
 func (s *Store) View(ctx context.Context, op string, fn func(storage.Reader) error) error {
-	return s.tx(ctx, op, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	return s.tx(ctx, op, false, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		return fn(&reader{s: s, ctx: ctx, q: tx})
 	})
 }
 
-// Update runs fn in one READ COMMITTED transaction.
+// Update runs fn in one READ COMMITTED transaction; only starting it is
+// retried.
 func (s *Store) Update(ctx context.Context, op string, fn func(storage.Writer) error) error {
-	return s.tx(ctx, op, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+	return s.tx(ctx, op, false, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		return fn(&writer{reader{s: s, ctx: ctx, q: tx, write: true}, tx})
 	})
 }
 
-// UpdateClaims is Update: the claims need no cache of their own.
+// UpdateClaims is Update (the claims need no cache of their own), and
+// whole transactions are retried that failed before their commit (a
+// deadlock the server broke, a lost connection): fn may run again
+// (storage.Backend.UpdateClaims).
 func (s *Store) UpdateClaims(ctx context.Context, op string, fn func(storage.ClaimWriter) error) error {
-	return s.tx(ctx, op, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+	return s.tx(ctx, op, true, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		return fn(&writer{reader{s: s, ctx: ctx, q: tx, write: true}, tx})
 	})
 }
@@ -293,14 +297,17 @@ type ranErr struct{ error }
 
 func (e ranErr) Unwrap() error { return e.error }
 
-// tx runs fn in a transaction of opts, committed if fn returns nil.
-func (s *Store) tx(ctx context.Context, op string, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
+// tx runs fn in a transaction of opts, committed if fn returns nil. With
+// rerun, a failure of fn that a retry may get past runs the whole
+// transaction again; a failed COMMIT is never retried (it may have
+// committed).
+func (s *Store) tx(ctx context.Context, op string, rerun bool, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
 	ctx, done, err := s.enter(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
-	return s.retry(ctx, op, false, func(ctx context.Context, _ int) error {
+	return s.retry(ctx, op, rerun, func(ctx context.Context, _ int) error {
 		bctx, cancel := s.stmtCtx(ctx)
 		tx, err := s.pool.BeginTx(bctx, opts)
 		cancel()
@@ -313,6 +320,9 @@ func (s *Store) tx(ctx context.Context, op string, opts pgx.TxOptions, fn func(p
 			cancel()
 		}()
 		if err := fn(tx); err != nil {
+			if rerun {
+				return s.noProgram(err)
+			}
 			return ranErr{s.noProgram(err)}
 		}
 		cctx, cancel := s.stmtCtx(ctx)

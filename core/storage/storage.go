@@ -257,7 +257,10 @@ type Backend interface {
 	Update(ctx context.Context, op string, fn func(Writer) error) error
 	// UpdateClaims is Update for a transaction that writes claims only,
 	// which a backend may make cheaper for its caches: the records and
-	// config entries that they hold stay valid across it.
+	// config entries that they hold stay valid across it. fn may run more
+	// than once (a database server retries a transaction that it aborted
+	// before its commit: a deadlock, a lost connection): it starts over
+	// from its arguments each time.
 	UpdateClaims(ctx context.Context, op string, fn func(ClaimWriter) error) error
 	// EachProgram calls fn for every program in export order (by name,
 	// then hash) with its results ordered by creation date, from one

@@ -24,7 +24,7 @@ import warnings
 from argparse import Namespace
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
-from typing import Any, Callable, Generic, Iterator, Optional, TypeVar
+from typing import Any, Callable, Generic, Iterator, Optional, TypeVar, Union
 
 from tirastore import _native
 from tirastore.errors import TiraStoreWarning
@@ -75,10 +75,13 @@ class PersistentCache(Generic[Cfg]):
       warns (:class:`~tirastore.TiraStoreWarning`) and :meth:`import_json`
       imports the new entries;
     * any other path: the TiraStore database itself, which may also hold
-      TiraStore records (the CPU check of records does not apply here).
+      TiraStore records (the CPU check of records does not apply here);
+    * a ``postgresql://`` URL: a database on a PostgreSQL server, shared by
+      tuners where no shared filesystem exists (no JSON file is involved).
 
     :param str opname: the operation's name; it only picks the default path
-    :param path: the JSON file or database (str or path-like), or None
+    :param path: the JSON file or database (str or path-like), a
+        ``postgresql://`` URL, or None
     :param loader: applied to a stored value by :meth:`get`
     :param dumper: applied to a configuration by :meth:`put`
     :param cfg_type: the class :meth:`get` builds from a dict (``cfg_type(**d)``);
@@ -155,8 +158,9 @@ class PersistentCache(Generic[Cfg]):
                 warnings.warn(self.imported["notice"], TiraStoreWarning, stacklevel=2)
 
     @property
-    def db_path(self) -> Path:
-        """The absolute path of the database that holds the entries."""
+    def db_path(self) -> Union[Path, str]:
+        """The absolute path of the database that holds the entries (a
+        server's URL without its password, for a ``postgresql://`` path)."""
         return self._live().db_path
 
     def _live(self) -> TiraStore:

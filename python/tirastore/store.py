@@ -137,7 +137,11 @@ class TiraStore:
     ``fork()`` and ``multiprocessing``, can be pickled, and is a context
     manager; :meth:`close` releases it.
 
-    :param db_path: the SQLite database file (str or path-like)
+    :param db_path: the SQLite database file (str or path-like), or the
+        ``postgresql://`` URL of a database on a PostgreSQL server (libpq's
+        URL, environment variables and ``~/.pgpass``; see the README's
+        "A database on a PostgreSQL server"). :attr:`db_path` is then the
+        URL without its password, a str
     :param str source_project: stamped on every record this store writes
     :param cpu_model: the CPU model written into a new database and
         compared with an existing one's; None detects the local CPU's brand
@@ -159,7 +163,10 @@ class TiraStore:
     :raises ValueError: *db_path* contains a NUL character, or a timeout is
         not a finite number
     :raises sqlite3.DatabaseError: the file is not a TiraStore database, or
-        has another schema version
+        has another schema version; the server is not PostgreSQL, or its
+        schema is newer than this library's
+    :raises PermissionError: a server refused the login (password, TLS,
+        ``pg_hba.conf``)
     :raises OSError: the database or its directory cannot be created or
         opened (:exc:`PermissionError`, ...)
 
