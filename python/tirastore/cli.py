@@ -159,27 +159,22 @@ def _counts_text(t: dict[str, Any], overwrite: bool) -> str:
             f"there, {t['conflicts']:,} conflicting (same key, another result; {'replaced' if overwrite else 'kept'})")
 
 
-def _is_url(location: str) -> bool:
-    """A database on a server (a postgresql:// URL), not a file."""
-    return location.lower().startswith(("postgresql://", "postgres://"))
-
-
 def _is_file(store: TiraStore) -> bool:
+    """Whether the store's database is a file (else it is on a server)."""
     return isinstance(store.db_path, Path)
 
 
-def _shown(location: str, store: Optional[TiraStore] = None) -> str:
-    """How a report names a database: a file's absolute path, a server's URL
-    without its password (as the store says it)."""
-    if store is not None:
-        return str(store.db_path)
-    return location if _is_url(location) else str(Path(location).resolve())
+def _label(store: TiraStore) -> str:
+    """A short name of a database for a progress bar: the file's name, a
+    server's database name."""
+    if _is_file(store):
+        return store.db_path.name
+    return urlsplit(str(store.db_path)).path.strip("/") or "server"
 
 
 def _exists(location: str, lock_timeout: Optional[float] = None) -> bool:
-    """Whether the database exists: its file, or its tables on a server."""
-    if not _is_url(location):
-        return os.path.exists(location)
+    """Whether there is a database at location (a file, a server's tables):
+    the library's open that creates nothing says."""
     try:
         TiraStore(location, allow_cpu_mismatch=True, lock_timeout=lock_timeout, create=False).close()
     except FileNotFoundError:
@@ -196,7 +191,7 @@ def cmd_import(args: argparse.Namespace, out: _Output) -> int:
         # The one command besides config import-ejkernel that creates a
         # database on purpose: an export is read into a new one.
         with TiraStore(args.db, allow_cpu_mismatch=args.allow_cpu_mismatch, lock_timeout=args.lock_timeout) as store:
-            shown = _shown(args.db, store)
+            shown = str(store.db_path)
             offset: Optional[int] = 0
             with _progress(out, size, "B", "import") as bar:
                 while offset is not None:
@@ -216,7 +211,7 @@ def cmd_import(args: argparse.Namespace, out: _Output) -> int:
 
 def cmd_merge(args: argparse.Namespace, out: _Output) -> int:
     for src in args.sources:  # every source must exist before anything is written
-        if not _is_url(src) and not os.path.isfile(src):
+        if not _exists(src, args.lock_timeout):
             raise FileNotFoundError(2, f"no database at {src}")
     created = not _exists(args.dst, args.lock_timeout)
     report = []
@@ -229,14 +224,13 @@ def cmd_merge(args: argparse.Namespace, out: _Output) -> int:
             with TiraStore(args.sources[0], allow_cpu_mismatch=True, lock_timeout=args.lock_timeout, create=False) as s:
                 meta = {"cpu_model": s.cpu_model, "slurm_cpus": s.slurm_cpus}
         with TiraStore(args.dst, allow_cpu_mismatch=True, lock_timeout=args.lock_timeout, **meta) as dst:
-            shown = _shown(args.dst, dst)
+            shown = str(dst.db_path)
             for src in args.sources:
                 with TiraStore(src, allow_cpu_mismatch=True, lock_timeout=args.lock_timeout, create=False) as s:
                     total = s.count()
-                    src_shown = _shown(src, s)
+                    src_shown, label = str(s.db_path), _label(s)
                 totals = dict.fromkeys(_COUNTS, 0)
                 after = None
-                label = (urlsplit(src).path.strip("/") or "server") if _is_url(src) else os.path.basename(src)
                 with _progress(out, total, "rec", f"merge {label}") as bar:
                     while True:
                         r = dst._call("merge", source_path=src, after=after, max_records=_SLICE, overwrite=args.overwrite,
