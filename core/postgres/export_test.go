@@ -25,3 +25,11 @@ func ClientDeadline(t *testing.T, options string) time.Duration {
 	s.configure(pc, u)
 	return s.stmtTimeout
 }
+
+// SkipKeyLocks switches the claims transaction's key locks off (the
+// negative control of the claim race test) until the returned function
+// runs.
+func SkipKeyLocks() func() {
+	skipKeyLocks = true
+	return func() { skipKeyLocks = false }
+}

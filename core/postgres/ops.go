@@ -268,7 +268,7 @@ func refArrays(refs []storage.ClaimRef) (keys, tokens []string) {
 // snapshot, blocking nobody. Only starting it is retried (fn may not be
 // safe to run twice).
 func (s *Store) View(ctx context.Context, op string, fn func(storage.Reader) error) error {
-	return s.tx(ctx, op, false, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	return s.tx(ctx, op, false, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(ctx context.Context, tx pgx.Tx) error {
 		return fn(&reader{s: s, ctx: ctx, q: tx})
 	})
 }
@@ -276,7 +276,7 @@ func (s *Store) View(ctx context.Context, op string, fn func(storage.Reader) err
 // Update runs fn in one READ COMMITTED transaction; only starting it is
 // retried.
 func (s *Store) Update(ctx context.Context, op string, fn func(storage.Writer) error) error {
-	return s.tx(ctx, op, false, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+	return s.tx(ctx, op, false, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(ctx context.Context, tx pgx.Tx) error {
 		return fn(&writer{reader{s: s, ctx: ctx, q: tx, write: true}, tx})
 	})
 }
@@ -286,7 +286,7 @@ func (s *Store) Update(ctx context.Context, op string, fn func(storage.Writer) e
 // deadlock the server broke, a lost connection): fn may run again
 // (storage.Backend.UpdateClaims).
 func (s *Store) UpdateClaims(ctx context.Context, op string, fn func(storage.ClaimWriter) error) error {
-	return s.tx(ctx, op, true, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+	return s.tx(ctx, op, true, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(ctx context.Context, tx pgx.Tx) error {
 		return fn(&writer{reader{s: s, ctx: ctx, q: tx, write: true}, tx})
 	})
 }
@@ -301,7 +301,7 @@ func (e ranErr) Unwrap() error { return e.error }
 // rerun, a failure of fn that a retry may get past runs the whole
 // transaction again; a failed COMMIT is never retried (it may have
 // committed).
-func (s *Store) tx(ctx context.Context, op string, rerun bool, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
+func (s *Store) tx(ctx context.Context, op string, rerun bool, opts pgx.TxOptions, fn func(context.Context, pgx.Tx) error) error {
 	ctx, done, err := s.enter(ctx)
 	if err != nil {
 		return err
@@ -319,7 +319,7 @@ func (s *Store) tx(ctx context.Context, op string, rerun bool, opts pgx.TxOption
 			_ = tx.Rollback(rctx)
 			cancel()
 		}()
-		if err := fn(tx); err != nil {
+		if err := fn(ctx, tx); err != nil {
 			if rerun {
 				return s.noProgram(err)
 			}
