@@ -5,8 +5,8 @@ import (
 	"math"
 
 	"github.com/tirastore/tirastore/core/lock"
-	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/postgres"
+	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/pypath"
 	"github.com/tirastore/tirastore/core/sqlitefile"
 )

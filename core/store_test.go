@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	_ "github.com/mattn/go-sqlite3"
 
@@ -162,10 +163,19 @@ func TestURLRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.Chdir(wd)
-	for _, url := range []string{"postgresql://u@/tira?host=/run/pg", "postgres://h:5432/db", "sqlite+x://a"} {
+	for _, url := range []string{"mysql://u:secret@h/db", "sqlite+x://a"} {
 		_, err := Open(ctx, url, Options{CPUModel: "X"})
-		if KindOf(err) != KindValue || !strings.Contains(err.Error(), "is a URL") {
-			t.Errorf("%s: %v, want a ValueError saying it is a URL", url, err)
+		if KindOf(err) != KindValue || !strings.Contains(err.Error(), "is a URL of a kind") || strings.Contains(err.Error(), "secret") {
+			t.Errorf("%s: %v, want a ValueError saying it is a URL, without its password", url, err)
+		}
+	}
+	// A PostgreSQL URL names a server: with none there, the open fails
+	// soon (the open's short retries), creating nothing here.
+	for _, url := range []string{"postgresql://u@/tira?host=/nonexistent-dir&connect_timeout=2", "postgres://no-such-host.invalid:5432/db"} {
+		t0 := time.Now()
+		_, err := Open(ctx, url, Options{CPUModel: "X"})
+		if KindOf(err) != KindOperational || time.Since(t0) > 15*time.Second {
+			t.Errorf("%s: %v after %v, want an OperationalError within the open's retries", url, err, time.Since(t0))
 		}
 	}
 	if names, _ := os.ReadDir(dir); len(names) != 0 {

@@ -105,18 +105,27 @@ func retriable(err error) bool {
 	}
 	// A timeout is the caller's bound (connect_timeout, the statement's
 	// deadline), not a fault that a retry gets past.
-	if errors.Is(err, errNotPostgres) || isProtocolError(err) || pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) {
+	// A name that does not resolve is a typo or a configuration, not a
+	// restart.
+	var dns *net.DNSError
+	if errors.Is(err, errNotPostgres) || isProtocolError(err) || pgconn.Timeout(err) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.As(err, &dns) {
 		return false
 	}
 	return isConnError(err)
 }
 
 // retry runs fn until it succeeds, fails for good, or tuning.ServerRetryFor
-// has passed: attempts after the first are told so (attempt > 0). An
+// has passed (retryFor: window): attempts after the first are told so (attempt > 0). An
 // attempt that failed after sending something is retried only if
 // idempotent (the caller's fn can be run again whatever the server did
 // with an earlier attempt).
 func (s *Store) retry(ctx context.Context, op string, idempotent bool, fn func(ctx context.Context, attempt int) error) error {
+	return s.retryFor(ctx, op, idempotent, tuning.ServerRetryFor, fn)
+}
+
+// retryFor is retry within window.
+func (s *Store) retryFor(ctx context.Context, op string, idempotent bool, window time.Duration, fn func(ctx context.Context, attempt int) error) error {
 	start := time.Now()
 	backoff := tuning.ServerRetryMin
 	for attempt := 0; ; attempt++ {
@@ -127,7 +136,7 @@ func (s *Store) retry(ctx context.Context, op string, idempotent bool, fn func(c
 		if ctx.Err() != nil || !retriable(err) || !(idempotent || pgconn.SafeToRetry(err)) {
 			return s.classify(err, op)
 		}
-		if time.Since(start)+backoff > tuning.ServerRetryFor {
+		if time.Since(start)+backoff > window {
 			e := s.classify(err, op)
 			var ae *apierr.Error
 			if errors.As(e, &ae) {

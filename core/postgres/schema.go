@@ -121,7 +121,7 @@ func (s *Store) init(ctx context.Context) (*storage.Opened, error) {
 	}
 	defer done()
 	var opened *storage.Opened
-	err = s.retry(ctx, "open", true, func(ctx context.Context, attempt int) error {
+	err = s.retryFor(ctx, "open", true, tuning.ServerOpenRetryFor, func(ctx context.Context, attempt int) error {
 		var err error
 		opened, err = s.initOnce(ctx)
 		var pe *pgconn.PgError

@@ -183,8 +183,13 @@ const (
 	// grows from ServerRetryMin to ServerRetryMax. A restart of a
 	// server takes a few seconds.
 	ServerRetryFor = 30 * time.Second
-	ServerRetryMin = 50 * time.Millisecond
-	ServerRetryMax = 2 * time.Second
+	// ServerOpenRetryFor is ServerRetryFor for opening a store: a server
+	// that is down when a worker starts fails its open soon (a wrong
+	// host or port should not look like a hang), a restart still gets
+	// through.
+	ServerOpenRetryFor = 5 * time.Second
+	ServerRetryMin     = 50 * time.Millisecond
+	ServerRetryMax     = 2 * time.Second
 	// ServerMaxConns is a process's pool of connections when the URL
 	// does not set pool_max_conns: a worker makes one call at a time,
 	// and a second connection keeps its claims' renewals from waiting
