@@ -243,3 +243,92 @@ func TestCountWindow(t *testing.T) {
 		t.Error("a missing end marker must be an error")
 	}
 }
+
+// TestPostgresSection is the postgres section's smoke test: the section
+// alone in -quick mode. It checks that both backends produced every
+// latency row without failures and a throughput row at every process
+// count with exactly the records acknowledged. Without PostgreSQL it
+// skips, except under CI=true, where it fails. It asserts nothing about
+// timings.
+func TestPostgresSection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a PostgreSQL cluster and runs the section in -quick mode")
+	}
+	tmp := t.TempDir()
+	out := filepath.Join(tmp, "results.json")
+	var stdout, stderr bytes.Buffer
+	err := run([]string{"-quick", "-sections", "postgres", "-pg-procs", "1,2", "-out", out, "-dir", filepath.Join(tmp, "dir")}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr.String())
+	}
+	t.Logf("report:\n%s", stdout.String())
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Postgres *struct {
+			URLForm    string                               `json:"url_form"`
+			Latency    map[string]map[string]map[string]any `json:"latency"`
+			Throughput map[string][]map[string]any          `json:"throughput"`
+		} `json:"postgres"`
+		Skipped map[string]string `json:"skipped"`
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("results.json: %v", err)
+	}
+	if res.Postgres == nil {
+		why := res.Skipped["postgres"]
+		if why == "" {
+			t.Fatal("postgres section neither measured nor skipped")
+		}
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("postgres section skipped under CI: %s", why)
+		}
+		t.Skip(why)
+	}
+	if !strings.HasPrefix(res.Postgres.URLForm, "postgresql://postgres@/") { // the socket, no password
+		t.Errorf("url form %q", res.Postgres.URLForm)
+	}
+	for _, backend := range pgBackends {
+		if why := res.Skipped["postgres/latency/"+backend]; why != "" {
+			t.Errorf("latency %s failed: %s", backend, why)
+		}
+		rows := res.Postgres.Latency[backend]
+		for _, op := range pgLatencyOps {
+			r := rows[op]
+			if r == nil || r["per_call"] == nil {
+				t.Errorf("latency %s %s missing", backend, op)
+				continue
+			}
+			if r["errors"].(float64) != 0 || r["wrong_results"].(float64) != 0 {
+				t.Errorf("latency %s %s: %v errors, %v wrong: %v", backend, op, r["errors"], r["wrong_results"], r["first_error"])
+			}
+		}
+		for label := range rows {
+			if strings.HasPrefix(label, "warmup/") {
+				t.Errorf("latency %s: failed warm-up %s: %v", backend, label, rows[label]["first_error"])
+			}
+		}
+		runs := res.Postgres.Throughput[backend]
+		if len(runs) != 2 {
+			t.Errorf("throughput %s: %d runs, want 2", backend, len(runs))
+		}
+		for _, r := range runs {
+			if f, _ := r["harness_failure"].(string); f != "" {
+				t.Errorf("throughput %s P=%v: %s", backend, r["procs"], f)
+				continue
+			}
+			if r["records_match"] != true || r["expected_records"] != r["found_records"] {
+				t.Errorf("throughput %s P=%v: records expected %v, found %v, lost %v, unexpected %v", backend, r["procs"],
+					r["expected_records"], r["found_records"], r["lost_records"], r["unexpected_records"])
+			}
+			if r["errors"].(float64) != 0 || r["wrong_results"].(float64) != 0 {
+				t.Errorf("throughput %s P=%v: errors %v, wrong %v: %v", backend, r["procs"], r["errors"], r["wrong_results"], r["first_error"])
+			}
+		}
+	}
+	if !strings.Contains(stdout.String(), "6. PostgreSQL beside the SQLite file") {
+		t.Error("the section's table is not in the report")
+	}
+}

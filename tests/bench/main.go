@@ -27,7 +27,13 @@
 //  6. claims with leases (issue 18): lookup_or_claim against lookup on a
 //     hit and on a miss (claim + record against lookup + record, and the
 //     claim alone), from Go and Python, printed with the latency rows
-//     (claim.go).
+//     (claim.go);
+//  7. PostgreSQL beside the SQLite file (postgres.go): a throwaway cluster
+//     (tests/pg/pgcluster.py) on this machine, reached on its Unix socket;
+//     per-operation latency from Go (lookup hit and miss, record new,
+//     record_many(100)) and the throughput mix at 1..64 processes, for
+//     both backends, in the same run; skipped with the reason when no
+//     cluster can be started.
 //
 // It prints one table per section, then which of the issue's targets hold,
 // and writes every raw figure as JSON. The exit code is 0 even when targets
@@ -80,6 +86,7 @@ type config struct {
 	Go, Py, Orig                sizes
 	ConfigCache                 configSizes
 	Procs                       []int
+	PGProcs                     []int // process counts of the postgres section
 	OpsPerWorker, TPPool, Reps  int
 	Rounds                      int
 	SyscallOps, SyscallMany     int
@@ -178,13 +185,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 	configPuts := fs.Int("config-puts", 50, "timed puts of the kernel-config cache's 10,000-entry row per round (the seed's rewrite the whole file); its get-hit row runs -lookups gets, its 10-entry put row -records puts")
 	origDiv := fs.Int("orig-divisor", 4, "the Python original reference runs 1/N of the iterations")
 	procs := fs.String("procs", "1,2,4,8,16,32", "process counts of the throughput section")
+	pgProcs := fs.String("pg-procs", "1,2,4,8,16,32,64", "process counts of the postgres section's throughput rows")
 	fs.IntVar(&cfg.OpsPerWorker, "ops", 200, "operations per throughput worker (80% lookups, 20% new records); note that with convoys (the baseline) the p99 of a fixed-count run depends on it")
 	fs.IntVar(&cfg.Rounds, "latency-rounds", 2, "rounds of the latency section (every client once per round, samples pooled)")
 	fs.IntVar(&cfg.Reps, "reps", 3, "repetitions of every throughput run (engine and baseline alternate)")
 	fs.IntVar(&cfg.TPPool, "pool", 1000, "records preloaded before each throughput run")
 	fs.IntVar(&cfg.SyscallOps, "syscall-ops", 50, "traced operations per syscall row")
 	fs.IntVar(&cfg.SyscallMany, "syscall-many", 3, "traced record_many(1000) calls per syscall row")
-	sections := fs.String("sections", "latency,python,config,claim,syscalls,throughput", "sections to run (config: the kernel-config cache rows; claim: lookup_or_claim against lookup, from Go and Python)")
+	sections := fs.String("sections", "latency,python,config,claim,syscalls,throughput,postgres", "sections to run (config: the kernel-config cache rows; claim: lookup_or_claim against lookup, from Go and Python; postgres: a throwaway PostgreSQL cluster beside the SQLite file)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the bench directory afterwards")
 	fs.BoolVar(&cfg.Raw, "raw", false, "also write every single duration (and every throughput worker's report) into the JSON")
 	if err := fs.Parse(args); err != nil {
@@ -205,6 +213,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		if !isSet(fs, "procs") {
 			*procs = "1,2,4"
+		}
+		if !isSet(fs, "pg-procs") {
+			*pgProcs = "1,2,4"
 		}
 		if !isSet(fs, "ops") {
 			cfg.OpsPerWorker = 25
@@ -232,6 +243,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	cfg.ConfigCache = configSizes{Gets: *lookups, PutsSmall: *records, PutsLarge: max(*configPuts, 1)}
 	var err error
 	if cfg.Procs, err = parseProcs(*procs); err != nil {
+		return err
+	}
+	if cfg.PGProcs, err = parseProcs(*pgProcs); err != nil {
 		return err
 	}
 	cfg.Reps, cfg.Rounds = max(cfg.Reps, 1), max(cfg.Rounds, 1)
@@ -292,6 +306,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	if cfg.Sections["throughput"] {
 		res.Throughput = throughputSection(cfg)
+	}
+	if cfg.Sections["postgres"] {
+		res.Postgres = postgresSection(cfg, res)
 	}
 	res.Targets = evaluateTargets(cfg, res)
 	res.Reference = originalReference

@@ -37,15 +37,18 @@ type results struct {
 	Claims       map[string]map[string]*opResult `json:"claims,omitempty"`
 	ClaimTargets []*target                       `json:"claim_targets,omitempty"`
 	Reference    reference                       `json:"reference_original_issue5"`
-	Skipped      map[string]string               `json:"skipped"`
-	ElapsedS     float64                         `json:"elapsed_s"`
+	// Postgres is the postgres section's figures (postgres.go), nil when
+	// it did not run or no cluster could be started (Skipped says why).
+	Postgres *pgResults        `json:"postgres,omitempty"`
+	Skipped  map[string]string `json:"skipped"`
+	ElapsedS float64           `json:"elapsed_s"`
 }
 
 func configJSON(cfg *config) map[string]any {
 	return map[string]any{
 		"db_path": cfg.dbPath(), "lib": cfg.Lib, "python": cfg.Python,
 		"go_sizes": cfg.Go, "python_sizes": cfg.Py, "original_py_sizes": cfg.Orig,
-		"procs": cfg.Procs, "ops_per_worker": cfg.OpsPerWorker, "throughput_pool": cfg.TPPool, "throughput_repetitions": cfg.Reps, "latency_rounds": cfg.Rounds,
+		"procs": cfg.Procs, "postgres_procs": cfg.PGProcs, "ops_per_worker": cfg.OpsPerWorker, "throughput_pool": cfg.TPPool, "throughput_repetitions": cfg.Reps, "latency_rounds": cfg.Rounds,
 		"throughput_mix": "80% lookups (10% of them for absent keys), 20% records of new keys",
 		"syscall_ops":    cfg.SyscallOps, "syscall_record_many_1000_calls": cfg.SyscallMany,
 		"program_source_bytes": len(programSource), "schedule_format": schedFormat, "raw_samples": cfg.Raw,
@@ -366,6 +369,7 @@ func writeReport(w io.Writer, cfg *config, res *results) {
 	writeThroughput(w, cfg, res)
 	writeTargets(w, res)
 	writeReference(w, res)
+	writePostgres(w, cfg, res)
 }
 
 func writeLatency(w io.Writer, res *results) {

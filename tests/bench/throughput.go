@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"slices"
@@ -82,14 +83,9 @@ func throughputSection(cfg *config) map[string][]*tpRun {
 		// machine (page cache, other tenants of the VM) hits both alike.
 		for rep := 0; rep < cfg.Reps; rep++ {
 			for _, impl := range []string{implEngine, implBaseline} {
-				r := throughputRun(cfg, impl, p)
+				r := throughputRun(cfg, impl, p, cfg.dbPath(), cfg.fresh)
 				reps[impl] = append(reps[impl], r)
-				if r.Failed != "" {
-					cfg.logf("throughput %s P=%d: FAILED: %s", impl, p, r.Failed)
-					continue
-				}
-				cfg.logf("throughput %s P=%-2d %7.0f ops/s, lookup p99 %.1f ms, worst %.0f ms, slowest/fastest %.1f, records %d/%d, errors %d",
-					impl, p, r.OpsPerS, r.Lookup.P99/1e3, r.WorstMS, float64(r.SlowFast), r.Found, r.Expected, r.Errors)
+				logTP(cfg, "throughput "+impl, r)
 			}
 		}
 		for _, impl := range []string{implEngine, implBaseline} {
@@ -97,6 +93,20 @@ func throughputSection(cfg *config) map[string][]*tpRun {
 		}
 	}
 	return out
+}
+
+// logTP logs one throughput run (what names it: section and client).
+func logTP(cfg *config, what string, r *tpRun) {
+	if r.Failed != "" {
+		cfg.logf("%s P=%d: FAILED: %s", what, r.Procs, r.Failed)
+		return
+	}
+	p99 := math.NaN()
+	if r.Lookup != nil {
+		p99 = r.Lookup.P99 / 1e3
+	}
+	cfg.logf("%s P=%-2d %7.0f ops/s, lookup p99 %.1f ms, worst %.0f ms, slowest/fastest %.1f, records %d/%d, errors %d",
+		what, r.Procs, r.OpsPerS, p99, r.WorstMS, float64(r.SlowFast), r.Found, r.Expected, r.Errors)
 }
 
 // aggregate combines repetitions of one (implementation, P) run: ops/s,
@@ -184,14 +194,18 @@ type tpWorker struct {
 	spec   string
 }
 
-func throughputRun(cfg *config, impl string, procs int) *tpRun {
+// throughputRun is one throughput measurement of impl with procs worker
+// processes on the database at location db (a file path or a
+// postgresql:// URL, as core.Open takes it), which fresh makes new and
+// empty first.
+func throughputRun(cfg *config, impl string, procs int, db string, fresh func() error) *tpRun {
 	r := &tpRun{Impl: impl, Procs: procs, OpsPerWorker: cfg.OpsPerWorker, TotalOps: procs * cfg.OpsPerWorker, Preloaded: cfg.TPPool}
-	if err := cfg.fresh(); err != nil {
+	if err := fresh(); err != nil {
 		r.Failed = err.Error()
 		return r
 	}
 	// Preload the pool with the implementation under test.
-	c, err := openClient(impl, cfg.dbPath())
+	c, err := openClient(impl, db)
 	if err != nil {
 		r.Failed = "open: " + err.Error()
 		return r
@@ -217,7 +231,7 @@ func throughputRun(cfg *config, impl string, procs int) *tpRun {
 		}
 	}()
 	for w := range workers {
-		spec, err := writeSpec(cfg, workerSpec{Role: "throughput", Impl: impl, DB: cfg.dbPath(), TP: &tpSpec{
+		spec, err := writeSpec(cfg, workerSpec{Role: "throughput", Impl: impl, DB: db, TP: &tpSpec{
 			WID: w, Ops: cfg.OpsPerWorker, Pool: cfg.TPPool, RecordFrac: 0.2, MissFrac: 0.1, Warmup: 5, Seed: 42,
 		}})
 		if err != nil {
@@ -304,7 +318,7 @@ func throughputRun(cfg *config, impl string, procs int) *tpRun {
 	// The exact set of records: the preloaded pool plus every acknowledged
 	// new record, nothing lost, nothing extra.
 	r.Expected = len(expected)
-	found, err := allKeys(cfg.dbPath())
+	found, err := allKeys(db)
 	if err != nil {
 		r.Failed = "verify: " + err.Error()
 		return r
