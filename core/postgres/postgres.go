@@ -105,7 +105,7 @@ func Open(ctx context.Context, rawURL string, cfg storage.Config) (*Store, *stor
 	s.pool = pool
 	opened, err := s.init(ctx)
 	if err != nil {
-		pool.Close()
+		s.closePool() // bounded: the server may be the reason
 		return nil, nil, err
 	}
 	opened.Notices = append(notices, opened.Notices...)
