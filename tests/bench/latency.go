@@ -267,7 +267,12 @@ func latencyPython(cfg *config, impl string, round int) (map[string]*stepResult,
 // worker process with the given Go implementation, so that the measured
 // process has not seen them written.
 func preloadDB(cfg *config, impl string, pool int) error {
-	spec, err := writeSpec(cfg, workerSpec{Role: "plan", Impl: impl, DB: cfg.dbPath(), Steps: preloadSteps(pool)})
+	return preloadWith(cfg, impl, cfg.dbPath(), pool)
+}
+
+// preloadWith is preloadDB into the database at db (a path or a URL).
+func preloadWith(cfg *config, impl, db string, pool int) error {
+	spec, err := writeSpec(cfg, workerSpec{Role: "plan", Impl: impl, DB: db, Steps: preloadSteps(pool)})
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -336,23 +335,7 @@ func pgLatencyRun(cfg *config, loc pgLocation, backend string, round int) (map[s
 
 // preloadAt writes the pool of present records (tag 0) into the database
 // at db, through the engine, in a worker process of its own.
-func preloadAt(cfg *config, db string, pool int) error {
-	spec, err := writeSpec(cfg, workerSpec{Role: "plan", Impl: implEngine, DB: db, Steps: preloadSteps(pool)})
-	if err != nil {
-		return err
-	}
-	defer os.Remove(spec)
-	cmd := workerCmd(cfg, spec)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("preload: %v: %s", err, lastLines(stderr.String(), 5))
-	}
-	if bad := planFailures(stdout.Bytes()); bad != "" {
-		return errors.New("preload: " + bad)
-	}
-	return nil
-}
+func preloadAt(cfg *config, db string, pool int) error { return preloadWith(cfg, implEngine, db, pool) }
 
 // pgThroughput runs the throughput mix at every -pg-procs count on both
 // backends, repetitions alternating the backends.
