@@ -81,14 +81,16 @@ func (r *reader) backupTo(path string) error {
 		if err != nil {
 			return err
 		}
-		err = r.rows(func(rows pgx.Rows) error {
-			rec, err := scanRecord(rows)
-			if err != nil {
-				return err
+		err = r.eachRecordPage("SELECT rowid, "+recordColumns+" FROM records r", func(rows pgx.Rows) (int64, error) {
+			var id int64
+			var rec storage.Record
+			if err := rows.Scan(&id, &rec.Key, &rec.ProgramHash, &rec.Schedule, &rec.ResultJSON, &rec.Hostname,
+				&rec.Username, &rec.CreationDate, &rec.UpdateDate, &rec.SourceProject); err != nil {
+				return 0, err
 			}
-			_, err = tx.PutRecord(rec, false)
-			return err
-		}, "SELECT "+recordColumns+" FROM records r ORDER BY r.rowid")
+			_, err := tx.PutRecord(&rec, false)
+			return id, err
+		})
 		if err != nil {
 			return err
 		}

@@ -65,6 +65,7 @@ var schemaDDL = []string{
 )`,
 	`CREATE INDEX IF NOT EXISTS idx_records_program_hash_creation_date
     ON records (program_hash, creation_date, rowid)`,
+	`CREATE UNIQUE INDEX IF NOT EXISTS idx_records_rowid ON records (rowid)`,
 	`CREATE INDEX IF NOT EXISTS idx_programs_name ON programs (program_name, program_hash)`,
 	`CREATE TABLE IF NOT EXISTS config_entries (
     key            TEXT COLLATE "C" PRIMARY KEY,

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/storage"
+	"github.com/tirastore/tirastore/core/tuning"
 )
 
 // reader is the storage.Reader of a View or Update: statements of one
@@ -225,20 +227,39 @@ func (r *reader) CheckTables() (*storage.TableCheck, error) {
   WHERE NOT EXISTS (SELECT 1 FROM programs p WHERE p.program_hash = r.program_hash)`); err != nil {
 		return nil, err
 	}
-	err = r.rows(func(rows pgx.Rows) error {
+	err = r.eachRecordPage("SELECT rowid, result_json FROM records", func(rows pgx.Rows) (int64, error) {
+		var id int64
 		var j string
-		if err := rows.Scan(&j); err != nil {
-			return err
+		if err := rows.Scan(&id, &j); err != nil {
+			return 0, err
 		}
 		if _, err := pyjson.Parse([]byte(j)); err != nil {
 			c.BadResults++
 		}
-		return nil
-	}, "SELECT result_json FROM records")
+		return id, nil
+	})
 	if err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// eachRecordPage runs query (a SELECT of records whose first column is
+// rowid, without WHERE or ORDER BY) a page of tuning.ServerScanPage rows
+// at a time, in rowid order; scan returns each row's rowid.
+func (r *reader) eachRecordPage(query string, scan func(pgx.Rows) (int64, error)) error {
+	after := int64(math.MinInt64)
+	for {
+		n := 0
+		err := r.rows(func(rows pgx.Rows) error {
+			id, err := scan(rows)
+			after, n = id, n+1
+			return err
+		}, query+" WHERE rowid > $1 ORDER BY rowid LIMIT $2", after, tuning.ServerScanPage)
+		if err != nil || n < tuning.ServerScanPage {
+			return err
+		}
+	}
 }
 
 const configColumns = `key, device, op_id, call_key, value_json, hostname, username, creation_date, update_date`

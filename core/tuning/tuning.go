@@ -205,6 +205,10 @@ const (
 	// not speak PostgreSQL from one that is down (it runs only after a
 	// connection failed).
 	ServerProbeTimeout = 2 * time.Second
+	// ServerScanPage is how many records a whole-table read (a backup,
+	// a check) reads per statement, in rowid order: each statement stays
+	// far below ServerStatementTimeout whatever the table's size.
+	ServerScanPage = 10000
 	// ServerExportPage is how many programs an export or backup reads
 	// per statement (with their sources) inside its one snapshot.
 	ServerExportPage = 64
