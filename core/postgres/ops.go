@@ -221,6 +221,16 @@ func (s *Store) Write(ctx context.Context, w *storage.Write) (int, error) {
 			}
 		}
 		written = len(got)
+		if w.Overwrite {
+			// Every row of the call counts, a key given twice too, as
+			// the original's (and SQLite's) upsert per row counts.
+			written = 0
+			for _, r := range w.Rows {
+				if got[r.Key] {
+					written++
+				}
+			}
+		}
 		return nil
 	})
 	if err != nil {

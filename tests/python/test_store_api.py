@@ -569,6 +569,18 @@ def test_record_many_duplicate_in_batch(store):
     assert store.lookup("blur", SRC_BLUR, SCHED_R).execution_times == [1.0]
 
 
+def test_record_many_duplicate_in_batch_with_overwrite(store):
+    """With overwrite every entry counts, as the original's upsert per entry
+    did, and the last one given stays."""
+    entries = [
+        {"tiralib_schedule_string": SCHED_R, "is_legal": True, "execution_times": [1.0]},
+        {"tiralib_schedule_string": 'R( L0, comps=["c1"])', "is_legal": True, "execution_times": [2.0]},
+    ]
+    assert store.record_many("blur", SRC_BLUR, entries, overwrite=True) == 2
+    assert store.count() == 1
+    assert store.lookup("blur", SRC_BLUR, SCHED_R).execution_times == [2.0]
+
+
 def test_record_many_tuple_of_entries(store):
     assert store.record_many("blur", SRC_BLUR, tuple(_entries())) == 3
 
