@@ -178,8 +178,9 @@ var openParams = []string{"source_project", "cpu_model", "slurm_cpus", "allow_cp
 // "warning", "notices"}} (server: db_path is a server's URL, without its
 // password, and lock_path is ""), notices being a list of warnings about
 // node-local files that failed their checks, about a database directory
-// other users cannot use, and about an ignored password file. On error *out receives {"error": {"type", "message",
-// "code"}}. *out is owned by the caller: free it with tirastore_free.
+// other users cannot use, and about an ignored password file. On error
+// *out receives {"error": {"type", "message", "code"}}. *out is owned by
+// the caller: free it with tirastore_free.
 //
 //export tirastoreGo_open
 func tirastoreGo_open(db_path *C.char, options_json *C.char, handle *C.uint64_t, out **C.char) (status C.int) {

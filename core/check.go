@@ -117,7 +117,7 @@ func CheckDatabase(ctx context.Context, path string, opts Options, repair bool) 
 	if postgres.IsURL(path) {
 		// A server's database: no lock, no files of this node; the
 		// tables and the claims as below.
-		return checkTables(ctx, &CheckReport{}, path, opts, repair)
+		return checkTables(ctx, &CheckReport{Path: postgres.Redact(path)}, path, opts, repair)
 	}
 	l, abs, err := operatorLock(path, opts)
 	if err != nil {

@@ -75,8 +75,9 @@ const char *tirastore_version(void);
  * "warning", "notices"}} (server: db_path is a server's URL, without its
  * password, and lock_path is ""), notices being a list of warnings about
  * node-local files that failed their checks, about a database directory
- * other users cannot use, and about an ignored password file. On error *out receives {"error": {"type", "message",
- * "code"}}. *out is owned by the caller: free it with tirastore_free.
+ * other users cannot use, and about an ignored password file. On error
+ * *out receives {"error": {"type", "message", "code"}}. *out is owned by
+ * the caller: free it with tirastore_free.
  */
 int tirastore_open(const char *db_path, const char *options_json, uint64_t *handle, char **out);
 
