@@ -87,7 +87,7 @@ type Store struct {
 // itself must exist: creating one is the server administrator's job).
 func Open(ctx context.Context, rawURL string, cfg storage.Config) (*Store, *storage.Opened, error) {
 	loc := Redact(rawURL)
-	connURL, notices := withPassfile(rawURL)
+	connURL, notices := withHomeFiles(rawURL)
 	pc, err := pgxpool.ParseConfig(connURL)
 	if err != nil {
 		return nil, nil, apierr.Wrap(apierr.KindValue, err, "cannot use the database URL %s: %s", loc, scrub(err.Error(), passwordsOf(rawURL)))
@@ -112,45 +112,66 @@ func Open(ctx context.Context, rawURL string, cfg storage.Config) (*Store, *stor
 	return s, opened, nil
 }
 
-// withPassfile is the URL with libpq's choice of password file made
-// explicit: PGPASSFILE, else .pgpass in $HOME (libpq reads $HOME first;
-// pgx alone would take the home directory of the user database), and
-// none when the file has group or world access (libpq ignores it then,
-// and so does this, with a notice saying so). A URL that names its
-// passfile keeps it.
-func withPassfile(rawURL string) (string, []string) {
+// withHomeFiles is the URL with libpq's choice of its files made
+// explicit, where the URL and the environment leave them unset: the files
+// libpq looks for in the home directory are found through $HOME first, as
+// libpq does (pgx alone would take the user database's home directory).
+//   - the password file: PGPASSFILE, else $HOME/.pgpass; none when it has
+//     group or world access (libpq ignores it then, and so does this,
+//     with a notice saying so);
+//   - the service file: PGSERVICEFILE, else $HOME/.pg_service.conf;
+//   - the TLS files of $HOME/.postgresql: root.crt (sslrootcert), and
+//     postgresql.crt with postgresql.key (sslcert, sslkey), when present.
+func withHomeFiles(rawURL string) (string, []string) {
 	u, err := url.Parse(rawURL)
-	if err != nil || u.Query().Has("passfile") {
+	if err != nil {
 		return rawURL, nil
 	}
-	path := environ.Get("PGPASSFILE")
-	if path == "" {
-		home := environ.Get("HOME")
-		if home == "" {
-			if h, err := os.UserHomeDir(); err == nil {
-				home = h
-			}
+	home := environ.Get("HOME")
+	if home == "" {
+		if h, err := os.UserHomeDir(); err == nil {
+			home = h
 		}
-		if home == "" {
-			return rawURL, nil
-		}
-		path = filepath.Join(home, ".pgpass")
-	}
-	var notices []string
-	fi, err := os.Stat(path)
-	switch {
-	case err != nil:
-		path = "" // none: nothing to read
-	case !fi.Mode().IsRegular():
-		notices = append(notices, fmt.Sprintf("password file %s is not a plain file: ignored", path))
-		path = ""
-	case fi.Mode().Perm()&0o077 != 0:
-		notices = append(notices, fmt.Sprintf("password file %s has group or world access: ignored, "+
-			"as libpq does (chmod 0600 %s)", path, path))
-		path = ""
 	}
 	q := u.Query()
-	q.Set("passfile", path)
+	unset := func(param, env string) bool { return !q.Has(param) && environ.Get(env) == "" }
+	exists := func(path string) bool { fi, err := os.Stat(path); return err == nil && fi.Mode().IsRegular() }
+	var notices []string
+	if !q.Has("passfile") {
+		path := environ.Get("PGPASSFILE")
+		if path == "" && home != "" {
+			path = filepath.Join(home, ".pgpass")
+		}
+		if path != "" {
+			fi, err := os.Stat(path)
+			switch {
+			case err != nil:
+				path = "" // none: nothing to read
+			case !fi.Mode().IsRegular():
+				notices = append(notices, fmt.Sprintf("password file %s is not a plain file: ignored", path))
+				path = ""
+			case fi.Mode().Perm()&0o077 != 0:
+				notices = append(notices, fmt.Sprintf("password file %s has group or world access: ignored, "+
+					"as libpq does (chmod 0600 %s)", path, path))
+				path = ""
+			}
+			q.Set("passfile", path)
+		}
+	}
+	if home != "" {
+		if f := filepath.Join(home, ".pg_service.conf"); unset("servicefile", "PGSERVICEFILE") && exists(f) {
+			q.Set("servicefile", f)
+		}
+		dir := filepath.Join(home, ".postgresql")
+		if f := filepath.Join(dir, "root.crt"); unset("sslrootcert", "PGSSLROOTCERT") && exists(f) {
+			q.Set("sslrootcert", f)
+		}
+		crt, key := filepath.Join(dir, "postgresql.crt"), filepath.Join(dir, "postgresql.key")
+		if unset("sslcert", "PGSSLCERT") && unset("sslkey", "PGSSLKEY") && exists(crt) && exists(key) {
+			q.Set("sslcert", crt)
+			q.Set("sslkey", key)
+		}
+	}
 	u.RawQuery = q.Encode()
 	return u.String(), notices
 }

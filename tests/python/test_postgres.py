@@ -578,3 +578,24 @@ def test_cli_merge_both_ways_export_stats_check_backup(pg_cluster, url, tmp_path
     assert json.loads(_cli("claims", url, "--json").stdout) == []
     out = _cli("lock", "status", url, check=False)
     assert out.returncode == 1 and "no lock file" in out.stderr
+
+
+def test_root_certificate_from_home(pg_cluster, url, tmp_path):
+    """libpq's ~/.postgresql/root.crt, found through $HOME: verify-full
+    without sslrootcert trusts it. Control: a $HOME without it, and the
+    server's certificate is refused."""
+    tls = _tcp(pg_cluster, url, user="tira_tls", sslmode="verify-full", connect_timeout="5")
+    code = ("import sys\nfrom tirastore import TiraStore\n"
+            "with TiraStore(sys.argv[1], cpu_model=sys.argv[2]) as s: print(s.count())")
+    home = tmp_path / "home"
+    (home / ".postgresql").mkdir(parents=True)
+    (home / ".postgresql" / "root.crt").write_bytes(Path(pg_cluster.cert).read_bytes())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PGSSL")}
+    out = subprocess.run([sys.executable, "-c", code, tls, TEST_CPU], env={**env, "HOME": str(home)},
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "0", out.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = subprocess.run([sys.executable, "-c", code, tls, TEST_CPU], env={**env, "HOME": str(empty)},
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "certificate" in out.stderr, out.stderr
