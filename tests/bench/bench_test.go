@@ -72,21 +72,7 @@ func TestQuickRun(t *testing.T) {
 			t.Errorf("latency %s: neither measured nor skipped", impl)
 			return
 		}
-		for _, op := range want {
-			r := rows[op]
-			if r == nil || r["per_call"] == nil {
-				t.Errorf("latency %s %s missing", impl, op)
-				continue
-			}
-			if r["errors"].(float64) != 0 || r["wrong_results"].(float64) != 0 {
-				t.Errorf("latency %s %s: %v errors, %v wrong: %v", impl, op, r["errors"], r["wrong_results"], r["first_error"])
-			}
-		}
-		for label := range rows {
-			if strings.HasPrefix(label, "warmup/") {
-				t.Errorf("latency %s: failed warm-up %s: %v", impl, label, rows[label]["first_error"])
-			}
-		}
+		checkLatencyRows(t, impl, rows, want)
 	}
 	checkLatency(implEngine, ops)
 	checkLatency(implBaseline, ops)
@@ -294,22 +280,7 @@ func TestPostgresSection(t *testing.T) {
 		if why := res.Skipped["postgres/latency/"+backend]; why != "" {
 			t.Errorf("latency %s failed: %s", backend, why)
 		}
-		rows := res.Postgres.Latency[backend]
-		for _, op := range pgLatencyOps {
-			r := rows[op]
-			if r == nil || r["per_call"] == nil {
-				t.Errorf("latency %s %s missing", backend, op)
-				continue
-			}
-			if r["errors"].(float64) != 0 || r["wrong_results"].(float64) != 0 {
-				t.Errorf("latency %s %s: %v errors, %v wrong: %v", backend, op, r["errors"], r["wrong_results"], r["first_error"])
-			}
-		}
-		for label := range rows {
-			if strings.HasPrefix(label, "warmup/") {
-				t.Errorf("latency %s: failed warm-up %s: %v", backend, label, rows[label]["first_error"])
-			}
-		}
+		checkLatencyRows(t, backend, res.Postgres.Latency[backend], pgLatencyOps)
 		runs := res.Postgres.Throughput[backend]
 		if len(runs) != 2 {
 			t.Errorf("throughput %s: %d runs, want 2", backend, len(runs))
@@ -330,5 +301,27 @@ func TestPostgresSection(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "6. PostgreSQL beside the SQLite file") {
 		t.Error("the section's table is not in the report")
+	}
+}
+
+// checkLatencyRows checks that the latency rows of one client (an
+// implementation, a backend) have every op of want, measured without
+// errors or wrong results, and no failed warm-up.
+func checkLatencyRows(t *testing.T, client string, rows map[string]map[string]any, want []string) {
+	t.Helper()
+	for _, op := range want {
+		r := rows[op]
+		if r == nil || r["per_call"] == nil {
+			t.Errorf("latency %s %s missing", client, op)
+			continue
+		}
+		if r["errors"].(float64) != 0 || r["wrong_results"].(float64) != 0 {
+			t.Errorf("latency %s %s: %v errors, %v wrong: %v", client, op, r["errors"], r["wrong_results"], r["first_error"])
+		}
+	}
+	for label := range rows {
+		if strings.HasPrefix(label, "warmup/") {
+			t.Errorf("latency %s: failed warm-up %s: %v", client, label, rows[label]["first_error"])
+		}
 	}
 }
