@@ -40,7 +40,7 @@ func (s *Store) classify(err error, op string) error {
 				"createdb, or CREATE DATABASE, by someone allowed to)", s.loc, op, scrub(pe.Message, s.hide))
 		case pe.Code == "57014" || pe.Code == "55P03":
 			return apierr.Wrap(apierr.KindTimeout, err, "%s: %s timed out on the server: %s", s.loc, op, scrub(pe.Message, s.hide))
-		case pe.Code == "22021" || pe.Code == "54000" || strings.HasPrefix(pe.Code, "22"):
+		case strings.HasPrefix(pe.Code, "22") || pe.Code == "54000": // bad data, a value too large
 			return apierr.Wrap(apierr.KindValue, err, "%s: cannot %s: %s", s.loc, op, scrub(pe.Message, s.hide))
 		case pe.Code == "53300":
 			return apierr.Wrap(apierr.KindOperational, err, "%s: cannot %s: %s (every connection slot of the server is "+
