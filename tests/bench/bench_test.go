@@ -72,7 +72,7 @@ func TestQuickRun(t *testing.T) {
 			t.Errorf("latency %s: neither measured nor skipped", impl)
 			return
 		}
-		checkLatencyRows(t, impl, rows, want)
+		checkRows(t, "latency", impl, rows, want)
 	}
 	checkLatency(implEngine, ops)
 	checkLatency(implBaseline, ops)
@@ -97,21 +97,7 @@ func TestQuickRun(t *testing.T) {
 			}
 			continue
 		}
-		for _, label := range claimLabels {
-			r := rows[label]
-			if r == nil || r["per_call"] == nil {
-				t.Errorf("claims %s %s missing", impl, label)
-				continue
-			}
-			if r["errors"].(float64) != 0 || r["wrong_results"].(float64) != 0 {
-				t.Errorf("claims %s %s: %v errors, %v wrong: %v", impl, label, r["errors"], r["wrong_results"], r["first_error"])
-			}
-		}
-		for label := range rows {
-			if strings.HasPrefix(label, "warmup/") {
-				t.Errorf("claims %s: failed warm-up %s: %v", impl, label, rows[label]["first_error"])
-			}
-		}
+		checkRows(t, "claims", impl, rows, claimLabels)
 	}
 
 	switch {
@@ -280,7 +266,7 @@ func TestPostgresSection(t *testing.T) {
 		if why := res.Skipped["postgres/latency/"+backend]; why != "" {
 			t.Errorf("latency %s failed: %s", backend, why)
 		}
-		checkLatencyRows(t, backend, res.Postgres.Latency[backend], pgLatencyOps)
+		checkRows(t, "latency", backend, res.Postgres.Latency[backend], pgLatencyOps)
 		runs := res.Postgres.Throughput[backend]
 		if len(runs) != 2 {
 			t.Errorf("throughput %s: %d runs, want 2", backend, len(runs))
@@ -304,24 +290,24 @@ func TestPostgresSection(t *testing.T) {
 	}
 }
 
-// checkLatencyRows checks that the latency rows of one client (an
-// implementation, a backend) have every op of want, measured without
+// checkRows checks that a section's rows of one client (an
+// implementation, a backend) have every row of want, measured without
 // errors or wrong results, and no failed warm-up.
-func checkLatencyRows(t *testing.T, client string, rows map[string]map[string]any, want []string) {
+func checkRows(t *testing.T, section, client string, rows map[string]map[string]any, want []string) {
 	t.Helper()
 	for _, op := range want {
 		r := rows[op]
 		if r == nil || r["per_call"] == nil {
-			t.Errorf("latency %s %s missing", client, op)
+			t.Errorf("%s %s %s missing", section, client, op)
 			continue
 		}
 		if r["errors"].(float64) != 0 || r["wrong_results"].(float64) != 0 {
-			t.Errorf("latency %s %s: %v errors, %v wrong: %v", client, op, r["errors"], r["wrong_results"], r["first_error"])
+			t.Errorf("%s %s %s: %v errors, %v wrong: %v", section, client, op, r["errors"], r["wrong_results"], r["first_error"])
 		}
 	}
 	for label := range rows {
 		if strings.HasPrefix(label, "warmup/") {
-			t.Errorf("latency %s: failed warm-up %s: %v", client, label, rows[label]["first_error"])
+			t.Errorf("%s %s: failed warm-up %s: %v", section, client, label, rows[label]["first_error"])
 		}
 	}
 }
