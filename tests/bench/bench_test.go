@@ -126,24 +126,7 @@ func TestQuickRun(t *testing.T) {
 	}
 
 	for _, impl := range []string{implEngine, implBaseline} {
-		runs := res.Throughput[impl]
-		if len(runs) != 2 {
-			t.Errorf("throughput %s: %d runs, want 2", impl, len(runs))
-		}
-		for _, r := range runs {
-			if f, _ := r["harness_failure"].(string); f != "" {
-				t.Errorf("throughput %s P=%v: %s", impl, r["procs"], f)
-				continue
-			}
-			if r["records_match"] != true || r["expected_records"] != r["found_records"] {
-				t.Errorf("throughput %s P=%v: records expected %v, found %v, lost %v, unexpected %v", impl, r["procs"],
-					r["expected_records"], r["found_records"], r["lost_records"], r["unexpected_records"])
-			}
-			if r["errors"].(float64) != 0 || r["lock_timeouts"].(float64) != 0 || r["wrong_results"].(float64) != 0 {
-				t.Errorf("throughput %s P=%v: errors %v, timeouts %v, wrong %v: %v", impl, r["procs"],
-					r["errors"], r["lock_timeouts"], r["wrong_results"], r["first_error"])
-			}
-		}
+		checkThroughput(t, impl, res.Throughput[impl], 2)
 	}
 	if len(res.Targets) < 10 {
 		t.Errorf("%d targets evaluated", len(res.Targets))
@@ -267,23 +250,7 @@ func TestPostgresSection(t *testing.T) {
 			t.Errorf("latency %s failed: %s", backend, why)
 		}
 		checkRows(t, "latency", backend, res.Postgres.Latency[backend], pgLatencyOps)
-		runs := res.Postgres.Throughput[backend]
-		if len(runs) != 2 {
-			t.Errorf("throughput %s: %d runs, want 2", backend, len(runs))
-		}
-		for _, r := range runs {
-			if f, _ := r["harness_failure"].(string); f != "" {
-				t.Errorf("throughput %s P=%v: %s", backend, r["procs"], f)
-				continue
-			}
-			if r["records_match"] != true || r["expected_records"] != r["found_records"] {
-				t.Errorf("throughput %s P=%v: records expected %v, found %v, lost %v, unexpected %v", backend, r["procs"],
-					r["expected_records"], r["found_records"], r["lost_records"], r["unexpected_records"])
-			}
-			if r["errors"].(float64) != 0 || r["wrong_results"].(float64) != 0 {
-				t.Errorf("throughput %s P=%v: errors %v, wrong %v: %v", backend, r["procs"], r["errors"], r["wrong_results"], r["first_error"])
-			}
-		}
+		checkThroughput(t, backend, res.Postgres.Throughput[backend], 2)
 	}
 	if !strings.Contains(stdout.String(), "6. PostgreSQL beside the SQLite file") {
 		t.Error("the section's table is not in the report")
@@ -308,6 +275,30 @@ func checkRows(t *testing.T, section, client string, rows map[string]map[string]
 	for label := range rows {
 		if strings.HasPrefix(label, "warmup/") {
 			t.Errorf("%s %s: failed warm-up %s: %v", section, client, label, rows[label]["first_error"])
+		}
+	}
+}
+
+// checkThroughput checks a client's throughput runs: want of them, each
+// without a harness failure, with exactly the records expected, and
+// without errors, lock timeouts or wrong results.
+func checkThroughput(t *testing.T, client string, runs []map[string]any, want int) {
+	t.Helper()
+	if len(runs) != want {
+		t.Errorf("throughput %s: %d runs, want %d", client, len(runs), want)
+	}
+	for _, r := range runs {
+		if f, _ := r["harness_failure"].(string); f != "" {
+			t.Errorf("throughput %s P=%v: %s", client, r["procs"], f)
+			continue
+		}
+		if r["records_match"] != true || r["expected_records"] != r["found_records"] {
+			t.Errorf("throughput %s P=%v: records expected %v, found %v, lost %v, unexpected %v", client, r["procs"],
+				r["expected_records"], r["found_records"], r["lost_records"], r["unexpected_records"])
+		}
+		if r["errors"].(float64) != 0 || r["lock_timeouts"].(float64) != 0 || r["wrong_results"].(float64) != 0 {
+			t.Errorf("throughput %s P=%v: errors %v, timeouts %v, wrong %v: %v", client, r["procs"],
+				r["errors"], r["lock_timeouts"], r["wrong_results"], r["first_error"])
 		}
 	}
 }
