@@ -135,18 +135,28 @@ func (r *reader) EachRecordOf(programHash string, fn func(*storage.Record) error
 	if !ok {
 		return err
 	}
-	var recs []*storage.Record
-	err = r.rows(func(rows pgx.Rows) error {
+	return eachRead(r, func(rows pgx.Rows) (*storage.Record, error) {
 		rec, err := scanRecord(rows)
 		rec.ProgramName, rec.SourceCode = name, source
-		recs = append(recs, rec)
+		return rec, err
+	}, fn, "SELECT "+recordColumns+" FROM records r WHERE r.program_hash = $1 ORDER BY r.creation_date, r.rowid", programHash)
+}
+
+// eachRead reads every row of a statement with scan, then calls fn for
+// each: fn may run statements of the same transaction, which one
+// connection cannot while the first one's rows are open.
+func eachRead[T any](r *reader, scan func(pgx.Rows) (T, error), fn func(T) error, sql string, args ...any) error {
+	var all []T
+	err := r.rows(func(rows pgx.Rows) error {
+		v, err := scan(rows)
+		all = append(all, v)
 		return err
-	}, "SELECT "+recordColumns+" FROM records r WHERE r.program_hash = $1 ORDER BY r.creation_date, r.rowid", programHash)
+	}, sql, args...)
 	if err != nil {
 		return err
 	}
-	for _, rec := range recs {
-		if err := fn(rec); err != nil {
+	for _, v := range all {
+		if err := fn(v); err != nil {
 			return err
 		}
 	}
@@ -290,22 +300,11 @@ func (r *reader) GetConfig(key string) (*storage.ConfigEntry, error) {
 
 // EachConfig calls fn for the config entries of device and op_id.
 func (r *reader) EachConfig(device, opID string, fn func(*storage.ConfigEntry) error) error {
-	var all []*storage.ConfigEntry
-	err := r.rows(func(rows pgx.Rows) error {
+	return eachRead(r, func(rows pgx.Rows) (*storage.ConfigEntry, error) {
 		e := &storage.ConfigEntry{}
-		all = append(all, e)
-		return rows.Scan(configDst(e)...)
-	}, "SELECT "+configColumns+` FROM config_entries
+		return e, rows.Scan(configDst(e)...)
+	}, fn, "SELECT "+configColumns+` FROM config_entries
   WHERE ($1 = '' OR device = $1) AND ($2 = '' OR op_id = $2) ORDER BY key`, device, opID)
-	if err != nil {
-		return err
-	}
-	for _, e := range all {
-		if err := fn(e); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // CountConfigs is the number of config entries.
@@ -377,21 +376,7 @@ func (r *reader) GetClaims(keys []string) (map[string]*storage.Claim, error) {
 
 // EachClaim calls fn for every claim, oldest first.
 func (r *reader) EachClaim(fn func(*storage.Claim) error) error {
-	var all []*storage.Claim
-	err := r.rows(func(rows pgx.Rows) error {
-		c, err := scanClaim(rows)
-		all = append(all, c)
-		return err
-	}, claimSelect+" ORDER BY claimed_at, key")
-	if err != nil {
-		return err
-	}
-	for _, c := range all {
-		if err := fn(c); err != nil {
-			return err
-		}
-	}
-	return nil
+	return eachRead(r, scanClaim, fn, claimSelect+" ORDER BY claimed_at, key")
 }
 
 // PutProgram inserts p unless its hash is stored.
