@@ -33,3 +33,15 @@ func SkipKeyLocks() func() {
 	skipKeyLocks = true
 	return func() { skipKeyLocks = false }
 }
+
+// SchemaSteps has fn told each opener's steps in creating the schema
+// ("locked": it holds the schema lock; "create": it runs the DDL) and,
+// with stale, has the check under the lock use the lookup that takes no
+// lock (the negative control), until the returned function runs.
+func SchemaSteps(fn func(step string), stale bool) func() {
+	schemaStep, staleMetaCheck = fn, stale
+	return func() { schemaStep, staleMetaCheck = nil, false }
+}
+
+// SchemaLock is the advisory lock key that serializes schema creation.
+const SchemaLock = schemaLock

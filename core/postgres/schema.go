@@ -166,13 +166,23 @@ func (s *Store) initOnce(ctx context.Context) (*storage.Opened, error) {
 		if _, err := tx.Exec(sctx, "SELECT pg_advisory_xact_lock($1)", int64(schemaLock)); err != nil {
 			return err
 		}
-		if meta, ok, err = s.readMeta(sctx, tx); err != nil {
+		if schemaStep != nil {
+			schemaStep("locked")
+		}
+		check := s.readMetaLocking
+		if staleMetaCheck {
+			check = func(ctx context.Context, tx pgx.Tx) (map[string]string, bool, error) { return s.readMeta(ctx, tx) }
+		}
+		if meta, ok, err = check(sctx, tx); err != nil {
 			return err
 		}
 		if !ok {
 			if s.cfg.MustExist {
 				return apierr.Wrap(apierr.KindNotFound, fs.ErrNotExist,
 					"%s: no TiraStore database there (the tables are missing), and create=False", s.loc)
+			}
+			if schemaStep != nil {
+				schemaStep("create")
 			}
 			for _, ddl := range schemaDDL {
 				if _, err := tx.Exec(sctx, ddl); err != nil {
@@ -191,7 +201,7 @@ func (s *Store) initOnce(ctx context.Context) (*storage.Opened, error) {
 					return err
 				}
 			}
-			meta, _, err = s.readMeta(sctx, tx)
+			meta, err = metaRows(sctx, tx)
 			return err
 		}
 		if done, err := s.checkVersions(meta); err != nil || done {
@@ -239,6 +249,8 @@ type queryer interface {
 }
 
 // readMeta reads db_meta; ok is false when the table does not exist.
+// Outside a transaction only: to_regclass takes no lock, so inside one it
+// may answer from the session's catalog cache (readMetaLocking).
 func (s *Store) readMeta(ctx context.Context, q queryer) (map[string]string, bool, error) {
 	var reg *string
 	if err := q.QueryRow(ctx, "SELECT to_regclass('db_meta')::text").Scan(&reg); err != nil {
@@ -247,18 +259,59 @@ func (s *Store) readMeta(ctx context.Context, q queryer) (map[string]string, boo
 	if reg == nil {
 		return nil, false, nil
 	}
-	rows, err := q.Query(ctx, "SELECT key, value FROM db_meta")
+	meta, err := metaRows(ctx, q)
+	return meta, err == nil, err
+}
+
+// readMetaLocking is readMeta inside a transaction that began before
+// another session created the tables, as the one waiting for schemaLock
+// did. A session learns of other sessions' catalog changes when a
+// transaction starts or when it locks a table; to_regclass does neither,
+// and its "no db_meta" cached before the wait would make this opener run
+// the DDL again: CREATE INDEX IF NOT EXISTS takes a share lock on a
+// table that writers already use, a deadlock with them. Reading the
+// table locks it, which brings the cache up to date; a table that is
+// truly missing is undefined_table (42P01), caught in a savepoint so
+// that the transaction goes on.
+func (s *Store) readMetaLocking(ctx context.Context, tx pgx.Tx) (map[string]string, bool, error) {
+	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return nil, false, err
+	}
+	meta, err := metaRows(ctx, sp)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" {
+		return nil, false, sp.Rollback(ctx)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return meta, true, sp.Commit(ctx)
+}
+
+// metaRows is db_meta as a map.
+func metaRows(ctx context.Context, q queryer) (map[string]string, error) {
+	rows, err := q.Query(ctx, "SELECT key, value FROM db_meta")
+	if err != nil {
+		return nil, err
 	}
 	meta := map[string]string{}
 	var k, v string
 	_, err = pgx.ForEachRow(rows, []any{&k, &v}, func() error { meta[k] = v; return nil })
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	return meta, true, nil
+	return meta, nil
 }
+
+// For a test only (export_test.go): schemaStep is told when an opener
+// holds schemaLock ("locked") and when it runs the DDL ("create"), and
+// staleMetaCheck makes the check under the lock readMeta's (the negative
+// control).
+var (
+	schemaStep     func(step string)
+	staleMetaCheck bool
+)
 
 // checkVersions refuses a schema newer than this engine's and reports
 // whether the layout is current (nothing to migrate).
