@@ -90,9 +90,9 @@ func (s *Store) Backup(ctx context.Context, dest string) (string, error) {
 		dest = filepath.Join(dir, pypath.Stem(base)+"_"+stamp+".db")
 	}
 	intoDir := strings.HasSuffix(dest, "/") // "snapshots/": a directory, created if missing
-	dest, err := pypath.Resolve(dest)
+	dest, err := resolvePath("backup path", dest)
 	if err != nil {
-		return "", wrapError(KindOS, err, "cannot resolve backup path: %v", err)
+		return "", err
 	}
 	if fi, err := os.Stat(dest); intoDir || err == nil && fi.IsDir() {
 		dest = filepath.Join(dest, base)
@@ -144,9 +144,9 @@ func (s *Store) Export(ctx context.Context, path, format string) (string, error)
 	if err := checkText("output_path", path); err != nil {
 		return "", err
 	}
-	out, err := pypath.Resolve(path)
+	out, err := resolvePath("export path", path)
 	if err != nil {
-		return "", wrapError(KindOS, err, "cannot resolve export path: %v", err)
+		return "", err
 	}
 	if fi, err := os.Stat(out); err == nil && fi.IsDir() {
 		perr := &fs.PathError{Op: "open", Path: out, Err: syscall.EISDIR}

@@ -20,7 +20,6 @@ import (
 	"github.com/tirastore/tirastore/core/environ"
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/pyjson"
-	"github.com/tirastore/tirastore/core/pypath"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/storage"
 )
@@ -57,9 +56,9 @@ func ConfigLocation(opname, path string) (dbPath, jsonPath string, err error) {
 	if strings.Contains(path, "://") {
 		return path, "", nil // a server's URL: the backend refuses what it does not serve
 	}
-	abs, err := pypath.Resolve(path)
+	abs, err := resolvePath("path", path)
 	if err != nil {
-		return "", "", wrapError(KindOS, err, "cannot resolve path %s: %v", path, err)
+		return "", "", err
 	}
 	if stem, ok := strings.CutSuffix(abs, ".json"); ok && filepath.Base(abs) != ".json" {
 		return stem + ".tirastore.db", abs, nil
@@ -131,9 +130,9 @@ func resolveFile(field, path string) (string, error) {
 	if path == "" {
 		return "", newError(KindValue, "%s must not be empty", field)
 	}
-	abs, err := pypath.Resolve(path)
+	abs, err := resolvePath(field, path)
 	if err != nil {
-		return "", wrapError(KindOS, err, "cannot resolve %s %s: %v", field, path, err)
+		return "", err
 	}
 	return abs, nil
 }

@@ -7,7 +7,6 @@ import (
 	"github.com/tirastore/tirastore/core/lock"
 	"github.com/tirastore/tirastore/core/postgres"
 	"github.com/tirastore/tirastore/core/pyjson"
-	"github.com/tirastore/tirastore/core/pypath"
 	"github.com/tirastore/tirastore/core/sqlitefile"
 )
 
@@ -79,12 +78,12 @@ func operatorLock(dbPath string, opts Options) (l *lock.Lock, abs string, err er
 		return nil, "", newError(KindValue, "%s is a database on a PostgreSQL server: it has no lock file "+
 			"(the server locks rows itself)", postgres.Redact(dbPath))
 	}
-	stale, _, err := opts.lockConfig()
+	stale, wait, err := opts.lockConfig()
 	if err != nil {
 		return nil, "", err
 	}
-	if abs, err = pypath.Resolve(dbPath); err != nil {
-		return nil, "", wrapError(KindOS, err, "cannot resolve database path %q: %v", dbPath, err)
+	if abs, err = resolvePath("database path", dbPath); err != nil {
+		return nil, "", err
 	}
 	if err := sqlitefile.Existing(abs); err != nil { // a lock beside a typo is no lock
 		return nil, "", err
@@ -93,7 +92,7 @@ func operatorLock(dbPath string, opts Options) (l *lock.Lock, abs string, err er
 	if err != nil {
 		return nil, "", wrapError(KindOS, err, "cannot derive the lock path of %s: %v", abs, err)
 	}
-	return lock.New(lp, lock.Options{StaleTimeout: stale}), abs, nil
+	return lock.New(lp, lock.Options{StaleTimeout: stale, Timeout: wait}), abs, nil
 }
 
 // InspectLock looks at the lock of the database at dbPath once, without

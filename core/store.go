@@ -17,7 +17,6 @@ import (
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/lock"
 	"github.com/tirastore/tirastore/core/postgres"
-	"github.com/tirastore/tirastore/core/pypath"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/sqlitefile"
 	"github.com/tirastore/tirastore/core/storage"
@@ -109,9 +108,9 @@ func openBackend(ctx context.Context, location string, cfg storage.Config) (stor
 		return nil, nil, newError(KindValue, "db_path %s is a URL of a kind TiraStore does not know (%s://): "+
 			"give a file path, or a postgresql:// URL", schedule.Repr(postgres.Redact(location)), scheme)
 	}
-	abs, err := pypath.Resolve(location)
+	abs, err := resolvePath("database path", location)
 	if err != nil {
-		return nil, nil, wrapError(KindOS, err, "cannot resolve database path %q: %v", location, err)
+		return nil, nil, err
 	}
 	return sqlitefile.Open(ctx, abs, cfg)
 }

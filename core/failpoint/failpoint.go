@@ -67,4 +67,18 @@ const (
 	// synced the journal and before it deletes it (the commit). Only the
 	// action stop is honoured there.
 	DBWrite = "db-write"
+	// SharedDirTrust is a switch: the files of the database's directory
+	// (the database, its journal, the lock, the break lock, claims) are
+	// opened as before the hardening, following links, blocking on a FIFO
+	// and without their fstat checks, in Go (core/shareddir) and in the
+	// VFS (the negative control of the planted-FIFO tests).
+	SharedDirTrust = "shareddir-trust"
+	// LinkTrust is a switch: paths are resolved following every symbolic
+	// link, whoever owns it, as Python's resolve() does (the negative
+	// control of the planted-link tests).
+	LinkTrust = "link-trust"
+	// JournalTrust is a switch: a journal found beside the database is
+	// rolled back whoever wrote it (the negative control of the
+	// planted-journal tests).
+	JournalTrust = "journal-trust"
 )

@@ -54,6 +54,18 @@ func Username() string {
 	return uid
 }
 
+// Owner names the owner of a file for an error message: "uid 65534
+// (nobody)", or "uid 4242" when the user database has no entry for it. The
+// uid comes first because it is what ls -n and the kernel show; the name
+// is what a person recognises.
+func Owner(uid uint32) string {
+	s := "uid " + strconv.FormatUint(uint64(uid), 10)
+	if name, err := lookupUID(strconv.FormatUint(uint64(uid), 10)); err == nil && name != "" {
+		s += " (" + name + ")"
+	}
+	return s
+}
+
 // NowISO formats t like Python's datetime.now(timezone.utc).isoformat():
 // UTC, microseconds truncated (Python floors the clock to microseconds) and
 // omitted when zero, "+00:00" offset. Dates are compared as text when

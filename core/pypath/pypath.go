@@ -8,15 +8,20 @@ package pypath
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/tirastore/tirastore/core/failpoint"
+	"github.com/tirastore/tirastore/core/identity"
 )
 
 // Resolve is pathlib.Path.resolve(strict=False) of Python 3.11: a
 // left-to-right walk that follows each existing symlink, applies ".." to the
-// path resolved so far, and keeps missing components as they are.
+// path resolved so far, and keeps missing components as they are; except
+// that it follows only the links of the caller or of root (see LinkError).
 func Resolve(p string) (string, error) {
 	if p == "" {
 		p = "." // Path("") is Path(".")
@@ -30,8 +35,11 @@ func Resolve(p string) (string, error) {
 		}
 		p = wd + "/" + p
 	}
-	r := &resolver{seen: map[string]*string{}}
+	r := &resolver{seen: map[string]*string{}, vet: !failpoint.Enabled(failpoint.LinkTrust), euid: uint32(os.Geteuid())}
 	out, ok := r.join("/", p)
+	if r.err != nil {
+		return "", r.err
+	}
 	if !ok {
 		// A symlink loop: Python's resolve() raises RuntimeError.
 		return "", fmt.Errorf("resolve %q: symlink loop at %s", p, out)
@@ -43,8 +51,46 @@ func Resolve(p string) (string, error) {
 	return out, nil
 }
 
+// # Whose links are followed
+//
+// The directories a database lives in are often writable by other users
+// (the original made the database's directory 1777), and
+// fs.protected_symlinks may be 0. A link planted there by another user
+// would make this process create, initialise or chmod a file that user
+// chose, with this process's rights: root creating a 0666 database in a
+// root-only directory, a user creating one in place of their own
+// ~/.ssh/authorized_keys. So the resolver follows a link only when its
+// owner is the caller (geteuid) or root, as the kernel's
+// protected_symlinks does in sticky directories, but everywhere: a link
+// of another user is a *LinkError whatever directory holds it. A user's
+// own link to their own database elsewhere, and a site's links made by
+// root (/scratch -> /lustre/scratch), keep working. docs/COMPAT.md lists
+// the difference from the original, which followed every link.
+
+// LinkError is a symbolic link on the way that belongs neither to the
+// caller nor to root: it is not followed, and the path is refused.
+type LinkError struct {
+	Path   string // the link
+	Target string // what it points to
+	Owner  uint32 // its owner
+}
+
+// Is makes errors.Is(err, fs.ErrPermission) true: the path is refused as
+// a permission problem (Python's PermissionError), not a missing file.
+func (e *LinkError) Is(target error) bool { return target == fs.ErrPermission }
+
+// Error names the link, its target and its owner.
+func (e *LinkError) Error() string {
+	return fmt.Sprintf("%s is a symbolic link to %s owned by %s, not by you (uid %d) or root: "+
+		"TiraStore follows only your own links and root's (another user may have planted it); "+
+		"give the real path", e.Path, e.Target, identity.Owner(e.Owner), os.Geteuid())
+}
+
 type resolver struct {
 	seen map[string]*string // symlink path -> resolution (nil while in progress)
+	vet  bool               // follow only the caller's and root's links
+	euid uint32
+	err  error // a *LinkError that stopped the walk
 }
 
 // join resolves rest relative to the already resolved absolute path base.
@@ -82,8 +128,15 @@ func (r *resolver) join(base, rest string) (string, bool) {
 			path = next
 			continue
 		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && r.vet && st.Uid != r.euid && st.Uid != 0 {
+			r.err = &LinkError{Path: next, Target: target, Owner: st.Uid}
+			return next, false
+		}
 		var ok bool
 		path, ok = r.join(path, target)
+		if r.err != nil {
+			return path, false
+		}
 		if !ok {
 			return filepath.Join(path, rest), false
 		}
