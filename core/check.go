@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"time"
 
+	"github.com/tirastore/tirastore/core/lock"
 	"github.com/tirastore/tirastore/core/nodelocal"
 	"github.com/tirastore/tirastore/core/postgres"
 	"github.com/tirastore/tirastore/core/pyjson"
@@ -37,9 +39,14 @@ type CheckReport struct {
 	Lock               *LockStatus
 	Leftovers          []string // claim files of dead processes, or provably old
 	HotJournal         bool     // a crashed writer's journal was there (the check's read rolled it back)
-	SchemaVersion      string
-	Tables             *storage.TableCheck
-	Records, Programs  int64
+	// ForeignJournal is what sits at the journal's name that the journal
+	// rule refuses to roll back (core/sqlite: "The database's directory
+	// is shared"); JournalMovedTo is where --repair moved it ("" if not).
+	ForeignJournal    *sqlite.Journal
+	JournalMovedTo    string
+	SchemaVersion     string
+	Tables            *storage.TableCheck
+	Records, Programs int64
 	// NodeLocal is this node's files of the database (nodelocal.Inspect),
 	// as found before the check opened it; a name that fails its checks is
 	// also a problem (its speed-up is off here until its owner removes it).
@@ -67,6 +74,18 @@ func (r *CheckReport) PyJSON() any {
 	}
 	o.Set("leftover_claims", strs(r.Leftovers))
 	o.Set("hot_journal", r.HotJournal)
+	if j := r.ForeignJournal; j != nil {
+		jo := pyjson.NewObjectCap(6)
+		jo.Set("path", j.Path)
+		jo.Set("kind", j.Kind)
+		jo.Set("owner_uid", j.UID)
+		jo.Set("mode", fmt.Sprintf("%04o", j.Mode))
+		jo.Set("why", j.Why())
+		jo.Set("moved_to", r.JournalMovedTo)
+		o.Set("foreign_journal", jo)
+	} else {
+		o.Set("foreign_journal", nil)
+	}
 	o.Set("schema_version", r.SchemaVersion)
 	if t := r.Tables; t != nil {
 		to := pyjson.NewObjectCap(3)
@@ -153,9 +172,8 @@ func CheckDatabase(ctx context.Context, path string, opts Options, repair bool) 
 	} else if rep.Leftovers = l.Leftovers(); len(rep.Leftovers) > 0 {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("%d leftover claim files of dead processes beside the lock; --repair removes them", len(rep.Leftovers)))
 	}
-	if fi, err := os.Stat(abs + "-journal"); err == nil && fi.Size() > 0 && !st.Held {
-		rep.HotJournal = true
-		rep.Problems = append(rep.Problems, "a crashed writer's journal was beside the database (this check's read rolled its transaction back)")
+	if err := checkJournal(ctx, rep, l, abs, st.Held, repair); err != nil {
+		return nil, err
 	}
 	rep.Path = abs
 	rep.NodeLocal = nodelocal.Inspect(l.Path())
@@ -170,6 +188,58 @@ func CheckDatabase(ctx context.Context, path string, opts Options, repair bool) 
 		return rep, nil
 	}
 	return checkTables(ctx, rep, path, opts, repair)
+}
+
+// checkJournal judges what is at the database's journal name by the journal
+// rule: a crashed writer's journal that the rule trusts is reported (the
+// check's read rolls it back); one it refuses is foreign, never applied,
+// and with repair moved aside under the lock (so that no live writer's
+// journal is ever moved) to <journal>.foreign-<UTC time>.
+func checkJournal(ctx context.Context, rep *CheckReport, l *lock.Lock, abs string, held, repair bool) error {
+	j, err := sqlite.InspectJournal(abs)
+	if err != nil {
+		return readError(err, "journal", sqlite.JournalPath(abs))
+	}
+	switch {
+	case j == nil:
+		return nil
+	case j.Trusted():
+		if j.Hot && !held {
+			rep.HotJournal = true
+			rep.Problems = append(rep.Problems, "a crashed writer's journal was beside the database (this check's read rolled its transaction back)")
+		}
+		return nil
+	}
+	rep.ForeignJournal = j
+	if !repair {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("the journal %s is foreign: %s; it is never rolled back, "+
+			"and the database cannot be used while it is there; --repair moves it aside", j.Path, j.Why()))
+		return nil
+	}
+	aside := fmt.Sprintf("%s.foreign-%s", j.Path, time.Now().UTC().Format("20060102T150405.000000000Z"))
+	if err := l.Acquire(ctx); err != nil {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("the journal %s is foreign (%s) and was not moved aside: "+
+			"cannot take the lock: %v", j.Path, j.Why(), err))
+		return nil
+	}
+	// Moved as the very file judged: a name changed since is left alone.
+	now, err := sqlite.InspectJournal(abs)
+	if err == nil && now != nil && now.Dev == j.Dev && now.Ino == j.Ino && now.Verdict == j.Verdict && now.Size == j.Size {
+		err = os.Rename(j.Path, aside)
+	} else if err == nil {
+		err = fmt.Errorf("it changed while the lock was taken")
+	}
+	if rerr := l.Release(); err == nil && rerr != nil {
+		err = rerr
+	}
+	if err != nil {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("the journal %s is foreign (%s) and could not be moved aside: %v "+
+			"(its owner or root must remove it)", j.Path, j.Why(), err))
+		return nil
+	}
+	rep.JournalMovedTo = aside
+	rep.Repaired = append(rep.Repaired, fmt.Sprintf("moved the foreign journal %s aside to %s, without applying it (%s)", j.Path, aside, j.Why()))
+	return nil
 }
 
 // checkTables opens the database and adds what its tables and claims

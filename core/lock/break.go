@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/tirastore/tirastore/core/shareddir"
 )
 
 // Test hooks, called (when set) at the points of breakLock where another
@@ -374,7 +376,7 @@ func movedIsJudged(aside string, judged lockState) bool {
 		st, err := lstatStamp(aside)
 		return err == nil && st.sameContentAs(judged.stamp)
 	}
-	f, err := os.Open(aside)
+	f, _, err := shareddir.Open(aside, os.O_RDONLY)
 	if err != nil {
 		return false
 	}

@@ -10,7 +10,11 @@ import (
 	"strconv"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/pyjson"
+	"github.com/tirastore/tirastore/core/shareddir"
 )
 
 // maxLockFile bounds what we read from a lock file; real ones are 80 (Python)
@@ -51,8 +55,12 @@ type lockState struct {
 // state of the inode the record was read from, so that the waiter can tell
 // how long it has stayed unchanged and breakLock can make sure it removes
 // that very file.
+//
+// The lock's directory is shared with other users: the open neither follows
+// a link nor blocks (a FIFO planted at the name), and anything but a
+// regular file is refused (core/shareddir), as an unreadable lock.
 func readHolder(lockPath string) (*Holder, lockState, error) {
-	f, err := os.Open(lockPath)
+	f, _, err := shareddir.Open(lockPath, os.O_RDONLY)
 	if err != nil {
 		return nil, lockState{}, err
 	}
@@ -74,6 +82,10 @@ func readHolderFile(f *os.File, name string) (*Holder, lockState, error) {
 	}
 	h, err := parseHolder(data)
 	if err != nil {
+		var st unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &st) == nil {
+			return nil, lockState{}, fmt.Errorf("lock: %s (owned by %s): %w", name, identity.Owner(st.Uid), err)
+		}
 		return nil, lockState{}, fmt.Errorf("lock: %s: %w", name, err)
 	}
 	return h, lockState{stamp: st, sum: sha256.Sum256(data)}, nil

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tirastore/tirastore/core/shareddir"
 )
 
 // sweepClaims removes the claim files that killed processes left behind
@@ -101,7 +103,7 @@ func (l *Lock) provablyOld(st *unix.Stat_t, now time.Time) bool {
 // deadClaim: the claim at p (in state stamp) holds the record of a
 // process of this host that is dead (deadOnThisHost).
 func (l *Lock) deadClaim(p string, stamp stamp) bool {
-	f, err := os.Open(p)
+	f, _, err := shareddir.Open(p, os.O_RDONLY)
 	if err != nil {
 		return false
 	}

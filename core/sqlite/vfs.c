@@ -19,6 +19,13 @@
 **     refused once the connection's holder may have lost the hard-link lock
 **     (its lease ran out and could not be renewed).
 **
+**   - the shared directory (trust.go): no open SQLite makes can block or
+**     follow a link (the unix VFS's open system call is replaced by one
+**     that adds O_NONBLOCK and refuses FIFOs, sockets and block devices),
+**     and a journal this VFS did not just create is used only if the
+**     journal rule (tira_journal_verdict) trusts it: a journal planted by
+**     another user is never rolled back.
+**
 ** Everything else (temp files, xFullPathname, ...) is unix-none's.
 ** Every call runs under the caller's hard-link lock; SQLite serializes the
 ** calls on one connection, and no state is shared between connections but
@@ -44,6 +51,20 @@
 #ifndef O_CLOEXEC
 # define O_CLOEXEC 0
 #endif
+
+/* The extended result code of an open that the shared-directory checks
+** refused (a FIFO or link at the journal's name, an untrusted journal):
+** SQLITE_CANTOPEN with a code of our own, which the pager passes on
+** unchanged (it special-cases only the plain SQLITE_CANTOPEN) and the Go
+** side recognises to explain it (trust.go). Keep in sync with refusedCode. */
+#define TIRA_REFUSED (SQLITE_CANTOPEN | (64<<8))
+
+/* Verdicts of tira_journal_verdict; keep in sync with trust.go. */
+#define TIRA_JOURNAL_TRUSTED      0
+#define TIRA_JOURNAL_NOT_REGULAR  1  /* a FIFO, a link, a directory, ... */
+#define TIRA_JOURNAL_LINKS        2  /* more than one hard link */
+#define TIRA_JOURNAL_MODE         3  /* writable by more users than the database */
+#define TIRA_JOURNAL_OWNER        4  /* written by a user who could not write the database */
 
 /* Values of SQLite's unix VFS that this file mirrors. */
 #define TIRA_SECTOR_SIZE   4096  /* SQLITE_DEFAULT_SECTOR_SIZE */
@@ -74,10 +95,11 @@ typedef struct TiraDb {
   const char *zJournal;/* the pager's journal name (sqlite3_filename_journal) */
   TiraFence *fence;    /* from the URI parameter "tirafence", or 0: unfenced */
   struct TiraDb *pNext, *pPrev;  /* tiraDbList, for xDelete */
-  int haveInfo;        /* mode, uid, gid and dirFd below are set */
+  int haveInfo;        /* mode, uid, gid, dirMode and dirFd below are set */
   mode_t mode;         /* permission bits of the database file */
   uid_t uid;           /* owner of the database file */
   gid_t gid;           /* group of the database file */
+  mode_t dirMode;      /* permission bits of its directory (0777 if unknown) */
   int dirFd;           /* directory of the database, or -1 */
 } TiraDb;
 
@@ -102,6 +124,79 @@ static const sqlite3_io_methods tiraJrnlMethods;
 ** finds the fence of the database whose journal it deletes. */
 static TiraDb *tiraDbList;
 static pthread_mutex_t tiraDbListMutex = PTHREAD_MUTEX_INITIALIZER;
+
+#ifdef TIRASTORE_FAILPOINTS
+/* Exported by vfs_failpoints.go: whether the switch zName is on. */
+extern int tirastoreFailpointOn(char *zName);
+/* The negative controls of the shared-directory tests turn the checks off:
+** "shareddir-trust" (no O_NONBLOCK, no kind check) and "journal-trust" (every
+** journal rolled back, as before). Test builds only. */
+static int tiraTrusting(const char *zName){ return tirastoreFailpointOn((char*)zName); }
+#else
+# define tiraTrusting(z) 0
+#endif
+
+/* The journal rule: may a journal that this connection did not create be
+** rolled back into the database (docs/lock-protocol.md, "Journals")? Only a
+** regular file with one link (not a second name of some other file), no
+** more writable by others than the database (else someone who cannot write
+** the database could alter the rollback), written by a user who could have
+** written the database pages themselves: the database's owner, the caller,
+** root, or, when the database is writable by everyone (the original's 0666
+** files), anyone; when it is writable by its group, a member of that group
+** (the journal has the database's group, in a directory that not everyone
+** can write, where only members can give a file that group). Pure: the Go
+** side calls it too (trust.go), so the rule exists once. */
+int tira_journal_verdict(unsigned jMode, unsigned long jNlink, unsigned jUid, unsigned jGid,
+                         unsigned dbMode, unsigned dbUid, unsigned dbGid, unsigned dirMode,
+                         unsigned euid){
+  if( !S_ISREG(jMode) ) return TIRA_JOURNAL_NOT_REGULAR;
+  if( jNlink!=1 ) return TIRA_JOURNAL_LINKS;
+  if( (jMode & 0022) & ~(dbMode & 0022) ) return TIRA_JOURNAL_MODE;
+  if( jUid==dbUid || jUid==euid || jUid==0 ) return TIRA_JOURNAL_TRUSTED;
+  if( dbMode & 0002 ) return TIRA_JOURNAL_TRUSTED;
+  if( (dbMode & 0020) && jGid==dbGid && !(dirMode & 0002) ) return TIRA_JOURNAL_TRUSTED;
+  return TIRA_JOURNAL_OWNER;
+}
+
+/* The unix VFS's open system call, replaced (tiraSysOpen) at registration. */
+static int (*tiraRealOpen)(const char*, int, int);
+
+/* open(2) for every file SQLite's unix VFS opens (the database, temporary
+** files, directories to sync, /dev/urandom): it never blocks, because
+** O_NONBLOCK is added (a FIFO planted at a database's name would otherwise
+** block a read-only open forever), and a FIFO, socket or block device is
+** refused (ENXIO) before SQLite reads a byte; the flag is cleared on what is
+** kept, so reads and writes behave as usual. Character devices stay
+** allowed: SQLite opens /dev/null and /dev/urandom, and only root can make
+** device nodes. */
+static int tiraSysOpen(const char *zPath, int flags, int mode){
+  int fd;
+  struct stat st;
+  if( (flags & O_NONBLOCK) || tiraTrusting("shareddir-trust") ){
+    return tiraRealOpen(zPath, flags, mode);
+  }
+  fd = tiraRealOpen(zPath, flags|O_NONBLOCK, mode);
+  if( fd<0 ) return fd;
+  if( fstat(fd, &st)!=0 ){
+    int err = errno;
+    close(fd);
+    errno = err;
+    return -1;
+  }
+  if( S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode) || S_ISBLK(st.st_mode) ){
+    close(fd);
+    errno = ENXIO;
+    return -1;
+  }
+  if( fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)!=0 ){
+    int err = errno;
+    close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
+}
 
 /* CLOCK_MONOTONIC in nanoseconds (a vDSO call on Linux, no system call). */
 static sqlite3_int64 tiraMonoNow(void){
@@ -190,6 +285,8 @@ static int tiraDbLoadInfo(TiraDb *p){
   p->uid = st.st_uid;
   p->gid = st.st_gid;
   p->dirFd = tiraOpenDirectory(p->zPath);
+  p->dirMode = 0777;   /* unknown: the group case of the journal rule is off */
+  if( p->dirFd>=0 && fstat(p->dirFd, &st)==0 ) p->dirMode = st.st_mode & 07777;
   p->haveInfo = 1;
   return SQLITE_OK;
 }
@@ -526,15 +623,29 @@ static const sqlite3_io_methods tiraJrnlMethods = {
 /* Open (or create) the rollback journal of database db, like unixOpen does
 ** for SQLITE_OPEN_MAIN_JOURNAL: O_NOFOLLOW, a read-only retry when
 ** read-write fails, SQLITE_READONLY_DIRECTORY when the directory forbids
-** creating it. A journal this call may have created gets the database's
-** mode whatever the umask (fchmod, only when it differs) and, as root, its
-** owner (fchown, only when it differs), exactly SQLite's policy, from the
-** metadata remembered per connection instead of a stat of the database. */
+** creating it. Two differences, for a directory shared with other users
+** (trust.go):
+**
+**   - a journal is created with O_CREAT|O_EXCL, so that this call knows
+**     whether it made the file; only then does it get the database's mode
+**     whatever the umask (fchmod, only when it differs) and, as root, its
+**     owner (fchown, only when it differs), exactly SQLite's policy, from
+**     the metadata remembered per connection instead of a stat of the
+**     database;
+**   - every open adds O_NONBLOCK (a FIFO at the name would block it) and
+**     checks the descriptor: a journal this call did not create (a crashed
+**     writer's hot journal, or something planted at the name) is used only
+**     if tira_journal_verdict trusts it, else the open fails with
+**     TIRA_REFUSED and nothing of it is read. */
 static int tiraJrnlOpen(TiraDb *db, const char *zName, sqlite3_file *pFile, int flags, int *pOutFlags){
   TiraJrnl *p = (TiraJrnl*)pFile;
   int isCreate = (flags & SQLITE_OPEN_CREATE)!=0;
-  int oflags = O_LARGEFILE|O_NOFOLLOW;
+  int checked = !tiraTrusting("shareddir-trust");
+  int oflags = O_LARGEFILE|O_NOFOLLOW|(checked ? O_NONBLOCK : 0);
+  int acc = (flags & SQLITE_OPEN_READWRITE) ? O_RDWR : O_RDONLY;
+  int created = 0;
   mode_t mode = TIRA_DEFAULT_PERM;
+  struct stat st;
   int fd, rc;
 
   memset(p, 0, sizeof(*p));
@@ -544,45 +655,73 @@ static int tiraJrnlOpen(TiraDb *db, const char *zName, sqlite3_file *pFile, int 
   ** create could open another holder's journal: fenced like a write. */
   if( !tiraFenceOk(db->fence) ) return SQLITE_IOERR_LOCK;
   p->fence = db->fence;
-  if( isCreate ){
-    rc = tiraDbLoadInfo(db);
-    if( rc!=SQLITE_OK ) return rc;
-    if( db->mode ) mode = db->mode;
-  }
-  oflags |= (flags & SQLITE_OPEN_READWRITE) ? O_RDWR : O_RDONLY;
-  if( isCreate ) oflags |= O_CREAT;
-  if( flags & SQLITE_OPEN_EXCLUSIVE ) oflags |= O_EXCL;
+  rc = tiraDbLoadInfo(db);   /* once per connection: the rule needs it too */
+  if( rc!=SQLITE_OK ) return rc;
+  if( db->mode ) mode = db->mode;
 
-  fd = tiraRobustOpen(zName, oflags, mode);
-  if( fd<0 ){
-    int err = errno;
-    if( isCreate && err==EACCES && access(zName, F_OK)!=0 ){
-      return SQLITE_READONLY_DIRECTORY;
+  fd = -1;
+  if( isCreate ){
+    fd = tiraRobustOpen(zName, oflags|acc|O_CREAT|O_EXCL, mode);
+    if( fd>=0 ){
+      created = 1;
+    }else if( errno!=EEXIST || (flags & SQLITE_OPEN_EXCLUSIVE) ){
+      int err = errno;
+      if( err==EACCES && access(zName, F_OK)!=0 ) return SQLITE_READONLY_DIRECTORY;
+      if( err!=EEXIST && err!=EISDIR ){
+        isCreate = 0;   /* as unixOpen: try read-only below */
+        flags &= ~(SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE);
+        flags |= SQLITE_OPEN_READONLY;
+        acc = O_RDONLY;
+      }else if( err==EEXIST ){
+        return SQLITE_CANTOPEN;
+      }
     }
-    if( err!=EISDIR && (flags & SQLITE_OPEN_READWRITE) ){
+  }
+  if( fd<0 ){
+    fd = tiraRobustOpen(zName, oflags|acc, 0);
+    if( fd<0 && errno!=EISDIR && errno!=ELOOP && acc==O_RDWR ){
       flags &= ~(SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE);
       flags |= SQLITE_OPEN_READONLY;
-      isCreate = 0;
-      fd = tiraRobustOpen(zName, (oflags & ~(O_RDWR|O_CREAT|O_EXCL)) | O_RDONLY, 0);
+      fd = tiraRobustOpen(zName, oflags|O_RDONLY, 0);
     }
-    if( fd<0 ) return SQLITE_CANTOPEN;
+    if( fd<0 ){
+      /* A link (or, trusting, anything) at the name: refused, explained
+      ** by the Go side. */
+      return (errno==ELOOP && checked) ? TIRA_REFUSED : SQLITE_CANTOPEN;
+    }
   }
 
-  if( isCreate && db->mode ){
-    struct stat st;
-    if( fstat(fd, &st)==0 ){
-      if( st.st_size==0 && (st.st_mode & 0777)!=db->mode ){
-        (void)fchmod(fd, db->mode);
-      }
-      if( (st.st_uid!=db->uid || st.st_gid!=db->gid) && geteuid()==0 ){
-        (void)fchown(fd, db->uid, db->gid);
-      }
+  if( checked || created ){
+    if( fstat(fd, &st)!=0 ){
+      close(fd);
+      return SQLITE_IOERR_FSTAT;
+    }
+  }
+  if( checked && !created ){
+    int verdict = tira_journal_verdict(st.st_mode, (unsigned long)st.st_nlink, st.st_uid, st.st_gid,
+                                       db->mode, db->uid, db->gid, db->dirMode, geteuid());
+    if( verdict==TIRA_JOURNAL_NOT_REGULAR
+     || (verdict!=TIRA_JOURNAL_TRUSTED && !tiraTrusting("journal-trust")) ){
+      close(fd);
+      return TIRA_REFUSED;
+    }
+  }
+  if( checked && fcntl(fd, F_SETFL, 0)!=0 ){   /* clear O_NONBLOCK */
+    close(fd);
+    return SQLITE_CANTOPEN;
+  }
+  if( created && db->mode ){
+    if( (st.st_mode & 0777)!=db->mode ){
+      (void)fchmod(fd, db->mode);
+    }
+    if( (st.st_uid!=db->uid || st.st_gid!=db->gid) && geteuid()==0 ){
+      (void)fchown(fd, db->uid, db->gid);
     }
   }
 
   p->fd = fd;
   p->zPath = zName;
-  if( isCreate ){
+  if( created ){
     p->dirFd = db->dirFd;
     p->dirSync = 1;
   }
@@ -651,6 +790,17 @@ int tirastore_vfs_register(void){
   tiraVfs.xOpen = tiraOpen;
   tiraVfs.xAccess = tiraAccess;
   tiraVfs.xDelete = tiraDelete;
+  /* Every open of the unix VFS (ours and unix-none's, which share the
+  ** system-call table) goes through tiraSysOpen. */
+  if( origVfs->iVersion>=3 && origVfs->xGetSystemCall && origVfs->xSetSystemCall ){
+    tiraRealOpen = (int(*)(const char*, int, int))origVfs->xGetSystemCall(origVfs, "open");
+    if( tiraRealOpen==0
+     || origVfs->xSetSystemCall(origVfs, "open", (sqlite3_syscall_ptr)tiraSysOpen)!=SQLITE_OK ){
+      return SQLITE_ERROR;
+    }
+  }else{
+    return SQLITE_ERROR;
+  }
   return sqlite3_vfs_register(&tiraVfs, 0);
 }
 

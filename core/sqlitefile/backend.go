@@ -32,6 +32,7 @@ import (
 	"github.com/tirastore/tirastore/core/failpoint"
 	"github.com/tirastore/tirastore/core/lock"
 	"github.com/tirastore/tirastore/core/nodequeue"
+	"github.com/tirastore/tirastore/core/shareddir"
 	"github.com/tirastore/tirastore/core/sqlite"
 	"github.com/tirastore/tirastore/core/storage"
 )
@@ -231,20 +232,21 @@ func (s *Store) initOrValidate(ctx context.Context) (meta map[string]string, err
 
 // createFile creates the database file with the original's mode 0666 when
 // it does not exist yet, and gives a directory Open created the mode 1777
-// (dirmode.go). The mode is set with fchmod because the process umask must
-// not be touched: it is shared with every thread of the host program.
+// (dirmode.go). The file is created in its directory with
+// O_CREAT|O_EXCL|O_NOFOLLOW and its mode set through the new descriptor
+// (core/shareddir): whatever another user planted at the name is left
+// alone, and what it is gets judged when the connection opens it. The mode
+// is set with fchmod because the process umask must not be touched: it is
+// shared with every thread of the host program.
 func (s *Store) createFile() (bool, error) {
-	f, err := os.OpenFile(s.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
+	f, err := shareddir.Create(s.path, os.O_RDWR, 0o666)
 	if errors.Is(err, fs.ErrExist) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	defer f.Close()
-	if err := f.Chmod(0o666); err != nil {
-		return true, err
-	}
+	f.Close()
 	s.dirNotice = s.shareDir()
 	return true, nil
 }
@@ -430,6 +432,21 @@ func (s *Store) acquire(ctx context.Context, write bool, h nodequeue.Handover) (
 	return s.lk.Release, nil
 }
 
+// refusedJournal is the error of an operation whose journal the VFS
+// refused (core/sqlite: "The database's directory is shared"): a
+// sqlite3.DatabaseError naming the journal, its owner and the rule it
+// breaks. If the name has changed since (removed, or replaced by a journal
+// the rule trusts), the operation failed all the same and says so.
+func (s *Store) refusedJournal(err error, op string) error {
+	j, ierr := sqlite.InspectJournal(s.path)
+	if ierr == nil && j != nil && !j.Trusted() {
+		jerr := &sqlite.JournalError{Journal: j, DBPath: s.path}
+		return apierr.Wrap(apierr.KindDatabase, jerr, "cannot %s %s: %v", op, s.path, jerr)
+	}
+	return apierr.Wrap(apierr.KindDatabase, err, "cannot %s %s: its journal %s was refused as untrusted "+
+		"and has changed since (%v); try again", op, s.path, sqlite.JournalPath(s.path), err)
+}
+
 // classify turns any error from the layers below into an *apierr.Error
 // whose message names the database file and the failed operation.
 func (s *Store) classify(err error, op string) error {
@@ -448,6 +465,10 @@ func (s *Store) classify(err error, op string) error {
 		return apierr.Wrap(apierr.KindInterrupted, err, "%s: %s interrupted while waiting for the lock", s.path, op)
 	case sqlite.IsNotDatabase(err):
 		return apierr.Wrap(apierr.KindDatabase, err, "%s: cannot %s: %v", s.path, op, err)
+	case shareddir.IsRefused(err):
+		return apierr.Wrap(apierr.KindOS, err, "cannot %s %s: %v", op, s.path, err)
+	case sqlite.IsRefused(err):
+		return s.refusedJournal(err, op)
 	}
 	if k, ok := apierr.OSKind(err); ok {
 		return apierr.Wrap(k, err, "cannot %s %s: %v", op, s.path, err)

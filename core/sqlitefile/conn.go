@@ -14,6 +14,7 @@ import (
 	"github.com/tirastore/tirastore/core/environ"
 	"github.com/tirastore/tirastore/core/failpoint"
 	"github.com/tirastore/tirastore/core/nodelocal"
+	"github.com/tirastore/tirastore/core/shareddir"
 	"github.com/tirastore/tirastore/core/sqlite"
 )
 
@@ -134,13 +135,18 @@ func (s *Store) connect() (*conn, error) {
 		}
 		s.dropConn()
 	}
-	db, err := sqlite.Open(s.path, s.fence)
+	// The header descriptor first: it is opened without following a link
+	// or blocking, and refused unless it is a regular file (a FIFO or a
+	// link planted at the name of a database still to be created), with an
+	// error naming what is there and whose; the VFS refuses the same for
+	// SQLite's own open.
+	hdr, _, err := shareddir.Open(s.path, os.O_RDONLY)
 	if err != nil {
 		return nil, err
 	}
-	hdr, err := os.Open(s.path)
+	db, err := sqlite.Open(s.path, s.fence)
 	if err != nil {
-		db.Close()
+		hdr.Close()
 		return nil, err
 	}
 	if failpoint.Enabled(failpoint.SQLiteExclusive) {
