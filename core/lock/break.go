@@ -314,7 +314,12 @@ func (l *Lock) takeBreakLock() bool {
 			return false // released since: the next attempt may take it
 		}
 		// Unreadable (another user's, or an empty file of a crashed
-		// writer): judge it by how long it has stayed unchanged alone.
+		// writer): judge it by how long it has stayed unchanged alone. A
+		// name that is no lock at all (a FIFO, a link: planted) is also
+		// what a timeout reports, since it is what keeps the lock.
+		if shareddir.IsRefused(rerr) {
+			l.breakErr = rerr
+		}
 		ls, lerr := lstatStamp(bp)
 		if lerr != nil {
 			return false

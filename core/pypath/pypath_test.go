@@ -1,8 +1,11 @@
 package pypath
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tirastore/tirastore/core/internal/pytest"
@@ -63,5 +66,49 @@ print(json.dumps(out))
 		if g := [3]string{got, Stem(name), Suffix(name)}; g != want[i] {
 			t.Errorf("%q: got %q, Python %q", p, g, want[i])
 		}
+	}
+}
+
+// A link of another user is never followed, wherever it is on the path;
+// the caller's own links are. (The tests run as root in CI; as another
+// user the chown below fails and the test skips.)
+func TestResolveFollowsOnlyTheCallersAndRootsLinks(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "private")
+	if err := os.Mkdir(target, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	theirs := filepath.Join(dir, "theirs.db")
+	sub := filepath.Join(dir, "sub")
+	mine := filepath.Join(dir, "mine.db")
+	for _, l := range []string{theirs, sub, mine} {
+		to := filepath.Join(target, "a.db")
+		if l == sub {
+			to = target
+		}
+		if err := os.Symlink(to, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if os.Geteuid() == 0 {
+		for _, l := range []string{theirs, sub} {
+			if err := os.Lchown(l, 65534, 65534); err != nil {
+				t.Skipf("cannot give a link to another user: %v", err)
+			}
+		}
+	} else {
+		t.Skip("needs root to make links of another user")
+	}
+	for _, p := range []string{theirs, filepath.Join(sub, "a.db")} {
+		_, err := Resolve(p)
+		var le *LinkError
+		if !errors.As(err, &le) || !errors.Is(err, fs.ErrPermission) || le.Owner != 65534 ||
+			!strings.Contains(err.Error(), "uid 65534") {
+			t.Errorf("Resolve(%s) = %v, want a *LinkError of uid 65534", p, err)
+		}
+	}
+	got, err := Resolve(mine)
+	if err != nil || got != filepath.Join(target, "a.db") {
+		t.Errorf("Resolve(own link) = %q, %v", got, err)
 	}
 }

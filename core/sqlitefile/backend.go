@@ -28,6 +28,8 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/failpoint"
 	"github.com/tirastore/tirastore/core/lock"
@@ -135,7 +137,11 @@ func Existing(path string) error {
 		perr := &fs.PathError{Op: "open", Path: path, Err: syscall.EISDIR}
 		return apierr.Wrap(apierr.KindOS, perr, "cannot open database %s: it is a directory", path)
 	case !fi.Mode().IsRegular():
-		return apierr.New(apierr.KindValue, "cannot open database %s: not a regular file", path)
+		what := "not a regular file"
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			what = "it is " + shareddir.Describe(&unix.Stat_t{Mode: st.Mode, Uid: st.Uid}) + ", not a regular file"
+		}
+		return apierr.New(apierr.KindValue, "cannot open database %s: %s", path, what)
 	}
 	return nil
 }

@@ -1,0 +1,681 @@
+"""Another user of the node plants names in the database's own directory.
+
+The directory of a database is often mode 1777 (the original made it so,
+and users keep it so to share the database), and fs.protected_symlinks and
+fs.protected_fifos may be 0: anyone can create any name there that does
+not exist yet. Three attacks of issue 26, each run for real by uid 65534
+against root's stores (setpriv), each with a negative control on the
+failpoints build that switches the guard off and shows that the test
+catches the old behaviour:
+
+1. A FIFO at a name the library opens blocked every store in open(2),
+   past lock_timeout and Ctrl-C. Now: every store returns or raises
+   within lock_timeout + 1 s, naming the file and its owner; Ctrl-C works
+   while it waits. The names are the documented ones (docs/lock-protocol.md,
+   "The database directory"), and a test checks with strace that the
+   library opens no other name there (shareddir-trust: the store hangs).
+2. A symbolic link made root create a 0666 file where the planter chose.
+   Now another user's link is never followed (PermissionError naming it);
+   the caller's own links and root's still are (link-trust: the file is
+   created through the link).
+3. A planted journal, built from a modified copy, was rolled back into a
+   0644 database it could not write. Now a journal is rolled back only if
+   the journal rule trusts it: else a sqlite3.DatabaseError naming it and
+   its owner, `tirastore check` reports it foreign and `check --repair`
+   moves it aside; a mixed fleet of users sharing a 0666 database still
+   rolls back each other's crashed writers (journal-trust: the planted
+   journal rewrites the record).
+
+Every scenario ends by checking that every acknowledged record is there
+and that PRAGMA integrity_check says ok.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import struct
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import TEST_CPU, TEST_SLURM, sqlite_only
+
+REPO = Path(__file__).resolve().parents[2]
+ATTACKER = 65534  # nobody: the other user of the node
+THIRD = 65533  # a third user of a shared database
+
+pytestmark = [
+    sqlite_only,
+    pytest.mark.skipif(sys.platform != "linux" or os.geteuid() != 0 or shutil.which("setpriv") is None,
+                       reason="needs Linux, root and setpriv (to act as other users)"),
+]
+
+SCHED = "S(L0,L1,{i},8,comps=['c1'])"
+SOURCE = "void f(){}"
+
+
+@pytest.fixture
+def shared(tmp_path):
+    """A directory like a project's on Lustre: 1777, reachable by every
+    user (pytest's own tmp_path is root-only), with a root-only directory
+    beside it (0700) that holds what the attacker must never reach."""
+    base = Path(tempfile.mkdtemp(prefix="tirastore-shared-", dir="/tmp"))
+    os.chmod(base, 0o711)
+    d = base / "shared"
+    d.mkdir()
+    os.chmod(d, 0o1777)
+    private = base / "root-only"
+    private.mkdir(mode=0o700)
+    try:
+        yield d, private
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def as_user(uid: int, code: str, *args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    """Run Python code as uid (and gid) uid, with no supplementary groups."""
+    cmd = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", sys.executable, "-c", code, *args]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    if check:
+        assert r.returncode == 0, f"as uid {uid}: {r.stdout}\n{r.stderr}"
+    return r
+
+
+def plant(what: str, path: Path, target: str = "") -> None:
+    """The attacker (uid 65534) creates path: a FIFO, a symlink to target,
+    or a directory."""
+    code = {
+        "fifo": "import os, sys; os.mkfifo(sys.argv[1], 0o644)",
+        "symlink": "import os, sys; os.symlink(sys.argv[2], sys.argv[1])",
+    }[what]
+    as_user(ATTACKER, code, str(path), target)
+
+
+def child_env(lib: Path | None = None, failpoints: str = "") -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIRASTORE_")}
+    env["PYTHONPATH"] = str(REPO / "python")
+    if lib is not None:
+        env["TIRASTORE_LIB"] = str(lib)
+        env["TIRASTORE_FAILPOINTS"] = failpoints
+    return env
+
+
+def make_db(db: Path, n: int = 5) -> list[str]:
+    """Root's database with n acknowledged records; returns their schedules."""
+    code = textwrap.dedent("""
+        import sys, tirastore
+        s = tirastore.TiraStore(sys.argv[1], cpu_model=sys.argv[2], slurm_cpus=sys.argv[3])
+        for i in range(int(sys.argv[4])):
+            assert s.record("prog", %r, %r.format(i=i), True, [float(i)])
+        s.close()
+    """) % (SOURCE, SCHED)
+    r = subprocess.run([sys.executable, "-c", code, str(db), TEST_CPU, TEST_SLURM, str(n)],
+                       capture_output=True, text=True, env=child_env(), timeout=60)
+    assert r.returncode == 0, r.stderr
+    return [SCHED.format(i=i) for i in range(n)]
+
+
+def raw_records(db: Path) -> dict[str, str]:
+    """schedule -> result_json, read with Python's own sqlite3 (no rollback
+    of anything: read-only, immutable view of the file as it is)."""
+    con = sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True)
+    try:
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        return dict(con.execute("SELECT schedule, result_json FROM records"))
+    finally:
+        con.close()
+
+
+# ---------------------------------------------------------------------------
+# 1. FIFOs: no store ever blocks in open(2)
+# ---------------------------------------------------------------------------
+
+LOCK_TIMEOUT = 2.0
+
+# One operation in a fresh process, timed from inside; prints a JSON line.
+OP = textwrap.dedent("""
+    import json, subprocess, sys, time
+    op, db, lt, cpu, slurm, sched = sys.argv[1:7]
+    lt = float(lt)
+    out = {"op": op, "error": None}
+    t0 = time.monotonic()
+    try:
+        if op in ("lock status", "check"):
+            r = subprocess.run([sys.executable, "-m", "tirastore", *op.split(), "--lock-timeout", str(lt), db],
+                               capture_output=True, text=True)
+            out["rc"] = r.returncode
+            out["text"] = r.stdout + r.stderr
+            if r.returncode not in (0, 1):
+                out["error"] = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "rc %d" % r.returncode
+        else:
+            import tirastore
+            s = tirastore.TiraStore(db, lock_timeout=lt, cpu_model=cpu, slurm_cpus=slurm)
+            if op == "lookup":
+                out["found"] = s.lookup("prog", "void f(){}", sched) is not None
+            elif op == "record":
+                out["acked"] = s.record("prog", "void f(){}", sched, True, [42.0])
+            s.close()
+    except BaseException as e:
+        out["error"] = "%s: %s" % (type(e).__name__, e)
+    out["elapsed"] = time.monotonic() - t0
+    print(json.dumps(out), flush=True)
+""")
+
+OPS = ["lookup", "record", "lock status", "check"]
+
+
+def run_op(op: str, db: Path, env: dict, sched: str) -> dict:
+    """One operation; a process still running at lock_timeout + 10 s is
+    killed and reported as hung (the failure this test exists for)."""
+    cmd = [sys.executable, "-c", OP, op, str(db), str(LOCK_TIMEOUT), TEST_CPU, TEST_SLURM, sched]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=LOCK_TIMEOUT + 10)
+    except subprocess.TimeoutExpired:
+        return {"op": op, "hung": True}
+    assert r.stdout.strip(), f"{op}: no output\n{r.stderr}"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def planted_names(db: Path) -> dict[str, str]:
+    """Every name the library opens in the database's directory, as in
+    docs/lock-protocol.md ("The database directory"), by what it is. The
+    claim files and moved-aside locks have random parts: a name of each
+    pattern is planted, of a dead pid of this host, which the sweep looks
+    at."""
+    host = os.uname().nodename
+    lock = db.with_suffix(".db.lock").name
+    return {
+        "database": db.name,
+        "journal": db.name + "-journal",
+        "lock": lock,
+        "break lock": lock + ".break",
+        "wal": db.name + "-wal",
+        "shm": db.name + "-shm",
+        "claim": f".lock_{host}_999999_fifofifo",
+        "aside": f"{lock}.stale.{host}.999999.fifofifo",
+        "break aside": f"{lock}.break.stale.{host}.999999.fifofifo",
+    }
+
+
+def fifo_scenario(shared_dir: Path, what: str, env: dict, link: bool = False) -> tuple[list[dict], dict, Path]:
+    """Plant a FIFO at the name of what (or, with link, a symlink to a FIFO
+    of the attacker's there), run every operation, and return the results,
+    the acknowledged records and the database."""
+    d = shared_dir / what.replace(" ", "-")
+    d.mkdir()
+    os.chmod(d, 0o1777)
+    db = d / "c.db"
+    acked = {} if what == "database" else {s: None for s in make_db(db)}
+    name = planted_names(db)[what]
+    if what == "break lock":
+        # A lock to break: a Python worker's record an hour old, stale at
+        # once (no heartbeat), so the stores try the break lock.
+        lock = db.with_suffix(".db.lock")
+        lock.write_text(json.dumps({"hostname": "gone", "pid": 999999, "timestamp": time.time() - 3600}))
+        acked = {s: None for s in raw_records(db)}
+    if link:
+        theirs = shared_dir / f"their-fifo-{what.replace(' ', '-')}"
+        plant("fifo", theirs)
+        plant("symlink", d / name, str(theirs))
+    else:
+        plant("fifo", d / name)
+    results = []
+    for op in OPS:
+        sched = SCHED.format(i=1) if op == "lookup" else SCHED.format(i=100 + OPS.index(op))
+        res = run_op(op, db, env, sched)
+        results.append(res)
+        if res.get("acked"):
+            acked[sched] = None
+    return results, acked, db
+
+
+def violations(results: list[dict], planted: str) -> list[str]:
+    """What is wrong with the operations' outcomes: a hang, a return later
+    than lock_timeout + 1 s, or an error that names neither the planted
+    file nor its owner."""
+    bad = []
+    for r in results:
+        if r.get("hung"):
+            bad.append(f"{r['op']}: hung (killed after lock_timeout + 10 s)")
+            continue
+        if r["elapsed"] > LOCK_TIMEOUT + 1:
+            bad.append(f"{r['op']}: took {r['elapsed']:.1f}s > lock_timeout + 1 s")
+        text = r.get("error") or ""
+        if r["op"] in ("lock status", "check") and r.get("rc") == 1:
+            text = r["text"]  # problems found: the report must name the culprit
+        if text and "fifofifo" not in planted and planted in text and "uid 65534" not in text:
+            bad.append(f"{r['op']}: the error names {planted} but not its owner: {text}")
+    return bad
+
+
+FIFO_NAMES = sorted(planted_names(Path("/x/c.db")))
+
+
+@pytest.mark.parametrize("what", FIFO_NAMES)
+def test_a_fifo_at_any_name_blocks_no_store(shared, what):
+    shared_dir, _ = shared
+    results, acked, db = fifo_scenario(shared_dir, what, child_env())
+    planted = planted_names(db)[what]
+    assert violations(results, planted) == [], results
+    errors = [r for r in results if r.get("error")]
+    if what in ("journal", "lock", "database"):
+        # These names are in the way: the stores say so, naming the file
+        # and its owner (the FIFO is "uid 65534 (nobody)").
+        assert errors, results
+        for r in errors:
+            assert planted in r["error"] and "uid 65534" in r["error"], r
+    elif what == "break lock":
+        # A stale lock whose break lock is a FIFO: the breakers judge the
+        # FIFO by its inode alone (it is never opened) and time out
+        # meanwhile, saying what keeps the lock.
+        for r in errors:
+            assert r["error"].startswith("TimeoutError") and planted in r["error"] and "uid 65534" in r["error"], r
+    else:
+        # The others are ignored: every operation works.
+        assert errors == [], results
+        assert next(r for r in results if r["op"] == "lookup")["found"] is True, results
+    # Nothing acknowledged is lost; integrity ok (once the FIFO is gone).
+    (db.parent / planted).unlink()
+    if acked:
+        assert set(acked) <= set(raw_records(db)), (sorted(acked), results)
+
+
+def test_a_symlink_to_a_fifo_as_the_lock_blocks_no_store(shared):
+    shared_dir, _ = shared
+    results, acked, db = fifo_scenario(shared_dir, "lock", child_env(), link=True)
+    assert violations(results, db.with_suffix(".db.lock").name) == [], results
+    for r in results:
+        if r.get("error"):
+            assert "symbolic link" in r["error"] and "uid 65534" in r["error"], r
+    (db.with_suffix(".db.lock")).unlink()
+    assert set(acked) <= set(raw_records(db))
+
+
+@pytest.mark.parametrize("what", ["journal", "lock"])
+def test_negative_control_fifo_blocks_the_unguarded_store(shared, what, failpoints_lib):
+    """shareddir-trust switches off O_NONBLOCK and the fstat checks (Go and
+    the VFS): the lookup blocks in open(2) and the test sees it."""
+    shared_dir, _ = shared
+    results, _, db = fifo_scenario(shared_dir, what, child_env(failpoints_lib, "shareddir-trust=on"))
+    bad = violations(results, planted_names(db)[what])
+    assert any("lookup: hung" in b for b in bad), results
+    (db.parent / planted_names(db)[what]).unlink()
+
+
+def test_the_library_opens_no_other_name_in_the_directory(shared):
+    """The planted names are every name the library opens there: a store's
+    whole life (create, record, record_many, lookups, claims, backup,
+    export, lock status, check, close) under strace lists them."""
+    if shutil.which("strace") is None:
+        pytest.skip("strace not found (Debian package strace)")
+    shared_dir, _ = shared
+    db = shared_dir / "c.db"
+    log = shared_dir.parent / "strace.log"
+    code = textwrap.dedent("""
+        import subprocess, sys, tirastore
+        db = sys.argv[1]
+        s = tirastore.TiraStore(db, cpu_model=sys.argv[2], slurm_cpus=sys.argv[3])
+        s.record("prog", "void f(){}", "U(L0,4,comps=['c'])", True, [1.0])
+        s.record_many("prog", "void f(){}", [{"tiralib_schedule_string": "U(L0,%d,comps=['c'])" % i,
+                                               "is_legal": True, "execution_times": [1.0]} for i in range(5, 9)])
+        s.lookup("prog", "void f(){}", "U(L0,4,comps=['c'])")
+        c = s.lookup_or_claim("prog", "void f(){}", "U(L0,2,comps=['c'])")
+        c.record(True, [2.0])
+        s.close()
+        for cmd in (["lock", "status"], ["check"]):
+            subprocess.run([sys.executable, "-m", "tirastore", *cmd, db], check=True, capture_output=True)
+    """)
+    r = subprocess.run(["strace", "-f", "-qq", "-y", "-e", "trace=open,openat,creat", "-o", str(log),
+                        sys.executable, "-c", code, str(db), TEST_CPU, TEST_SLURM],
+                       capture_output=True, text=True, env=child_env(), timeout=120)
+    assert r.returncode == 0, r.stderr
+    opened = set()
+    d = str(shared_dir)
+    for line in log.read_text().splitlines():
+        m = re.search(r'open(?:at)?\((?:AT_FDCWD|-?\d+)(?:<([^>]*)>)?, "([^"]*)"', line)
+        if not m:
+            continue
+        base, name = m.group(1), m.group(2)
+        path = name if name.startswith("/") else os.path.join(base or os.getcwd(), name)
+        if os.path.dirname(os.path.normpath(path)) == d:
+            opened.add(os.path.basename(path))
+    host = os.uname().nodename
+    known = set(planted_names(db).values())
+    patterns = [re.compile(rf"\.lock_{re.escape(host)}_\d+_\w+"), re.compile(r"c_\d{8}T\d{6}Z\.db"),
+                re.compile(r"\..*\.tmp.*"), re.compile(r".*\.tmp-\w+")]
+    unknown = sorted(n for n in opened if n not in known and not any(p.fullmatch(n) for p in patterns))
+    assert "c.db" in opened and "c.db-journal" in opened and "c.db.lock" in opened, sorted(opened)
+    assert unknown == [], f"the library opens names the FIFO test does not plant: {unknown}"
+
+
+CTRL_C = textwrap.dedent("""
+    import sys, tirastore
+    print("opening", flush=True)
+    try:
+        tirastore.TiraStore(sys.argv[1], lock_timeout=60, cpu_model=sys.argv[2], slurm_cpus=sys.argv[3])
+        print("opened")
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+""")
+
+
+def ctrl_c_scenario(shared_dir: Path, env: dict) -> tuple[str, float]:
+    d = shared_dir / "ctrl-c"
+    d.mkdir()
+    os.chmod(d, 0o1777)
+    db = d / "c.db"
+    make_db(db)
+    plant("fifo", db.with_suffix(".db.lock"))
+    p = subprocess.Popen([sys.executable, "-c", CTRL_C, str(db), TEST_CPU, TEST_SLURM],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert p.stdout.readline().strip() == "opening"
+        time.sleep(1.5)  # waiting for the lock by now
+        p.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        try:
+            out, _ = p.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            return "hung", time.monotonic() - t0
+        return out.strip(), time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_ctrl_c_works_while_a_fifo_holds_the_lock_name(shared):
+    out, after = ctrl_c_scenario(shared[0], child_env())
+    assert out == "interrupted", out
+    assert after < 2, f"KeyboardInterrupt came {after:.1f}s after SIGINT"
+
+
+def test_negative_control_ctrl_c_cannot_interrupt_a_blocking_open(shared, failpoints_lib):
+    out, _ = ctrl_c_scenario(shared[0], child_env(failpoints_lib, "shareddir-trust=on"))
+    assert out == "hung", out
+
+
+# ---------------------------------------------------------------------------
+# 2. Symbolic links: only the caller's and root's are followed
+# ---------------------------------------------------------------------------
+
+OPEN = textwrap.dedent("""
+    import json, sys
+    out = {"error": None}
+    try:
+        import tirastore
+        kind = sys.argv[2]
+        if kind == "store":
+            s = tirastore.TiraStore(sys.argv[1], cpu_model=sys.argv[3], slurm_cpus=sys.argv[4])
+            out["acked"] = s.record("prog", "void f(){}", "U(L0,4,comps=['c'])", True, [1.0])
+            out["db_path"] = str(s.db_path)
+            s.close()
+        elif kind == "cache":
+            c = tirastore.PersistentCache("op", path=sys.argv[1])
+            out["acked"] = c.put("cpu", "op@1", "k", {"b": 1})
+            c.close()
+        elif kind == "export":
+            s = tirastore.TiraStore(sys.argv[5], cpu_model=sys.argv[3], slurm_cpus=sys.argv[4])
+            s.export(sys.argv[1])
+            s.close()
+    except Exception as e:
+        out["error"] = "%s: %s" % (type(e).__name__, e)
+    print(json.dumps(out))
+""")
+
+
+def open_through(path: Path, kind: str = "store", env: dict | None = None, uid: int = 0, other: str = "") -> dict:
+    args = [str(path), kind, TEST_CPU, TEST_SLURM, other]
+    if uid:
+        r = as_user(uid, OPEN, *args, env=env or child_env())
+    else:
+        r = subprocess.run([sys.executable, "-c", OPEN, *args], capture_output=True, text=True,
+                           env=env or child_env(), timeout=60)
+        assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def snapshot(d: Path) -> dict:
+    return {p.name: (p.lstat().st_mode, p.lstat().st_uid, p.lstat().st_size) for p in d.iterdir()}
+
+
+@pytest.mark.parametrize("kind", ["store", "cache", "component", "existing-empty", "export"])
+def test_another_users_link_is_never_followed(shared, kind):
+    """The attacker's link in the shared directory points into root's
+    private directory; root's call through it is a PermissionError naming
+    the link and its owner, and nothing in the private directory is
+    created or changed."""
+    shared_dir, private = shared
+    target = private / "a.db"
+    if kind == "existing-empty":
+        target.touch(mode=0o600)
+    before = snapshot(private)
+    if kind == "store" or kind == "existing-empty":
+        plant("symlink", shared_dir / "new.db", str(target))
+        res = open_through(shared_dir / "new.db")
+        link = shared_dir / "new.db"
+    elif kind == "cache":
+        # PersistentCache's database beside its .json: <stem>.tirastore.db.
+        plant("symlink", shared_dir / "t.tirastore.db", str(target))
+        res = open_through(shared_dir / "t.json", "cache")
+        link = shared_dir / "t.tirastore.db"
+    elif kind == "component":
+        plant("symlink", shared_dir / "sub", str(private))
+        res = open_through(shared_dir / "sub" / "a.db")
+        link = shared_dir / "sub"
+    else:  # an export path
+        plant("symlink", shared_dir / "out.json", str(private / "out.json"))
+        res = open_through(shared_dir / "out.json", "export", other=str(shared_dir / "mine.db"))
+        link = shared_dir / "out.json"
+    assert res["error"] is not None and res["error"].startswith("PermissionError"), res
+    assert str(link) in res["error"] and "uid 65534" in res["error"], res
+    assert snapshot(private) == before, "the call created or changed a file through the planted link"
+
+
+def test_negative_control_link_trust_creates_through_the_link(shared, failpoints_lib):
+    shared_dir, private = shared
+    plant("symlink", shared_dir / "new.db", str(private / "a.db"))
+    res = open_through(shared_dir / "new.db", env=child_env(failpoints_lib, "link-trust=on"))
+    assert res["error"] is None, res
+    assert (private / "a.db").exists() and (private / "a.db").stat().st_mode & 0o777 == 0o666
+
+
+def test_own_and_roots_links_are_followed(shared):
+    """A user's own link to their own database elsewhere, and root's links
+    used by anyone, keep working."""
+    shared_dir, private = shared
+    # Root's own link, used by root.
+    (shared_dir / "mine.db").symlink_to(private / "real.db")
+    res = open_through(shared_dir / "mine.db")
+    assert res["error"] is None and res["acked"] is True, res
+    assert res["db_path"] == str(private / "real.db")
+    # The attacker's own link to the attacker's own database, used by them.
+    theirs = shared_dir / "theirs"
+    as_user(ATTACKER, "import os, sys; os.mkdir(sys.argv[1], 0o700); os.symlink(sys.argv[1] + '/real.db', sys.argv[2])",
+            str(theirs), str(shared_dir / "their-link.db"))
+    res = open_through(shared_dir / "their-link.db", uid=ATTACKER)
+    assert res["error"] is None and res["acked"] is True, res
+    assert (theirs / "real.db").stat().st_uid == ATTACKER
+    # Root's link in the shared directory, used by the attacker.
+    root_dir = shared_dir / "root-shared"
+    root_dir.mkdir()
+    os.chmod(root_dir, 0o1777)
+    (shared_dir / "root-link.db").symlink_to(root_dir / "shared.db")
+    res = open_through(shared_dir / "root-link.db", uid=ATTACKER)
+    assert res["error"] is None and res["acked"] is True, res
+
+
+# ---------------------------------------------------------------------------
+# 3. Journals: one planted by another user is never rolled back
+# ---------------------------------------------------------------------------
+
+# The attacker's tool: from root's readable database, a modified copy (one
+# record's times changed), and a rollback journal whose page images are
+# the modified pages, in SQLite's journal format
+# (https://www.sqlite.org/fileformat.html#the_rollback_journal). SQLite
+# rolls a hot journal back by writing its page images into the database.
+FORGE = textwrap.dedent(r"""
+    import os, shutil, sqlite3, struct, sys
+    db, sched, out = sys.argv[1], sys.argv[2], sys.argv[3]
+    work = os.path.join(os.path.dirname(out), ".forge-%d" % os.getpid())
+    os.mkdir(work)
+    copy = os.path.join(work, "copy.db")
+    shutil.copyfile(db, copy)
+    con = sqlite3.connect(copy)
+    n = con.execute("UPDATE records SET result_json = ? WHERE schedule = ?",
+                    ('{"is_legal":true,"execution_times":[666.0]}', sched)).rowcount
+    con.commit()
+    con.close()
+    assert n == 1
+    orig, mod = open(db, "rb").read(), open(copy, "rb").read()
+    page = struct.unpack(">H", orig[16:18])[0] or 65536
+    assert len(orig) == len(mod)
+    nonce, sector = 0x5eed1e55, 512
+    recs = b""
+    nrec = 0
+    for pgno in range(1, len(mod) // page + 1):
+        data = mod[(pgno - 1) * page:pgno * page]
+        if data == orig[(pgno - 1) * page:pgno * page]:
+            continue
+        ck = nonce
+        i = page - 200
+        while i > 0:
+            ck += data[i]
+            i -= 200
+        recs += struct.pack(">I", pgno) + data + struct.pack(">I", ck & 0xffffffff)
+        nrec += 1
+    hdr = bytes.fromhex("d9d505f920a163d7") + struct.pack(">IIIII", nrec, nonce, len(mod) // page, sector, page)
+    hdr += b"\0" * (sector - len(hdr))
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    os.write(fd, hdr + recs)
+    os.close(fd)
+    shutil.rmtree(work)
+""")
+
+
+def journal_scenario(shared_dir: Path, env: dict) -> tuple[Path, list[str], dict]:
+    """Root's 0644 database, a journal forged and planted by the attacker;
+    returns the database, its schedules and root's lookup of the record
+    the journal rewrites."""
+    d = shared_dir / "journal"
+    d.mkdir()
+    os.chmod(d, 0o1777)
+    db = d / "c.db"
+    scheds = make_db(db)
+    os.chmod(db, 0o644)  # the attacker can read it, not write it
+    as_user(ATTACKER, FORGE, str(db), scheds[2], str(d / "c.db-journal"))
+    code = textwrap.dedent("""
+        import json, sys, tirastore
+        out = {"error": None}
+        try:
+            s = tirastore.TiraStore(sys.argv[1], cpu_model=sys.argv[2], slurm_cpus=sys.argv[3], lock_timeout=5)
+            r = s.lookup("prog", "void f(){}", sys.argv[4])
+            out["times"] = r.execution_times
+            s.close()
+        except Exception as e:
+            out["error"] = "%s: %s" % (type(e).__name__, e)
+        print(json.dumps(out))
+    """)
+    r = subprocess.run([sys.executable, "-c", code, str(db), TEST_CPU, TEST_SLURM, scheds[2]],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return db, scheds, json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tirastore", *args], capture_output=True, text=True,
+                          env=child_env(), timeout=60)
+
+
+def test_a_planted_journal_is_never_rolled_back(shared):
+    db, scheds, res = journal_scenario(shared[0], child_env())
+    before = db.read_bytes()
+    assert res["error"] is not None and res["error"].startswith("DatabaseError"), res
+    assert "c.db-journal" in res["error"] and "uid 65534" in res["error"], res
+    assert db.read_bytes() == before, "the refused journal changed the database"
+    # check names it as foreign; --repair moves it aside, never applies it.
+    r = cli("check", "--json", str(db))
+    rep = json.loads(r.stdout)
+    assert rep["ok"] is False and rep["hot_journal"] is False, rep
+    assert rep["foreign_journal"]["owner_uid"] == ATTACKER, rep
+    assert any("foreign" in p for p in rep["problems"]), rep
+    r = cli("check", "--repair", "--json", str(db))
+    rep = json.loads(r.stdout)
+    moved = rep["foreign_journal"]["moved_to"]
+    assert moved and Path(moved).exists() and not (db.parent / "c.db-journal").exists(), rep
+    assert rep["tables"]["integrity"] == ["ok"], rep
+    assert db.read_bytes() == before, "check --repair applied the journal"
+    # Every record as root wrote it.
+    records = raw_records(db)
+    assert set(scheds) <= set(records) and "666.0" not in records[scheds[2]], records
+
+
+def test_negative_control_journal_trust_lets_the_journal_rewrite_a_record(shared, failpoints_lib):
+    _, _, res = journal_scenario(shared[0], child_env(failpoints_lib, "journal-trust=on"))
+    assert res["error"] is None and res["times"] == [666.0], res
+
+
+CRASH = textwrap.dedent("""
+    import os, sys, tirastore
+    s = tirastore.TiraStore(sys.argv[1], cpu_model=sys.argv[2], slurm_cpus=sys.argv[3])
+    tag = os.getuid()
+    assert s.record("prog", "void f(){}", "S(L0,L1,1,%d,comps=['c1'])" % tag, True, [1.0])
+    print("acked", flush=True)
+    os.environ["TIRASTORE_FAILPOINTS"] = "db-write=stop"
+    s.record_many("prog", "void f(){}", [{"tiralib_schedule_string": "S(L0,L1,%d,%d,comps=['c1'])" % (100 + j, tag),
+                                          "is_legal": True, "execution_times": [float(k) for k in range(50)]}
+                                         for j in range(500)])
+    print("survived", flush=True)
+""")
+
+
+@pytest.mark.parametrize("dirmode,next_uid", [(0o1777, 0), (0o777, THIRD)])
+def test_a_crashed_writer_of_another_user_is_rolled_back_on_a_shared_database(shared, failpoints_lib, dirmode, next_uid):
+    """The original's databases are 0666: a fleet of users shares one. The
+    journal of a writer of uid 65534 killed in the middle of its commit
+    (SIGSTOP at its first database write, the journal synced; then SIGKILL)
+    is rolled back by the next user: root in a sticky directory, uid 65533
+    in a plain 0777 one (in a sticky one only the writer or root could
+    remove the dead writer's lock and journal)."""
+    shared_dir, _ = shared
+    d = shared_dir / "fleet"
+    d.mkdir()
+    os.chmod(d, dirmode)
+    db = d / "c.db"
+    make_db(db)
+    assert db.stat().st_mode & 0o777 == 0o666
+    p = subprocess.Popen(["setpriv", f"--reuid={ATTACKER}", f"--regid={ATTACKER}", "--clear-groups",
+                          sys.executable, "-c", CRASH, str(db), TEST_CPU, TEST_SLURM],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=child_env(failpoints_lib, ""))
+    try:
+        assert p.stdout.readline().strip() == "acked"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with open(f"/proc/{p.pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                    break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the writer never reached its first database write")
+    finally:
+        p.kill()
+        p.wait()
+    journal = d / "c.db-journal"
+    assert journal.exists() and journal.stat().st_uid == ATTACKER and journal.stat().st_size > 0
+    res = open_through(db, uid=next_uid) if next_uid else open_through(db)
+    assert res["error"] is None and res["acked"] is True, res
+    assert not journal.exists()
+    records = raw_records(db)
+    assert f"S(L0,L1,1,{ATTACKER},comps=['c1'])" in records  # acknowledged before the crash
+    assert not any(s.startswith("S(L0,L1,100,") for s in records)  # the crashed transaction, rolled back
