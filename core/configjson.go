@@ -21,6 +21,7 @@ import (
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/schedule"
+	"github.com/tirastore/tirastore/core/shareddir"
 	"github.com/tirastore/tirastore/core/storage"
 )
 
@@ -257,21 +258,29 @@ func (s *Store) skipped(res *ConfigImportResult, mark *storage.ConfigImport, fi 
 	return res, nil
 }
 
-// fileSHA256 is the hex SHA-256 of the file's bytes.
+// fileSHA256 is the hex SHA-256 of the file's bytes. The file is opened
+// as every file beside a database is (core/shareddir): a FIFO planted at
+// its name is refused, not waited on.
 func fileSHA256(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	f, _, err := shareddir.Open(path, os.O_RDONLY)
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:]), nil
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // readSeedFile reads and checks a whole seed JSON file: one object of
 // "device|op_id|call_key" keys. The seed replaces its file by rename, so
-// one open file is one consistent version of it.
+// one open file is one consistent version of it. It is opened as every
+// file beside a database is (core/shareddir): never blocking on a FIFO,
+// never through a link at its name.
 func (s *Store) readSeedFile(path string) (*seedFile, error) {
-	fh, err := os.Open(path)
+	fh, _, err := shareddir.Open(path, os.O_RDONLY)
 	if err != nil {
 		return nil, readError(err, "PersistentCache file", path)
 	}

@@ -575,12 +575,14 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check", parents=[common], help="integrity, orphans, schema, journal, lock, leftovers",
                        description="Check a database: SQLite's integrity_check under the lock, records without "
-                       "their program, results that are not JSON, the schema version, a crashed writer's journal, "
-                       "the lock (holder, age, alive?) and leftover claim files. Exit 1 on any problem. --repair "
-                       "does what is safe: break an abandoned lock (never a live holder's) and remove the claim "
-                       "files of dead processes; damaged tables are reported, never rewritten.")
+                       "their program, results that are not JSON, the schema version, a crashed writer's journal or a "
+                       "foreign one (which is never rolled back), the lock (holder, age, alive?) and leftover claim "
+                       "files. Exit 1 on any problem. --repair does what is safe: break an abandoned lock (never a "
+                       "live holder's), remove the claim files of dead processes and move a foreign journal aside "
+                       "(never applying it); damaged tables are reported, never rewritten.")
     with_db(p)
-    p.add_argument("--repair", action="store_true", help="break an abandoned lock, remove leftover claims")
+    p.add_argument("--repair", action="store_true",
+                   help="break an abandoned lock, remove leftover claims, move a foreign journal aside")
     p.add_argument("--stale-lock-timeout", type=float, default=None, metavar="SECONDS",
                    help="count a holder without heartbeat as dead after this (default: the library's, 600)")
     p.set_defaults(run=cmd_check)

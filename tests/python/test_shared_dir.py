@@ -312,10 +312,50 @@ def test_negative_control_fifo_blocks_the_unguarded_store(shared, what, failpoin
     (db.parent / planted_names(db)[what]).unlink()
 
 
+SEED = textwrap.dedent("""
+    import json, sys, time
+    out = {"error": None}
+    t0 = time.monotonic()
+    try:
+        import tirastore
+        c = tirastore.PersistentCache("op", path=sys.argv[1], lock_timeout=float(sys.argv[2]))
+        out["acked"] = c.put("cpu", "op@1", "k", {"b": 1})
+        c.close()
+    except Exception as e:
+        out["error"] = "%s: %s" % (type(e).__name__, e)
+    out["elapsed"] = time.monotonic() - t0
+    print(json.dumps(out), flush=True)
+""")
+
+
+def seed_fifo_scenario(shared_dir: Path, env: dict) -> dict:
+    """A FIFO at the seed JSON of a PersistentCache, beside its database:
+    the first open imports the seed."""
+    plant("fifo", shared_dir / "t.json")
+    try:
+        r = subprocess.run([sys.executable, "-c", SEED, str(shared_dir / "t.json"), str(LOCK_TIMEOUT)],
+                           capture_output=True, text=True, env=env, timeout=LOCK_TIMEOUT + 10)
+    except subprocess.TimeoutExpired:
+        return {"op": "PersistentCache", "hung": True}
+    return {"op": "PersistentCache", **json.loads(r.stdout.strip().splitlines()[-1])}
+
+
+def test_a_fifo_at_a_persistent_cache_seed_blocks_nothing(shared):
+    res = seed_fifo_scenario(shared[0], child_env())
+    assert violations([res], "t.json") == [], res
+    assert res["error"].startswith("OSError") and "t.json" in res["error"] and "uid 65534" in res["error"], res
+
+
+def test_negative_control_fifo_at_the_seed_blocks_the_unguarded_cache(shared, failpoints_lib):
+    res = seed_fifo_scenario(shared[0], child_env(failpoints_lib, "shareddir-trust=on"))
+    assert res.get("hung"), res
+
+
 def test_the_library_opens_no_other_name_in_the_directory(shared):
     """The planted names are every name the library opens there: a store's
-    whole life (create, record, record_many, lookups, claims, backup,
-    export, lock status, check, close) under strace lists them."""
+    whole life (create, record, record_many, lookups, claims, lock status,
+    check, close) and a PersistentCache with its seed JSON beside its
+    database, under strace, list them."""
     if shutil.which("strace") is None:
         pytest.skip("strace not found (Debian package strace)")
     shared_dir, _ = shared
@@ -332,11 +372,17 @@ def test_the_library_opens_no_other_name_in_the_directory(shared):
         c = s.lookup_or_claim("prog", "void f(){}", "U(L0,2,comps=['c'])")
         c.record(True, [2.0])
         s.close()
+        cache = tirastore.PersistentCache("op", path=sys.argv[4])
+        cache.put("cpu", "op@1", "k2", {"b": 2})
+        cache.get("cpu", "op@1", "k")
+        cache.close()
         for cmd in (["lock", "status"], ["check"]):
             subprocess.run([sys.executable, "-m", "tirastore", *cmd, db], check=True, capture_output=True)
     """)
+    seed = shared_dir / "t.json"
+    seed.write_text(json.dumps({"cpu|op@1|k": {"b": 1}}))
     r = subprocess.run(["strace", "-f", "-qq", "-y", "-e", "trace=open,openat,creat", "-o", str(log),
-                        sys.executable, "-c", code, str(db), TEST_CPU, TEST_SLURM],
+                        sys.executable, "-c", code, str(db), TEST_CPU, TEST_SLURM, str(seed)],
                        capture_output=True, text=True, env=child_env(), timeout=120)
     assert r.returncode == 0, r.stderr
     opened = set()
@@ -350,11 +396,11 @@ def test_the_library_opens_no_other_name_in_the_directory(shared):
         if os.path.dirname(os.path.normpath(path)) == d:
             opened.add(os.path.basename(path))
     host = os.uname().nodename
-    known = set(planted_names(db).values())
+    known = set(planted_names(db).values()) | set(planted_names(shared_dir / "t.tirastore.db").values()) | {"t.json"}
     patterns = [re.compile(rf"\.lock_{re.escape(host)}_\d+_\w+"), re.compile(r"c_\d{8}T\d{6}Z\.db"),
                 re.compile(r"\..*\.tmp.*"), re.compile(r".*\.tmp-\w+")]
     unknown = sorted(n for n in opened if n not in known and not any(p.fullmatch(n) for p in patterns))
-    assert "c.db" in opened and "c.db-journal" in opened and "c.db.lock" in opened, sorted(opened)
+    assert {"c.db", "c.db-journal", "c.db.lock", "t.json", "t.tirastore.db"} <= opened, sorted(opened)
     assert unknown == [], f"the library opens names the FIFO test does not plant: {unknown}"
 
 
