@@ -46,7 +46,7 @@ func (l *Lock) Sweep() []string { return l.leftovers(true) }
 func (l *Lock) leftovers(remove bool) []string {
 	var found []string
 	dir := filepath.Dir(l.path)
-	here := ".lock_" + l.opt.Hostname + "_"
+	here := claimStart + l.opt.Hostname + "_"
 	asides := filepath.Base(l.path) + "."
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -55,7 +55,7 @@ func (l *Lock) leftovers(remove bool) []string {
 	now := l.clock()
 	for _, e := range entries {
 		name := e.Name()
-		claimName := strings.HasPrefix(name, ".lock_")
+		claimName := strings.HasPrefix(name, claimStart)
 		aside := strings.HasPrefix(name, asides) && strings.Contains(name[len(asides):], "stale.")
 		if e.IsDir() || !(claimName || aside) {
 			continue

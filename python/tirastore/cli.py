@@ -23,6 +23,7 @@ one. All work is the library's (the same calls as :class:`TiraStore` and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -37,7 +38,7 @@ from urllib.parse import urlsplit
 from tirastore import _native
 from tirastore.errors import LockLostError
 from tirastore.persistent_cache import PersistentCache
-from tirastore.store import TiraStore
+from tirastore.store import TiraStore, _output_file
 
 # What a problem found is (exit 1): every error the library raises.
 _PROBLEMS = (OSError, sqlite3.Error, TimeoutError, ValueError, TypeError, LockLostError)
@@ -182,12 +183,21 @@ def _exists(location: str, lock_timeout: Optional[float] = None) -> bool:
     return True
 
 
+def _conflicts_file(args: argparse.Namespace, databases: Sequence[str], inputs: Sequence[str] = ()) -> Any:
+    """The --conflicts file, checked by the library before anything is
+    written (never one of *databases* or their files, nor another database,
+    nor an input) and renamed into place when the command succeeds; a null
+    context without --conflicts."""
+    if not args.conflicts:
+        return contextlib.nullcontext((None, None))
+    return _output_file("conflicts", args.conflicts, databases=databases, inputs=inputs, mode="w", encoding="utf-8")
+
+
 def cmd_import(args: argparse.Namespace, out: _Output) -> int:
     size = os.stat(args.input).st_size  # a missing input creates no database
     created = not _exists(args.db, args.lock_timeout)
     totals = dict.fromkeys(_COUNTS, 0)
-    conflicts = open(args.conflicts, "w", encoding="utf-8") if args.conflicts else None  # noqa: SIM115
-    try:
+    with _conflicts_file(args, [args.db], [args.input]) as (_, conflicts):
         # The one command besides config import-ejkernel that creates a
         # database on purpose: an export is read into a new one.
         with TiraStore(args.db, allow_cpu_mismatch=args.allow_cpu_mismatch, lock_timeout=args.lock_timeout) as store:
@@ -200,9 +210,6 @@ def cmd_import(args: argparse.Namespace, out: _Output) -> int:
                     _add_slice(totals, r, conflicts)
                     bar.update((r["next"] if r["next"] is not None else size) - offset)
                     offset = r["next"]
-    finally:
-        if conflicts is not None:
-            conflicts.close()
     doc = dict(totals, db_path=shown, created=created)
     out.result(doc, lambda: (f"created {doc['db_path']}\n" if created else "") + "imported "
                + _counts_text(totals, args.overwrite))
@@ -215,8 +222,7 @@ def cmd_merge(args: argparse.Namespace, out: _Output) -> int:
             raise FileNotFoundError(2, f"no database at {src}")
     created = not _exists(args.dst, args.lock_timeout)
     report = []
-    conflicts = open(args.conflicts, "w", encoding="utf-8") if args.conflicts else None  # noqa: SIM115
-    try:
+    with _conflicts_file(args, [args.dst, *args.sources]) as (_, conflicts):
         # The CPU check that matters is the sources' against DST's (the
         # library's merge makes it); this host measures nothing.
         meta: dict[str, Any] = {}
@@ -241,9 +247,6 @@ def cmd_merge(args: argparse.Namespace, out: _Output) -> int:
                             break
                         after = r["next"]
                 report.append(dict(totals, source=src_shown))
-    finally:
-        if conflicts is not None:
-            conflicts.close()
     doc = {"db_path": shown, "created": created, "sources": report}
 
     def text() -> str:
@@ -507,7 +510,7 @@ def _parser() -> argparse.ArgumentParser:
     with_db(p, "the database to import into (created if missing)")
     p.add_argument("input", metavar="IN", help="the export file")
     p.add_argument("--overwrite", action="store_true", help="conflicting records take the file's result")
-    p.add_argument("--conflicts", metavar="FILE", help="write the conflicting records to FILE (JSON Lines)")
+    p.add_argument("--conflicts", metavar="FILE", help="write the conflicting records to FILE (JSON Lines), renamed into place when the command succeeds")
     p.add_argument("--allow-cpu-mismatch", action="store_true",
                    help="import although DB was created on another CPU model or SLURM_CPUS_PER_TASK")
     p.set_defaults(run=cmd_import)
@@ -522,7 +525,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("dst", metavar="DST", help="the database to merge into (created if missing)")
     p.add_argument("sources", metavar="SRC", nargs="+", help="databases to read (existing files)")
     p.add_argument("--overwrite", action="store_true", help="conflicting records take the source's result")
-    p.add_argument("--conflicts", metavar="FILE", help="write the conflicting records to FILE (JSON Lines)")
+    p.add_argument("--conflicts", metavar="FILE", help="write the conflicting records to FILE (JSON Lines), renamed into place when the command succeeds")
     p.add_argument("--allow-cpu-mismatch", action="store_true", help="merge sources measured on other CPUs")
     p.set_defaults(run=cmd_merge)
 
