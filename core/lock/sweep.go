@@ -93,11 +93,17 @@ func (l *Lock) provablyOld(st *unix.Stat_t, now time.Time) bool {
 	if l.opt.StaleTimeout <= 0 {
 		return false
 	}
+	return now.Sub(lastChange(st)) > l.opt.StaleTimeout
+}
+
+// lastChange is when the file of st was last written, linked, renamed or
+// chmod'ed: the later of its mtime and ctime (no user can set a ctime).
+func lastChange(st *unix.Stat_t) time.Time {
 	last := time.Unix(st.Mtim.Unix())
 	if c := time.Unix(st.Ctim.Unix()); c.After(last) {
 		last = c
 	}
-	return now.Sub(last) > l.opt.StaleTimeout
+	return last
 }
 
 // deadClaim: the claim at p (in state stamp) holds the record of a

@@ -336,7 +336,9 @@ def _holder_text(st: dict[str, Any]) -> str:
         return f"{st['lock_path']}: free"
     h = st["holder"]
     if h is None:
-        return f"{st['lock_path']}: held, but not a lock record ({st['unreadable']})"
+        verdict = f"; stale (unchanged for over {st['stale_lock_timeout']:g} s)" if st["abandoned"] else ""
+        return (f"{st['lock_path']}: held, but not a lock record ({st['unreadable']}); "
+                f"unchanged for {st['unchanged_seconds']:.1f} s{verdict}")
     if h["on_this_host"]:
         state = "alive" if h["alive"] else "dead (its process is gone)"
     else:
@@ -352,16 +354,12 @@ def _holder_text(st: dict[str, Any]) -> str:
     )
 
 
-def _abandoned(st: dict[str, Any]) -> bool:
-    h = st["holder"]
-    return st["held"] and (h is None or h["dead"] or h["stale"] or h["overdue"])
-
-
 def cmd_lock_status(args: argparse.Namespace, out: _Output) -> int:
     st = _native.call(0, "lock_status", db_path=args.db, stale_lock_timeout=args.stale_lock_timeout)
-    hint = "\nlooks abandoned: `tirastore lock break` removes it" if _abandoned(st) else ""
+    # The advice (the command that removes it) is the library's.
+    hint = f"\n{'looks abandoned: ' if st['abandoned'] else ''}{st['advice']}" if st["advice"] else ""
     out.result(st, lambda: _holder_text(st) + hint)
-    return 1 if _abandoned(st) else 0
+    return 1 if st["abandoned"] or (st["held"] and st["holder"] is None) else 0
 
 
 def cmd_lock_break(args: argparse.Namespace, out: _Output) -> int:
@@ -580,8 +578,10 @@ def _parser() -> argparse.ArgumentParser:
                        description="Check a database: SQLite's integrity_check under the lock, records without "
                        "their program, results that are not JSON, the schema version, a crashed writer's journal, "
                        "the lock (holder, age, alive?) and leftover claim files. Exit 1 on any problem. --repair "
-                       "does what is safe: break an abandoned lock (never a live holder's) and remove the claim "
-                       "files of dead processes; damaged tables are reported, never rewritten.")
+                       "does what is safe: break an abandoned lock (never a live holder's; a lock file that is not "
+                       "a record only once unchanged for the stale timeout), remove the claim files of dead "
+                       "processes and stale measurement claims, move a foreign journal aside; damaged tables are "
+                       "reported, never rewritten.")
     with_db(p)
     p.add_argument("--repair", action="store_true", help="break an abandoned lock, remove leftover claims")
     p.add_argument("--stale-lock-timeout", type=float, default=None, metavar="SECONDS",
@@ -594,17 +594,19 @@ def _parser() -> argparse.ArgumentParser:
     stale = dict(type=float, default=None, metavar="SECONDS",
                  help="count a holder without heartbeat as dead after this (default: the library's, 600)")
     p = lsub.add_parser("status", parents=[common], help="the holder, its age, whether it is alive",
-                        description="Who holds the lock, since when, and whether it is alive. Exit 1 when it "
-                        "looks abandoned (its process gone from this host, or stale).")
+                        description="Who holds the lock, since when, and whether it is alive, and the command "
+                        "that removes it when it looks abandoned. Exit 1 when it looks abandoned (its process gone "
+                        "from this host, or stale) or is not a lock record.")
     with_db(p)
     p.add_argument("--stale-lock-timeout", **stale)
     p.set_defaults(run=cmd_lock_status)
     p = lsub.add_parser("break", parents=[common], help="remove an abandoned lock",
-                        description="Remove the lock if its holder is dead on this host or stale; a holder that "
-                        "promised heartbeats and missed them is watched for a few seconds first. A live process "
-                        "on this host is never broken; --force breaks any other holder (say so only if you know "
-                        "it is gone: its writes are then fenced). The removal is the engine's race-free one: "
-                        "never a lock taken meanwhile.")
+                        description="Remove the lock if its holder is dead on this host or stale, or if it is not a "
+                        "lock record and has not changed for the stale timeout; a holder that promised heartbeats "
+                        "and missed them is watched for a few seconds first. A live process on this host is never "
+                        "broken; --force breaks any other holder (say so only if you know it is gone: its writes "
+                        "are then fenced) and a file that is not a record at once. The removal is the engine's "
+                        "race-free one: never a lock taken meanwhile.")
     with_db(p)
     p.add_argument("--stale-lock-timeout", **stale)
     p.add_argument("--force", action="store_true", help="also break a holder younger than the stale timeout")
