@@ -342,3 +342,27 @@ def test_negative_control_cli_export_over_the_database(world, failpoints_lib):
     assert r.returncode == 0, r.stderr
     found = problems(before, state(world))
     assert "cache.db changed" in found and "claims changed" in found, found
+
+
+def test_a_server_store_refuses_other_databases(pg_cluster, tmp_path):
+    """A store on PostgreSQL has no files of its own: its outputs refuse another
+    database (and the lock family's names), and a backup replaces only an
+    earlier backup of the same database."""
+    from conftest import new_pg_url
+
+    other = tmp_path / "other.db"
+    with TiraStore(other, cpu_model=TEST_CPU) as s:
+        s.record("other", "void other() {}", "R(L0,comps=['c1'])", True, [2.0])
+    digest = hashlib.sha256(other.read_bytes()).hexdigest()
+    with TiraStore(new_pg_url(pg_cluster), cpu_model=TEST_CPU) as s:
+        s.record("blur", SRC, "R(L0,comps=['c1'])", True, [1.0])
+        for call in (lambda p: s.export(p), lambda p: s.export(p, fmt="jsonl"), s.backup):
+            with pytest.raises(ValueError, match="nothing was written"):
+                call(other)
+            with pytest.raises(ValueError, match="lock file of a TiraStore database"):
+                call(tmp_path / "other.db.lock")
+        assert s.backup(tmp_path / "snap.db") == s.backup(tmp_path / "snap.db")  # again, over its own backup
+        assert s.export(tmp_path / "dump.json").exists()
+    assert hashlib.sha256(other.read_bytes()).hexdigest() == digest
+    with TiraStore(tmp_path / "snap.db", create=False, allow_cpu_mismatch=True) as b:
+        assert b.count() == 1
