@@ -71,10 +71,12 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 // its absolute path. With dest "" the name is <stem>_<UTC timestamp>.db
 // beside the database, as in the original; an existing directory receives a
 // file of the database's name, as does a path ending in "/", and a missing
-// directory is created. The
-// copy is made under the lock (so it
-// never contains half a transaction), written to a temporary file and
-// renamed into place, so dest is never seen half-written.
+// directory is created. dest must pass the output check (see "Output
+// files": never the database or a file of it, never another database but
+// an earlier backup of this one). The copy is made under the lock (so it
+// never contains half a transaction), written to a temporary file that has
+// the database's mode from its creation, and renamed into place, so dest
+// is never seen half-written.
 func (s *Store) Backup(ctx context.Context, dest string) (string, error) {
 	if err := checkText("backup_path", dest); err != nil {
 		return "", err
@@ -97,38 +99,43 @@ func (s *Store) Backup(ctx context.Context, dest string) (string, error) {
 	if fi, err := os.Stat(dest); intoDir || err == nil && fi.IsDir() {
 		dest = filepath.Join(dest, base)
 	}
-	if dest == s.path {
-		return "", newError(KindValue, "backup path %s is the database itself", dest)
+	backupOf := func() (map[string]string, error) {
+		meta := map[string]string{}
+		for _, k := range []string{"created_at", "cpu_model", "slurm_cpus"} {
+			v, err := s.meta(ctx, k)
+			if err != nil {
+				return nil, err
+			}
+			meta[k] = str(v)
+		}
+		return meta, nil
+	}
+	if err := s.checkOutput(OutputBackup, dest, backupOf); err != nil {
+		return "", err
 	}
 	// As opening a database creates its directory, so does a backup.
 	if err := os.MkdirAll(filepath.Dir(dest), 0o777); err != nil {
 		k, _ := apierr.OSKind(err)
 		return "", wrapError(k, err, "cannot back up to %s: %v", dest, err)
 	}
-	tmp := tempBeside(dest)
-	defer os.Remove(tmp)
-	if err := s.be.Backup(ctx, tmp); err != nil {
+	// The copy has the database's mode (a shared database's backup stays
+	// shared), set through the new file's descriptor.
+	perm, exact := uint32(0o666), false
+	if fi, err := os.Stat(s.path); err == nil && !s.IsServer() {
+		perm, exact = uint32(fi.Mode().Perm()), true
+	}
+	out, err := createOutput(dest, perm, exact)
+	if err != nil {
+		return "", fileWriteError(err, "backup", dest)
+	}
+	defer out.Abort()
+	if err := s.be.Backup(ctx, out.tmp); err != nil {
 		return "", err
 	}
-	if err := syncFile(tmp); err != nil {
-		return "", s.fileError(err, "back up")
-	}
-	if fi, err := os.Stat(s.path); err == nil && !s.IsServer() {
-		_ = os.Chmod(tmp, fi.Mode().Perm())
-	}
-	if err := os.Rename(tmp, dest); err != nil {
+	if err := out.Commit(); err != nil {
 		return "", s.fileError(err, "back up")
 	}
 	return dest, nil
-}
-
-func syncFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
 }
 
 // Export formats the original's export accepts.
@@ -136,7 +143,9 @@ var exportFormats = map[string]bool{"json": true, "jsonl": true}
 
 // Export writes every program with its schedules to path as JSON ("json":
 // one object, indent 2) or JSON Lines ("jsonl": one program per line), byte
-// for byte as the original did, and returns the absolute path.
+// for byte as the original did, and returns the absolute path. path must
+// pass the output check (see "Output files": never the database or a file
+// of it, nor another database).
 func (s *Store) Export(ctx context.Context, path, format string) (string, error) {
 	if !exportFormats[format] {
 		return "", newError(KindValue, "fmt must be 'json' or 'jsonl', got %s", schedule.Repr(format))
@@ -151,6 +160,9 @@ func (s *Store) Export(ctx context.Context, path, format string) (string, error)
 	if fi, err := os.Stat(out); err == nil && fi.IsDir() {
 		perr := &fs.PathError{Op: "open", Path: out, Err: syscall.EISDIR}
 		return "", wrapError(KindOS, perr, "cannot write export: %v", perr)
+	}
+	if err := s.checkOutput(OutputExport, out, nil); err != nil {
+		return "", err
 	}
 	err = writeReplacing(out, func(w *bufio.Writer) error {
 		ew := &exportWriter{w: w, json: format == "json"}
@@ -170,30 +182,23 @@ func (s *Store) Export(ctx context.Context, path, format string) (string, error)
 }
 
 // writeReplacing writes the file out through fill, into a temporary file
-// beside it that is synced and renamed over out: readers of out see the
-// old file or the whole new one, never a part.
+// beside it (createOutput: mode 0666 less the umask) that is synced and
+// renamed over out: readers of out see the old file or the whole new one,
+// never a part. The caller has checked out (checkOutput).
 func writeReplacing(out string, fill func(w *bufio.Writer) error) error {
-	tmp := tempBeside(out)
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+	o, err := createOutput(out, 0o666, false)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp) // after the rename: nothing
-	w := bufio.NewWriterSize(f, 1<<20)
-	err = fill(w)
-	if err == nil {
-		err = w.Flush()
+	defer o.Abort() // after the commit: nothing
+	w := bufio.NewWriterSize(o.File, 1<<20)
+	if err := fill(w); err != nil {
+		return err
 	}
-	if err == nil {
-		err = f.Sync()
+	if err := w.Flush(); err != nil {
+		return err
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, out)
-	}
-	return err
+	return o.Commit()
 }
 
 // fileWriteError is the error of writing the file out (an *Error from

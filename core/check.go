@@ -148,29 +148,39 @@ func CheckDatabase(ctx context.Context, path string, opts Options, repair bool) 
 	if err != nil {
 		return nil, readError(err, "lock", l.Path())
 	}
-	rep.Lock = &LockStatus{Status: *st}
-	abandoned := st.Held && (st.Holder == nil || st.Dead || st.Stale || st.Overdue)
-	if abandoned {
-		who := "an unreadable lock file"
-		if h := st.Holder; h != nil {
-			who = fmt.Sprintf("%s pid %d", h.Hostname, h.PID)
-		}
-		if !repair || st.Holder == nil {
-			rep.Problems = append(rep.Problems, fmt.Sprintf("the lock %s is abandoned (held by %s); --repair breaks it", st.Path, who))
-		} else if bs, broken, err := l.Break(false); err != nil || !broken {
-			rep.Problems = append(rep.Problems, fmt.Sprintf("the lock %s looked abandoned but was not broken: %v", st.Path, err))
+	rep.Lock = statusOf(st, abs, false, repairCmd)
+	c := lock.CommandsFor(abs, st.StaleTimeout)
+	// A lock that is not a record is never broken by waiters: the tables'
+	// check would wait behind it as behind an abandoned one.
+	stuck := st.Held && (rep.Lock.Abandoned() || st.Holder == nil)
+	who := fmt.Sprintf("a file that is not a lock record, unchanged for %s", st.Age.Round(time.Second))
+	if h := st.Holder; h != nil {
+		who = fmt.Sprintf("held by %s pid %d", h.Hostname, h.PID)
+	}
+	switch {
+	case rep.Lock.Abandoned() && repair:
+		if bs, broken, err := l.Break(false); err != nil || !broken {
+			msg := fmt.Sprintf("the lock %s looked abandoned (%s) but was not broken: %v", st.Path, who, err)
+			if by := lock.RemovableBy(st.Path); by != "" {
+				msg += fmt.Sprintf("; `%s`, run by %s, removes it", c.Repair, by)
+			}
+			rep.Problems = append(rep.Problems, msg)
 		} else {
-			rep.Lock = &LockStatus{Status: *bs, Broken: true}
-			rep.Repaired = append(rep.Repaired, fmt.Sprintf("broke the abandoned lock of %s", who))
-			abandoned = false
+			rep.Lock = statusOf(bs, abs, true, repairCmd)
+			rep.Repaired = append(rep.Repaired, fmt.Sprintf("broke the abandoned lock (%s)", who))
+			stuck = false
 		}
+	case rep.Lock.Abandoned():
+		rep.Problems = append(rep.Problems, fmt.Sprintf("the lock %s is abandoned (%s): %s", st.Path, who, rep.Lock.Advice))
+	case stuck:
+		rep.Problems = append(rep.Problems, fmt.Sprintf("the lock %s holds no lock record (%v); %s", st.Path, st.Unreadable, rep.Lock.Advice))
 	}
 	if repair {
 		for _, p := range l.Sweep() {
 			rep.Repaired = append(rep.Repaired, "removed the leftover claim file "+p)
 		}
 	} else if rep.Leftovers = l.Leftovers(); len(rep.Leftovers) > 0 {
-		rep.Problems = append(rep.Problems, fmt.Sprintf("%d leftover claim files of dead processes beside the lock; --repair removes them", len(rep.Leftovers)))
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%d leftover claim files of dead processes beside the lock: `%s` removes them", len(rep.Leftovers), c.Repair))
 	}
 	if err := checkJournal(ctx, rep, l, abs, st.Held, repair); err != nil {
 		return nil, err
@@ -182,9 +192,10 @@ func CheckDatabase(ctx context.Context, path string, opts Options, repair bool) 
 			rep.Problems = append(rep.Problems, fmt.Sprintf("the node-local %s %s is %s: the %s is off on this node until its owner (or root) removes it", f.Role, f.Path, f.Problem, f.Serves))
 		}
 	}
-	if abandoned {
-		// Taking the lock to read the tables would break it: only --repair may.
-		rep.Problems = append(rep.Problems, "the tables were not checked: that takes the lock")
+	if stuck {
+		// Taking the lock to read the tables would wait behind it (or
+		// break it): only --repair may break it.
+		rep.Problems = append(rep.Problems, "the tables were not checked: that takes the lock (they are once it is removed)")
 		return rep, nil
 	}
 	return checkTables(ctx, rep, path, opts, repair)
@@ -213,7 +224,8 @@ func checkJournal(ctx context.Context, rep *CheckReport, l *lock.Lock, abs strin
 	rep.ForeignJournal = j
 	if !repair {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("the journal %s is foreign: %s; it is never rolled back, "+
-			"and the database cannot be used while it is there; --repair moves it aside", j.Path, j.Why()))
+			"and the database cannot be used while it is there; `%s` moves it aside", j.Path, j.Why(),
+			lock.CommandsFor(abs, l.StaleTimeout()).Repair))
 		return nil
 	}
 	aside := fmt.Sprintf("%s.foreign-%s", j.Path, time.Now().UTC().Format("20060102T150405.000000000Z"))
@@ -309,7 +321,7 @@ func checkTables(ctx context.Context, rep *CheckReport, path string, opts Option
 		if repair {
 			rep.Repaired = append(rep.Repaired, "removed "+what)
 		} else {
-			rep.Problems = append(rep.Problems, what+" is stale; --repair removes it")
+			rep.Problems = append(rep.Problems, fmt.Sprintf("%s is stale: `tirastore check --repair %s` removes it", what, lock.ShellQuote(rep.Path)))
 		}
 	}
 	return rep, nil

@@ -337,7 +337,9 @@ func (s *Store) readSeedFile(path string) (*seedFile, error) {
 // ConfigExportJSON writes every config entry to path in the seed's format
 // (json.dump's: one object {key: value}, by key, separators ", " and ": "),
 // replacing the file atomically as the seed did, and returns the absolute
-// path and the number of entries. The file is then remembered as imported
+// path and the number of entries. path must pass the output check (see
+// "Output files": never the database or a file of it, nor another
+// database). The file is then remembered as imported
 // (see ConfigImportJSON), in the same transaction.
 func (s *Store) ConfigExportJSON(ctx context.Context, path string) (string, int64, error) {
 	out, err := resolveFile("output_path", path)
@@ -347,6 +349,9 @@ func (s *Store) ConfigExportJSON(ctx context.Context, path string) (string, int6
 	if fi, err := os.Stat(out); err == nil && fi.IsDir() {
 		perr := &fs.PathError{Op: "open", Path: out, Err: syscall.EISDIR}
 		return "", 0, wrapError(KindOS, perr, "cannot write PersistentCache file: %v", perr)
+	}
+	if err := s.checkOutput(OutputConfigExport, out, nil); err != nil {
+		return "", 0, err
 	}
 	var n int64
 	err = s.be.Update(ctx, "config export", func(w storage.Writer) error {

@@ -2,8 +2,10 @@ package core
 
 import (
 	"errors"
+	"fmt"
 	"math"
 
+	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/lock"
 	"github.com/tirastore/tirastore/core/postgres"
 	"github.com/tirastore/tirastore/core/pyjson"
@@ -22,15 +24,25 @@ type LockStatus struct {
 	lock.Status
 	// Broken: LockBreak removed the lock.
 	Broken bool
+	// Advice names the command that removes the lock, when one look proves
+	// it abandoned or it is not a lock record (lock.Advice); "" otherwise.
+	Advice string
 }
 
-// PyJSON gives {lock_path, held, holder, unreadable, stale_lock_timeout,
-// broken}; holder is null when free, else {hostname, pid, timestamp,
+// Abandoned reports what one look proves: the holder is dead on this
+// host, stale, overdue, or the file is not a record and has not changed
+// for the stale timeout; lock break removes it without force.
+func (s *LockStatus) Abandoned() bool { return s.Held && (s.Dead || s.Stale || s.Overdue) }
+
+// PyJSON gives {lock_path, held, holder, unreadable, unchanged_seconds,
+// abandoned, advice, stale_lock_timeout, broken}; holder is null when free
+// or not a record (unreadable then says why, and unchanged_seconds how
+// long ago the file last changed), else {hostname, pid, timestamp,
 // age_seconds, heartbeat_interval, on_this_host, alive, dead, stale,
 // overdue, watch_seconds} (alive null when the holder is on another host;
 // watch_seconds: how long lock_break watches an overdue holder).
 func (s *LockStatus) PyJSON() any {
-	o := pyjson.NewObjectCap(6)
+	o := pyjson.NewObjectCap(9)
 	o.Set("lock_path", s.Path)
 	o.Set("held", s.Held)
 	if h := s.Holder; h != nil {
@@ -60,13 +72,32 @@ func (s *LockStatus) PyJSON() any {
 	}
 	if s.Unreadable != nil {
 		o.Set("unreadable", s.Unreadable.Error())
+		o.Set("unchanged_seconds", s.Age.Seconds())
 	} else {
 		o.Set("unreadable", nil)
+		o.Set("unchanged_seconds", nil)
 	}
+	o.Set("abandoned", s.Abandoned())
+	o.Set("advice", s.Advice)
 	o.Set("stale_lock_timeout", s.StaleTimeout.Seconds())
 	o.Set("broken", s.Broken)
 	return o
 }
+
+// statusOf is the LockStatus of st for the database abs, with the advice
+// an operator's command gives (naming remove as the plain break).
+func statusOf(st *lock.Status, abs string, broken bool, remove func(lock.Commands) string) *LockStatus {
+	ls := &LockStatus{Status: *st, Broken: broken}
+	if !broken {
+		c := lock.CommandsFor(abs, st.StaleTimeout)
+		ls.Advice = lock.Advice(st, c, remove(c))
+	}
+	return ls
+}
+
+// breakCmd and repairCmd pick the plain break of lock status and of check.
+func breakCmd(c lock.Commands) string  { return c.Break }
+func repairCmd(c lock.Commands) string { return c.Repair }
 
 // operatorLock is the lock of the database at dbPath as an operator's
 // command uses it: opts' stale timeout, this host's name.
@@ -98,7 +129,7 @@ func operatorLock(dbPath string, opts Options) (l *lock.Lock, abs string, err er
 // InspectLock looks at the lock of the database at dbPath once, without
 // opening the database or changing anything.
 func InspectLock(dbPath string, opts Options) (*LockStatus, error) {
-	l, _, err := operatorLock(dbPath, opts)
+	l, abs, err := operatorLock(dbPath, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -107,27 +138,43 @@ func InspectLock(dbPath string, opts Options) (*LockStatus, error) {
 	if err != nil {
 		return nil, readError(err, "lock", l.Path())
 	}
-	return &LockStatus{Status: *st}, nil
+	return statusOf(st, abs, false, breakCmd), nil
 }
 
 // BreakLock removes the lock of the database at dbPath if its holder is
-// dead on this host, stale, or overdue and silent while watched; with
-// force, also a holder that may be alive elsewhere, but never a live
-// process of this host (lock.Lock.Break). A refusal is a PermissionError
-// naming the holder.
+// dead on this host, stale, or overdue and silent while watched, or it is
+// not a record and unchanged for the stale timeout; with force, also a
+// holder that may be alive elsewhere, but never a live process of this
+// host (lock.Lock.Break). A refusal is a PermissionError naming the holder
+// and, when force would break it, the command that forces; a lock this
+// user may not remove, a PermissionError saying who may.
 func BreakLock(dbPath string, opts Options, force bool) (*LockStatus, error) {
-	l, _, err := operatorLock(dbPath, opts)
+	l, abs, err := operatorLock(dbPath, opts)
 	if err != nil {
 		return nil, err
 	}
 	defer l.Close()
 	st, broken, err := l.Break(force)
+	c := lock.CommandsFor(abs, l.StaleTimeout())
 	var refused *lock.RefusedError
 	switch {
+	case errors.As(err, &refused) && refused.Force:
+		return nil, wrapError(KindPermission, err, "%v (force: `%s`)", err, c.Force)
 	case errors.As(err, &refused):
 		return nil, wrapError(KindPermission, err, "%v", err)
+	case err != nil && st != nil:
+		// Judged breakable, but the removal failed (a rename refused).
+		k, ok := apierr.OSKind(err)
+		if !ok {
+			k = KindOS
+		}
+		msg := fmt.Sprintf("cannot remove the lock %s: %v", l.Path(), err)
+		if who := lock.RemovableBy(l.Path()); who != "" {
+			msg += fmt.Sprintf("; `%s`, run by %s, removes it", c.Break, who)
+		}
+		return nil, wrapError(k, err, "%s", msg)
 	case err != nil:
 		return nil, readError(err, "lock", l.Path())
 	}
-	return &LockStatus{Status: *st, Broken: broken}, nil
+	return statusOf(st, abs, broken, breakCmd), nil
 }

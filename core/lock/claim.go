@@ -127,8 +127,11 @@ const (
 // ClaimPrefix is the start of every claim file name, as in the original:
 // ".lock_<hostname>_<pid>_". Exposed for tools that list or sweep claims.
 func ClaimPrefix(hostname string, pid int) string {
-	return ".lock_" + hostname + "_" + strconv.Itoa(pid) + "_"
+	return claimStart + hostname + "_" + strconv.Itoa(pid) + "_"
 }
+
+// claimStart begins every claim file's name, whatever its host and pid.
+const claimStart = ".lock_"
 
 func randomName(n int) string {
 	name := make([]byte, n)

@@ -6,6 +6,8 @@ import (
 	"math"
 	"os"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // # An operator's view of a lock
@@ -19,6 +21,16 @@ import (
 // heartbeat (the original's Python workers), is stale, as the original
 // judged it. Anything else is a holder that may be alive: breaking it
 // needs force, the operator's word that it is dead.
+//
+// A lock file that is not a holder record (garbage, a planted file, a
+// record whose bytes are not visible yet) proves nothing by its contents,
+// and waiters never break it (neither did the original). It may be an old
+// Python worker's lock read before its record reached this node, so one
+// look proves it abandoned only by its inode: unchanged (mtime and ctime,
+// which no user can set back) for longer than the stale timeout by this
+// host's clock, the rule the sweep applies to leftover claims. Such a file
+// is Stale, and Break (tirastore lock break, check --repair) removes it
+// without force; a younger one needs force.
 
 // Status is what one look at the lock file says.
 type Status struct {
@@ -30,7 +42,8 @@ type Status struct {
 	Holder     *Holder
 	Unreadable error
 	// Age is how old the record's timestamp is by this host's clock (a
-	// heartbeating holder rewrites it: its age stays small).
+	// heartbeating holder rewrites it: its age stays small); for a file
+	// that is not a record, how long ago it last changed (mtime, ctime).
 	Age time.Duration
 	// Heartbeat is the rewrite period the holder promised (0: none, a
 	// holder of the original's Python library).
@@ -39,7 +52,8 @@ type Status struct {
 	// namespace, so Alive is known; elsewhere Alive is false and unknown.
 	OnThisHost, Alive bool
 	// Dead: its process is gone from this host. Stale: its timestamp is
-	// older than the stale timeout and it promised no heartbeat. Overdue:
+	// older than the stale timeout and it promised no heartbeat, or it is
+	// not a record and has not changed for longer than that. Overdue:
 	// it promised heartbeats, and its timestamp is older than the stale
 	// timeout: dead or stalled, or its clock is behind ours; Break watches
 	// it for the waiters' grace before it believes that.
@@ -70,11 +84,14 @@ func (l *Lock) inspect() (*Status, lockState, error) {
 	if err != nil {
 		// Judged by its inode alone, as an unreadable break lock is.
 		s.Unreadable = err
-		ls, lerr := lstatStamp(l.path)
-		if lerr != nil {
-			return nil, state, lerr
+		var st unix.Stat_t
+		if lerr := unix.Lstat(l.path, &st); lerr != nil {
+			return nil, state, &os.PathError{Op: "lstat", Path: l.path, Err: lerr}
 		}
-		return s, lockState{stamp: ls}, nil
+		now := l.clock()
+		s.Age = now.Sub(lastChange(&st))
+		s.Stale = l.provablyOld(&st, now)
+		return s, lockState{stamp: stampOf(&st)}, nil
 	}
 	s.Holder, s.Heartbeat = h, h.every
 	if !math.IsNaN(h.Timestamp) && !math.IsInf(h.Timestamp, 0) {
@@ -106,6 +123,9 @@ func isParseError(err error) bool {
 type RefusedError struct {
 	Status *Status
 	Why    string
+	// Force: a break with force would remove it (never a live process of
+	// this host, nor a lock that changed under the look).
+	Force bool
 }
 
 func (e *RefusedError) Error() string { return fmt.Sprintf("%s: not broken: %s", e.Status.Path, e.Why) }
@@ -132,29 +152,31 @@ func (l *Lock) Break(force bool) (s *Status, broken bool, err error) {
 			return again, false, err
 		}
 		if state != judged {
-			return again, false, &RefusedError{again, "the lock changed while it was watched (its holder is alive, or it was taken again)"}
+			return again, false, &RefusedError{again, "the lock changed while it was watched (its holder is alive, or it was taken again)", false}
 		}
 	}
 	switch {
 	case s.Alive:
-		return s, false, &RefusedError{s, fmt.Sprintf("held by process %d on this host, which is alive", s.Holder.PID)}
+		return s, false, &RefusedError{s, fmt.Sprintf("held by process %d on this host, which is alive", s.Holder.PID), false}
 	case s.Dead, s.Stale, s.Overdue, force:
 	case s.Holder == nil:
-		return s, false, &RefusedError{s, fmt.Sprintf("the file is not a lock record (%v); force removes it", s.Unreadable)}
+		return s, false, &RefusedError{s, fmt.Sprintf("the file is not a lock record (%v) and changed %s ago, less than "+
+			"the stale timeout %s: it may be a lock being written; it is broken once it has stayed unchanged that long, "+
+			"or at once with force if no worker can be taking the lock", s.Unreadable, s.Age.Round(time.Second), s.StaleTimeout), true}
 	case s.Heartbeat > 0:
 		return s, false, &RefusedError{s, fmt.Sprintf("held by %s pid %d, whose heartbeat rewrote it %s ago; "+
 			"it may be alive on another host: force breaks it (the holder's writes are fenced)",
-			s.Holder.Hostname, s.Holder.PID, s.Age.Round(time.Second))}
+			s.Holder.Hostname, s.Holder.PID, s.Age.Round(time.Second)), true}
 	default:
 		return s, false, &RefusedError{s, fmt.Sprintf("held by %s pid %d for %s, less than the stale timeout %s; "+
 			"force breaks it if that process is gone", s.Holder.Hostname, s.Holder.PID,
-			s.Age.Round(time.Second), s.StaleTimeout)}
+			s.Age.Round(time.Second), s.StaleTimeout), true}
 	}
 	if !l.breakLock(judged) {
 		if l.breakErr != nil {
 			return s, false, l.breakErr
 		}
-		return s, false, &RefusedError{s, "the lock changed while it was being broken (taken or released meanwhile); look again"}
+		return s, false, &RefusedError{s, "the lock changed while it was being broken (taken or released meanwhile); look again", false}
 	}
 	return s, true, nil
 }

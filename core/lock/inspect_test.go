@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,4 +128,44 @@ func dir(path string) string {
 		}
 	}
 	return "."
+}
+
+// A lock file that is not a record is stale once it has not changed for
+// the stale timeout (by this host's clock, skewed here): Break removes it
+// without force, and the advice names the plain break; younger, it needs
+// force and the advice names both.
+func TestOldGarbageIsStale(t *testing.T) {
+	path, opt := newTestLock(t)
+	opt.StaleTimeout = time.Minute
+	writeLockFile(t, path, "garbage")
+	l := New(path, opt)
+	defer l.Close()
+	c := CommandsFor("/d/my cache.db", opt.StaleTimeout)
+	if c.Break != "tirastore lock break --stale-lock-timeout 60 '/d/my cache.db'" {
+		t.Fatalf("commands: %+v", c)
+	}
+	s, err := l.Inspect()
+	if err != nil || s.Stale || s.Unreadable == nil || s.Age > 10*time.Second {
+		t.Fatalf("young: %+v, %v", s, err)
+	}
+	if a := Advice(s, c, c.Break); !strings.Contains(a, "`"+c.Force+"` at once") || !strings.Contains(a, "`"+c.Break+"` removes it once") {
+		t.Fatalf("young advice: %s", a)
+	}
+	var refused *RefusedError
+	if _, broken, err := l.Break(false); broken || !errors.As(err, &refused) || !refused.Force {
+		t.Fatalf("young break: %v, %v", broken, err)
+	}
+	l.clock = func() time.Time { return time.Now().Add(2 * time.Minute) }
+	if s, err = l.Inspect(); err != nil || !s.Stale || s.Age < time.Minute {
+		t.Fatalf("old: %+v, %v", s, err)
+	}
+	if a := Advice(s, c, c.Repair); a != "`"+c.Repair+"` removes it" {
+		t.Fatalf("old advice: %s", a)
+	}
+	if _, broken, err := l.Break(false); !broken || err != nil {
+		t.Fatalf("old break: %v, %v", broken, err)
+	}
+	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the lock is still there: %v", err)
+	}
 }

@@ -210,6 +210,9 @@ func New(lockPath string, opt Options) *Lock {
 // Path returns the lock file path, for messages.
 func (l *Lock) Path() string { return l.path }
 
+// StaleTimeout is the stale timeout this Lock judges holders by.
+func (l *Lock) StaleTimeout() time.Duration { return l.opt.StaleTimeout }
+
 // Acquire blocks until the lock is held, ctx is done (returning ctx.Err()),
 // or Options.Timeout has passed (returning *TimeoutError). Other errors are
 // I/O failures that retrying will not fix, such as a missing directory.
@@ -594,6 +597,10 @@ func (e *TimeoutError) Error() string {
 		s += fmt.Sprintf(" (queued behind pid %d of this host, which waits for or holds the lock)", e.Queue)
 	}
 	if e.Holder == nil {
+		if e.ReadErr != nil && isParseError(e.ReadErr) {
+			// Waiters never break it; the store's error adds what does (Advice).
+			return s + fmt.Sprintf(" (holder unknown: the lock file is not a lock record: %v)", e.ReadErr)
+		}
 		if e.ReadErr != nil {
 			return s + fmt.Sprintf(" (holder unknown: cannot read the lock file: %v; remove it as its owner or an administrator if its holder is gone)", e.ReadErr)
 		}

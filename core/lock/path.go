@@ -3,6 +3,7 @@ package lock
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/tirastore/tirastore/core/pypath"
 )
@@ -25,3 +26,33 @@ func PathFor(dbPath string) (string, error) {
 
 // dirOf is the directory that holds the lock and the claims.
 func dirOf(lockPath string) string { return filepath.Dir(lockPath) }
+
+// NameOf says what the file name base is to the lock at lockPath when it is
+// in the lock's directory: "the lock file", "the break lock", "a lock moved
+// aside by a breaker" (the names asideName makes, shortened ones included)
+// or "a lock claim file"
+// (ClaimPrefix: the claims of every database of the directory share the
+// ".lock_" start). It is "" for a name the protocol does not use. The
+// output check (core/output.go) refuses these names, so that no export or
+// backup is ever written over a file of the lock (docs/lock-protocol.md,
+// "Files").
+func NameOf(lockPath, base string) string {
+	lb := filepath.Base(lockPath)
+	switch {
+	case base == lb:
+		return "the lock file"
+	case base == lb+BreakSuffix:
+		return "the break lock"
+	case strings.HasPrefix(base, claimStart):
+		return "a lock claim file"
+	case strings.HasPrefix(base, lb+".stale.") || strings.HasPrefix(base, lb+BreakSuffix+".stale."):
+		return "a lock moved aside by a breaker"
+	}
+	// asideName's shortened form, at the name limit: a prefix of the lock's
+	// (or the break lock's) name, then ".stale.<pid>.<random>".
+	if i := strings.LastIndex(base, ".stale."); i > 0 && len(base) == maxNameLen &&
+		strings.HasPrefix(lb+BreakSuffix, base[:i]) {
+		return "a lock moved aside by a breaker"
+	}
+	return ""
+}

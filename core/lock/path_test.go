@@ -184,3 +184,25 @@ print(json.dumps(out))
 		}
 	}
 }
+
+// NameOf knows every name the protocol makes beside a lock, asideName's
+// shortened ones included, and no other.
+func TestNameOf(t *testing.T) {
+	for _, lp := range []string{"/d/cache.db.lock", "/d/" + strings.Repeat("x", 240) + ".db.lock"} {
+		names := map[string]string{
+			filepath.Base(lp):                                                 "the lock file",
+			filepath.Base(lp) + BreakSuffix:                                   "the break lock",
+			filepath.Base(asideName(lp, "n1")):                                "a lock moved aside by a breaker",
+			filepath.Base(asideName(lp+BreakSuffix, strings.Repeat("h", 60))): "a lock moved aside by a breaker",
+			ClaimPrefix("n1", 42) + "abcdefgh":                                "a lock claim file",
+			"cache.db":                                                        "",
+			"cache.db.lock.json":                                              "",
+			"cache.db.lockstale.1.abcdefgh":                                   "",
+		}
+		for name, want := range names {
+			if got := NameOf(lp, name); got != want {
+				t.Errorf("NameOf(%s, %s) = %q, want %q", lp, name, got, want)
+			}
+		}
+	}
+}

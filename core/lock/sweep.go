@@ -46,7 +46,7 @@ func (l *Lock) Sweep() []string { return l.leftovers(true) }
 func (l *Lock) leftovers(remove bool) []string {
 	var found []string
 	dir := filepath.Dir(l.path)
-	here := ".lock_" + l.opt.Hostname + "_"
+	here := claimStart + l.opt.Hostname + "_"
 	asides := filepath.Base(l.path) + "."
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -55,7 +55,7 @@ func (l *Lock) leftovers(remove bool) []string {
 	now := l.clock()
 	for _, e := range entries {
 		name := e.Name()
-		claimName := strings.HasPrefix(name, ".lock_")
+		claimName := strings.HasPrefix(name, claimStart)
 		aside := strings.HasPrefix(name, asides) && strings.Contains(name[len(asides):], "stale.")
 		if e.IsDir() || !(claimName || aside) {
 			continue
@@ -93,11 +93,17 @@ func (l *Lock) provablyOld(st *unix.Stat_t, now time.Time) bool {
 	if l.opt.StaleTimeout <= 0 {
 		return false
 	}
+	return now.Sub(lastChange(st)) > l.opt.StaleTimeout
+}
+
+// lastChange is when the file of st was last written, linked, renamed or
+// chmod'ed: the later of its mtime and ctime (no user can set a ctime).
+func lastChange(st *unix.Stat_t) time.Time {
 	last := time.Unix(st.Mtim.Unix())
 	if c := time.Unix(st.Ctim.Unix()); c.After(last) {
 		last = c
 	}
-	return now.Sub(last) > l.opt.StaleTimeout
+	return last
 }
 
 // deadClaim: the claim at p (in state stamp) holds the record of a

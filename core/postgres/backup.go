@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/jackc/pgx/v5"
 
@@ -42,18 +41,14 @@ func (r *reader) eachProgram(fn func(storage.Program, []storage.ScheduleResult) 
 	}
 }
 
-// backupTo writes the reader's snapshot to the new file path as a SQLite
+// backupTo writes the reader's snapshot into path, an empty file the
+// caller created (see storage.Backend.Backup), as a SQLite
 // database of the same tables (the original's schema, with the
 // kernel-config tables when there are entries): a copy that any TiraStore,
 // or the original library, can open. Records go in insertion order, so
 // that the copy's rowid order, and hence its export, is the server's.
 // Claims are not copied: they belong to running workers.
 func (r *reader) backupTo(path string) error {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	f.Close()
 	db, err := sqlite.Open(path, nil)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)

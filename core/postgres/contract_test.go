@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -86,6 +87,9 @@ func TestWholeTableReadsPage(t *testing.T) {
 		t.Fatalf("check: %+v, want 1 bad result", check)
 	}
 	path := filepath.Join(t.TempDir(), "copy.db")
+	if err := os.WriteFile(path, nil, 0o600); err != nil { // the API layer creates it
+		t.Fatal(err)
+	}
 	if err := b.Backup(ctx, path); err != nil {
 		t.Fatal(err)
 	}

@@ -97,6 +97,18 @@ func Open(path string, flag int) (*os.File, *unix.Stat_t, error) {
 // fchmod through the new descriptor. An existing name, whatever it is,
 // fails with an error matching fs.ErrExist and is left alone.
 func Create(path string, flag int, perm uint32) (*os.File, error) {
+	return create(path, flag, perm, true)
+}
+
+// CreateUmask is Create with the mode open(2) gives: perm less the
+// process's umask, as for a file the user writes with any tool (an export,
+// a plot); nothing is chmod'ed.
+func CreateUmask(path string, flag int, perm uint32) (*os.File, error) {
+	return create(path, flag, perm, false)
+}
+
+// create is Create, setting the mode to perm exactly when exact.
+func create(path string, flag int, perm uint32, exact bool) (*os.File, error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
@@ -120,7 +132,7 @@ func Create(path string, flag int, perm uint32) (*os.File, error) {
 	f := os.NewFile(uintptr(fd), path)
 	var st unix.Stat_t
 	err = unix.Fstat(fd, &st)
-	if err == nil && uint32(st.Mode)&0o7777 != perm {
+	if err == nil && exact && uint32(st.Mode)&0o7777 != perm {
 		err = unix.Fchmod(fd, perm)
 	}
 	if err == nil {

@@ -17,15 +17,17 @@ type Backup struct {
 	bk       *sqlite3.SQLiteBackup
 }
 
-// StartBackup prepares the copy of the database at srcPath into the new
-// file destPath, through a connection of its own (the store's kept one
-// may be replaced between steps).
+// StartBackup prepares the copy of the database at srcPath into destPath,
+// an empty file that the caller created (core/shareddir: never a name
+// planted in a shared directory), through a connection of its own (the
+// store's kept one may be replaced between steps). Both are opened through
+// the engine's VFS, which creates nothing it did not check.
 func StartBackup(srcPath, destPath string) (*Backup, error) {
 	src, err := Open(srcPath, nil) // reads only, under the caller's lock
 	if err != nil {
 		return nil, err
 	}
-	dst, err := openDSN("file:" + uriPath(destPath) + "?mode=rwc&_journal_mode=DELETE&_synchronous=FULL")
+	dst, err := Open(destPath, nil)
 	if err != nil {
 		src.Close()
 		return nil, err

@@ -466,6 +466,15 @@ func (s *Store) classify(err error, op string) error {
 	var te *lock.TimeoutError
 	switch {
 	case errors.As(err, &te):
+		// What removes the lock, when one look proves it abandoned (a
+		// break refused: another user's lock) or it is not a record
+		// (waiters never break one): the operator's advice.
+		if st, ierr := s.lk.Inspect(); ierr == nil {
+			c := lock.CommandsFor(s.path, s.lk.StaleTimeout())
+			if a := lock.Advice(st, c, c.Break); a != "" {
+				return apierr.Wrap(apierr.KindTimeout, err, "%s: %v; %s", s.path, err, a)
+			}
+		}
 		return apierr.Wrap(apierr.KindTimeout, err, "%s: %v", s.path, err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return apierr.Wrap(apierr.KindInterrupted, err, "%s: %s interrupted while waiting for the lock", s.path, op)

@@ -267,8 +267,10 @@ type Backend interface {
 	// consistent state of the database, holding one program in memory at
 	// a time.
 	EachProgram(ctx context.Context, fn func(p Program, results []ScheduleResult) error) error
-	// Backup writes a consistent copy of the database to the new file
-	// path (the API layer renames it into place).
+	// Backup writes a consistent copy of the database into path, an
+	// empty file that the API layer created for it (with
+	// O_CREAT|O_EXCL|O_NOFOLLOW and its final mode: core/shareddir) and
+	// renames into place.
 	Backup(ctx context.Context, path string) error
 
 	// Close releases the backend; calls in flight finish first. Closing

@@ -23,6 +23,7 @@ one. All work is the library's (the same calls as :class:`TiraStore` and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -37,7 +38,7 @@ from urllib.parse import urlsplit
 from tirastore import _native
 from tirastore.errors import LockLostError
 from tirastore.persistent_cache import PersistentCache
-from tirastore.store import TiraStore
+from tirastore.store import TiraStore, _output_file
 
 # What a problem found is (exit 1): every error the library raises.
 _PROBLEMS = (OSError, sqlite3.Error, TimeoutError, ValueError, TypeError, LockLostError)
@@ -182,12 +183,21 @@ def _exists(location: str, lock_timeout: Optional[float] = None) -> bool:
     return True
 
 
+def _conflicts_file(args: argparse.Namespace, databases: Sequence[str], inputs: Sequence[str] = ()) -> Any:
+    """The --conflicts file, checked by the library before anything is
+    written (never one of *databases* or their files, nor another database,
+    nor an input) and renamed into place when the command succeeds; a null
+    context without --conflicts."""
+    if not args.conflicts:
+        return contextlib.nullcontext((None, None))
+    return _output_file("conflicts", args.conflicts, databases=databases, inputs=inputs, mode="w", encoding="utf-8")
+
+
 def cmd_import(args: argparse.Namespace, out: _Output) -> int:
     size = os.stat(args.input).st_size  # a missing input creates no database
     created = not _exists(args.db, args.lock_timeout)
     totals = dict.fromkeys(_COUNTS, 0)
-    conflicts = open(args.conflicts, "w", encoding="utf-8") if args.conflicts else None  # noqa: SIM115
-    try:
+    with _conflicts_file(args, [args.db], [args.input]) as (_, conflicts):
         # The one command besides config import-ejkernel that creates a
         # database on purpose: an export is read into a new one.
         with TiraStore(args.db, allow_cpu_mismatch=args.allow_cpu_mismatch, lock_timeout=args.lock_timeout) as store:
@@ -200,9 +210,6 @@ def cmd_import(args: argparse.Namespace, out: _Output) -> int:
                     _add_slice(totals, r, conflicts)
                     bar.update((r["next"] if r["next"] is not None else size) - offset)
                     offset = r["next"]
-    finally:
-        if conflicts is not None:
-            conflicts.close()
     doc = dict(totals, db_path=shown, created=created)
     out.result(doc, lambda: (f"created {doc['db_path']}\n" if created else "") + "imported "
                + _counts_text(totals, args.overwrite))
@@ -215,8 +222,7 @@ def cmd_merge(args: argparse.Namespace, out: _Output) -> int:
             raise FileNotFoundError(2, f"no database at {src}")
     created = not _exists(args.dst, args.lock_timeout)
     report = []
-    conflicts = open(args.conflicts, "w", encoding="utf-8") if args.conflicts else None  # noqa: SIM115
-    try:
+    with _conflicts_file(args, [args.dst, *args.sources]) as (_, conflicts):
         # The CPU check that matters is the sources' against DST's (the
         # library's merge makes it); this host measures nothing.
         meta: dict[str, Any] = {}
@@ -241,9 +247,6 @@ def cmd_merge(args: argparse.Namespace, out: _Output) -> int:
                             break
                         after = r["next"]
                 report.append(dict(totals, source=src_shown))
-    finally:
-        if conflicts is not None:
-            conflicts.close()
     doc = {"db_path": shown, "created": created, "sources": report}
 
     def text() -> str:
@@ -333,7 +336,9 @@ def _holder_text(st: dict[str, Any]) -> str:
         return f"{st['lock_path']}: free"
     h = st["holder"]
     if h is None:
-        return f"{st['lock_path']}: held, but not a lock record ({st['unreadable']})"
+        verdict = f"; stale (unchanged for over {st['stale_lock_timeout']:g} s)" if st["abandoned"] else ""
+        return (f"{st['lock_path']}: held, but not a lock record ({st['unreadable']}); "
+                f"unchanged for {st['unchanged_seconds']:.1f} s{verdict}")
     if h["on_this_host"]:
         state = "alive" if h["alive"] else "dead (its process is gone)"
     else:
@@ -349,16 +354,12 @@ def _holder_text(st: dict[str, Any]) -> str:
     )
 
 
-def _abandoned(st: dict[str, Any]) -> bool:
-    h = st["holder"]
-    return st["held"] and (h is None or h["dead"] or h["stale"] or h["overdue"])
-
-
 def cmd_lock_status(args: argparse.Namespace, out: _Output) -> int:
     st = _native.call(0, "lock_status", db_path=args.db, stale_lock_timeout=args.stale_lock_timeout)
-    hint = "\nlooks abandoned: `tirastore lock break` removes it" if _abandoned(st) else ""
+    # The advice (the command that removes it) is the library's.
+    hint = f"\n{'looks abandoned: ' if st['abandoned'] else ''}{st['advice']}" if st["advice"] else ""
     out.result(st, lambda: _holder_text(st) + hint)
-    return 1 if _abandoned(st) else 0
+    return 1 if st["abandoned"] or (st["held"] and st["holder"] is None) else 0
 
 
 def cmd_lock_break(args: argparse.Namespace, out: _Output) -> int:
@@ -507,7 +508,7 @@ def _parser() -> argparse.ArgumentParser:
     with_db(p, "the database to import into (created if missing)")
     p.add_argument("input", metavar="IN", help="the export file")
     p.add_argument("--overwrite", action="store_true", help="conflicting records take the file's result")
-    p.add_argument("--conflicts", metavar="FILE", help="write the conflicting records to FILE (JSON Lines)")
+    p.add_argument("--conflicts", metavar="FILE", help="write the conflicting records to FILE (JSON Lines), renamed into place when the command succeeds")
     p.add_argument("--allow-cpu-mismatch", action="store_true",
                    help="import although DB was created on another CPU model or SLURM_CPUS_PER_TASK")
     p.set_defaults(run=cmd_import)
@@ -522,7 +523,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("dst", metavar="DST", help="the database to merge into (created if missing)")
     p.add_argument("sources", metavar="SRC", nargs="+", help="databases to read (existing files)")
     p.add_argument("--overwrite", action="store_true", help="conflicting records take the source's result")
-    p.add_argument("--conflicts", metavar="FILE", help="write the conflicting records to FILE (JSON Lines)")
+    p.add_argument("--conflicts", metavar="FILE", help="write the conflicting records to FILE (JSON Lines), renamed into place when the command succeeds")
     p.add_argument("--allow-cpu-mismatch", action="store_true", help="merge sources measured on other CPUs")
     p.set_defaults(run=cmd_merge)
 
@@ -575,11 +576,13 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check", parents=[common], help="integrity, orphans, schema, journal, lock, leftovers",
                        description="Check a database: SQLite's integrity_check under the lock, records without "
-                       "their program, results that are not JSON, the schema version, a crashed writer's journal or a "
-                       "foreign one (which is never rolled back), the lock (holder, age, alive?) and leftover claim "
-                       "files. Exit 1 on any problem. --repair does what is safe: break an abandoned lock (never a "
-                       "live holder's), remove the claim files of dead processes and move a foreign journal aside "
-                       "(never applying it); damaged tables are reported, never rewritten.")
+                       "their program, results that are not JSON, the schema version, a crashed writer's journal or "
+                       "a foreign one (never rolled back), the lock (holder, age, alive?) and leftover claim files. "
+                       "Exit 1 on any problem. --repair does what is safe: break an abandoned lock (never a live "
+                       "holder's; a lock file that is not "
+                       "a record only once unchanged for the stale timeout), remove the claim files of dead "
+                       "processes and stale measurement claims, move a foreign journal aside (never applying it); "
+                       "damaged tables are reported, never rewritten.")
     with_db(p)
     p.add_argument("--repair", action="store_true",
                    help="break an abandoned lock, remove leftover claims, move a foreign journal aside")
@@ -593,17 +596,19 @@ def _parser() -> argparse.ArgumentParser:
     stale = dict(type=float, default=None, metavar="SECONDS",
                  help="count a holder without heartbeat as dead after this (default: the library's, 600)")
     p = lsub.add_parser("status", parents=[common], help="the holder, its age, whether it is alive",
-                        description="Who holds the lock, since when, and whether it is alive. Exit 1 when it "
-                        "looks abandoned (its process gone from this host, or stale).")
+                        description="Who holds the lock, since when, and whether it is alive, and the command "
+                        "that removes it when it looks abandoned. Exit 1 when it looks abandoned (its process gone "
+                        "from this host, or stale) or is not a lock record.")
     with_db(p)
     p.add_argument("--stale-lock-timeout", **stale)
     p.set_defaults(run=cmd_lock_status)
     p = lsub.add_parser("break", parents=[common], help="remove an abandoned lock",
-                        description="Remove the lock if its holder is dead on this host or stale; a holder that "
-                        "promised heartbeats and missed them is watched for a few seconds first. A live process "
-                        "on this host is never broken; --force breaks any other holder (say so only if you know "
-                        "it is gone: its writes are then fenced). The removal is the engine's race-free one: "
-                        "never a lock taken meanwhile.")
+                        description="Remove the lock if its holder is dead on this host or stale, or if it is not a "
+                        "lock record and has not changed for the stale timeout; a holder that promised heartbeats "
+                        "and missed them is watched for a few seconds first. A live process on this host is never "
+                        "broken; --force breaks any other holder (say so only if you know it is gone: its writes "
+                        "are then fenced) and a file that is not a record at once. The removal is the engine's "
+                        "race-free one: never a lock taken meanwhile.")
     with_db(p)
     p.add_argument("--stale-lock-timeout", **stale)
     p.add_argument("--force", action="store_true", help="also break a holder younger than the stale timeout")

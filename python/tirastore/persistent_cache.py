@@ -326,7 +326,9 @@ class PersistentCache(Generic[Cfg]):
 
         :param path: the file (None: :attr:`json_path`)
         :return: the absolute :class:`~pathlib.Path` written
-        :raises ValueError: no path is given and the cache has no JSON file
+        :raises ValueError: no path is given and the cache has no JSON file,
+            or *path* is the cache's database, one of its files (its lock,
+            journal, ...) or another database: nothing is written
         :raises OSError: the file cannot be written
         """
         out = self._live()._call("config_export", output_path=self._json_arg("export_json", path))

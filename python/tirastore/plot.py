@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from tirastore.store import PathLike, TiraStore, _fspath
+from tirastore.store import PathLike, TiraStore, _fspath, _output_file
 
 #: The output formats, chosen by the suffix of the output file.
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
@@ -162,14 +162,17 @@ def plot_program(
     :param str program_name: the program's name
     :param output_path: the file to write (str or path-like); its suffix
         picks the format: ``.png``, ``.svg`` or ``.pdf``. Its directory must
-        exist; an existing file is replaced
+        exist; an existing file is replaced (through a temporary file
+        renamed over it), unless it is the store's database or one of its
+        files (its lock, journal, ...) or another database
     :param program_hash: only the source version with this hash (full or a
         unique prefix); None: every version
     :param title: the figure's title; None: the program's name (and the
         short hash when *program_hash* is given)
     :return: the absolute :class:`~pathlib.Path` written
     :raises ValueError: the suffix is not one of the formats, no program
-        has this name, or no version has this hash
+        has this name, no version has this hash, or the output path is a
+        database or one of its files (nothing is written)
     :raises ModuleNotFoundError: matplotlib is not installed
     :raises TypeError: an argument has the wrong type
     :raises OSError: the file cannot be written
@@ -177,11 +180,12 @@ def plot_program(
     >>> plot_program(store, "blur", "blur.png").name  # doctest: +SKIP
     'blur.png'
     """
-    path = Path(os.path.abspath(_fspath("plot_program", "output_path", output_path)))
-    fmt = FORMATS.get(path.suffix.lower())
+    out = _fspath("plot_program", "output_path", output_path)
+    name = os.path.basename(out)
+    fmt = FORMATS.get(os.path.splitext(name)[1].lower())
     if fmt is None:
         raise ValueError(
-            f"cannot plot to {path.name!r}: the file name must end with one of {', '.join(FORMATS)}"
+            f"cannot plot to {name!r}: the file name must end with one of {', '.join(FORMATS)}"
         )
     try:
         import matplotlib  # first: a stub in sys.modules must stop the submodules too
@@ -235,5 +239,8 @@ def plot_program(
             ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
         else:
             ax.legend(loc="best", fontsize="small")
-    fig.savefig(path, format=fmt, dpi=120)
+    # The library checks the path (never the store's database or one of its
+    # files, nor another database) and writes it through a temporary file.
+    with _output_file("plot", out, databases=[str(store.db_path)]) as (path, f):
+        fig.savefig(f, format=fmt, dpi=120)
     return path

@@ -16,12 +16,13 @@ True
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import warnings
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import IO, Any, Iterator, Optional, Sequence, Union
 
 from tirastore import _native
 from tirastore.claim import Claim, ClaimInfo
@@ -94,6 +95,34 @@ def _fspath(where: str, name: str, value: Any) -> str:
     if isinstance(path, bytes):
         raise TypeError(f"{where}(): {name} must be str or os.PathLike[str], not bytes")
     return path
+
+
+@contextlib.contextmanager
+def _output_file(purpose: str, path: str, databases: Sequence[str] = (), inputs: Sequence[str] = (),
+                 mode: str = "wb", **open_args: Any) -> Iterator[tuple[Path, IO[Any]]]:
+    """Write an output file that Python fills (a plot, the CLI's conflicts file).
+
+    The library checks *path* (never a database in *databases* or one of its
+    files, nor another database, nor a file in *inputs*: ValueError) and
+    creates a temporary file beside it; this yields (the absolute path, a
+    file object on the temporary file's descriptor). On a normal exit the
+    file is renamed over the path; on an exception it is removed.
+    """
+    r = _native.call(0, "output_create", purpose=purpose, output_path=path, databases=list(databases),
+                     inputs=list(inputs))
+    try:
+        f = os.fdopen(r["fd"], mode, **open_args)
+    except BaseException:
+        os.close(r["fd"])
+        _native.call(0, "output_abort", token=r["token"])
+        raise
+    try:
+        with f:
+            yield Path(r["path"]), f
+    except BaseException:
+        _native.call(0, "output_abort", token=r["token"])
+        raise
+    _native.call(0, "output_commit", token=r["token"])
 
 
 # Program hashes of recently used sources (computed by the library), shared
@@ -681,7 +710,10 @@ class TiraStore:
             database
         :return: the absolute :class:`~pathlib.Path` of the snapshot
         :raises TypeError: *backup_path* is not a str or path-like
-        :raises ValueError: *backup_path* is the database itself
+        :raises ValueError: *backup_path* is the database itself (by name or
+            as the same file), one of its files (its lock, journal, a lock
+            claim, ...), or another database than an earlier backup of this
+            one: nothing is written
         :raises OSError: the file cannot be written
 
         >>> store.backup("snapshot.db").name
@@ -703,7 +735,10 @@ class TiraStore:
         :param str fmt: ``"json"`` (one indented object) or ``"jsonl"``
             (one object per program and line)
         :return: the :class:`~pathlib.Path` written
-        :raises ValueError: *fmt* is neither ``"json"`` nor ``"jsonl"``
+        :raises ValueError: *fmt* is neither ``"json"`` nor ``"jsonl"``, or
+            *output_path* is the database itself (by name or as the same
+            file), one of its files (its lock, journal, a lock claim, ...)
+            or another database: nothing is written
         :raises TypeError: an argument has the wrong type
         :raises OSError: the file cannot be written
 

@@ -407,6 +407,9 @@ func testBackup(t *testing.T, open Open) {
 	b := open(t)
 	write(t, b, hashOf('4'), "prog", false, "S1")
 	path := filepath.Join(t.TempDir(), "copy.db")
+	if err := os.WriteFile(path, nil, 0o600); err != nil { // the API layer creates it
+		t.Fatal(err)
+	}
 	if err := b.Backup(ctx, path); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,414 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tirastore/tirastore/core/apierr"
+	"github.com/tirastore/tirastore/core/failpoint"
+	"github.com/tirastore/tirastore/core/lock"
+	"github.com/tirastore/tirastore/core/postgres"
+	"github.com/tirastore/tirastore/core/shareddir"
+	"github.com/tirastore/tirastore/core/sqlite"
+)
+
+// # Output files
+//
+// Export, backup, export_json, the CLI's conflicts file and plots write a
+// file at a path the user typed, by renaming a finished temporary file
+// over it. A typo there must not destroy a database: `tirastore export DB
+// DB` once renamed a JSON file over the database (its config entries,
+// claims and db_meta gone, every open worker failing), and `export DB
+// DB.lock` wrote over the lock. So every output path is checked here,
+// once for every door (the C methods export, backup, config_export and
+// output_create; Python's plot and the CLI ask through the last), and
+// refused with a ValueError naming what it is, before anything is written:
+//
+//   - a database the call uses, or a file of one: the database itself
+//     (by name, or the same file under another name: a hard link, a link
+//     of the caller, another path to its directory), its journal, -wal
+//     and -shm (sqlite.Companions), its lock, break lock, a lock moved
+//     aside and any lock claim file of its directory (lock.NameOf);
+//   - the same names of any other database: a name of the lock's family
+//     anywhere, the journal of an existing database file;
+//   - a file the call reads (the export an import reads);
+//   - anything but a regular file (a FIFO, a device: renaming over
+//     /dev/null as root would replace it);
+//   - another database: an existing file with SQLite's header. Export,
+//     export_json, conflicts files and plots write no database, so they
+//     never replace one, whatever its tables. A backup writes a database:
+//     it replaces an earlier backup of the same database (a TiraStore
+//     database with the same db_meta created_at, cpu_model and
+//     slurm_cpus, whose lock file does not exist), and nothing else, so
+//     that `tirastore backup DB snapshots/` can run every night.
+//
+// A store on a PostgreSQL server has no files: only the last rules apply.
+// The output is then written to a temporary file beside it, created with
+// O_CREAT|O_EXCL|O_NOFOLLOW in its directory and given its mode through
+// its descriptor (core/shareddir), synced, checked to still be the file at
+// the temporary name, and renamed over the path.
+
+// OutputKind is what an output file is for.
+type OutputKind int
+
+// The output kinds.
+const (
+	OutputExport       OutputKind = iota // Store.Export
+	OutputBackup                         // Store.Backup
+	OutputConfigExport                   // Store.ConfigExportJSON
+	OutputConflicts                      // the CLI's --conflicts file of import and merge
+	OutputPlot                           // tirastore.plot.plot_program
+)
+
+// outputKinds names each kind: in the C method output_create, in messages,
+// and as what writes it.
+var outputKinds = [...]struct{ name, label, writer string }{
+	OutputExport:       {"export", "export path", "an export"},
+	OutputBackup:       {"backup", "backup path", "a backup"},
+	OutputConfigExport: {"config_export", "PersistentCache file", "export_json"},
+	OutputConflicts:    {"conflicts", "conflicts file", "a conflicts file"},
+	OutputPlot:         {"plot", "plot file", "a plot"},
+}
+
+// ParseOutputKind is the kind called name ("conflicts", "plot", ...).
+func ParseOutputKind(name string) (OutputKind, bool) {
+	for k, o := range outputKinds {
+		if o.name == name {
+			return OutputKind(k), true
+		}
+	}
+	return 0, false
+}
+
+// CheckOutput resolves the output path p of kind (as every path argument
+// is resolved: core/pypath) and refuses it when writing there would
+// replace a database or a file of one (see "Output files"). dbs are the
+// databases the call uses (files, or server URLs, which have no files);
+// inputs are the files it reads. It returns the absolute path.
+func CheckOutput(kind OutputKind, p string, dbs, inputs []string) (string, error) {
+	label := outputKinds[kind].label
+	if err := checkText(label, p); err != nil {
+		return "", err
+	}
+	if p == "" {
+		return "", newError(KindValue, "%s must not be empty", label)
+	}
+	out, err := resolvePath(label, p)
+	if err != nil {
+		return "", err
+	}
+	c := &outputCheck{kind: kind, out: out, inputs: inputs}
+	for _, db := range dbs {
+		if postgres.IsURL(db) {
+			continue
+		}
+		abs, err := resolvePath("database path", db)
+		if err != nil {
+			return "", err
+		}
+		c.dbs = append(c.dbs, abs)
+	}
+	return out, c.run()
+}
+
+// checkOutput is CheckOutput of the absolute path out for this store's
+// database.
+func (s *Store) checkOutput(kind OutputKind, out string, backupOf func() (map[string]string, error)) error {
+	c := &outputCheck{kind: kind, out: out, backupOf: backupOf}
+	if !s.IsServer() {
+		c.dbs = []string{s.path}
+	}
+	return c.run()
+}
+
+// outputCheck is one check of an output path.
+type outputCheck struct {
+	kind   OutputKind
+	out    string   // absolute
+	dbs    []string // absolute database files
+	inputs []string
+	// backupOf, for a backup, reads the db_meta rows of the database
+	// backed up: an earlier backup of it (the same rows) may be replaced.
+	backupOf func() (map[string]string, error)
+}
+
+// refuse is the ValueError of an output that is what.
+func (c *outputCheck) refuse(what string) error {
+	return newError(KindValue, "%s %s is %s: refused, nothing was written", outputKinds[c.kind].label, c.out, what)
+}
+
+func (c *outputCheck) run() error {
+	if failpoint.Enabled(failpoint.OutputTrust) {
+		return nil
+	}
+	var ost unix.Stat_t
+	exists := unix.Stat(c.out, &ost) == nil
+	for _, db := range c.dbs {
+		if what := companionOf(db, c.out, exists, &ost); what != "" {
+			return c.refuse(what)
+		}
+	}
+	for _, in := range c.inputs {
+		abs, err := resolvePath("input path", in)
+		if err != nil {
+			return err
+		}
+		if abs == c.out || exists && sameInode(abs, &ost) {
+			return c.refuse("the file this call reads (" + abs + ")")
+		}
+	}
+	if what := anyCompanion(c.out); what != "" {
+		return c.refuse(what)
+	}
+	if !exists {
+		return nil
+	}
+	if ost.Mode&unix.S_IFMT != unix.S_IFREG {
+		return c.refuse(shareddir.Describe(&ost) + ", not a regular file (an output replaces a regular file or makes a new one)")
+	}
+	isDB, err := hasSQLiteHeader(c.out)
+	if err != nil {
+		k, ok := apierr.OSKind(err)
+		if !ok {
+			k = KindOS
+		}
+		return wrapError(k, err, "%s %s exists and cannot be read to tell whether it is a database: %v; "+
+			"refused, nothing was written", outputKinds[c.kind].label, c.out, err)
+	}
+	if !isDB {
+		return nil
+	}
+	if c.kind != OutputBackup || c.backupOf == nil {
+		return c.refuse(fmt.Sprintf("an existing SQLite database: %s never replaces a database (choose another name)",
+			outputKinds[c.kind].writer))
+	}
+	return c.earlierBackup()
+}
+
+// earlierBackup refuses a backup's existing database file unless it is an
+// earlier backup of the same database, not in use.
+func (c *outputCheck) earlierBackup() error {
+	info, err := sqlite.Identify(c.out)
+	if err != nil {
+		return c.refuse(fmt.Sprintf("an existing SQLite database that cannot be read (%v): a backup replaces only "+
+			"an earlier backup of this database", err))
+	}
+	if !info.TiraStore {
+		return c.refuse("an existing SQLite database that is not a TiraStore database: a backup replaces only " +
+			"an earlier backup of this database")
+	}
+	mine, err := c.backupOf()
+	if err != nil {
+		return err
+	}
+	for _, k := range []string{"created_at", "cpu_model", "slurm_cpus"} {
+		if info.Meta[k] != mine[k] {
+			return c.refuse(fmt.Sprintf("another TiraStore database (its %s is %q, this database's %q): a backup "+
+				"replaces only an earlier backup of this database", k, info.Meta[k], mine[k]))
+		}
+	}
+	if lp, err := lock.PathFor(c.out); err == nil {
+		if _, err := os.Lstat(lp); err == nil {
+			return c.refuse(fmt.Sprintf("a TiraStore database in use (its lock file %s exists)", lp))
+		}
+	}
+	return nil
+}
+
+// companionOf says what out is to the database db: the database itself, a
+// file SQLite or the lock keeps beside it, or "" (neither). exists and ost
+// are out's stat.
+func companionOf(db, out string, exists bool, ost *unix.Stat_t) string {
+	files := append([]sqlite.Companion{{Path: db, What: "the database itself"}}, sqlite.Companions(db)...)
+	lp, lerr := lock.PathFor(db)
+	if lerr == nil {
+		files = append(files, sqlite.Companion{Path: lp, What: "the lock file"},
+			sqlite.Companion{Path: lp + lock.BreakSuffix, What: "the break lock"})
+	}
+	of := func(what string) string {
+		if what == "the database itself" {
+			return what + " (" + db + ")"
+		}
+		return what + " of the database " + db
+	}
+	dir, base := filepath.Split(out)
+	if sameDir(filepath.Clean(dir), filepath.Dir(db)) {
+		for _, f := range files {
+			if base == filepath.Base(f.Path) {
+				return of(f.What)
+			}
+		}
+		if lerr == nil {
+			if what := lock.NameOf(lp, base); what != "" {
+				return of(what)
+			}
+		}
+	}
+	if exists {
+		for _, f := range files {
+			if sameInode(f.Path, ost) {
+				if f.Path == db {
+					return "the database " + db + " itself under another name (the same file)"
+				}
+				return of(f.What) + " under another name (the same file as " + f.Path + ")"
+			}
+		}
+	}
+	return ""
+}
+
+// anyCompanion says what out is when its name is one a database keeps
+// beside it, whatever database: a name of the lock's family, or the
+// journal (-wal, -shm) of an existing database file.
+func anyCompanion(out string) string {
+	dir, base := filepath.Split(out)
+	// The lock a name of the family would belong to: <...>.db.lock.
+	lp := filepath.Join(dir, ".db.lock")
+	if i := strings.Index(base, ".db.lock"); i >= 0 {
+		lp = filepath.Join(dir, base[:i+len(".db.lock")])
+	}
+	if what := lock.NameOf(lp, base); what != "" {
+		return what + " of a TiraStore database in " + filepath.Clean(dir) + " (a name of the lock protocol)"
+	}
+	for _, suffix := range []string{"-journal", "-wal", "-shm"} {
+		db, ok := strings.CutSuffix(out, suffix)
+		if !ok {
+			continue
+		}
+		if isDB, err := hasSQLiteHeader(db); err == nil && isDB {
+			for _, f := range sqlite.Companions(db) {
+				if f.Path == out {
+					return f.What + " of the database " + db
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// hasSQLiteHeader reports whether the regular file at path starts with
+// SQLite's header; a missing file or another kind of file is not a
+// database. It opens without following a link or blocking (core/shareddir).
+func hasSQLiteHeader(path string) (bool, error) {
+	f, _, err := shareddir.Open(path, os.O_RDONLY)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || shareddir.IsRefused(err):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	defer f.Close()
+	return sqlite.HasHeader(f)
+}
+
+// sameDir reports whether the directories a and b are one: the same path,
+// or the same directory reached by another path (a bind mount).
+func sameDir(a, b string) bool {
+	if a == b {
+		return true
+	}
+	var st unix.Stat_t
+	return unix.Stat(a, &st) == nil && sameInode(b, &st)
+}
+
+// sameInode reports whether path names the file whose stat is st.
+func sameInode(path string, st *unix.Stat_t) bool {
+	var o unix.Stat_t
+	return unix.Stat(path, &o) == nil && o.Dev == st.Dev && o.Ino == st.Ino
+}
+
+// Output is an output file being written: a temporary file beside its
+// path (see "Output files"), renamed over the path by Commit.
+type Output struct {
+	// Path is the absolute output path; File the temporary file, open
+	// read-write.
+	Path string
+	File *os.File
+	tmp  string
+	done bool
+}
+
+// CreateOutput checks the output path p of kind (CheckOutput) and creates
+// its temporary file, mode 0666 less the umask: for a binding that writes
+// the contents itself (the CLI's conflicts file, a plot) through the
+// file's descriptor, then commits or aborts.
+func CreateOutput(kind OutputKind, p string, dbs, inputs []string) (*Output, error) {
+	out, err := CheckOutput(kind, p, dbs, inputs)
+	if err != nil {
+		return nil, err
+	}
+	o, err := createOutput(out, 0o666, false)
+	if err != nil {
+		return nil, fileWriteError(err, outputKinds[kind].label, out)
+	}
+	return o, nil
+}
+
+// createOutput creates the temporary file of the output out, with mode
+// perm exactly when exact (a backup has its database's mode), else perm
+// less the umask.
+func createOutput(out string, perm uint32, exact bool) (*Output, error) {
+	if fi, err := os.Stat(out); err == nil && fi.IsDir() {
+		return nil, &fs.PathError{Op: "open", Path: out, Err: unix.EISDIR}
+	}
+	tmp := tempBeside(out)
+	create := shareddir.CreateUmask
+	if exact {
+		create = shareddir.Create
+	}
+	f, err := create(tmp, os.O_RDWR, perm)
+	if err != nil {
+		return nil, err
+	}
+	return &Output{Path: out, File: f, tmp: tmp}, nil
+}
+
+// Commit syncs the temporary file, checks that its name still names it
+// (nobody replaced it meanwhile), closes it and renames it over Path; on
+// failure the temporary file is removed.
+func (o *Output) Commit() error {
+	if o.done {
+		return fmt.Errorf("%s: already committed or aborted", o.Path)
+	}
+	o.done = true
+	mine := o.ours()
+	err := o.File.Sync()
+	if err == nil && !mine {
+		err = fmt.Errorf("%s is no longer the file this call wrote", o.tmp)
+	}
+	if cerr := o.File.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(o.tmp, o.Path)
+	}
+	if err != nil && mine {
+		os.Remove(o.tmp)
+	}
+	return err
+}
+
+// Abort closes and removes the temporary file (after Commit: nothing).
+func (o *Output) Abort() {
+	if o.done {
+		return
+	}
+	o.done = true
+	if o.ours() {
+		os.Remove(o.tmp)
+	}
+	o.File.Close()
+}
+
+// ours reports whether the temporary name still names the open file.
+func (o *Output) ours() bool {
+	var st, lst unix.Stat_t
+	return unix.Fstat(int(o.File.Fd()), &st) == nil && unix.Lstat(o.tmp, &lst) == nil &&
+		lst.Dev == st.Dev && lst.Ino == st.Ino
+}
