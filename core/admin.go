@@ -32,6 +32,9 @@ func (s *Store) Put(ctx context.Context, key, programHash, sched, resultJSON str
 	if err := s.checkWrites(); err != nil {
 		return false, err
 	}
+	if err := checkStoreDepth("record "+key+": result_json", resultJSON); err != nil {
+		return false, err
+	}
 	if _, _, err := parseResult(key, resultJSON); err != nil {
 		return false, err
 	}

@@ -315,6 +315,9 @@ func (s *Store) readSeedFile(path string) (*seedFile, error) {
 			bad = wrapError(KindValue, err, "%s: key %s: %v", path, schedule.Repr(key), err)
 			return false
 		}
+		if bad = checkStoreDepth(fmt.Sprintf("%s: key %s: the value", path, schedule.Repr(key)), string(b)); bad != nil {
+			return false
+		}
 		f.entries = append(f.entries, &storage.ConfigEntry{Key: key, Device: parts[0], OpID: parts[1],
 			CallKey: parts[2], ValueJSON: string(b), Hostname: s.hostname, Username: s.username,
 			CreationDate: stamp, UpdateDate: stamp})

@@ -2,8 +2,10 @@ package core
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/tirastore/tirastore/core/pyjson"
+	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/storage"
 )
 
@@ -89,7 +91,8 @@ func (s *Store) MergeFrom(ctx context.Context, srcPath string, cursor *MergeCurs
 				pr := program{Program: p}
 				if err := r.EachRecordOf(p.Hash, func(rec *storage.Record) error {
 					pr.recs = append(pr.recs, rec)
-					return nil
+					return checkStoreDepth(fmt.Sprintf("%s: record %s (program %s, schedule %s): result_json",
+						src.path, rec.Key, p.Name, schedule.Repr(rec.Schedule)), rec.ResultJSON)
 				}); err != nil {
 					return err
 				}

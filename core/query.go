@@ -71,6 +71,10 @@ func newResult(rec *storage.Record) (*Result, error) {
 	if r.fromCanonical(rec.ResultJSON) {
 		return r, nil
 	}
+	if msg := storedTooDeep(fmt.Sprintf("record %s (schedule %s): its result_json", rec.Key, schedule.Repr(rec.Schedule)),
+		rec.ResultJSON, "delete the record (TiraStore.delete(key)) or record it again with overwrite"); msg != "" {
+		return nil, newError(KindValue, "%s", msg)
+	}
 	legal, times, err := parseResult(rec.Key, rec.ResultJSON)
 	if err != nil {
 		return nil, err
