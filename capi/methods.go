@@ -88,8 +88,8 @@ var methods = map[string]method{
 	"limits": {false, noParams, func(_ context.Context, _ *core.Store, a *args) (any, error) {
 		o := pyjson.NewObjectCap(3)
 		o.Set("max_value_depth", limits.MaxValueDepth)
-		o.Set("max_text_bytes", limits.MaxTextBytes)
-		o.Set("max_request_bytes", limits.MaxRequestBytes)
+		o.Set("max_text_bytes", limits.TextLimit())
+		o.Set("max_request_bytes", limits.RequestLimit())
 		return o, nil
 	}},
 	"make_record_key": {false, []string{"program_hash", "tiralib_schedule_string"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {

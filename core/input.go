@@ -6,13 +6,19 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/pyjson"
 )
 
 // checkText rejects strings that the original could not have stored
 // faithfully: invalid UTF-8 (Python refuses to encode lone surrogates) and
-// NUL characters (SQLite's text functions and C callers truncate at NUL).
+// NUL characters (SQLite's text functions and C callers truncate at NUL),
+// and texts longer than limits.MaxTextBytes (docs/limits.md).
 func checkText(field, s string) error {
+	if len(s) > limits.TextLimit() {
+		return newError(KindValue, "%s is %d bytes of UTF-8, more than the %d bytes (%d MiB) a text may have (docs/limits.md)",
+			field, len(s), limits.MaxTextBytes, limits.MaxTextBytes>>20)
+	}
 	if !utf8.ValidString(s) {
 		return newError(KindValue, "%s is not valid UTF-8 (lone surrogates cannot be stored)", field)
 	}

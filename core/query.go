@@ -172,6 +172,12 @@ type programHashes struct {
 var progHashes programHashes
 
 func (p *programHashes) hash(source string) string {
+	if len(source) > tuning.MaxRememberedSource {
+		p.mu.Lock()
+		p.computed++
+		p.mu.Unlock()
+		return keys.ProgramHash(source) // kept, it would keep the source in memory
+	}
 	p.mu.Lock()
 	h, ok := p.m[source]
 	p.mu.Unlock()

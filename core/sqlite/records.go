@@ -6,6 +6,7 @@ import (
 
 	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/storage"
+	"github.com/tirastore/tirastore/core/tuning"
 )
 
 // The joined read is an inner join, as in the original: a record whose
@@ -255,8 +256,20 @@ func (d *DB) EachRecordOf(programHash string, fn func(*storage.Record) error) er
 }
 
 // PutProgram inserts a program unless its hash is present: the first name
-// stored for a hash wins.
+// stored for a hash wins. A large source is not copied to be bound (see
+// "Large texts").
 func (tx *Tx) PutProgram(p storage.Program) error {
+	if len(p.Source) >= tuning.UncopiedSource {
+		return withText(p.Source, func(token int64, ok bool) error {
+			var err error
+			if ok {
+				_, err = tx.exec(insertProgramText, p.Hash, p.Name, token)
+			} else {
+				_, err = tx.exec(insertProgram, p.Hash, p.Name, p.Source)
+			}
+			return err
+		})
+	}
 	_, err := tx.exec(insertProgram, p.Hash, p.Name, p.Source)
 	return err
 }
@@ -268,7 +281,8 @@ func (tx *Tx) PutProgram(p storage.Program) error {
 // primary-key conflict here: no column is ever NULL, and foreign-key
 // violations are not ignorable.
 const (
-	insertProgram = "INSERT OR IGNORE INTO programs (program_hash, program_name, source_code) VALUES (?, ?, ?)"
+	insertProgram     = "INSERT OR IGNORE INTO programs (program_hash, program_name, source_code) VALUES (?, ?, ?)"
+	insertProgramText = "INSERT OR IGNORE INTO programs (program_hash, program_name, source_code) VALUES (?, ?, tirastore_text(?))"
 	deleteRecord      = "DELETE FROM records WHERE key = ?"
 	insertRecord      = `INSERT OR IGNORE INTO records (key, program_hash, schedule, result_json, hostname, username,
        creation_date, update_date, source_project) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`

@@ -126,7 +126,7 @@ func (h *handover) result() (writeResult, bool, error) {
 // cannot be used: local.spoolErr says why) writes commit alone.
 func (s *Store) writeRecords(ctx context.Context, req *writeRequest) (int, error) {
 	sp := s.local.spool
-	if sp == nil {
+	if sp == nil || len(req.Source) > tuning.MaxHandoverSource {
 		return s.commitAlone(ctx, req)
 	}
 	h := &handover{sp: sp, req: req}
