@@ -174,11 +174,10 @@ func (a *args) typeErr(name, want string, v any) error {
 	return &core.Error{Kind: core.KindType, Message: fmt.Sprintf("%s(): %s must be %s, not %s", a.method, name, want, pyTypeName(v))}
 }
 
-// tooLong is the error of a text of n bytes, longer than any the engine
-// takes.
+// tooLong is the error of argument name, a text of n bytes, longer than
+// any the engine takes.
 func (a *args) tooLong(name string, n int64) error {
-	return &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("%s(): %s is %d bytes of UTF-8, more than the %d bytes "+
-		"(%d MiB) a text may have (docs/limits.md)", a.method, name, n, limits.MaxTextBytes, limits.MaxTextBytes>>20)}
+	return core.TextTooLong(a.method+"(): "+name, n)
 }
 
 func (a *args) get(name string) (any, bool) { return a.obj.Get(name) }

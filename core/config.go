@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/storage"
 )
@@ -95,7 +96,11 @@ func (s *Store) configGet(ctx context.Context, device, opID, callKey string) (*C
 // tooDeep is the message about e's value when it is stored nested deeper
 // than limits.MaxValueDepth, else "".
 func (e *ConfigEntry) tooDeep() string {
-	return storedTooDeep("config "+e.Key+": the value", e.ValueJSON, "delete the entry or put a new value")
+	d, over := limits.TooDeep(e.ValueJSON)
+	if !over {
+		return ""
+	}
+	return tooDeepStored("config "+e.Key+": the value", d, "delete the entry or put a new value")
 }
 
 // ConfigFresh reports whether answers of ConfigValue stamped stamp still
@@ -114,8 +119,8 @@ func (s *Store) ConfigPut(ctx context.Context, device, opID, callKey, valueJSON 
 	if err := checkText("value", valueJSON); err != nil {
 		return false, err
 	}
-	if err := checkStoreDepth("config "+key+": the value", valueJSON); err != nil {
-		return false, err
+	if d, over := limits.TooDeep(valueJSON); over {
+		return false, tooDeepToStore("config "+key+": the value", d)
 	}
 	if _, err := pyjson.Parse([]byte(valueJSON)); err != nil {
 		return false, wrapError(KindValue, err, "config %s: the value is not one JSON value: %v", key, err)

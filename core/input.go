@@ -16,8 +16,7 @@ import (
 // and texts longer than limits.MaxTextBytes (docs/limits.md).
 func checkText(field, s string) error {
 	if len(s) > limits.TextLimit() {
-		return newError(KindValue, "%s is %d bytes of UTF-8, more than the %d bytes (%d MiB) a text may have (docs/limits.md)",
-			field, len(s), limits.MaxTextBytes, limits.MaxTextBytes>>20)
+		return TextTooLong(field, int64(len(s)))
 	}
 	if !utf8.ValidString(s) {
 		return newError(KindValue, "%s is not valid UTF-8 (lone surrogates cannot be stored)", field)
@@ -26,6 +25,14 @@ func checkText(field, s string) error {
 		return newError(KindValue, "%s contains a NUL character at offset %d", field, i)
 	}
 	return nil
+}
+
+// TextTooLong is the error of a text of n bytes, longer than
+// limits.MaxTextBytes; field names it. The C layer reports with it a text
+// it did not build (one a binding or its parser measured).
+func TextTooLong(field string, n int64) *Error {
+	return newError(KindValue, "%s is %d bytes of UTF-8, more than the %d bytes (%d MiB) a text may have (docs/limits.md)",
+		field, n, limits.MaxTextBytes, limits.MaxTextBytes>>20)
 }
 
 func checkTexts(pairs ...string) error {
