@@ -360,9 +360,9 @@ def run_size_scenario(tmp_path: Path, lib: Path | None = None) -> subprocess.Com
     decoded text and the copy it normalizes: three times). Go reserves
     address space when it starts and so does glibc per thread
     (MALLOC_ARENA_MAX=1 keeps that fixed), so the limit is set then, on top
-    of what the process has. Measured here, with the limit lifted: Python's
-    MemoryError at 2 times, Go's abort from 2.25 to 3 times, and the
-    record of the whole source fits at 3.5 times."""
+    of what the process has. Below twice the limit Python itself would
+    fail (MemoryError, no abort); from a little over three times the
+    record of the whole source would fit."""
     spec = {"db": str(tmp_path / "big.db"), "max_text": MAX_TEXT, "budget": BUDGET, "fit": FIT}
     env = {k: v for k, v in os.environ.items() if k not in ("TIRASTORE_FAILPOINTS", "TIRASTORE_LIB")}
     env["MALLOC_ARENA_MAX"] = "1"
