@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core"
+	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/pyjson"
 )
 
@@ -56,8 +57,53 @@ var pythonNames = map[string]string{
 // only this layer can say, since only it knows what each argument must be.
 const foreignKey = "\x00type"
 
-// foreignType returns the type name of a foreignKey marker.
+// longKey marks a text too long to send: a binding sends
+// {"\u0000type": "str", "\u0000bytes": <its length in bytes of UTF-8>} in
+// place of a str longer than limits.MaxTextBytes (it asks the "limits"
+// method for the figure), so that it need not encode the text to learn
+// that it is refused; the parser puts the same marker in place of a longer
+// string it reads (parseArgs), without building it. The getters report it
+// as a ValueError naming the argument and the limit (tooLong).
+const longKey = "\x00bytes"
+
+// longMarker is the marker of a text of n bytes.
+func longMarker(n int) any {
+	o := pyjson.NewObjectCap(2)
+	o.Set(foreignKey, "str")
+	o.Set(longKey, n)
+	return o
+}
+
+// longText is the length of the text a longKey marker stands for.
+func longText(v any) (int64, bool) {
+	o, ok := v.(*pyjson.Object)
+	if !ok || o.Len() != 2 {
+		return 0, false
+	}
+	t, _ := o.Get(foreignKey)
+	n, _ := o.Get(longKey)
+	var size int64
+	switch x := n.(type) {
+	case int:
+		size = int64(x)
+	case pyjson.Number:
+		i, err := strconv.ParseInt(string(x), 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		size = i
+	default:
+		return 0, false
+	}
+	return size, t == "str"
+}
+
+// foreignType returns the type name of a foreignKey marker (a longKey
+// marker is one too: of a str).
 func foreignType(o *pyjson.Object) (string, bool) {
+	if _, ok := longText(o); ok {
+		return "str", true
+	}
 	if o.Len() != 1 {
 		return "", false
 	}
@@ -84,7 +130,7 @@ func parseArgs(method string, data []byte) (*args, error) {
 	if len(data) == 0 {
 		return a, nil
 	}
-	v, err := pyjson.Parse(data)
+	v, err := pyjson.ParseWith(data, pyjson.ParseOptions{MaxString: limits.TextLimit(), Long: longMarker})
 	if err != nil {
 		return nil, misuse("%s(): arguments are not valid JSON: %v", method, err)
 	}
@@ -122,7 +168,16 @@ func pyTypeName(v any) string {
 }
 
 func (a *args) typeErr(name, want string, v any) error {
+	if n, ok := longText(v); ok {
+		return a.tooLong(name, n)
+	}
 	return &core.Error{Kind: core.KindType, Message: fmt.Sprintf("%s(): %s must be %s, not %s", a.method, name, want, pyTypeName(v))}
+}
+
+// tooLong is the error of argument name, a text of n bytes, longer than
+// any the engine takes.
+func (a *args) tooLong(name string, n int64) error {
+	return core.TextTooLong(a.method+"(): "+name, n)
 }
 
 func (a *args) get(name string) (any, bool) { return a.obj.Get(name) }
@@ -316,7 +371,11 @@ func (a *args) jsonValue(name, what string) (string, error) {
 	if !ok {
 		return "", &core.Error{Kind: core.KindType, Message: fmt.Sprintf("%s(): missing argument %s", a.method, name)}
 	}
-	if t, bad := foreignIn(v); bad {
+	if m, bad := foreignIn(v); bad {
+		if n, long := longText(m); long {
+			return "", a.tooLong("a string in the value of "+what, n)
+		}
+		t, _ := foreignType(m)
 		return "", &core.Error{Kind: core.KindType, Message: fmt.Sprintf("%s(): the value of %s is not JSON serializable: it holds a %s", a.method, what, t)}
 	}
 	b, err := pyjson.Marshal(v, pyjson.Compact)
@@ -326,25 +385,25 @@ func (a *args) jsonValue(name, what string) (string, error) {
 	return string(b), nil
 }
 
-// foreignIn finds a foreignKey marker in v and names its type.
-func foreignIn(v any) (string, bool) {
+// foreignIn finds a foreignKey marker in v.
+func foreignIn(v any) (*pyjson.Object, bool) {
 	switch x := v.(type) {
 	case []any:
 		for _, e := range x {
-			if t, ok := foreignIn(e); ok {
-				return t, true
+			if m, ok := foreignIn(e); ok {
+				return m, true
 			}
 		}
 	case *pyjson.Object:
-		if t, ok := foreignType(x); ok {
-			return t, true
+		if _, ok := foreignType(x); ok {
+			return x, true
 		}
 		for _, k := range x.Keys() {
 			e, _ := x.Get(k)
-			if t, ok := foreignIn(e); ok {
-				return t, true
+			if m, ok := foreignIn(e); ok {
+				return m, true
 			}
 		}
 	}
-	return "", false
+	return nil, false
 }

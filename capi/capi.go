@@ -36,7 +36,9 @@ import (
 
 	"github.com/tirastore/tirastore/core"
 	"github.com/tirastore/tirastore/core/apierr"
+	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/pyjson"
+	"github.com/tirastore/tirastore/core/tuning"
 )
 
 // Every status code and Python class of a reply comes from the one error
@@ -278,7 +280,16 @@ func tirastoreGo_call(handle C.uint64_t, method *C.char, args_json *C.char, out 
 			return reply(out, nil, err)
 		}
 	}
-	a, err := parseArgs(name, goBytes(args_json))
+	req, err := request(name, args_json)
+	if err != nil {
+		return reply(out, nil, err)
+	}
+	if len(req) > tuning.LargeRequest {
+		// Give the texts of a large call back to the system once it is
+		// over, so that they do not add to those of the next one.
+		defer debug.FreeOSMemory()
+	}
+	a, err := parseArgs(name, req)
 	if err != nil {
 		return reply(out, nil, err)
 	}
@@ -287,6 +298,23 @@ func tirastoreGo_call(handle C.uint64_t, method *C.char, args_json *C.char, out 
 	}
 	res, err := m.run(context.Background(), st, a)
 	return reply(out, res, err)
+}
+
+// request is the caller's args_json, read in place (valid until the call
+// returns: the parser keeps nothing of it) rather than copied, since it
+// may hold a program source of hundreds of megabytes; one longer than
+// limits.MaxRequestBytes is refused by its length, before it is parsed.
+func request(method string, p *C.char) ([]byte, error) {
+	if p == nil {
+		return nil, nil
+	}
+	n := int(C.strlen(p))
+	if n > limits.RequestLimit() {
+		return nil, &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("%s(): the arguments are %d bytes of JSON, "+
+			"more than the %d a call may carry (a text, such as a program source, may have at most %d bytes; docs/limits.md)",
+			displayName(method), n, limits.MaxRequestBytes, limits.MaxTextBytes)}
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(p)), n), nil
 }
 
 // tirastore_config_fresh reports whether the answers of the method

@@ -7,6 +7,7 @@ import (
 	"github.com/tirastore/tirastore/core"
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/keys"
+	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/schedule"
 )
@@ -80,6 +81,16 @@ var methods = map[string]method{
 			rows[i] = row
 		}
 		return rows, nil
+	}},
+	// limits are core/limits: what a binding must know before it builds
+	// a call (the longest text it may send) and what its documentation
+	// quotes, from the one place that defines them.
+	"limits": {false, noParams, func(_ context.Context, _ *core.Store, a *args) (any, error) {
+		o := pyjson.NewObjectCap(3)
+		o.Set("max_value_depth", limits.MaxValueDepth)
+		o.Set("max_text_bytes", limits.TextLimit())
+		o.Set("max_request_bytes", limits.RequestLimit())
+		return o, nil
 	}},
 	"make_record_key": {false, []string{"program_hash", "tiralib_schedule_string"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {
 		h, err := a.str("program_hash")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/postgres"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/pypath"
@@ -31,6 +32,9 @@ func (s *Store) Put(ctx context.Context, key, programHash, sched, resultJSON str
 	}
 	if err := s.checkWrites(); err != nil {
 		return false, err
+	}
+	if d, over := limits.TooDeep(resultJSON); over {
+		return false, tooDeepToStore("record "+key+": result_json", d)
 	}
 	if _, _, err := parseResult(key, resultJSON); err != nil {
 		return false, err

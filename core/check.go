@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/lock"
 	"github.com/tirastore/tirastore/core/nodelocal"
 	"github.com/tirastore/tirastore/core/postgres"
@@ -88,10 +90,12 @@ func (r *CheckReport) PyJSON() any {
 	}
 	o.Set("schema_version", r.SchemaVersion)
 	if t := r.Tables; t != nil {
-		to := pyjson.NewObjectCap(3)
+		to := pyjson.NewObjectCap(5)
 		to.Set("integrity", strs(t.Integrity))
 		to.Set("orphan_records", t.Orphans)
 		to.Set("bad_results", t.BadResults)
+		to.Set("too_deep_values", t.DeepCount)
+		to.Set("too_deep_listed", strs(t.DeepValues))
 		o.Set("tables", to)
 	} else {
 		o.Set("tables", nil)
@@ -304,6 +308,15 @@ func checkTables(ctx context.Context, rep *CheckReport, path string, opts Option
 	}
 	if rep.Tables.BadResults > 0 {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("%d records whose result_json is not JSON", rep.Tables.BadResults))
+	}
+	if t := rep.Tables; t.DeepCount > 0 {
+		more := ""
+		if n := t.DeepCount - int64(len(t.DeepValues)); n > 0 {
+			more = fmt.Sprintf(" and %d more", n)
+		}
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%d stored JSON values nest deeper than the %d levels a stored value may have, "+
+			"which Python's json cannot read back reliably and readers refuse (ValueError): %s%s; delete them or store them anew",
+			t.DeepCount, limits.MaxValueDepth, strings.Join(t.DeepValues, ", "), more))
 	}
 	// Measurement claims, once the tables are known to be sound.
 	if t := rep.Tables; len(t.Integrity) != 1 || t.Integrity[0] != "ok" {

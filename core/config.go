@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/storage"
 )
@@ -31,13 +32,19 @@ func ConfigKey(device, opID, callKey string) string {
 type ConfigEntry storage.ConfigEntry
 
 // PyJSON gives {device, op_id, call_key, value, hostname, username,
-// creation_date, update_date}, the value as stored.
+// creation_date, update_date}, the value as stored; a value stored nested
+// deeper than limits.MaxValueDepth is left out and "error" says why in its
+// place, so that a binding's listing decodes the other entries.
 func (e *ConfigEntry) PyJSON() any {
 	o := pyjson.NewObjectCap(8)
 	o.Set("device", e.Device)
 	o.Set("op_id", e.OpID)
 	o.Set("call_key", e.CallKey)
-	o.Set("value", pyjson.Raw(e.ValueJSON))
+	if msg := e.tooDeep(); msg != "" {
+		o.Set("error", msg)
+	} else {
+		o.Set("value", pyjson.Raw(e.ValueJSON))
+	}
 	o.Set("hostname", e.Hostname)
 	o.Set("username", e.Username)
 	o.Set("creation_date", e.CreationDate)
@@ -52,16 +59,30 @@ func checkConfigRef(device, opID, callKey string) error {
 
 // ConfigGet returns the entry of (device, opID, callKey), or nil: from the
 // backend's in-process cache, without the lock, when it can prove the
-// entry current (a header read), as a lookup.
+// entry current (a header read), as a lookup. A value stored nested deeper
+// than limits.MaxValueDepth is returned (its PyJSON form carries an error
+// in its place: see "Limits of stored values").
 func (s *Store) ConfigGet(ctx context.Context, device, opID, callKey string) (*ConfigEntry, error) {
-	e, _, err := s.ConfigValue(ctx, device, opID, callKey)
+	e, _, err := s.configGet(ctx, device, opID, callKey)
 	return e, err
 }
 
 // ConfigValue is ConfigGet with the stamp of the answer: while
 // ConfigFresh(stamp) holds, the same call would return the same entry, so
-// a binding may keep what it decoded (0: no such promise).
+// a binding may keep what it decoded (0: no such promise). It is the get
+// of the bindings, which decode the value: one stored nested deeper than
+// limits.MaxValueDepth is a KindValue error naming the entry.
 func (s *Store) ConfigValue(ctx context.Context, device, opID, callKey string) (*ConfigEntry, uint64, error) {
+	e, stamp, err := s.configGet(ctx, device, opID, callKey)
+	if e != nil {
+		if msg := e.tooDeep(); msg != "" {
+			return nil, 0, newError(KindValue, "%s", msg)
+		}
+	}
+	return e, stamp, err
+}
+
+func (s *Store) configGet(ctx context.Context, device, opID, callKey string) (*ConfigEntry, uint64, error) {
 	if err := checkConfigRef(device, opID, callKey); err != nil {
 		return nil, 0, err
 	}
@@ -70,6 +91,16 @@ func (s *Store) ConfigValue(ctx context.Context, device, opID, callKey string) (
 		return nil, stamp, err
 	}
 	return (*ConfigEntry)(e), stamp, nil
+}
+
+// tooDeep is the message about e's value when it is stored nested deeper
+// than limits.MaxValueDepth, else "".
+func (e *ConfigEntry) tooDeep() string {
+	d, over := limits.TooDeep(e.ValueJSON)
+	if !over {
+		return ""
+	}
+	return tooDeepStored("config "+e.Key+": the value", d, "delete the entry or put a new value")
 }
 
 // ConfigFresh reports whether answers of ConfigValue stamped stamp still
@@ -87,6 +118,9 @@ func (s *Store) ConfigPut(ctx context.Context, device, opID, callKey, valueJSON 
 	key := ConfigKey(device, opID, callKey)
 	if err := checkText("value", valueJSON); err != nil {
 		return false, err
+	}
+	if d, over := limits.TooDeep(valueJSON); over {
+		return false, tooDeepToStore("config "+key+": the value", d)
 	}
 	if _, err := pyjson.Parse([]byte(valueJSON)); err != nil {
 		return false, wrapError(KindValue, err, "config %s: the value is not one JSON value: %v", key, err)

@@ -19,6 +19,7 @@ import (
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/environ"
 	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/shareddir"
@@ -321,6 +322,10 @@ func (s *Store) readSeedFile(path string) (*seedFile, error) {
 		b, err := pyjson.Marshal(val, pyjson.Compact)
 		if err != nil {
 			bad = wrapError(KindValue, err, "%s: key %s: %v", path, schedule.Repr(key), err)
+			return false
+		}
+		if d, over := limits.TooDeep(b); over {
+			bad = tooDeepToStore(fmt.Sprintf("%s: key %s: the value", path, schedule.Repr(key)), d)
 			return false
 		}
 		f.entries = append(f.entries, &storage.ConfigEntry{Key: key, Device: parts[0], OpID: parts[1],

@@ -6,13 +6,18 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/pyjson"
 )
 
 // checkText rejects strings that the original could not have stored
 // faithfully: invalid UTF-8 (Python refuses to encode lone surrogates) and
-// NUL characters (SQLite's text functions and C callers truncate at NUL).
+// NUL characters (SQLite's text functions and C callers truncate at NUL),
+// and texts longer than limits.MaxTextBytes (docs/limits.md).
 func checkText(field, s string) error {
+	if len(s) > limits.TextLimit() {
+		return TextTooLong(field, int64(len(s)))
+	}
 	if !utf8.ValidString(s) {
 		return newError(KindValue, "%s is not valid UTF-8 (lone surrogates cannot be stored)", field)
 	}
@@ -20,6 +25,14 @@ func checkText(field, s string) error {
 		return newError(KindValue, "%s contains a NUL character at offset %d", field, i)
 	}
 	return nil
+}
+
+// TextTooLong is the error of a text of n bytes, longer than
+// limits.MaxTextBytes; field names it. The C layer reports with it a text
+// it did not build (one a binding or its parser measured).
+func TextTooLong(field string, n int64) *Error {
+	return newError(KindValue, "%s is %d bytes of UTF-8, more than the %d bytes (%d MiB) a text may have (docs/limits.md)",
+		field, n, limits.MaxTextBytes, limits.MaxTextBytes>>20)
 }
 
 func checkTexts(pairs ...string) error {

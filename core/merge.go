@@ -2,8 +2,11 @@ package core
 
 import (
 	"context"
+	"fmt"
 
+	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/pyjson"
+	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/storage"
 )
 
@@ -89,6 +92,10 @@ func (s *Store) MergeFrom(ctx context.Context, srcPath string, cursor *MergeCurs
 				pr := program{Program: p}
 				if err := r.EachRecordOf(p.Hash, func(rec *storage.Record) error {
 					pr.recs = append(pr.recs, rec)
+					if d, over := limits.TooDeep(rec.ResultJSON); over {
+						return tooDeepToStore(fmt.Sprintf("%s: record %s (program %s, schedule %s): result_json",
+							src.path, rec.Key, p.Name, schedule.Repr(rec.Schedule)), d)
+					}
 					return nil
 				}); err != nil {
 					return err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/keys"
+	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/storage"
@@ -70,6 +71,10 @@ func newResult(rec *storage.Record) (*Result, error) {
 	}
 	if r.fromCanonical(rec.ResultJSON) {
 		return r, nil
+	}
+	if d, over := limits.TooDeep(rec.ResultJSON); over {
+		return nil, newError(KindValue, "%s", tooDeepStored(fmt.Sprintf("record %s (schedule %s): its result_json",
+			rec.Key, schedule.Repr(rec.Schedule)), d, "delete the record (TiraStore.delete(key)) or record it again with overwrite"))
 	}
 	legal, times, err := parseResult(rec.Key, rec.ResultJSON)
 	if err != nil {
@@ -158,7 +163,8 @@ func parseNumberList(s string) ([]float64, bool) {
 // more than the lookup itself. It is shared by every store and by
 // ProgramHash, so that a binding that asks for the hash of a source it
 // has just looked up (to send the hash instead from then on) does not
-// hash it again.
+// hash it again. A source over tuning.MaxRememberedSource is hashed each
+// time, not kept.
 type programHashes struct {
 	mu       sync.Mutex
 	m        map[string]string
@@ -168,6 +174,12 @@ type programHashes struct {
 var progHashes programHashes
 
 func (p *programHashes) hash(source string) string {
+	if len(source) > tuning.MaxRememberedSource {
+		p.mu.Lock()
+		p.computed++
+		p.mu.Unlock()
+		return keys.ProgramHash(source) // kept, it would keep the source in memory
+	}
 	p.mu.Lock()
 	h, ok := p.m[source]
 	p.mu.Unlock()

@@ -87,4 +87,17 @@ const (
 	// database if asked (the negative control of
 	// tests/python/test_output_paths.py).
 	OutputTrust = "output-trust"
+	// ValueDepthUnlimited is a switch: the engine stores and returns JSON
+	// values however deeply they nest (limits.MaxValueDepth is not
+	// applied, neither by writes nor by reads), as before the limit: the
+	// negative control of the depth tests of test_value_limits.py, whose
+	// Python readers must then fail with RecursionError.
+	ValueDepthUnlimited = "value-depth-unlimited"
+	// TextSizeUnchecked is a switch: no text and no call is refused by
+	// its size (limits.TextLimit and RequestLimit report no limit, to the
+	// engine and to the bindings that ask), as before the limit: the
+	// negative control of the size test of test_value_limits.py, whose
+	// process must then die of Go's "out of memory" under an address-space
+	// limit.
+	TextSizeUnchecked = "text-size-unchecked"
 )

@@ -11,10 +11,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/schedule"
+	"github.com/tirastore/tirastore/core/tuning"
 )
 
 // ProgramHash returns program_hash: the lowercase hex SHA-256 of the UTF-8
@@ -22,9 +24,30 @@ import (
 // make_program_hash does, so that sources differing only in comments,
 // #include lines and whitespace share one programs row. Bytes that are not
 // valid UTF-8 are hashed as they are (the original cannot hash such text).
+//
+// It costs one copy of the source, normalized in place and hashed where
+// it lies (schedule.NormalizeProgramInPlace); from
+// tuning.ScratchInMemoryMap bytes on, the copy is memory mapped for it and
+// unmapped before it returns, so that a large source's copy is not left on
+// the Go heap beside the memory its write needs next.
 func ProgramHash(source string) string {
-	sum := sha256.Sum256([]byte(schedule.NormalizeProgram(source)))
+	buf, release := scratch(len(source))
+	defer release()
+	copy(buf, source)
+	sum := sha256.Sum256(schedule.NormalizeProgramInPlace(buf))
 	return hex.EncodeToString(sum[:])
+}
+
+// scratch is n bytes of working memory and the function that gives them
+// back: from the Go heap when small, else mapped memory (or the heap if it
+// cannot be mapped).
+func scratch(n int) ([]byte, func()) {
+	if n >= tuning.ScratchInMemoryMap {
+		if b, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON); err == nil {
+			return b, func() { syscall.Munmap(b) }
+		}
+	}
+	return make([]byte, n), func() {}
 }
 
 // RecordKey returns the records.key of a measurement: the lowercase hex

@@ -1,6 +1,8 @@
 package keys
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"math/rand"
 	"strings"
 	"testing"
@@ -9,6 +11,7 @@ import (
 	"github.com/tirastore/tirastore/core/internal/pytest"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/schedule"
+	"github.com/tirastore/tirastore/core/tuning"
 )
 
 // Vectors computed once with CPython 3.11 (hashlib + json) from the original's
@@ -232,5 +235,22 @@ func TestCanonicalJSONShortcut(t *testing.T) {
 		if got := canonicalJSON("abc", s); string(got) != string(want) {
 			t.Errorf("%q: %s, want %s", s, got, want)
 		}
+	}
+}
+
+// TestProgramHashLarge: a source from tuning.ScratchInMemoryMap bytes on is
+// normalized in mapped memory, with the same hash as the small path's.
+func TestProgramHashLarge(t *testing.T) {
+	line := "  #include <x.h>\n /* c */ a[i] = b[i]; // note\n\t\"q\" é\u2003\n"
+	src := strings.Repeat(line, tuning.ScratchInMemoryMap/len(line)+1)
+	if len(src) < tuning.ScratchInMemoryMap {
+		t.Fatal("the source is too short for the mapped path")
+	}
+	sum := sha256.Sum256([]byte(schedule.NormalizeProgram(src)))
+	if got, want := ProgramHash(src), hex.EncodeToString(sum[:]); got != want {
+		t.Fatalf("ProgramHash = %s, sha256(NormalizeProgram) = %s", got, want)
+	}
+	if got := ProgramHash(src[:100]); got != ProgramHash(strings.Clone(src[:100])) {
+		t.Fatal("not deterministic")
 	}
 }

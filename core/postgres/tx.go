@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/storage"
 	"github.com/tirastore/tirastore/core/tuning"
@@ -237,17 +238,31 @@ func (r *reader) CheckTables() (*storage.TableCheck, error) {
   WHERE NOT EXISTS (SELECT 1 FROM programs p WHERE p.program_hash = r.program_hash)`); err != nil {
 		return nil, err
 	}
-	err = r.eachRecordPage("SELECT rowid, result_json FROM records", func(rows pgx.Rows) (int64, error) {
+	err = r.eachRecordPage("SELECT rowid, result_json, key FROM records", func(rows pgx.Rows) (int64, error) {
 		var id int64
-		var j string
-		if err := rows.Scan(&id, &j); err != nil {
+		var j, key string
+		if err := rows.Scan(&id, &j, &key); err != nil {
 			return 0, err
 		}
 		if _, err := pyjson.Parse([]byte(j)); err != nil {
 			c.BadResults++
 		}
+		c.CheckDepth("record", key, j)
 		return id, nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	// Config values too deep to read back; each level takes two
+	// characters, so shorter values are not read.
+	err = r.rows(func(rows pgx.Rows) error {
+		var key, v string
+		if err := rows.Scan(&key, &v); err != nil {
+			return err
+		}
+		c.CheckDepth("config", key, v)
+		return nil
+	}, "SELECT key, value_json FROM config_entries WHERE length(value_json) > $1 ORDER BY key", 2*limits.MaxValueDepth)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // MaxDepth is the deepest nesting of arrays and objects that Parse accepts
@@ -46,7 +47,26 @@ func (e *SyntaxError) Error() string {
 // errors (json.loads's strict=True). Integers with more than MaxIntDigits
 // digits are rejected as in CPython 3.11. All errors are *SyntaxError.
 func Parse(data []byte) (any, error) {
-	p := &parser{data: data}
+	return ParseWith(data, ParseOptions{})
+}
+
+// ParseOptions bound what ParseWith builds of its input.
+type ParseOptions struct {
+	// MaxString, when positive, is the longest string (in bytes, once
+	// decoded) that is built: a longer one is not, and Long(its length)
+	// stands in its place in the result. The parse still checks the rest
+	// of the input. It lets a caller refuse a text by its size without
+	// having allocated it (the C layer: limits.MaxTextBytes).
+	MaxString int
+	Long      func(n int) any
+}
+
+// ParseWith is Parse with options. data is only read while it runs: no
+// value of the result shares memory with it, so it may be memory that the
+// caller frees or reuses afterwards (the C layer parses the caller's
+// buffer in place).
+func ParseWith(data []byte, opts ParseOptions) (any, error) {
+	p := &parser{data: data, opts: opts}
 	if !utf8.Valid(data) {
 		return nil, p.fail("Invalid UTF-8 byte in input", firstInvalidUTF8(data))
 	}
@@ -66,6 +86,7 @@ func Parse(data []byte) (any, error) {
 type parser struct {
 	data  []byte
 	depth int
+	opts  ParseOptions
 }
 
 // fail builds a SyntaxError at byte offset off, computing line and column
@@ -241,9 +262,46 @@ func (p *parser) object(i int) (any, int, error) {
 
 // str parses the string whose opening quote is at data[begin], like
 // CPython's scanstring_unicode with strict=True.
+//
+// A first pass finds its end: a string without escapes is then copied
+// once, and one with escapes is decoded into a buffer of its encoded
+// length (never shorter than the decoded one), which becomes the string
+// without another copy, so that a long text (a program source: every
+// newline is an escape) costs its size once, not the doublings of a
+// growing buffer and a final copy.
 func (p *parser) str(begin int) (any, int, error) {
 	d := p.data
-	var buf []byte // nil until the first escape: plain strings are sliced
+	end, escaped, ctl := begin+1, false, -1
+	for end < len(d) && d[end] != '"' {
+		switch c := d[end]; {
+		case c == '\\':
+			escaped = true
+			end++
+		case c <= 0x1f && ctl < 0:
+			ctl = end
+		}
+		end++
+	}
+	if end < len(d) && !escaped {
+		if ctl >= 0 {
+			return nil, ctl, p.fail("Invalid control character at", ctl)
+		}
+		if n := end - begin - 1; p.opts.MaxString > 0 && n > p.opts.MaxString {
+			return p.opts.Long(n), end + 1, nil
+		}
+		return string(d[begin+1 : end]), end + 1, nil
+	}
+	var buf []byte
+	if end < len(d) {
+		n := end - begin - 1 // the encoded length bounds the decoded one
+		if n > exactBufferFrom || (p.opts.MaxString > 0 && n > p.opts.MaxString) {
+			n = decodedLen(d[begin+1 : end])
+		}
+		if p.opts.MaxString > 0 && n > p.opts.MaxString {
+			return p.opts.Long(n), end + 1, nil
+		}
+		buf = make([]byte, 0, n)
+	}
 	i := begin + 1
 	chunk := i
 	for {
@@ -258,11 +316,12 @@ func (p *parser) str(begin int) (any, int, error) {
 			return nil, i, p.fail("Unterminated string starting at", begin)
 		}
 		if d[i] == '"' {
-			if buf == nil {
-				return string(d[chunk:i]), i + 1, nil
-			}
 			buf = append(buf, d[chunk:i]...)
-			return string(buf), i + 1, nil
+			if len(buf) == 0 {
+				return "", i + 1, nil
+			}
+			// buf is this string's own: no copy.
+			return unsafe.String(unsafe.SliceData(buf), len(buf)), i + 1, nil
 		}
 		// Backslash escape.
 		buf = append(buf, d[chunk:i]...)
@@ -327,15 +386,57 @@ func (p *parser) str(begin int) (any, int, error) {
 	}
 }
 
-// hex4 decodes the four hex digits after the 'u' at data[u], requiring (as
-// CPython does) that at least one byte follows them.
-func (p *parser) hex4(u int) (rune, bool) {
-	d := p.data
-	if u+5 >= len(d) {
+// exactBufferFrom is the encoded length from which a string's buffer is
+// sized by counting its decoded length (one more pass) rather than by its
+// encoded length, which wastes a byte per escape.
+const exactBufferFrom = 1 << 20
+
+// decodedLen is the length in bytes of the decoded form of the body of a
+// string (between its quotes), counted without decoding it; escapes that
+// are not valid count as their own length (the decoding reports them).
+func decodedLen(b []byte) int {
+	n := 0
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' || i+1 >= len(b) {
+			n++
+			continue
+		}
+		if b[i+1] != 'u' {
+			n++
+			i++
+			continue
+		}
+		r, ok := hex4At(b, i+1)
+		if !ok {
+			n += 2
+			i++
+			continue
+		}
+		if r >= 0xd800 && r <= 0xdbff && i+11 < len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
+			if r2, ok := hex4At(b, i+7); ok && r2 >= 0xdc00 && r2 <= 0xdfff {
+				n += 4
+				i += 11
+				continue
+			}
+		}
+		if r >= 0xd800 && r <= 0xdfff {
+			n += 3 // a lone surrogate: an error once decoded
+		} else {
+			n += utf8.RuneLen(r)
+		}
+		i += 5
+	}
+	return n
+}
+
+// hex4At decodes the four hex digits after the 'u' at b[u] (no more input
+// is required after them, unlike hex4).
+func hex4At(b []byte, u int) (rune, bool) {
+	if u+4 >= len(b) {
 		return 0, false
 	}
 	var r rune
-	for _, c := range d[u+1 : u+5] {
+	for _, c := range b[u+1 : u+5] {
 		r <<= 4
 		switch {
 		case c >= '0' && c <= '9':
@@ -349,4 +450,13 @@ func (p *parser) hex4(u int) (rune, bool) {
 		}
 	}
 	return r, true
+}
+
+// hex4 decodes the four hex digits after the 'u' at data[u], requiring (as
+// CPython does) that at least one byte follows them.
+func (p *parser) hex4(u int) (rune, bool) {
+	if u+5 >= len(p.data) {
+		return 0, false
+	}
+	return hex4At(p.data, u)
 }

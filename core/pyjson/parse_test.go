@@ -197,3 +197,69 @@ func TestSyntaxErrorPosition(t *testing.T) {
 		t.Errorf("Error() = %q, want %q", err.Error(), want)
 	}
 }
+
+// TestParseWithMaxString: a string longer than MaxString (decoded) is not
+// built and Long's value stands in its place; one at the limit is built;
+// the rest of the input is parsed (and checked) as usual.
+func TestParseWithMaxString(t *testing.T) {
+	type long struct{ n int }
+	opts := ParseOptions{MaxString: 8, Long: func(n int) any { return long{n} }}
+	for _, c := range []struct {
+		in   string
+		want any
+	}{
+		{`"12345678"`, "12345678"},
+		{`"123456789"`, long{9}},
+		{`"1234567\n"`, "1234567\n"},           // 9 bytes encoded, 8 decoded
+		{`"\u00e9\u00e9\u00e9\u00e9"`, "éééé"}, // 24 encoded, 8 decoded
+		{`"\u00e9\u00e9\u00e9\u00e9x"`, long{9}},
+		{`"\ud83d\ude00\ud83d\ude00x"`, long{9}},
+		{`"\"\"\"\"\"\"\"\"\\"`, long{9}},
+	} {
+		v, err := ParseWith([]byte(c.in), opts)
+		if err != nil || v != c.want {
+			t.Errorf("ParseWith(%s) = %#v, %v; want %#v", c.in, v, err, c.want)
+		}
+	}
+	v, err := ParseWith([]byte(`{"a": "123456789", "b": [1, "x"]}`), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := v.(*Object)
+	if a, _ := o.Get("a"); a != (long{9}) {
+		t.Errorf("a = %#v", a)
+	}
+	if _, err := ParseWith([]byte(`["123456789", ]`), opts); err == nil {
+		t.Error("the rest of the input was not checked")
+	}
+}
+
+// TestDecodedLen: decodedLen counts what the parser builds, for strings
+// long enough to be counted before they are decoded.
+func TestDecodedLen(t *testing.T) {
+	r := newRand(7)
+	pieces := []string{"a", "é", "中", "😀", `\n`, `\"`, `\\`, `\/`, `\u00e9`, `\u4e2d`, `\ud83d\ude00`, `\u0041`, "\t"}
+	for k := 0; k < 500; k++ {
+		var b strings.Builder
+		for n := r.IntN(40); n > 0; n-- {
+			b.WriteString(pieces[r.IntN(len(pieces))])
+		}
+		body := strings.ReplaceAll(b.String(), "\t", `\t`)
+		v, err := Parse([]byte(`"` + body + `"`))
+		if err != nil {
+			t.Fatalf("%q: %v", body, err)
+		}
+		if got, want := decodedLen([]byte(body)), len(v.(string)); got != want {
+			t.Fatalf("decodedLen(%q) = %d, the string has %d bytes", body, got, want)
+		}
+	}
+	// A long string is allocated at its decoded size.
+	body := strings.Repeat(`x\n`, exactBufferFrom)
+	v, err := Parse([]byte(`"` + body + `"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := v.(string); len(s) != 2*exactBufferFrom || s[:3] != "x\nx" {
+		t.Fatalf("decoded %d bytes", len(s))
+	}
+}

@@ -31,7 +31,7 @@ func inRanges(r rune, table []runeRange) bool {
 // and using either of those would change program hashes and record keys.
 func IsSpace(r rune) bool {
 	if r < 0x80 {
-		return (r >= 0x09 && r <= 0x0D) || (r >= 0x1C && r <= 0x20)
+		return asciiSpace(byte(r))
 	}
 	return inRanges(r, spaceRanges)
 }

@@ -19,30 +19,20 @@
 // space between two stray bytes may join them into a new rune.
 package schedule
 
-import (
-	"strings"
-	"unicode/utf8"
-)
+import "strings"
 
 // removeSpace deletes every rune for which IsSpace is true, like the
 // original's re.sub(r"\s+", "", s). Invalid UTF-8 bytes are kept.
 //
-// It runs on every program source a record or first lookup hashes (kilobytes
-// of mostly ASCII), so ASCII bytes are tested directly, and kept text is
-// copied in runs between spaces rather than rune by rune.
+// It runs on every schedule a record or lookup normalizes, so ASCII bytes
+// are tested directly, and kept text is copied in runs between spaces
+// rather than rune by rune (removeSpaceInPlace is its form for program
+// sources).
 func removeSpace(s string) string {
 	var b []byte // nil until the first space
 	kept := 0    // start of the run of kept bytes not copied yet
 	for i := 0; i < len(s); {
-		c, n := s[i], 1
-		var space bool
-		if c < utf8.RuneSelf {
-			space = (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) // IsSpace below 0x80
-		} else {
-			var r rune
-			r, n = utf8.DecodeRuneInString(s[i:])
-			space = IsSpace(r)
-		}
+		space, n := spaceAtString(s, i)
 		if space {
 			if b == nil {
 				b = make([]byte, 0, len(s))

@@ -4,7 +4,9 @@ import (
 	"database/sql"
 	"errors"
 
+	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/storage"
+	"github.com/tirastore/tirastore/core/tuning"
 )
 
 // The joined read is an inner join, as in the original: a record whose
@@ -254,8 +256,20 @@ func (d *DB) EachRecordOf(programHash string, fn func(*storage.Record) error) er
 }
 
 // PutProgram inserts a program unless its hash is present: the first name
-// stored for a hash wins.
+// stored for a hash wins. A large source is not copied to be bound (see
+// "Large texts").
 func (tx *Tx) PutProgram(p storage.Program) error {
+	if len(p.Source) >= tuning.UncopiedSource {
+		return withText(p.Source, func(token int64, ok bool) error {
+			var err error
+			if ok {
+				_, err = tx.exec(insertProgramText, p.Hash, p.Name, token)
+			} else {
+				_, err = tx.exec(insertProgram, p.Hash, p.Name, p.Source)
+			}
+			return err
+		})
+	}
 	_, err := tx.exec(insertProgram, p.Hash, p.Name, p.Source)
 	return err
 }
@@ -267,9 +281,10 @@ func (tx *Tx) PutProgram(p storage.Program) error {
 // primary-key conflict here: no column is ever NULL, and foreign-key
 // violations are not ignorable.
 const (
-	insertProgram = "INSERT OR IGNORE INTO programs (program_hash, program_name, source_code) VALUES (?, ?, ?)"
-	deleteRecord  = "DELETE FROM records WHERE key = ?"
-	insertRecord  = `INSERT OR IGNORE INTO records (key, program_hash, schedule, result_json, hostname, username,
+	insertProgram     = "INSERT OR IGNORE INTO programs (program_hash, program_name, source_code) VALUES (?, ?, ?)"
+	insertProgramText = "INSERT OR IGNORE INTO programs (program_hash, program_name, source_code) VALUES (?, ?, tirastore_text(?))"
+	deleteRecord      = "DELETE FROM records WHERE key = ?"
+	insertRecord      = `INSERT OR IGNORE INTO records (key, program_hash, schedule, result_json, hostname, username,
        creation_date, update_date, source_project) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	upsertRecord = `INSERT INTO records (key, program_hash, schedule, result_json, hostname, username,
        creation_date, update_date, source_project) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -388,7 +403,7 @@ func (d *DB) CheckTables() (*storage.TableCheck, error) {
 		return nil, err
 	}
 	if len(c.Integrity) != 1 || c.Integrity[0] != "ok" {
-		c.Orphans, c.BadResults = -1, -1 // not counted: reads of a damaged file may fail anywhere
+		c.Orphans, c.BadResults, c.DeepCount = -1, -1, -1 // not counted: reads of a damaged file may fail anywhere
 		return &c, nil
 	}
 	if c.Orphans, err = d.count(`SELECT COUNT(*) FROM records r
@@ -399,7 +414,39 @@ func (d *DB) CheckTables() (*storage.TableCheck, error) {
 	if c.BadResults, err = d.count("SELECT COUNT(*) FROM records WHERE NOT json_valid(result_json, 2)"); err != nil {
 		return nil, err
 	}
+	if err := d.checkDepths(&c); err != nil {
+		return nil, err
+	}
 	return &c, nil
+}
+
+// checkDepths counts the stored values nested deeper than
+// limits.MaxValueDepth. Each level takes two characters, so only values
+// longer than twice the limit are read (a canonical result_json, the
+// common case, is shorter unless it holds dozens of times).
+func (d *DB) checkDepths(c *storage.TableCheck) error {
+	scan := func(kind, query string) error {
+		rows, err := d.query(query, 2*limits.MaxValueDepth)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var key, text string
+			if err := rows.Scan(&key, &text); err != nil {
+				return err
+			}
+			c.CheckDepth(kind, key, text)
+		}
+		return rows.Err()
+	}
+	if err := scan("record", "SELECT key, result_json FROM records WHERE length(result_json) > ? ORDER BY rowid"); err != nil {
+		return err
+	}
+	if ok, err := d.hasConfigTable(); err != nil || !ok {
+		return err
+	}
+	return scan("config", "SELECT key, value_json FROM config_entries WHERE length(value_json) > ? ORDER BY key")
 }
 
 // Keys lists record keys by creation_date; limit > 0 paginates.

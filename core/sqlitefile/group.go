@@ -123,10 +123,11 @@ func (h *handover) result() (writeResult, bool, error) {
 // writeRecords commits req's rows, handing them over to another writer of
 // this node when one is ahead (see Group commit), and returns how many
 // were written. Without the store's spool (group commit off, or the spool
-// cannot be used: local.spoolErr says why) writes commit alone.
+// cannot be used: local.spoolErr says why) writes commit alone, as do
+// writes of a source over tuning.MaxHandoverSource.
 func (s *Store) writeRecords(ctx context.Context, req *writeRequest) (int, error) {
 	sp := s.local.spool
-	if sp == nil {
+	if sp == nil || len(req.Source) > tuning.MaxHandoverSource {
 		return s.commitAlone(ctx, req)
 	}
 	h := &handover{sp: sp, req: req}

@@ -18,7 +18,10 @@ package storage
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
+
+	"github.com/tirastore/tirastore/core/limits"
 )
 
 // Record is one row of the records table, with the program's name and
@@ -139,6 +142,31 @@ type TableCheck struct {
 	// records whose result_json is not valid JSON (both -1, not
 	// counted, when the integrity check failed).
 	Orphans, BadResults int64
+	// DeepValues names the stored JSON values (a record's result_json,
+	// a config entry's value) nested deeper than limits.MaxValueDepth,
+	// which readers refuse: "record <key>" or "config <key>", records
+	// first, at most MaxDeepListed of them; DeepCount counts them all
+	// (-1 when the integrity check failed).
+	DeepValues []string
+	DeepCount  int64
+}
+
+// MaxDeepListed bounds TableCheck.DeepValues: a report names enough
+// values to find them, and counts the rest.
+const MaxDeepListed = 100
+
+// CheckDepth counts the stored value of key in kind ("record" or
+// "config") when its JSON text nests deeper than limits.MaxValueDepth,
+// for a backend's CheckTables.
+func (c *TableCheck) CheckDepth(kind, key, text string) {
+	d, over := limits.TooDeep(text)
+	if !over {
+		return
+	}
+	c.DeepCount++
+	if len(c.DeepValues) < MaxDeepListed {
+		c.DeepValues = append(c.DeepValues, fmt.Sprintf("%s %s (%d levels)", kind, key, d))
+	}
 }
 
 // Summary is what the original's stats() counts in the tables.

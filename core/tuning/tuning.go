@@ -152,6 +152,38 @@ const (
 	// ArmDelay keeps the fast path free of signal handling: only a lock
 	// wait that lasts this long installs the SIGINT handler.
 	ArmDelay = 20 * time.Millisecond
+	// LargeRequest is the size of a call's arguments (JSON bytes) after
+	// which the call ends by giving the memory of what it decoded back to
+	// the system (a forced collection, some milliseconds): the Go heap
+	// would otherwise keep a large source's text until it grew to twice
+	// its live size, and the next large call would add its own to it.
+	LargeRequest = 64 << 20
+)
+
+// Large program sources (core, core/keys, core/sqlitefile): what is
+// worth doing for a source of kilobytes is not for one of hundreds of
+// megabytes (limits.MaxTextBytes).
+const (
+	// MaxRememberedSource is the longest source whose hash the process
+	// remembers (MaxProgramHashes): a remembered source stays in memory
+	// as the map's key, and hashing a source this long again costs less
+	// than a millisecond.
+	MaxRememberedSource = 1 << 20
+	// MaxHandoverSource is the longest source a write hands over to
+	// another writer of its node (group commit): a larger one commits
+	// alone, since the spool would copy it into the node's memory
+	// (/dev/shm) and decode it again in the committer, for a speed-up
+	// that a write of that size does not need.
+	MaxHandoverSource = 1 << 20
+	// ScratchInMemoryMap is the size from which the normalization of a
+	// program source works in memory mapped for it and unmapped at once
+	// (core/keys), not on the Go heap, which would keep the pages until
+	// its next collection, in addition to what the write allocates next.
+	ScratchInMemoryMap = 1 << 20
+	// UncopiedSource is the size from which a program's source is handed
+	// to SQLite without the copy of a bound parameter (core/sqlite, "Large
+	// texts"): below it, that copy costs less than the registration.
+	UncopiedSource = 1 << 20
 )
 
 // The PostgreSQL backend (core/postgres). Each applies unless the

@@ -32,6 +32,7 @@ __all__ = [
     "normalize_program",
     "make_program_hash",
     "get_include",
+    "limits",
     "__version__",
 ]
 
@@ -117,7 +118,8 @@ def make_program_hash(source: str) -> str:
         ``""``) hashes as ``""``, as in the original
     :return: 64 lowercase hex digits
     :raises TypeError: *source* is neither falsy nor a str
-    :raises ValueError: *source* contains a lone surrogate
+    :raises ValueError: *source* contains a lone surrogate, or is longer
+        than ``limits()["max_text_bytes"]``
 
     >>> make_program_hash("void f() {}") == make_program_hash("void f(){} // same")
     True
@@ -125,6 +127,31 @@ def make_program_hash(source: str) -> str:
     'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855'
     """
     return _native.call(0, "make_program_hash", source=source or "")
+
+
+def limits() -> dict[str, int]:
+    """Return the limits of what a store accepts, as the library defines them.
+
+    * ``max_value_depth``: how deeply the lists and dicts of a stored value
+      may nest (a :class:`PersistentCache` value, a record's
+      ``result_json``): Python's json reads each level on the interpreter's
+      stack, so a deeper value could not be read back by a caller that is
+      deep in its own stack; writing one raises ValueError;
+    * ``max_text_bytes``: the longest text, in bytes of UTF-8, that a call
+      may carry (a program source: a longer one raises ValueError before
+      it is sent);
+    * ``max_request_bytes``: the longest JSON of one call's arguments.
+
+    docs/limits.md gives the reasons for each figure.
+
+    :return: a new dict of the three limits
+
+    >>> limits()["max_value_depth"]
+    100
+    >>> limits()["max_text_bytes"] // 2**20
+    256
+    """
+    return _native.limits()
 
 
 def get_include() -> str:

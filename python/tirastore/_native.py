@@ -406,7 +406,34 @@ def _culprit(args: dict[str, Any]) -> str:
     return "an argument"
 
 
+def _long_text(text: str) -> Any:
+    """*text*, or the library's marker of a text longer than any it takes.
+
+    The library refuses a text (a program source) longer than its
+    ``max_text_bytes`` (:func:`limits`); rather than encode hundreds of
+    megabytes as JSON to be told so, a longer one is sent as
+    ``{"\\u0000type": "str", "\\u0000bytes": <its UTF-8 length>}``, which
+    the library reports as the ValueError naming the argument and the limit
+    (capi/args.go, longKey). Only called for a str too long to fit for
+    sure; its UTF-8 length is measured a slice at a time.
+    """
+    if text.isascii():
+        n = len(text)
+    else:
+        n = sum(len(text[i:i + _SLICE].encode("utf-8", "surrogatepass")) for i in range(0, len(text), _SLICE))
+    return {"\x00type": "str", "\x00bytes": n} if n > _MAX_TEXT else text
+
+
+_SLICE = 1 << 20
+
+
 def _encode(where: str, args: dict[str, Any]) -> bytes:
+    # A source that may be longer than the library takes is measured first
+    # (two dict lookups and a length compare per call otherwise).
+    for name in ("program_source_code", "source"):
+        text = args.get(name)
+        if type(text) is str and len(text) > _SURELY_FITS:
+            args = {**args, name: _long_text(text)}
     # Only what the library never sees is reported here, naming the argument;
     # wrong types it judges itself (see _default).
     try:
@@ -492,3 +519,16 @@ def call(handle: int, method: str, **args: Any) -> Any:
     where = f"TiraStore.{method}" if handle else method
     status = lib.tirastore_call(handle, method.encode("ascii"), _encode(where, args), out)
     return _reply(status, out)
+
+
+def limits() -> dict[str, int]:
+    """The library's limits (core/limits): ``max_value_depth``,
+    ``max_text_bytes``, ``max_request_bytes`` (a copy; see docs/limits.md)."""
+    return dict(_LIMITS)
+
+
+# Asked once: a text of at most _SURELY_FITS characters has at most
+# _MAX_TEXT bytes of UTF-8 (4 bytes a character at most).
+_LIMITS: dict[str, int] = call(0, "limits")  # sends no text: _encode does not look at the limits yet
+_MAX_TEXT: int = _LIMITS["max_text_bytes"]
+_SURELY_FITS: int = _MAX_TEXT // 4

@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 
 from tirastore import _native
 from tirastore.errors import LockLostError
-from tirastore.persistent_cache import PersistentCache
+from tirastore.persistent_cache import ConfigEntry, PersistentCache
 from tirastore.store import TiraStore, _output_file
 
 # What a problem found is (exit 1): every error the library raises.
@@ -293,7 +293,10 @@ def cmd_config_list(args: argparse.Namespace, out: _Output) -> int:
 
 def cmd_config_get(args: argparse.Namespace, out: _Output) -> int:
     with _open_cache(args) as cache:
-        found = [e for e in cache.entries(device=args.device, op_id=args.op_id) if e.call_key == args.call_key]
+        rows = [r for r in cache._rows(args.device, args.op_id) if r["call_key"] == args.call_key]
+        if rows and "error" in rows[0]:  # stored too deeply nested to read: the library says which and why
+            raise ValueError(rows[0]["error"])
+        found = [ConfigEntry(**r) for r in rows]
     if not found:
         print(f"tirastore: no entry {args.device}|{args.op_id}|{args.call_key} in {args.db}", file=sys.stderr)
         return 1
@@ -384,7 +387,8 @@ def cmd_check(args: argparse.Namespace, out: _Output) -> int:
             lines[0] += f": {rep['records']:,} records, {rep['programs']:,} programs, schema_version {rep['schema_version']}"
             lines.append(f"integrity       {'ok' if t['integrity'] == ['ok'] else '; '.join(t['integrity'][:5])}")
             if t["orphan_records"] >= 0:
-                lines += [f"orphan records  {t['orphan_records']:,}", f"bad results     {t['bad_results']:,}"]
+                lines += [f"orphan records  {t['orphan_records']:,}", f"bad results     {t['bad_results']:,}",
+                          f"too deep values {t['too_deep_values']:,}"]
         lines += [f"lock            {_holder_text(rep['lock'])}", f"leftover claims {len(rep['leftover_claims'])}"]
         lines.append(f"stale measurement claims {len(rep['stale_measurement_claims'])}")
         for f in rep["node_local"]:

@@ -188,7 +188,9 @@ class PersistentCache(Generic[Cfg]):
         :param str call_key: the call signature
         :raises TypeError: an argument is not a str
         :raises ValueError: an argument contains a NUL character or a lone
-            surrogate
+            surrogate, or the value is stored nested deeper than a stored
+            value may be (see :meth:`put`; written before that limit or not
+            through TiraStore: the message names the entry)
         """
         store = self._live()
         if self._memo_copy != _native.lib_copy:  # forked or unpickled: stamps of another library copy
@@ -225,7 +227,12 @@ class PersistentCache(Generic[Cfg]):
         dataclass's :func:`~dataclasses.asdict`, else ``cfg.model_dump()``
         (pydantic v2), else *cfg* itself, which must then be JSON
         serializable (NaN and infinities are stored as Python's json writes
-        them).
+        them). The value may nest at most 100 levels of lists and dicts
+        (``tirastore.limits()["max_value_depth"]``; docs/limits.md): Python's
+        json reads each level on the interpreter's stack, so a deeper value
+        could not be read back by a caller that is itself deep in its
+        stack. Its JSON text may be at most 256 MiB
+        (``limits()["max_text_bytes"]``).
 
         :param bool overwrite: True (the seed's behaviour): the last writer
             wins; False: an existing entry stays, so that concurrent tuners
@@ -235,7 +242,8 @@ class PersistentCache(Generic[Cfg]):
         :raises TypeError: an argument is not a str, or the value is not
             JSON serializable (the message names the key)
         :raises ValueError: an argument contains a NUL character or a lone
-            surrogate
+            surrogate, or the value nests deeper than 100 levels (the
+            message names the key and the limit)
         """
         if self.dumper is not None:
             val = self.dumper(cfg)
@@ -265,22 +273,44 @@ class PersistentCache(Generic[Cfg]):
     def entries(self, device: Optional[str] = None, op_id: Optional[str] = None) -> list[ConfigEntry]:
         """Return the stored entries of a device and/or an operation, by key.
 
+        An entry whose value is stored nested deeper than a stored value
+        may be (100 levels, the library's ``max_value_depth``: every
+        write refuses such a value, but an old writer or a direct SQL
+        write may have stored one) is left out with a
+        :class:`~tirastore.TiraStoreWarning` naming it, so that it does not
+        make the other entries unreadable; :meth:`get` of it raises
+        ValueError, ``tirastore check`` lists every one, and
+        :meth:`delete` or :meth:`put` replaces it.
+
         :param device: only this device's entries (None: every device)
         :param op_id: only this operation's entries (None: every operation)
         :return: a list of :class:`ConfigEntry` (raw values, with who
             wrote them and when), from one consistent read
         """
-        rows = self._live()._call("config_entries", device=device, op_id=op_id)
-        return [ConfigEntry(**r) for r in rows]
+        return self._entries(device, op_id)
+
+    def _rows(self, device: Optional[str], op_id: Optional[str]) -> list[dict[str, Any]]:
+        """The library's rows; a value too deep to send carries ``"error"`` in its place."""
+        return self._live()._call("config_entries", device=device, op_id=op_id)
+
+    def _entries(self, device: Optional[str], op_id: Optional[str], stacklevel: int = 3) -> list[ConfigEntry]:
+        out = []
+        for r in self._rows(device, op_id):
+            if "error" in r:
+                warnings.warn(r["error"], TiraStoreWarning, stacklevel=stacklevel)
+            else:
+                out.append(ConfigEntry(**r))
+        return out
 
     def items(self, device: Optional[str] = None, op_id: Optional[str] = None) -> Iterator[tuple[tuple[str, str, str], Cfg]]:
         """Iterate over ``((device, op_id, call_key), cfg)`` pairs, cfg as :meth:`get` returns it.
 
         The entries are read at once (one consistent read), then converted
         one by one; entries whose value is None are left out, as :meth:`get`
-        reads them as misses.
+        reads them as misses, and so are values stored too deeply nested
+        to read, with a warning (see :meth:`entries`).
         """
-        for e in self.entries(device, op_id):
+        for e in self._entries(device, op_id):
             if e.value is None:
                 continue
             out = self.loader(e.value) if self.loader is not None else e.value
@@ -289,8 +319,9 @@ class PersistentCache(Generic[Cfg]):
             yield (e.device, e.op_id, e.call_key), out
 
     def __iter__(self) -> Iterator[tuple[str, str, str]]:
-        """Iterate over the ``(device, op_id, call_key)`` of every entry, by key."""
-        return iter([(e.device, e.op_id, e.call_key) for e in self.entries()])
+        """Iterate over the ``(device, op_id, call_key)`` of every entry, by key (also of
+        an entry whose value is too deeply nested to read: see :meth:`entries`)."""
+        return iter([(r["device"], r["op_id"], r["call_key"]) for r in self._rows(None, None)])
 
     def __contains__(self, coords: object) -> bool:
         """``(device, op_id, call_key) in cache``: an entry is stored (its value may be None)."""

@@ -382,7 +382,10 @@ class TiraStore:
         :return: a :class:`LookupResult`, or None if nothing is recorded
         :raises TypeError: an argument is not a str
         :raises ValueError: an argument contains a NUL character or a lone
-            surrogate
+            surrogate; the record's result is stored nested deeper than a
+            stored value may be (``limits()["max_value_depth"]``; written
+            by an old writer or by SQL: the message names the record, and
+            ``tirastore check`` lists every such one)
 
         >>> store.record("blur", "void blur() {}", "U(L0,4,comps=['c1'])", True, [0.5])
         True
@@ -576,7 +579,9 @@ class TiraStore:
             *overwrite* is False
         :raises ValueError: an invalid schedule, no *execution_times* for a
             legal schedule, a NaN or infinite time, a NUL character or lone
-            surrogate in a string
+            surrogate in a string, a source longer than
+            ``tirastore.limits()["max_text_bytes"]`` (256 MiB; refused
+            before it is sent: docs/limits.md)
         :raises TypeError: an argument has the wrong type
         :raises PermissionError: writes are disabled by the CPU check
 
@@ -785,8 +790,9 @@ class TiraStore:
         :param bool overwrite: replace an existing record
         :return: True if written; False if *key* existed and *overwrite* is
             False
-        :raises ValueError: *result_json* is not such JSON, or the program
-            is not stored
+        :raises ValueError: *result_json* is not such JSON, nests deeper
+            than ``limits()["max_value_depth"]`` (100) levels, or the
+            program is not stored
         :raises TypeError: an argument has the wrong type
         :raises PermissionError: writes are disabled by the CPU check
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/apierr"
+	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/storage"
 )
 
@@ -39,6 +40,7 @@ func Run(t *testing.T, open Open) {
 		{"Backup", testBackup},
 		{"Configs", testConfigs},
 		{"Claims", testClaims},
+		{"CheckDepths", testCheckDepths},
 		{"Closed", testClosed},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, open) })
@@ -523,5 +525,49 @@ func testClaims(t *testing.T, open Open) {
 		return r.EachClaim(func(c *storage.Claim) error { all = append(all, c.Schedule); return nil })
 	}); err != nil || !slices.Equal(all, []string{"B"}) {
 		t.Fatalf("EachClaim: %v %v", all, err)
+	}
+}
+
+// testCheckDepths: CheckTables names the stored values nested deeper than
+// limits.MaxValueDepth (written past the API layer, as an old writer or a
+// direct SQL write would), records and config entries alike, and only
+// those.
+func testCheckDepths(t *testing.T, open Open) {
+	b := open(t)
+	nest := func(depth int) string {
+		return strings.Repeat("[", depth) + "1" + strings.Repeat("]", depth)
+	}
+	at, over := nest(limits.MaxValueDepth-1), nest(limits.MaxValueDepth) // result_json adds a level
+	w := &storage.Write{Hash: hashOf('d'), Name: "deep", Source: "src", Hostname: "h", Username: "u"}
+	for i, times := range []string{"[1.0]", at, over, over} {
+		w.Rows = append(w.Rows, storage.Row{Key: fmt.Sprintf("r%d", i), Schedule: fmt.Sprintf("U(L0,%d)", i),
+			ResultJSON: `{"is_legal":true,"execution_times":` + times + `}`})
+	}
+	if n, err := b.Write(ctx, w); err != nil || n != 4 {
+		t.Fatalf("write: %d, %v", n, err)
+	}
+	if err := b.Update(ctx, "configs", func(w storage.Writer) error {
+		for k, v := range map[string]string{"c0": nest(limits.MaxValueDepth), "c1": nest(limits.MaxValueDepth + 1), "c2": `{"a":"[[["}`} {
+			e := &storage.ConfigEntry{Key: k, Device: "gpu:0", OpID: "op", CallKey: k, ValueJSON: v,
+				Hostname: "h", Username: "u", CreationDate: "d", UpdateDate: "d"}
+			if _, err := w.PutConfig(e, false); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var c *storage.TableCheck
+	if err := b.View(ctx, "check", func(r storage.Reader) (err error) { c, err = r.CheckTables(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		fmt.Sprintf("record r2 (%d levels)", limits.MaxValueDepth+1),
+		fmt.Sprintf("record r3 (%d levels)", limits.MaxValueDepth+1),
+		fmt.Sprintf("config c1 (%d levels)", limits.MaxValueDepth+1),
+	}
+	if c.DeepCount != 3 || !slices.Equal(c.DeepValues, want) {
+		t.Fatalf("check found %d too deep: %q; want %q", c.DeepCount, c.DeepValues, want)
 	}
 }
