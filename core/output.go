@@ -93,13 +93,7 @@ func ParseOutputKind(name string) (OutputKind, bool) {
 // inputs are the files it reads. It returns the absolute path.
 func CheckOutput(kind OutputKind, p string, dbs, inputs []string) (string, error) {
 	label := outputKinds[kind].label
-	if err := checkText(label, p); err != nil {
-		return "", err
-	}
-	if p == "" {
-		return "", newError(KindValue, "%s must not be empty", label)
-	}
-	out, err := resolvePath(label, p)
+	out, err := resolveFile(label, p)
 	if err != nil {
 		return "", err
 	}

@@ -50,6 +50,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tirastore/tirastore/core/failpoint"
+	"github.com/tirastore/tirastore/core/shareddir"
 )
 
 // Problem is a node-local name that failed a check: something other than
@@ -431,7 +432,7 @@ func openChecked(dirfd int, name, path string, acc int, typ uint32, create, excl
 				}
 			}
 		}
-		if err := setBlocking(fd); err != nil {
+		if err := shareddir.SetBlocking(fd); err != nil {
 			unix.Close(fd)
 			return nil, st, &os.PathError{Op: "fcntl", Path: path, Err: err}
 		}
@@ -495,7 +496,7 @@ func describe(dirfd int, name, path string, typ, perm uint32, err error) error {
 // which the caller then sets right.
 func check(st *unix.Stat_t, typ, perm uint32, created bool) string {
 	if t := uint32(st.Mode) & unix.S_IFMT; t != typ {
-		return kind(t) + ", not " + kind(typ)
+		return shareddir.Kind(t) + ", not " + shareddir.Kind(typ)
 	}
 	if euid := uint32(os.Geteuid()); st.Uid != euid {
 		return fmt.Sprintf("owned by uid %d, not %d", st.Uid, euid)
@@ -507,37 +508,6 @@ func check(st *unix.Stat_t, typ, perm uint32, created bool) string {
 		return fmt.Sprintf("%d hard links, not 1", st.Nlink)
 	}
 	return ""
-}
-
-func kind(t uint32) string {
-	switch t {
-	case unix.S_IFREG:
-		return "a regular file"
-	case unix.S_IFDIR:
-		return "a directory"
-	case unix.S_IFLNK:
-		return "a symbolic link"
-	case unix.S_IFIFO:
-		return "a FIFO"
-	case unix.S_IFSOCK:
-		return "a socket"
-	case unix.S_IFCHR:
-		return "a character device"
-	case unix.S_IFBLK:
-		return "a block device"
-	}
-	return fmt.Sprintf("a file of type %#o", t)
-}
-
-// setBlocking clears O_NONBLOCK, which the open needed only so as never to
-// block on a FIFO or device planted at the name.
-func setBlocking(fd int) error {
-	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
-	if err != nil {
-		return err
-	}
-	_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl&^unix.O_NONBLOCK)
-	return err
 }
 
 // pathError names path in err (an errno from a call relative to a
