@@ -281,15 +281,11 @@ func fileSHA256(path string) (string, error) {
 // file beside a database is (core/shareddir): never blocking on a FIFO,
 // never through a link at its name.
 func (s *Store) readSeedFile(path string) (*seedFile, error) {
-	fh, _, err := shareddir.Open(path, os.O_RDONLY)
+	fh, st, err := shareddir.Open(path, os.O_RDONLY)
 	if err != nil {
 		return nil, readError(err, "PersistentCache file", path)
 	}
 	defer fh.Close()
-	fi, err := fh.Stat()
-	if err != nil {
-		return nil, readError(err, "PersistentCache file", path)
-	}
 	data, err := io.ReadAll(fh)
 	if err != nil {
 		return nil, readError(err, "PersistentCache file", path)
@@ -305,7 +301,7 @@ func (s *Store) readSeedFile(path string) (*seedFile, error) {
 	now := time.Now()
 	stamp := identity.NowISO(now)
 	sum := sha256.Sum256(data)
-	f := &seedFile{mark: storage.ConfigImport{Path: path, Size: int64(len(data)), MtimeNS: fi.ModTime().UnixNano(),
+	f := &seedFile{mark: storage.ConfigImport{Path: path, Size: int64(len(data)), MtimeNS: st.Mtim.Nano(),
 		SHA256: hex.EncodeToString(sum[:]), Entries: int64(obj.Len()), ImportedAt: stamp,
 		Hostname: s.hostname, Username: s.username}}
 	var bad error

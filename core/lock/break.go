@@ -381,12 +381,7 @@ func movedIsJudged(aside string, judged lockState) bool {
 		st, err := lstatStamp(aside)
 		return err == nil && st.sameContentAs(judged.stamp)
 	}
-	f, _, err := shareddir.Open(aside, os.O_RDONLY)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	_, st, err := readHolderFile(f, aside)
+	_, st, err := readHolder(aside)
 	return err == nil && st.sameContentAs(judged.stamp) && st.sum == judged.sum
 }
 

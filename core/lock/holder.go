@@ -10,8 +10,6 @@ import (
 	"strconv"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/shareddir"
@@ -59,20 +57,15 @@ type lockState struct {
 // The lock's directory is shared with other users: the open neither follows
 // a link nor blocks (a FIFO planted at the name), and anything but a
 // regular file is refused (core/shareddir), as an unreadable lock.
-func readHolder(lockPath string) (*Holder, lockState, error) {
-	f, _, err := shareddir.Open(lockPath, os.O_RDONLY)
+// The state's stamp is the fstat that the checked open took before
+// reading. The claims and aside names that a sweep or a break reads are
+// read the same way.
+func readHolder(name string) (*Holder, lockState, error) {
+	f, fst, err := shareddir.Open(name, os.O_RDONLY)
 	if err != nil {
 		return nil, lockState{}, err
 	}
 	defer f.Close()
-	return readHolderFile(f, lockPath)
-}
-
-func readHolderFile(f *os.File, name string) (*Holder, lockState, error) {
-	st, err := fstatStamp(f)
-	if err != nil {
-		return nil, lockState{}, err
-	}
 	data, err := io.ReadAll(io.LimitReader(f, maxLockFile+1))
 	if err != nil {
 		return nil, lockState{}, err
@@ -82,13 +75,9 @@ func readHolderFile(f *os.File, name string) (*Holder, lockState, error) {
 	}
 	h, err := parseHolder(data)
 	if err != nil {
-		var st unix.Stat_t
-		if unix.Fstat(int(f.Fd()), &st) == nil {
-			return nil, lockState{}, fmt.Errorf("lock: %s (owned by %s): %w", name, identity.Owner(st.Uid), err)
-		}
-		return nil, lockState{}, fmt.Errorf("lock: %s: %w", name, err)
+		return nil, lockState{}, fmt.Errorf("lock: %s (owned by %s): %w", name, identity.Owner(fst.Uid), err)
 	}
-	return h, lockState{stamp: st, sum: sha256.Sum256(data)}, nil
+	return h, lockState{stamp: stampOf(fst), sum: sha256.Sum256(data)}, nil
 }
 
 // parseHolder reads a holder record the way the original uses it: a JSON

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/tirastore/tirastore/core/shareddir"
 )
 
 // sweepClaims removes the claim files that killed processes left behind
@@ -109,11 +107,6 @@ func lastChange(st *unix.Stat_t) time.Time {
 // deadClaim: the claim at p (in state stamp) holds the record of a
 // process of this host that is dead (deadOnThisHost).
 func (l *Lock) deadClaim(p string, stamp stamp) bool {
-	f, _, err := shareddir.Open(p, os.O_RDONLY)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	h, st, err := readHolderFile(f, p)
+	h, st, err := readHolder(p)
 	return err == nil && st.stamp == stamp && l.deadOnThisHost(h)
 }
