@@ -208,6 +208,20 @@ func (a *args) optStr(name string) (string, error) {
 	return s, nil
 }
 
+// namespace is the config methods' optional namespace argument: a str,
+// "" when absent (the namespace of every entry written before namespaces).
+func (a *args) namespace() (string, error) {
+	v, ok := a.get("namespace")
+	if !ok {
+		return "", nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", a.typeErr("namespace", "str", v)
+	}
+	return s, nil
+}
+
 func (a *args) boolean(name string, def bool) (bool, error) {
 	v, ok := a.get(name)
 	if !ok {

@@ -10,6 +10,7 @@ import (
 	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/schedule"
+	"github.com/tirastore/tirastore/core/storage"
 )
 
 // method is one entry of the call table. Methods with store == false are
@@ -26,8 +27,9 @@ var (
 	// returns) instead of program_source_code, so that a binding need not
 	// send a long source with every lookup.
 	readParams = []string{"program_name", "program_source_code", "program_hash", "tiralib_schedule_string"}
-	// configParams name a kernel-config entry: the parts of the seed's key.
-	configParams = []string{"device", "op_id", "call_key"}
+	// configParams name a kernel-config entry: its namespace (optional,
+	// "" by default) and the parts of the seed's key.
+	configParams = []string{"namespace", "device", "op_id", "call_key"}
 	recordParams = []string{"program_name", "program_source_code", "tiralib_schedule_string", "is_legal", "execution_times", "overwrite"}
 )
 
@@ -366,11 +368,11 @@ var methods = map[string]method{
 	}},
 	// The kernel-config cache (core/config.go): ejKernel's PersistentCache.
 	"config_get": {true, configParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
-		d, op, ck, err := configArgs(a)
+		ns, d, op, ck, err := configArgs(a)
 		if err != nil {
 			return nil, err
 		}
-		e, err := st.ConfigGet(ctx, d, op, ck)
+		e, err := st.ConfigGet(ctx, ns, d, op, ck)
 		if e == nil || err != nil {
 			return nil, err
 		}
@@ -381,22 +383,22 @@ var methods = map[string]method{
 	// without the entry's who and when; while tirastore_config_fresh(stamp)
 	// returns 1, the same call would return the same value.
 	"config_value": {true, configParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
-		d, op, ck, err := configArgs(a)
+		ns, d, op, ck, err := configArgs(a)
 		if err != nil {
 			return nil, err
 		}
-		e, stamp, err := st.ConfigValue(ctx, d, op, ck)
+		e, stamp, err := st.ConfigValue(ctx, ns, d, op, ck)
 		if e == nil || err != nil {
 			return nil, err
 		}
 		return []any{pyjson.Raw(e.ValueJSON), stamp}, nil
 	}},
-	"config_put": {true, []string{"device", "op_id", "call_key", "value", "overwrite"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
-		d, op, ck, err := configArgs(a)
+	"config_put": {true, []string{"namespace", "device", "op_id", "call_key", "value", "overwrite"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		ns, d, op, ck, err := configArgs(a)
 		if err != nil {
 			return nil, err
 		}
-		v, err := a.jsonValue("value", "key "+schedule.Repr(core.ConfigKey(d, op, ck)))
+		v, err := a.jsonValue("value", "key "+storage.ConfigName(ns, schedule.Repr(core.ConfigKey(d, op, ck))))
 		if err != nil {
 			return nil, err
 		}
@@ -404,31 +406,46 @@ var methods = map[string]method{
 		if err != nil {
 			return nil, err
 		}
-		return st.ConfigPut(ctx, d, op, ck, v, overwrite)
+		return st.ConfigPut(ctx, ns, d, op, ck, v, overwrite)
 	}},
 	"config_delete": {true, configParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
-		d, op, ck, err := configArgs(a)
+		ns, d, op, ck, err := configArgs(a)
 		if err != nil {
 			return nil, err
 		}
-		return st.ConfigDelete(ctx, d, op, ck)
+		return st.ConfigDelete(ctx, ns, d, op, ck)
 	}},
-	"config_len": {true, noParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
-		return st.ConfigLen(ctx)
-	}},
-	"config_entries": {true, []string{"device", "op_id"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
-		d, err := a.optStr("device")
+	"config_len": {true, []string{"namespace"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		ns, err := a.namespace()
 		if err != nil {
 			return nil, err
 		}
-		op, err := a.optStr("op_id")
+		return st.ConfigLen(ctx, ns)
+	}},
+	// config_entries lists one namespace's entries ("" when the argument
+	// is absent), or every namespace's with "namespace": null (tools).
+	"config_entries": {true, []string{"namespace", "device", "op_id"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		var f core.ConfigFilter
+		var err error
+		if v, ok := a.get("namespace"); ok && v == nil {
+			f.AllNamespaces = true
+		} else if f.Namespace, err = a.namespace(); err != nil {
+			return nil, err
+		}
+		if f.Device, err = a.optStr("device"); err != nil {
+			return nil, err
+		}
+		if f.OpID, err = a.optStr("op_id"); err != nil {
+			return nil, err
+		}
+		return anySlice(st.ConfigEntries(ctx, f))
+	}},
+	"config_clear": {true, []string{"namespace"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		ns, err := a.namespace()
 		if err != nil {
 			return nil, err
 		}
-		return anySlice(st.ConfigEntries(ctx, d, op))
-	}},
-	"config_clear": {true, noParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
-		return st.ConfigClear(ctx)
+		return st.ConfigClear(ctx, ns)
 	}},
 	"config_location": {false, []string{"opname", "path"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {
 		opname, err := a.str("opname")
@@ -542,7 +559,11 @@ var methods = map[string]method{
 		}
 		return st.MergeFrom(ctx, src, cursor, int(limit), flags["overwrite"], flags["allow_cpu_mismatch"], flags["list_conflicts"])
 	}},
-	"config_import": {true, []string{"path", "overwrite", "once"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+	"config_import": {true, []string{"namespace", "path", "overwrite", "once"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		ns, err := a.namespace()
+		if err != nil {
+			return nil, err
+		}
 		path, err := a.str("path")
 		if err != nil {
 			return nil, err
@@ -555,14 +576,18 @@ var methods = map[string]method{
 		if err != nil {
 			return nil, err
 		}
-		return st.ConfigImportJSON(ctx, path, once, overwrite)
+		return st.ConfigImportJSON(ctx, ns, path, once, overwrite)
 	}},
-	"config_export": {true, []string{"output_path"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+	"config_export": {true, []string{"namespace", "output_path"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		ns, err := a.namespace()
+		if err != nil {
+			return nil, err
+		}
 		path, err := a.str("output_path")
 		if err != nil {
 			return nil, err
 		}
-		out, n, err := st.ConfigExportJSON(ctx, path)
+		out, n, err := st.ConfigExportJSON(ctx, ns, path)
 		if err != nil {
 			return nil, err
 		}
@@ -673,8 +698,12 @@ func lockArgs(a *args) (path string, opts core.Options, err error) {
 	return
 }
 
-// configArgs are the three parts of a config entry's key.
-func configArgs(a *args) (device, opID, callKey string, err error) {
+// configArgs are a config entry's namespace and the three parts of its
+// key.
+func configArgs(a *args) (namespace, device, opID, callKey string, err error) {
+	if namespace, err = a.namespace(); err != nil {
+		return
+	}
 	if device, err = a.str("device"); err != nil {
 		return
 	}

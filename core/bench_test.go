@@ -92,12 +92,12 @@ func BenchmarkRecordExisting(b *testing.B) {
 
 func BenchmarkConfigGetHit(b *testing.B) {
 	st := benchStore(b)
-	if _, err := st.ConfigPut(ctx, "gpu:0", "mm@v1", "sig", `{"block_m":128}`, true); err != nil {
+	if _, err := st.ConfigPut(ctx, "", "gpu:0", "mm@v1", "sig", `{"block_m":128}`, true); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if e, err := st.ConfigGet(ctx, "gpu:0", "mm@v1", "sig"); err != nil || e == nil {
+		if e, err := st.ConfigGet(ctx, "", "gpu:0", "mm@v1", "sig"); err != nil || e == nil {
 			b.Fatal(e, err)
 		}
 	}
@@ -107,7 +107,7 @@ func BenchmarkConfigPut(b *testing.B) {
 	st := benchStore(b)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := st.ConfigPut(ctx, "gpu:0", "mm@v1", fmt.Sprint(i), `{"block_m":128}`, true); err != nil {
+		if _, err := st.ConfigPut(ctx, "", "gpu:0", "mm@v1", fmt.Sprint(i), `{"block_m":128}`, true); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -19,9 +19,12 @@ import (
 // configs.go), under the same lock as the records, so that every put is a
 // small transaction that no other process's put can undo, and a get sees
 // every other process's puts at once. The key is the seed's,
-// "device|op_id|call_key"; the value is any JSON value, NaN and the
-// infinities included, as Python's json writes them. The CPU check of the
-// records does not apply: a configuration names its device in its key.
+// "device|op_id|call_key", within a namespace: one database holds many
+// caches (ejKernel's one per operation), each its own namespace, "" the
+// default and the namespace of every entry written before namespaces
+// existed. The value is any JSON value, NaN and the infinities included,
+// as Python's json writes them. The CPU check of the records does not
+// apply: a configuration names its device in its key.
 
 // ConfigKey is the seed's key of an entry: "device|op_id|call_key".
 func ConfigKey(device, opID, callKey string) string {
@@ -31,12 +34,22 @@ func ConfigKey(device, opID, callKey string) string {
 // ConfigEntry is one entry of the kernel-config cache.
 type ConfigEntry storage.ConfigEntry
 
-// PyJSON gives {device, op_id, call_key, value, hostname, username,
-// creation_date, update_date}, the value as stored; a value stored nested
-// deeper than limits.MaxValueDepth is left out and "error" says why in its
-// place, so that a binding's listing decodes the other entries.
+// ConfigFilter selects the entries ConfigEntries lists: those of one
+// namespace, or of every namespace (AllNamespaces), of a device and an
+// operation ("" matches any).
+type ConfigFilter = storage.ConfigFilter
+
+// name is how messages name the entry (storage.ConfigName).
+func (e *ConfigEntry) name() string { return storage.ConfigName(e.Namespace, e.Key) }
+
+// PyJSON gives {namespace, device, op_id, call_key, value, hostname,
+// username, creation_date, update_date}, the value as stored; a value
+// stored nested deeper than limits.MaxValueDepth is left out and "error"
+// says why in its place, so that a binding's listing decodes the other
+// entries.
 func (e *ConfigEntry) PyJSON() any {
-	o := pyjson.NewObjectCap(8)
+	o := pyjson.NewObjectCap(9)
+	o.Set("namespace", e.Namespace)
 	o.Set("device", e.Device)
 	o.Set("op_id", e.OpID)
 	o.Set("call_key", e.CallKey)
@@ -52,18 +65,18 @@ func (e *ConfigEntry) PyJSON() any {
 	return o
 }
 
-// checkConfigRef validates the three parts of a key.
-func checkConfigRef(device, opID, callKey string) error {
-	return checkTexts("device", device, "op_id", opID, "call_key", callKey)
+// checkConfigRef validates a namespace and the three parts of a key.
+func checkConfigRef(namespace, device, opID, callKey string) error {
+	return checkTexts("namespace", namespace, "device", device, "op_id", opID, "call_key", callKey)
 }
 
-// ConfigGet returns the entry of (device, opID, callKey), or nil: from the
-// backend's in-process cache, without the lock, when it can prove the
-// entry current (a header read), as a lookup. A value stored nested deeper
-// than limits.MaxValueDepth is returned (its PyJSON form carries an error
-// in its place: see "Limits of stored values").
-func (s *Store) ConfigGet(ctx context.Context, device, opID, callKey string) (*ConfigEntry, error) {
-	e, _, err := s.configGet(ctx, device, opID, callKey)
+// ConfigGet returns the entry of (device, opID, callKey) in namespace, or
+// nil: from the backend's in-process cache, without the lock, when it can
+// prove the entry current (a header read), as a lookup. A value stored
+// nested deeper than limits.MaxValueDepth is returned (its PyJSON form
+// carries an error in its place: see "Limits of stored values").
+func (s *Store) ConfigGet(ctx context.Context, namespace, device, opID, callKey string) (*ConfigEntry, error) {
+	e, _, err := s.configGet(ctx, namespace, device, opID, callKey)
 	return e, err
 }
 
@@ -72,8 +85,8 @@ func (s *Store) ConfigGet(ctx context.Context, device, opID, callKey string) (*C
 // a binding may keep what it decoded (0: no such promise). It is the get
 // of the bindings, which decode the value: one stored nested deeper than
 // limits.MaxValueDepth is a KindValue error naming the entry.
-func (s *Store) ConfigValue(ctx context.Context, device, opID, callKey string) (*ConfigEntry, uint64, error) {
-	e, stamp, err := s.configGet(ctx, device, opID, callKey)
+func (s *Store) ConfigValue(ctx context.Context, namespace, device, opID, callKey string) (*ConfigEntry, uint64, error) {
+	e, stamp, err := s.configGet(ctx, namespace, device, opID, callKey)
 	if e != nil {
 		if msg := e.tooDeep(); msg != "" {
 			return nil, 0, newError(KindValue, "%s", msg)
@@ -82,11 +95,11 @@ func (s *Store) ConfigValue(ctx context.Context, device, opID, callKey string) (
 	return e, stamp, err
 }
 
-func (s *Store) configGet(ctx context.Context, device, opID, callKey string) (*ConfigEntry, uint64, error) {
-	if err := checkConfigRef(device, opID, callKey); err != nil {
+func (s *Store) configGet(ctx context.Context, namespace, device, opID, callKey string) (*ConfigEntry, uint64, error) {
+	if err := checkConfigRef(namespace, device, opID, callKey); err != nil {
 		return nil, 0, err
 	}
-	e, stamp, err := s.be.ConfigGet(ctx, ConfigKey(device, opID, callKey))
+	e, stamp, err := s.be.ConfigGet(ctx, namespace, ConfigKey(device, opID, callKey))
 	if err != nil || e == nil {
 		return nil, stamp, err
 	}
@@ -100,7 +113,7 @@ func (e *ConfigEntry) tooDeep() string {
 	if !over {
 		return ""
 	}
-	return tooDeepStored("config "+e.Key+": the value", d, "delete the entry or put a new value")
+	return tooDeepStored("config "+e.name()+": the value", d, "delete the entry or put a new value")
 }
 
 // ConfigFresh reports whether answers of ConfigValue stamped stamp still
@@ -108,26 +121,28 @@ func (e *ConfigEntry) tooDeep() string {
 func (s *Store) ConfigFresh(stamp uint64) bool { return s.be.ConfigFresh(stamp) }
 
 // ConfigPut stores valueJSON (one JSON value) for (device, opID, callKey)
-// in one transaction and reports whether it wrote: with overwrite the last
-// writer wins, as in the seed; without, the first value stays and the call
-// returns false, so that concurrent tuners agree on one result.
-func (s *Store) ConfigPut(ctx context.Context, device, opID, callKey, valueJSON string, overwrite bool) (bool, error) {
-	if err := checkConfigRef(device, opID, callKey); err != nil {
+// in namespace in one transaction and reports whether it wrote: with
+// overwrite the last writer wins, as in the seed; without, the first
+// value stays and the call returns false, so that concurrent tuners agree
+// on one result.
+func (s *Store) ConfigPut(ctx context.Context, namespace, device, opID, callKey, valueJSON string, overwrite bool) (bool, error) {
+	if err := checkConfigRef(namespace, device, opID, callKey); err != nil {
 		return false, err
 	}
 	key := ConfigKey(device, opID, callKey)
+	name := storage.ConfigName(namespace, key)
 	if err := checkText("value", valueJSON); err != nil {
 		return false, err
 	}
 	if d, over := limits.TooDeep(valueJSON); over {
-		return false, tooDeepToStore("config "+key+": the value", d)
+		return false, tooDeepToStore("config "+name+": the value", d)
 	}
 	if _, err := pyjson.Parse([]byte(valueJSON)); err != nil {
-		return false, wrapError(KindValue, err, "config %s: the value is not one JSON value: %v", key, err)
+		return false, wrapError(KindValue, err, "config %s: the value is not one JSON value: %v", name, err)
 	}
 	stamp := identity.NowISO(time.Now())
-	e := &storage.ConfigEntry{Key: key, Device: device, OpID: opID, CallKey: callKey, ValueJSON: valueJSON,
-		Hostname: s.hostname, Username: s.username, CreationDate: stamp, UpdateDate: stamp}
+	e := &storage.ConfigEntry{Namespace: namespace, Key: key, Device: device, OpID: opID, CallKey: callKey,
+		ValueJSON: valueJSON, Hostname: s.hostname, Username: s.username, CreationDate: stamp, UpdateDate: stamp}
 	var wrote bool
 	err := s.be.Update(ctx, "config put", func(w storage.Writer) (err error) {
 		wrote, err = w.PutConfig(e, overwrite)
@@ -136,39 +151,41 @@ func (s *Store) ConfigPut(ctx context.Context, device, opID, callKey, valueJSON 
 	return wrote, err
 }
 
-// ConfigDelete removes the entry of (device, opID, callKey) and reports
-// whether there was one.
-func (s *Store) ConfigDelete(ctx context.Context, device, opID, callKey string) (bool, error) {
-	if err := checkConfigRef(device, opID, callKey); err != nil {
+// ConfigDelete removes the entry of (device, opID, callKey) in namespace
+// and reports whether there was one.
+func (s *Store) ConfigDelete(ctx context.Context, namespace, device, opID, callKey string) (bool, error) {
+	if err := checkConfigRef(namespace, device, opID, callKey); err != nil {
 		return false, err
 	}
 	var found bool
 	err := s.be.Update(ctx, "config delete", func(w storage.Writer) (err error) {
-		found, err = w.DeleteConfig(ConfigKey(device, opID, callKey))
+		found, err = w.DeleteConfig(namespace, ConfigKey(device, opID, callKey))
 		return err
 	})
 	return found, err
 }
 
-// ConfigLen is the number of entries.
-func (s *Store) ConfigLen(ctx context.Context) (n int64, err error) {
+// ConfigLen is the number of entries of namespace.
+func (s *Store) ConfigLen(ctx context.Context, namespace string) (n int64, err error) {
+	if err := checkText("namespace", namespace); err != nil {
+		return 0, err
+	}
 	err = s.be.View(ctx, "config len", func(r storage.Reader) (err error) {
-		n, err = r.CountConfigs()
+		n, err = r.CountConfigs(namespace)
 		return err
 	})
 	return n, err
 }
 
-// ConfigEntries lists the entries of device and opID ("" matches any), by
-// key.
-func (s *Store) ConfigEntries(ctx context.Context, device, opID string) ([]*ConfigEntry, error) {
-	if err := checkTexts("device", device, "op_id", opID); err != nil {
+// ConfigEntries lists the entries f selects, by namespace then key.
+func (s *Store) ConfigEntries(ctx context.Context, f ConfigFilter) ([]*ConfigEntry, error) {
+	if err := checkTexts("namespace", f.Namespace, "device", f.Device, "op_id", f.OpID); err != nil {
 		return nil, err
 	}
 	out := []*ConfigEntry{}
 	err := s.be.View(ctx, "config entries", func(r storage.Reader) error {
 		out = out[:0]
-		return r.EachConfig(device, opID, func(e *storage.ConfigEntry) error {
+		return r.EachConfig(f, func(e *storage.ConfigEntry) error {
 			out = append(out, (*ConfigEntry)(e))
 			return nil
 		})
@@ -179,10 +196,14 @@ func (s *Store) ConfigEntries(ctx context.Context, device, opID string) ([]*Conf
 	return out, nil
 }
 
-// ConfigClear removes every entry and returns how many there were.
-func (s *Store) ConfigClear(ctx context.Context) (n int64, err error) {
+// ConfigClear removes every entry of namespace and returns how many there
+// were.
+func (s *Store) ConfigClear(ctx context.Context, namespace string) (n int64, err error) {
+	if err := checkText("namespace", namespace); err != nil {
+		return 0, err
+	}
 	err = s.be.Update(ctx, "config clear", func(w storage.Writer) (err error) {
-		n, err = w.ClearConfigs()
+		n, err = w.ClearConfigs(namespace)
 		return err
 	})
 	return n, err

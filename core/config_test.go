@@ -14,19 +14,19 @@ import (
 // find it empty.
 func TestConfigReadsOfARecordsDatabase(t *testing.T) {
 	st := openTemp(t, Options{CPUModel: "X"})
-	if e, err := st.ConfigGet(ctx, "gpu:0", "matmul@v1", "k"); err != nil || e != nil {
+	if e, err := st.ConfigGet(ctx, "", "gpu:0", "matmul@v1", "k"); err != nil || e != nil {
 		t.Fatalf("get: %v, %v", e, err)
 	}
-	if n, err := st.ConfigLen(ctx); err != nil || n != 0 {
+	if n, err := st.ConfigLen(ctx, ""); err != nil || n != 0 {
 		t.Fatalf("len: %d, %v", n, err)
 	}
-	if es, err := st.ConfigEntries(ctx, "", ""); err != nil || len(es) != 0 {
+	if es, err := st.ConfigEntries(ctx, ConfigFilter{}); err != nil || len(es) != 0 {
 		t.Fatalf("entries: %v, %v", es, err)
 	}
-	if ok, err := st.ConfigDelete(ctx, "gpu:0", "matmul@v1", "k"); err != nil || ok {
+	if ok, err := st.ConfigDelete(ctx, "", "gpu:0", "matmul@v1", "k"); err != nil || ok {
 		t.Fatalf("delete: %v, %v", ok, err)
 	}
-	if n, err := st.ConfigClear(ctx); err != nil || n != 0 {
+	if n, err := st.ConfigClear(ctx, ""); err != nil || n != 0 {
 		t.Fatalf("clear: %d, %v", n, err)
 	}
 	raw, err := sql.Open("sqlite3", st.Path())
@@ -43,34 +43,34 @@ func TestConfigReadsOfARecordsDatabase(t *testing.T) {
 func TestConfigPutGetOverwrite(t *testing.T) {
 	st := openTemp(t, Options{CPUModel: "X"})
 	const v1 = `{"block_m":128,"block_n":64,"score":NaN}`
-	if ok, err := st.ConfigPut(ctx, "gpu:0", "matmul@v1", "sig1", v1, true); err != nil || !ok {
+	if ok, err := st.ConfigPut(ctx, "", "gpu:0", "matmul@v1", "sig1", v1, true); err != nil || !ok {
 		t.Fatalf("put: %v, %v", ok, err)
 	}
-	e, err := st.ConfigGet(ctx, "gpu:0", "matmul@v1", "sig1")
+	e, err := st.ConfigGet(ctx, "", "gpu:0", "matmul@v1", "sig1")
 	if err != nil || e == nil || e.ValueJSON != v1 || e.Key != "gpu:0|matmul@v1|sig1" || e.CreationDate == "" || e.UpdateDate != e.CreationDate {
 		t.Fatalf("get: %+v, %v", e, err)
 	}
 	// Without overwrite the first value stays.
-	if ok, err := st.ConfigPut(ctx, "gpu:0", "matmul@v1", "sig1", `1`, false); err != nil || ok {
+	if ok, err := st.ConfigPut(ctx, "", "gpu:0", "matmul@v1", "sig1", `1`, false); err != nil || ok {
 		t.Fatalf("put without overwrite: %v, %v; want false", ok, err)
 	}
-	if e2, _ := st.ConfigGet(ctx, "gpu:0", "matmul@v1", "sig1"); e2.ValueJSON != v1 {
+	if e2, _ := st.ConfigGet(ctx, "", "gpu:0", "matmul@v1", "sig1"); e2.ValueJSON != v1 {
 		t.Fatalf("value after a put without overwrite: %s", e2.ValueJSON)
 	}
 	time.Sleep(2 * time.Millisecond)
-	if ok, err := st.ConfigPut(ctx, "gpu:0", "matmul@v1", "sig1", `[1,2]`, true); err != nil || !ok {
+	if ok, err := st.ConfigPut(ctx, "", "gpu:0", "matmul@v1", "sig1", `[1,2]`, true); err != nil || !ok {
 		t.Fatalf("overwrite: %v, %v", ok, err)
 	}
-	e3, _ := st.ConfigGet(ctx, "gpu:0", "matmul@v1", "sig1")
+	e3, _ := st.ConfigGet(ctx, "", "gpu:0", "matmul@v1", "sig1")
 	if e3.ValueJSON != `[1,2]` || e3.CreationDate != e.CreationDate || e3.UpdateDate == e.UpdateDate {
 		t.Fatalf("after overwrite: %+v (first %+v)", e3, e)
 	}
-	if n, _ := st.ConfigLen(ctx); n != 1 {
+	if n, _ := st.ConfigLen(ctx, ""); n != 1 {
 		t.Fatalf("len %d, want 1", n)
 	}
 	// A value that is not one JSON value is refused, naming the key.
 	for _, bad := range []string{``, `{"a":`, `1 2`, `nan`} {
-		_, err := st.ConfigPut(ctx, "gpu:0", "matmul@v1", "sig2", bad, true)
+		_, err := st.ConfigPut(ctx, "", "gpu:0", "matmul@v1", "sig2", bad, true)
 		if KindOf(err) != KindValue || !strings.Contains(err.Error(), "gpu:0|matmul@v1|sig2") {
 			t.Errorf("value %q: %v, want a ValueError naming the key", bad, err)
 		}
@@ -80,12 +80,12 @@ func TestConfigPutGetOverwrite(t *testing.T) {
 func TestConfigEntriesDeleteClear(t *testing.T) {
 	st := openTemp(t, Options{CPUModel: "X"})
 	for _, k := range [][3]string{{"gpu:1", "attn", "b"}, {"gpu:0", "matmul", "a"}, {"gpu:0", "attn", "a"}, {"gpu:0", "attn", "c"}} {
-		if _, err := st.ConfigPut(ctx, k[0], k[1], k[2], `true`, true); err != nil {
+		if _, err := st.ConfigPut(ctx, "", k[0], k[1], k[2], `true`, true); err != nil {
 			t.Fatal(err)
 		}
 	}
 	keys := func(device, op string) (out []string) {
-		es, err := st.ConfigEntries(ctx, device, op)
+		es, err := st.ConfigEntries(ctx, ConfigFilter{Device: device, OpID: op})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,13 +103,13 @@ func TestConfigEntriesDeleteClear(t *testing.T) {
 	if got := fmt.Sprint(keys("gpu:0", "")); got != "[gpu:0|attn|a gpu:0|attn|c gpu:0|matmul|a]" {
 		t.Errorf("entries of gpu:0: %s", got)
 	}
-	if ok, err := st.ConfigDelete(ctx, "gpu:0", "attn", "a"); err != nil || !ok {
+	if ok, err := st.ConfigDelete(ctx, "", "gpu:0", "attn", "a"); err != nil || !ok {
 		t.Fatalf("delete: %v, %v", ok, err)
 	}
-	if n, err := st.ConfigClear(ctx); err != nil || n != 3 {
+	if n, err := st.ConfigClear(ctx, ""); err != nil || n != 3 {
 		t.Fatalf("clear: %d, %v; want 3", n, err)
 	}
-	if n, _ := st.ConfigLen(ctx); n != 0 {
+	if n, _ := st.ConfigLen(ctx, ""); n != 0 {
 		t.Fatalf("len after clear: %d", n)
 	}
 }
@@ -137,7 +137,7 @@ func TestConfigConcurrentPutsKeepEverything(t *testing.T) {
 		go func(i int, st *Store) {
 			defer wg.Done()
 			for j := 0; j < each; j++ {
-				if _, err := st.ConfigPut(ctx, "gpu:0", "op", fmt.Sprintf("w%d-k%d", i, j), fmt.Sprint(j), true); err != nil {
+				if _, err := st.ConfigPut(ctx, "", "gpu:0", "op", fmt.Sprintf("w%d-k%d", i, j), fmt.Sprint(j), true); err != nil {
 					errs <- err
 					return
 				}
@@ -149,7 +149,7 @@ func TestConfigConcurrentPutsKeepEverything(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if n, err := stores[0].ConfigLen(ctx); err != nil || n != writers*each {
+	if n, err := stores[0].ConfigLen(ctx, ""); err != nil || n != writers*each {
 		t.Fatalf("%d entries after %d puts (%v)", n, writers*each, err)
 	}
 }

@@ -32,10 +32,11 @@ import (
 // value} with the key "device|op_id|call_key", written by json.dump. An
 // existing file is the only copy of hours of tuning, and old readers may
 // still read it during a migration, so the engine never rewrites it on its
-// own: ConfigImportJSON copies it into the table in one transaction and
-// remembers it (path, size, mtime, SHA-256) in config_imports, so that an
-// automatic import (once) happens once and never twice; ConfigExportJSON
-// writes the table back in the seed's format when a user asks for it.
+// own: ConfigImportJSON copies it into a namespace of the table in one
+// transaction and remembers it (path, size, mtime, SHA-256) in
+// config_imports, so that an automatic import (once) happens once and
+// never twice; ConfigExportJSON writes a namespace back in the seed's
+// format when a user asks for it.
 
 // ConfigLocation is where PersistentCache(opname, path) keeps its entries,
 // the same from every language: path "" is the seed's default,
@@ -148,19 +149,25 @@ func readError(err error, what, path string) error {
 	return wrapError(k, err, "cannot read %s %s: %v", what, path, err)
 }
 
-// ConfigImportJSON imports the seed JSON file path into the kernel-config
-// table in one transaction, all or nothing: with overwrite an entry of the
-// file replaces the table's entry of its key, else the table's stays. With
+// ConfigImportJSON imports the seed JSON file path into namespace of the
+// kernel-config table in one transaction, all or nothing: with overwrite
+// an entry of the file replaces the namespace's entry of its key, else
+// the namespace's stays. With
 // once (PersistentCache's constructor) a missing file is no error, and a
 // file imported before (by any process, under any options) is not read
 // again: the result says Skipped, and Changed when the file changed since.
-// Every import is remembered, so that a later once import skips it.
+// Every import is remembered, so that a later once import skips it; the
+// record is the file's (by its path), whatever the namespace: ejKernel's
+// caches each import their own <opname>.json into their own namespace.
 //
 // A key is split at its first two "|" into device, op_id and call_key (the
 // seed joins them with "|", so a device or op_id holding "|" cannot be told
 // apart; the key itself is kept exactly). Entries are stamped with this
 // host, user and time.
-func (s *Store) ConfigImportJSON(ctx context.Context, path string, once, overwrite bool) (*ConfigImportResult, error) {
+func (s *Store) ConfigImportJSON(ctx context.Context, namespace, path string, once, overwrite bool) (*ConfigImportResult, error) {
+	if err := checkText("namespace", namespace); err != nil {
+		return nil, err
+	}
 	abs, err := resolveFile("path", path)
 	if err != nil {
 		return nil, err
@@ -190,7 +197,7 @@ func (s *Store) ConfigImportJSON(ctx context.Context, path string, once, overwri
 			return s.skipped(res, mark, fi)
 		}
 	}
-	f, err := s.readSeedFile(abs)
+	f, err := s.readSeedFile(namespace, abs)
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +212,7 @@ func (s *Store) ConfigImportJSON(ctx context.Context, path string, once, overwri
 				return err
 			}
 		}
-		before, err := w.CountConfigs()
+		before, err := w.CountConfigs(namespace)
 		if err != nil {
 			return err
 		}
@@ -219,7 +226,7 @@ func (s *Store) ConfigImportJSON(ctx context.Context, path string, once, overwri
 				wrote++
 			}
 		}
-		after, err := w.CountConfigs()
+		after, err := w.CountConfigs(namespace)
 		if err != nil {
 			return err
 		}
@@ -276,11 +283,11 @@ func fileSHA256(path string) (string, error) {
 }
 
 // readSeedFile reads and checks a whole seed JSON file: one object of
-// "device|op_id|call_key" keys. The seed replaces its file by rename, so
+// "device|op_id|call_key" keys, its entries made for namespace. The seed replaces its file by rename, so
 // one open file is one consistent version of it. It is opened as every
 // file beside a database is (core/shareddir): never blocking on a FIFO,
 // never through a link at its name.
-func (s *Store) readSeedFile(path string) (*seedFile, error) {
+func (s *Store) readSeedFile(namespace, path string) (*seedFile, error) {
 	fh, st, err := shareddir.Open(path, os.O_RDONLY)
 	if err != nil {
 		return nil, readError(err, "PersistentCache file", path)
@@ -311,7 +318,7 @@ func (s *Store) readSeedFile(path string) (*seedFile, error) {
 			bad = newError(KindValue, "%s: key %s is not \"device|op_id|call_key\"", path, schedule.Repr(key))
 			return false
 		}
-		if bad = checkConfigRef(parts[0], parts[1], parts[2]); bad != nil {
+		if bad = checkConfigRef(namespace, parts[0], parts[1], parts[2]); bad != nil {
 			bad = wrapError(KindValue, bad, "%s: key %s: %v", path, schedule.Repr(key), bad)
 			return false
 		}
@@ -324,7 +331,7 @@ func (s *Store) readSeedFile(path string) (*seedFile, error) {
 			bad = tooDeepToStore(fmt.Sprintf("%s: key %s: the value", path, schedule.Repr(key)), d)
 			return false
 		}
-		f.entries = append(f.entries, &storage.ConfigEntry{Key: key, Device: parts[0], OpID: parts[1],
+		f.entries = append(f.entries, &storage.ConfigEntry{Namespace: namespace, Key: key, Device: parts[0], OpID: parts[1],
 			CallKey: parts[2], ValueJSON: string(b), Hostname: s.hostname, Username: s.username,
 			CreationDate: stamp, UpdateDate: stamp})
 		return true
@@ -335,14 +342,17 @@ func (s *Store) readSeedFile(path string) (*seedFile, error) {
 	return f, nil
 }
 
-// ConfigExportJSON writes every config entry to path in the seed's format
-// (json.dump's: one object {key: value}, by key, separators ", " and ": "),
-// replacing the file atomically as the seed did, and returns the absolute
-// path and the number of entries. path must pass the output check (see
-// "Output files": never the database or a file of it, nor another
-// database). The file is then remembered as imported
-// (see ConfigImportJSON), in the same transaction.
-func (s *Store) ConfigExportJSON(ctx context.Context, path string) (string, int64, error) {
+// ConfigExportJSON writes every config entry of namespace to path in the
+// seed's format (json.dump's: one object {key: value}, by key, separators
+// ", " and ": "), replacing the file atomically as the seed did, and
+// returns the absolute path and the number of entries. path must pass the
+// output check (see "Output files": never the database or a file of it,
+// nor another database). The file is then remembered as imported (see
+// ConfigImportJSON), in the same transaction.
+func (s *Store) ConfigExportJSON(ctx context.Context, namespace, path string) (string, int64, error) {
+	if err := checkText("namespace", namespace); err != nil {
+		return "", 0, err
+	}
 	out, err := resolveFile("output_path", path)
 	if err != nil {
 		return "", 0, err
@@ -358,7 +368,7 @@ func (s *Store) ConfigExportJSON(ctx context.Context, path string) (string, int6
 	err = s.be.Update(ctx, "config export", func(w storage.Writer) error {
 		n = 0
 		err := writeReplacing(out, func(bw *bufio.Writer) error {
-			err := w.EachConfig("", "", func(e *storage.ConfigEntry) error {
+			err := w.EachConfig(storage.ConfigFilter{Namespace: namespace}, func(e *storage.ConfigEntry) error {
 				v, err := pyjson.Parse([]byte(e.ValueJSON))
 				if err == nil {
 					k, _ := pyjson.Marshal(e.Key, pyjson.Default)
@@ -372,7 +382,7 @@ func (s *Store) ConfigExportJSON(ctx context.Context, path string) (string, int6
 					}
 				}
 				if err != nil {
-					return wrapError(KindInternal, err, "config %s: %v", e.Key, err)
+					return wrapError(KindInternal, err, "config %s: %v", storage.ConfigName(e.Namespace, e.Key), err)
 				}
 				n++
 				return nil
@@ -391,7 +401,7 @@ func (s *Store) ConfigExportJSON(ctx context.Context, path string) (string, int6
 		// What the file holds came from the table: remembered as imported,
 		// so that opening a cache on it neither imports it (which would
 		// bring back entries deleted since) nor reports it changed.
-		fresh, err := s.readSeedFile(out)
+		fresh, err := s.readSeedFile(namespace, out)
 		if err != nil {
 			return err
 		}

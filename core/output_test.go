@@ -33,7 +33,7 @@ func TestOutputsRefuseTheDatabaseAndItsFiles(t *testing.T) {
 	if _, err := st.Record(ctx, "blur", src, Measurement{Schedule: sched, IsLegal: true, ExecutionTimes: Times(0.5)}, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.ConfigPut(ctx, "cpu", "op", "k", "1", true); err != nil {
+	if _, err := st.ConfigPut(ctx, "", "cpu", "op", "k", "1", true); err != nil {
 		t.Fatal(err)
 	}
 	db := st.Path()
@@ -73,7 +73,7 @@ func TestOutputsRefuseTheDatabaseAndItsFiles(t *testing.T) {
 		calls := map[string]func() error{
 			"export":      func() error { _, err := st.Export(ctx, out, "json"); return err },
 			"jsonl":       func() error { _, err := st.Export(ctx, out, "jsonl"); return err },
-			"export_json": func() error { _, _, err := st.ConfigExportJSON(ctx, out); return err },
+			"export_json": func() error { _, _, err := st.ConfigExportJSON(ctx, "", out); return err },
 			"backup":      func() error { _, err := st.Backup(ctx, out); return err },
 		}
 		for name, call := range calls {
@@ -106,7 +106,7 @@ func TestOutputsRefuseTheDatabaseAndItsFiles(t *testing.T) {
 	if _, err := st.Export(ctx, filepath.Join(dir, "dump.json"), "json"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := st.ConfigExportJSON(ctx, filepath.Join(dir, "seed.json")); err != nil {
+	if _, _, err := st.ConfigExportJSON(ctx, "", filepath.Join(dir, "seed.json")); err != nil {
 		t.Fatal(err)
 	}
 	// A backup in use (its lock file exists) is not replaced.

@@ -100,4 +100,16 @@ const (
 	// process must then die of Go's "out of memory" under an address-space
 	// limit.
 	TextSizeUnchecked = "text-size-unchecked"
+	// ConfigRebuilding is a point in the rebuild of an old config table
+	// into the namespaced layout (core/sqlite configs.go), inside the
+	// first config write's transaction: the old table has been renamed
+	// away and the new one does not exist yet. The crash test of
+	// tests/python/test_config_methods.py kills a writer here and finds
+	// the old table intact.
+	ConfigRebuilding = "config-rebuilding"
+	// ConfigRebuildApart is a switch: the rebuild of an old config table
+	// commits each of its steps on its own instead of inside the write's
+	// transaction (the negative control of that crash test, whose killed
+	// writer then leaves neither table).
+	ConfigRebuildApart = "config-rebuild-apart"
 )

@@ -96,7 +96,7 @@ func (r *reader) backupTo(path string) error {
 			}
 			_, err := tx.PutConfig(&e, false)
 			return err
-		}, "SELECT "+configColumns+" FROM config_entries ORDER BY key")
+		}, "SELECT "+configColumns+" FROM config_entries ORDER BY namespace, key")
 		if err != nil {
 			return err
 		}

@@ -134,12 +134,13 @@ func (s *Store) Contains(ctx context.Context, _, key string) (bool, error) {
 	return found, err
 }
 
-// ConfigGet reads the config entry of key; nothing is cached (stamp 0).
-func (s *Store) ConfigGet(ctx context.Context, key string) (*storage.ConfigEntry, uint64, error) {
+// ConfigGet reads the config entry of (namespace, key); nothing is
+// cached (stamp 0).
+func (s *Store) ConfigGet(ctx context.Context, namespace, key string) (*storage.ConfigEntry, uint64, error) {
 	var e *storage.ConfigEntry
 	err := s.one(ctx, "config get", func(ctx context.Context) error {
 		var err error
-		e, err = getConfig(ctx, s.pool, key)
+		e, err = getConfig(ctx, s.pool, namespace, key)
 		return err
 	})
 	return e, 0, err

@@ -32,8 +32,9 @@ import (
 const (
 	// SchemaVersion is db_meta's schema_version this engine knows.
 	SchemaVersion = 2
-	// LayoutVersion is db_meta's postgres_schema this engine writes.
-	LayoutVersion = 1
+	// LayoutVersion is db_meta's postgres_schema this engine writes: 2
+	// since config entries have a namespace.
+	LayoutVersion = 2
 )
 
 // schemaLock is the advisory lock (a transaction-scoped one) that
@@ -68,7 +69,8 @@ var schemaDDL = []string{
 	`CREATE UNIQUE INDEX IF NOT EXISTS idx_records_rowid ON records (rowid)`,
 	`CREATE INDEX IF NOT EXISTS idx_programs_name ON programs (program_name, program_hash)`,
 	`CREATE TABLE IF NOT EXISTS config_entries (
-    key            TEXT COLLATE "C" PRIMARY KEY,
+    namespace      TEXT COLLATE "C" NOT NULL DEFAULT '',
+    key            TEXT COLLATE "C" NOT NULL,
     device         TEXT COLLATE "C" NOT NULL,
     op_id          TEXT COLLATE "C" NOT NULL,
     call_key       TEXT COLLATE "C" NOT NULL,
@@ -76,9 +78,10 @@ var schemaDDL = []string{
     hostname       TEXT COLLATE "C" NOT NULL,
     username       TEXT COLLATE "C" NOT NULL,
     creation_date  TEXT COLLATE "C" NOT NULL,
-    update_date    TEXT COLLATE "C" NOT NULL
+    update_date    TEXT COLLATE "C" NOT NULL,
+    PRIMARY KEY (namespace, key)
 )`,
-	`CREATE INDEX IF NOT EXISTS idx_config_entries_device_op_id ON config_entries (device, op_id)`,
+	createConfigIndex,
 	`CREATE TABLE IF NOT EXISTS config_imports (
     path         TEXT COLLATE "C" PRIMARY KEY,
     size         BIGINT NOT NULL,
@@ -109,9 +112,25 @@ var schemaDDL = []string{
 )`,
 }
 
-// migrations[v] brings a layout of version v up to v+1 (none yet: 1 is
-// the first).
-var migrations = map[int][]string{}
+// createConfigIndex serves the listings of one namespace's config entries
+// of a device or operation.
+const createConfigIndex = `CREATE INDEX IF NOT EXISTS idx_config_entries_namespace_device_op_id
+    ON config_entries (namespace, device, op_id)`
+
+// migrations[v] brings a layout of version v up to v+1, in the schema
+// lock's transaction (all or nothing).
+var migrations = map[int][]string{
+	// 1 -> 2: config entries gain a namespace; the existing ones are the
+	// namespace "". The column comes first in new databases and last in
+	// migrated ones: every statement names its columns.
+	1: {
+		`ALTER TABLE config_entries ADD COLUMN IF NOT EXISTS namespace TEXT COLLATE "C" NOT NULL DEFAULT ''`,
+		`ALTER TABLE config_entries DROP CONSTRAINT IF EXISTS config_entries_pkey`,
+		`ALTER TABLE config_entries ADD PRIMARY KEY (namespace, key)`,
+		`DROP INDEX IF EXISTS idx_config_entries_device_op_id`,
+		createConfigIndex,
+	},
+}
 
 // init checks the server and the schema and creates or migrates the
 // schema when needed, retrying while the server is unreachable.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -256,13 +257,14 @@ func (r *reader) CheckTables() (*storage.TableCheck, error) {
 	// Config values too deep to read back; each level takes two
 	// characters, so shorter values are not read.
 	err = r.rows(func(rows pgx.Rows) error {
-		var key, v string
-		if err := rows.Scan(&key, &v); err != nil {
+		var ns, key, v string
+		if err := rows.Scan(&ns, &key, &v); err != nil {
 			return err
 		}
-		c.CheckDepth("config", key, v)
+		c.CheckDepth("config", storage.ConfigName(ns, key), v)
 		return nil
-	}, "SELECT key, value_json FROM config_entries WHERE length(value_json) > $1 ORDER BY key", 2*limits.MaxValueDepth)
+	}, "SELECT namespace, key, value_json FROM config_entries WHERE length(value_json) > $1 ORDER BY namespace, key",
+		2*limits.MaxValueDepth)
 	if err != nil {
 		return nil, err
 	}
@@ -287,16 +289,18 @@ func (r *reader) eachRecordPage(query string, scan func(pgx.Rows) (int64, error)
 	}
 }
 
-const configColumns = `key, device, op_id, call_key, value_json, hostname, username, creation_date, update_date`
+const configColumns = `namespace, key, device, op_id, call_key, value_json, hostname, username, creation_date, update_date`
 
 func configDst(e *storage.ConfigEntry) []any {
-	return []any{&e.Key, &e.Device, &e.OpID, &e.CallKey, &e.ValueJSON, &e.Hostname, &e.Username, &e.CreationDate, &e.UpdateDate}
+	return []any{&e.Namespace, &e.Key, &e.Device, &e.OpID, &e.CallKey, &e.ValueJSON, &e.Hostname, &e.Username,
+		&e.CreationDate, &e.UpdateDate}
 }
 
 // getConfig reads one config entry through q (the pool or a transaction).
-func getConfig(ctx context.Context, q queryer, key string) (*storage.ConfigEntry, error) {
+func getConfig(ctx context.Context, q queryer, namespace, key string) (*storage.ConfigEntry, error) {
 	var e storage.ConfigEntry
-	err := q.QueryRow(ctx, "SELECT "+configColumns+" FROM config_entries WHERE key = $1", key).Scan(configDst(&e)...)
+	err := q.QueryRow(ctx, "SELECT "+configColumns+" FROM config_entries WHERE namespace = $1 AND key = $2",
+		namespace, key).Scan(configDst(&e)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -306,24 +310,45 @@ func getConfig(ctx context.Context, q queryer, key string) (*storage.ConfigEntry
 	return &e, nil
 }
 
-// GetConfig is the config entry of key, or nil.
-func (r *reader) GetConfig(key string) (*storage.ConfigEntry, error) {
+// GetConfig is the config entry of (namespace, key), or nil.
+func (r *reader) GetConfig(namespace, key string) (*storage.ConfigEntry, error) {
 	ctx, cancel := r.s.stmtCtx(r.ctx)
 	defer cancel()
-	return getConfig(ctx, r.q, key)
+	return getConfig(ctx, r.q, namespace, key)
 }
 
-// EachConfig calls fn for the config entries of device and op_id.
-func (r *reader) EachConfig(device, opID string, fn func(*storage.ConfigEntry) error) error {
+// EachConfig calls fn for the config entries f selects, by namespace
+// then key.
+func (r *reader) EachConfig(f storage.ConfigFilter, fn func(*storage.ConfigEntry) error) error {
+	var where []string
+	var args []any
+	cond := func(c string, v any) {
+		args = append(args, v)
+		where = append(where, fmt.Sprintf(c, len(args)))
+	}
+	if !f.AllNamespaces {
+		cond("namespace = $%d", f.Namespace)
+	}
+	if f.Device != "" {
+		cond("device = $%d", f.Device)
+	}
+	if f.OpID != "" {
+		cond("op_id = $%d", f.OpID)
+	}
+	q := "SELECT " + configColumns + " FROM config_entries"
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
 	return eachRead(r, func(rows pgx.Rows) (*storage.ConfigEntry, error) {
 		e := &storage.ConfigEntry{}
 		return e, rows.Scan(configDst(e)...)
-	}, fn, "SELECT "+configColumns+` FROM config_entries
-  WHERE ($1 = '' OR device = $1) AND ($2 = '' OR op_id = $2) ORDER BY key`, device, opID)
+	}, fn, q+" ORDER BY namespace, key", args...)
 }
 
-// CountConfigs is the number of config entries.
-func (r *reader) CountConfigs() (int64, error) { return r.count("SELECT count(*) FROM config_entries") }
+// CountConfigs is the number of config entries of namespace.
+func (r *reader) CountConfigs(namespace string) (int64, error) {
+	return r.count("SELECT count(*) FROM config_entries WHERE namespace = $1", namespace)
+}
 
 // ConfigImported is the import record of path, or nil.
 func (r *reader) ConfigImported(path string) (*storage.ConfigImport, error) {
@@ -431,28 +456,32 @@ func (w *writer) DeleteRecord(key string) (bool, error) {
 	return n > 0, err
 }
 
-// PutConfig inserts e, or replaces the entry of its key if overwrite.
+// PutConfig inserts e, or replaces the entry of its (namespace, key) if
+// overwrite.
 func (w *writer) PutConfig(e *storage.ConfigEntry, overwrite bool) (bool, error) {
-	q := "INSERT INTO config_entries (" + configColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-  ON CONFLICT (key) DO NOTHING`
+	q := "INSERT INTO config_entries (" + configColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+  ON CONFLICT (namespace, key) DO NOTHING`
 	if overwrite {
-		q = "INSERT INTO config_entries (" + configColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-  ON CONFLICT (key) DO UPDATE SET device = excluded.device, op_id = excluded.op_id, call_key = excluded.call_key,
-       value_json = excluded.value_json, hostname = excluded.hostname, username = excluded.username,
-       update_date = excluded.update_date`
+		q = "INSERT INTO config_entries (" + configColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+  ON CONFLICT (namespace, key) DO UPDATE SET device = excluded.device, op_id = excluded.op_id,
+       call_key = excluded.call_key, value_json = excluded.value_json, hostname = excluded.hostname,
+       username = excluded.username, update_date = excluded.update_date`
 	}
-	n, err := w.exec(q, e.Key, e.Device, e.OpID, e.CallKey, e.ValueJSON, e.Hostname, e.Username, e.CreationDate, e.UpdateDate)
+	n, err := w.exec(q, e.Namespace, e.Key, e.Device, e.OpID, e.CallKey, e.ValueJSON, e.Hostname, e.Username,
+		e.CreationDate, e.UpdateDate)
 	return n > 0, err
 }
 
-// DeleteConfig removes a config entry.
-func (w *writer) DeleteConfig(key string) (bool, error) {
-	n, err := w.exec("DELETE FROM config_entries WHERE key = $1", key)
+// DeleteConfig removes the config entry of (namespace, key).
+func (w *writer) DeleteConfig(namespace, key string) (bool, error) {
+	n, err := w.exec("DELETE FROM config_entries WHERE namespace = $1 AND key = $2", namespace, key)
 	return n > 0, err
 }
 
-// ClearConfigs removes every config entry.
-func (w *writer) ClearConfigs() (int64, error) { return w.exec("DELETE FROM config_entries") }
+// ClearConfigs removes every config entry of namespace.
+func (w *writer) ClearConfigs(namespace string) (int64, error) {
+	return w.exec("DELETE FROM config_entries WHERE namespace = $1", namespace)
+}
 
 // PutConfigImport inserts or replaces the import record of im.Path.
 func (w *writer) PutConfigImport(im *storage.ConfigImport) error {

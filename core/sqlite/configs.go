@@ -3,19 +3,38 @@ package sqlite
 import (
 	"database/sql"
 	"errors"
+	"strings"
 
+	"github.com/tirastore/tirastore/core/failpoint"
 	"github.com/tirastore/tirastore/core/storage"
 )
 
 // The kernel-config table: ejKernel's PersistentCache entries, one row per
-// key "device|op_id|call_key" (the seed's key), with who wrote it and when.
-// It is created by the first write (a database that only holds records
-// never gets it); until then every read finds it empty. The original
-// library never looks at it.
+// (namespace, key), the key being the seed's "device|op_id|call_key", with
+// who wrote it and when. A namespace is one cache of the database
+// (ejKernel keeps one per operation); "" is the namespace of every entry
+// written before namespaces existed. The table is created by the first
+// write (a database that only holds records never gets it); until then
+// every read finds it empty. The original library never looks at it.
+//
+// # Its two layouts
+//
+// The first layout had no namespace: key TEXT PRIMARY KEY (configKeyed).
+// A database that has it is read as it is, every row in the namespace "",
+// through a subquery that adds the column (configLayout.source), and the
+// first config write of this engine rebuilds it into the current layout
+// (rebuildConfigTable) inside that write's transaction: a crash or an
+// error leaves the old table or the new one, never neither, and no write
+// of an entry happens without it. The table's columns say its layout:
+// db_meta's schema_version stays the original's (docs/COMPAT.md), and the
+// look that every config read already made for the table tells the layout
+// too (configLayout), so that knowing it costs no statement more, and a
+// rebuild by another process is seen at the next read.
 const (
 	ConfigTable       = "config_entries"
 	createConfigTable = `CREATE TABLE IF NOT EXISTS config_entries (
-    key            TEXT PRIMARY KEY,
+    namespace      TEXT NOT NULL DEFAULT '',
+    key            TEXT NOT NULL,
     device         TEXT NOT NULL,
     op_id          TEXT NOT NULL,
     call_key       TEXT NOT NULL,
@@ -23,10 +42,18 @@ const (
     hostname       TEXT NOT NULL,
     username       TEXT NOT NULL,
     creation_date  TEXT NOT NULL,
-    update_date    TEXT NOT NULL
+    update_date    TEXT NOT NULL,
+    PRIMARY KEY (namespace, key)
 )`
-	createConfigIndex = `CREATE INDEX IF NOT EXISTS idx_config_entries_device_op_id
-    ON config_entries (device, op_id)`
+	// ConfigIndex serves the listings of one namespace's entries of a
+	// device or operation.
+	ConfigIndex       = "idx_config_entries_namespace_device_op_id"
+	createConfigIndex = `CREATE INDEX IF NOT EXISTS ` + ConfigIndex + `
+    ON config_entries (namespace, device, op_id)`
+
+	// configKeyedTable is the name the old table has during its rebuild
+	// (inside one transaction: no database ever shows it).
+	configKeyedTable = "config_entries_keyed"
 
 	// ConfigImportTable remembers the seed JSON files imported (see
 	// storage.ConfigImport), created by the first import.
@@ -42,16 +69,50 @@ const (
     username     TEXT NOT NULL
 )`
 
+	// configColumns are the columns both layouts have; a read selects
+	// namespace first.
 	configColumns = `key, device, op_id, call_key, value_json, hostname, username, creation_date, update_date`
-	insertConfig  = `INSERT OR IGNORE INTO config_entries (` + configColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	upsertConfig  = `INSERT INTO config_entries (` + configColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-  ON CONFLICT(key) DO UPDATE SET device = excluded.device, op_id = excluded.op_id, call_key = excluded.call_key,
-       value_json = excluded.value_json, hostname = excluded.hostname, username = excluded.username,
-       update_date = excluded.update_date`
+	insertConfig  = `INSERT OR IGNORE INTO config_entries (namespace, ` + configColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	upsertConfig  = `INSERT INTO config_entries (namespace, ` + configColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+  ON CONFLICT(namespace, key) DO UPDATE SET device = excluded.device, op_id = excluded.op_id,
+       call_key = excluded.call_key, value_json = excluded.value_json, hostname = excluded.hostname,
+       username = excluded.username, update_date = excluded.update_date`
 )
 
-// hasConfigTable reports whether the config table exists yet.
-func (d *DB) hasConfigTable() (bool, error) { return d.hasTable(ConfigTable) }
+// configLayout is the shape of a database's config table.
+type configLayout int
+
+const (
+	configNone       configLayout = iota // no table yet: every read finds nothing
+	configKeyed                          // the first layout: key TEXT PRIMARY KEY, no namespace
+	configNamespaced                     // the current one: (namespace, key)
+)
+
+// source is what a read selects the config rows from, each with its
+// namespace: the table itself, or the old one's rows in the namespace "".
+// SQLite flattens the subquery, so a read by key still uses the old
+// table's primary key.
+func (l configLayout) source() string {
+	if l == configKeyed {
+		return `(SELECT '' AS namespace, ` + configColumns + ` FROM config_entries)`
+	}
+	return ConfigTable
+}
+
+// configLayout tells whether the config table exists and in which layout,
+// in the one statement that was the look for the table before namespaces.
+func (d *DB) configLayout() (configLayout, error) {
+	var cols, ns int
+	err := d.queryRow(`SELECT count(*), count(CASE WHEN name = 'namespace' THEN 1 END)
+  FROM pragma_table_info('config_entries', 'main')`).Scan(&cols, &ns)
+	switch {
+	case err != nil || cols == 0:
+		return configNone, err
+	case ns == 0:
+		return configKeyed, nil
+	}
+	return configNamespaced, nil
+}
 
 // hasTable reports whether the table name exists.
 func (d *DB) hasTable(name string) (bool, error) {
@@ -62,31 +123,48 @@ func (d *DB) hasTable(name string) (bool, error) {
 
 func scanConfig(sc interface{ Scan(...any) error }) (*storage.ConfigEntry, error) {
 	var e storage.ConfigEntry
-	err := sc.Scan(&e.Key, &e.Device, &e.OpID, &e.CallKey, &e.ValueJSON, &e.Hostname, &e.Username,
+	err := sc.Scan(&e.Namespace, &e.Key, &e.Device, &e.OpID, &e.CallKey, &e.ValueJSON, &e.Hostname, &e.Username,
 		&e.CreationDate, &e.UpdateDate)
 	return &e, err
 }
 
-// GetConfig returns the entry of key, or nil.
-func (d *DB) GetConfig(key string) (*storage.ConfigEntry, error) {
-	if ok, err := d.hasConfigTable(); err != nil || !ok {
+// GetConfig returns the entry of (namespace, key), or nil.
+func (d *DB) GetConfig(namespace, key string) (*storage.ConfigEntry, error) {
+	l, err := d.configLayout()
+	if err != nil || l == configNone {
 		return nil, err
 	}
-	e, err := scanConfig(d.queryRow("SELECT "+configColumns+" FROM config_entries WHERE key = ?", key))
+	e, err := scanConfig(d.queryRow("SELECT namespace, "+configColumns+" FROM "+l.source()+
+		" WHERE namespace = ? AND key = ?", namespace, key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
 	return e, err
 }
 
-// EachConfig calls fn for every entry of device and op_id ("" matches any),
-// by key.
-func (d *DB) EachConfig(device, opID string, fn func(*storage.ConfigEntry) error) error {
-	if ok, err := d.hasConfigTable(); err != nil || !ok {
+// EachConfig calls fn for every entry that f selects, by namespace then
+// key.
+func (d *DB) EachConfig(f storage.ConfigFilter, fn func(*storage.ConfigEntry) error) error {
+	l, err := d.configLayout()
+	if err != nil || l == configNone {
 		return err
 	}
-	rows, err := d.query("SELECT "+configColumns+` FROM config_entries
-  WHERE (?1 = '' OR device = ?1) AND (?2 = '' OR op_id = ?2) ORDER BY key`, device, opID)
+	var where []string
+	var args []any
+	if !f.AllNamespaces {
+		where, args = append(where, "namespace = ?"), append(args, f.Namespace)
+	}
+	if f.Device != "" {
+		where, args = append(where, "device = ?"), append(args, f.Device)
+	}
+	if f.OpID != "" {
+		where, args = append(where, "op_id = ?"), append(args, f.OpID)
+	}
+	q := "SELECT namespace, " + configColumns + " FROM " + l.source()
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	rows, err := d.query(q+" ORDER BY namespace, key", args...)
 	if err != nil {
 		return err
 	}
@@ -103,40 +181,90 @@ func (d *DB) EachConfig(device, opID string, fn func(*storage.ConfigEntry) error
 	return rows.Err()
 }
 
-// CountConfigs is the number of config entries.
-func (d *DB) CountConfigs() (int64, error) {
-	if ok, err := d.hasConfigTable(); err != nil || !ok {
+// CountConfigs is the number of config entries of namespace.
+func (d *DB) CountConfigs(namespace string) (int64, error) {
+	l, err := d.configLayout()
+	if err != nil || l == configNone {
 		return 0, err
 	}
-	return d.count("SELECT COUNT(*) FROM config_entries")
+	return d.count("SELECT COUNT(*) FROM "+l.source()+" WHERE namespace = ?", namespace)
 }
 
-// ensureConfigTable creates the config table in the transaction if it is
-// not there yet.
-func (tx *Tx) ensureConfigTable() error {
-	ok, err := tx.d.hasConfigTable()
-	if err != nil || ok {
-		return err
+// configTable readies the config table for a write in the transaction and
+// reports whether it exists: an old layout is rebuilt into the current
+// one, and a missing table is created if create (a put), else left
+// missing (a delete finds nothing to delete).
+func (tx *Tx) configTable(create bool) (bool, error) {
+	l, err := tx.d.configLayout()
+	if err != nil {
+		return false, err
+	}
+	switch l {
+	case configNamespaced:
+		return true, nil
+	case configKeyed:
+		return true, tx.rebuildConfigTable()
+	}
+	if !create {
+		return false, nil
 	}
 	for _, ddl := range []string{createConfigTable, createConfigIndex} {
-		if _, err := tx.exec(ddl); err != nil {
+		if _, err := tx.Exec(ddl); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// rebuildConfigTable turns the table of the first layout into the current
+// one, its rows in the namespace "", in the caller's transaction: the old
+// table is renamed away, the new one created under its name with the
+// same DDL as a new database's (sqlite_master then reads the same either
+// way), the rows copied, the old table (and its index) dropped. Until the
+// transaction commits, the database still holds the old table.
+func (tx *Tx) rebuildConfigTable() error {
+	apart := failpoint.Enabled(failpoint.ConfigRebuildApart)
+	for i, stmt := range []string{
+		`ALTER TABLE config_entries RENAME TO ` + configKeyedTable,
+		createConfigTable,
+		createConfigIndex,
+		`INSERT INTO config_entries (namespace, ` + configColumns + `) SELECT '', ` + configColumns + ` FROM ` + configKeyedTable,
+		`DROP TABLE ` + configKeyedTable,
+	} {
+		if apart {
+			// The negative control: each step commits on its own.
+			if _, err := tx.Exec("COMMIT"); err != nil {
+				return err
+			}
+		}
+		if i == 1 {
+			failpoint.Inject(failpoint.ConfigRebuilding) // the old table renamed away, no new one yet
+		}
+		_, err := tx.Exec(stmt)
+		if apart {
+			if _, berr := tx.Exec("BEGIN IMMEDIATE"); err == nil {
+				err = berr
+			}
+		}
+		if err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// PutConfig inserts e, or with overwrite replaces the entry of its key
-// (keeping its creation date); it reports whether it wrote.
+// PutConfig inserts e, or with overwrite replaces the entry of its
+// (namespace, key) (keeping its creation date); it reports whether it
+// wrote.
 func (tx *Tx) PutConfig(e *storage.ConfigEntry, overwrite bool) (bool, error) {
-	if err := tx.ensureConfigTable(); err != nil {
+	if _, err := tx.configTable(true); err != nil {
 		return false, err
 	}
 	q := insertConfig
 	if overwrite {
 		q = upsertConfig
 	}
-	res, err := tx.exec(q, e.Key, e.Device, e.OpID, e.CallKey, e.ValueJSON, e.Hostname, e.Username,
+	res, err := tx.exec(q, e.Namespace, e.Key, e.Device, e.OpID, e.CallKey, e.ValueJSON, e.Hostname, e.Username,
 		e.CreationDate, e.UpdateDate)
 	if err != nil {
 		return false, err
@@ -145,12 +273,13 @@ func (tx *Tx) PutConfig(e *storage.ConfigEntry, overwrite bool) (bool, error) {
 	return n > 0, err
 }
 
-// DeleteConfig removes the entry of key and reports whether it existed.
-func (tx *Tx) DeleteConfig(key string) (bool, error) {
-	if ok, err := tx.d.hasConfigTable(); err != nil || !ok {
+// DeleteConfig removes the entry of (namespace, key) and reports whether
+// it existed.
+func (tx *Tx) DeleteConfig(namespace, key string) (bool, error) {
+	if ok, err := tx.configTable(false); err != nil || !ok {
 		return false, err
 	}
-	res, err := tx.exec("DELETE FROM config_entries WHERE key = ?", key)
+	res, err := tx.exec("DELETE FROM config_entries WHERE namespace = ? AND key = ?", namespace, key)
 	if err != nil {
 		return false, err
 	}
@@ -158,12 +287,13 @@ func (tx *Tx) DeleteConfig(key string) (bool, error) {
 	return n > 0, err
 }
 
-// ClearConfigs removes every config entry and returns how many there were.
-func (tx *Tx) ClearConfigs() (int64, error) {
-	if ok, err := tx.d.hasConfigTable(); err != nil || !ok {
+// ClearConfigs removes every config entry of namespace and returns how
+// many there were.
+func (tx *Tx) ClearConfigs(namespace string) (int64, error) {
+	if ok, err := tx.configTable(false); err != nil || !ok {
 		return 0, err
 	}
-	res, err := tx.exec("DELETE FROM config_entries")
+	res, err := tx.exec("DELETE FROM config_entries WHERE namespace = ?", namespace)
 	if err != nil {
 		return 0, err
 	}

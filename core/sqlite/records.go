@@ -340,8 +340,8 @@ func (d *DB) CountRecords() (int64, error) { return d.count("SELECT COUNT(*) FRO
 // CountPrograms is the number of rows in programs.
 func (d *DB) CountPrograms() (int64, error) { return d.count("SELECT COUNT(*) FROM programs") }
 
-func (d *DB) count(query string) (n int64, err error) {
-	err = d.queryRow(query).Scan(&n)
+func (d *DB) count(query string, args ...any) (n int64, err error) {
+	err = d.queryRow(query, args...).Scan(&n)
 	return n, err
 }
 
@@ -425,28 +425,36 @@ func (d *DB) CheckTables() (*storage.TableCheck, error) {
 // longer than twice the limit are read (a canonical result_json, the
 // common case, is shorter unless it holds dozens of times).
 func (d *DB) checkDepths(c *storage.TableCheck) error {
-	scan := func(kind, query string) error {
-		rows, err := d.query(query, 2*limits.MaxValueDepth)
-		if err != nil {
+	if err := d.scanDepths(c, "record", "SELECT '', key, result_json FROM records WHERE length(result_json) > ? ORDER BY rowid"); err != nil {
+		return err
+	}
+	l, err := d.configLayout()
+	if err != nil || l == configNone {
+		return err
+	}
+	return d.scanDepths(c, "config", "SELECT namespace, key, value_json FROM "+l.source()+
+		" WHERE length(value_json) > ? ORDER BY namespace, key")
+}
+
+// scanDepths is checkDepths of the values of kind that query selects
+// (namespace, key, text), those longer than twice the limit.
+func (d *DB) scanDepths(c *storage.TableCheck, kind, query string) error {
+	rows, err := d.query(query, 2*limits.MaxValueDepth)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var ns, key, text string
+		if err := rows.Scan(&ns, &key, &text); err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var key, text string
-			if err := rows.Scan(&key, &text); err != nil {
-				return err
-			}
-			c.CheckDepth(kind, key, text)
+		if kind == "config" {
+			key = storage.ConfigName(ns, key)
 		}
-		return rows.Err()
+		c.CheckDepth(kind, key, text)
 	}
-	if err := scan("record", "SELECT key, result_json FROM records WHERE length(result_json) > ? ORDER BY rowid"); err != nil {
-		return err
-	}
-	if ok, err := d.hasConfigTable(); err != nil || !ok {
-		return err
-	}
-	return scan("config", "SELECT key, value_json FROM config_entries WHERE length(value_json) > ? ORDER BY key")
+	return rows.Err()
 }
 
 // Keys lists record keys by creation_date; limit > 0 paginates.

@@ -70,12 +70,12 @@ type resultCache struct {
 	hdr     *os.File // nil: no lock-free reads (no kept connection)
 	gen     generation
 	entries map[string]*storage.Record // nil value: known to be absent
-	// configs are kernel-config entries by key (nil value: known to be
-	// absent), valid at gen as entries are. No logged commit changes a
+	// configs are kernel-config entries by (namespace, key) (nil value:
+	// known to be absent), valid at gen as entries are. No logged commit changes a
 	// config row (config writes are not logged), so following the log
 	// keeps them; a config write is a commit that was not logged and
 	// starts the cache over.
-	configs map[string]*storage.ConfigEntry
+	configs map[configKey]*storage.ConfigEntry
 	// stamp names the cache's current set of config entries: a new one
 	// (from stamps) whenever entries may be dropped or replaced, never when
 	// one is added, so that an answer stamped stamp holds while stamp is
@@ -170,9 +170,13 @@ func (c *resultCache) Get(progHash, key string) (rec *storage.Record, ok bool) {
 	return c.lookup(progHash, key)
 }
 
+// configKey names a config entry: the same key in two namespaces is two
+// entries.
+type configKey struct{ namespace, key string }
+
 // GetConfig is Get for the config entry of key, with the stamp of the
 // answer (see Fresh).
-func (c *resultCache) GetConfig(key string) (e *storage.ConfigEntry, stamp uint64, ok bool) {
+func (c *resultCache) GetConfig(key configKey) (e *storage.ConfigEntry, stamp uint64, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok = c.configs[key]; !ok || c.hdr == nil {
@@ -201,7 +205,7 @@ func (c *resultCache) Fresh(stamp uint64) bool {
 // LoadConfig is Load for the config entry of key (no prefetch: an
 // autotuner asks for few keys, each many times), with the stamp of the
 // answer (0: not cached).
-func (c *resultCache) LoadConfig(db *sqlite.DB, key string) (*storage.ConfigEntry, uint64, error) {
+func (c *resultCache) LoadConfig(db *sqlite.DB, key configKey) (*storage.ConfigEntry, uint64, error) {
 	c.mu.Lock()
 	e, ok := c.configs[key]
 	stamp := c.stamp
@@ -209,7 +213,7 @@ func (c *resultCache) LoadConfig(db *sqlite.DB, key string) (*storage.ConfigEntr
 	if ok && c.hdr != nil {
 		return e, stamp, nil
 	}
-	e, err := db.GetConfig(key)
+	e, err := db.GetConfig(key.namespace, key.key)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -219,7 +223,7 @@ func (c *resultCache) LoadConfig(db *sqlite.DB, key string) (*storage.ConfigEntr
 		return e, 0, nil
 	}
 	if c.configs == nil || len(c.configs) >= tuning.MaxCached {
-		c.configs = make(map[string]*storage.ConfigEntry)
+		c.configs = make(map[configKey]*storage.ConfigEntry)
 		c.stamp = stamps.Add(1)
 	}
 	c.configs[key] = e

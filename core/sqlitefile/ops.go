@@ -38,24 +38,25 @@ func (s *Store) cached(progHash, key string) (*storage.Record, bool) {
 	return s.cache.Get(progHash, key)
 }
 
-// ConfigGet returns the config entry of key, from the cache when it is
-// provably current, else under the lock (see resultCache.LoadConfig), with
-// the cache's stamp (see ConfigFresh).
-func (s *Store) ConfigGet(ctx context.Context, key string) (*storage.ConfigEntry, uint64, error) {
-	if e, stamp, ok := s.cachedConfig(key); ok {
+// ConfigGet returns the config entry of (namespace, key), from the cache
+// when it is provably current, else under the lock (see
+// resultCache.LoadConfig), with the cache's stamp (see ConfigFresh).
+func (s *Store) ConfigGet(ctx context.Context, namespace, key string) (*storage.ConfigEntry, uint64, error) {
+	ck := configKey{namespace, key}
+	if e, stamp, ok := s.cachedConfig(ck); ok {
 		return e, stamp, nil
 	}
 	var e *storage.ConfigEntry
 	var stamp uint64
 	err := s.withDB(ctx, "config get", func(db *sqlite.DB) (err error) {
-		e, stamp, err = s.cache.LoadConfig(db, key)
+		e, stamp, err = s.cache.LoadConfig(db, ck)
 		return err
 	})
 	return e, stamp, err
 }
 
 // cachedConfig is the lock-free path of ConfigGet.
-func (s *Store) cachedConfig(key string) (*storage.ConfigEntry, uint64, bool) {
+func (s *Store) cachedConfig(key configKey) (*storage.ConfigEntry, uint64, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
@@ -240,11 +241,14 @@ func (w writer) PutConfig(e *storage.ConfigEntry, overwrite bool) (bool, error) 
 	return w.tx.PutConfig(e, overwrite)
 }
 
-// DeleteConfig deletes the config entry key in the transaction.
-func (w writer) DeleteConfig(key string) (bool, error) { return w.tx.DeleteConfig(key) }
+// DeleteConfig deletes the config entry of (namespace, key) in the
+// transaction.
+func (w writer) DeleteConfig(namespace, key string) (bool, error) {
+	return w.tx.DeleteConfig(namespace, key)
+}
 
-// ClearConfigs deletes every config entry in the transaction.
-func (w writer) ClearConfigs() (int64, error) { return w.tx.ClearConfigs() }
+// ClearConfigs deletes every config entry of namespace in the transaction.
+func (w writer) ClearConfigs(namespace string) (int64, error) { return w.tx.ClearConfigs(namespace) }
 
 // PutClaim writes c in the transaction.
 func (w writer) PutClaim(c *storage.Claim) error { return w.tx.PutClaim(c) }

@@ -57,8 +57,12 @@ type ScheduleResult struct {
 // ConfigEntry is one entry of the kernel-config table (ejKernel's
 // PersistentCache): the best configuration found for a (device, op_id,
 // call_key), under the seed's key "device|op_id|call_key", as JSON text,
-// with who wrote it and when.
+// with who wrote it and when. An entry is named by (Namespace, Key): each
+// cache of a database (ejKernel keeps one per operation) is a namespace
+// of its own, and "" is the namespace of every entry written before
+// namespaces existed.
 type ConfigEntry struct {
+	Namespace    string
 	Key          string
 	Device       string
 	OpID         string
@@ -68,6 +72,25 @@ type ConfigEntry struct {
 	Username     string
 	CreationDate string
 	UpdateDate   string
+}
+
+// ConfigName is how messages name the config entry of key in namespace:
+// the key alone in the namespace "", else "<key> in namespace <namespace>",
+// the one form every message (errors, check) uses.
+func ConfigName(namespace, key string) string {
+	if namespace == "" {
+		return key
+	}
+	return key + " in namespace " + namespace
+}
+
+// ConfigFilter selects config entries (Reader.EachConfig): those of
+// Namespace, or of every namespace with AllNamespaces (tools that show
+// the whole table), of Device and OpID ("" matches any).
+type ConfigFilter struct {
+	Namespace     string
+	AllNamespaces bool
+	Device, OpID  string
 }
 
 // ConfigImport remembers that a seed JSON file was imported into the
@@ -144,7 +167,8 @@ type TableCheck struct {
 	Orphans, BadResults int64
 	// DeepValues names the stored JSON values (a record's result_json,
 	// a config entry's value) nested deeper than limits.MaxValueDepth,
-	// which readers refuse: "record <key>" or "config <key>", records
+	// which readers refuse: "record <key>" or "config <name>" (the
+	// entry's ConfigName), records
 	// first, at most MaxDeepListed of them; DeepCount counts them all
 	// (-1 when the integrity check failed).
 	DeepValues []string
@@ -156,7 +180,7 @@ type TableCheck struct {
 const MaxDeepListed = 100
 
 // CheckDepth counts the stored value of key in kind ("record" or
-// "config") when its JSON text nests deeper than limits.MaxValueDepth,
+// "config", whose key is then the entry's ConfigName) when its JSON text nests deeper than limits.MaxValueDepth,
 // for a backend's CheckTables.
 func (c *TableCheck) CheckDepth(kind, key, text string) {
 	d, over := limits.TooDeep(text)
@@ -260,11 +284,11 @@ type Backend interface {
 	// Contains reports whether a record row has key (no join with
 	// programs, as in the original).
 	Contains(ctx context.Context, programHash, key string) (bool, error)
-	// ConfigGet returns the config entry of key, or nil. Like Lookup, it
-	// is a hot path that a backend may answer from a cache it can prove
-	// current. stamp names the state of that cache the answer came from
+	// ConfigGet returns the config entry of (namespace, key), or nil.
+	// Like Lookup, it is a hot path that a backend may answer from a
+	// cache it can prove current. stamp names the state of that cache the answer came from
 	// (0: none, the answer was not cached).
-	ConfigGet(ctx context.Context, key string) (e *ConfigEntry, stamp uint64, err error)
+	ConfigGet(ctx context.Context, namespace, key string) (e *ConfigEntry, stamp uint64, err error)
 	// ConfigFresh reports whether every ConfigGet answer stamped stamp is
 	// still what ConfigGet would answer, as cheaply as the cache can tell
 	// (no lock), so that a binding may keep the decoded values of its
@@ -336,13 +360,13 @@ type Reader interface {
 	// records that lookups cannot serve.
 	CheckTables() (*TableCheck, error)
 
-	// GetConfig is the config entry of key, or nil.
-	GetConfig(key string) (*ConfigEntry, error)
-	// EachConfig calls fn for every config entry of device and op_id
-	// ("" matches any), by key.
-	EachConfig(device, opID string, fn func(*ConfigEntry) error) error
-	// CountConfigs is the number of config entries.
-	CountConfigs() (int64, error)
+	// GetConfig is the config entry of (namespace, key), or nil.
+	GetConfig(namespace, key string) (*ConfigEntry, error)
+	// EachConfig calls fn for every config entry that f selects, by
+	// namespace then key.
+	EachConfig(f ConfigFilter, fn func(*ConfigEntry) error) error
+	// CountConfigs is the number of config entries of namespace.
+	CountConfigs(namespace string) (int64, error)
 	// ConfigImported is the import record of the JSON file path, or nil.
 	ConfigImported(path string) (*ConfigImport, error)
 
@@ -379,13 +403,16 @@ type Writer interface {
 	// DeleteRecord removes a record and reports whether it existed.
 	DeleteRecord(key string) (bool, error)
 
-	// PutConfig inserts e, or replaces the entry of its key if overwrite
-	// (keeping its creation date); it reports whether it wrote.
+	// PutConfig inserts e, or replaces the entry of its (namespace, key)
+	// if overwrite (keeping its creation date); it reports whether it
+	// wrote.
 	PutConfig(e *ConfigEntry, overwrite bool) (bool, error)
-	// DeleteConfig removes a config entry and reports whether it existed.
-	DeleteConfig(key string) (bool, error)
-	// ClearConfigs removes every config entry and says how many.
-	ClearConfigs() (int64, error)
+	// DeleteConfig removes the config entry of (namespace, key) and
+	// reports whether it existed.
+	DeleteConfig(namespace, key string) (bool, error)
+	// ClearConfigs removes every config entry of namespace and says how
+	// many.
+	ClearConfigs(namespace string) (int64, error)
 	// PutConfigImport inserts or replaces the import record of im.Path.
 	PutConfigImport(im *ConfigImport) error
 }

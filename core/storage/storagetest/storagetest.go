@@ -39,6 +39,7 @@ func Run(t *testing.T, open Open) {
 		{"EachProgram", testEachProgram},
 		{"Backup", testBackup},
 		{"Configs", testConfigs},
+		{"ConfigNamespaces", testConfigNamespaces},
 		{"Claims", testClaims},
 		{"CheckDepths", testCheckDepths},
 		{"Closed", testClosed},
@@ -285,10 +286,10 @@ func testConfigs(t *testing.T, open Open) {
 	}
 	// Reads of a database without config entries.
 	if err := b.View(ctx, "configs", func(r storage.Reader) error {
-		if e, err := r.GetConfig("k"); err != nil || e != nil {
+		if e, err := r.GetConfig("", "k"); err != nil || e != nil {
 			return fmt.Errorf("get in an empty table: %+v, %v", e, err)
 		}
-		if n, err := r.CountConfigs(); err != nil || n != 0 {
+		if n, err := r.CountConfigs(""); err != nil || n != 0 {
 			return fmt.Errorf("count: %d, %v", n, err)
 		}
 		return nil
@@ -314,18 +315,18 @@ func testConfigs(t *testing.T, open Open) {
 		t.Fatal(err)
 	}
 	err := b.View(ctx, "configs", func(r storage.Reader) error {
-		e, err := r.GetConfig("a")
+		e, err := r.GetConfig("", "a")
 		if err != nil || e == nil || e.ValueJSON != "3" || e.CreationDate != "d1" || e.UpdateDate != "d2" {
 			return fmt.Errorf("after overwrite: %+v, %v; want value 3, created d1, updated d2", e, err)
 		}
 		var keys []string
-		if err := r.EachConfig("gpu:0", "", func(e *storage.ConfigEntry) error {
+		if err := r.EachConfig(storage.ConfigFilter{Device: "gpu:0"}, func(e *storage.ConfigEntry) error {
 			keys = append(keys, e.Key)
 			return nil
 		}); err != nil || !slices.Equal(keys, []string{"a", "b"}) {
 			return fmt.Errorf("EachConfig = %v, %v; want by key", keys, err)
 		}
-		if err := r.EachConfig("gpu:1", "", func(e *storage.ConfigEntry) error {
+		if err := r.EachConfig(storage.ConfigFilter{Device: "gpu:1"}, func(e *storage.ConfigEntry) error {
 			return fmt.Errorf("EachConfig of another device gave %s", e.Key)
 		}); err != nil {
 			return err
@@ -338,12 +339,12 @@ func testConfigs(t *testing.T, open Open) {
 	// The fast path agrees with the reads, hit and miss, twice (a cache).
 	var stamp uint64
 	for i := 0; i < 2; i++ {
-		e, st, err := b.ConfigGet(ctx, "a")
+		e, st, err := b.ConfigGet(ctx, "", "a")
 		if err != nil || e == nil || e.ValueJSON != "3" || e.Device != "gpu:0" {
 			t.Fatalf("ConfigGet(a) = %+v, %v; want value 3", e, err)
 		}
 		stamp = st
-		if e, _, err := b.ConfigGet(ctx, "zz"); err != nil || e != nil {
+		if e, _, err := b.ConfigGet(ctx, "", "zz"); err != nil || e != nil {
 			t.Fatalf("ConfigGet of a missing key = %+v, %v", e, err)
 		}
 	}
@@ -364,7 +365,7 @@ func testConfigs(t *testing.T, open Open) {
 	if stamp != 0 && b.ConfigFresh(stamp) {
 		t.Fatalf("stamp %d is still fresh after a put of its key", stamp)
 	}
-	if e, _, err := b.ConfigGet(ctx, "a"); err != nil || e == nil || e.ValueJSON != "4" {
+	if e, _, err := b.ConfigGet(ctx, "", "a"); err != nil || e == nil || e.ValueJSON != "4" {
 		t.Fatalf("ConfigGet(a) after the put = %+v, %v; want value 4", e, err)
 	}
 	// Import records: absent, written, replaced.
@@ -393,15 +394,151 @@ func testConfigs(t *testing.T, open Open) {
 		t.Fatal(err)
 	}
 	if err := b.Update(ctx, "configs", func(w storage.Writer) error {
-		if ok, err := w.DeleteConfig("b"); err != nil || !ok {
+		if ok, err := w.DeleteConfig("", "b"); err != nil || !ok {
 			return fmt.Errorf("delete: %v, %v", ok, err)
 		}
-		if n, err := w.ClearConfigs(); err != nil || n != 1 {
+		if n, err := w.ClearConfigs(""); err != nil || n != 1 {
 			return fmt.Errorf("clear: %d, %v; want 1", n, err)
 		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// testConfigNamespaces: an entry is named by (namespace, key): the same
+// key in two namespaces is two entries, each read, counted, listed,
+// deleted and cleared apart from the other, by the fast path too.
+func testConfigNamespaces(t *testing.T, open Open) {
+	b := open(t)
+	entry := func(ns, key, device, value string) *storage.ConfigEntry {
+		return &storage.ConfigEntry{Namespace: ns, Key: key, Device: device, OpID: "op", CallKey: key, ValueJSON: value,
+			Hostname: "h", Username: "u", CreationDate: "d1", UpdateDate: "d1"}
+	}
+	const fa, mm = "flash-attn", "matmul ü"
+	puts := []*storage.ConfigEntry{
+		entry("", "k", "gpu:0", `"default"`), entry(fa, "k", "gpu:0", `"fa"`), entry(mm, "k", "gpu:1", `"mm"`),
+		entry(fa, "a", "gpu:1", `1`), entry(fa, "b", "gpu:0", `2`),
+	}
+	if err := b.Update(ctx, "configs", func(w storage.Writer) error {
+		for _, e := range puts {
+			if ok, err := w.PutConfig(e, false); err != nil || !ok {
+				return fmt.Errorf("put %s/%s: %v, %v", e.Namespace, e.Key, ok, err)
+			}
+		}
+		// Without overwrite the key of another namespace does not count.
+		if ok, err := w.PutConfig(entry(fa, "k", "gpu:0", `"again"`), false); err != nil || ok {
+			return fmt.Errorf("a second put of %s/k without overwrite: %v, %v", fa, ok, err)
+		}
+		later := entry(mm, "k", "gpu:1", `"mm2"`)
+		later.UpdateDate = "d2"
+		if ok, err := w.PutConfig(later, true); err != nil || !ok {
+			return fmt.Errorf("overwrite of %s/k: %v, %v", mm, ok, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	get := func(ns, key string) *storage.ConfigEntry {
+		t.Helper()
+		var e *storage.ConfigEntry
+		if err := b.View(ctx, "configs", func(r storage.Reader) (err error) { e, err = r.GetConfig(ns, key); return err }); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 2; i++ { // the fast path agrees, twice (a cache)
+			f, _, err := b.ConfigGet(ctx, ns, key)
+			if err != nil || (f == nil) != (e == nil) || f != nil && *f != *e {
+				t.Fatalf("ConfigGet(%q, %q) = %+v, %v; the read gave %+v", ns, key, f, err, e)
+			}
+		}
+		return e
+	}
+	for _, c := range []struct{ ns, value string }{{"", `"default"`}, {fa, `"fa"`}, {mm, `"mm2"`}} {
+		e := get(c.ns, "k")
+		if e == nil || e.ValueJSON != c.value || e.Namespace != c.ns || e.Key != "k" {
+			t.Fatalf("entry k of namespace %q: %+v; want value %s", c.ns, e, c.value)
+		}
+	}
+	if e := get("", "a"); e != nil {
+		t.Fatalf("a of %s found in the namespace \"\": %+v", fa, e)
+	}
+	if e := get("other", "k"); e != nil {
+		t.Fatalf("k found in a namespace without entries: %+v", e)
+	}
+	count := func(ns string) int64 {
+		t.Helper()
+		var n int64
+		if err := b.View(ctx, "configs", func(r storage.Reader) (err error) { n, err = r.CountConfigs(ns); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if got := []int64{count(""), count(fa), count(mm), count("other")}; !slices.Equal(got, []int64{1, 3, 1, 0}) {
+		t.Fatalf("counts of \"\", %s, %s, other: %v; want [1 3 1 0]", fa, mm, got)
+	}
+	list := func(f storage.ConfigFilter) []string {
+		t.Helper()
+		var got []string
+		if err := b.View(ctx, "configs", func(r storage.Reader) error {
+			return r.EachConfig(f, func(e *storage.ConfigEntry) error {
+				got = append(got, e.Namespace+"/"+e.Key+"="+e.ValueJSON)
+				return nil
+			})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	for _, c := range []struct {
+		f    storage.ConfigFilter
+		want []string
+	}{
+		{storage.ConfigFilter{}, []string{`/k="default"`}},
+		{storage.ConfigFilter{Namespace: fa}, []string{"flash-attn/a=1", "flash-attn/b=2", `flash-attn/k="fa"`}},
+		{storage.ConfigFilter{Namespace: fa, Device: "gpu:0"}, []string{"flash-attn/b=2", `flash-attn/k="fa"`}},
+		{storage.ConfigFilter{Namespace: "other"}, nil},
+		{storage.ConfigFilter{AllNamespaces: true}, []string{`/k="default"`, "flash-attn/a=1", "flash-attn/b=2",
+			`flash-attn/k="fa"`, `matmul ü/k="mm2"`}},
+		{storage.ConfigFilter{AllNamespaces: true, Device: "gpu:1"}, []string{"flash-attn/a=1", `matmul ü/k="mm2"`}},
+		{storage.ConfigFilter{AllNamespaces: true, Device: "gpu:1", OpID: "none"}, nil},
+		// AllNamespaces wins over a Namespace left set.
+		{storage.ConfigFilter{AllNamespaces: true, Namespace: fa, Device: "gpu:1"}, []string{"flash-attn/a=1", `matmul ü/k="mm2"`}},
+	} {
+		if got := list(c.f); !slices.Equal(got, c.want) {
+			t.Errorf("EachConfig(%+v) = %q; want %q", c.f, got, c.want)
+		}
+	}
+	// Deletes and clears touch their namespace only; the fast path sees it.
+	if err := b.Update(ctx, "configs", func(w storage.Writer) error {
+		if ok, err := w.DeleteConfig(fa, "k"); err != nil || !ok {
+			return fmt.Errorf("delete %s/k: %v, %v", fa, ok, err)
+		}
+		if ok, err := w.DeleteConfig("other", "k"); err != nil || ok {
+			return fmt.Errorf("delete other/k: %v, %v; want false", ok, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if get(fa, "k") != nil || get("", "k") == nil || get(mm, "k") == nil {
+		t.Fatalf("after deleting %s/k: %q", fa, list(storage.ConfigFilter{AllNamespaces: true}))
+	}
+	if err := b.Update(ctx, "configs", func(w storage.Writer) error {
+		if n, err := w.ClearConfigs(fa); err != nil || n != 2 {
+			return fmt.Errorf("clear %s: %d, %v; want 2", fa, n, err)
+		}
+		if n, err := w.ClearConfigs("other"); err != nil || n != 0 {
+			return fmt.Errorf("clear other: %d, %v; want 0", n, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := list(storage.ConfigFilter{AllNamespaces: true}), []string{`/k="default"`, `matmul ü/k="mm2"`}; !slices.Equal(got, want) {
+		t.Fatalf("after clearing %s: %q; want %q", fa, got, want)
+	}
+	if get(fa, "a") != nil || count(fa) != 0 || count("") != 1 {
+		t.Fatalf("after clearing %s: a %+v, counts %d, %d", fa, get(fa, "a"), count(fa), count(""))
 	}
 }
 
@@ -530,8 +667,8 @@ func testClaims(t *testing.T, open Open) {
 
 // testCheckDepths: CheckTables names the stored values nested deeper than
 // limits.MaxValueDepth (written past the API layer, as an old writer or a
-// direct SQL write would), records and config entries alike, and only
-// those.
+// direct SQL write would), records and config entries alike (an entry
+// with its namespace), and only those.
 func testCheckDepths(t *testing.T, open Open) {
 	b := open(t)
 	nest := func(depth int) string {
@@ -547,8 +684,11 @@ func testCheckDepths(t *testing.T, open Open) {
 		t.Fatalf("write: %d, %v", n, err)
 	}
 	if err := b.Update(ctx, "configs", func(w storage.Writer) error {
-		for k, v := range map[string]string{"c0": nest(limits.MaxValueDepth), "c1": nest(limits.MaxValueDepth + 1), "c2": `{"a":"[[["}`} {
-			e := &storage.ConfigEntry{Key: k, Device: "gpu:0", OpID: "op", CallKey: k, ValueJSON: v,
+		for k, v := range map[[2]string]string{
+			{"", "c0"}: nest(limits.MaxValueDepth), {"", "c1"}: nest(limits.MaxValueDepth + 1), {"", "c2"}: `{"a":"[[["}`,
+			{"flash-attn", "c1"}: nest(limits.MaxValueDepth + 2), {"flash-attn", "c0"}: nest(limits.MaxValueDepth),
+		} {
+			e := &storage.ConfigEntry{Namespace: k[0], Key: k[1], Device: "gpu:0", OpID: "op", CallKey: k[1], ValueJSON: v,
 				Hostname: "h", Username: "u", CreationDate: "d", UpdateDate: "d"}
 			if _, err := w.PutConfig(e, false); err != nil {
 				return err
@@ -566,8 +706,9 @@ func testCheckDepths(t *testing.T, open Open) {
 		fmt.Sprintf("record r2 (%d levels)", limits.MaxValueDepth+1),
 		fmt.Sprintf("record r3 (%d levels)", limits.MaxValueDepth+1),
 		fmt.Sprintf("config c1 (%d levels)", limits.MaxValueDepth+1),
+		fmt.Sprintf("config c1 in namespace flash-attn (%d levels)", limits.MaxValueDepth+2),
 	}
-	if c.DeepCount != 3 || !slices.Equal(c.DeepValues, want) {
+	if c.DeepCount != 4 || !slices.Equal(c.DeepValues, want) {
 		t.Fatalf("check found %d too deep: %q; want %q", c.DeepCount, c.DeepValues, want)
 	}
 }
