@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -143,6 +144,101 @@ func TestConfigGetSeesAnotherStoresPut(t *testing.T) {
 			if got := value(); got != want {
 				t.Fatalf("step %d, get %d: %s, want %s", i, j, got, want)
 			}
+		}
+	}
+}
+
+// Each seed file is imported into the namespace asked for (ejKernel's
+// <opname>.json into the namespace of its operation), once by its path;
+// an export writes one namespace, and the error of a bad value names the
+// namespace.
+func TestConfigNamespacesImportExport(t *testing.T) {
+	st := openTemp(t, Options{CPUModel: "X"})
+	dir := t.TempDir()
+	seed := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	fa := seed("flash-attn.json", `{"gpu:0|fa@v1|s": {"bm": 64}, "gpu:0|fa@v1|t": 1}`)
+	mm := seed("matmul.json", `{"gpu:0|fa@v1|s": "matmul's"}`)
+	if _, err := st.ConfigPut(ctx, "", "gpu:0", "fa@v1", "s", `"default"`, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		ns, path string
+		added    int64
+	}{{"flash-attn", fa, 2}, {"matmul", mm, 1}} {
+		res, err := st.ConfigImportJSON(ctx, c.ns, c.path, true, false)
+		if err != nil || res.Added != c.added || res.Kept != 0 || res.Skipped {
+			t.Fatalf("import of %s into %s: %+v, %v", c.path, c.ns, res, err)
+		}
+	}
+	// Once by the path: a once import into another namespace skips it.
+	if res, err := st.ConfigImportJSON(ctx, "other", fa, true, false); err != nil || !res.Skipped {
+		t.Fatalf("a second once import of %s: %+v, %v", fa, res, err)
+	}
+	value := func(ns string) string {
+		e, err := st.ConfigGet(ctx, ns, "gpu:0", "fa@v1", "s")
+		if err != nil || e == nil || e.Namespace != ns {
+			t.Fatalf("get in %q: %+v, %v", ns, e, err)
+		}
+		return e.ValueJSON
+	}
+	if got := []string{value(""), value("flash-attn"), value("matmul")}; !slices.Equal(got, []string{`"default"`, `{"bm":64}`, `"matmul's"`}) {
+		t.Fatalf("the key's values in \"\", flash-attn, matmul: %q", got)
+	}
+	for ns, want := range map[string]int64{"": 1, "flash-attn": 2, "matmul": 1, "other": 0} {
+		if n, err := st.ConfigLen(ctx, ns); err != nil || n != want {
+			t.Errorf("len of %q: %d, %v; want %d", ns, n, err, want)
+		}
+	}
+	all, err := st.ConfigEntries(ctx, ConfigFilter{AllNamespaces: true})
+	if err != nil || len(all) != 4 || all[0].Namespace != "" || all[3].Namespace != "matmul" {
+		t.Fatalf("every namespace's entries: %v, %v", all, err)
+	}
+	out := filepath.Join(dir, "out.json")
+	if _, n, err := st.ConfigExportJSON(ctx, "flash-attn", out); err != nil || n != 2 {
+		t.Fatalf("export of flash-attn: %d, %v", n, err)
+	}
+	if b, _ := os.ReadFile(out); string(b) != `{"gpu:0|fa@v1|s": {"bm": 64}, "gpu:0|fa@v1|t": 1}` {
+		t.Fatalf("export of flash-attn wrote %s", b)
+	}
+	if _, n, err := st.ConfigExportJSON(ctx, "none", out); err != nil || n != 0 {
+		t.Fatalf("export of an empty namespace: %d, %v", n, err)
+	}
+	if n, err := st.ConfigClear(ctx, "flash-attn"); err != nil || n != 2 {
+		t.Fatalf("clear of flash-attn: %d, %v", n, err)
+	}
+	if ok, err := st.ConfigDelete(ctx, "matmul", "gpu:0", "fa@v1", "s"); err != nil || !ok {
+		t.Fatalf("delete in matmul: %v, %v", ok, err)
+	}
+	if value("") != `"default"` {
+		t.Fatal("the namespace \"\" lost its entry")
+	}
+	// Messages name the namespace; a bad namespace is a ValueError.
+	_, err = st.ConfigPut(ctx, "flash-attn", "gpu:0", "fa@v1", "s", `{"a":`, true)
+	if KindOf(err) != KindValue || !strings.Contains(err.Error(), "config gpu:0|fa@v1|s in namespace flash-attn: the value") {
+		t.Fatalf("a bad value in flash-attn: %v", err)
+	}
+	deep := strings.Repeat("[", 200) + strings.Repeat("]", 200)
+	if _, err = st.ConfigPut(ctx, "flash-attn", "gpu:0", "fa@v1", "s", deep, true); KindOf(err) != KindValue ||
+		!strings.Contains(err.Error(), "config gpu:0|fa@v1|s in namespace flash-attn: the value nests") {
+		t.Fatalf("a too deep value in flash-attn: %v", err)
+	}
+	for _, call := range []func() error{
+		func() error { _, err := st.ConfigGet(ctx, "a\x00b", "d", "o", "k"); return err },
+		func() error { _, err := st.ConfigPut(ctx, "a\x00b", "d", "o", "k", "1", true); return err },
+		func() error { _, err := st.ConfigLen(ctx, "a\x00b"); return err },
+		func() error { _, err := st.ConfigClear(ctx, "\xed\xa0\x80"); return err },
+		func() error { _, err := st.ConfigEntries(ctx, ConfigFilter{Namespace: "a\x00b"}); return err },
+		func() error { _, err := st.ConfigImportJSON(ctx, "a\x00b", fa, false, false); return err },
+		func() error { _, _, err := st.ConfigExportJSON(ctx, "a\x00b", out); return err },
+	} {
+		if err := call(); KindOf(err) != KindValue || !strings.Contains(err.Error(), "namespace") {
+			t.Errorf("a bad namespace: %v; want a ValueError naming it", err)
 		}
 	}
 }
