@@ -427,10 +427,14 @@ var methods = map[string]method{
 	"config_entries": {true, []string{"namespace", "device", "op_id"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		var f core.ConfigFilter
 		var err error
-		if v, ok := a.get("namespace"); ok && v == nil {
+		switch v, ok := a.get("namespace"); {
+		case ok && v == nil:
 			f.AllNamespaces = true
-		} else if f.Namespace, err = a.namespace(); err != nil {
-			return nil, err
+		case ok:
+			var isStr bool
+			if f.Namespace, isStr = v.(string); !isStr {
+				return nil, a.typeErr("namespace", "str or None", v)
+			}
 		}
 		if f.Device, err = a.optStr("device"); err != nil {
 			return nil, err

@@ -53,6 +53,7 @@ class ConfigEntry:
     username: str
     creation_date: str
     update_date: str
+    namespace: str = ""
 
 
 class PersistentCache(Generic[Cfg]):

@@ -168,7 +168,8 @@ run("merge", lambda: store._call("merge", source_path=str(work / "src.db"), afte
 
 # --- readers of values planted past the engine -------------------------------
 with sqlite3.connect(work / "cache.db") as con:
-    con.execute("INSERT INTO config_entries VALUES (?, ?, ?, ?, ?, 'h', 'u', 'd', 'd')",
+    con.execute("INSERT INTO config_entries (key, device, op_id, call_key, value_json, hostname, username,"
+                " creation_date, update_date) VALUES (?, ?, ?, ?, ?, 'h', 'u', 'd', 'd')",
                 ("gpu|op|planted", "gpu", "op", "planted", written_deep(lambda: json.dumps(nest(DEEP)))))
 con.close()
 with sqlite3.connect(work / "records.db") as con:
@@ -287,7 +288,8 @@ def test_check_reports_planted_deep_values(tmp_path, tirastore_mod):
     deep = "[" * (LIMIT + 1) + "]" * (LIMIT + 1)
     con = sqlite3.connect(db)
     con.execute("UPDATE records SET result_json = ?", ('{"is_legal":true,"execution_times":' + deep[1:-1] + "}",))
-    con.execute("INSERT INTO config_entries VALUES ('gpu|op|deep', 'gpu', 'op', 'deep', ?, 'h', 'u', 'd', 'd')", (deep,))
+    con.execute("INSERT INTO config_entries (key, device, op_id, call_key, value_json, hostname, username, creation_date,"
+                " update_date) VALUES ('gpu|op|deep', 'gpu', 'op', 'deep', ?, 'h', 'u', 'd', 'd')", (deep,))
     con.commit()
     con.close()
     rep = tirastore_mod._native.call(0, "check", db_path=str(db))
