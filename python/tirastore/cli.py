@@ -36,7 +36,7 @@ from typing import Any, Callable, Optional, Sequence
 from urllib.parse import urlsplit
 
 from tirastore import _native
-from tirastore.errors import LockLostError
+from tirastore.errors import LockLostError, TiraStoreWarning
 from tirastore.persistent_cache import ConfigEntry, PersistentCache
 from tirastore.store import TiraStore, _output_file
 
@@ -106,7 +106,7 @@ def cmd_stats(args: argparse.Namespace, out: _Output) -> int:
         s = store.stats()
         s["file_size"] = os.stat(store.db_path).st_size if _is_file(store) else None
         s["db_path"] = str(store.db_path)
-        s["config_entries"] = store._call("config_len")
+        s["config_entries"] = len(store._call("config_entries", namespace=None))  # every namespace
         programs = store.program_stats() if args.by == "program" else None
     if programs is not None:
         s["programs"] = programs
@@ -268,6 +268,7 @@ def cmd_backup(args: argparse.Namespace, out: _Output) -> int:
 
 def _entry_doc(e: Any) -> dict[str, Any]:
     return {
+        "namespace": e.namespace,
         "device": e.device,
         "op_id": e.op_id,
         "call_key": e.call_key,
@@ -283,22 +284,43 @@ def _value_text(v: Any) -> str:
     return json.dumps(v, ensure_ascii=False, allow_nan=True)
 
 
+def _config_rows(cache: PersistentCache, namespace: Optional[str], device: Optional[str],
+                 op_id: Optional[str]) -> list[dict[str, Any]]:
+    """The library's entries of a namespace (None: of every one); a value
+    too deep to send carries "error" in its place."""
+    return cache._live()._call("config_entries", namespace=namespace, device=device, op_id=op_id)
+
+
+def _key_text(args: argparse.Namespace) -> str:
+    """The entry the arguments name, as the library's messages name it."""
+    key = f"{args.device}|{args.op_id}|{args.call_key}"
+    return f"{key} in namespace {args.namespace}" if args.namespace else key
+
+
 def cmd_config_list(args: argparse.Namespace, out: _Output) -> int:
     with _open_cache(args) as cache:
-        entries = [_entry_doc(e) for e in cache.entries(device=args.device, op_id=args.op)]
+        entries = []
+        for r in _config_rows(cache, args.namespace, args.device, args.op):
+            if "error" in r:  # stored too deeply nested to read: the others are listed
+                warnings.warn(r["error"], TiraStoreWarning)
+            else:
+                entries.append(_entry_doc(ConfigEntry(**r)))
+    cols = ["device", "op_id", "call_key", "value", "updated"]
     rows = [(e["device"], e["op_id"], e["call_key"], _value_text(e["value"]), e["update_date"]) for e in entries]
-    out.result(entries, lambda: _table(["device", "op_id", "call_key", "value", "updated"], rows) if rows else "(no entries)")
+    if any(e["namespace"] for e in entries):
+        cols, rows = ["namespace", *cols], [(e["namespace"], *r) for e, r in zip(entries, rows)]
+    out.result(entries, lambda: _table(cols, rows) if rows else "(no entries)")
     return 0
 
 
 def cmd_config_get(args: argparse.Namespace, out: _Output) -> int:
     with _open_cache(args) as cache:
-        rows = [r for r in cache._rows(args.device, args.op_id) if r["call_key"] == args.call_key]
+        rows = [r for r in _config_rows(cache, args.namespace, args.device, args.op_id) if r["call_key"] == args.call_key]
         if rows and "error" in rows[0]:  # stored too deeply nested to read: the library says which and why
             raise ValueError(rows[0]["error"])
         found = [ConfigEntry(**r) for r in rows]
     if not found:
-        print(f"tirastore: no entry {args.device}|{args.op_id}|{args.call_key} in {args.db}", file=sys.stderr)
+        print(f"tirastore: no entry {_key_text(args)} in {args.db}", file=sys.stderr)
         return 1
     doc = _entry_doc(found[0])
     out.result(doc, lambda: _value_text(doc["value"]))
@@ -307,9 +329,11 @@ def cmd_config_get(args: argparse.Namespace, out: _Output) -> int:
 
 def cmd_config_delete(args: argparse.Namespace, out: _Output) -> int:
     with _open_cache(args) as cache:
-        deleted = cache.delete(args.device, args.op_id, args.call_key)
-    key = f"{args.device}|{args.op_id}|{args.call_key}"
-    out.result({"deleted": deleted, "key": key}, lambda: f"deleted {key}" if deleted else "")
+        deleted = cache._live()._call("config_delete", namespace=args.namespace, device=args.device,
+                                      op_id=args.op_id, call_key=args.call_key)
+    key = _key_text(args)
+    out.result({"deleted": deleted, "key": f"{args.device}|{args.op_id}|{args.call_key}", "namespace": args.namespace},
+               lambda: f"deleted {key}" if deleted else "")
     if not deleted:
         print(f"tirastore: no entry {key} in {args.db}", file=sys.stderr)
     return 0 if deleted else 1
@@ -317,7 +341,7 @@ def cmd_config_delete(args: argparse.Namespace, out: _Output) -> int:
 
 def cmd_config_import(args: argparse.Namespace, out: _Output) -> int:
     with _open_cache(args, create=True) as cache:  # its purpose: the only command that creates a database
-        res = cache.import_json(args.file, overwrite=args.overwrite)
+        res = cache._live()._call("config_import", namespace=args.namespace, path=args.file, overwrite=args.overwrite)
     out.result(
         res,
         lambda: f"imported {res['path']}: {res['entries']:,} entries, {res['added']:,} added, "
@@ -328,8 +352,8 @@ def cmd_config_import(args: argparse.Namespace, out: _Output) -> int:
 
 def cmd_config_export(args: argparse.Namespace, out: _Output) -> int:
     with _open_cache(args) as cache:
-        path = cache.export_json(args.file)
-        n = len(cache)
+        done = cache._live()._call("config_export", namespace=args.namespace, output_path=args.file)
+    path, n = done["path"], done["entries"]
     out.result({"path": str(path), "entries": n}, lambda: f"exported {n:,} entries to {path}")
     return 0
 
@@ -548,6 +572,8 @@ def _parser() -> argparse.ArgumentParser:
     with_db(p, db_help)
     p.add_argument("--device", help="only this device's entries")
     p.add_argument("--op", help="only this operation's entries")
+    ns = "a namespace is one cache of the database, ejKernel's one per operation"
+    p.add_argument("--namespace", metavar="NS", help=f"only this namespace's entries ({ns}; default: every namespace)")
     p.set_defaults(run=cmd_config_list)
     for name, run, helptext in [("get", cmd_config_get, "print one entry's value"),
                                 ("delete", cmd_config_delete, "remove one entry")]:
@@ -556,6 +582,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("device")
         p.add_argument("op_id")
         p.add_argument("call_key")
+        p.add_argument("--namespace", metavar="NS", default="", help=f'the entry\'s namespace ({ns}; default "")')
         p.set_defaults(run=run)
     p = csub.add_parser("import-ejkernel", parents=[common], help="import a PersistentCache JSON file",
                         description="Import ejKernel's PersistentCache JSON file ({\"device|op_id|call_key\": value}) "
@@ -563,12 +590,14 @@ def _parser() -> argparse.ArgumentParser:
     with_db(p, db_help)
     p.add_argument("file", metavar="FILE.json")
     p.add_argument("--overwrite", action="store_true", help="the file's entries replace existing ones")
+    p.add_argument("--namespace", metavar="NS", default="", help=f'import into this namespace ({ns}; default "")')
     p.set_defaults(run=cmd_config_import)
     p = csub.add_parser("export-ejkernel", parents=[common], help="write the entries as a PersistentCache JSON file",
-                        description="Write every entry in ejKernel's PersistentCache format (json.dump's), "
-                        "replacing FILE atomically.")
+                        description="Write every entry of a namespace in ejKernel's PersistentCache format "
+                        "(json.dump's), replacing FILE atomically.")
     with_db(p, db_help)
     p.add_argument("file", metavar="FILE.json")
+    p.add_argument("--namespace", metavar="NS", default="", help=f'export this namespace\'s entries ({ns}; default "")')
     p.set_defaults(run=cmd_config_export)
 
     p = sub.add_parser("claims", parents=[common], help="who is measuring what (claims of lookup_or_claim)",

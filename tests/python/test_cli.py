@@ -155,6 +155,34 @@ def test_config_commands(db, tmp_path):
     assert json.loads(tirastore("config", "list", other, "--json").stdout) == []
 
 
+def test_config_commands_with_namespaces(db, tmp_path):
+    """--namespace picks one cache of the database: list shows every
+    namespace (with a namespace column once one is not ""), the others
+    work in "" unless told."""
+    plain = tirastore("config", "list", db).stdout
+    assert "namespace" not in plain.splitlines()[0]  # only the namespace "": no column
+    seed = tmp_path / "attn.json"
+    seed.write_text('{"gpu:0|mm@v1|m=64": {"block_m": 32}}')
+    imp = tirastore("config", "import-ejkernel", db, seed, "--namespace", "flash-attn", "--json")
+    assert imp.returncode == 0 and json.loads(imp.stdout)["added"] == 1, imp.stderr
+    listed = json.loads(tirastore("config", "list", db, "--json").stdout)
+    assert [(e["namespace"], e["value"]) for e in listed] == [("", {"block_m": 64}), ("flash-attn", {"block_m": 32})]
+    table = tirastore("config", "list", db).stdout.splitlines()
+    assert table[0].split()[:2] == ["namespace", "device"] and table[3].startswith("flash-attn")
+    one = json.loads(tirastore("config", "list", db, "--namespace", "flash-attn", "--json").stdout)
+    assert [e["namespace"] for e in one] == ["flash-attn"]
+    got = tirastore("config", "get", db, "gpu:0", "mm@v1", "m=64", "--namespace", "flash-attn")
+    assert got.returncode == 0 and json.loads(got.stdout) == {"block_m": 32}
+    assert json.loads(tirastore("config", "get", db, "gpu:0", "mm@v1", "m=64").stdout) == {"block_m": 64}
+    out = tmp_path / "out.json"
+    assert tirastore("config", "export-ejkernel", db, out, "--namespace", "flash-attn").returncode == 0
+    assert json.loads(out.read_text()) == {"gpu:0|mm@v1|m=64": {"block_m": 32}}
+    assert tirastore("config", "delete", db, "gpu:0", "mm@v1", "m=64", "--namespace", "flash-attn").returncode == 0
+    missing = tirastore("config", "delete", db, "gpu:0", "mm@v1", "m=64", "--namespace", "flash-attn")
+    assert missing.returncode == 1 and "no entry gpu:0|mm@v1|m=64 in namespace flash-attn" in missing.stderr
+    assert [e["namespace"] for e in json.loads(tirastore("config", "list", db, "--json").stdout)] == [""]
+
+
 def test_plot(db, tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "blur.png"

@@ -120,7 +120,8 @@ def test_namespaces_keep_entries_apart(handle, tmp_path):
     assert (e["namespace"], e["value"]) == ("flash-attn", {"bm": 64})
     assert call("config_value", namespace="flash-attn", device=d, op_id=op, call_key=ck)[0] == {"bm": 64}
     assert call("config_get", namespace="other", device=d, op_id=op, call_key=ck) is None
-    assert [call("config_len", **kw) for kw in ({}, {"namespace": ""}, {"namespace": "flash-attn"}, {"namespace": "x"})] == [1, 1, 1, 0]
+    lens = [call("config_len", **kw) for kw in ({}, {"namespace": ""}, {"namespace": "flash-attn"}, {"namespace": "x"})]
+    assert lens == [1, 1, 1, 0]
 
     listed = lambda **kw: [(e["namespace"], e["device"], e["value"]) for e in call("config_entries", **kw)]
     assert listed() == [("", d, "default")]
@@ -194,7 +195,8 @@ def table_shape(path):
     """The config tables' names and the columns of config_entries."""
     con = sqlite3.connect(path)
     try:
-        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'config%' ORDER BY 1")]
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'"
+                                            " AND name LIKE 'config%' ORDER BY 1")]
         cols = [r[1] for r in con.execute("PRAGMA table_info(config_entries)")]
     finally:
         con.close()
