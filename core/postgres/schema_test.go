@@ -1,6 +1,8 @@
 package postgres_test
 
 import (
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/tirastore/tirastore/core/internal/pgtest"
 	"github.com/tirastore/tirastore/core/postgres"
+	"github.com/tirastore/tirastore/core/storage"
 )
 
 // schemaCreations stages the race of workers opening a new database at
@@ -91,5 +94,100 @@ func TestOpenerThatWaitedForTheCreatorRunsNoDDL(t *testing.T) {
 func TestNegativeControlStaleCheckRunsTheDDLAgain(t *testing.T) {
 	if n := schemaCreations(t, true); n != 2 {
 		t.Fatalf("with the stale check the DDL ran %d times, want twice: the test above cannot tell", n)
+	}
+}
+
+// A database of layout 1 (config entries without a namespace) is migrated
+// by the next opener: every entry is kept, in the namespace "", and the
+// same key can then be put in another namespace.
+func TestLayoutOneConfigTableIsMigrated(t *testing.T) {
+	url := pgtest.URL(t)
+	b, _, err := postgres.Open(ctx, url, testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	// The table and index as layout 1 created them.
+	exec(`DROP TABLE config_entries`)
+	exec(`CREATE TABLE config_entries (
+    key            TEXT COLLATE "C" PRIMARY KEY,
+    device         TEXT COLLATE "C" NOT NULL,
+    op_id          TEXT COLLATE "C" NOT NULL,
+    call_key       TEXT COLLATE "C" NOT NULL,
+    value_json     TEXT COLLATE "C" NOT NULL,
+    hostname       TEXT COLLATE "C" NOT NULL,
+    username       TEXT COLLATE "C" NOT NULL,
+    creation_date  TEXT COLLATE "C" NOT NULL,
+    update_date    TEXT COLLATE "C" NOT NULL
+)`)
+	exec(`CREATE INDEX idx_config_entries_device_op_id ON config_entries (device, op_id)`)
+	for i := 0; i < 3; i++ {
+		exec(`INSERT INTO config_entries VALUES ($1, 'gpu:0', 'op', $2, $3, 'h', 'u', 'c', 'u')`,
+			fmt.Sprintf("gpu:0|op|k%d", i), fmt.Sprintf("k%d", i), fmt.Sprint(i))
+	}
+	exec(`UPDATE db_meta SET value = '1' WHERE key = 'postgres_schema'`)
+
+	for round := 0; round < 2; round++ { // the second open finds the layout current
+		b, _, err := postgres.Open(ctx, url, testConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		if err := b.View(ctx, "list", func(r storage.Reader) error {
+			return r.EachConfig(storage.ConfigFilter{AllNamespaces: true}, func(e *storage.ConfigEntry) error {
+				got = append(got, e.Namespace+"/"+e.Key+"="+e.ValueJSON)
+				return nil
+			})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"/gpu:0|op|k0=0", "/gpu:0|op|k1=1", "/gpu:0|op|k2=2"}
+		if round == 1 {
+			want = append(want, "fa/gpu:0|op|k1=9")
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("open %d: entries %q; want %q", round, got, want)
+		}
+		if round == 0 {
+			if err := b.Update(ctx, "put", func(w storage.Writer) error {
+				ok, err := w.PutConfig(&storage.ConfigEntry{Namespace: "fa", Key: "gpu:0|op|k1", Device: "gpu:0", OpID: "op",
+					CallKey: "k1", ValueJSON: "9", Hostname: "h", Username: "u", CreationDate: "c", UpdateDate: "u"}, false)
+				if err == nil && !ok {
+					err = fmt.Errorf("the put in another namespace wrote nothing")
+				}
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.Close()
+	}
+	var layout string
+	var pk, indexes []string
+	if err := conn.QueryRow(ctx, `SELECT value FROM db_meta WHERE key = 'postgres_schema'`).Scan(&layout); err != nil || layout != "2" {
+		t.Fatalf("postgres_schema %q, %v; want 2", layout, err)
+	}
+	if err := conn.QueryRow(ctx, `SELECT array_agg(a.attname::text ORDER BY k.n) FROM pg_index i
+    CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)
+    JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+    WHERE i.indrelid = 'config_entries'::regclass AND i.indisprimary`).Scan(&pk); err != nil ||
+		!slices.Equal(pk, []string{"namespace", "key"}) {
+		t.Fatalf("primary key %q, %v; want (namespace, key)", pk, err)
+	}
+	if err := conn.QueryRow(ctx, `SELECT array_agg(indexname::text ORDER BY indexname) FROM pg_indexes
+    WHERE tablename = 'config_entries' AND schemaname = current_schema()`).Scan(&indexes); err != nil ||
+		!slices.Equal(indexes, []string{"config_entries_pkey", "idx_config_entries_namespace_device_op_id"}) {
+		t.Fatalf("indexes %q, %v", indexes, err)
 	}
 }

@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 
+from conftest import sqlite_only
 from tirastore import TiraStore, _native
 
 
@@ -163,6 +164,17 @@ def test_namespace_argument_errors(handle):
     assert _native.call(h, "config_entries", namespace=None) == []
 
 
+def test_a_backup_keeps_the_namespaces(handle, tmp_path):
+    store, h = handle
+    for ns, value in [("", 1), ("flash-attn", 2), ("matmul", 3)]:
+        _native.call(h, "config_put", namespace=ns, device="gpu:0", op_id="op", call_key="k", value=value)
+    entries = lambda hh: [(e["namespace"], e["call_key"], e["value"]) for e in _native.call(hh, "config_entries", namespace=None)]
+    before = entries(h)
+    copy = store.backup(tmp_path / "copy.db")  # a SQLite file, from either backend
+    with TiraStore(str(copy), cpu_model="X") as c:
+        assert entries(c._handle) == before == [("", "k", 1), ("flash-attn", "k", 2), ("matmul", "k", 3)]
+
+
 # -- a database written before namespaces --------------------------------------
 
 OLD_CONFIG_DDL = """CREATE TABLE config_entries (
@@ -203,6 +215,7 @@ def table_shape(path):
     return tables, cols
 
 
+@sqlite_only
 def test_an_old_table_is_read_then_rebuilt_by_the_first_write(db_path):
     old_database(db_path)
     with TiraStore(str(db_path), cpu_model="X") as s:
@@ -233,6 +246,7 @@ print("written", flush=True)
 """
 
 
+@sqlite_only
 @pytest.mark.parametrize("points, control", [
     ("config-rebuilding=kill", False),
     ("before-commit=panic", False),
