@@ -963,7 +963,7 @@ def verify_configs(db: Path, log_dir: Path, workers: list, nconfigs: int, nfirst
                         "SELECT key, device, op_id, call_key, value_json, hostname, username,"
                         " creation_date, update_date FROM config_entries NOT INDEXED").fetchall()
                     by_index = conn.execute("SELECT count(*) FROM config_entries INDEXED BY"
-                                            " idx_config_entries_device_op_id").fetchone()[0]
+                                            " idx_config_entries_namespace_device_op_id").fetchone()[0]
                     if by_index != len(rows):
                         v.append(f"config_entries: {len(rows)} rows, {by_index} in its index")
             finally:
