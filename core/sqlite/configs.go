@@ -99,6 +99,16 @@ func (l configLayout) source() string {
 	return ConfigTable
 }
 
+// order is the ORDER BY of a listing by namespace then key: by key alone
+// in the old table, whose rows are all of one namespace (SQLite would
+// sort them in a temporary tree otherwise).
+func (l configLayout) order() string {
+	if l == configKeyed {
+		return " ORDER BY key"
+	}
+	return " ORDER BY namespace, key"
+}
+
 // configLayout tells whether the config table exists and in which layout,
 // in the one statement that was the look for the table before namespaces.
 func (d *DB) configLayout() (configLayout, error) {
@@ -164,7 +174,7 @@ func (d *DB) EachConfig(f storage.ConfigFilter, fn func(*storage.ConfigEntry) er
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	rows, err := d.query(q+" ORDER BY namespace, key", args...)
+	rows, err := d.query(q+l.order(), args...)
 	if err != nil {
 		return err
 	}

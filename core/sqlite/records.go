@@ -433,7 +433,7 @@ func (d *DB) checkDepths(c *storage.TableCheck) error {
 		return err
 	}
 	return d.scanDepths(c, "config", "SELECT namespace, key, value_json FROM "+l.source()+
-		" WHERE length(value_json) > ? ORDER BY namespace, key")
+		" WHERE length(value_json) > ?"+l.order())
 }
 
 // scanDepths is checkDepths of the values of kind that query selects
