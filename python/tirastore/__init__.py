@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from tirastore import _native
 from tirastore.claim import Claim, ClaimInfo
+from tirastore.ejkernel_patch import patch_ejkernel
 from tirastore.errors import LockLostError, TiraStoreWarning
 from tirastore.persistent_cache import ConfigEntry, PersistentCache
 from tirastore.store import LookupResult, TiraStore
@@ -25,6 +26,7 @@ __all__ = [
     "ClaimInfo",
     "PersistentCache",
     "ConfigEntry",
+    "patch_ejkernel",
     "LockLostError",
     "TiraStoreWarning",
     "normalize_schedule",
