@@ -29,7 +29,7 @@ export PIP_USER := 0
 
 LIB := build/libtirastore.so
 
-.PHONY: all build build-failpoints venv install pydeps test test-go test-python test-c lint header demo bench fusebed torture clean
+.PHONY: all build build-failpoints venv install pydeps ejkernel-venv test test-go test-python test-c lint header demo bench fusebed torture clean
 
 all: build
 
@@ -73,6 +73,15 @@ install: $(PYTHON)
 pydeps: $(PYTHON)
 	@$(PYTHON) -c 'import cffi' 2>/dev/null || $(MAKE) --no-print-directory install
 
+# The released ejkernel with CPU jax, for tests/python/test_ejkernel.py and
+# the bench's import row (issue 27): a venv of its own,
+# build/ejkernel-venv-<key>, keyed by the pins of pyproject.toml's extra
+# ejkernel-test (read there, the one place they are written); nothing is done
+# when that venv is complete. Needs CPython >= 3.11 (jax). pip's output goes
+# to build/ejkernel-venv-<key>.log.
+ejkernel-venv:
+	@$(PYTHON3) tests/python/ejkernel_env.py make
+
 lint:
 	@out="$$(gofmt -l capi core tests 2>/dev/null)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
@@ -104,7 +113,7 @@ build-failpoints:
 # holds what only the server has: restarts, TLS, passwords, 64 processes.
 PG_API_TESTS := test_store_api.py test_bad_input.py test_export_backup.py test_claims.py \
 	test_cpu_metadata.py test_config_methods.py
-test-python: install build-failpoints
+test-python: install build-failpoints ejkernel-venv
 	$(IN_VENV) $(PYTHON) -m pytest -q -rs tests/python
 	cd tests/python && TIRASTORE_TEST_BACKEND=postgresql $(IN_VENV) $(PYTHON) -m pytest -q -rs $(PG_API_TESTS)
 	$(IN_VENV) $(PYTHON) -m pytest -q --doctest-modules python/tirastore
