@@ -15,6 +15,7 @@ tirastore itself is NOT installed there: the tests put this tree's
 
     python3 tests/python/ejkernel_env.py make   # `make ejkernel-venv`: build it unless it is complete
     python3 tests/python/ejkernel_env.py path   # print its directory
+    python3 tests/python/ejkernel_env.py python # print its interpreter, or why it cannot run (exit 1)
 
 Only the standard library here: ``make`` runs it with the system's python3.
 """
@@ -132,9 +133,16 @@ def main(argv: list[str]) -> int:
     if argv == ["path"]:
         print(venv_dir())
         return 0
+    if argv == ["python"]:
+        why = missing_reason()
+        if why:
+            print(why, file=sys.stderr)
+            return 1
+        print(python(venv_dir()))
+        return 0
     if argv == ["make"]:
         return make(sys.executable)
-    print(f"usage: {sys.argv[0]} make|path", file=sys.stderr)
+    print(f"usage: {sys.argv[0]} make|path|python", file=sys.stderr)
     return 2
 
 
