@@ -77,10 +77,12 @@ pydeps: $(PYTHON)
 # the bench's import row (issue 27): a venv of its own,
 # build/ejkernel-venv-<key>, keyed by the pins of pyproject.toml's extra
 # ejkernel-test (read there, the one place they are written); nothing is done
-# when that venv is complete. Needs CPython >= 3.11 (jax). pip's output goes
-# to build/ejkernel-venv-<key>.log.
+# when that venv is complete. It needs CPython >= 3.11 (jax), made from
+# EJKERNEL_PYTHON3 (PYTHON3 by default). pip's output goes to
+# build/ejkernel-venv-<key>.log.
+EJKERNEL_PYTHON3 ?= $(PYTHON3)
 ejkernel-venv:
-	@$(PYTHON3) tests/python/ejkernel_env.py make
+	@$(EJKERNEL_PYTHON3) tests/python/ejkernel_env.py make
 
 lint:
 	@out="$$(gofmt -l capi core tests 2>/dev/null)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
