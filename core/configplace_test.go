@@ -33,7 +33,7 @@ func TestLocateConfigCacheFindsTheReleasedClassesPlaces(t *testing.T) {
 	}
 	t.Setenv("HOME", home)
 	os.Unsetenv(configDirEnv)
-	t.Chdir(base)
+	chdir(t, base)
 
 	pl := locate(t, "flash-attn")
 	dir := filepath.Join(home, "ejkernel-presistent-cache")
@@ -96,7 +96,7 @@ func TestLocateConfigCacheFallsBack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t.Chdir(work)
+	chdir(t, work)
 	t.Setenv("TMPDIR", tmp)
 
 	pl := locate(t, "mm")
@@ -182,4 +182,18 @@ func TestLocateConfigCacheSharing(t *testing.T) {
 	if KindOf(err) != KindPermission || !strings.Contains(err.Error(), db) || !strings.Contains(err.Error(), "uid 65534") {
 		t.Fatalf("another user's database in a private cache: %v", err)
 	}
+}
+
+// chdir changes the working directory for the rest of the test (the
+// module's Go version predates testing.T.Chdir).
+func chdir(t *testing.T, dir string) {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chdir(dir); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Chdir(wd) })
 }
