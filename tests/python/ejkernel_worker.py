@@ -15,7 +15,7 @@ this tree's python/ on PYTHONPATH. The one argument is a JSON object:
 It prints one JSON line: how often ejkernel's timing function
 (Tuner.measure) ran, the configs chosen, read from the executor's
 in-memory ConfigCache (not from the persistent cache under test) as
-[device, op_id, call_key, config dict] lists, the class and location of the
+[device, op_id, call_key, config dict] lists in the order of the calls, the class and location of the
 flash-attn persistent cache, and the seconds each phase took.
 """
 

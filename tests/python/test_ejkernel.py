@@ -238,6 +238,33 @@ def test_ejkernels_own_class_loses_puts(venv_python, tmp_path, eight_ours, monke
     assert len(kept) == len(ours) == len(tuned_keys)
 
 
+def test_ejkernels_class_reads_our_json_export(venv_python, tmp_path, eight_ours, monkeypatch):
+    """The other way: ejkernel's own class, unpatched, reads a JSON file that
+    our cache exported (export_json) and times nothing."""
+    import tirastore
+
+    monkeypatch.setenv("HOME", str(eight_ours["home"]))
+    monkeypatch.setenv("EJKERNEL_PERSISTENT_CACHE_DIR", str(eight_ours["cache_dir"]))
+    exported = tmp_path / "exported"
+    exported.mkdir()
+    cache = tirastore.PersistentCache(OPNAME)
+    try:
+        cache.export_json(exported / f"{OPNAME}.json")
+    finally:
+        cache.close()
+    # A shape of each of two workers of the eight (a report lists its
+    # configs in the order of its calls).
+    first = eight_ours["first"]
+    shapes = [SHAPES[0][0], SHAPES[5][1]]
+    want = dict([list(chosen(first[0]).items())[0], list(chosen(first[5]).items())[1]])
+    home = tmp_path / "home"
+    home.mkdir()
+    (r,) = run_workers(venv_python, tmp_path, worker_env(home, exported), False, [shapes])
+    assert r["cache_class"] == THEIRS
+    assert r["measure_calls"] == 0, f"ejkernel's class timed kernels again: {r['measure_calls']} calls"
+    assert chosen(r) == want
+
+
 # ---------------------------------------------------------------------------
 # A JSON cache of ejkernel's own class, in the default location (~)
 # ---------------------------------------------------------------------------
