@@ -144,6 +144,8 @@ class _LoadOnFirstUse:
         self._name = name
 
     def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):  # introspection (doctest, help, copy): no load for it
+            raise AttributeError(attr)
         _load()
         return getattr(globals()[self._name], attr)
 
@@ -204,14 +206,14 @@ def _load() -> None:
                 )
             _mapped = True  # before dlopen: a fork from another thread meanwhile may inherit the copy
             try:
-                handle, where = ffi.dlopen(str(path)), str(path)
-            except BaseException:
+                handle = ffi.dlopen(str(path))
+            except OSError:
                 _mapped = False  # a failed dlopen leaves nothing mapped
                 raise
+            where = str(path)
+        lib, loaded_from = handle, where
         _copy_bases.add(_copy_base(handle))
         _copy_bases.discard(0)
-        loaded_from = where
-        lib = handle
 
 
 def _copy_library(dst_fd: int) -> None:
