@@ -68,6 +68,8 @@ class PackageClient:
     def __init__(self, spec: dict) -> None:
         try:
             import tirastore  # noqa: PLC0415
+
+            tirastore._native.ensure_loaded()  # the library loads on first use
         except ImportError as e:
             raise Skip(f"import tirastore failed: {e}") from None
         self.name, self.src, self.times = spec["program_name"], spec["source"], spec["times"]
@@ -250,7 +252,9 @@ class PersistentCacheClient(ConfigClient):
     def __init__(self, spec: dict) -> None:
         super().__init__(spec)
         try:
-            from tirastore import PersistentCache  # noqa: PLC0415
+            from tirastore import PersistentCache, _native  # noqa: PLC0415
+
+            _native.ensure_loaded()  # the library loads on first use
         except ImportError as e:
             raise Skip(f"from tirastore import PersistentCache failed: {e}") from None
         self.cls = PersistentCache
