@@ -26,7 +26,8 @@ Implementations:
   by the constructor, every put rewriting it). They run only the config_*
   steps: ``config_open`` writes a seed JSON file of ``batch`` entries in the
   database's directory and opens a cache on it (the seed loads it,
-  PersistentCache imports it into ``<label>.tirastore.db``), then
+  PersistentCache imports it into the directory's database, namespace
+  ``<label>``: core/configplace.go), then
   ``config_get`` and ``config_put`` use that cache.
 
 The ``python`` client also runs the claim section's ops (issue 18,
