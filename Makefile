@@ -29,7 +29,7 @@ export PIP_USER := 0
 
 LIB := build/libtirastore.so
 
-.PHONY: all build build-failpoints venv install pydeps test test-go test-python test-c lint header demo bench fusebed torture clean
+.PHONY: all build build-failpoints venv install pydeps ejkernel-venv test test-go test-python test-c lint header demo bench fusebed torture clean
 
 all: build
 
@@ -73,13 +73,24 @@ install: $(PYTHON)
 pydeps: $(PYTHON)
 	@$(PYTHON) -c 'import cffi' 2>/dev/null || $(MAKE) --no-print-directory install
 
+# The released ejkernel with CPU jax, for tests/python/test_ejkernel.py and
+# the bench's import row (issue 27): a venv of its own,
+# build/ejkernel-venv-<key>, keyed by the pins of pyproject.toml's extra
+# ejkernel-test (read there, the one place they are written); nothing is done
+# when that venv is complete. It needs CPython >= 3.11 (jax), made from
+# EJKERNEL_PYTHON3 (PYTHON3 by default). pip's output goes to
+# build/ejkernel-venv-<key>.log.
+EJKERNEL_PYTHON3 ?= $(PYTHON3)
+ejkernel-venv:
+	@$(EJKERNEL_PYTHON3) tests/python/ejkernel_env.py make
+
 lint:
 	@out="$$(gofmt -l capi core tests 2>/dev/null)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run ./capi/genheader -check
 
 # The differential tests compare the Go code with CPython in the venv.
-test-go: install
+test-go: install ejkernel-venv
 	$(IN_VENV) $(GO) test -race -count=1 ./...
 	$(IN_VENV) $(GO) test -race -count=1 -tags failpoints ./core/failpoint/
 
@@ -104,7 +115,7 @@ build-failpoints:
 # holds what only the server has: restarts, TLS, passwords, 64 processes.
 PG_API_TESTS := test_store_api.py test_bad_input.py test_export_backup.py test_claims.py \
 	test_cpu_metadata.py test_config_methods.py
-test-python: install build-failpoints
+test-python: install build-failpoints ejkernel-venv
 	$(IN_VENV) $(PYTHON) -m pytest -q -rs tests/python
 	cd tests/python && TIRASTORE_TEST_BACKEND=postgresql $(IN_VENV) $(PYTHON) -m pytest -q -rs $(PG_API_TESTS)
 	$(IN_VENV) $(PYTHON) -m pytest -q --doctest-modules python/tirastore
@@ -121,10 +132,13 @@ demo: install
 # disk: a table on stdout and build/bench/results.{json,txt}. Python rows use
 # this tree's package and library (PYTHONPATH/TIRASTORE_LIB set by the tool);
 # only cffi must be importable in the venv, so `make install` runs only when
-# it is not.
+# it is not. The ejkernel import row (issue 27) runs in the venv of
+# `make ejkernel-venv`, made here when missing; if it cannot be made, the
+# row says so and the rest runs.
 # BENCHFLAGS: e.g. -quick, -dir /lustre/scratch/me/bench, -procs 1,8,64.
 BENCHFLAGS ?=
 bench: build pydeps
+	@$(MAKE) --no-print-directory ejkernel-venv || echo "make bench: no ejkernel venv: the ejkernel import row will say why it is skipped" >&2
 	$(GO) build -o build/bench/tirastore-bench ./tests/bench
 	./build/bench/tirastore-bench -python $(PYTHON) $(BENCHFLAGS)
 

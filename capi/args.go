@@ -9,6 +9,7 @@ import (
 	"github.com/tirastore/tirastore/core"
 	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/pyjson"
+	"github.com/tirastore/tirastore/core/storage"
 )
 
 // args is the decoded JSON object of one call, with typed getters whose
@@ -220,6 +221,20 @@ func (a *args) namespace() (string, error) {
 		return "", a.typeErr("namespace", "str", v)
 	}
 	return s, nil
+}
+
+// sharing is a storage.Sharing by its name ("all", "group", "private");
+// absent or null: the original's, all.
+func (a *args) sharing(name string) (storage.Sharing, error) {
+	s, err := a.optStr(name)
+	if err != nil || s == "" {
+		return storage.ShareAll, err
+	}
+	sh, ok := storage.ParseSharing(s)
+	if !ok {
+		return 0, &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("%s(): %s must be \"all\", \"group\" or \"private\", got %q", a.method, name, s)}
+	}
+	return sh, nil
 }
 
 func (a *args) boolean(name string, def bool) (bool, error) {

@@ -164,7 +164,7 @@ var versionCString = C.CString(core.Version)
 //export tirastoreGo_version
 func tirastoreGo_version() *C.char { return versionCString }
 
-var openParams = []string{"source_project", "cpu_model", "slurm_cpus", "allow_cpu_mismatch", "create", "stale_lock_timeout", "lock_timeout"}
+var openParams = []string{"source_project", "cpu_model", "slurm_cpus", "allow_cpu_mismatch", "create", "sharing", "stale_lock_timeout", "lock_timeout"}
 
 // tirastore_open opens (creating if needed) the database at db_path: a
 // file, or a postgresql:// URL naming a database on a PostgreSQL server
@@ -173,7 +173,9 @@ var openParams = []string{"source_project", "cpu_model", "slurm_cpus", "allow_cp
 // (str), cpu_model (str|null), slurm_cpus (str|null), allow_cpu_mismatch
 // (bool), create (bool, default true; false: open an existing database
 // only, TIRASTORE_ERR_NOT_FOUND when there is none, creating nothing),
-// stale_lock_timeout (seconds > 0; null = 600), lock_timeout
+// sharing ("all", the default: a new file 0666 and a new directory 1777,
+// as the original; "group": 0660; "private": 0600; as config_location
+// chooses for a kernel-config cache), stale_lock_timeout (seconds > 0; null = 600), lock_timeout
 // (seconds; null = 600, 0 = try once, negative = wait forever). On success
 // *handle is set and *out (if out is not NULL) receives {"result":
 // {"db_path", "lock_path", "server", "source_project", "writes_allowed",
@@ -212,6 +214,9 @@ func tirastoreGo_open(db_path *C.char, options_json *C.char, handle *C.uint64_t,
 		return reply(out, nil, err)
 	}
 	o.MustExist = !create
+	if o.Sharing, err = a.sharing("sharing"); err != nil {
+		return reply(out, nil, err)
+	}
 	if o.StaleLockTimeout, err = a.seconds("stale_lock_timeout"); err != nil {
 		return reply(out, nil, err)
 	}

@@ -451,27 +451,32 @@ var methods = map[string]method{
 		}
 		return st.ConfigClear(ctx, ns)
 	}},
-	"config_location": {false, []string{"opname", "path"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {
-		opname, err := a.str("opname")
+	// Where a PersistentCache keeps its entries now (core/configplace.go):
+	// nothing is created or opened. path null: none given.
+	"config_location": {false, []string{"opname", "path", "shared"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {
+		var pa core.ConfigPlaceArgs
+		var err error
+		if pa.Opname, err = a.str("opname"); err != nil {
+			return nil, err
+		}
+		if v, ok := a.get("path"); ok && v != nil {
+			if pa.Path, err = a.str("path"); err != nil {
+				return nil, err
+			}
+			pa.PathGiven = true
+		}
+		if v, ok := a.get("shared"); ok && v != nil {
+			b, err := a.boolean("shared", false)
+			if err != nil {
+				return nil, err
+			}
+			pa.Shared = &b
+		}
+		pl, err := core.LocateConfigCache(pa)
 		if err != nil {
 			return nil, err
 		}
-		path, err := a.optStr("path")
-		if err != nil {
-			return nil, err
-		}
-		db, js, err := core.ConfigLocation(opname, path)
-		if err != nil {
-			return nil, err
-		}
-		o := pyjson.NewObjectCap(2)
-		o.Set("db_path", db)
-		if js == "" {
-			o.Set("json_path", nil)
-		} else {
-			o.Set("json_path", js)
-		}
-		return o, nil
+		return pl.PyJSON(), nil
 	}},
 	// The lock of a database, for operators (core/lockadmin.go): handle 0,
 	// since opening the database would take the lock.

@@ -10,14 +10,11 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/user"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/tirastore/tirastore/core/apierr"
-	"github.com/tirastore/tirastore/core/environ"
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/pyjson"
@@ -37,50 +34,6 @@ import (
 // config_imports, so that an automatic import (once) happens once and
 // never twice; ConfigExportJSON writes a namespace back in the seed's
 // format when a user asks for it.
-
-// ConfigLocation is where PersistentCache(opname, path) keeps its entries,
-// the same from every language: path "" is the seed's default,
-// ~/ejkernel-presistent-cache/<opname>.json (its spelling kept). A path
-// ending in ".json" names a seed file: the entries live in the database
-// beside it, <stem>.tirastore.db, and jsonPath is the file (imported once,
-// never rewritten unless exported to). Any other path is the database
-// itself, and jsonPath is "".
-func ConfigLocation(opname, path string) (dbPath, jsonPath string, err error) {
-	if err := checkTexts("opname", opname, "path", path); err != nil {
-		return "", "", err
-	}
-	if path == "" {
-		home, err := homeDir()
-		if err != nil {
-			return "", "", wrapError(KindOS, err, "PersistentCache(): no path given and no home directory: %v", err)
-		}
-		path = filepath.Join(home, "ejkernel-presistent-cache", opname+".json")
-	}
-	if strings.Contains(path, "://") {
-		return path, "", nil // a server's URL: the backend refuses what it does not serve
-	}
-	abs, err := resolvePath("path", path)
-	if err != nil {
-		return "", "", err
-	}
-	if stem, ok := strings.CutSuffix(abs, ".json"); ok && filepath.Base(abs) != ".json" {
-		return stem + ".tirastore.db", abs, nil
-	}
-	return abs, "", nil
-}
-
-// homeDir is the home directory as Python's Path.home() finds it: $HOME
-// as it is now (read live, see core/environ), else the user database's.
-func homeDir() (string, error) {
-	if h := environ.Get("HOME"); h != "" {
-		return h, nil
-	}
-	u, err := user.Current()
-	if err != nil {
-		return "", err
-	}
-	return u.HomeDir, nil
-}
 
 // ConfigImportResult says what ConfigImportJSON did.
 type ConfigImportResult struct {

@@ -10,26 +10,6 @@ import (
 	"testing"
 )
 
-func TestConfigLocation(t *testing.T) {
-	t.Setenv("HOME", "/home/tuner")
-	for _, c := range []struct{ opname, path, db, json string }{
-		{"flash_attn", "", "/home/tuner/ejkernel-presistent-cache/flash_attn.tirastore.db", "/home/tuner/ejkernel-presistent-cache/flash_attn.json"},
-		{"x", "/data/mm.json", "/data/mm.tirastore.db", "/data/mm.json"},
-		{"x", "/data/shared.db", "/data/shared.db", ""},
-		{"x", "/data/mm.JSON", "/data/mm.JSON", ""},
-		{"x", "/data/.json", "/data/.json", ""},
-		{"x", "postgresql://u@h/db", "postgresql://u@h/db", ""},
-	} {
-		db, js, err := ConfigLocation(c.opname, c.path)
-		if err != nil || db != c.db || js != c.json {
-			t.Errorf("ConfigLocation(%q, %q) = %q, %q, %v; want %q, %q", c.opname, c.path, db, js, err, c.db, c.json)
-		}
-	}
-	if _, _, err := ConfigLocation("a\x00b", ""); KindOf(err) != KindValue {
-		t.Fatalf("NUL in opname: %v", err)
-	}
-}
-
 // An import is one transaction, remembered; a once import of the same file
 // is skipped, and reports a change of the file; a malformed file writes
 // nothing.

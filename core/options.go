@@ -32,6 +32,10 @@ type Options struct {
 	// error (FileNotFoundError), not a new empty database and directory,
 	// so that an operator's typo in a path never creates one.
 	MustExist bool
+	// Sharing is who may use a database file this open creates (the zero
+	// value is the original's: everyone); PersistentCache chooses it by
+	// its rules (configplace.go).
+	Sharing storage.Sharing
 	// StaleLockTimeout is how long a lock may stay unconfirmed before
 	// other processes count its holder as dead and break it (nil: 600 s,
 	// as in the original; it must be positive).

@@ -82,6 +82,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		Hostname:         s.hostname,
 		Interruptible:    opts.Interruptible,
 		MustExist:        opts.MustExist,
+		Sharing:          opts.Sharing,
 		NewMeta: map[string]string{
 			"cpu_model":  s.localCPU,
 			"slurm_cpus": s.localSlurm,

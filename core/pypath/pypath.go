@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -167,3 +168,106 @@ func Suffix(name string) string {
 
 // Stem is PurePath.stem: the name without its Suffix.
 func Stem(name string) string { return strings.TrimSuffix(name, Suffix(name)) }
+
+// Clean is str(PurePosixPath(p)): empty and "." components dropped, ".."
+// kept, two leading slashes kept as they are (POSIX leaves "//" to the
+// implementation), "." for an empty path. It is what ejKernel's
+// PersistentCache shows as its path, so the two classes' paths compare
+// equal as strings.
+func Clean(p string) string {
+	root := ""
+	switch {
+	case strings.HasPrefix(p, "//") && !strings.HasPrefix(p, "///"):
+		root = "//"
+	case strings.HasPrefix(p, "/"):
+		root = "/"
+	}
+	var parts []string
+	for _, c := range strings.Split(p, "/") {
+		if c != "" && c != "." {
+			parts = append(parts, c)
+		}
+	}
+	out := root + strings.Join(parts, "/")
+	if out == "" {
+		return "."
+	}
+	return out
+}
+
+// Join is PurePosixPath(a) / b: b when it is absolute, else the two
+// cleaned and joined ("a" / "b.json" is "a/b.json", "a" / "/t/x.json" is
+// "/t/x.json").
+func Join(a, b string) string {
+	if strings.HasPrefix(b, "/") {
+		return Clean(b)
+	}
+	switch ca := Clean(a); ca {
+	case ".":
+		return Clean(b)
+	case "/", "//":
+		return Clean(ca + b)
+	default:
+		return Clean(ca + "/" + b)
+	}
+}
+
+// Parent is PurePosixPath(p).parent: "." for a name alone, the root for a
+// name in the root.
+func Parent(p string) string {
+	c := Clean(p)
+	i := strings.LastIndex(c, "/")
+	switch {
+	case c == "/" || c == "//" || c == ".":
+		return c
+	case i < 0:
+		return "."
+	case i == 0:
+		return "/"
+	case i == 1 && strings.HasPrefix(c, "//"):
+		return "//"
+	}
+	return c[:i]
+}
+
+// Name is PurePosixPath(p).name: the last component ("" for a root or ".").
+func Name(p string) string {
+	c := Clean(p)
+	if c == "." || c == "/" || c == "//" {
+		return ""
+	}
+	return c[strings.LastIndex(c, "/")+1:]
+}
+
+// ExpandUser is PosixPath.expanduser of Python 3.11: a leading "~" is the
+// home directory (home when homeSet, as Python reads $HOME, an empty one
+// meaning "/"; else the user database's entry of the caller), a leading
+// "~name" that user's home directory; anything else is p, cleaned. An
+// unknown user or no home is an error, as Python's RuntimeError.
+func ExpandUser(p, home string, homeSet bool) (string, error) {
+	if !strings.HasPrefix(p, "~") {
+		return Clean(p), nil
+	}
+	first, rest, _ := strings.Cut(p, "/")
+	var dir string
+	switch {
+	case first == "~" && homeSet:
+		dir = home
+	case first == "~":
+		u, err := user.Current()
+		if err != nil || u.HomeDir == "" {
+			return "", fmt.Errorf("cannot expand %q: no $HOME and no home directory for the current user", p)
+		}
+		dir = u.HomeDir
+	default:
+		u, err := user.Lookup(first[1:])
+		if err != nil || u.HomeDir == "" {
+			return "", fmt.Errorf("cannot expand %q: no home directory for user %q", p, first[1:])
+		}
+		dir = u.HomeDir
+	}
+	if dir = strings.TrimRight(dir, "/"); dir == "" {
+		dir = "/"
+	}
+	return Join(dir, rest), nil
+}

@@ -112,3 +112,58 @@ func TestResolveFollowsOnlyTheCallersAndRootsLinks(t *testing.T) {
 		t.Errorf("Resolve(own link) = %q, %v", got, err)
 	}
 }
+
+// Clean, Join, Parent, Name and ExpandUser are pathlib's: the strings
+// ejKernel's PersistentCache shows and uses for its places.
+func TestPurePathMatchesPython(t *testing.T) {
+	pairs := [][2]string{
+		{"", "x.json"}, {".", "x.json"}, {"a//b/./", "c.json"}, {"/h", "/t/k.json"}, {"//srv/x", "y.json"},
+		{"///a", "b"}, {"a/..", "b/../c.json"}, {"~", "x.json"}, {"/", "x.json"}, {"rel", "sub/op.json"},
+	}
+	homes := []string{"~", "~/a//b", "~root/x", "x/~", "~/", "/abs"}
+	var want struct {
+		Join, Parent, Name [][]string
+		Expand, Homeless   []string
+	}
+	pytest.RunJSON(t, `
+import json, os, sys, pathlib
+inp = json.load(sys.stdin)
+out = {"Join": [], "Parent": [], "Name": [], "Expand": [], "Homeless": []}
+for a, b in inp["pairs"]:
+    j = pathlib.PurePosixPath(a) / b
+    out["Join"].append([str(j)])
+    out["Parent"].append([str(j.parent), str(pathlib.PurePosixPath(a).parent)])
+    out["Name"].append([j.name, pathlib.PurePosixPath(a).name])
+os.environ["HOME"] = "/home/tuner/"
+for h in inp["homes"]:
+    out["Expand"].append(str(pathlib.Path(h).expanduser()))
+os.environ["HOME"] = ""
+out["Homeless"].append(str(pathlib.Path("~/x").expanduser()))
+print(json.dumps(out))
+`, map[string]any{"pairs": pairs, "homes": homes}, &want)
+	for i, p := range pairs {
+		j := Join(p[0], p[1])
+		got := []string{j}
+		if got[0] != want.Join[i][0] {
+			t.Errorf("Join(%q, %q) = %q, Python %q", p[0], p[1], got[0], want.Join[i][0])
+		}
+		if g := []string{Parent(j), Parent(p[0])}; g[0] != want.Parent[i][0] || g[1] != want.Parent[i][1] {
+			t.Errorf("Parent of %q, %q = %q, Python %q", j, p[0], g, want.Parent[i])
+		}
+		if g := []string{Name(j), Name(p[0])}; g[0] != want.Name[i][0] || g[1] != want.Name[i][1] {
+			t.Errorf("Name of %q, %q = %q, Python %q", j, p[0], g, want.Name[i])
+		}
+	}
+	for i, h := range homes {
+		got, err := ExpandUser(h, "/home/tuner/", true)
+		if err != nil || got != want.Expand[i] {
+			t.Errorf("ExpandUser(%q) = %q, %v; Python %q", h, got, err, want.Expand[i])
+		}
+	}
+	if got, _ := ExpandUser("~/x", "", true); got != want.Homeless[0] {
+		t.Errorf("ExpandUser with HOME empty = %q, Python %q", got, want.Homeless[0])
+	}
+	if _, err := ExpandUser("~no-such-user-here/x", "/h", true); err == nil {
+		t.Error("an unknown user's ~ expanded")
+	}
+}

@@ -236,16 +236,17 @@ func (s *Store) initOrValidate(ctx context.Context) (meta map[string]string, err
 	return meta, nil
 }
 
-// createFile creates the database file with the original's mode 0666 when
-// it does not exist yet, and gives a directory Open created the mode 1777
-// (dirmode.go). The file is created in its directory with
+// createFile creates the database file when it does not exist yet, with
+// the mode of cfg.Sharing (the original's 0666 unless a kernel-config
+// cache asks for 0660 or 0600), and with the original's sharing gives a
+// directory Open created the mode 1777 (dirmode.go). The file is created in its directory with
 // O_CREAT|O_EXCL|O_NOFOLLOW and its mode set through the new descriptor
 // (core/shareddir): whatever another user planted at the name is left
 // alone, and what it is gets judged when the connection opens it. The mode
 // is set with fchmod because the process umask must not be touched: it is
 // shared with every thread of the host program.
 func (s *Store) createFile() (bool, error) {
-	f, err := shareddir.Create(s.path, os.O_RDWR, 0o666)
+	f, err := shareddir.Create(s.path, os.O_RDWR, s.cfg.Sharing.FileMode())
 	if errors.Is(err, fs.ErrExist) {
 		return false, nil
 	}
@@ -253,7 +254,9 @@ func (s *Store) createFile() (bool, error) {
 		return false, err
 	}
 	f.Close()
-	s.dirNotice = s.shareDir()
+	if s.cfg.Sharing == storage.ShareAll {
+		s.dirNotice = s.shareDir()
+	}
 	return true, nil
 }
 

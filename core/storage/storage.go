@@ -246,6 +246,59 @@ type Config struct {
 	// MustExist: open an existing database only; a missing one is an
 	// error wrapping fs.ErrNotExist, and nothing is created.
 	MustExist bool
+	// Sharing is who may use a database file this open creates; a
+	// backend without files ignores it.
+	Sharing Sharing
+}
+
+// Sharing says who besides its owner may use a database file that an open
+// creates: the original library shared every database with every user,
+// while a cache in a user's home must be theirs alone (see
+// core/configplace.go, which chooses it for PersistentCache).
+type Sharing int
+
+const (
+	// ShareAll is the original's: the file 0666, and a directory the open
+	// creates 1777, so that every user may take the lock beside it.
+	ShareAll Sharing = iota
+	// ShareGroup: the file 0660; the directory is left as it is (a
+	// group's project directory).
+	ShareGroup
+	// SharePrivate: the file 0600; a directory the open creates gets the
+	// mode the umask gives (as Python's mkdir).
+	SharePrivate
+)
+
+// sharingNames are the names of the Sharing values in the C API's options.
+var sharingNames = [...]string{ShareAll: "all", ShareGroup: "group", SharePrivate: "private"}
+
+// String is the name of s in the C API ("all", "group", "private").
+func (s Sharing) String() string {
+	if s < 0 || int(s) >= len(sharingNames) {
+		return fmt.Sprintf("Sharing(%d)", int(s))
+	}
+	return sharingNames[s]
+}
+
+// ParseSharing is the Sharing named name, and whether there is one.
+func ParseSharing(name string) (Sharing, bool) {
+	for i, n := range sharingNames {
+		if n == name {
+			return Sharing(i), true
+		}
+	}
+	return 0, false
+}
+
+// FileMode is the mode of a database file created with s.
+func (s Sharing) FileMode() uint32 {
+	switch s {
+	case ShareGroup:
+		return 0o660
+	case SharePrivate:
+		return 0o600
+	}
+	return 0o666
 }
 
 // The special values of Config.LockTimeout.

@@ -12,11 +12,28 @@ from __future__ import annotations
 
 from tirastore import _native
 from tirastore.claim import Claim, ClaimInfo
+from tirastore.ejkernel_patch import patch_ejkernel
 from tirastore.errors import LockLostError, TiraStoreWarning
 from tirastore.persistent_cache import ConfigEntry, PersistentCache
 from tirastore.store import LookupResult, TiraStore
 
-__version__ = _native.version()
+
+def __getattr__(name: str) -> str:
+    """``__version__``, asked of the library when first read (PEP 562).
+
+    The engine owns the version (core/version.go); reading it loads the
+    library, which importing the package does not (see
+    ``tirastore._native``, "Loading on first use").
+    """
+    if name == "__version__":
+        version = _native.version()
+        globals()["__version__"] = version  # later reads find it here
+        return version
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), "__version__"})
 
 __all__ = [
     "TiraStore",
@@ -25,6 +42,7 @@ __all__ = [
     "ClaimInfo",
     "PersistentCache",
     "ConfigEntry",
+    "patch_ejkernel",
     "LockLostError",
     "TiraStoreWarning",
     "normalize_schedule",

@@ -6,6 +6,23 @@ raised as the exception class the engine names (the classes the original
 pure-Python TiraStore raised). The library releases the GIL while it works
 (cffi does so for every call), so threads overlap.
 
+Loading on first use
+--------------------
+Importing the package loads nothing: no shared library, no Go runtime, no
+cffi (whose parser of the declarations alone costs tens of milliseconds).
+Programs import tirastore at their own import time and may never call it
+(ejKernel makes its caches when it is imported), so all of that waits for
+the first call that needs it. :data:`ffi` and :data:`lib` start as
+placeholders; the first attribute asked of either runs :func:`_load`, under
+:data:`reopen_lock` (two threads making the first call at once load once),
+which parses :data:`CDEF`, loads the library named by ``$TIRASTORE_LIB`` (or
+the copy next to this file) as it is at that moment, and puts the real
+objects in their place: later calls go straight to them. A library that
+cannot be loaded is reported by that first call (and by each later one
+until it can be): ImportError naming the missing file, or OSError from
+dlopen. ``tirastore.__version__`` is asked of the library when it is first
+read (the engine owns the version).
+
 Fork safety
 -----------
 The library is a Go c-shared library. Go's runtime does not survive
@@ -18,17 +35,20 @@ this module makes forked children load their own copy of the library:
 
 * ``os.register_at_fork(after_in_child=...)`` runs in every child made by
   ``os.fork()`` (and so by multiprocessing's ``fork`` and ``forkserver``
-  start methods): it bumps :data:`lib_copy` and replaces :data:`lib` by a
-  placeholder. Nothing is loaded yet; a child that never calls the library
+  start methods): it bumps :data:`lib_copy` and puts the placeholder back in
+  :data:`lib`. Nothing is loaded yet; a child that never calls the library
   pays nothing.
 * The child's first call through the placeholder loads a FRESH copy of the
-  library. ``dlopen`` of the same path would return the copy already mapped
-  (the dead runtime), so the bytes are copied into an anonymous memfd
-  (``os.memfd_create``) and loaded as ``/proc/<pid>/fd/<n>`` (a name no other
-  process of the lineage used, so glibc's by-name lookup cannot match an
-  inherited copy; the fd is closed once loaded). Where memfd cannot be
-  used, a private temporary file is used and unlinked after loading. The
-  fresh copy starts its own Go runtime; :data:`lib` then points at it.
+  library (the same :func:`_load` as the first load; a child of a process
+  that never loaded the library has no copy mapped and loads the file as
+  its parent would have). ``dlopen`` of the same path would return the
+  copy already mapped (the dead runtime), so the bytes are copied into an
+  anonymous memfd (``os.memfd_create``) and loaded as ``/proc/<pid>/fd/<n>``
+  (a name no other process of the lineage used, so glibc's by-name lookup
+  cannot match an inherited copy; the fd is closed once loaded). Where
+  memfd cannot be used, a private temporary file is used and unlinked after
+  loading. The fresh copy starts its own Go runtime; :data:`lib` then
+  points at it.
 * Handles are numbers in one runtime's table: a handle from the parent means
   nothing to the child's copy. :class:`tirastore.TiraStore` remembers its
   open arguments and the library copy its handle belongs to, and re-opens its
@@ -67,7 +87,7 @@ Known risks and limits:
   hook therefore looks up the installed SIGINT handler (sigaction + dladdr
   through ctypes) and, if it lies in a copy of the library, reinstalls
   Python's handler. Best effort: if ctypes or dladdr are unavailable the
-  check is skipped.
+  check is skipped; so is it in a lineage that never loaded the library.
 * A forked child that uses the library maps one more copy of it and
   starts a new Go heap: some MiB of RSS, and milliseconds to load the copy
   and re-open its stores (tests/bench/README.md, "Figures cited by the
@@ -84,15 +104,11 @@ from __future__ import annotations
 
 import builtins
 import json
-import numbers
 import os
 import sqlite3
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
-
-from cffi import FFI
 
 from tirastore import errors as _errors
 
@@ -109,9 +125,6 @@ void tirastore_free(const char *buf);
 
 LIB_NAME = "libtirastore.so"
 
-ffi = FFI()
-ffi.cdef(CDEF)
-
 
 def library_path() -> Path:
     """Where the library is loaded from: $TIRASTORE_LIB, else next to this file."""
@@ -121,31 +134,86 @@ def library_path() -> Path:
     return Path(__file__).with_name(LIB_NAME)
 
 
-def _load():
-    path = library_path()
-    if not path.exists():
-        raise ImportError(
-            f"tirastore: the native library {path} is missing; build it with "
-            f"'make build' (or 'pip install .'), or point TIRASTORE_LIB at it"
-        )
-    return ffi.dlopen(str(path))
+class _LoadOnFirstUse:
+    """Stands in for ``ffi`` or ``lib`` until the first use loads them (see
+    "Loading on first use"; a forked child gets a new one for ``lib``)."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):  # introspection (doctest, help, copy): no load for it
+            raise AttributeError(attr)
+        _load()
+        return getattr(globals()[self._name], attr)
+
+    def __repr__(self) -> str:
+        return f"<tirastore._native.{self._name}, loaded on first use>"
 
 
-lib = _load()
+# The cffi declarations (an FFI once loaded) and this process's copy of the
+# library (cffi's lib object once loaded).
+ffi: Any = _LoadOnFirstUse("ffi")
+lib: Any = _LoadOnFirstUse("lib")
 
-# Which copy of the library this process uses: 0 in a process that loaded it
-# at import, +1 in each forked child (see "Fork safety" above). A handle is
-# valid only in the copy that opened it.
+# Which copy of the library this process uses: 0 in the process that
+# imported the package, +1 in each forked child (see "Fork safety" above). A
+# handle is valid only in the copy that opened it.
 lib_copy = 0
 
 # The path the running copy was loaded from (the original file, or the memfd
-# / temporary file of a fresh copy in a forked child).
-loaded_from = str(library_path())
+# / temporary file of a fresh copy in a forked child); None until loaded.
+loaded_from: str | None = None
+
+# Whether a copy of the library may be mapped in this process: set before
+# the first dlopen, inherited by forked children, which then need a fresh
+# copy (a child of a process that never loaded one loads the file itself).
+_mapped = False
 
 _FORK_RELOAD = os.environ.get("TIRASTORE_FORK_RELOAD", "1").strip().lower() not in ("0", "false", "no", "off")
 
-# Serializes the child's reload and the stores' re-opens (recreated in each child).
+# Serializes the loads and the stores' re-opens (recreated in each child).
 reopen_lock = threading.RLock()
+
+
+def _load() -> None:
+    """Put the real ``ffi`` and ``lib`` in place of their placeholders.
+
+    Runs under :data:`reopen_lock`; a thread that waited for another's load
+    finds nothing left to do. The first copy of a lineage is the library
+    file itself; a forked child's is a fresh copy (:func:`_load_fresh_copy`).
+    """
+    global ffi, lib, loaded_from, _mapped
+    with reopen_lock:
+        if type(ffi) is _LoadOnFirstUse:
+            from cffi import FFI
+
+            new = FFI()
+            new.cdef(CDEF)
+            ffi = new
+        if type(lib) is not _LoadOnFirstUse:
+            return
+        if _mapped:
+            handle, where = _load_fresh_copy()
+        else:
+            path = library_path()
+            if not path.exists():
+                raise ImportError(
+                    f"tirastore: the native library {path} is missing; build it with "
+                    f"'make build' (or 'pip install .'), or point TIRASTORE_LIB at it"
+                )
+            _mapped = True  # before dlopen: a fork from another thread meanwhile may inherit the copy
+            try:
+                handle = ffi.dlopen(str(path))
+            except OSError:
+                _mapped = False  # a failed dlopen leaves nothing mapped
+                raise
+            where = str(path)
+        lib, loaded_from = handle, where
+        _copy_bases.add(_copy_base(handle))
+        _copy_bases.discard(0)
 
 
 def _copy_library(dst_fd: int) -> None:
@@ -192,6 +260,8 @@ def _load_fresh_copy():
             errors.append(f"memfd: {e}")
             if fd >= 0:
                 os.close(fd)
+    import tempfile
+
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f"libtirastore-{pid}-", suffix=".so")
@@ -214,33 +284,39 @@ def _load_fresh_copy():
     )
 
 
-class _ReloadOnFirstUse:
-    """Stands in for ``lib`` in a forked child until the first call loads a fresh copy."""
+# ctypes' Dl_info, made when first needed (ctypes is imported then, not with
+# the package).
+_DlInfo: Any = None
 
-    __slots__ = ()
 
-    def __getattr__(self, name: str) -> Any:
-        global lib, loaded_from
-        with reopen_lock:
-            if lib is self:
-                lib, loaded_from = _load_fresh_copy()
-                _copy_bases.add(_copy_base(lib))
-                _copy_bases.discard(0)
-        return getattr(lib, name)
+def _dladdr_base(addr: int) -> int:
+    """Load address of the object holding *addr*, by dladdr (0 if none)."""
+    global _DlInfo
+    import ctypes
+
+    if _DlInfo is None:
+
+        class DlInfo(ctypes.Structure):
+            _fields_ = [
+                ("dli_fname", ctypes.c_char_p),
+                ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p),
+                ("dli_saddr", ctypes.c_void_p),
+            ]
+
+        _DlInfo = DlInfo
+    info = _DlInfo()
+    if ctypes.CDLL(None).dladdr(ctypes.c_void_p(addr), ctypes.byref(info)):
+        return info.dli_fbase or 0
+    return 0
 
 
 def _copy_base(handle) -> int:
     """Load address of the copy that handle belongs to (0 if unknown)."""
     try:
-        import ctypes
-
-        info = _DlInfo()
-        addr = int(ffi.cast("uintptr_t", handle.tirastore_version))
-        if ctypes.CDLL(None).dladdr(ctypes.c_void_p(addr), ctypes.byref(info)):
-            return info.dli_fbase or 0
+        return _dladdr_base(int(ffi.cast("uintptr_t", handle.tirastore_version)))
     except Exception:  # noqa: BLE001 - best effort
-        pass
-    return 0
+        return 0
 
 
 def _sigint_handler_base() -> int:
@@ -256,30 +332,14 @@ def _sigint_handler_base() -> int:
         handler = ctypes.c_void_p.from_buffer(act).value or 0
         if handler <= 1:  # SIG_DFL / SIG_IGN
             return 0
-        info = _DlInfo()
-        if libc.dladdr(ctypes.c_void_p(handler), ctypes.byref(info)):
-            return info.dli_fbase or 0
+        return _dladdr_base(handler)
     except Exception:  # noqa: BLE001 - best effort
-        pass
-    return 0
+        return 0
 
-
-try:
-    import ctypes as _ctypes
-
-    class _DlInfo(_ctypes.Structure):
-        _fields_ = [
-            ("dli_fname", _ctypes.c_char_p),
-            ("dli_fbase", _ctypes.c_void_p),
-            ("dli_sname", _ctypes.c_char_p),
-            ("dli_saddr", _ctypes.c_void_p),
-        ]
-except Exception:  # noqa: BLE001
-    _DlInfo = None
 
 # Load addresses of every copy loaded in this process's lineage (inherited
 # through fork): a SIGINT handler inside one of them is a dead runtime's.
-_copy_bases = {_copy_base(lib)} - {0}
+_copy_bases: set[int] = set()
 
 
 def _restore_sigint_if_dead_runtime() -> None:
@@ -290,6 +350,8 @@ def _restore_sigint_if_dead_runtime() -> None:
     thread) leaves the child with the dead runtime's handler, which would
     swallow Ctrl-C; Python's handler (as Python recorded it) is reinstalled.
     """
+    if not _copy_bases:  # no copy in this lineage (or none located): nothing to look for
+        return
     base = _sigint_handler_base()
     if base and base in _copy_bases:
         import signal
@@ -306,7 +368,7 @@ def _after_fork_in_child() -> None:
     global lib, lib_copy, reopen_lock
     reopen_lock = threading.RLock()
     lib_copy += 1
-    lib = _ReloadOnFirstUse()
+    lib = _LoadOnFirstUse("lib")
     _restore_sigint_if_dead_runtime()
 
 
@@ -315,7 +377,7 @@ if _FORK_RELOAD and hasattr(os, "register_at_fork"):
 
 
 def ensure_loaded() -> None:
-    """Load this process's copy now (a forked child loads lazily otherwise)."""
+    """Load this process's copy now (it is loaded by the first call otherwise)."""
     lib.tirastore_version  # noqa: B018 - the attribute access triggers the load
 
 
@@ -351,6 +413,8 @@ def _default(obj: Any) -> Any:
     TypeError ("TiraStore.lookup(): program_source_code must be str, not
     bytes"); the marker tells it what was given (capi/args.go, foreignKey).
     """
+    import numbers  # here, not at import: only for what JSON cannot carry itself
+
     if isinstance(obj, numbers.Integral):
         return int(obj)
     if isinstance(obj, numbers.Real):
@@ -415,13 +479,14 @@ def _long_text(text: str) -> Any:
     ``{"\\u0000type": "str", "\\u0000bytes": <its UTF-8 length>}``, which
     the library reports as the ValueError naming the argument and the limit
     (capi/args.go, longKey). Only called for a str too long to fit for
-    sure; its UTF-8 length is measured a slice at a time.
+    sure (for every one until the limits are known); its UTF-8 length is
+    measured a slice at a time.
     """
     if text.isascii():
         n = len(text)
     else:
         n = sum(len(text[i:i + _SLICE].encode("utf-8", "surrogatepass")) for i in range(0, len(text), _SLICE))
-    return {"\x00type": "str", "\x00bytes": n} if n > _MAX_TEXT else text
+    return {"\x00type": "str", "\x00bytes": n} if n > _limits()["max_text_bytes"] else text
 
 
 _SLICE = 1 << 20
@@ -524,11 +589,22 @@ def call(handle: int, method: str, **args: Any) -> Any:
 def limits() -> dict[str, int]:
     """The library's limits (core/limits): ``max_value_depth``,
     ``max_text_bytes``, ``max_request_bytes`` (a copy; see docs/limits.md)."""
-    return dict(_LIMITS)
+    return dict(_limits())
 
 
-# Asked once: a text of at most _SURELY_FITS characters has at most
-# _MAX_TEXT bytes of UTF-8 (4 bytes a character at most).
-_LIMITS: dict[str, int] = call(0, "limits")  # sends no text: _encode does not look at the limits yet
-_MAX_TEXT: int = _LIMITS["max_text_bytes"]
-_SURELY_FITS: int = _MAX_TEXT // 4
+# The limits, asked of the library once, when first needed (not at import,
+# which loads no library). A text of at most _SURELY_FITS characters has at
+# most max_text_bytes bytes of UTF-8 (4 bytes a character at most); until
+# the limits are known _SURELY_FITS is -1, so that every text is measured.
+_LIMITS: dict[str, int] | None = None
+_SURELY_FITS = -1
+
+
+def _limits() -> dict[str, int]:
+    global _LIMITS, _SURELY_FITS
+    got = _LIMITS
+    if got is None:  # two threads may both ask: the same answer twice
+        got = call(0, "limits")  # sends no text, so does not come back here
+        _SURELY_FITS = got["max_text_bytes"] // 4
+        _LIMITS = got
+    return got

@@ -240,6 +240,7 @@ class TiraStore:
         stale_lock_timeout: Optional[float],
         lock_timeout: Optional[float],
         create: bool = True,
+        sharing: Optional[str] = None,
     ) -> None:
         """The constructor's work, for it and for classes built on a store
         (PersistentCache), so that the open's warnings point at the line of
@@ -261,6 +262,8 @@ class TiraStore:
         }
         if create is not True:  # only when asked: the options of a pickled store stay the original's
             options["create"] = create
+        if sharing is not None:  # PersistentCache's choice (the library's config_location)
+            options["sharing"] = sharing
         self._handle, info = _native.open_store(path, options)
         self._closed = False
         _open_stores.add(self)

@@ -46,6 +46,7 @@ func TestQuickRun(t *testing.T) {
 		Throughput map[string][]map[string]any          `json:"throughput"`
 		Targets    []map[string]any                     `json:"targets"`
 		Claims     map[string]map[string]map[string]any `json:"claims"`
+		Ejkernel   *ejkImport                           `json:"ejkernel_import"`
 		Skipped    map[string]string                    `json:"skipped"`
 		Reference  map[string]any                       `json:"reference_original_issue5"`
 	}
@@ -98,6 +99,17 @@ func TestQuickRun(t *testing.T) {
 			continue
 		}
 		checkRows(t, "claims", impl, rows, claimLabels)
+	}
+
+	// The ejkernel import row (ejkernel.go): both variants and our part,
+	// with PersistentCache constructed (ejkernel builds 39 caches).
+	switch r := res.Ejkernel; {
+	case r == nil && res.Skipped["ejkernel_import"] != "":
+		t.Logf("ejkernel import row skipped: %s", res.Skipped["ejkernel_import"])
+	case r == nil:
+		t.Error("ejkernel import row: neither measured nor skipped")
+	case r.Own == nil || r.Patched == nil || r.Pairs == nil || r.Ours == nil || r.Constructions == 0:
+		t.Errorf("ejkernel import row incomplete: %+v", r)
 	}
 
 	switch {

@@ -28,7 +28,10 @@
 //     hit and on a miss (claim + record against lookup + record, and the
 //     claim alone), from Go and Python, printed with the latency rows
 //     (claim.go);
-//  7. PostgreSQL beside the SQLite file (postgres.go): a throwaway cluster
+//  7. the import cost of the released ejkernel with tirastore's
+//     PersistentCache in place of its own (issue 27), in fresh interpreters
+//     of the ejkernel venv (ejkernel.go), printed after the latency rows;
+//  8. PostgreSQL beside the SQLite file (postgres.go): a throwaway cluster
 //     (tests/pg/pgcluster.py) on this machine, reached on its Unix socket;
 //     per-operation latency from Go (lookup hit and miss, record new,
 //     record_many(100)) and the throughput mix at 1..64 processes, for
@@ -90,6 +93,7 @@ type config struct {
 	OpsPerWorker, TPPool, Reps  int
 	Rounds                      int
 	SyscallOps, SyscallMany     int
+	EjkernelRuns                int // fresh interpreters per variant of the ejkernel import row
 	Sections                    map[string]bool
 	Keep, Raw                   bool
 	log                         io.Writer
@@ -192,7 +196,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.TPPool, "pool", 1000, "records preloaded before each throughput run")
 	fs.IntVar(&cfg.SyscallOps, "syscall-ops", 50, "traced operations per syscall row")
 	fs.IntVar(&cfg.SyscallMany, "syscall-many", 3, "traced record_many(1000) calls per syscall row")
-	sections := fs.String("sections", "latency,python,config,claim,syscalls,throughput,postgres", "sections to run (config: the kernel-config cache rows; claim: lookup_or_claim against lookup, from Go and Python; postgres: a throwaway PostgreSQL cluster beside the SQLite file)")
+	fs.IntVar(&cfg.EjkernelRuns, "ejkernel-runs", 15, "fresh interpreters per variant (ejkernel's own class, patched) of the ejkernel import row, after one warm-up each")
+	sections := fs.String("sections", "latency,python,config,claim,ejkernel,syscalls,throughput,postgres", "sections to run (config: the kernel-config cache rows; claim: lookup_or_claim against lookup, from Go and Python; ejkernel: the import cost of the released ejkernel with tirastore's PersistentCache, in the venv of make ejkernel-venv; postgres: a throwaway PostgreSQL cluster beside the SQLite file)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the bench directory afterwards")
 	fs.BoolVar(&cfg.Raw, "raw", false, "also write every single duration (and every throughput worker's report) into the JSON")
 	if err := fs.Parse(args); err != nil {
@@ -235,6 +240,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if !isSet(fs, "syscall-many") {
 			cfg.SyscallMany = 1
 		}
+		if !isSet(fs, "ejkernel-runs") {
+			cfg.EjkernelRuns = 1
+		}
 	}
 	cfg.Go = sizes{*lookups, *records, *many100, *many1000}
 	cfg.Py = cfg.Go
@@ -248,7 +256,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if cfg.PGProcs, err = parseProcs(*pgProcs); err != nil {
 		return err
 	}
-	cfg.Reps, cfg.Rounds = max(cfg.Reps, 1), max(cfg.Rounds, 1)
+	cfg.Reps, cfg.Rounds, cfg.EjkernelRuns = max(cfg.Reps, 1), max(cfg.Rounds, 1), max(cfg.EjkernelRuns, 1)
 	cfg.Sections = map[string]bool{}
 	for _, s := range strings.Split(*sections, ",") {
 		cfg.Sections[strings.TrimSpace(s)] = true
@@ -300,6 +308,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if err := claimSection(cfg, res); err != nil {
 			return err
 		}
+	}
+	if cfg.Sections["ejkernel"] {
+		ejkernelSection(cfg, res)
 	}
 	if cfg.Sections["syscalls"] {
 		res.Syscalls = syscallSection(cfg, res)

@@ -26,7 +26,8 @@ Implementations:
   by the constructor, every put rewriting it). They run only the config_*
   steps: ``config_open`` writes a seed JSON file of ``batch`` entries in the
   database's directory and opens a cache on it (the seed loads it,
-  PersistentCache imports it into ``<label>.tirastore.db``), then
+  PersistentCache imports it into the directory's database, namespace
+  ``<label>``: core/configplace.go), then
   ``config_get`` and ``config_put`` use that cache.
 
 The ``python`` client also runs the claim section's ops (issue 18,
@@ -68,6 +69,8 @@ class PackageClient:
     def __init__(self, spec: dict) -> None:
         try:
             import tirastore  # noqa: PLC0415
+
+            tirastore._native.ensure_loaded()  # the library loads on first use
         except ImportError as e:
             raise Skip(f"import tirastore failed: {e}") from None
         self.name, self.src, self.times = spec["program_name"], spec["source"], spec["times"]
@@ -250,7 +253,9 @@ class PersistentCacheClient(ConfigClient):
     def __init__(self, spec: dict) -> None:
         super().__init__(spec)
         try:
-            from tirastore import PersistentCache  # noqa: PLC0415
+            from tirastore import PersistentCache, _native  # noqa: PLC0415
+
+            _native.ensure_loaded()  # the library loads on first use
         except ImportError as e:
             raise Skip(f"from tirastore import PersistentCache failed: {e}") from None
         self.cls = PersistentCache

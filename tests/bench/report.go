@@ -39,9 +39,12 @@ type results struct {
 	Reference    reference                       `json:"reference_original_issue5"`
 	// Postgres is the postgres section's figures (postgres.go), nil when
 	// it did not run or no cluster could be started (Skipped says why).
-	Postgres *pgResults        `json:"postgres,omitempty"`
-	Skipped  map[string]string `json:"skipped"`
-	ElapsedS float64           `json:"elapsed_s"`
+	Postgres *pgResults `json:"postgres,omitempty"`
+	// EjkernelImport is the ejkernel import row (ejkernel.go), nil when it
+	// did not run (Skipped["ejkernel_import"] says why).
+	EjkernelImport *ejkImport        `json:"ejkernel_import,omitempty"`
+	Skipped        map[string]string `json:"skipped"`
+	ElapsedS       float64           `json:"elapsed_s"`
 }
 
 func configJSON(cfg *config) map[string]any {
@@ -52,7 +55,7 @@ func configJSON(cfg *config) map[string]any {
 		"throughput_mix": "80% lookups (10% of them for absent keys), 20% records of new keys",
 		"syscall_ops":    cfg.SyscallOps, "syscall_record_many_1000_calls": cfg.SyscallMany,
 		"program_source_bytes": len(programSource), "schedule_format": schedFormat, "raw_samples": cfg.Raw,
-		"config_cache_sizes": cfg.ConfigCache, "config_cache_entries": []int{configSmall, configLarge}, "config_cache_key_format": configKeyFormat,
+		"config_cache_sizes": cfg.ConfigCache, "ejkernel_runs_each": cfg.EjkernelRuns, "config_cache_entries": []int{configSmall, configLarge}, "config_cache_key_format": configKeyFormat,
 		"baseline": "tests/bench/baseline: the original's protocol in Go (50 ms..5 s backoff, stale 600 s, fresh claim+link and fresh POSIX-locked connection per operation, two connections per record)",
 	}
 }
@@ -365,6 +368,7 @@ func writeReport(w io.Writer, cfg *config, res *results) {
 		fmt.Fprintf(w, "QUICK MODE: smoke-test sizes, the figures are not meaningful\n")
 	}
 	writeLatency(w, res)
+	writeEjkernel(w, res)
 	writeSyscalls(w, res)
 	writeThroughput(w, cfg, res)
 	writeTargets(w, res)

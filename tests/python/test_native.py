@@ -44,13 +44,17 @@ def test_one_version_everywhere():
 def test_library_found_through_env(tmp_path):
     """$TIRASTORE_LIB wins over the copy next to the package."""
     lib = Path(_native.library_path())
-    code = "import tirastore, tirastore._native as n; print(n.library_path())"
+    code = "import tirastore, tirastore._native as n; tirastore.normalize_schedule(''); print(n.library_path(), n.loaded_from)"
     env = {"TIRASTORE_LIB": str(lib), "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == str(lib)
+    assert out.stdout.split() == [str(lib), str(lib)]
+    # A missing library: the import works (it loads nothing), the first call
+    # says which file is missing and how to get one.
     env["TIRASTORE_LIB"] = str(tmp_path / "missing.so")
-    bad = subprocess.run([sys.executable, "-c", "import tirastore"], env=env, capture_output=True, text=True)
-    assert bad.returncode != 0 and "missing.so" in bad.stderr and "TIRASTORE_LIB" in bad.stderr
+    bad = subprocess.run([sys.executable, "-c", "import tirastore; tirastore.normalize_schedule('')"], env=env,
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "ImportError: tirastore: the native library" in bad.stderr, bad.stderr
+    assert "missing.so" in bad.stderr and "TIRASTORE_LIB" in bad.stderr
 
 
 @pytest.mark.parametrize(
