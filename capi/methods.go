@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/tirastore/tirastore/core"
 	"github.com/tirastore/tirastore/core/apierr"
@@ -377,6 +378,26 @@ var methods = map[string]method{
 			return nil, err
 		}
 		return e, nil
+	}},
+	// config_check checks the namespace, device, op_id and call_key of a
+	// call of the config method named by "call" as that method does, with
+	// its messages (handle 0; null result), for a binding that answers
+	// without a database (a cache whose database does not exist yet).
+	"config_check": {false, []string{"call", "namespace", "device", "op_id", "call_key"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {
+		m, err := a.str("call")
+		if err != nil {
+			return nil, err
+		}
+		name, ok := pythonNames[m]
+		if !ok || !strings.HasPrefix(m, "config_") {
+			return nil, &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("config_check(): call must name a config method, got %q", m)}
+		}
+		a.method = name
+		ns, d, op, ck, err := configArgs(a)
+		if err != nil {
+			return nil, err
+		}
+		return nil, core.CheckConfigRef(ns, d, op, ck)
 	}},
 	// config_value is config_get's fast form for bindings: [value, stamp]
 	// on a hit (a stored null stays distinguishable), null on a miss,

@@ -67,6 +67,13 @@ func (e *ConfigEntry) PyJSON() any {
 
 // checkConfigRef validates a namespace and the three parts of a key.
 func checkConfigRef(namespace, device, opID, callKey string) error {
+	return CheckConfigRef(namespace, device, opID, callKey)
+}
+
+// CheckConfigRef validates the namespace and the three parts of a key, as
+// every config call does, for a binding that answers without a database
+// (a cache whose database does not exist yet): the same errors either way.
+func CheckConfigRef(namespace, device, opID, callKey string) error {
 	return checkTexts("namespace", namespace, "device", device, "op_id", opID, "call_key", callKey)
 }
 

@@ -147,8 +147,14 @@ func LocateConfigCache(a ConfigPlaceArgs) (*ConfigPlace, error) {
 			reasons = append(reasons, why)
 			continue
 		}
+		// The database's name is vetted as a path argument is: another
+		// user's link there is refused, never followed.
+		db, err := resolvePath("database", filepath.Join(dir, ConfigDBName))
+		if err != nil {
+			return nil, err
+		}
 		pl := &ConfigPlace{
-			DBPath:    filepath.Join(dir, ConfigDBName),
+			DBPath:    db,
 			JSONPath:  filepath.Join(dir, pypath.Name(c)),
 			Namespace: strings.TrimSuffix(pypath.Name(c), ".json"),
 			Path:      c,

@@ -98,6 +98,25 @@ def _open_cache(args: argparse.Namespace, create: bool = False) -> PersistentCac
     return PersistentCache("tirastore", path=args.db, lock_timeout=args.lock_timeout, create=create)
 
 
+def _cache_store(cache: PersistentCache) -> TiraStore:
+    """The cache's database, opened now: without create, a missing one is
+    FileNotFoundError (an operator's typo creates nothing)."""
+    store = cache._open(write=True, stacklevel=4)
+    if store is None:  # no directory can hold it (the warning says why)
+        raise FileNotFoundError(2, f"no database for {cache.path}")
+    return store
+
+
+def _namespace(args: argparse.Namespace, cache: PersistentCache, every: bool = False) -> Optional[str]:
+    """--namespace, else the JSON path's own (its stem), else "" (None:
+    every namespace, where *every* and DB names the database itself)."""
+    if args.namespace is not None:
+        return args.namespace
+    if every and cache.json_path is None:
+        return None
+    return cache.namespace
+
+
 # -- the commands ----------------------------------------------------------------
 
 
@@ -288,7 +307,7 @@ def _config_rows(cache: PersistentCache, namespace: Optional[str], device: Optio
                  op_id: Optional[str]) -> list[dict[str, Any]]:
     """The library's entries of a namespace (None: of every one); a value
     too deep to send carries "error" in its place."""
-    return cache._live()._call("config_entries", namespace=namespace, device=device, op_id=op_id)
+    return _cache_store(cache)._call("config_entries", namespace=namespace, device=device, op_id=op_id)
 
 
 def _key_text(args: argparse.Namespace) -> str:
@@ -300,7 +319,7 @@ def _key_text(args: argparse.Namespace) -> str:
 def cmd_config_list(args: argparse.Namespace, out: _Output) -> int:
     with _open_cache(args) as cache:
         entries = []
-        for r in _config_rows(cache, args.namespace, args.device, args.op):
+        for r in _config_rows(cache, _namespace(args, cache, every=True), args.device, args.op):
             if "error" in r:  # stored too deeply nested to read: the others are listed
                 warnings.warn(r["error"], TiraStoreWarning)
             else:
@@ -315,6 +334,7 @@ def cmd_config_list(args: argparse.Namespace, out: _Output) -> int:
 
 def cmd_config_get(args: argparse.Namespace, out: _Output) -> int:
     with _open_cache(args) as cache:
+        args.namespace = _namespace(args, cache)
         rows = [r for r in _config_rows(cache, args.namespace, args.device, args.op_id) if r["call_key"] == args.call_key]
         if rows and "error" in rows[0]:  # stored too deeply nested to read: the library says which and why
             raise ValueError(rows[0]["error"])
@@ -329,7 +349,8 @@ def cmd_config_get(args: argparse.Namespace, out: _Output) -> int:
 
 def cmd_config_delete(args: argparse.Namespace, out: _Output) -> int:
     with _open_cache(args) as cache:
-        deleted = cache._live()._call("config_delete", namespace=args.namespace, device=args.device,
+        args.namespace = _namespace(args, cache)
+        deleted = _cache_store(cache)._call("config_delete", namespace=args.namespace, device=args.device,
                                       op_id=args.op_id, call_key=args.call_key)
     key = _key_text(args)
     out.result({"deleted": deleted, "key": f"{args.device}|{args.op_id}|{args.call_key}", "namespace": args.namespace},
@@ -341,7 +362,8 @@ def cmd_config_delete(args: argparse.Namespace, out: _Output) -> int:
 
 def cmd_config_import(args: argparse.Namespace, out: _Output) -> int:
     with _open_cache(args, create=True) as cache:  # its purpose: the only command that creates a database
-        res = cache._live()._call("config_import", namespace=args.namespace, path=args.file, overwrite=args.overwrite)
+        res = _cache_store(cache)._call("config_import", namespace=_namespace(args, cache), path=args.file,
+                                        overwrite=args.overwrite)
     out.result(
         res,
         lambda: f"imported {res['path']}: {res['entries']:,} entries, {res['added']:,} added, "
@@ -352,7 +374,7 @@ def cmd_config_import(args: argparse.Namespace, out: _Output) -> int:
 
 def cmd_config_export(args: argparse.Namespace, out: _Output) -> int:
     with _open_cache(args) as cache:
-        done = cache._live()._call("config_export", namespace=args.namespace, output_path=args.file)
+        done = _cache_store(cache)._call("config_export", namespace=_namespace(args, cache), output_path=args.file)
     path, n = done["path"], done["entries"]
     out.result({"path": str(path), "entries": n}, lambda: f"exported {n:,} entries to {path}")
     return 0
@@ -573,7 +595,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help="only this device's entries")
     p.add_argument("--op", help="only this operation's entries")
     ns = "a namespace is one cache of the database, ejKernel's one per operation"
-    p.add_argument("--namespace", metavar="NS", help=f"only this namespace's entries ({ns}; default: every namespace)")
+    p.add_argument("--namespace", metavar="NS", help=f"only this namespace's entries ({ns}; default: a .json DB's own, its stem, "
+                   "else every namespace)")
     p.set_defaults(run=cmd_config_list)
     for name, run, helptext in [("get", cmd_config_get, "print one entry's value"),
                                 ("delete", cmd_config_delete, "remove one entry")]:
@@ -582,7 +605,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("device")
         p.add_argument("op_id")
         p.add_argument("call_key")
-        p.add_argument("--namespace", metavar="NS", default="", help=f'the entry\'s namespace ({ns}; default "")')
+        p.add_argument("--namespace", metavar="NS", help=f'the entry\'s namespace ({ns}; default: a .json DB\'s stem, else "")')
         p.set_defaults(run=run)
     p = csub.add_parser("import-ejkernel", parents=[common], help="import a PersistentCache JSON file",
                         description="Import ejKernel's PersistentCache JSON file ({\"device|op_id|call_key\": value}) "
@@ -590,14 +613,14 @@ def _parser() -> argparse.ArgumentParser:
     with_db(p, db_help)
     p.add_argument("file", metavar="FILE.json")
     p.add_argument("--overwrite", action="store_true", help="the file's entries replace existing ones")
-    p.add_argument("--namespace", metavar="NS", default="", help=f'import into this namespace ({ns}; default "")')
+    p.add_argument("--namespace", metavar="NS", help=f'import into this namespace ({ns}; default: a .json DB\'s stem, else "")')
     p.set_defaults(run=cmd_config_import)
     p = csub.add_parser("export-ejkernel", parents=[common], help="write the entries as a PersistentCache JSON file",
                         description="Write every entry of a namespace in ejKernel's PersistentCache format "
                         "(json.dump's), replacing FILE atomically.")
     with_db(p, db_help)
     p.add_argument("file", metavar="FILE.json")
-    p.add_argument("--namespace", metavar="NS", default="", help=f'export this namespace\'s entries ({ns}; default "")')
+    p.add_argument("--namespace", metavar="NS", help=f'export this namespace\'s entries ({ns}; default: a .json DB\'s stem, else "")')
     p.set_defaults(run=cmd_config_export)
 
     p = sub.add_parser("claims", parents=[common], help="who is measuring what (claims of lookup_or_claim)",

@@ -12,12 +12,14 @@ before any other ejkernel module imports the name.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import sys
 import threading
 from types import ModuleType
 from typing import Any, Optional, Sequence
+
+# importlib.abc is not imported: it pulls in importlib.resources and
+# tempfile, which `import tirastore` must not pay for. A meta path finder
+# and a loader are any objects with these methods.
 
 #: The ejkernel module that defines the class its operations import.
 TARGET = "ejkernel.ops.config.persistent"
@@ -25,13 +27,13 @@ TARGET = "ejkernel.ops.config.persistent"
 _installed_lock = threading.Lock()
 
 
-class _Loader(importlib.abc.Loader):
+class _Loader:
     """ejkernel's own loader, then the substitution."""
 
-    def __init__(self, inner: importlib.abc.Loader) -> None:
+    def __init__(self, inner: Any) -> None:
         self.inner = inner
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Optional[ModuleType]:
+    def create_module(self, spec: Any) -> Optional[ModuleType]:
         return self.inner.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
@@ -43,10 +45,10 @@ class _Loader(importlib.abc.Loader):
         module.PersistentCache = PersistentCache  # type: ignore[attr-defined]
 
 
-class _Finder(importlib.abc.MetaPathFinder):
+class _Finder:
     """Finds :data:`TARGET` with the other finders and wraps its loader."""
 
-    def find_spec(self, fullname: str, path: Optional[Sequence[str]], target: Any = None) -> Optional[importlib.machinery.ModuleSpec]:
+    def find_spec(self, fullname: str, path: Optional[Sequence[str]], target: Any = None) -> Any:
         if fullname != TARGET:
             return None
         for finder in sys.meta_path:

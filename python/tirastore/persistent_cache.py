@@ -20,6 +20,7 @@ Namespace(block_m=128, num_warps=4)
 
 from __future__ import annotations
 
+import threading
 import warnings
 from argparse import Namespace
 from dataclasses import asdict, dataclass, is_dataclass
@@ -34,6 +35,15 @@ Cfg = TypeVar("Cfg")
 
 # The most recent gets a cache remembers (see PersistentCache.get).
 _MEMO = 4096
+
+_MISSING = object()
+
+# The databases open in this process, shared by the caches that use them:
+# ejkernel's 39 caches of one directory are one database, so they hold one
+# connection and one lock claim file, not 39. By (db_path, sharing, the
+# lock options, create, the library copy): [store, number of caches].
+_open_dbs: dict[tuple[Any, ...], list[Any]] = {}
+_open_dbs_lock = threading.Lock()
 
 
 @dataclass
@@ -59,49 +69,76 @@ class ConfigEntry:
 class PersistentCache(Generic[Cfg]):
     """A kernel-config cache shared by every process and node that opens it.
 
-    It remembers, for kernel autotuners, the best configuration found for a
-    (device, operation, call signature), under the seed's key
-    ``"device|op_id|call_key"``.
+    A drop-in for ejkernel's ``PersistentCache`` (``ejkernel.ops.config``;
+    :func:`tirastore.patch_ejkernel` puts it in its place): it remembers,
+    for kernel autotuners, the best configuration found for a (device,
+    operation, call signature), under the key ``"device|op_id|call_key"``,
+    in a TiraStore database instead of a JSON file that every ``put``
+    rewrites whole, so that concurrent tuners keep each other's results.
 
-    *path* chooses the database:
+    It finds its place as ejkernel's class does:
 
-    * None: the seed's default file, ``~/ejkernel-presistent-cache/<opname>.json``
-      (spelling kept), mapped as a ``.json`` path is;
-    * a path ending in ``.json``: a seed JSON file. The entries live in the
-      TiraStore database beside it, ``<stem>.tirastore.db``. A file already
-      there is imported into the database the first time any process opens
-      it, in one transaction, and never again; the file itself is never
-      rewritten (old readers keep reading it) unless :meth:`export_json` is
-      called. If it changes later (an old tuner still writes it), opening
-      warns (:class:`~tirastore.TiraStoreWarning`) and :meth:`import_json`
-      imports the new entries;
-    * any other path: the TiraStore database itself, which may also hold
-      TiraStore records (the CPU check of records does not apply here);
-    * a ``postgresql://`` URL: a database on a PostgreSQL server, shared by
-      tuners where no shared filesystem exists (no JSON file is involved).
+    * *path* None: ``$EJKERNEL_PERSISTENT_CACHE_DIR/<opname>.json`` when the
+      variable is set, else ``~/ejkernel-presistent-cache/<opname>.json``
+      (ejkernel's spelling); a *path* ending in ``.json``: that file; ``~``
+      expanded, pathlib's rules (an absolute *opname* is a path);
+    * when that directory cannot be made: ``./.ejkernel-presistent-cache``,
+      then ``ejkernel-presistent-cache`` in the temporary directory, with a
+      :class:`~tirastore.TiraStoreWarning`; with none, the entries are kept
+      in this process only (a warning says why);
+    * the entries of every cache of one directory live in one database
+      there, ``persistent-cache.tirastore.db``, each cache in its own
+      namespace, its JSON file's stem (``flash-attn``): ejkernel's 39
+      operations make one database and one lock, not 39. An
+      ``<opname>.json`` written by ejkernel's class is imported into its
+      namespace the first time any process uses the cache, once, and never
+      rewritten (see :meth:`import_json`, :meth:`export_json`);
+    * a *path* not ending in ``.json`` is a TiraStore database (namespace
+      ``""``), which may also hold records; a ``postgresql://`` URL is a
+      database on a server.
 
-    :param str opname: the operation's name; it only picks the default path
-    :param path: the JSON file or database (str or path-like), a
+    Constructing a cache creates nothing and opens nothing, and never
+    raises for the filesystem: the place is found at the first get or put,
+    from ``$HOME``, ``$EJKERNEL_PERSISTENT_CACHE_DIR`` and the working
+    directory at that moment (ejkernel's class reads them when it is
+    constructed, at ``import ejkernel``). A get before the database exists
+    answers None and creates nothing (unless there is a JSON file to
+    import); the first put creates the database.
+
+    Files are private (0600, as ejkernel's class writes its JSON files),
+    unless the directory is writable by its group and not by everyone (a
+    project directory on a cluster: 0660), or *shared* is True (every user:
+    0666, a new directory 1777, as TiraStore databases). A private cache
+    uses no database and imports no JSON file of another user (root's
+    excepted): it says so in a warning and names the command that imports
+    a file you trust.
+
+    :param str opname: the operation's name: it picks the default path
+        (and the namespace, with it)
+    :param path: a JSON file (str or path-like), a database, a
         ``postgresql://`` URL, or None
     :param loader: applied to a stored value by :meth:`get`
     :param dumper: applied to a configuration by :meth:`put`
     :param cfg_type: the class :meth:`get` builds from a dict (``cfg_type(**d)``);
         None gives an :class:`argparse.Namespace`
+    :param shared: None: private unless the directory is a group's; True:
+        shared with every user; False: private
     :param lock_timeout: seconds an operation waits for the database's lock
         (as for :class:`~tirastore.TiraStore`; None: 600)
     :param stale_lock_timeout: seconds after which a silent lock holder is
         presumed dead (None: 600)
-    :param bool create: False opens an existing database only
-        (:exc:`FileNotFoundError` otherwise), as tools do
-    :raises TypeError: an argument has the wrong type
-    :raises ValueError: the JSON file is not a PersistentCache file (its
-        top level is not an object of ``"device|op_id|call_key"`` keys)
-    :raises OSError: the database or the JSON file cannot be read or created
+    :param bool create: False uses an existing database only: the first
+        call raises :exc:`FileNotFoundError` without one, as tools need
+    :raises TypeError: *path* is neither None, a str nor path-like, or
+        *shared* is not None or a bool
 
     Besides the errors each method lists, every method may raise what
     :class:`~tirastore.TiraStore`'s methods raise (:exc:`TimeoutError` for
     the lock, :exc:`KeyboardInterrupt`, :exc:`~tirastore.LockLostError`,
-    :exc:`OSError`), and :exc:`ValueError` once the cache is closed.
+    :exc:`OSError`), :exc:`PermissionError` when a private cache would use
+    another user's database, and :exc:`ValueError` once the cache is closed.
+    A cache is always true in a condition (``if cache:``), as ejkernel's
+    is, whatever its length.
     """
 
     def __init__(
@@ -112,62 +149,163 @@ class PersistentCache(Generic[Cfg]):
         dumper: Optional[Callable[[Cfg], Any]] = None,
         cfg_type: Optional[type] = None,
         *,
+        shared: Optional[bool] = None,
         lock_timeout: Optional[float] = None,
         stale_lock_timeout: Optional[float] = None,
         create: bool = True,
     ) -> None:
+        # Nothing here may touch the filesystem or load the library:
+        # ejkernel constructs 39 caches while it is imported.
         self._store: Optional[TiraStore] = None
+        self._closed = False
+        self._opname = f"{opname}"  # as ejkernel's f"{opname}.json"
+        self._path_arg = None if path is None else _fspath("PersistentCache", "path", path)
+        if shared is not None and not isinstance(shared, bool):
+            raise TypeError(f"PersistentCache(): shared must be None or a bool, not {type(shared).__name__}")
+        self._shared = shared
+        self._lock_timeout = lock_timeout
+        self._stale_lock_timeout = stale_lock_timeout
+        self._create = create
+        self.loader = loader
+        self.dumper = dumper
+        self.cfg_type = cfg_type
+        #: What the first use did with the JSON file (see :meth:`import_json`),
+        #: or None before it, or without a file to import.
+        self.imported: Optional[dict[str, Any]] = None
+        # The place once the database is open (config_location's answer),
+        # and the key of the open database in _open_dbs (None: its own).
+        self._place: Optional[dict[str, Any]] = None
+        self._key: Optional[tuple[Any, ...]] = None
+        # Entries kept in this process only, once no directory can hold
+        # the cache (ejkernel's class keeps none then).
+        self._memory: Optional[dict[tuple[str, str, str], Any]] = None
+        self._told: set[str] = set()
         # Recent gets: (encoded arguments, stamp, value) by coordinates. An
         # autotuner asks for the same few keys again and again; while the
         # library says a stamp is fresh (one fstat and one header read, no
         # lock, no JSON), its value is what a get would decode again.
         self._memo: dict[tuple[str, str, str], tuple[bytes, int, Any]] = {}
         self._memo_copy = _native.lib_copy
-        given = None if path is None else _fspath("PersistentCache", "path", path)
-        where = _native.call(0, "config_location", opname=opname, path=given)
-        self.loader = loader
-        self.dumper = dumper
-        self.cfg_type = cfg_type
-        #: The JSON file this cache imports and exports by default (None
-        #: when *path* names the database itself).
-        self.json_path: Optional[Path] = None if where["json_path"] is None else Path(where["json_path"])
-        #: What opening did with the JSON file (see :meth:`import_json`),
-        #: or None without one.
-        self.imported: Optional[dict[str, Any]] = None
-        # The CPU check guards records, which this class never writes.
-        store = TiraStore.__new__(TiraStore)
-        store._open(
-            where["db_path"],
-            source_project="",
-            cpu_model=None,
-            slurm_cpus=None,
-            allow_cpu_mismatch=True,
-            stale_lock_timeout=stale_lock_timeout,
-            lock_timeout=lock_timeout,
-            create=create,
-        )
+
+    # -- the place, found at first use -------------------------------------
+
+    def _locate(self) -> dict[str, Any]:
+        """Where the cache is now: the open database's place, else the library's answer."""
+        if self._place is not None:
+            return self._place
+        return _native.call(0, "config_location", opname=self._opname, path=self._path_arg, shared=self._shared)
+
+    def _tell(self, message: str, stacklevel: int) -> None:
+        """Warn once per cache and message; *stacklevel* as the caller's own."""
+        if message not in self._told:
+            self._told.add(message)
+            warnings.warn(message, TiraStoreWarning, stacklevel=stacklevel + 1)
+
+    def _open(self, write: bool, stacklevel: int = 3) -> Optional[TiraStore]:
+        """The open database; None when there is none to read yet (*write*
+        False: nothing is created) or when the cache keeps its entries in
+        memory. A put's open creates the database and its directory.
+        *stacklevel* is the user's frame seen from here (3: a public method's caller)."""
+        if self._store is not None:
+            return self._store
+        if self._closed:
+            raise ValueError("PersistentCache: the cache is closed")
+        if self._memory is not None:
+            return None
+        place = self._locate()
+        for notice in place["notices"]:
+            self._tell(notice, stacklevel)
+        if place["disabled"] is not None:
+            self._memory = {}
+            self._tell(place["disabled"], stacklevel)
+            return None
+        if not write and not place["db_exists"] and not place["import_json"] and self._create:
+            return None  # nothing to read: a miss, and nothing is created
+        key = (place["db_path"], place["sharing"], self._lock_timeout, self._stale_lock_timeout, self._create,
+               _native.lib_copy)
+        try:
+            store = self._shared_store(key, place, stacklevel + 1)
+        except PermissionError as e:
+            if not self._create or place["json_path"] is None:
+                raise  # a database the user named: theirs to fix
+            # ejkernel's class keeps its entries in memory when it cannot
+            # write its file; this cache says so.
+            self._memory = {}
+            self._tell(f"PersistentCache({self._opname!r}): {e}: its entries are kept in this process only", stacklevel)
+            return None
+        self._key = key
         self._store = store
-        #: The seed's attribute: the path as given, or the default file.
-        self.path = given if given is not None else str(self.json_path)
-        if self.json_path is not None:
+        self._place = place
+        if place["import_json"]:
             try:
-                self.imported = store._call("config_import", path=str(self.json_path), once=True)
-            except BaseException:
-                store.close()  # a malformed file: nothing was imported, nothing stays open
-                raise
-            if self.imported["notice"]:
-                warnings.warn(self.imported["notice"], TiraStoreWarning, stacklevel=2)
+                self.imported = store._call("config_import", path=place["json_path"], once=True,
+                                            namespace=place["namespace"])
+            except ValueError as e:  # ejkernel's class would have failed at import ejkernel
+                self._tell(f"{e}; nothing of it is imported, and the cache goes on without it", stacklevel)
+            else:
+                if self.imported["notice"]:
+                    self._tell(self.imported["notice"], stacklevel)
+        return store
+
+    def _shared_store(self, key: tuple[Any, ...], place: dict[str, Any], stacklevel: int) -> TiraStore:
+        """The open database of *key*, shared with this process's other caches of it."""
+        with _open_dbs_lock:
+            entry = _open_dbs.get(key)
+            if entry is not None and not entry[0].closed:
+                entry[1] += 1
+                return entry[0]
+            store = TiraStore.__new__(TiraStore)
+            # The CPU check guards records, which this class never writes.
+            store._open(
+                place["db_path"],
+                source_project="",
+                cpu_model=None,
+                slurm_cpus=None,
+                allow_cpu_mismatch=True,
+                stale_lock_timeout=self._stale_lock_timeout,
+                lock_timeout=self._lock_timeout,
+                create=self._create,
+                sharing=place["sharing"],
+                stacklevel=stacklevel + 1,
+            )
+            _open_dbs[key] = [store, 1]
+            return store
+
+    @property
+    def path(self) -> str:
+        """The path as ejkernel's class shows it: its JSON file (the
+        fallback's when one is used), or the database or URL given."""
+        return self._locate()["path"]
+
+    @property
+    def json_path(self) -> Optional[Path]:
+        """The absolute path of the JSON file this cache imports and exports
+        by default (None when *path* names the database itself)."""
+        j = self._locate()["json_path"]
+        return None if j is None else Path(j)
+
+    @property
+    def namespace(self) -> str:
+        """The namespace of this cache's entries in its database: the JSON
+        file's stem, or ``""`` when *path* names the database itself."""
+        return self._locate()["namespace"]
 
     @property
     def db_path(self) -> Union[Path, str]:
         """The absolute path of the database that holds the entries (a
-        server's URL without its password, for a ``postgresql://`` path)."""
-        return self._live().db_path
+        server's URL without its password, for a ``postgresql://`` path),
+        whether it exists yet or not."""
+        if self._store is not None:
+            return self._store.db_path
+        place = self._locate()
+        if "://" in place["db_path"]:  # the store's form hides a password
+            store = self._open(write=False)
+            return place["db_path"] if store is None else store.db_path
+        return Path(place["db_path"])
 
-    def _live(self) -> TiraStore:
-        if self._store is None:
-            raise ValueError("PersistentCache: the cache was not opened")
-        return self._store
+    def __bool__(self) -> bool:
+        """Always True, as ejkernel's cache: callers test ``if cache:`` for its presence."""
+        return True
 
     # -- the seed's API ----------------------------------------------------
 
@@ -193,7 +331,21 @@ class PersistentCache(Generic[Cfg]):
             value may be (see :meth:`put`; written before that limit or not
             through TiraStore: the message names the entry)
         """
-        store = self._live()
+        store = self._open(write=False)
+        if store is None:
+            self._check("config_value", device, op_id, call_key)
+            raw = None if self._memory is None else self._memory.get((device, op_id, call_key))
+        else:
+            raw = self._value(store, device, op_id, call_key)
+        if raw is None:
+            return None
+        out = self.loader(raw) if self.loader is not None else raw
+        if isinstance(out, dict):
+            out = Namespace(**out) if self.cfg_type is None else self.cfg_type(**out)
+        return out
+
+    def _value(self, store: TiraStore, device: str, op_id: str, call_key: str) -> Any:
+        """The stored value of the coordinates (None for a miss), from the memo while it is fresh."""
         if self._memo_copy != _native.lib_copy:  # forked or unpickled: stamps of another library copy
             self._memo.clear()
             self._memo_copy = _native.lib_copy
@@ -203,23 +355,17 @@ class PersistentCache(Generic[Cfg]):
         except TypeError:  # an unhashable argument: the library names it
             memo = None
         if memo is not None and memo[1] and _native.config_fresh(store._handle, memo[1]):
-            raw = memo[2]  # what the library answered, and would answer again now
-        else:
-            payload = memo[0] if memo is not None else _native.encode_args(
-                "PersistentCache.get", device=device, op_id=op_id, call_key=call_key
-            )
-            found = store._call_encoded(b"config_value", payload)
-            raw, stamp = (None, 0) if found is None else found
-            if type(device) is str and type(op_id) is str and type(call_key) is str:
-                if memo is None and len(self._memo) >= _MEMO:
-                    self._memo.clear()
-                self._memo[coords] = (payload, stamp, raw)
-        if raw is None:
-            return None
-        out = self.loader(raw) if self.loader is not None else raw
-        if isinstance(out, dict):
-            out = Namespace(**out) if self.cfg_type is None else self.cfg_type(**out)
-        return out
+            return memo[2]  # what the library answered, and would answer again now
+        payload = memo[0] if memo is not None else _native.encode_args(
+            "PersistentCache.get", device=device, op_id=op_id, call_key=call_key, namespace=self._place["namespace"]
+        )
+        found = store._call_encoded(b"config_value", payload)
+        raw, stamp = (None, 0) if found is None else found
+        if type(device) is str and type(op_id) is str and type(call_key) is str:
+            if memo is None and len(self._memo) >= _MEMO:
+                self._memo.clear()
+            self._memo[coords] = (payload, stamp, raw)
+        return raw
 
     def put(self, device: str, op_id: str, call_key: str, cfg: Cfg, overwrite: bool = True) -> bool:
         """Store a configuration for the coordinates, in one small transaction.
@@ -254,22 +400,52 @@ class PersistentCache(Generic[Cfg]):
             val = cfg.model_dump()
         else:
             val = cfg
-        return self._live()._call(
-            "config_put", device=device, op_id=op_id, call_key=call_key, value=val, overwrite=overwrite
-        )
+        store = self._open(write=True)
+        if store is None:  # no directory can hold the cache: this process keeps it
+            self._check("config_put", device, op_id, call_key)
+            coords = (device, op_id, call_key)
+            if not overwrite and coords in self._memory:
+                return False
+            self._memory[coords] = val
+            return True
+        return store._call("config_put", device=device, op_id=op_id, call_key=call_key, value=val,
+                           overwrite=overwrite, namespace=self._place["namespace"])
 
     # -- beyond the seed ---------------------------------------------------
 
+    def _check(self, method: str, device: Any, op_id: Any, call_key: Any) -> None:
+        """Raise what *method* raises for bad coordinates, without a database."""
+        _native.call(0, "config_check", call=method, device=device, op_id=op_id, call_key=call_key)
+
+    def _ns(self) -> str:
+        """The namespace of the open database's entries."""
+        assert self._place is not None
+        return self._place["namespace"]
+
     def delete(self, device: str, op_id: str, call_key: str) -> bool:
         """Remove the entry of the coordinates; return whether there was one."""
-        return self._live()._call("config_delete", device=device, op_id=op_id, call_key=call_key)
+        store = self._open(write=False)
+        if store is None:
+            self._check("config_delete", device, op_id, call_key)
+            return self._memory is not None and self._memory.pop((device, op_id, call_key), _MISSING) is not _MISSING
+        return store._call("config_delete", device=device, op_id=op_id, call_key=call_key, namespace=self._ns())
 
     def clear(self) -> int:
-        """Remove every entry; return how many there were."""
-        return self._live()._call("config_clear")
+        """Remove every entry of this cache's namespace; return how many there were."""
+        store = self._open(write=False)
+        if store is None:
+            n = len(self._memory or ())
+            if self._memory:
+                self._memory.clear()
+            return n
+        return store._call("config_clear", namespace=self._ns())
 
     def __len__(self) -> int:
-        return self._live()._call("config_len")
+        """The number of entries of this cache's namespace (0 before the database exists)."""
+        store = self._open(write=False)
+        if store is None:
+            return len(self._memory or ())
+        return store._call("config_len", namespace=self._ns())
 
     def entries(self, device: Optional[str] = None, op_id: Optional[str] = None) -> list[ConfigEntry]:
         """Return the stored entries of a device and/or an operation, by key.
@@ -290,13 +466,22 @@ class PersistentCache(Generic[Cfg]):
         """
         return self._entries(device, op_id)
 
-    def _rows(self, device: Optional[str], op_id: Optional[str]) -> list[dict[str, Any]]:
-        """The library's rows; a value too deep to send carries ``"error"`` in its place."""
-        return self._live()._call("config_entries", device=device, op_id=op_id)
+    def _rows(self, device: Optional[str], op_id: Optional[str], stacklevel: int) -> list[dict[str, Any]]:
+        """The library's rows of this cache's namespace; a value too deep to
+        send carries ``"error"`` in its place. *stacklevel*: the user's frame seen from here."""
+        store = self._open(write=False, stacklevel=stacklevel + 1)
+        if store is None:
+            return [
+                {"device": d, "op_id": o, "call_key": k, "value": v, "hostname": "", "username": "",
+                 "creation_date": "", "update_date": "", "namespace": ""}
+                for (d, o, k), v in sorted((self._memory or {}).items())
+                if (device is None or d == device) and (op_id is None or o == op_id)
+            ]
+        return store._call("config_entries", device=device, op_id=op_id, namespace=self._ns())
 
     def _entries(self, device: Optional[str], op_id: Optional[str], stacklevel: int = 3) -> list[ConfigEntry]:
         out = []
-        for r in self._rows(device, op_id):
+        for r in self._rows(device, op_id, stacklevel + 1):
             if "error" in r:
                 warnings.warn(r["error"], TiraStoreWarning, stacklevel=stacklevel)
             else:
@@ -322,14 +507,18 @@ class PersistentCache(Generic[Cfg]):
     def __iter__(self) -> Iterator[tuple[str, str, str]]:
         """Iterate over the ``(device, op_id, call_key)`` of every entry, by key (also of
         an entry whose value is too deeply nested to read: see :meth:`entries`)."""
-        return iter([(r["device"], r["op_id"], r["call_key"]) for r in self._rows(None, None)])
+        return iter([(r["device"], r["op_id"], r["call_key"]) for r in self._rows(None, None, 2)])
 
     def __contains__(self, coords: object) -> bool:
         """``(device, op_id, call_key) in cache``: an entry is stored (its value may be None)."""
         if not (isinstance(coords, tuple) and len(coords) == 3):
             return False
         device, op_id, call_key = coords
-        return self._live()._call("config_get", device=device, op_id=op_id, call_key=call_key) is not None
+        store = self._open(write=False)
+        if store is None:
+            self._check("config_get", device, op_id, call_key)
+            return self._memory is not None and coords in self._memory
+        return store._call("config_get", device=device, op_id=op_id, call_key=call_key, namespace=self._ns()) is not None
 
     def import_json(self, path: Optional[PathLike] = None, overwrite: bool = False) -> dict[str, Any]:
         """Import a seed JSON file (``{"device|op_id|call_key": value}``) in one transaction.
@@ -346,7 +535,9 @@ class PersistentCache(Generic[Cfg]):
             path is given and the cache has no JSON file
         :raises OSError: the file cannot be read (:exc:`FileNotFoundError`, ...)
         """
-        return self._live()._call("config_import", path=self._json_arg("import_json", path), overwrite=overwrite)
+        store = self._opened("import_json")
+        return store._call("config_import", path=self._json_arg("import_json", path), overwrite=overwrite,
+                           namespace=self._ns())
 
     def export_json(self, path: Optional[PathLike] = None) -> Path:
         """Write every entry to a JSON file in the seed's format, replacing it atomically.
@@ -363,8 +554,17 @@ class PersistentCache(Generic[Cfg]):
             journal, ...) or another database: nothing is written
         :raises OSError: the file cannot be written
         """
-        out = self._live()._call("config_export", output_path=self._json_arg("export_json", path))
+        store = self._opened("export_json")
+        out = store._call("config_export", output_path=self._json_arg("export_json", path), namespace=self._ns())
         return Path(out["path"])
+
+    def _opened(self, where: str) -> TiraStore:
+        """The database, created if need be, for a method that needs one."""
+        store = self._open(write=True, stacklevel=4)
+        if store is None:
+            raise OSError(f"PersistentCache.{where}(): this cache has no database: no directory can hold it "
+                          f"(see the warning), its entries are kept in this process only")
+        return store
 
     def _json_arg(self, where: str, path: Optional[PathLike]) -> str:
         if path is not None:
@@ -383,18 +583,30 @@ class PersistentCache(Generic[Cfg]):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._memo_copy = -1  # never a library copy: the first get starts afresh
+        self._key = None  # the unpickled store is this cache's own
 
     # -- lifetime ----------------------------------------------------------
 
     @property
     def closed(self) -> bool:
         """True after :meth:`close`."""
-        return self._store is None or self._store.closed
+        return self._closed
 
     def close(self) -> None:
         """Release the database; later calls raise ValueError. Closing twice is harmless."""
-        if self._store is not None:
-            self._store.close()
+        if self._closed:
+            return
+        self._closed = True
+        if self._store is None:
+            return
+        with _open_dbs_lock:
+            entry = _open_dbs.get(self._key) if self._key is not None else None
+            if entry is not None and entry[0] is self._store:
+                entry[1] -= 1
+                if entry[1] > 0:
+                    return  # other caches of this process still use it
+                del _open_dbs[self._key]
+        self._store.close()
 
     def __enter__(self) -> "PersistentCache[Cfg]":
         return self
@@ -404,4 +616,4 @@ class PersistentCache(Generic[Cfg]):
 
     def __repr__(self) -> str:
         where = str(self._store.db_path) if self._store is not None else None
-        return f"PersistentCache(path={self.path!r}, db_path={where!r})"
+        return f"PersistentCache(opname={self._opname!r}, path={self._path_arg!r}, db_path={where!r})"

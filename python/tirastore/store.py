@@ -241,6 +241,7 @@ class TiraStore:
         lock_timeout: Optional[float],
         create: bool = True,
         sharing: Optional[str] = None,
+        stacklevel: int = 3,
     ) -> None:
         """The constructor's work, for it and for classes built on a store
         (PersistentCache), so that the open's warnings point at the line of
@@ -278,9 +279,9 @@ class TiraStore:
         # that failed its checks, planted by another user, say, so the store
         # works without the speed-up it serves; a directory others cannot use).
         if info["warning"]:
-            warnings.warn(info["warning"], TiraStoreWarning, stacklevel=3)
+            warnings.warn(info["warning"], TiraStoreWarning, stacklevel=stacklevel)
         for notice in info.get("notices") or ():
-            warnings.warn(notice, TiraStoreWarning, stacklevel=3)
+            warnings.warn(notice, TiraStoreWarning, stacklevel=stacklevel)
 
     def _set_location(self, given: str, info: dict[str, Any]) -> None:
         """db_path: the database file's absolute Path, or a server's URL

@@ -250,7 +250,7 @@ def test_autotune_cache_shares_configs(tmp_path, monkeypatch):
     assert tuned >= len(keys) and tuned - lost == len(keys)
     # The default path is a .json one: the entries live in the database beside it.
     json_path = tmp_path / "tirastore-demo" / "autotune.json"
-    assert json_path.with_name("autotune.tirastore.db").exists() and not json_path.exists()
+    assert json_path.with_name("persistent-cache.tirastore.db").exists() and not json_path.exists()
     with tirastore.PersistentCache("blocked_matmul", path=json_path, cfg_type=example.BlockConfig) as cache:
         entries = cache.entries()
         assert sorted(e.call_key for e in entries) == keys  # one entry per signature

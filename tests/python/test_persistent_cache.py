@@ -30,6 +30,7 @@ from conftest import TEST_CPU
 from tirastore import ConfigEntry, PersistentCache, TiraStore, TiraStoreWarning
 
 REPO = Path(__file__).resolve().parents[2]
+DB_NAME = "persistent-cache.tirastore.db"
 FP_LIB = REPO / "build" / "failpoints" / "libtirastore.so"
 HERE = Path(__file__).resolve().parent
 
@@ -70,28 +71,32 @@ def cache(tmp_path):
 
 def test_default_path_is_the_seeds(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("EJKERNEL_PERSISTENT_CACHE_DIR", raising=False)
     with PersistentCache("flash_attn") as c:
         assert c.path == str(tmp_path / "ejkernel-presistent-cache" / "flash_attn.json")
         assert c.json_path == tmp_path / "ejkernel-presistent-cache" / "flash_attn.json"
-        assert c.db_path == tmp_path / "ejkernel-presistent-cache" / "flash_attn.tirastore.db"
+        assert c.db_path == tmp_path / "ejkernel-presistent-cache" / DB_NAME
+        assert c.namespace == "flash_attn"
+        assert c.get("d", "o", "k") is None and not c.db_path.exists()  # a get creates nothing
+        c.put("d", "o", "k", 1)
         assert c.db_path.is_file() and not c.json_path.exists()  # the JSON file is never written on its own
-        assert c.imported["found"] is False
+        assert c.imported is None  # no file to import
 
 
 def test_paths_json_database_and_pathlike(tmp_path):
     with PersistentCache("op", path=str(tmp_path / "sub" / "cfg.json")) as c:
         assert c.path == str(tmp_path / "sub" / "cfg.json")
-        assert c.db_path == tmp_path / "sub" / "cfg.tirastore.db"
+        assert c.db_path == tmp_path / "sub" / DB_NAME and c.namespace == "cfg"
     with PersistentCache("op", path=tmp_path / "shared.db") as c:
         assert c.db_path == tmp_path / "shared.db" and c.json_path is None and c.imported is None
         with pytest.raises(ValueError, match="has no JSON file"):
             c.export_json()
     with pytest.raises(TypeError, match=r"PersistentCache\(\): path must be str or os.PathLike"):
         PersistentCache("op", path=42)
-    with pytest.raises(TypeError, match="opname must be str"):
-        PersistentCache(None, path=tmp_path / "x.db")
+    assert PersistentCache(None).path.endswith("/None.json")  # as ejkernel's f"{opname}.json"
+    c = PersistentCache("op", path=str(tmp_path / "a\x00.json"))  # the constructor never raises for a value
     with pytest.raises(ValueError, match="NUL"):
-        PersistentCache("op", path=str(tmp_path / "a\x00.json"))
+        c.get("d", "o", "k")
 
 
 def test_one_database_holds_records_and_configs_and_ignores_the_cpu_check(tmp_path):
@@ -170,7 +175,7 @@ def test_nan_and_infinities_as_python_json_writes_them(cache):
 
 @pytest.mark.parametrize("bad", [b"bytes", {1, 2}, object(), {"k": [1, 2j]}])
 def test_a_value_json_cannot_store_is_a_type_error_naming_the_key(cache, bad):
-    with pytest.raises(TypeError, match=r"PersistentCache\.put\(\): the value of key 'gpu:0\|mm\|sig' is not JSON serializable"):
+    with pytest.raises(TypeError, match=r"PersistentCache\.put\(\): the value of key 'gpu:0\|mm\|sig' in namespace matmul is not JSON serializable"):
         cache.put("gpu:0", "mm", "sig", bad)
     assert len(cache) == 0
 
@@ -275,8 +280,8 @@ def test_an_existing_file_is_imported_once_and_left_as_it_was(tmp_path):
     before = write_seed_file(path, data)
     mtime = path.stat().st_mtime_ns
     with PersistentCache("matmul", path=path) as c:
-        assert c.imported["added"] == 2 and c.imported["skipped"] is False
         got = c.get("gpu:0", "matmul@v1", "m=1024")
+        assert c.imported["added"] == 2 and c.imported["skipped"] is False
         assert got.block_m == 128 and math.isnan(got.score)
         assert c.get("gpu:0", "matmul@v1", "m=2048") == [64, 4]
         c.put("gpu:0", "matmul@v1", "m=4096", {"block_m": 256})
@@ -286,10 +291,10 @@ def test_an_existing_file_is_imported_once_and_left_as_it_was(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", TiraStoreWarning)
         with PersistentCache("matmul", path=path) as c:
-            assert c.imported["skipped"] is True and c.imported["changed"] is False
             assert c.get("gpu:0", "matmul@v1", "m=2048") is None
+            assert c.imported["skipped"] is True and c.imported["changed"] is False
             assert len(c) == 2
-    rows = sqlite3.connect(tmp_path / "matmul.tirastore.db").execute("SELECT path, entries FROM config_imports").fetchall()
+    rows = sqlite3.connect(tmp_path / DB_NAME).execute("SELECT path, entries FROM config_imports").fetchall()
     assert rows == [(str(path), 2)]
 
 
@@ -300,10 +305,10 @@ def test_a_file_changed_after_the_import_is_reported_and_import_json_merges_it(t
         c.put("d", "op", "mine", 10)
     # An old tuner goes on writing the file during a migration.
     write_seed_file(path, {"d|op|a": 2, "d|op|b": 3, "d|op|mine": 99})
+    c = PersistentCache("op", path=path)
     with pytest.warns(TiraStoreWarning, match=r"op\.json changed since it was imported.*import_json\(\)") as rec:
-        c = PersistentCache("op", path=path)
+        assert c.get("d", "op", "b") is None  # not imported on its own
     assert rec[0].filename == __file__  # the warning points at the caller's line
-    assert c.get("d", "op", "b") is None  # not imported on its own
     res = c.import_json()
     assert (res["entries"], res["added"], res["kept"], res["replaced"]) == (3, 1, 2, 0)
     assert (c.get("d", "op", "a"), c.get("d", "op", "b"), c.get("d", "op", "mine")) == (1, 3, 10)
@@ -313,7 +318,8 @@ def test_a_file_changed_after_the_import_is_reported_and_import_json_merges_it(t
     c.close()
     with warnings.catch_warnings():
         warnings.simplefilter("error", TiraStoreWarning)  # imported as it is now: nothing to report
-        PersistentCache("op", path=path).close()
+        with PersistentCache("op", path=path) as c:
+            len(c)
 
 
 def test_export_writes_the_seeds_format_and_the_seed_reads_it(tmp_path):
@@ -338,6 +344,7 @@ def test_export_writes_the_seeds_format_and_the_seed_reads_it(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", TiraStoreWarning)
         with PersistentCache("op", path=path) as c:
+            len(c)
             assert c.imported["skipped"] and not c.imported["changed"]
     with PersistentCache("op", path=tmp_path / "empty.json") as c:
         c.export_json()
@@ -356,12 +363,17 @@ def test_export_writes_the_seeds_format_and_the_seed_reads_it(tmp_path):
 def test_a_malformed_file_imports_nothing_and_is_left_alone(tmp_path, content, message):
     path = tmp_path / "bad.json"
     path.write_text(content)
-    with pytest.raises(ValueError, match=message) as e:
-        PersistentCache("op", path=path)
-    assert str(path) in str(e.value)
+    c = PersistentCache("op", path=path)  # ejkernel's class raised here, at import ejkernel
+    with pytest.warns(TiraStoreWarning, match=message) as rec:
+        assert c.get("d", "op", "a") is None
+    assert str(path) in str(rec[0].message) and "nothing of it is imported" in str(rec[0].message)
+    assert rec[0].filename == __file__
     assert path.read_text() == content
-    with PersistentCache("op", path=tmp_path / "bad.tirastore.db") as c:
-        assert len(c) == 0
+    c.put("d", "op", "b", 1)  # the cache works without it
+    assert len(c) == 1 and c.imported is None
+    with pytest.raises(ValueError, match=message):
+        c.import_json()  # asked for: the error itself
+    c.close()
 
 
 def test_import_json_errors(cache, tmp_path):
@@ -378,6 +390,7 @@ IMPORTER = textwrap.dedent(
     import json, sys
     from tirastore import PersistentCache
     c = PersistentCache("op", path=sys.argv[1])
+    len(c)  # the first use imports
     print(json.dumps(c.imported))
     """
 )

@@ -51,6 +51,7 @@ import pytest
 from conftest import TEST_CPU, TEST_SLURM, sqlite_only
 
 REPO = Path(__file__).resolve().parents[2]
+DB_NAME = "persistent-cache.tirastore.db"  # a PersistentCache's database in its directory
 ATTACKER = 65534  # nobody: the other user of the node
 THIRD = 65533  # a third user of a shared database
 
@@ -313,13 +314,17 @@ def test_negative_control_fifo_blocks_the_unguarded_store(shared, what, failpoin
 
 
 SEED = textwrap.dedent("""
-    import json, sys, time
+    import json, sys, time, warnings
     out = {"error": None}
     t0 = time.monotonic()
     try:
         import tirastore
         c = tirastore.PersistentCache("op", path=sys.argv[1], lock_timeout=float(sys.argv[2]))
-        out["acked"] = c.put("cpu", "op@1", "k", {"b": 1})
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            out["acked"] = c.put("cpu", "op@1", "k", {"b": 1})  # the first use skips the seed
+        out["warnings"] = [str(w.message) for w in seen]
+        c.import_json()  # asked for: opened, and refused
         c.close()
     except Exception as e:
         out["error"] = "%s: %s" % (type(e).__name__, e)
@@ -330,7 +335,7 @@ SEED = textwrap.dedent("""
 
 def seed_fifo_scenario(shared_dir: Path, env: dict) -> dict:
     """A FIFO at the seed JSON of a PersistentCache, beside its database:
-    the first open imports the seed."""
+    the first use skips it (not a regular file), import_json() opens it."""
     plant("fifo", shared_dir / "t.json")
     try:
         r = subprocess.run([sys.executable, "-c", SEED, str(shared_dir / "t.json"), str(LOCK_TIMEOUT)],
@@ -343,6 +348,7 @@ def seed_fifo_scenario(shared_dir: Path, env: dict) -> dict:
 def test_a_fifo_at_a_persistent_cache_seed_blocks_nothing(shared):
     res = seed_fifo_scenario(shared[0], child_env())
     assert violations([res], "t.json") == [], res
+    assert res["acked"] is True and any("t.json is not a regular file" in w for w in res["warnings"]), res
     assert res["error"].startswith("OSError") and "t.json" in res["error"] and "uid 65534" in res["error"], res
 
 
@@ -396,11 +402,11 @@ def test_the_library_opens_no_other_name_in_the_directory(shared):
         if os.path.dirname(os.path.normpath(path)) == d:
             opened.add(os.path.basename(path))
     host = os.uname().nodename
-    known = set(planted_names(db).values()) | set(planted_names(shared_dir / "t.tirastore.db").values()) | {"t.json"}
+    known = set(planted_names(db).values()) | set(planted_names(shared_dir / DB_NAME).values()) | {"t.json"}
     patterns = [re.compile(rf"\.lock_{re.escape(host)}_\d+_\w+"), re.compile(r"c_\d{8}T\d{6}Z\.db"),
                 re.compile(r"\..*\.tmp.*"), re.compile(r".*\.tmp-\w+")]
     unknown = sorted(n for n in opened if n not in known and not any(p.fullmatch(n) for p in patterns))
-    assert {"c.db", "c.db-journal", "c.db.lock", "t.json", "t.tirastore.db"} <= opened, sorted(opened)
+    assert {"c.db", "c.db-journal", "c.db.lock", "t.json", DB_NAME} <= opened, sorted(opened)
     assert unknown == [], f"the library opens names the FIFO test does not plant: {unknown}"
 
 
@@ -511,10 +517,10 @@ def test_another_users_link_is_never_followed(shared, kind):
         res = open_through(shared_dir / "new.db")
         link = shared_dir / "new.db"
     elif kind == "cache":
-        # PersistentCache's database beside its .json: <stem>.tirastore.db.
-        plant("symlink", shared_dir / "t.tirastore.db", str(target))
+        # PersistentCache's database beside its .json: persistent-cache.tirastore.db.
+        plant("symlink", shared_dir / DB_NAME, str(target))
         res = open_through(shared_dir / "t.json", "cache")
-        link = shared_dir / "t.tirastore.db"
+        link = shared_dir / DB_NAME
     elif kind == "component":
         plant("symlink", shared_dir / "sub", str(private))
         res = open_through(shared_dir / "sub" / "a.db")
