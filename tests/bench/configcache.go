@@ -189,5 +189,5 @@ func writeConfigCache(w io.Writer, res *results) {
 		}
 	}
 	fmt.Fprintf(w, "   get hit: the same %d keys again and again; put 10: overwrites of those %d entries (the cache stays at %d);\n", configSmall, configSmall, configSmall)
-	fmt.Fprintf(w, "   put 10,000: new keys in a cache preloaded with 10,000 entries (a seed JSON file, imported by PersistentCache's constructor).\n")
+	fmt.Fprintf(w, "   put 10,000: new keys in a cache preloaded with 10,000 entries (a seed JSON file, imported by PersistentCache's first use, before the timing).\n")
 }

@@ -248,7 +248,7 @@ class ConfigClient:
 
 
 class PersistentCacheClient(ConfigClient):
-    """tirastore.PersistentCache: the constructor imports the JSON file."""
+    """tirastore.PersistentCache: its first use (len(), in open) imports the JSON file."""
 
     def __init__(self, spec: dict) -> None:
         super().__init__(spec)
