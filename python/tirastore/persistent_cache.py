@@ -180,6 +180,7 @@ class PersistentCache(Generic[Cfg]):
         # the cache (ejkernel's class keeps none then).
         self._memory: Optional[dict[tuple[str, str, str], Any]] = None
         self._told: set[str] = set()
+        self._open_lock = threading.Lock()
         # Recent gets: (encoded arguments, stamp, value) by coordinates. An
         # autotuner asks for the same few keys again and again; while the
         # library says a stamp is fresh (one fstat and one header read, no
@@ -206,12 +207,19 @@ class PersistentCache(Generic[Cfg]):
         False: nothing is created) or when the cache keeps its entries in
         memory. A put's open creates the database and its directory.
         *stacklevel* is the user's frame seen from here (3: a public method's caller)."""
-        if self._store is not None:
-            return self._store
         if self._closed:
             raise ValueError("PersistentCache: the cache is closed")
+        if self._store is not None:
+            return self._store
         if self._memory is not None:
             return None
+        with self._open_lock:  # two threads' first calls open once
+            if self._store is not None or self._memory is not None:
+                return self._store
+            return self._open_now(write, stacklevel + 1)
+
+    def _open_now(self, write: bool, stacklevel: int) -> Optional[TiraStore]:
+        """:meth:`_open`'s work, under the cache's lock."""
         place = self._locate()
         for notice in place["notices"]:
             self._tell(notice, stacklevel)
@@ -578,12 +586,14 @@ class PersistentCache(Generic[Cfg]):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_memo"] = {}  # stamps mean something in this process only
+        del state["_open_lock"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._memo_copy = -1  # never a library copy: the first get starts afresh
         self._key = None  # the unpickled store is this cache's own
+        self._open_lock = threading.Lock()
 
     # -- lifetime ----------------------------------------------------------
 

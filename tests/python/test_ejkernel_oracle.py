@@ -375,3 +375,42 @@ def test_a_private_cache_uses_no_file_of_another_user(world):
     c = PersistentCache("op", path=planted)
     with pytest.raises(PermissionError, match="uid 65534"):
         c.get("d", "o", "k2")
+
+
+def test_caches_of_one_database_share_one_store_and_close_alone(world):
+    a, b = PersistentCache("flash-attn"), PersistentCache("mla")
+    a.put("d", "o", "k", 1)
+    b.put("d", "o", "k", 2)
+    assert a._store is b._store  # one connection, one lock claim
+    a.close()
+    with pytest.raises(ValueError, match="closed"):
+        a.get("d", "o", "k")
+    assert b.get("d", "o", "k") == 2 and not b._store.closed
+    b.close()
+    assert b._store.closed  # the last cache closed the store
+
+
+def test_threads_first_calls_open_once(world):
+    import threading
+
+    c = PersistentCache("flash-attn")
+    c.put("d", "o", "k", 1)
+    c.close()
+    c = PersistentCache("flash-attn")
+    start = threading.Barrier(8)
+    got = []
+
+    def first_get():
+        start.wait()
+        got.append(c.get("d", "o", "k"))
+
+    threads = [threading.Thread(target=first_get) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == [1] * 8
+    from tirastore import persistent_cache
+
+    assert persistent_cache._open_dbs[c._key][1] == 1  # one open, counted once
+    c.close()
