@@ -16,7 +16,8 @@ ones; a worker that reaches a signature another one is still tuning tunes it
 too, and the first put wins.
 
 The cache path ends in .json, as an ejkernel cache's does: the entries live
-in the TiraStore database beside it (``autotune.tirastore.db``), and the
+in the TiraStore database beside it (``persistent-cache.tirastore.db``, the
+namespace ``autotune``), and the
 .json file itself is only read (imported once) if it exists. Run the script
 a second time on the same cache: every signature is a hit and it tunes
 nothing ("0 tuned").

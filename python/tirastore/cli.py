@@ -587,7 +587,8 @@ def _parser() -> argparse.ArgumentParser:
 
     cfg = sub.add_parser("config", help="the kernel-config cache (ejKernel's PersistentCache)",
                          description="The kernel-config table of a database. DB is a TiraStore database, or a "
-                         "PersistentCache .json path (its entries live in <stem>.tirastore.db beside it).")
+                         "PersistentCache .json path (its entries live in persistent-cache.tirastore.db beside it, "
+                         "in the namespace of its stem).")
     csub = cfg.add_subparsers(dest="config_command", metavar="ACTION", required=True)
     db_help = "the database, or a PersistentCache .json path"
     p = csub.add_parser("list", parents=[common], help="list the entries, by key")

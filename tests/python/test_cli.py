@@ -183,6 +183,24 @@ def test_config_commands_with_namespaces(db, tmp_path):
     assert [e["namespace"] for e in json.loads(tirastore("config", "list", db, "--json").stdout)] == [""]
 
 
+def test_config_commands_on_an_ejkernel_json_path(tmp_path):
+    """DB given as a cache's .json path: its directory's database, and its
+    stem as the namespace unless --namespace says otherwise."""
+    from tirastore import PersistentCache
+
+    d = tmp_path / "ejkernel-presistent-cache"
+    for op, v in (("flash-attn", 1), ("mla", 2)):
+        with PersistentCache(op, path=d / f"{op}.json") as c:
+            c.put("cpu", "k@v1", "sig", v)
+    listed = json.loads(tirastore("config", "list", d / "flash-attn.json", "--json").stdout)
+    assert [(e["namespace"], e["value"]) for e in listed] == [("flash-attn", 1)]
+    assert tirastore("config", "get", d / "mla.json", "cpu", "k@v1", "sig").stdout.strip() == "2"
+    every = json.loads(tirastore("config", "list", d / "persistent-cache.tirastore.db", "--json").stdout)
+    assert sorted(e["namespace"] for e in every) == ["flash-attn", "mla"]
+    typo = tirastore("config", "list", d / "typo" / "x.json")
+    assert typo.returncode != 0 and not (d / "typo").exists()  # a tool creates nothing
+
+
 def test_plot(db, tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "blur.png"

@@ -156,7 +156,7 @@ def state(w: dict[str, Any]) -> dict[str, Any]:
     d, db = w["dir"], w["db"]
     st: dict[str, Any] = {
         "bytes": {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-                  for p in (db, w["other"], d / "img.png", d / "other.png", d / "seed.tirastore.db")},
+                  for p in (db, w["other"], d / "img.png", d / "other.png", d / "persistent-cache.tirastore.db")},
         # Claim files of the processes that ran come and go; every other name stays.
         "names": sorted(p.name for p in d.iterdir() if not p.name.startswith(".lock_")),
         "claim_names": sorted(p.name for p in d.iterdir() if p.name.startswith(".lock_") and "4242" in p.name),
@@ -214,9 +214,9 @@ def test_api_outputs_refuse_the_database_its_files_and_other_databases(world):
              str(world["dir"] / ".lock_h_1_abcdefgh.png"): "is a lock claim file",
              str(world["plot_db"]): "is the database itself"}
     cases += [("plot", t) for t in plots]
-    seed = {str(world["dir"] / "seed.tirastore.db"): "is the database itself",
-            str(world["dir"] / "seed.tirastore.db.lock"): "is the lock file of the database",
-            str(world["dir"] / "seed.tirastore.db-journal"): "is the journal of the database"}
+    seed = {str(world["dir"] / "persistent-cache.tirastore.db"): "is the database itself",
+            str(world["dir"] / "persistent-cache.tirastore.db.lock"): "is the lock file of the database",
+            str(world["dir"] / "persistent-cache.tirastore.db-journal"): "is the journal of the database"}
     cases += [("export_json_seed", t) for t in seed]
     results = run_api(world, cases)
     assert len(results) == len(cases)
