@@ -391,8 +391,17 @@ int main(void) {
     expect_ok_with("config_value sees the put", call(h, "config_value", config_key), "{\"result\":[2,");
     snprintf(args, sizeof args, "{\"opname\":\"mm\",\"path\":\"%s/mm.json\"}", dir);
     char want[1024];
-    snprintf(want, sizeof want, "{\"result\":{\"db_path\":\"%s/mm.tirastore.db\",\"json_path\":\"%s/mm.json\"}}", dir, dir);
-    expect_reply("config_location maps a .json path beside it", call(0, "config_location", args), want);
+    snprintf(want, sizeof want,
+             "{\"result\":{\"db_path\":\"%s/persistent-cache.tirastore.db\",\"json_path\":\"%s/mm.json\","
+             "\"namespace\":\"mm\",\"path\":\"%s/mm.json\",\"sharing\":\"private\",\"db_exists\":false,"
+             "\"import_json\":false,\"disabled\":null,\"notices\":[]}}", dir, dir, dir);
+    expect_reply("config_location finds a .json path's database and namespace", call(0, "config_location", args), want);
+    expect_error("config_check: a config call's arguments checked without a store",
+                 call(0, "config_check", "{\"call\":\"config_put\",\"device\":1,\"op_id\":\"o\",\"call_key\":\"k\"}"),
+                 TIRASTORE_ERR_TYPE, "TypeError");
+    expect_reply("config_check of good arguments",
+                 call(0, "config_check", "{\"call\":\"config_put\",\"device\":\"d\",\"op_id\":\"o\",\"call_key\":\"k\"}"),
+                 "{\"result\":null}");
     snprintf(args, sizeof args, "{\"output_path\":\"%s/configs.json\"}", dir);
     expect_ok_with("config_export", call(h, "config_export", args), "\"entries\":1");
     snprintf(args, sizeof args, "{\"path\":\"%s/configs.json\",\"once\":true}", dir);
