@@ -159,7 +159,8 @@ def _run_as_nobody(body: str) -> subprocess.CompletedProcess:
     loaded as root first (they live under root's home), then the process
     drops its privileges, as a job of another user would be."""
     nobody = pwd.getpwnam("nobody")
-    code = "import os, tirastore\n" \
+    # The library loads on its first call: loaded here, as root, on purpose.
+    code = "import os, tirastore\ntirastore._native.ensure_loaded()\n" \
         f"os.setgroups([]); os.setgid({nobody.pw_gid}); os.setuid({nobody.pw_uid})\n" + textwrap.dedent(body)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
 
