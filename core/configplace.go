@@ -14,6 +14,7 @@ import (
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/pypath"
+	"github.com/tirastore/tirastore/core/shareddir"
 	"github.com/tirastore/tirastore/core/storage"
 )
 
@@ -279,7 +280,7 @@ func usableDir(dir string) (string, string) {
 		case err == nil && p == abs:
 			return abs, ""
 		case err == nil:
-			if err := unix.Faccessat(unix.AT_FDCWD, p, unix.W_OK|unix.X_OK, unix.AT_EACCESS); err != nil {
+			if err := shareddir.MayCreateIn(p); err != nil {
 				return "", fmt.Sprintf("cannot create %s: %s: %v", abs, p, err)
 			}
 			return abs, ""
@@ -311,7 +312,7 @@ func pyTempDir() string {
 			continue
 		}
 		if fi, err := os.Stat(abs); err == nil && fi.IsDir() &&
-			unix.Faccessat(unix.AT_FDCWD, abs, unix.W_OK|unix.X_OK, unix.AT_EACCESS) == nil {
+			shareddir.MayCreateIn(abs) == nil {
 			return abs
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/shareddir"
 	"github.com/tirastore/tirastore/core/tuning"
 )
 
@@ -98,7 +99,7 @@ func RemovableBy(path string) string {
 	if unix.Lstat(path, &fst) != nil || unix.Stat(dir, &dst) != nil {
 		return ""
 	}
-	if unix.Faccessat(unix.AT_FDCWD, dir, unix.W_OK|unix.X_OK, unix.AT_EACCESS) != nil {
+	if shareddir.MayCreateIn(dir) != nil {
 		return fmt.Sprintf("a user who may write the directory %s (owned by %s, mode %04o), or root",
 			dir, identity.Owner(dst.Uid), dst.Mode&0o7777)
 	}

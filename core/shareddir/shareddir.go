@@ -208,3 +208,10 @@ func IsRefused(err error) bool {
 	var r *Refused
 	return errors.As(err, &r)
 }
+
+// MayCreateIn reports, as an error when not, whether this process may
+// create files in the directory dir (search and write permission, by the
+// effective ids, as open(2) judges them; a read-only filesystem refuses).
+func MayCreateIn(dir string) error {
+	return unix.Faccessat(unix.AT_FDCWD, dir, unix.W_OK|unix.X_OK, unix.AT_EACCESS)
+}
