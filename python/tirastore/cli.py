@@ -98,15 +98,6 @@ def _open_cache(args: argparse.Namespace, create: bool = False) -> PersistentCac
     return PersistentCache("tirastore", path=args.db, lock_timeout=args.lock_timeout, create=create)
 
 
-def _cache_store(cache: PersistentCache) -> TiraStore:
-    """The cache's database, opened now: without create, a missing one is
-    FileNotFoundError (an operator's typo creates nothing)."""
-    store = cache._open(write=True, stacklevel=4)
-    if store is None:  # no directory can hold it (the warning says why)
-        raise FileNotFoundError(2, f"no database for {cache.path}")
-    return store
-
-
 def _namespace(args: argparse.Namespace, cache: PersistentCache, every: bool = False) -> Optional[str]:
     """--namespace, else the JSON path's own (its stem), else "" (None:
     every namespace, where *every* and DB names the database itself)."""
@@ -307,7 +298,7 @@ def _config_rows(cache: PersistentCache, namespace: Optional[str], device: Optio
                  op_id: Optional[str]) -> list[dict[str, Any]]:
     """The library's entries of a namespace (None: of every one); a value
     too deep to send carries "error" in its place."""
-    return _cache_store(cache)._call("config_entries", namespace=namespace, device=device, op_id=op_id)
+    return cache._opened("entries")._call("config_entries", namespace=namespace, device=device, op_id=op_id)
 
 
 def _key_text(args: argparse.Namespace) -> str:
@@ -350,8 +341,8 @@ def cmd_config_get(args: argparse.Namespace, out: _Output) -> int:
 def cmd_config_delete(args: argparse.Namespace, out: _Output) -> int:
     with _open_cache(args) as cache:
         args.namespace = _namespace(args, cache)
-        deleted = _cache_store(cache)._call("config_delete", namespace=args.namespace, device=args.device,
-                                      op_id=args.op_id, call_key=args.call_key)
+        deleted = cache._opened("delete")._call("config_delete", namespace=args.namespace, device=args.device,
+                                                op_id=args.op_id, call_key=args.call_key)
     key = _key_text(args)
     out.result({"deleted": deleted, "key": f"{args.device}|{args.op_id}|{args.call_key}", "namespace": args.namespace},
                lambda: f"deleted {key}" if deleted else "")
@@ -362,8 +353,8 @@ def cmd_config_delete(args: argparse.Namespace, out: _Output) -> int:
 
 def cmd_config_import(args: argparse.Namespace, out: _Output) -> int:
     with _open_cache(args, create=True) as cache:  # its purpose: the only command that creates a database
-        res = _cache_store(cache)._call("config_import", namespace=_namespace(args, cache), path=args.file,
-                                        overwrite=args.overwrite)
+        res = cache._opened("import_json")._call("config_import", namespace=_namespace(args, cache),
+                                                 path=args.file, overwrite=args.overwrite)
     out.result(
         res,
         lambda: f"imported {res['path']}: {res['entries']:,} entries, {res['added']:,} added, "
@@ -374,7 +365,8 @@ def cmd_config_import(args: argparse.Namespace, out: _Output) -> int:
 
 def cmd_config_export(args: argparse.Namespace, out: _Output) -> int:
     with _open_cache(args) as cache:
-        done = _cache_store(cache)._call("config_export", namespace=_namespace(args, cache), output_path=args.file)
+        done = cache._opened("export_json")._call("config_export", namespace=_namespace(args, cache),
+                                                  output_path=args.file)
     path, n = done["path"], done["entries"]
     out.result({"path": str(path), "entries": n}, lambda: f"exported {n:,} entries to {path}")
     return 0

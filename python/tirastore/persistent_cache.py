@@ -570,8 +570,8 @@ class PersistentCache(Generic[Cfg]):
         """The database, created if need be, for a method that needs one."""
         store = self._open(write=True, stacklevel=4)
         if store is None:
-            raise OSError(f"PersistentCache.{where}(): this cache has no database: no directory can hold it "
-                          f"(see the warning), its entries are kept in this process only")
+            raise FileNotFoundError(2, f"PersistentCache.{where}(): this cache has no database: no directory can "
+                                    f"hold it (see the warning), its entries are kept in this process only")
         return store
 
     def _json_arg(self, where: str, path: Optional[PathLike]) -> str:
