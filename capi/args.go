@@ -232,7 +232,8 @@ func (a *args) sharing(name string) (storage.Sharing, error) {
 	}
 	sh, ok := storage.ParseSharing(s)
 	if !ok {
-		return 0, &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("%s(): %s must be \"all\", \"group\" or \"private\", got %q", a.method, name, s)}
+		return 0, &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("%s(): %s must be one of %q, got %q",
+			a.method, name, storage.SharingNames(), s)}
 	}
 	return sh, nil
 }

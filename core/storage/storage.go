@@ -280,6 +280,9 @@ func (s Sharing) String() string {
 	return sharingNames[s]
 }
 
+// SharingNames are the names of the Sharing values, in order, for messages.
+func SharingNames() []string { return sharingNames[:] }
+
 // ParseSharing is the Sharing named name, and whether there is one.
 func ParseSharing(name string) (Sharing, bool) {
 	for i, n := range sharingNames {

@@ -358,6 +358,11 @@ def test_shared_modes_only_on_request(world):
     c.close()
     with pytest.raises(TypeError, match="shared"):
         PersistentCache("op", shared="yes")
+    from tirastore import _native
+
+    with pytest.raises(ValueError, match=r'sharing must be one of \["all" "group" "private"\], got "world"'):
+        _native.open_store(str(world / "x.db"), {"sharing": "world"})
+    assert not (world / "x.db").exists()
 
 
 def test_a_private_cache_uses_no_file_of_another_user(world):
