@@ -515,7 +515,7 @@ class PersistentCache(Generic[Cfg]):
     def __iter__(self) -> Iterator[tuple[str, str, str]]:
         """Iterate over the ``(device, op_id, call_key)`` of every entry, by key (also of
         an entry whose value is too deeply nested to read: see :meth:`entries`)."""
-        return iter([(r["device"], r["op_id"], r["call_key"]) for r in self._rows(None, None, 2)])
+        return iter([(r["device"], r["op_id"], r["call_key"]) for r in self._rows(None, None, 3)])
 
     def __contains__(self, coords: object) -> bool:
         """``(device, op_id, call_key) in cache``: an entry is stored (its value may be None)."""
