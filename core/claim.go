@@ -16,7 +16,7 @@ import (
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/internal/wait"
 	"github.com/tirastore/tirastore/core/keys"
-	"github.com/tirastore/tirastore/core/lock"
+	"github.com/tirastore/tirastore/core/liveness"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/storage"
@@ -45,7 +45,7 @@ import (
 //   - its holder released it (Release, or an exception in Python's with
 //     block): the row is gone;
 //   - its holder is dead on the waiter's host: the lock's dead-holder rule
-//     (core/lock.GoneFromThisHost: same host, kernel and pid namespace,
+//     (core/liveness.GoneFromThisHost: same host, kernel and pid namespace,
 //     pid gone or reused), judged at once;
 //   - its lease ran out: the holder renews the row every third of its
 //     lease (a goroutine of the holder's Store, while it holds claims),
@@ -346,7 +346,7 @@ const maxSightings = 1 << 14
 // taken over (its holder is dead on this host, or it stayed unchanged for
 // its lease here), and when its lease will be due if it stays unchanged.
 func (cs *claimState) look(s *Store, c *storage.Claim, now time.Time) (takeable, dead bool, due time.Time) {
-	if lock.GoneFromThisHost(s.hostname, c.Hostname, c.PID, lock.Process{StartTime: c.StartTime, BootID: c.BootID, PIDNS: c.PIDNS}) {
+	if liveness.GoneFromThisHost(s.hostname, c.Hostname, c.PID, liveness.Process{StartTime: c.StartTime, BootID: c.BootID, PIDNS: c.PIDNS}) {
 		return true, true, now
 	}
 	lease := time.Duration(c.LeaseSeconds * float64(time.Second))
@@ -780,7 +780,7 @@ func (s *Store) readResults(ctx context.Context, hash string, pend []*pendingCla
 func (s *Store) someoneGone(pend []*pendingClaim, now time.Time) bool {
 	for _, p := range pend {
 		if h := p.holder; h == nil || !now.Before(p.due) ||
-			lock.GoneFromThisHost(s.hostname, h.Hostname, h.PID, lock.Process{StartTime: h.StartTime, BootID: h.BootID, PIDNS: h.PIDNS}) {
+			liveness.GoneFromThisHost(s.hostname, h.Hostname, h.PID, liveness.Process{StartTime: h.StartTime, BootID: h.BootID, PIDNS: h.PIDNS}) {
 			return true
 		}
 	}
@@ -900,7 +900,7 @@ func (s *Store) claimPass(ctx context.Context, programName, hash, source string,
 func (s *Store) newClaimRow(p *pendingClaim, programName, hash string, lease time.Duration, at string) *storage.Claim {
 	var tok [16]byte
 	_, _ = rand.Read(tok[:])
-	me := lock.Self()
+	me := liveness.Self()
 	return &storage.Claim{
 		Key: p.key, ProgramHash: hash, ProgramName: programName, Schedule: p.norm,
 		Token: hex.EncodeToString(tok[:]), Hostname: s.hostname, PID: os.Getpid(),
@@ -947,7 +947,7 @@ func (s *Store) staleClaims(ctx context.Context, remove bool) ([]*ClaimHolder, e
 	find := func(r storage.Reader) error {
 		out, refs = nil, nil
 		return r.EachClaim(func(c *storage.Claim) error {
-			dead := lock.GoneFromThisHost(s.hostname, c.Hostname, c.PID, lock.Process{StartTime: c.StartTime, BootID: c.BootID, PIDNS: c.PIDNS})
+			dead := liveness.GoneFromThisHost(s.hostname, c.Hostname, c.PID, liveness.Process{StartTime: c.StartTime, BootID: c.BootID, PIDNS: c.PIDNS})
 			rec, err := r.Get(c.Key)
 			if err != nil || (!dead && rec == nil) {
 				return err
@@ -981,7 +981,7 @@ func (s *Store) Claims(ctx context.Context) ([]*ClaimHolder, error) {
 	var out []*ClaimHolder
 	err := s.be.View(ctx, "list claims", func(r storage.Reader) error {
 		return r.EachClaim(func(c *storage.Claim) error {
-			dead := lock.GoneFromThisHost(s.hostname, c.Hostname, c.PID, lock.Process{StartTime: c.StartTime, BootID: c.BootID, PIDNS: c.PIDNS})
+			dead := liveness.GoneFromThisHost(s.hostname, c.Hostname, c.PID, liveness.Process{StartTime: c.StartTime, BootID: c.BootID, PIDNS: c.PIDNS})
 			out = append(out, newClaimHolder(c, dead))
 			return nil
 		})

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tirastore/tirastore/core/liveness"
 	"github.com/tirastore/tirastore/core/pyjson"
 )
 
@@ -18,7 +19,7 @@ import (
 type holderRecord struct {
 	hostname string
 	pid      int
-	proc     procIdentity
+	proc     liveness.Process
 	every    time.Duration // heartbeat interval; 0: no heartbeat keys
 }
 
@@ -47,21 +48,21 @@ func (r *holderRecord) encode(ts float64, beats uint64) ([]byte, error) {
 	b = strconv.AppendInt(b, int64(r.pid), 10)
 	b = append(b, `, "timestamp": `...)
 	b = strconv.AppendFloat(b, ts, 'f', 6, 64)
-	if r.proc.startTime != 0 {
+	if r.proc.StartTime != 0 {
 		b = append(b, `, "start_time": `...)
-		b = strconv.AppendUint(b, r.proc.startTime, 10)
+		b = strconv.AppendUint(b, r.proc.StartTime, 10)
 	}
-	if r.proc.bootID != "" {
-		id, err := pyjson.Marshal(r.proc.bootID, pyjson.Default)
+	if r.proc.BootID != "" {
+		id, err := pyjson.Marshal(r.proc.BootID, pyjson.Default)
 		if err != nil {
 			return nil, err
 		}
 		b = append(b, `, "boot_id": `...)
 		b = append(b, id...)
 	}
-	if r.proc.pidNS != 0 {
+	if r.proc.PIDNS != 0 {
 		b = append(b, `, "pid_ns": `...)
-		b = strconv.AppendUint(b, r.proc.pidNS, 10)
+		b = strconv.AppendUint(b, r.proc.PIDNS, 10)
 	}
 	if r.every > 0 {
 		b = append(b, `, "heartbeat_interval": `...)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tirastore/tirastore/core/liveness"
 )
 
 // # An operator's view of a lock
@@ -97,11 +99,9 @@ func (l *Lock) inspect() (*Status, lockState, error) {
 	if !math.IsNaN(h.Timestamp) && !math.IsInf(h.Timestamp, 0) {
 		s.Age = time.Duration((unixSeconds(l.clock()) - h.Timestamp) * float64(time.Second))
 	}
-	me := self()
-	s.OnThisHost = h.Hostname == l.opt.Hostname && h.bootID != "" && h.bootID == me.bootID &&
-		h.pidNS != 0 && h.pidNS == me.pidNS
+	s.OnThisHost = liveness.OnThisHost(l.opt.Hostname, h.Hostname, h.proc)
 	if s.OnThisHost {
-		s.Dead = processGone(h.PID, h.startTime)
+		s.Dead = liveness.Gone(h.PID, h.proc.StartTime)
 		s.Alive = !s.Dead
 	}
 	old := !s.Alive && s.Age > l.opt.StaleTimeout

@@ -32,6 +32,7 @@ import (
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/internal/mono"
 	"github.com/tirastore/tirastore/core/internal/wait"
+	"github.com/tirastore/tirastore/core/liveness"
 	"github.com/tirastore/tirastore/core/nodequeue"
 	"github.com/tirastore/tirastore/core/tuning"
 )
@@ -199,7 +200,7 @@ func New(lockPath string, opt Options) *Lock {
 	if opt.HeartbeatInterval > 0 && opt.HeartbeatInterval < tuning.MinHeartbeat {
 		opt.HeartbeatInterval = tuning.MinHeartbeat
 	}
-	rec := &holderRecord{hostname: opt.Hostname, pid: os.Getpid(), proc: self()}
+	rec := &holderRecord{hostname: opt.Hostname, pid: os.Getpid(), proc: liveness.Self()}
 	if opt.HeartbeatInterval > 0 {
 		rec.every = opt.HeartbeatInterval
 	}

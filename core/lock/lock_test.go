@@ -16,6 +16,7 @@ import (
 
 	"github.com/tirastore/tirastore/core/internal/pytest"
 	"github.com/tirastore/tirastore/core/internal/queuechild"
+	"github.com/tirastore/tirastore/core/liveness"
 	"github.com/tirastore/tirastore/core/nodequeue"
 	"github.com/tirastore/tirastore/core/tuning"
 )
@@ -207,18 +208,18 @@ func TestContentMatchesPythonJSON(t *testing.T) {
 		Beats uint64  `json:"beats"`
 	}
 	var inputs []want
-	me := self()
+	me := liveness.Self()
 	for _, c := range []struct {
 		host string
 		pid  int
 		ts   float64
-		proc procIdentity
+		proc liveness.Process
 		hb   time.Duration
 	}{
 		{"node1", 42, 1764000000.123456, me, 30 * time.Second},
-		{"node1", 1, 1764000000, procIdentity{}, 0},
+		{"node1", 1, 1764000000, liveness.Process{}, 0},
 		{"n\u00f6d\u00e9-\U0001F600", 4194304, 1700000000.5, me, time.Millisecond},
-		{`we"ird\host`, 7, 0.1, procIdentity{startTime: 1, bootID: `"\`, pidNS: 2}, 1500 * time.Millisecond},
+		{`we"ird\host`, 7, 0.1, liveness.Process{StartTime: 1, BootID: `"\`, PIDNS: 2}, 1500 * time.Millisecond},
 		{"x", 99, 1.5e-7, me, 0},
 	} {
 		r := &holderRecord{hostname: c.host, pid: c.pid, proc: c.proc, every: c.hb}
