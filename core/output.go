@@ -34,7 +34,7 @@ import (
 //     (by name, or the same file under another name: a hard link, a link
 //     of the caller, another path to its directory), its journal, -wal
 //     and -shm (sqlite.Companions), its lock, break lock, a lock moved
-//     aside and any lock claim file of its directory (lock.NameOf);
+//     aside and any lock ticket file of its directory (lock.NameOf);
 //   - the same names of any other database: a name of the lock's family
 //     anywhere, the journal of an existing database file;
 //   - a file the call reads (the export an import reads);

@@ -202,7 +202,7 @@ func (l *Lock) moveAsideIfJudged(path string, judged lockState) bool {
 const BreakSuffix = ".break"
 
 // takeBreakLock makes this waiter the only one removing abandoned locks of
-// this lock path, by linking its claim (which already holds its record) to
+// this lock path, by linking its ticket (which already holds its record) to
 // <lock>.break, as the lock itself is taken. A break takes a few metadata
 // operations, so a break lock that is in the way is normally released a
 // moment later: the waiter goes back to waiting, and by its next attempt
@@ -212,7 +212,7 @@ const BreakSuffix = ".break"
 // waiter takes the break lock at a later attempt.
 func (l *Lock) takeBreakLock() bool {
 	bp := l.path + BreakSuffix
-	c, err := l.ownClaim()
+	c, err := l.ownTicket()
 	if err != nil {
 		l.breakErr = err
 		return false
@@ -261,7 +261,7 @@ func (l *Lock) takeBreakLock() bool {
 	return false
 }
 
-// dropBreakLock removes the break lock if it is still our claim's (by
+// dropBreakLock removes the break lock if it is still our ticket's (by
 // path, as Release decides).
 func (l *Lock) dropBreakLock() {
 	bp := l.path + BreakSuffix

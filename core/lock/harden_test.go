@@ -139,7 +139,7 @@ func TestTwoBreakersFreshLockSurvives(t *testing.T) {
 			close(p.resumed)
 			gone := <-res
 			id, err := lstatID(path)
-			survived := err == nil && id == a.claim.id
+			survived := err == nil && id == a.ticket.id
 			rerr := a.Release()
 			if algo == "rename" {
 				if gone || !survived || rerr != nil {
@@ -159,8 +159,8 @@ func TestTwoBreakersFreshLockSurvives(t *testing.T) {
 			}
 			a.Close()
 			b.Close()
-			if cs := claims(t, filepath.Dir(path)); len(cs) != 0 {
-				t.Errorf("claims left: %v", cs)
+			if cs := tickets(t, filepath.Dir(path)); len(cs) != 0 {
+				t.Errorf("tickets left: %v", cs)
 			}
 		})
 	}
@@ -251,7 +251,7 @@ func TestPutBackLosesToNewcomer(t *testing.T) {
 	fresh.Close()
 	newcomer.Close()
 	b.Close()
-	if as, cs := asides(t, filepath.Dir(path)), claims(t, filepath.Dir(path)); len(as)+len(cs) != 0 {
+	if as, cs := asides(t, filepath.Dir(path)), tickets(t, filepath.Dir(path)); len(as)+len(cs) != 0 {
 		t.Errorf("left over: %v %v", as, cs)
 	}
 }
@@ -456,18 +456,18 @@ func TestDeadHolderBrokenAtOnce(t *testing.T) {
 		t.Errorf("breaks = %d", w.stats.breaks.Load())
 	}
 	w.Release()
-	// The dead child's claim was swept by the first successful Acquire.
+	// The dead child's ticket was swept by the first successful Acquire.
 	if w.stats.swept.Load() != 1 {
-		t.Errorf("swept = %d, want the dead child's claim", w.stats.swept.Load())
+		t.Errorf("swept = %d, want the dead child's ticket", w.stats.swept.Load())
 	}
 	w.Close()
-	if left := claims(t, dir); len(left) != 0 {
-		t.Errorf("claims left: %v", left)
+	if left := tickets(t, dir); len(left) != 0 {
+		t.Errorf("tickets left: %v", left)
 	}
 }
 
-// TestSweepSparesWhatItCannotProveDead: claims of live processes, of other
-// hosts, and Python claims (no boot id) of dead pids are left alone.
+// TestSweepSparesWhatItCannotProveDead: tickets of live processes, of other
+// hosts, and Python tickets (no boot id) of dead pids are left alone.
 func TestSweepSparesWhatItCannotProveDead(t *testing.T) {
 	if liveness.Self().BootID == "" || liveness.Self().PIDNS == 0 {
 		t.Skip("no /proc identity on this system")
@@ -504,7 +504,7 @@ func TestSweepSparesWhatItCannotProveDead(t *testing.T) {
 	}
 	l.Release()
 	l.Close()
-	left := claims(t, dir)
+	left := tickets(t, dir)
 	sort.Strings(left)
 	want := []string{".lock_h1_1_live", ".lock_h1_1_python", ".lock_h2_1_otherhost"}
 	if !slices.Equal(left, want) || l.stats.swept.Load() != 1 {
@@ -648,7 +648,7 @@ func TestHeartbeatRewritesInPlace(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	after, _ := lstatStamp(path)
-	c := l.claim
+	c := l.ticket
 	if err := l.Release(); err != nil {
 		t.Fatal(err)
 	}
@@ -760,9 +760,9 @@ func TestHeartbeatKeepsPythonWaiterAway(t *testing.T) {
 	}
 }
 
-// TestReleaseStopsHeartbeat: beats happen only while held (the claim's
+// TestReleaseStopsHeartbeat: beats happen only while held (the ticket's
 // content does not change between Release and the next Acquire), there is
-// one heartbeat goroutine per Lock, and Close ends it and removes the claim.
+// one heartbeat goroutine per Lock, and Close ends it and removes the ticket.
 func TestReleaseStopsHeartbeat(t *testing.T) {
 	path, opt := newTestLock(t)
 	opt.HeartbeatInterval = time.Millisecond
@@ -796,7 +796,7 @@ func TestReleaseStopsHeartbeat(t *testing.T) {
 		before, _ := os.ReadFile(l.own.path)
 		time.Sleep(3 * time.Millisecond)
 		if after, _ := os.ReadFile(l.own.path); string(after) != string(before) {
-			t.Fatal("the claim was rewritten after Release")
+			t.Fatal("the ticket was rewritten after Release")
 		}
 	}
 	l.Close()
@@ -835,11 +835,11 @@ func breakLocks(t *testing.T, dir string) []string {
 	return filesIn(t, dir, func(name string) bool { return strings.HasSuffix(name, BreakSuffix) })
 }
 
-// checkNothingLeft fails the test if aside files, claims or break locks
+// checkNothingLeft fails the test if aside files, tickets or break locks
 // are left in dir.
 func checkNothingLeft(t *testing.T, dir string) {
 	t.Helper()
-	if left := append(append(asides(t, dir), claims(t, dir)...), breakLocks(t, dir)...); len(left) != 0 {
+	if left := append(append(asides(t, dir), tickets(t, dir)...), breakLocks(t, dir)...); len(left) != 0 {
 		t.Errorf("left over: %v", left)
 	}
 }
@@ -1012,7 +1012,7 @@ func TestBreakerOvertakenBeforeBreakLock(t *testing.T) {
 	if <-res {
 		t.Error("B reported the judged lock broken")
 	}
-	if id, err := lstatID(path); err != nil || id != a.claim.id {
+	if id, err := lstatID(path); err != nil || id != a.ticket.id {
 		t.Fatalf("A's lock was moved (err %v)", err)
 	}
 	if b.stats.putBacks.Load() != 0 || b.stats.breaks.Load() != 0 {
@@ -1026,7 +1026,7 @@ func TestBreakerOvertakenBeforeBreakLock(t *testing.T) {
 	checkNothingLeft(t, dir)
 }
 
-// TestSweepRemovesProvablyOldLeftovers: claims of other hosts and of old
+// TestSweepRemovesProvablyOldLeftovers: tickets of other hosts and of old
 // Python workers, and files a breaker moved aside, are removed once they
 // have stayed unchanged for longer than StaleTimeout; younger ones and any
 // file with a second link (a lock, a break lock) stay.

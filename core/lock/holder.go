@@ -57,7 +57,7 @@ type lockState struct {
 // a link nor blocks (a FIFO planted at the name), and anything but a
 // regular file is refused (core/shareddir), as an unreadable lock.
 // The state's stamp is the fstat that the checked open took before
-// reading. The claims and aside names that a sweep or a break reads are
+// reading. The tickets and aside names that a sweep or a break reads are
 // read the same way.
 func readHolder(name string) (*Holder, lockState, error) {
 	f, fst, err := shareddir.Open(name, os.O_RDONLY)

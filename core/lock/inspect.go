@@ -30,7 +30,7 @@ import (
 // Python worker's lock read before its record reached this node, so one
 // look proves it abandoned only by its inode: unchanged (mtime and ctime,
 // which no user can set back) for longer than the stale timeout by this
-// host's clock, the rule the sweep applies to leftover claims. Such a file
+// host's clock, the rule the sweep applies to leftover tickets. Such a file
 // is Stale, and Break (tirastore lock break, check --repair) removes it
 // without force; a younger one needs force.
 
@@ -137,7 +137,7 @@ func (e *RefusedError) Error() string { return fmt.Sprintf("%s: not broken: %s",
 // removes the very file judged, under the break lock, so it can never
 // remove a lock taken meanwhile. broken says whether it removed one; a
 // refusal is a *RefusedError naming the holder. Close the Lock afterwards
-// (the break lock's claim file).
+// (the break lock's ticket file).
 func (l *Lock) Break(force bool) (s *Status, broken bool, err error) {
 	s, judged, err := l.inspect()
 	if err != nil || !s.Held {

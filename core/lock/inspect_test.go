@@ -77,8 +77,8 @@ func TestInspectAndBreak(t *testing.T) {
 		if _, serr := os.Lstat(path); c.record != "" && (serr == nil) == c.broken {
 			t.Fatalf("%s: lock file present %v after broken=%v", c.name, serr == nil, broken)
 		}
-		if left := claims(t, dir(path)); len(left) > 0 {
-			t.Fatalf("%s: claim files left: %v", c.name, left)
+		if left := tickets(t, dir(path)); len(left) > 0 {
+			t.Fatalf("%s: ticket files left: %v", c.name, left)
 		}
 	}
 }

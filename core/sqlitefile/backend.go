@@ -47,8 +47,8 @@ type Store struct {
 	lockPath string
 	cfg      storage.Config
 	lk       *lock.Lock
-	// fence refuses the connections' writes once the lock's lease is in
-	// doubt (core/sqlite: Fencing); nil only in the negative control of
+	// fence refuses the connections' writes once the holder's tenure of
+	// the lock is in doubt (core/sqlite: Fencing); nil only in the negative control of
 	// the stall tests. fenceErr is why the last renewal failed.
 	fence    *sqlite.Fence
 	fenceErr atomic.Pointer[error]
@@ -88,7 +88,7 @@ func Open(ctx context.Context, path string, cfg storage.Config) (*Store, *storag
 			return nil, nil, err
 		}
 	}
-	// The lock's claim file lives beside the database, so the directory
+	// The lock's ticket file lives beside the database, so the directory
 	// must exist before the lock can be taken.
 	dir := filepath.Dir(path)
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
@@ -108,7 +108,7 @@ func Open(ctx context.Context, path string, cfg storage.Config) (*Store, *storag
 	// The negative controls run without a fence: fence-disabled, and
 	// lock-disabled (no lock at all, so nothing a fence could confirm).
 	if !failpoint.Enabled(failpoint.FenceDisabled) && !failpoint.Enabled(failpoint.LockDisabled) {
-		s.fence = sqlite.NewFence(s.renewLease)
+		s.fence = sqlite.NewFence(s.renewTenure)
 		lopts.Fence = s.fence
 	}
 	s.lk = lock.New(lockPath, lopts)
@@ -158,9 +158,9 @@ func (s *Store) LockPath() string { return s.lockPath }
 // Acquired is the mean time an operation kept everyone else waiting.
 func (s *Store) LockStats() lock.Counters { return s.lk.Counters() }
 
-// renewLease is the fence's renewal (a write found the lease over, after a
+// renewTenure is the fence's renewal (a write found the tenure over, after a
 // stall): it confirms the lock again, and keeps why it could not.
-func (s *Store) renewLease() bool {
+func (s *Store) renewTenure() bool {
 	err := s.lk.Confirm()
 	if err != nil {
 		s.fenceErr.Store(&err)
@@ -285,7 +285,7 @@ func (s *Store) checkSchema(db *sqlite.DB) error {
 
 // Close marks the store closed; later calls fail with apierr.ErrClosed.
 // Calls in flight finish first. It closes the kept connection and removes
-// the lock's claim file. Closing twice is harmless.
+// the lock's ticket file. Closing twice is harmless.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

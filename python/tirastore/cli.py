@@ -427,7 +427,7 @@ def cmd_check(args: argparse.Namespace, out: _Output) -> int:
             if t["orphan_records"] >= 0:
                 lines += [f"orphan records  {t['orphan_records']:,}", f"bad results     {t['bad_results']:,}",
                           f"too deep values {t['too_deep_values']:,}"]
-        lines += [f"lock            {_holder_text(rep['lock'])}", f"leftover claims {len(rep['leftover_claims'])}"]
+        lines += [f"lock            {_holder_text(rep['lock'])}", f"leftover tickets {len(rep['leftover_claims'])}"]
         lines.append(f"stale measurement claims {len(rep['stale_measurement_claims'])}")
         for f in rep["node_local"]:
             state = f["problem"] or ("ok" if f["present"] else "absent")
@@ -626,15 +626,15 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", parents=[common], help="integrity, orphans, schema, journal, lock, leftovers",
                        description="Check a database: SQLite's integrity_check under the lock, records without "
                        "their program, results that are not JSON, the schema version, a crashed writer's journal or "
-                       "a foreign one (never rolled back), the lock (holder, age, alive?) and leftover claim files. "
+                       "a foreign one (never rolled back), the lock (holder, age, alive?) and leftover lock ticket files. "
                        "Exit 1 on any problem. --repair does what is safe: break an abandoned lock (never a live "
                        "holder's; a lock file that is not "
-                       "a record only once unchanged for the stale timeout), remove the claim files of dead "
+                       "a record only once unchanged for the stale timeout), remove the lock ticket files of dead "
                        "processes and stale measurement claims, move a foreign journal aside (never applying it); "
                        "damaged tables are reported, never rewritten.")
     with_db(p)
     p.add_argument("--repair", action="store_true",
-                   help="break an abandoned lock, remove leftover claims, move a foreign journal aside")
+                   help="break an abandoned lock, remove leftover lock tickets, move a foreign journal aside")
     p.add_argument("--stale-lock-timeout", type=float, default=None, metavar="SECONDS",
                    help="count a holder without heartbeat as dead after this (default: the library's, 600)")
     p.set_defaults(run=cmd_check)

@@ -137,10 +137,10 @@ _open_stores: "weakref.WeakSet[TiraStore]" = weakref.WeakSet()
 def _close_idle_stores() -> None:
     """Close, at interpreter exit, every store that no thread is using.
 
-    A store keeps its SQLite connection and its lock claim file (a small
-    file beside the database) open between calls; closing removes the claim.
+    A store keeps its SQLite connection and its lock ticket file (a small
+    file beside the database) open between calls; closing removes the ticket.
     A store still busy in a thread that the exiting program abandons is left
-    alone, since exit must not wait; its claim is removed later by the next
+    alone, since exit must not wait; its ticket is removed later by the next
     process of this host that takes the lock.
     """
     for store in list(_open_stores):
@@ -746,7 +746,7 @@ class TiraStore:
         :return: the :class:`~pathlib.Path` written
         :raises ValueError: *fmt* is neither ``"json"`` nor ``"jsonl"``, or
             *output_path* is the database itself (by name or as the same
-            file), one of its files (its lock, journal, a lock claim, ...)
+            file), one of its files (its lock, journal, a lock ticket, ...)
             or another database: nothing is written
         :raises TypeError: an argument has the wrong type
         :raises OSError: the file cannot be written
