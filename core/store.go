@@ -182,7 +182,7 @@ func (s *Store) Path() string { return s.path }
 // IsServer reports whether the database is on a server (Path is a URL),
 // not in a file.
 func (s *Store) IsServer() bool {
-	_, ok := s.be.(*postgres.Store)
+	_, ok := s.be.(*postgres.Backend)
 	return ok
 }
 
@@ -197,7 +197,7 @@ func (s *Store) WritesAllowed() bool { return s.writesAllowed }
 func (s *Store) Warning() string { return s.warning }
 
 // Backend is the store's storage backend, for tools and tests that need
-// what only it knows (a *sqlitefile.Store's lock, say).
+// what only it knows (a *sqlitefile.Backend's lock, say).
 func (s *Store) Backend() storage.Backend { return s.be }
 
 // Notices are warnings found when the store opened, for the caller to show

@@ -21,7 +21,7 @@ import (
 // which may read more in the same transaction (one connection runs one
 // statement at a time).
 type reader struct {
-	s     *Store
+	s     *Backend
 	ctx   context.Context
 	q     pgx.Tx
 	write bool // an Update's: GetClaims locks the keys it reads

@@ -74,7 +74,7 @@ type DB struct {
 	conn *sql.Conn
 
 	// stmts are the prepared statements of the hot paths, prepared once per
-	// connection (a Store keeps its connection across operations).
+	// connection (a sqlitefile.Backend keeps its connection across operations).
 	stmts map[string]*sql.Stmt
 }
 

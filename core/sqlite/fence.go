@@ -49,8 +49,8 @@ import (
 	"unsafe"
 )
 
-// Fence is one Store's tenure of its lock, as the VFS sees it: shared
-// by the Store's successive connections (Open's fence argument), set by the
+// Fence is one store's tenure of its lock, as the VFS sees it: shared
+// by the store's successive connections (Open's fence argument), set by the
 // lock at every confirmation (Extend) and checked by the VFS before every
 // write. Its methods are safe from any goroutine.
 type Fence struct {

@@ -74,7 +74,7 @@
 /* Round up to a multiple of 8, the alignment SQLite gives sqlite3_file. */
 #define TIRA_ROUND8(x) (((x) + 7) & ~7)
 
-/* The tenure of one Store's hard-link lock, shared by its successive
+/* The tenure of one store's hard-link lock, shared by its successive
 ** connections; fence.go allocates it and explains the protocol. */
 typedef struct TiraFence {
   _Atomic sqlite3_int64 deadline;  /* CLOCK_MONOTONIC ns: writes before it need no renewal */

@@ -23,7 +23,7 @@ import (
 // shareDir gives a directory this store created the original's mode 1777,
 // or returns a notice when an existing one keeps other users out ("" when
 // it does not).
-func (s *Store) shareDir() string {
+func (s *Backend) shareDir() string {
 	dir := filepath.Dir(s.path)
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
