@@ -4,46 +4,57 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/sqlite"
 	"github.com/tirastore/tirastore/core/storage"
 )
 
 // The storage.Backend operations.
 
-const (
-	recordColumns = `r.key, r.program_hash, r.schedule, r.result_json, r.hostname, r.username,
-       r.creation_date, r.update_date, r.source_project`
+// The records table has the original's columns, as core/sqlite's (a
+// backup copies them into one): its statements are built from the one
+// list of them, sqlite.RecordColumns.
+var (
+	// recordColumns and recordColumnsOfR list the columns, bare and of
+	// the alias r.
+	recordColumns    = strings.Join(sqlite.RecordColumns, ", ")
+	recordColumnsOfR = "r." + strings.Join(sqlite.RecordColumns, ", r.")
+	// recordOverwrite is what an overwrite replaces: every column but the
+	// key and creation_date.
+	recordOverwrite = sqlite.UpsertSet(sqlite.RecordColumns, "key", "creation_date")
+
 	// The lookups keep the original's inner join with programs (a record
 	// whose program row is missing is not found) without reading the
 	// program's name and source, which a lookup does not return.
-	lookupSQL = "SELECT " + recordColumns + `
+	lookupSQL = "SELECT " + recordColumnsOfR + `
   FROM records r JOIN programs p ON r.program_hash = p.program_hash WHERE r.key = $1`
-	lookupManySQL = "SELECT " + recordColumns + `
+	lookupManySQL = "SELECT " + recordColumnsOfR + `
   FROM records r JOIN programs p ON r.program_hash = p.program_hash WHERE r.key = ANY($1)`
+
+	// The rows of one write from arrays, in their order (so that rowid
+	// follows it), one statement whatever their number.
+	insertRowsSQL = "INSERT INTO records (" + recordColumns + `)
+  SELECT t.k, $2, t.s, t.r, $3, $4, $5, $5, $6
+    FROM unnest($1::text[], $7::text[], $8::text[]) WITH ORDINALITY AS t(k, s, r, n) ORDER BY t.n
+  ON CONFLICT (key) DO NOTHING RETURNING key`
+	upsertRowsSQL = "INSERT INTO records (" + recordColumns + `)
+  SELECT t.k, $2, t.s, t.r, $3, $4, $5, $5, $6
+    FROM unnest($1::text[], $7::text[], $8::text[]) WITH ORDINALITY AS t(k, s, r, n) ORDER BY t.n
+  ON CONFLICT (key) DO UPDATE SET ` + recordOverwrite + `
+  RETURNING key`
+)
+
+const (
 	containsSQL = "SELECT EXISTS (SELECT 1 FROM records WHERE key = $1)"
 
 	insertProgramSQL = `INSERT INTO programs (program_hash, program_name, source_code) VALUES ($1, $2, $3)
   ON CONFLICT (program_hash) DO NOTHING`
-	// The rows of one write from arrays, in their order (so that rowid
-	// follows it), one statement whatever their number.
-	insertRowsSQL = `INSERT INTO records (key, program_hash, schedule, result_json, hostname, username,
-       creation_date, update_date, source_project)
-  SELECT t.k, $2, t.s, t.r, $3, $4, $5, $5, $6
-    FROM unnest($1::text[], $7::text[], $8::text[]) WITH ORDINALITY AS t(k, s, r, n) ORDER BY t.n
-  ON CONFLICT (key) DO NOTHING RETURNING key`
-	upsertRowsSQL = `INSERT INTO records (key, program_hash, schedule, result_json, hostname, username,
-       creation_date, update_date, source_project)
-  SELECT t.k, $2, t.s, t.r, $3, $4, $5, $5, $6
-    FROM unnest($1::text[], $7::text[], $8::text[]) WITH ORDINALITY AS t(k, s, r, n) ORDER BY t.n
-  ON CONFLICT (key) DO UPDATE SET program_hash = excluded.program_hash, schedule = excluded.schedule,
-       result_json = excluded.result_json, hostname = excluded.hostname, username = excluded.username,
-       update_date = excluded.update_date, source_project = excluded.source_project
-  RETURNING key`
 	// ownRowsSQL finds, after a retry, the rows an earlier attempt of the
 	// same write committed before its answer was lost: exactly its
 	// values, its date.
@@ -62,8 +73,7 @@ const serverNow = `(to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"
 
 func scanRecord(row pgx.Row) (*storage.Record, error) {
 	var r storage.Record
-	err := row.Scan(&r.Key, &r.ProgramHash, &r.Schedule, &r.ResultJSON, &r.Hostname, &r.Username,
-		&r.CreationDate, &r.UpdateDate, &r.SourceProject)
+	err := row.Scan(sqlite.RecordFields(&r)...)
 	return &r, err
 }
 
