@@ -137,7 +137,7 @@ func strs(xs []string) []any {
 // opts' timeouts apply (a lock held by a live process makes the table
 // checks wait for it, up to the lock timeout).
 func CheckDatabase(ctx context.Context, path string, opts Options, repair bool) (*CheckReport, error) {
-	if postgres.IsURL(path) {
+	if storage.IsServerURL(path) {
 		// A server's database: no lock, no files of this node; the
 		// tables and the claims as below.
 		return checkTables(ctx, &CheckReport{Path: postgres.Redact(path)}, path, opts, repair)

@@ -10,6 +10,7 @@ import (
 	"github.com/tirastore/tirastore/core/postgres"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/sqlitefile"
+	"github.com/tirastore/tirastore/core/storage"
 )
 
 // # The lock, for operators
@@ -105,8 +106,8 @@ func operatorLock(dbPath string, opts Options) (l *lock.Lock, abs string, err er
 	if err := checkText("db_path", dbPath); err != nil {
 		return nil, "", err
 	}
-	if postgres.IsURL(dbPath) {
-		return nil, "", newError(KindValue, "%s is a database on a PostgreSQL server: it has no lock file "+
+	if storage.IsServerURL(dbPath) {
+		return nil, "", newError(KindValue, "%s is a database on a server: it has no lock file "+
 			"(the server locks rows itself)", postgres.Redact(dbPath))
 	}
 	stale, wait, err := opts.lockConfig()

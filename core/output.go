@@ -13,9 +13,9 @@ import (
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/failpoint"
 	"github.com/tirastore/tirastore/core/lock"
-	"github.com/tirastore/tirastore/core/postgres"
 	"github.com/tirastore/tirastore/core/shareddir"
 	"github.com/tirastore/tirastore/core/sqlite"
+	"github.com/tirastore/tirastore/core/storage"
 )
 
 // # Output files
@@ -99,7 +99,7 @@ func CheckOutput(kind OutputKind, p string, dbs, inputs []string) (string, error
 	}
 	c := &outputCheck{kind: kind, out: out, inputs: inputs}
 	for _, db := range dbs {
-		if postgres.IsURL(db) {
+		if storage.IsServerURL(db) {
 			continue
 		}
 		abs, err := resolvePath("database path", db)

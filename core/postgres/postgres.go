@@ -56,8 +56,9 @@ import (
 	"github.com/tirastore/tirastore/core/tuning"
 )
 
-// IsURL reports whether location names a PostgreSQL database
-// (postgresql:// or postgres://, as libpq accepts).
+// IsURL reports whether location, a server's URL (storage.IsServerURL
+// decides that), is one this backend serves: postgresql:// or
+// postgres://, as libpq accepts.
 func IsURL(location string) bool {
 	l := strings.ToLower(location)
 	return strings.HasPrefix(l, "postgresql://") || strings.HasPrefix(l, "postgres://")
