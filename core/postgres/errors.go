@@ -20,11 +20,7 @@ import (
 // classify turns an error of pgx or the server into an *apierr.Error
 // that names the database (without its password) and the operation.
 func (s *Backend) classify(err error, op string) error {
-	if err == nil {
-		return nil
-	}
-	var e *apierr.Error
-	if errors.As(err, &e) {
+	if e, done := apierr.Classified(err); done {
 		return e
 	}
 	msg := scrub(err.Error(), s.hide)

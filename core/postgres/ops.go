@@ -77,14 +77,20 @@ func scanRecord(row pgx.Row) (*storage.Record, error) {
 	return &r, err
 }
 
-// one runs fn, a read of one statement, with retries.
-func (s *Backend) one(ctx context.Context, op string, fn func(ctx context.Context) error) error {
+// entered is retry inside one operation (enter): what every call of this
+// backend but Write, which prepares its arguments in between, runs as.
+func (s *Backend) entered(ctx context.Context, op string, idempotent bool, fn func(ctx context.Context, attempt int) error) error {
 	ctx, done, err := s.enter(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
-	return s.retry(ctx, op, true, func(ctx context.Context, _ int) error {
+	return s.retry(ctx, op, idempotent, fn)
+}
+
+// one runs fn, a read of one statement, with retries.
+func (s *Backend) one(ctx context.Context, op string, fn func(ctx context.Context) error) error {
+	return s.entered(ctx, op, true, func(ctx context.Context, _ int) error {
 		sctx, cancel := s.stmtCtx(ctx)
 		defer cancel()
 		return fn(sctx)
@@ -323,12 +329,7 @@ func (e ranErr) Unwrap() error { return e.error }
 // transaction again; a failed COMMIT is never retried (it may have
 // committed).
 func (s *Backend) tx(ctx context.Context, op string, rerun bool, opts pgx.TxOptions, fn func(context.Context, pgx.Tx) error) error {
-	ctx, done, err := s.enter(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	return s.retry(ctx, op, rerun, func(ctx context.Context, _ int) error {
+	return s.entered(ctx, op, rerun, func(ctx context.Context, _ int) error {
 		bctx, cancel := s.stmtCtx(ctx)
 		tx, err := s.pool.BeginTx(bctx, opts)
 		cancel()

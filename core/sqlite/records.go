@@ -79,7 +79,7 @@ var (
   FROM records r WHERE r.program_hash = ? ORDER BY r.creation_date, r.rowid`
 )
 
-func scanJoined(sc interface{ Scan(...any) error }) (*storage.Record, error) {
+func scanJoined(sc scanner) (*storage.Record, error) {
 	var r storage.Record
 	err := sc.Scan(append(RecordFields(&r), &r.ProgramName, &r.SourceCode)...)
 	return &r, err
@@ -165,20 +165,15 @@ func (d *DB) ProgramsByName(name string) ([]storage.Program, error) {
 }
 
 func (d *DB) programs(query string, args ...any) ([]storage.Program, error) {
-	rows, err := d.query(query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	var out []storage.Program
-	for rows.Next() {
-		var p storage.Program
-		if err := rows.Scan(&p.Hash, &p.Name, &p.Source); err != nil {
-			return nil, err
-		}
+	err := eachRow(d, func(sc scanner) (p storage.Program, err error) {
+		err = sc.Scan(&p.Hash, &p.Name, &p.Source)
+		return p, err
+	}, func(p storage.Program) error {
 		out = append(out, p)
-	}
-	return out, rows.Err()
+		return nil
+	}, query, args...)
+	return out, err
 }
 
 // eachProgramSQL lists every program in export order, each followed by its
@@ -287,21 +282,10 @@ func (d *DB) EachRecordOf(programHash string, fn func(*storage.Record) error) er
 		if err != nil {
 			return err
 		}
-		rows, err := d.query(recordsOfSQL, programHash)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
+		return eachRow(d, func(sc scanner) (*storage.Record, error) {
 			r := &storage.Record{ProgramName: name, SourceCode: source}
-			if err := rows.Scan(RecordFields(r)...); err != nil {
-				return err
-			}
-			if err := fn(r); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
+			return r, sc.Scan(RecordFields(r)...)
+		}, fn, recordsOfSQL, programHash)
 	})
 }
 
@@ -358,12 +342,7 @@ func (tx *Tx) PutRecord(r *storage.Record, overwrite bool) (bool, error) {
 	if overwrite {
 		q = upsertRecord
 	}
-	res, err := tx.exec(q, RecordValues(r)...)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n > 0, err
+	return tx.changed(q, RecordValues(r)...)
 }
 
 // HasRecord reports whether the record r.Key exists with exactly r's
@@ -380,12 +359,7 @@ func (tx *Tx) HasRecord(r *storage.Record) (bool, error) {
 
 // DeleteRecord removes a record and reports whether it existed.
 func (tx *Tx) DeleteRecord(key string) (bool, error) {
-	res, err := tx.exec(deleteRecord, key)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n > 0, err
+	return tx.changed(deleteRecord, key)
 }
 
 // CountRecords is the number of rows in records.
@@ -428,24 +402,14 @@ func (d *DB) Summary() (*storage.Summary, error) {
 // ProgramSummaries counts the records of every program in one grouped
 // scan, by name then hash.
 func (d *DB) ProgramSummaries() ([]storage.ProgramSummary, error) {
-	rows, err := d.query(`SELECT p.program_hash, p.program_name, COUNT(r.key),
+	return allRows(d, func(sc scanner) (p storage.ProgramSummary, err error) {
+		err = sc.Scan(&p.Hash, &p.Name, &p.Records, &p.Legal, &p.FirstDate, &p.LastDate)
+		return p, err
+	}, `SELECT p.program_hash, p.program_name, COUNT(r.key),
        COALESCE(SUM(json_extract(r.result_json, '$.is_legal') = 1), 0),
        COALESCE(MIN(r.creation_date), ''), COALESCE(MAX(r.creation_date), '')
   FROM programs p LEFT JOIN records r ON r.program_hash = p.program_hash
   GROUP BY p.program_hash ORDER BY p.program_name, p.program_hash`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []storage.ProgramSummary{}
-	for rows.Next() {
-		var p storage.ProgramSummary
-		if err := rows.Scan(&p.Hash, &p.Name, &p.Records, &p.Legal, &p.FirstDate, &p.LastDate); err != nil {
-			return nil, err
-		}
-		out = append(out, p)
-	}
-	return out, rows.Err()
 }
 
 // CheckTables runs PRAGMA integrity_check (up to 100 messages) and counts
@@ -493,22 +457,17 @@ func (d *DB) checkDepths(c *storage.TableCheck) error {
 // scanDepths is checkDepths of the values of kind that query selects
 // (namespace, key, text), those longer than twice the limit.
 func (d *DB) scanDepths(c *storage.TableCheck, kind, query string) error {
-	rows, err := d.query(query, 2*limits.MaxValueDepth)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var ns, key, text string
-		if err := rows.Scan(&ns, &key, &text); err != nil {
-			return err
-		}
+	return eachRow(d, func(sc scanner) (v [3]string, err error) {
+		err = sc.Scan(&v[0], &v[1], &v[2])
+		return v, err
+	}, func(v [3]string) error {
+		ns, key, text := v[0], v[1], v[2]
 		if kind == "config" {
 			key = storage.ConfigName(ns, key)
 		}
 		c.CheckDepth(kind, key, text)
-	}
-	return rows.Err()
+		return nil
+	}, query, 2*limits.MaxValueDepth)
 }
 
 // Keys lists record keys by creation_date; limit > 0 paginates.
@@ -520,18 +479,8 @@ func (d *DB) Keys(limit, offset int64) ([]string, error) {
 }
 
 func (d *DB) strings(query string, args ...any) ([]string, error) {
-	rows, err := d.query(query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []string{}
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
+	return allRows(d, func(sc scanner) (s string, err error) {
+		err = sc.Scan(&s)
+		return s, err
+	}, query, args...)
 }

@@ -459,11 +459,7 @@ func (s *Backend) refusedJournal(err error, op string) error {
 // classify turns any error from the layers below into an *apierr.Error
 // whose message names the database file and the failed operation.
 func (s *Backend) classify(err error, op string) error {
-	if err == nil {
-		return nil
-	}
-	var e *apierr.Error
-	if errors.As(err, &e) {
+	if e, done := apierr.Classified(err); done {
 		return e
 	}
 	var te *lock.TimeoutError
