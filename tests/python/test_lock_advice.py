@@ -178,7 +178,7 @@ def test_leftover_lock_tickets_and_stale_measurement_claims(db):
         "pid_ns": os.stat("/proc/self/ns/pid").st_ino,
     }))
     ck = tirastore("check", db)
-    assert ck.returncode == 1 and "leftover ticket files" in ck.stdout and "measurement ticket" in ck.stdout, ck.stdout
+    assert ck.returncode == 1 and "leftover lock ticket files" in ck.stdout and "measurement claim" in ck.stdout, ck.stdout
     cmds = advised(ck.stdout)
     assert cmds == [["check", "--repair", str(db)]] * 2, ck.stdout
     assert follow(cmds[0]).returncode == 0
