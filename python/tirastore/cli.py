@@ -594,7 +594,7 @@ def _add_stale_lock_timeout(p: argparse.ArgumentParser) -> None:
 def _check_arguments(p: argparse.ArgumentParser) -> None:
     _add_db(p)
     p.add_argument("--repair", action="store_true",
-                   help="break an abandoned lock, remove leftover claims, move a foreign journal aside")
+                   help="break an abandoned lock, remove leftover tickets and stale claims, move a foreign journal aside")
     _add_stale_lock_timeout(p)
 
 
@@ -602,9 +602,9 @@ def _check_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_check(args: argparse.Namespace, out: _Output) -> int:
     """Check a database: SQLite's integrity_check under the lock, records without their program, results that are
     not JSON, the schema version, a crashed writer's journal or a foreign one (never rolled back), the lock (holder,
-    age, alive?) and leftover claim files. Exit 1 on any problem. --repair does what is safe: break an abandoned
+    age, alive?) and its leftover ticket files. Exit 1 on any problem. --repair does what is safe: break an abandoned
     lock (never a live holder's; a lock file that is not a record only once unchanged for the stale timeout), remove
-    the claim files of dead processes and stale measurement claims, move a foreign journal aside (never applying
+    the ticket files of dead processes and stale measurement claims, move a foreign journal aside (never applying
     it); damaged tables are reported, never rewritten."""
     rep = _native.call(0, "check", db_path=args.db, stale_lock_timeout=args.stale_lock_timeout,
                        lock_timeout=args.lock_timeout, repair=args.repair)
@@ -618,7 +618,7 @@ def cmd_check(args: argparse.Namespace, out: _Output) -> int:
             if t["orphan_records"] >= 0:
                 lines += [f"orphan records  {t['orphan_records']:,}", f"bad results     {t['bad_results']:,}",
                           f"too deep values {t['too_deep_values']:,}"]
-        lines += [f"lock            {_holder_text(rep['lock'])}", f"leftover claims {len(rep['leftover_claims'])}"]
+        lines += [f"lock            {_holder_text(rep['lock'])}", f"leftover tickets {len(rep['leftover_claims'])}"]
         lines.append(f"stale measurement claims {len(rep['stale_measurement_claims'])}")
         for f in rep["node_local"]:
             state = f["problem"] or ("ok" if f["present"] else "absent")
