@@ -360,7 +360,7 @@ def test_check_and_repair(db, tmp_path):
     rep = json.loads(ok.stdout)
     assert rep["ok"] and rep["tables"]["integrity"] == ["ok"] and rep["records"] == 7 and rep["schema_version"] == "2"
     # A node died holding the lock (an original worker's record, an hour old) and
-    # a dead process of this host left its claim file.
+    # a dead process of this host left its ticket file.
     lock = db.with_suffix(".db.lock")
     lock.write_text(json.dumps({"hostname": "node17", "pid": 4242, "timestamp": time.time() - 3600}))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -370,7 +370,7 @@ def test_check_and_repair(db, tmp_path):
     rec["pid"], rec["start_time"] = dead.pid, 1
     claim.write_text(json.dumps(rec))
     r = tirastore("check", db, "--lock-timeout", "0.5")
-    assert r.returncode == 1 and "abandoned" in r.stdout and "leftover claim" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 1 and "abandoned" in r.stdout and "leftover tickets 1" in r.stdout, r.stdout + r.stderr
     assert lock.exists() and claim.exists()
     r = tirastore("check", db, "--repair", "--json")
     assert r.returncode == 0, r.stdout + r.stderr
