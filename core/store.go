@@ -15,7 +15,6 @@ import (
 
 	"github.com/tirastore/tirastore/core/cpu"
 	"github.com/tirastore/tirastore/core/identity"
-	"github.com/tirastore/tirastore/core/lock"
 	"github.com/tirastore/tirastore/core/postgres"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/sqlitefile"
@@ -226,9 +225,11 @@ func (s *Store) LockPath() string {
 // backend without one): Links per Acquired is how many link() attempts an
 // acquisition cost; Held per Acquired is the mean time an operation kept
 // everyone else waiting.
-func (s *Store) LockStats() lock.Counters {
-	if l, ok := s.be.(interface{ LockStats() lock.Counters }); ok {
+func (s *Store) LockStats() sqlitefile.LockCounters {
+	if l, ok := s.be.(interface {
+		LockStats() sqlitefile.LockCounters
+	}); ok {
 		return l.LockStats()
 	}
-	return lock.Counters{}
+	return sqlitefile.LockCounters{}
 }
