@@ -16,6 +16,7 @@ import (
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/limits"
+	"github.com/tirastore/tirastore/core/outfile"
 	"github.com/tirastore/tirastore/core/postgres"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/pypath"
@@ -114,7 +115,7 @@ func (s *Store) Backup(ctx context.Context, dest string) (string, error) {
 		}
 		return meta, nil
 	}
-	if err := s.checkOutput(OutputBackup, dest, backupOf); err != nil {
+	if err := s.checkOutput(outfile.Backup, dest, backupOf); err != nil {
 		return "", err
 	}
 	// As opening a database creates its directory, so does a backup.
@@ -128,12 +129,12 @@ func (s *Store) Backup(ctx context.Context, dest string) (string, error) {
 	if fi, err := os.Stat(s.path); err == nil && !s.IsServer() {
 		perm, exact = uint32(fi.Mode().Perm()), true
 	}
-	out, err := createOutput(dest, perm, exact)
+	out, err := outfile.CreateResolved(dest, perm, exact)
 	if err != nil {
-		return "", fileWriteError(err, "backup", dest)
+		return "", outfile.WriteError(err, "backup", dest)
 	}
 	defer out.Abort()
-	if err := s.be.Backup(ctx, out.tmp); err != nil {
+	if err := s.be.Backup(ctx, out.Temp()); err != nil {
 		return "", err
 	}
 	if err := out.Commit(); err != nil {
@@ -165,10 +166,10 @@ func (s *Store) Export(ctx context.Context, path, format string) (string, error)
 		perr := &fs.PathError{Op: "open", Path: out, Err: syscall.EISDIR}
 		return "", wrapError(KindOS, perr, "cannot write export: %v", perr)
 	}
-	if err := s.checkOutput(OutputExport, out, nil); err != nil {
+	if err := s.checkOutput(outfile.Export, out, nil); err != nil {
 		return "", err
 	}
-	err = writeReplacing(out, func(w *bufio.Writer) error {
+	err = outfile.WriteReplacing(out, func(w *bufio.Writer) error {
 		ew := &exportWriter{w: w, json: format == "json"}
 		err := s.be.EachProgram(ctx, ew.program)
 		if err == nil {
@@ -180,40 +181,9 @@ func (s *Store) Export(ctx context.Context, path, format string) (string, error)
 		return err
 	})
 	if err != nil {
-		return "", fileWriteError(err, "export", out)
+		return "", outfile.WriteError(err, "export", out)
 	}
 	return out, nil
-}
-
-// writeReplacing writes the file out through fill, into a temporary file
-// beside it (createOutput: mode 0666 less the umask) that is synced and
-// renamed over out: readers of out see the old file or the whole new one,
-// never a part. The caller has checked out (checkOutput).
-func writeReplacing(out string, fill func(w *bufio.Writer) error) error {
-	o, err := createOutput(out, 0o666, false)
-	if err != nil {
-		return err
-	}
-	defer o.Abort() // after the commit: nothing
-	w := bufio.NewWriterSize(o.File, 1<<20)
-	if err := fill(w); err != nil {
-		return err
-	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
-	return o.Commit()
-}
-
-// fileWriteError is the error of writing the file out (an *Error from
-// below passes unchanged).
-func fileWriteError(err error, what, out string) error {
-	var e *Error
-	if errors.As(err, &e) {
-		return err
-	}
-	k, _ := apierr.OSKind(err)
-	return wrapError(k, err, "cannot write %s %s: %v", what, out, err)
 }
 
 // exportWriter writes an export while the backend scans the programs, in
@@ -348,10 +318,14 @@ func (ew *exportWriter) write(b []byte) error {
 	return nil
 }
 
-// tempBeside names a private temporary file next to path, so that the
-// final rename stays within one directory (and one filesystem).
-func tempBeside(path string) string {
-	return fmt.Sprintf("%s.tmp-%d-%d", path, os.Getpid(), time.Now().UnixNano())
+// checkOutput is outfile.CheckResolved of the absolute path out for this
+// store's database.
+func (s *Store) checkOutput(kind outfile.Kind, out string, backupOf func() (map[string]string, error)) error {
+	db := s.path
+	if s.IsServer() {
+		db = ""
+	}
+	return outfile.CheckResolved(kind, out, db, backupOf)
 }
 
 // fileError classifies an error of a file operation of this layer (a
