@@ -9,6 +9,7 @@ import (
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/keys"
 	"github.com/tirastore/tirastore/core/limits"
+	"github.com/tirastore/tirastore/core/operator"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/storage"
@@ -313,7 +314,7 @@ var methods = map[string]method{
 		if _, given := a.obj.Get("fmt"); !given {
 			f = "json"
 		}
-		return st.Export(ctx, p, f)
+		return operator.Export(ctx, st, p, f)
 	}},
 	"count": {true, noParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		return st.Count(ctx)
@@ -499,14 +500,14 @@ var methods = map[string]method{
 		}
 		return pl.PyJSON(), nil
 	}},
-	// The lock of a database, for operators (core/lockadmin.go): handle 0,
+	// The lock of a database, for operators (core/operator): handle 0,
 	// since opening the database would take the lock.
 	"lock_status": {false, []string{"db_path", "stale_lock_timeout"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {
 		path, opts, err := lockArgs(a)
 		if err != nil {
 			return nil, err
 		}
-		return core.InspectLock(path, opts)
+		return operator.InspectLock(path, opts)
 	}},
 	"check": {false, []string{"db_path", "stale_lock_timeout", "lock_timeout", "repair"}, func(ctx context.Context, _ *core.Store, a *args) (any, error) {
 		path, opts, err := lockArgs(a)
@@ -521,7 +522,7 @@ var methods = map[string]method{
 			return nil, err
 		}
 		opts.Interruptible = interruptible
-		return core.CheckDatabase(ctx, path, opts, repair)
+		return operator.CheckDatabase(ctx, path, opts, repair)
 	}},
 	"lock_break": {false, []string{"db_path", "stale_lock_timeout", "force"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {
 		path, opts, err := lockArgs(a)
@@ -532,9 +533,10 @@ var methods = map[string]method{
 		if err != nil {
 			return nil, err
 		}
-		return core.BreakLock(path, opts, force)
+		return operator.BreakLock(path, opts, force)
 	}},
-	// import reads an export back in, a slice at a time (core/transfer.go).
+	// import reads an export back in, a slice at a time
+	// (core/operator/exportformat.go).
 	"import": {true, []string{"input_path", "offset", "max_records", "overwrite", "list_conflicts"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		path, err := a.str("input_path")
 		if err != nil {
@@ -556,16 +558,16 @@ var methods = map[string]method{
 		if err != nil {
 			return nil, err
 		}
-		return st.ImportExport(ctx, path, offset, int(limit), overwrite, list)
+		return operator.Import(ctx, st, path, offset, int(limit), overwrite, list)
 	}},
 	// merge copies another database's records in, a slice of programs at
-	// a time (core/merge.go); after is the previous slice's next.
+	// a time (core/operator/merge.go); after is the previous slice's next.
 	"merge": {true, []string{"source_path", "after", "max_records", "overwrite", "allow_cpu_mismatch", "list_conflicts"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		src, err := a.str("source_path")
 		if err != nil {
 			return nil, err
 		}
-		var cursor *core.MergeCursor
+		var cursor *operator.MergeCursor
 		if v, ok := a.get("after"); ok && v != nil {
 			o, isObj := dict(v)
 			name, _ := o.Get("program_name")
@@ -575,7 +577,7 @@ var methods = map[string]method{
 			if !isObj || !nok || !hok {
 				return nil, a.typeErr("after", "a {program_name, program_hash} dict or None", v)
 			}
-			cursor = &core.MergeCursor{Name: ns, Hash: hs}
+			cursor = &operator.MergeCursor{Name: ns, Hash: hs}
 		}
 		limit, err := a.integer("max_records", 0)
 		if err != nil {
@@ -587,7 +589,7 @@ var methods = map[string]method{
 				return nil, err
 			}
 		}
-		return st.MergeFrom(ctx, src, cursor, int(limit), flags["overwrite"], flags["allow_cpu_mismatch"], flags["list_conflicts"])
+		return operator.Merge(ctx, st, src, cursor, int(limit), flags["overwrite"], flags["allow_cpu_mismatch"], flags["list_conflicts"])
 	}},
 	"config_import": {true, []string{"namespace", "path", "overwrite", "once"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		ns, err := a.namespace()

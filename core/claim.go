@@ -241,11 +241,11 @@ func (c *Claim) Record(ctx context.Context, m Measurement) (bool, error) {
 	if source == "" {
 		return false, newError(KindValue, "the claim on %s was made by program hash: give the program's source to record", schedule.Repr(c.schedule))
 	}
-	if err := c.s.checkWrites(); err != nil {
+	if err := c.s.CheckWrites(); err != nil {
 		return false, err
 	}
 	m.Schedule = c.schedule
-	w, _, err := c.s.prepareWrite(c.programName, source, []Measurement{m}, false)
+	w, _, err := c.s.PrepareWrite(c.programName, source, []Measurement{m}, false)
 	if err != nil {
 		return false, err
 	}
@@ -668,7 +668,7 @@ func (s *Store) lookupOrClaim(ctx context.Context, programName, hash, source str
 	if pend, err = s.readResults(ctx, hash, pend, out); err != nil || len(pend) == 0 {
 		return out, err
 	}
-	if err := s.checkWrites(); err != nil {
+	if err := s.CheckWrites(); err != nil {
 		return nil, err
 	}
 	var deadline time.Time
@@ -937,11 +937,13 @@ func (s *Store) claimWaitError(ctx context.Context, err error, pend []*pendingCl
 	return err
 }
 
-// staleClaims are the claims nobody will end: a holder dead on this host,
+// StaleClaims are the claims nobody will end: a holder dead on this host,
 // or a schedule recorded meanwhile (a record made without ending its
-// claim: by an older library, say). A waiter takes such claims over or
-// ignores them anyway; check lists them and --repair removes them.
-func (s *Store) staleClaims(ctx context.Context, remove bool) ([]*ClaimHolder, error) {
+// claim: by an older library, say); with remove they are removed, in the
+// transaction that found them. A waiter takes such claims over or
+// ignores them anyway; the operator's check (core/operator) lists them
+// and --repair removes them, by the claims' own rules, which live here.
+func (s *Store) StaleClaims(ctx context.Context, remove bool) ([]*ClaimHolder, error) {
 	var out []*ClaimHolder
 	var refs []storage.ClaimRef
 	find := func(r storage.Reader) error {

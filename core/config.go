@@ -142,7 +142,7 @@ func (s *Store) ConfigPut(ctx context.Context, namespace, device, opID, callKey,
 		return false, err
 	}
 	if d, over := limits.TooDeep(valueJSON); over {
-		return false, tooDeepToStore("config "+name+": the value", d)
+		return false, TooDeepToStore("config "+name+": the value", d)
 	}
 	if _, err := pyjson.Parse([]byte(valueJSON)); err != nil {
 		return false, wrapError(KindValue, err, "config %s: the value is not one JSON value: %v", name, err)

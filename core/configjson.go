@@ -265,7 +265,7 @@ func (s *Store) readSeedFile(namespace, path string) (*seedFile, error) {
 			return false
 		}
 		if d, over := limits.TooDeep(b); over {
-			bad = tooDeepToStore(fmt.Sprintf("%s: key %s: the value", path, schedule.Repr(key)), d)
+			bad = TooDeepToStore(fmt.Sprintf("%s: key %s: the value", path, schedule.Repr(key)), d)
 			return false
 		}
 		f.entries = append(f.entries, &storage.ConfigEntry{Namespace: namespace, Key: key, Device: parts[0], OpID: parts[1],

@@ -48,9 +48,10 @@ func (r *Result) PyJSON() any {
 	return o
 }
 
-// parseResult reads result_json leniently, as Python's json.loads does
-// (NaN and Infinity tokens included).
-func parseResult(key, resultJSON string) (legal, times any, err error) {
+// ParseResult reads result_json leniently, as Python's json.loads does
+// (NaN and Infinity tokens included), naming the record key in its error:
+// lookups, put, and the export (core/operator) read results so.
+func ParseResult(key, resultJSON string) (legal, times any, err error) {
 	v, err := pyjson.Parse([]byte(resultJSON))
 	if err != nil {
 		return nil, nil, newError(KindValue, "record %s: result_json is not valid JSON: %v", key, err)
@@ -76,7 +77,7 @@ func newResult(rec *storage.Record) (*Result, error) {
 		return nil, newError(KindValue, "%s", tooDeepStored(fmt.Sprintf("record %s (schedule %s): its result_json",
 			rec.Key, schedule.Repr(rec.Schedule)), d, "delete the record (TiraStore.delete(key)) or record it again with overwrite"))
 	}
-	legal, times, err := parseResult(rec.Key, rec.ResultJSON)
+	legal, times, err := ParseResult(rec.Key, rec.ResultJSON)
 	if err != nil {
 		return nil, err
 	}

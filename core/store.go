@@ -56,7 +56,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if path == "" {
 		return nil, newError(KindValue, "db_path must not be empty")
 	}
-	stale, wait, err := opts.lockConfig()
+	stale, wait, err := opts.LockTimeouts()
 	if err != nil {
 		return nil, err
 	}
@@ -185,6 +185,16 @@ func (s *Store) IsServer() bool {
 	return ok
 }
 
+// Options are the options this store was opened with, CPUModel and
+// SlurmCPUs as this host's (detected when they were ""): what a tool that
+// opens another database as this one was opened needs (a merge opens its
+// source so).
+func (s *Store) Options() Options {
+	o := s.opts
+	o.CPUModel, o.SlurmCPUs = s.localCPU, s.localSlurm
+	return o
+}
+
 // SourceProject is the project name stamped on records this store writes.
 func (s *Store) SourceProject() string { return s.opts.SourceProject }
 
@@ -205,7 +215,10 @@ func (s *Store) Backend() storage.Backend { return s.be }
 // because of it), or a database other users cannot use.
 func (s *Store) Notices() []string { return append([]string(nil), s.notices...) }
 
-func (s *Store) checkWrites() error {
+// CheckWrites is the error of a write to a store whose CPU check failed at
+// Open (nil when writes are allowed): every write refuses with it, import
+// and merge (core/operator) too.
+func (s *Store) CheckWrites() error {
 	if !s.writesAllowed {
 		return newError(KindPermission, "Write operations are disabled due to CPU metadata mismatch. Initialize with allow_cpu_mismatch=True to override.")
 	}

@@ -269,24 +269,6 @@ func TestConcurrentGoroutines(t *testing.T) {
 	}
 }
 
-func TestExportFormats(t *testing.T) {
-	st := openTemp(t, Options{})
-	if _, err := st.Export(ctx, filepath.Join(t.TempDir(), "x"), "xml"); KindOf(err) != KindValue || err.Error() != "fmt must be 'json' or 'jsonl', got 'xml'" {
-		t.Fatalf("bad format: %v", err)
-	}
-	st.Record(ctx, "é", "a", Measurement{Schedule: sched, IsLegal: true, ExecutionTimes: Times(1)}, false)
-	st.Record(ctx, "é", "b", Measurement{Schedule: sched, IsLegal: false}, false)
-	out, err := st.Export(ctx, filepath.Join(t.TempDir(), "x.jsonl"), "jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := os.ReadFile(out)
-	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], `{"é_v1": {"Tiramisu_cpp": `) {
-		t.Fatalf("jsonl: %q", b)
-	}
-}
-
 // TestWritesQueueAsWrites: the operations that write take the lock as writes
 // (the node queue's writers' lane, see core/nodequeue), and reads do not.
 func TestWritesQueueAsWrites(t *testing.T) {

@@ -1,12 +1,13 @@
-package core
+package operator
 
 import (
 	"errors"
 	"fmt"
 	"math"
 
+	"github.com/tirastore/tirastore/core"
 	"github.com/tirastore/tirastore/core/apierr"
-	"github.com/tirastore/tirastore/core/lock"
+	"github.com/tirastore/tirastore/core/internal/input"
 	"github.com/tirastore/tirastore/core/postgres"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/sqlitefile"
@@ -17,15 +18,16 @@ import (
 // tirastore lock status and lock break look at a database's hard-link lock
 // without opening the database (opening takes the lock, which may be the
 // very thing that is stuck). See core/lock/inspect.go for what one look
-// can prove.
+// can prove; core/sqlitefile (admin.go) hands the lock over.
 
 // LockStatus is what one look at a database's lock file says.
 type LockStatus struct {
-	lock.Status
+	sqlitefile.LockStatus
 	// Broken: LockBreak removed the lock.
 	Broken bool
 	// Advice names the command that removes the lock, when one look proves
-	// it abandoned or it is not a lock record (lock.Advice); "" otherwise.
+	// it abandoned or it is not a lock record (sqlitefile.LockAdvice); ""
+	// otherwise.
 	Advice string
 }
 
@@ -86,49 +88,49 @@ func (s *LockStatus) PyJSON() any {
 
 // statusOf is the LockStatus of st for the database abs, with the advice
 // an operator's command gives (naming remove as the plain break).
-func statusOf(st *lock.Status, abs string, broken bool, remove func(lock.Commands) string) *LockStatus {
-	ls := &LockStatus{Status: *st, Broken: broken}
+func statusOf(st *sqlitefile.LockStatus, abs string, broken bool, remove func(sqlitefile.LockCommands) string) *LockStatus {
+	ls := &LockStatus{LockStatus: *st, Broken: broken}
 	if !broken {
-		c := lock.CommandsFor(abs, st.StaleTimeout)
-		ls.Advice = lock.Advice(st, c, remove(c))
+		c := sqlitefile.LockCommandsFor(abs, st.StaleTimeout)
+		ls.Advice = sqlitefile.LockAdvice(st, c, remove(c))
 	}
 	return ls
 }
 
 // breakCmd and repairCmd pick the plain break of lock status and of check.
-func breakCmd(c lock.Commands) string  { return c.Break }
-func repairCmd(c lock.Commands) string { return c.Repair }
+func breakCmd(c sqlitefile.LockCommands) string  { return c.Break }
+func repairCmd(c sqlitefile.LockCommands) string { return c.Repair }
 
 // operatorLock is the lock of the database at dbPath as an operator's
 // command uses it: opts' stale timeout, this host's name.
-func operatorLock(dbPath string, opts Options) (l *lock.Lock, abs string, err error) {
-	if err := checkText("db_path", dbPath); err != nil {
+func operatorLock(dbPath string, opts core.Options) (l *sqlitefile.Lock, abs string, err error) {
+	if err := input.Text("db_path", dbPath); err != nil {
 		return nil, "", err
 	}
 	if postgres.IsURL(dbPath) {
-		return nil, "", newError(KindValue, "%s is a database on a PostgreSQL server: it has no lock file "+
+		return nil, "", apierr.New(apierr.KindValue, "%s is a database on a PostgreSQL server: it has no lock file "+
 			"(the server locks rows itself)", postgres.Redact(dbPath))
 	}
-	stale, wait, err := opts.lockConfig()
+	stale, wait, err := opts.LockTimeouts()
 	if err != nil {
 		return nil, "", err
 	}
-	if abs, err = resolvePath("database path", dbPath); err != nil {
+	if abs, err = input.Path("database path", dbPath); err != nil {
 		return nil, "", err
 	}
 	if err := sqlitefile.Existing(abs); err != nil { // a lock beside a typo is no lock
 		return nil, "", err
 	}
-	lp, err := lock.PathFor(abs)
+	lp, err := sqlitefile.LockPathFor(abs)
 	if err != nil {
-		return nil, "", wrapError(KindOS, err, "cannot derive the lock path of %s: %v", abs, err)
+		return nil, "", apierr.Wrap(apierr.KindOS, err, "cannot derive the lock path of %s: %v", abs, err)
 	}
-	return lock.New(lp, lock.Options{StaleTimeout: stale, Timeout: wait}), abs, nil
+	return sqlitefile.NewLock(lp, stale, wait), abs, nil
 }
 
 // InspectLock looks at the lock of the database at dbPath once, without
 // opening the database or changing anything.
-func InspectLock(dbPath string, opts Options) (*LockStatus, error) {
+func InspectLock(dbPath string, opts core.Options) (*LockStatus, error) {
 	l, abs, err := operatorLock(dbPath, opts)
 	if err != nil {
 		return nil, err
@@ -136,7 +138,7 @@ func InspectLock(dbPath string, opts Options) (*LockStatus, error) {
 	defer l.Close()
 	st, err := l.Inspect()
 	if err != nil {
-		return nil, readError(err, "lock", l.Path())
+		return nil, input.ReadError(err, "lock", l.Path())
 	}
 	return statusOf(st, abs, false, breakCmd), nil
 }
@@ -145,36 +147,36 @@ func InspectLock(dbPath string, opts Options) (*LockStatus, error) {
 // dead on this host, stale, or overdue and silent while watched, or it is
 // not a record and unchanged for the stale timeout; with force, also a
 // holder that may be alive elsewhere, but never a live process of this
-// host (lock.Lock.Break). A refusal is a PermissionError naming the holder
+// host (the lock's Break). A refusal is a PermissionError naming the holder
 // and, when force would break it, the command that forces; a lock this
 // user may not remove, a PermissionError saying who may.
-func BreakLock(dbPath string, opts Options, force bool) (*LockStatus, error) {
+func BreakLock(dbPath string, opts core.Options, force bool) (*LockStatus, error) {
 	l, abs, err := operatorLock(dbPath, opts)
 	if err != nil {
 		return nil, err
 	}
 	defer l.Close()
 	st, broken, err := l.Break(force)
-	c := lock.CommandsFor(abs, l.StaleTimeout())
-	var refused *lock.RefusedError
+	c := sqlitefile.LockCommandsFor(abs, l.StaleTimeout())
+	var refused *sqlitefile.LockRefusedError
 	switch {
 	case errors.As(err, &refused) && refused.Force:
-		return nil, wrapError(KindPermission, err, "%v (force: `%s`)", err, c.Force)
+		return nil, apierr.Wrap(apierr.KindPermission, err, "%v (force: `%s`)", err, c.Force)
 	case errors.As(err, &refused):
-		return nil, wrapError(KindPermission, err, "%v", err)
+		return nil, apierr.Wrap(apierr.KindPermission, err, "%v", err)
 	case err != nil && st != nil:
 		// Judged breakable, but the removal failed (a rename refused).
 		k, ok := apierr.OSKind(err)
 		if !ok {
-			k = KindOS
+			k = apierr.KindOS
 		}
 		msg := fmt.Sprintf("cannot remove the lock %s: %v", l.Path(), err)
-		if who := lock.RemovableBy(l.Path()); who != "" {
+		if who := sqlitefile.RemovableBy(l.Path()); who != "" {
 			msg += fmt.Sprintf("; `%s`, run by %s, removes it", c.Break, who)
 		}
-		return nil, wrapError(k, err, "%s", msg)
+		return nil, apierr.Wrap(k, err, "%s", msg)
 	case err != nil:
-		return nil, readError(err, "lock", l.Path())
+		return nil, input.ReadError(err, "lock", l.Path())
 	}
 	return statusOf(st, abs, broken, breakCmd), nil
 }

@@ -1,4 +1,11 @@
-package core
+// Package operator holds the operator's tools, built on core.Store's
+// exported methods and its storage seam (core.Store.Backend): the check
+// of a database (check.go), the lock's status and break (lockadmin.go),
+// the merge of another database (merge.go), and the original's export
+// format, written and read back (exportformat.go). They are the C
+// methods check, lock_status, lock_break, merge, export and import, which
+// the `tirastore` command and the Python TiraStore call.
+package operator
 
 import (
 	"context"
@@ -8,13 +15,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tirastore/tirastore/core"
+	"github.com/tirastore/tirastore/core/internal/input"
 	"github.com/tirastore/tirastore/core/limits"
-	"github.com/tirastore/tirastore/core/lock"
-	"github.com/tirastore/tirastore/core/nodelocal"
 	"github.com/tirastore/tirastore/core/postgres"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/sqlite"
+	"github.com/tirastore/tirastore/core/sqlitefile"
 	"github.com/tirastore/tirastore/core/storage"
 )
 
@@ -49,14 +57,15 @@ type CheckReport struct {
 	SchemaVersion     string
 	Tables            *storage.TableCheck
 	Records, Programs int64
-	// NodeLocal is this node's files of the database (nodelocal.Inspect),
+	// NodeLocal is this node's files of the database
+	// (sqlitefile.InspectNodeLocal),
 	// as found before the check opened it; a name that fails its checks is
 	// also a problem (its speed-up is off here until its owner removes it).
-	NodeLocal []nodelocal.FileState
+	NodeLocal []sqlitefile.NodeLocalFile
 	// StaleClaims are measurement claims (lookup_or_claim) that nobody
 	// will end: their holder died on this host, or their schedule is
 	// recorded; --repair removes them.
-	StaleClaims []*ClaimHolder
+	StaleClaims []*core.ClaimHolder
 	// Notices are the open's warnings (node-local files that failed their
 	// checks, a directory other users cannot use).
 	Notices []string
@@ -136,7 +145,7 @@ func strs(xs []string) []any {
 // CheckDatabase checks the database at path; see "Checking a database".
 // opts' timeouts apply (a lock held by a live process makes the table
 // checks wait for it, up to the lock timeout).
-func CheckDatabase(ctx context.Context, path string, opts Options, repair bool) (*CheckReport, error) {
+func CheckDatabase(ctx context.Context, path string, opts core.Options, repair bool) (*CheckReport, error) {
 	if postgres.IsURL(path) {
 		// A server's database: no lock, no files of this node; the
 		// tables and the claims as below.
@@ -150,10 +159,10 @@ func CheckDatabase(ctx context.Context, path string, opts Options, repair bool) 
 	rep := &CheckReport{}
 	st, err := l.Inspect()
 	if err != nil {
-		return nil, readError(err, "lock", l.Path())
+		return nil, input.ReadError(err, "lock", l.Path())
 	}
 	rep.Lock = statusOf(st, abs, false, repairCmd)
-	c := lock.CommandsFor(abs, st.StaleTimeout)
+	c := sqlitefile.LockCommandsFor(abs, st.StaleTimeout)
 	// A lock that is not a record is never broken by waiters: the tables'
 	// check would wait behind it as behind an abandoned one.
 	stuck := st.Held && (rep.Lock.Abandoned() || st.Holder == nil)
@@ -165,7 +174,7 @@ func CheckDatabase(ctx context.Context, path string, opts Options, repair bool) 
 	case rep.Lock.Abandoned() && repair:
 		if bs, broken, err := l.Break(false); err != nil || !broken {
 			msg := fmt.Sprintf("the lock %s looked abandoned (%s) but was not broken: %v", st.Path, who, err)
-			if by := lock.RemovableBy(st.Path); by != "" {
+			if by := sqlitefile.RemovableBy(st.Path); by != "" {
 				msg += fmt.Sprintf("; `%s`, run by %s, removes it", c.Repair, by)
 			}
 			rep.Problems = append(rep.Problems, msg)
@@ -190,7 +199,7 @@ func CheckDatabase(ctx context.Context, path string, opts Options, repair bool) 
 		return nil, err
 	}
 	rep.Path = abs
-	rep.NodeLocal = nodelocal.Inspect(l.Path())
+	rep.NodeLocal = sqlitefile.InspectNodeLocal(l.Path())
 	for _, f := range rep.NodeLocal {
 		if f.Problem != "" {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("the node-local %s %s is %s: the %s is off on this node until its owner (or root) removes it", f.Role, f.Path, f.Problem, f.Serves))
@@ -210,10 +219,10 @@ func CheckDatabase(ctx context.Context, path string, opts Options, repair bool) 
 // check's read rolls it back); one it refuses is foreign, never applied,
 // and with repair moved aside under the lock (so that no live writer's
 // journal is ever moved) to <journal>.foreign-<UTC time>.
-func checkJournal(ctx context.Context, rep *CheckReport, l *lock.Lock, abs string, held, repair bool) error {
+func checkJournal(ctx context.Context, rep *CheckReport, l *sqlitefile.Lock, abs string, held, repair bool) error {
 	j, err := sqlite.InspectJournal(abs)
 	if err != nil {
-		return readError(err, "journal", sqlite.JournalPath(abs))
+		return input.ReadError(err, "journal", sqlite.JournalPath(abs))
 	}
 	switch {
 	case j == nil:
@@ -229,7 +238,7 @@ func checkJournal(ctx context.Context, rep *CheckReport, l *lock.Lock, abs strin
 	if !repair {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("the journal %s is foreign: %s; it is never rolled back, "+
 			"and the database cannot be used while it is there; `%s` moves it aside", j.Path, j.Why(),
-			lock.CommandsFor(abs, l.StaleTimeout()).Repair))
+			sqlitefile.LockCommandsFor(abs, l.StaleTimeout()).Repair))
 		return nil
 	}
 	aside := fmt.Sprintf("%s.foreign-%s", j.Path, time.Now().UTC().Format("20060102T150405.000000000Z"))
@@ -260,19 +269,19 @@ func checkJournal(ctx context.Context, rep *CheckReport, l *lock.Lock, abs strin
 
 // checkTables opens the database and adds what its tables and claims
 // show to rep.
-func checkTables(ctx context.Context, rep *CheckReport, path string, opts Options, repair bool) (*CheckReport, error) {
+func checkTables(ctx context.Context, rep *CheckReport, path string, opts core.Options, repair bool) (*CheckReport, error) {
 	opts.MustExist, opts.AllowCPUMismatch = true, true
-	s, err := Open(ctx, path, opts)
+	s, err := core.Open(ctx, path, opts)
 	if err != nil {
-		if KindOf(err) == KindDatabase || KindOf(err) == KindOperational {
+		if core.KindOf(err) == core.KindDatabase || core.KindOf(err) == core.KindOperational {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("the database cannot be opened (integrity unknown): %v", err))
 			return rep, nil
 		}
 		return nil, err
 	}
 	defer s.Close()
-	rep.Path, rep.Notices = s.path, s.Notices()
-	err = s.be.View(ctx, "check", func(r storage.Reader) error {
+	rep.Path, rep.Notices = s.Path(), s.Notices()
+	err = s.Backend().View(ctx, "check", func(r storage.Reader) error {
 		v, _, err := r.Meta("schema_version")
 		if err != nil {
 			return err
@@ -287,7 +296,7 @@ func checkTables(ctx context.Context, rep *CheckReport, path string, opts Option
 		rep.Programs, err = r.CountPrograms()
 		return err
 	})
-	if k := KindOf(err); err != nil && (k == KindDatabase || k == KindOperational) {
+	if k := core.KindOf(err); err != nil && (k == core.KindDatabase || k == core.KindOperational) {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("the database cannot be read (integrity check failed): %v", err))
 		return rep, nil
 	}
@@ -322,7 +331,7 @@ func checkTables(ctx context.Context, rep *CheckReport, path string, opts Option
 	if t := rep.Tables; len(t.Integrity) != 1 || t.Integrity[0] != "ok" {
 		return rep, nil
 	}
-	if rep.StaleClaims, err = s.staleClaims(ctx, repair); err != nil {
+	if rep.StaleClaims, err = s.StaleClaims(ctx, repair); err != nil {
 		return nil, err
 	}
 	for _, c := range rep.StaleClaims {
@@ -334,7 +343,7 @@ func checkTables(ctx context.Context, rep *CheckReport, path string, opts Option
 		if repair {
 			rep.Repaired = append(rep.Repaired, "removed "+what)
 		} else {
-			rep.Problems = append(rep.Problems, fmt.Sprintf("%s is stale: `tirastore check --repair %s` removes it", what, lock.ShellQuote(rep.Path)))
+			rep.Problems = append(rep.Problems, fmt.Sprintf("%s is stale: `tirastore check --repair %s` removes it", what, sqlitefile.ShellQuote(rep.Path)))
 		}
 	}
 	return rep, nil
