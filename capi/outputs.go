@@ -9,7 +9,6 @@ import (
 	"github.com/tirastore/tirastore/core"
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/outfile"
-	"github.com/tirastore/tirastore/core/pyjson"
 )
 
 // Output files that a binding writes itself (the CLI's conflicts file, a
@@ -95,11 +94,7 @@ func outputCreate(_ context.Context, _ *core.Store, a *args) (any, error) {
 	tok := outputs.next
 	outputs.pending[tok] = o
 	outputs.Unlock()
-	r := pyjson.NewObjectCap(3)
-	r.Set("path", o.Path)
-	r.Set("token", tok)
-	r.Set("fd", fd)
-	return r, nil
+	return replyOutput(o.Path, tok, fd), nil
 }
 
 // takeOutput removes the pending output of the token argument from the

@@ -8,7 +8,6 @@ import (
 
 	"github.com/tirastore/tirastore/core/keys"
 	"github.com/tirastore/tirastore/core/lock"
-	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/storage"
 	"github.com/tirastore/tirastore/core/tuning"
@@ -117,32 +116,6 @@ func newClaimHolder(c *storage.Claim, dead bool) *ClaimHolder {
 		ClaimedAt: c.ClaimedAt, RenewedAt: c.RenewedAt, Dead: dead}
 }
 
-// PyJSON gives the holder as a dict.
-func (h *ClaimHolder) PyJSON() any {
-	o := pyjson.NewObjectCap(14) // room for check's "recorded"
-	o.Set("key", h.Key)
-	o.Set("program_hash", h.ProgramHash)
-	o.Set("program_name", h.ProgramName)
-	o.Set("tiralib_schedule_string", h.Schedule)
-	o.Set("hostname", h.Hostname)
-	o.Set("pid", h.PID)
-	o.Set("slurm_job_id", optText(h.SlurmJobID))
-	o.Set("username", h.Username)
-	o.Set("lease", h.Lease.Seconds())
-	o.Set("renewals", h.Renewals)
-	o.Set("claimed_at", h.ClaimedAt)
-	o.Set("renewed_at", h.RenewedAt)
-	o.Set("dead", h.Dead)
-	return o
-}
-
-func optText(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}
-
 // describe names the holder in a sentence.
 func (h *ClaimHolder) describe() string {
 	job := ""
@@ -179,6 +152,14 @@ func (c *Claim) Lease() time.Duration { return c.lease }
 // Schedule is the schedule as the caller gave it.
 func (c *Claim) Schedule() string { return c.schedule }
 
+// ProgramName is the program's name as the claimer gave it (a reply shows
+// it).
+func (c *Claim) ProgramName() string { return c.programName }
+
+// ProgramHash is the claimed program's hash (a reply shows it; SetSource
+// checks a source against it).
+func (c *Claim) ProgramHash() string { return c.programHash }
+
 // TakenOver reports whether a renewal found the claim no longer this
 // caller's: it expired (the holder was stopped longer than its lease) and
 // another worker took it over, or an operator removed it. Record still
@@ -189,18 +170,6 @@ func (c *Claim) takenOver() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.taken
-}
-
-// PyJSON gives the claim as a dict.
-func (c *Claim) PyJSON() any {
-	o := pyjson.NewObjectCap(6)
-	o.Set("token", c.ref.Token)
-	o.Set("key", c.ref.Key)
-	o.Set("program_name", c.programName)
-	o.Set("program_hash", c.programHash)
-	o.Set("tiralib_schedule_string", c.schedule)
-	o.Set("lease", c.lease.Seconds())
-	return o
 }
 
 // SetSource gives a claim made by program hash its program's source, which
@@ -287,21 +256,6 @@ type ClaimOutcome struct {
 	Result *Result      // recorded
 	Claim  *Claim       // claimed for this caller: measure and record
 	Busy   *ClaimHolder // held by another live worker (Wait false)
-}
-
-// PyJSON gives the outcome as a dict with one key: "result", "claim" or
-// "busy".
-func (o ClaimOutcome) PyJSON() any {
-	d := pyjson.NewObjectCap(1)
-	switch {
-	case o.Result != nil:
-		d.Set("result", o.Result)
-	case o.Claim != nil:
-		d.Set("claim", o.Claim)
-	default:
-		d.Set("busy", o.Busy)
-	}
-	return d
 }
 
 // claimState is a Store's side of claims: the claims it holds (renewed by

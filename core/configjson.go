@@ -55,23 +55,6 @@ type ConfigImportResult struct {
 	Notice string
 }
 
-// PyJSON gives the result as the binding's dict.
-func (r *ConfigImportResult) PyJSON() any {
-	o := pyjson.NewObjectCap(11)
-	o.Set("path", r.Path)
-	o.Set("found", r.Found)
-	o.Set("entries", r.Entries)
-	o.Set("added", r.Added)
-	o.Set("replaced", r.Replaced)
-	o.Set("kept", r.Kept)
-	o.Set("skipped", r.Skipped)
-	o.Set("changed", r.Changed)
-	o.Set("imported_at", r.ImportedAt)
-	o.Set("imported_by", r.ImportedBy)
-	o.Set("notice", r.Notice)
-	return o
-}
-
 // seedFile is a seed JSON file read whole: its entries and what
 // config_imports remembers of it.
 type seedFile struct {

@@ -16,7 +16,7 @@ import (
 // original library, by an older engine, by a direct SQL write) is refused
 // where a reader would decode it, naming it and the check that lists such
 // values (tooDeepStored): a lookup or a get of it raises ValueError; the
-// config listings (ConfigEntry.PyJSON) carry the error in its place, so
+// config listings (ConfigEntry.TooDeep) carry the error in its place, so
 // that one such entry does not make the others unreadable. `tirastore
 // check` reports every one (storage.TableCheck.DeepValues).
 

@@ -19,7 +19,6 @@ import (
 	"github.com/tirastore/tirastore/core/internal/input"
 	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/postgres"
-	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/sqlite"
 	"github.com/tirastore/tirastore/core/sqlitefile"
@@ -69,77 +68,6 @@ type CheckReport struct {
 	// Notices are the open's warnings (node-local files that failed their
 	// checks, a directory other users cannot use).
 	Notices []string
-}
-
-// PyJSON gives the report as a dict.
-func (r *CheckReport) PyJSON() any {
-	o := pyjson.NewObjectCap(14)
-	o.Set("db_path", r.Path)
-	o.Set("ok", len(r.Problems) == 0)
-	o.Set("problems", strs(r.Problems))
-	o.Set("repaired", strs(r.Repaired))
-	if r.Lock != nil {
-		o.Set("lock", r.Lock)
-	} else {
-		o.Set("lock", nil)
-	}
-	o.Set("leftover_claims", strs(r.Leftovers))
-	o.Set("hot_journal", r.HotJournal)
-	if j := r.ForeignJournal; j != nil {
-		jo := pyjson.NewObjectCap(6)
-		jo.Set("path", j.Path)
-		jo.Set("kind", j.Kind)
-		jo.Set("owner_uid", j.UID)
-		jo.Set("mode", fmt.Sprintf("%04o", j.Mode))
-		jo.Set("why", j.Why())
-		jo.Set("moved_to", r.JournalMovedTo)
-		o.Set("foreign_journal", jo)
-	} else {
-		o.Set("foreign_journal", nil)
-	}
-	o.Set("schema_version", r.SchemaVersion)
-	if t := r.Tables; t != nil {
-		to := pyjson.NewObjectCap(5)
-		to.Set("integrity", strs(t.Integrity))
-		to.Set("orphan_records", t.Orphans)
-		to.Set("bad_results", t.BadResults)
-		to.Set("too_deep_values", t.DeepCount)
-		to.Set("too_deep_listed", strs(t.DeepValues))
-		o.Set("tables", to)
-	} else {
-		o.Set("tables", nil)
-	}
-	o.Set("records", r.Records)
-	o.Set("programs", r.Programs)
-	nl := make([]any, len(r.NodeLocal))
-	for i, f := range r.NodeLocal {
-		fo := pyjson.NewObjectCap(6)
-		fo.Set("role", f.Role)
-		fo.Set("path", f.Path)
-		fo.Set("present", f.Present)
-		fo.Set("problem", f.Problem)
-		fo.Set("serves", f.Serves)
-		fo.Set("entries", f.Entries)
-		nl[i] = fo
-	}
-	o.Set("node_local", nl)
-	sc := make([]any, len(r.StaleClaims))
-	for i, c := range r.StaleClaims {
-		co := c.PyJSON().(*pyjson.Object)
-		co.Set("recorded", c.Recorded)
-		sc[i] = co
-	}
-	o.Set("stale_measurement_claims", sc)
-	o.Set("notices", strs(r.Notices))
-	return o
-}
-
-func strs(xs []string) []any {
-	out := make([]any, len(xs))
-	for i, x := range xs {
-		out[i] = x
-	}
-	return out
 }
 
 // CheckDatabase checks the database at path; see "Checking a database".

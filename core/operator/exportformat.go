@@ -240,37 +240,6 @@ type Conflict struct {
 	ProgramName, Schedule, Stored, Incoming string
 }
 
-// PyJSON gives {programs, records, added, same, conflicts, replaced,
-// next, size, conflict_list: [{program_name, schedule, stored, incoming}]}
-// (next null when done).
-func (r *TransferResult) PyJSON() any {
-	o := pyjson.NewObjectCap(9)
-	for _, f := range []struct {
-		k string
-		v int64
-	}{{"programs", r.Programs}, {"records", r.Records}, {"added", r.Added}, {"same", r.Same},
-		{"conflicts", r.Conflicts}, {"replaced", r.Replaced}} {
-		o.Set(f.k, f.v)
-	}
-	if r.Next < 0 {
-		o.Set("next", nil)
-	} else {
-		o.Set("next", r.Next)
-	}
-	o.Set("size", r.Size)
-	list := make([]any, len(r.ConflictList))
-	for i, c := range r.ConflictList {
-		co := pyjson.NewObjectCap(4)
-		co.Set("program_name", c.ProgramName)
-		co.Set("schedule", c.Schedule)
-		co.Set("stored", pyjson.Raw(c.Stored))
-		co.Set("incoming", pyjson.Raw(c.Incoming))
-		list[i] = co
-	}
-	o.Set("conflict_list", list)
-	return o
-}
-
 // Import imports into s the export file path from byte offset (0 or a
 // Next of an earlier call) until about maxRecords records (at least one
 // program) have been read; see "Importing an export".

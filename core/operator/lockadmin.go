@@ -3,13 +3,11 @@ package operator
 import (
 	"errors"
 	"fmt"
-	"math"
 
 	"github.com/tirastore/tirastore/core"
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/internal/input"
 	"github.com/tirastore/tirastore/core/postgres"
-	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/sqlitefile"
 )
 
@@ -35,56 +33,6 @@ type LockStatus struct {
 // host, stale, overdue, or the file is not a record and has not changed
 // for the stale timeout; lock break removes it without force.
 func (s *LockStatus) Abandoned() bool { return s.Held && (s.Dead || s.Stale || s.Overdue) }
-
-// PyJSON gives {lock_path, held, holder, unreadable, unchanged_seconds,
-// abandoned, advice, stale_lock_timeout, broken}; holder is null when free
-// or not a record (unreadable then says why, and unchanged_seconds how
-// long ago the file last changed), else {hostname, pid, timestamp,
-// age_seconds, heartbeat_interval, on_this_host, alive, dead, stale,
-// overdue, watch_seconds} (alive null when the holder is on another host;
-// watch_seconds: how long lock_break watches an overdue holder).
-func (s *LockStatus) PyJSON() any {
-	o := pyjson.NewObjectCap(9)
-	o.Set("lock_path", s.Path)
-	o.Set("held", s.Held)
-	if h := s.Holder; h != nil {
-		ho := pyjson.NewObjectCap(10)
-		ho.Set("hostname", h.Hostname)
-		ho.Set("pid", h.PID)
-		if math.IsNaN(h.Timestamp) || math.IsInf(h.Timestamp, 0) {
-			ho.Set("timestamp", nil)
-		} else {
-			ho.Set("timestamp", h.Timestamp)
-		}
-		ho.Set("age_seconds", s.Age.Seconds())
-		ho.Set("heartbeat_interval", s.Heartbeat.Seconds())
-		ho.Set("on_this_host", s.OnThisHost)
-		if s.OnThisHost {
-			ho.Set("alive", s.Alive)
-		} else {
-			ho.Set("alive", nil)
-		}
-		ho.Set("dead", s.Dead)
-		ho.Set("stale", s.Stale)
-		ho.Set("overdue", s.Overdue)
-		ho.Set("watch_seconds", s.Watch.Seconds())
-		o.Set("holder", ho)
-	} else {
-		o.Set("holder", nil)
-	}
-	if s.Unreadable != nil {
-		o.Set("unreadable", s.Unreadable.Error())
-		o.Set("unchanged_seconds", s.Age.Seconds())
-	} else {
-		o.Set("unreadable", nil)
-		o.Set("unchanged_seconds", nil)
-	}
-	o.Set("abandoned", s.Abandoned())
-	o.Set("advice", s.Advice)
-	o.Set("stale_lock_timeout", s.StaleTimeout.Seconds())
-	o.Set("broken", s.Broken)
-	return o
-}
 
 // statusOf is the LockStatus of st for the database abs, with the advice
 // an operator's command gives (naming remove as the plain break).

@@ -7,7 +7,6 @@ import (
 	"github.com/tirastore/tirastore/core"
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/limits"
-	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/storage"
 )
@@ -33,22 +32,6 @@ type MergeResult struct {
 	TransferResult
 	// Next is nil when the source is done.
 	NextCursor *MergeCursor
-}
-
-// PyJSON is TransferResult's, with next as {program_name, program_hash}
-// or null.
-func (r *MergeResult) PyJSON() any {
-	o := r.TransferResult.PyJSON().(*pyjson.Object)
-	if r.NextCursor == nil {
-		o.Set("next", nil)
-	} else {
-		c := pyjson.NewObjectCap(2)
-		c.Set("program_name", r.NextCursor.Name)
-		c.Set("program_hash", r.NextCursor.Hash)
-		o.Set("next", c)
-	}
-	o.Delete("size")
-	return o
 }
 
 // Merge merges into s the programs of the database at srcPath that come
