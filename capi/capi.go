@@ -237,7 +237,7 @@ func tirastoreGo_open(db_path *C.char, options_json *C.char, handle *C.uint64_t,
 	handles.stores[h] = st
 	handles.Unlock()
 	*handle = C.uint64_t(h)
-	return reply(out, storeInfo(st), nil)
+	return reply(out, replyStoreInfo(st), nil)
 }
 
 // tirastore_close closes a handle. Closing an unknown or already closed

@@ -6,10 +6,8 @@ import (
 	"strings"
 
 	"github.com/tirastore/tirastore/core"
-	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/keys"
-	"github.com/tirastore/tirastore/core/limits"
-	"github.com/tirastore/tirastore/core/pyjson"
+	"github.com/tirastore/tirastore/core/operator"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/storage"
 )
@@ -53,8 +51,7 @@ var methods = map[string]method{
 		if err != nil {
 			return nil, err
 		}
-		ok, reason := schedule.Validate(s)
-		return []any{ok, reason}, nil
+		return replyValidation(schedule.Validate(s)), nil
 	}},
 	"normalize_program": {false, []string{"source"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {
 		s, err := a.str("source")
@@ -74,26 +71,13 @@ var methods = map[string]method{
 	// "doc"} object per row in status order: what a binding needs to map
 	// the "code" and "type" of an error reply without a table of its own.
 	"error_table": {false, noParams, func(_ context.Context, _ *core.Store, a *args) (any, error) {
-		rows := make([]any, len(apierr.Table))
-		for i, e := range apierr.Table {
-			row := pyjson.NewObjectCap(4)
-			row.Set("status", e.Status)
-			row.Set("name", e.CName)
-			row.Set("python", e.Python)
-			row.Set("doc", e.Doc)
-			rows[i] = row
-		}
-		return rows, nil
+		return replyErrorTable(), nil
 	}},
 	// limits are core/limits: what a binding must know before it builds
 	// a call (the longest text it may send) and what its documentation
 	// quotes, from the one place that defines them.
 	"limits": {false, noParams, func(_ context.Context, _ *core.Store, a *args) (any, error) {
-		o := pyjson.NewObjectCap(3)
-		o.Set("max_value_depth", limits.MaxValueDepth)
-		o.Set("max_text_bytes", limits.TextLimit())
-		o.Set("max_request_bytes", limits.RequestLimit())
-		return o, nil
+		return replyLimits(), nil
 	}},
 	"make_record_key": {false, []string{"program_hash", "tiralib_schedule_string"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {
 		h, err := a.str("program_hash")
@@ -108,7 +92,7 @@ var methods = map[string]method{
 	}},
 
 	"info": {true, noParams, func(_ context.Context, st *core.Store, a *args) (any, error) {
-		return storeInfo(st), nil
+		return replyStoreInfo(st), nil
 	}},
 	"lookup": {true, readParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		name, prog, sched, err := readArgs(a, true)
@@ -124,7 +108,7 @@ var methods = map[string]method{
 		if r == nil || err != nil {
 			return nil, err
 		}
-		return r, nil
+		return replyResult(r), nil
 	}},
 	"close_if_idle": {true, nil, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		return st.CloseIfIdle()
@@ -147,13 +131,7 @@ var methods = map[string]method{
 		if err != nil {
 			return nil, err
 		}
-		out := make([]any, len(rs))
-		for i, r := range rs {
-			if r != nil {
-				out[i] = r
-			}
-		}
-		return out, nil
+		return replyResults(rs), nil
 	}},
 	// Claims (core/claim.go): lookup_or_claim answers {"result": ...},
 	// {"claim": {...}} or {"busy": holder}; the claim's token names it in
@@ -176,7 +154,7 @@ var methods = map[string]method{
 		if err != nil {
 			return nil, err
 		}
-		return out, nil
+		return replyClaimOutcome(out), nil
 	}},
 	"lookup_many_or_claim": {true, []string{"program_name", "program_source_code", "program_hash", "schedules", "lease", "wait"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		name, prog, _, err := readArgs(a, false)
@@ -192,9 +170,9 @@ var methods = map[string]method{
 			return nil, err
 		}
 		if prog.byHash {
-			return anySlice(st.LookupManyOrClaimByHash(ctx, name, prog.hash, scheds, opts))
+			return replyEach(replyClaimOutcome)(st.LookupManyOrClaimByHash(ctx, name, prog.hash, scheds, opts))
 		}
-		return anySlice(st.LookupManyOrClaim(ctx, name, prog.source, scheds, opts))
+		return replyEach(replyClaimOutcome)(st.LookupManyOrClaim(ctx, name, prog.source, scheds, opts))
 	}},
 	"claim_record": {true, []string{"token", "program_source_code", "is_legal", "execution_times"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		c, err := heldClaim(st, a)
@@ -238,7 +216,7 @@ var methods = map[string]method{
 		return "held", nil
 	}},
 	"claims": {true, noParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
-		return anySlice(st.Claims(ctx))
+		return replyEach(replyClaimHolder)(st.Claims(ctx))
 	}},
 	"contains": {true, readParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		name, prog, sched, err := readArgs(a, true)
@@ -285,14 +263,14 @@ var methods = map[string]method{
 		if err != nil {
 			return nil, err
 		}
-		return anySlice(st.GetProgramSource(ctx, name))
+		return replyEach(replyProgramSource)(st.GetProgramSource(ctx, name))
 	}},
 	"get_program_records": {true, []string{"program_name", "program_source_code"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		name, src, _, err := programArgs(a, false)
 		if err != nil {
 			return nil, err
 		}
-		return anySlice(st.GetProgramRecords(ctx, name, src))
+		return replyEach(replyResult)(st.GetProgramRecords(ctx, name, src))
 	}},
 	"backup": {true, []string{"backup_path"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		p, err := a.optStr("backup_path")
@@ -313,7 +291,7 @@ var methods = map[string]method{
 		if _, given := a.obj.Get("fmt"); !given {
 			f = "json"
 		}
-		return st.Export(ctx, p, f)
+		return operator.Export(ctx, st, p, f)
 	}},
 	"count": {true, noParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		return st.Count(ctx)
@@ -322,7 +300,7 @@ var methods = map[string]method{
 		return st.ProgramCount(ctx)
 	}},
 	"stats": {true, noParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
-		return st.Stats(ctx)
+		return replyWith(replyStats)(st.Stats(ctx))
 	}},
 	"keys": {true, []string{"limit", "offset"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		limit, err := a.integer("limit", 0)
@@ -344,7 +322,7 @@ var methods = map[string]method{
 		if r == nil || err != nil {
 			return nil, err
 		}
-		return r, nil
+		return replyRawRecord(r), nil
 	}},
 	"put": {true, []string{"key", "program_hash", "schedule", "result_json", "overwrite"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		var f [4]string
@@ -377,7 +355,7 @@ var methods = map[string]method{
 		if e == nil || err != nil {
 			return nil, err
 		}
-		return e, nil
+		return replyConfigEntry(e), nil
 	}},
 	// config_check checks the namespace, device, op_id and call_key of a
 	// call of the config method named by "call" as that method does, with
@@ -412,7 +390,7 @@ var methods = map[string]method{
 		if e == nil || err != nil {
 			return nil, err
 		}
-		return []any{pyjson.Raw(e.ValueJSON), stamp}, nil
+		return replyConfigValue(e, stamp), nil
 	}},
 	"config_put": {true, []string{"namespace", "device", "op_id", "call_key", "value", "overwrite"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		ns, d, op, ck, err := configArgs(a)
@@ -463,7 +441,7 @@ var methods = map[string]method{
 		if f.OpID, err = a.optStr("op_id"); err != nil {
 			return nil, err
 		}
-		return anySlice(st.ConfigEntries(ctx, f))
+		return replyEach(replyConfigEntry)(st.ConfigEntries(ctx, f))
 	}},
 	"config_clear": {true, []string{"namespace"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		ns, err := a.namespace()
@@ -493,20 +471,16 @@ var methods = map[string]method{
 			}
 			pa.Shared = &b
 		}
-		pl, err := core.LocateConfigCache(pa)
-		if err != nil {
-			return nil, err
-		}
-		return pl.PyJSON(), nil
+		return replyWith(replyConfigPlace)(core.LocateConfigCache(pa))
 	}},
-	// The lock of a database, for operators (core/lockadmin.go): handle 0,
+	// The lock of a database, for operators (core/operator): handle 0,
 	// since opening the database would take the lock.
 	"lock_status": {false, []string{"db_path", "stale_lock_timeout"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {
 		path, opts, err := lockArgs(a)
 		if err != nil {
 			return nil, err
 		}
-		return core.InspectLock(path, opts)
+		return replyWith(replyLockStatus)(operator.InspectLock(path, opts))
 	}},
 	"check": {false, []string{"db_path", "stale_lock_timeout", "lock_timeout", "repair"}, func(ctx context.Context, _ *core.Store, a *args) (any, error) {
 		path, opts, err := lockArgs(a)
@@ -521,7 +495,7 @@ var methods = map[string]method{
 			return nil, err
 		}
 		opts.Interruptible = interruptible
-		return core.CheckDatabase(ctx, path, opts, repair)
+		return replyWith(replyCheckReport)(operator.CheckDatabase(ctx, path, opts, repair))
 	}},
 	"lock_break": {false, []string{"db_path", "stale_lock_timeout", "force"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {
 		path, opts, err := lockArgs(a)
@@ -532,9 +506,10 @@ var methods = map[string]method{
 		if err != nil {
 			return nil, err
 		}
-		return core.BreakLock(path, opts, force)
+		return replyWith(replyLockStatus)(operator.BreakLock(path, opts, force))
 	}},
-	// import reads an export back in, a slice at a time (core/transfer.go).
+	// import reads an export back in, a slice at a time
+	// (core/operator/exportformat.go).
 	"import": {true, []string{"input_path", "offset", "max_records", "overwrite", "list_conflicts"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		path, err := a.str("input_path")
 		if err != nil {
@@ -556,16 +531,16 @@ var methods = map[string]method{
 		if err != nil {
 			return nil, err
 		}
-		return st.ImportExport(ctx, path, offset, int(limit), overwrite, list)
+		return replyWith(replyTransfer)(operator.Import(ctx, st, path, offset, int(limit), overwrite, list))
 	}},
 	// merge copies another database's records in, a slice of programs at
-	// a time (core/merge.go); after is the previous slice's next.
+	// a time (core/operator/merge.go); after is the previous slice's next.
 	"merge": {true, []string{"source_path", "after", "max_records", "overwrite", "allow_cpu_mismatch", "list_conflicts"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		src, err := a.str("source_path")
 		if err != nil {
 			return nil, err
 		}
-		var cursor *core.MergeCursor
+		var cursor *operator.MergeCursor
 		if v, ok := a.get("after"); ok && v != nil {
 			o, isObj := dict(v)
 			name, _ := o.Get("program_name")
@@ -575,7 +550,7 @@ var methods = map[string]method{
 			if !isObj || !nok || !hok {
 				return nil, a.typeErr("after", "a {program_name, program_hash} dict or None", v)
 			}
-			cursor = &core.MergeCursor{Name: ns, Hash: hs}
+			cursor = &operator.MergeCursor{Name: ns, Hash: hs}
 		}
 		limit, err := a.integer("max_records", 0)
 		if err != nil {
@@ -587,7 +562,7 @@ var methods = map[string]method{
 				return nil, err
 			}
 		}
-		return st.MergeFrom(ctx, src, cursor, int(limit), flags["overwrite"], flags["allow_cpu_mismatch"], flags["list_conflicts"])
+		return replyWith(replyMerge)(operator.Merge(ctx, st, src, cursor, int(limit), flags["overwrite"], flags["allow_cpu_mismatch"], flags["list_conflicts"]))
 	}},
 	"config_import": {true, []string{"namespace", "path", "overwrite", "once"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		ns, err := a.namespace()
@@ -606,7 +581,7 @@ var methods = map[string]method{
 		if err != nil {
 			return nil, err
 		}
-		return st.ConfigImportJSON(ctx, ns, path, once, overwrite)
+		return replyWith(replyConfigImport)(st.ConfigImportJSON(ctx, ns, path, once, overwrite))
 	}},
 	"config_export": {true, []string{"namespace", "output_path"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		ns, err := a.namespace()
@@ -621,13 +596,10 @@ var methods = map[string]method{
 		if err != nil {
 			return nil, err
 		}
-		o := pyjson.NewObjectCap(2)
-		o.Set("path", out)
-		o.Set("entries", n)
-		return o, nil
+		return replyConfigExport(out, n), nil
 	}},
 	"program_stats": {true, noParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
-		return anySlice(st.ProgramStats(ctx))
+		return replyEach(replyProgramStat)(st.ProgramStats(ctx))
 	}},
 	"writes_allowed": {true, noParams, func(_ context.Context, st *core.Store, a *args) (any, error) {
 		return st.WritesAllowed(), nil
@@ -690,32 +662,6 @@ func optional(p *string, err error) (any, error) {
 		return nil, err
 	}
 	return *p, nil
-}
-
-// storeInfo is what open returns and "info" repeats: what the caller needs
-// to build its own handle object.
-func storeInfo(st *core.Store) map[string]any {
-	return map[string]any{
-		"db_path":        st.Path(),
-		"server":         st.IsServer(), // db_path is a server's URL (without its password), not a file
-		"lock_path":      st.LockPath(),
-		"source_project": st.SourceProject(),
-		"writes_allowed": st.WritesAllowed(),
-		"warning":        st.Warning(),
-		"notices":        st.Notices(), // node-local files that failed their checks (Python: RuntimeWarning)
-	}
-}
-
-// anySlice hands a typed result list to the JSON encoder, which takes []any.
-func anySlice[T any](xs []T, err error) (any, error) {
-	if err != nil {
-		return nil, err
-	}
-	out := make([]any, len(xs))
-	for i, x := range xs {
-		out[i] = x
-	}
-	return out, nil
 }
 
 // lockArgs are the database path and stale timeout of lock_status and

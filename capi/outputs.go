@@ -8,11 +8,11 @@ import (
 
 	"github.com/tirastore/tirastore/core"
 	"github.com/tirastore/tirastore/core/apierr"
-	"github.com/tirastore/tirastore/core/pyjson"
+	"github.com/tirastore/tirastore/core/outfile"
 )
 
 // Output files that a binding writes itself (the CLI's conflicts file, a
-// plot): output_create checks the path (core.CheckOutput, the one output
+// plot): output_create checks the path (outfile.Check, the one output
 // check) and creates the temporary file beside it; the binding writes
 // through a duplicate of the file's descriptor (its own to close), then
 // output_commit renames the file into place, or output_abort removes it.
@@ -20,8 +20,8 @@ import (
 var outputs = struct {
 	sync.Mutex
 	next    int64
-	pending map[int64]*core.Output
-}{pending: map[int64]*core.Output{}}
+	pending map[int64]*outfile.Output
+}{pending: map[int64]*outfile.Output{}}
 
 // outputMethods are the three methods, added to the call table at init.
 var outputMethods = map[string]method{
@@ -64,8 +64,8 @@ func outputCreate(_ context.Context, _ *core.Store, a *args) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	kind, ok := core.ParseOutputKind(purpose)
-	if !ok || kind != core.OutputConflicts && kind != core.OutputPlot {
+	kind, ok := outfile.ParseKind(purpose)
+	if !ok || kind != outfile.Conflicts && kind != outfile.Plot {
 		return nil, &core.Error{Kind: core.KindValue, Message: "output_create(): purpose must be 'conflicts' or 'plot', got " + purpose}
 	}
 	path, err := a.str("output_path")
@@ -80,7 +80,7 @@ func outputCreate(_ context.Context, _ *core.Store, a *args) (any, error) {
 			}
 		}
 	}
-	o, err := core.CreateOutput(kind, path, lists["databases"], lists["inputs"])
+	o, err := outfile.Create(kind, path, lists["databases"], lists["inputs"])
 	if err != nil {
 		return nil, err
 	}
@@ -94,16 +94,12 @@ func outputCreate(_ context.Context, _ *core.Store, a *args) (any, error) {
 	tok := outputs.next
 	outputs.pending[tok] = o
 	outputs.Unlock()
-	r := pyjson.NewObjectCap(3)
-	r.Set("path", o.Path)
-	r.Set("token", tok)
-	r.Set("fd", fd)
-	return r, nil
+	return replyOutput(o.Path, tok, fd), nil
 }
 
 // takeOutput removes the pending output of the token argument from the
 // table and returns it.
-func takeOutput(a *args) (*core.Output, error) {
+func takeOutput(a *args) (*outfile.Output, error) {
 	tok, err := a.integer("token", 0)
 	if err != nil {
 		return nil, err

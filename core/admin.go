@@ -1,25 +1,19 @@
 package core
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/limits"
+	"github.com/tirastore/tirastore/core/outfile"
 	"github.com/tirastore/tirastore/core/postgres"
-	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/pypath"
-	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/storage"
 )
 
@@ -30,13 +24,13 @@ func (s *Store) Put(ctx context.Context, key, programHash, sched, resultJSON str
 	if err := checkTexts("key", key, "program_hash", programHash, "schedule", sched, "result_json", resultJSON); err != nil {
 		return false, err
 	}
-	if err := s.checkWrites(); err != nil {
+	if err := s.CheckWrites(); err != nil {
 		return false, err
 	}
 	if d, over := limits.TooDeep(resultJSON); over {
-		return false, tooDeepToStore("record "+key+": result_json", d)
+		return false, TooDeepToStore("record "+key+": result_json", d)
 	}
-	if _, _, err := parseResult(key, resultJSON); err != nil {
+	if _, _, err := ParseResult(key, resultJSON); err != nil {
 		return false, err
 	}
 	var wrote bool
@@ -60,7 +54,7 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	if err := checkText("key", key); err != nil {
 		return false, err
 	}
-	if err := s.checkWrites(); err != nil {
+	if err := s.CheckWrites(); err != nil {
 		return false, err
 	}
 	var found bool
@@ -110,11 +104,13 @@ func (s *Store) Backup(ctx context.Context, dest string) (string, error) {
 			if err != nil {
 				return nil, err
 			}
-			meta[k] = str(v)
+			if v != nil {
+				meta[k] = *v
+			}
 		}
 		return meta, nil
 	}
-	if err := s.checkOutput(OutputBackup, dest, backupOf); err != nil {
+	if err := s.checkOutput(outfile.Backup, dest, backupOf); err != nil {
 		return "", err
 	}
 	// As opening a database creates its directory, so does a backup.
@@ -128,12 +124,12 @@ func (s *Store) Backup(ctx context.Context, dest string) (string, error) {
 	if fi, err := os.Stat(s.path); err == nil && !s.IsServer() {
 		perm, exact = uint32(fi.Mode().Perm()), true
 	}
-	out, err := createOutput(dest, perm, exact)
+	out, err := outfile.CreateResolved(dest, perm, exact)
 	if err != nil {
-		return "", fileWriteError(err, "backup", dest)
+		return "", outfile.WriteError(err, "backup", dest)
 	}
 	defer out.Abort()
-	if err := s.be.Backup(ctx, out.tmp); err != nil {
+	if err := s.be.Backup(ctx, out.Temp()); err != nil {
 		return "", err
 	}
 	if err := out.Commit(); err != nil {
@@ -142,216 +138,14 @@ func (s *Store) Backup(ctx context.Context, dest string) (string, error) {
 	return dest, nil
 }
 
-// Export formats the original's export accepts.
-var exportFormats = map[string]bool{"json": true, "jsonl": true}
-
-// Export writes every program with its schedules to path as JSON ("json":
-// one object, indent 2) or JSON Lines ("jsonl": one program per line), byte
-// for byte as the original did, and returns the absolute path. path must
-// pass the output check (see "Output files": never the database or a file
-// of it, nor another database).
-func (s *Store) Export(ctx context.Context, path, format string) (string, error) {
-	if !exportFormats[format] {
-		return "", newError(KindValue, "fmt must be 'json' or 'jsonl', got %s", schedule.Repr(format))
+// checkOutput is outfile.CheckResolved of the absolute path out for this
+// store's database.
+func (s *Store) checkOutput(kind outfile.Kind, out string, backupOf func() (map[string]string, error)) error {
+	db := s.path
+	if s.IsServer() {
+		db = ""
 	}
-	if err := checkText("output_path", path); err != nil {
-		return "", err
-	}
-	out, err := resolvePath("export path", path)
-	if err != nil {
-		return "", err
-	}
-	if fi, err := os.Stat(out); err == nil && fi.IsDir() {
-		perr := &fs.PathError{Op: "open", Path: out, Err: syscall.EISDIR}
-		return "", wrapError(KindOS, perr, "cannot write export: %v", perr)
-	}
-	if err := s.checkOutput(OutputExport, out, nil); err != nil {
-		return "", err
-	}
-	err = writeReplacing(out, func(w *bufio.Writer) error {
-		ew := &exportWriter{w: w, json: format == "json"}
-		err := s.be.EachProgram(ctx, ew.program)
-		if err == nil {
-			err = ew.finish()
-		}
-		if ew.err != nil {
-			err = ew.err
-		}
-		return err
-	})
-	if err != nil {
-		return "", fileWriteError(err, "export", out)
-	}
-	return out, nil
-}
-
-// writeReplacing writes the file out through fill, into a temporary file
-// beside it (createOutput: mode 0666 less the umask) that is synced and
-// renamed over out: readers of out see the old file or the whole new one,
-// never a part. The caller has checked out (checkOutput).
-func writeReplacing(out string, fill func(w *bufio.Writer) error) error {
-	o, err := createOutput(out, 0o666, false)
-	if err != nil {
-		return err
-	}
-	defer o.Abort() // after the commit: nothing
-	w := bufio.NewWriterSize(o.File, 1<<20)
-	if err := fill(w); err != nil {
-		return err
-	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
-	return o.Commit()
-}
-
-// fileWriteError is the error of writing the file out (an *Error from
-// below passes unchanged).
-func fileWriteError(err error, what, out string) error {
-	var e *Error
-	if errors.As(err, &e) {
-		return err
-	}
-	k, _ := apierr.OSKind(err)
-	return wrapError(k, err, "cannot write %s %s: %v", what, out, err)
-}
-
-// exportWriter writes an export while the backend scans the programs, in
-// the original's format: a program name with several source versions
-// becomes <name>_v1, <name>_v2, ... (in hash order); the versions of one
-// name come one after another in the scan (by name, then hash), so only
-// they are held in memory at once.
-type exportWriter struct {
-	w     *bufio.Writer
-	json  bool   // "json" (one object, indent 2), else "jsonl"
-	name  string // the name of the entries in group
-	group []any  // the entries of name, not written yet
-	n     int    // entries written
-	err   error  // the first write error (the scan then stops)
-}
-
-// errExportWrite stops the scan after a write error (exportWriter.err).
-var errExportWrite = errors.New("export write failed")
-
-// exportJSON is json.dumps(indent=2) as the original wrote it; exportLine
-// is the json.dumps default of each JSON Lines line.
-var (
-	exportJSON = pyjson.Options{Indent: 2, ItemSep: ",", KeySep: ": "}
-	exportLine = pyjson.Options{Indent: -1, ItemSep: ", ", KeySep: ": "}
-)
-
-// program takes the next program of the scan.
-func (ew *exportWriter) program(p storage.Program, rs []storage.ScheduleResult) error {
-	if len(ew.group) > 0 && p.Name != ew.name {
-		if err := ew.flush(); err != nil {
-			return err
-		}
-	}
-	list := make([]any, 0, len(rs))
-	for _, r := range rs {
-		legal, times, err := parseResult(p.Hash, r.ResultJSON)
-		if err != nil {
-			return err
-		}
-		item := pyjson.NewObjectCap(3)
-		item.Set("schedule_str", r.Schedule)
-		item.Set("is_legal", legal)
-		item.Set("execution_times", times)
-		list = append(list, item)
-	}
-	entry := pyjson.NewObjectCap(3)
-	entry.Set("Tiramisu_cpp", p.Source)
-	entry.Set("schedules_list", list)
-	entry.Set("program_name", p.Name)
-	ew.name, ew.group = p.Name, append(ew.group, entry)
-	return nil
-}
-
-// flush writes the entries of one name.
-func (ew *exportWriter) flush() error {
-	for i, entry := range ew.group {
-		key := ew.name
-		if len(ew.group) > 1 {
-			key = fmt.Sprintf("%s_v%d", ew.name, i+1)
-		}
-		if err := ew.entry(key, entry); err != nil {
-			return err
-		}
-	}
-	ew.group = ew.group[:0]
-	return nil
-}
-
-// entry writes one top-level key and its value.
-func (ew *exportWriter) entry(key string, v any) error {
-	var b []byte
-	if ew.json {
-		k, err := pyjson.Marshal(key, exportJSON)
-		if err != nil {
-			return wrapError(KindInternal, err, "encode export: %v", err)
-		}
-		val, err := pyjson.Marshal(v, exportJSON)
-		if err != nil {
-			return wrapError(KindInternal, err, "encode export: %v", err)
-		}
-		sep := ",\n  "
-		if ew.n == 0 {
-			sep = "{\n  "
-		}
-		b = append(append(append([]byte(sep), k...), ": "...), nest(val)...)
-	} else {
-		line := pyjson.NewObjectCap(1)
-		line.Set(key, v)
-		l, err := pyjson.Marshal(line, exportLine)
-		if err != nil {
-			return wrapError(KindInternal, err, "encode export: %v", err)
-		}
-		b = append(l, '\n')
-	}
-	ew.n++
-	return ew.write(b)
-}
-
-// nest indents a value written at the top level by one more level: every
-// line after the first gains the indent (strings hold no raw newlines: JSON
-// escapes them).
-func nest(val []byte) []byte {
-	return bytes.ReplaceAll(val, []byte("\n"), []byte("\n  "))
-}
-
-// finish writes the last name's entries and the end of the document.
-func (ew *exportWriter) finish() error {
-	if err := ew.flush(); err != nil {
-		return err
-	}
-	if ew.json {
-		end := "\n}\n"
-		if ew.n == 0 {
-			end = "{}\n"
-		}
-		if err := ew.write([]byte(end)); err != nil {
-			return err
-		}
-	}
-	if err := ew.w.Flush(); err != nil {
-		ew.err = err
-		return errExportWrite
-	}
-	return nil
-}
-
-func (ew *exportWriter) write(b []byte) error {
-	if _, err := ew.w.Write(b); err != nil {
-		ew.err = err
-		return errExportWrite
-	}
-	return nil
-}
-
-// tempBeside names a private temporary file next to path, so that the
-// final rename stays within one directory (and one filesystem).
-func tempBeside(path string) string {
-	return fmt.Sprintf("%s.tmp-%d-%d", path, os.Getpid(), time.Now().UnixNano())
+	return outfile.CheckResolved(kind, out, db, backupOf)
 }
 
 // fileError classifies an error of a file operation of this layer (a

@@ -189,42 +189,6 @@ func TestClaimValidationAndBatch(t *testing.T) {
 	}
 }
 
-// TestCheckFindsStaleClaims: check reports the claim of a dead holder of
-// this host and one whose schedule is recorded, not a live one; --repair
-// removes the stale ones only.
-func TestCheckFindsStaleClaims(t *testing.T) {
-	a, _ := twoStores(t)
-	cmd := exec.Command("true")
-	if err := cmd.Run(); err != nil {
-		t.Fatal(err)
-	}
-	me := liveness.Self()
-	plant(t, a, foreignClaim(a.hostname, cmd.Process.Pid, liveness.Process{StartTime: 1, BootID: me.BootID, PIDNS: me.PIDNS}, 60))
-	h := keys.ProgramHash(src)
-	other := "U(L2,4,comps=['c1'])"
-	if ok, err := a.Record(ctx, "blur", src, Measurement{Schedule: other, IsLegal: false}, false); !ok || err != nil {
-		t.Fatal(ok, err)
-	}
-	rec := foreignClaim("elsewhere", 7, liveness.Process{}, 60)
-	rec.Key, rec.Schedule, rec.Token = keys.RecordKey(h, other), other, "t-recorded"
-	plant(t, a, rec)
-	live, err := a.LookupOrClaim(ctx, "blur", src, "R(L0,comps=['c1'])", ClaimOptions{})
-	if err != nil || live.Claim == nil {
-		t.Fatal(live, err)
-	}
-	rep, err := CheckDatabase(ctx, a.Path(), Options{}, false)
-	if err != nil || len(rep.StaleClaims) != 2 || len(rep.Problems) != 2 {
-		t.Fatalf("check: %+v %v", rep, err)
-	}
-	if rep, err = CheckDatabase(ctx, a.Path(), Options{}, true); err != nil || len(rep.Repaired) != 2 || len(rep.Problems) != 0 {
-		t.Fatalf("repair: %+v %v", rep, err)
-	}
-	left, err := a.Claims(ctx)
-	if err != nil || len(left) != 1 || left[0].Schedule != "R(L0,comps=['c1'])" {
-		t.Fatalf("left: %+v %v", left, err)
-	}
-}
-
 // TestSameScheduleTwiceInABatch: one claim serves both entries.
 func TestSameScheduleTwiceInABatch(t *testing.T) {
 	a, _ := twoStores(t)

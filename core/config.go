@@ -42,29 +42,6 @@ type ConfigFilter = storage.ConfigFilter
 // name is how messages name the entry (storage.ConfigName).
 func (e *ConfigEntry) name() string { return storage.ConfigName(e.Namespace, e.Key) }
 
-// PyJSON gives {namespace, device, op_id, call_key, value, hostname,
-// username, creation_date, update_date}, the value as stored; a value
-// stored nested deeper than limits.MaxValueDepth is left out and "error"
-// says why in its place, so that a binding's listing decodes the other
-// entries.
-func (e *ConfigEntry) PyJSON() any {
-	o := pyjson.NewObjectCap(9)
-	o.Set("namespace", e.Namespace)
-	o.Set("device", e.Device)
-	o.Set("op_id", e.OpID)
-	o.Set("call_key", e.CallKey)
-	if msg := e.tooDeep(); msg != "" {
-		o.Set("error", msg)
-	} else {
-		o.Set("value", pyjson.Raw(e.ValueJSON))
-	}
-	o.Set("hostname", e.Hostname)
-	o.Set("username", e.Username)
-	o.Set("creation_date", e.CreationDate)
-	o.Set("update_date", e.UpdateDate)
-	return o
-}
-
 // checkConfigRef validates a namespace and the three parts of a key.
 func checkConfigRef(namespace, device, opID, callKey string) error {
 	return CheckConfigRef(namespace, device, opID, callKey)
@@ -80,8 +57,8 @@ func CheckConfigRef(namespace, device, opID, callKey string) error {
 // ConfigGet returns the entry of (device, opID, callKey) in namespace, or
 // nil: from the backend's in-process cache, without the lock, when it can
 // prove the entry current (a header read), as a lookup. A value stored
-// nested deeper than limits.MaxValueDepth is returned (its PyJSON form
-// carries an error in its place: see "Limits of stored values").
+// nested deeper than limits.MaxValueDepth is returned (its reply carries an
+// error in its place, TooDeep: see "Limits of stored values").
 func (s *Store) ConfigGet(ctx context.Context, namespace, device, opID, callKey string) (*ConfigEntry, error) {
 	e, _, err := s.configGet(ctx, namespace, device, opID, callKey)
 	return e, err
@@ -95,7 +72,7 @@ func (s *Store) ConfigGet(ctx context.Context, namespace, device, opID, callKey 
 func (s *Store) ConfigValue(ctx context.Context, namespace, device, opID, callKey string) (*ConfigEntry, uint64, error) {
 	e, stamp, err := s.configGet(ctx, namespace, device, opID, callKey)
 	if e != nil {
-		if msg := e.tooDeep(); msg != "" {
+		if msg := e.TooDeep(); msg != "" {
 			return nil, 0, newError(KindValue, "%s", msg)
 		}
 	}
@@ -113,9 +90,10 @@ func (s *Store) configGet(ctx context.Context, namespace, device, opID, callKey 
 	return (*ConfigEntry)(e), stamp, nil
 }
 
-// tooDeep is the message about e's value when it is stored nested deeper
-// than limits.MaxValueDepth, else "".
-func (e *ConfigEntry) tooDeep() string {
+// TooDeep is the message about e's value when it is stored nested deeper
+// than limits.MaxValueDepth, else "": ConfigValue's error, and what a
+// listing's reply carries in the value's place.
+func (e *ConfigEntry) TooDeep() string {
 	d, over := limits.TooDeep(e.ValueJSON)
 	if !over {
 		return ""
@@ -142,7 +120,7 @@ func (s *Store) ConfigPut(ctx context.Context, namespace, device, opID, callKey,
 		return false, err
 	}
 	if d, over := limits.TooDeep(valueJSON); over {
-		return false, tooDeepToStore("config "+name+": the value", d)
+		return false, TooDeepToStore("config "+name+": the value", d)
 	}
 	if _, err := pyjson.Parse([]byte(valueJSON)); err != nil {
 		return false, wrapError(KindValue, err, "config %s: the value is not one JSON value: %v", name, err)

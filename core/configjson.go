@@ -14,9 +14,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/internal/input"
 	"github.com/tirastore/tirastore/core/limits"
+	"github.com/tirastore/tirastore/core/outfile"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/shareddir"
@@ -54,23 +55,6 @@ type ConfigImportResult struct {
 	Notice string
 }
 
-// PyJSON gives the result as the binding's dict.
-func (r *ConfigImportResult) PyJSON() any {
-	o := pyjson.NewObjectCap(11)
-	o.Set("path", r.Path)
-	o.Set("found", r.Found)
-	o.Set("entries", r.Entries)
-	o.Set("added", r.Added)
-	o.Set("replaced", r.Replaced)
-	o.Set("kept", r.Kept)
-	o.Set("skipped", r.Skipped)
-	o.Set("changed", r.Changed)
-	o.Set("imported_at", r.ImportedAt)
-	o.Set("imported_by", r.ImportedBy)
-	o.Set("notice", r.Notice)
-	return o
-}
-
 // seedFile is a seed JSON file read whole: its entries and what
 // config_imports remembers of it.
 type seedFile struct {
@@ -78,29 +62,12 @@ type seedFile struct {
 	mark    storage.ConfigImport
 }
 
-// resolveFile is the absolute form of a file argument.
-func resolveFile(field, path string) (string, error) {
-	if err := checkText(field, path); err != nil {
-		return "", err
-	}
-	if path == "" {
-		return "", newError(KindValue, "%s must not be empty", field)
-	}
-	abs, err := resolvePath(field, path)
-	if err != nil {
-		return "", err
-	}
-	return abs, nil
-}
+// resolveFile is the absolute form of a file argument
+// (core/internal/input.File).
+func resolveFile(field, path string) (string, error) { return input.File(field, path) }
 
 // readError is the error of reading the file path, which holds what.
-func readError(err error, what, path string) error {
-	k, ok := apierr.OSKind(err)
-	if !ok {
-		k = KindOS
-	}
-	return wrapError(k, err, "cannot read %s %s: %v", what, path, err)
-}
+func readError(err error, what, path string) error { return input.ReadError(err, what, path) }
 
 // ConfigImportJSON imports the seed JSON file path into namespace of the
 // kernel-config table in one transaction, all or nothing: with overwrite
@@ -281,7 +248,7 @@ func (s *Store) readSeedFile(namespace, path string) (*seedFile, error) {
 			return false
 		}
 		if d, over := limits.TooDeep(b); over {
-			bad = tooDeepToStore(fmt.Sprintf("%s: key %s: the value", path, schedule.Repr(key)), d)
+			bad = TooDeepToStore(fmt.Sprintf("%s: key %s: the value", path, schedule.Repr(key)), d)
 			return false
 		}
 		f.entries = append(f.entries, &storage.ConfigEntry{Namespace: namespace, Key: key, Device: parts[0], OpID: parts[1],
@@ -314,13 +281,13 @@ func (s *Store) ConfigExportJSON(ctx context.Context, namespace, path string) (s
 		perr := &fs.PathError{Op: "open", Path: out, Err: syscall.EISDIR}
 		return "", 0, wrapError(KindOS, perr, "cannot write PersistentCache file: %v", perr)
 	}
-	if err := s.checkOutput(OutputConfigExport, out, nil); err != nil {
+	if err := s.checkOutput(outfile.ConfigExport, out, nil); err != nil {
 		return "", 0, err
 	}
 	var n int64
 	err = s.be.Update(ctx, "config export", func(w storage.Writer) error {
 		n = 0
-		err := writeReplacing(out, func(bw *bufio.Writer) error {
+		err := outfile.WriteReplacing(out, func(bw *bufio.Writer) error {
 			err := w.EachConfig(storage.ConfigFilter{Namespace: namespace}, func(e *storage.ConfigEntry) error {
 				v, err := pyjson.Parse([]byte(e.ValueJSON))
 				if err == nil {
@@ -349,7 +316,7 @@ func (s *Store) ConfigExportJSON(ctx context.Context, namespace, path string) (s
 			return err
 		})
 		if err != nil {
-			return fileWriteError(err, "PersistentCache file", out)
+			return outfile.WriteError(err, "PersistentCache file", out)
 		}
 		// What the file holds came from the table: remembered as imported,
 		// so that opening a cache on it neither imports it (which would

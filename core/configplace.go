@@ -12,7 +12,6 @@ import (
 
 	"github.com/tirastore/tirastore/core/environ"
 	"github.com/tirastore/tirastore/core/identity"
-	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/pypath"
 	"github.com/tirastore/tirastore/core/shareddir"
 	"github.com/tirastore/tirastore/core/storage"
@@ -171,36 +170,6 @@ func LocateConfigCache(a ConfigPlaceArgs) (*ConfigPlace, error) {
 	}
 	return &ConfigPlace{Path: first, Disabled: fmt.Sprintf("PersistentCache(%q): no directory can hold the cache (%s): "+
 		"its entries are kept in this process only", a.Opname, strings.Join(reasons, "; "))}, nil
-}
-
-// PyJSON gives the place as the binding's dict: db_path, json_path (None
-// without one), namespace, path, sharing (the name of tirastore_open's
-// option), db_exists, import_json, disabled (None unless disabled),
-// notices.
-func (pl *ConfigPlace) PyJSON() any {
-	o := pyjson.NewObjectCap(9)
-	o.Set("db_path", pl.DBPath)
-	o.Set("json_path", nilIfEmpty(pl.JSONPath))
-	o.Set("namespace", pl.Namespace)
-	o.Set("path", pl.Path)
-	o.Set("sharing", pl.Sharing.String())
-	o.Set("db_exists", pl.DBExists)
-	o.Set("import_json", pl.ImportJSON)
-	o.Set("disabled", nilIfEmpty(pl.Disabled))
-	notices := make([]any, len(pl.Notices))
-	for i, n := range pl.Notices {
-		notices[i] = n
-	}
-	o.Set("notices", notices)
-	return o
-}
-
-// nilIfEmpty is JSON null for "", else s.
-func nilIfEmpty(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
 }
 
 // placeDB is the place of a cache whose path names the database itself.

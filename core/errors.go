@@ -2,7 +2,7 @@ package core
 
 import (
 	"github.com/tirastore/tirastore/core/apierr"
-	"github.com/tirastore/tirastore/core/pypath"
+	"github.com/tirastore/tirastore/core/internal/input"
 )
 
 // Kind classifies an error by what the caller should do about it; the table
@@ -40,17 +40,6 @@ func KindOf(err error) Kind { return apierr.KindOf(err) }
 // ErrClosed is returned by every method of a closed Store.
 var ErrClosed = apierr.ErrClosed
 
-// resolvePath is pypath.Resolve for the path argument named what ("database
-// path", "export path", ...): a link of another user on the way
-// (pypath.LinkError) is a PermissionError, any other failure an OSError.
-func resolvePath(what, p string) (string, error) {
-	abs, err := pypath.Resolve(p)
-	if err != nil {
-		k, ok := apierr.OSKind(err)
-		if !ok {
-			k = KindOS
-		}
-		return "", wrapError(k, err, "cannot resolve %s %q: %v", what, p, err)
-	}
-	return abs, nil
-}
+// resolvePath is the resolution of a path argument (core/internal/input.Path):
+// what names it ("database path", "export path", ...).
+func resolvePath(what, p string) (string, error) { return input.Path(what, p) }

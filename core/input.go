@@ -3,46 +3,21 @@ package core
 import (
 	"math"
 	"strconv"
-	"strings"
-	"unicode/utf8"
 
-	"github.com/tirastore/tirastore/core/limits"
+	"github.com/tirastore/tirastore/core/internal/input"
 	"github.com/tirastore/tirastore/core/pyjson"
 )
 
-// checkText rejects strings that the original could not have stored
-// faithfully: invalid UTF-8 (Python refuses to encode lone surrogates) and
-// NUL characters (SQLite's text functions and C callers truncate at NUL),
-// and texts longer than limits.MaxTextBytes (docs/limits.md).
-func checkText(field, s string) error {
-	if len(s) > limits.TextLimit() {
-		return TextTooLong(field, int64(len(s)))
-	}
-	if !utf8.ValidString(s) {
-		return newError(KindValue, "%s is not valid UTF-8 (lone surrogates cannot be stored)", field)
-	}
-	if i := strings.IndexByte(s, 0); i >= 0 {
-		return newError(KindValue, "%s contains a NUL character at offset %d", field, i)
-	}
-	return nil
-}
+// checkText and checkTexts are the text checks of every argument
+// (core/internal/input.Text, shared with core/operator and core/outfile).
+func checkText(field, s string) error { return input.Text(field, s) }
+
+func checkTexts(pairs ...string) error { return input.Texts(pairs...) }
 
 // TextTooLong is the error of a text of n bytes, longer than
 // limits.MaxTextBytes; field names it. The C layer reports with it a text
 // it did not build (one a binding or its parser measured).
-func TextTooLong(field string, n int64) *Error {
-	return newError(KindValue, "%s is %d bytes of UTF-8, more than the %d bytes (%d MiB) a text may have (docs/limits.md)",
-		field, n, limits.MaxTextBytes, limits.MaxTextBytes>>20)
-}
-
-func checkTexts(pairs ...string) error {
-	for i := 0; i+1 < len(pairs); i += 2 {
-		if err := checkText(pairs[i], pairs[i+1]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+func TextTooLong(field string, n int64) *Error { return input.TextTooLong(field, n) }
 
 // Measurement is one result to record: the schedule it was measured under,
 // whether it was legal, and the measured times (nil means None).

@@ -68,9 +68,10 @@ const (
 	DefaultLockTimeout      = tuning.LockTimeout
 )
 
-// lockConfig resolves the timeouts into what a backend gets, or says which
-// one is out of range.
-func (o Options) lockConfig() (stale, wait time.Duration, err error) {
+// LockTimeouts resolves the timeouts into what a backend gets, or says
+// which one is out of range: Open's, and an operator's command's that uses
+// the lock without opening the database (core/operator).
+func (o Options) LockTimeouts() (stale, wait time.Duration, err error) {
 	stale, wait = DefaultStaleLockTimeout, DefaultLockTimeout
 	if o.StaleLockTimeout != nil {
 		if stale = *o.StaleLockTimeout; stale <= 0 {

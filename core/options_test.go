@@ -24,7 +24,7 @@ func TestOptionsTimeoutTable(t *testing.T) {
 		{"stale zero", d(0), nil, 0, 0, true},
 		{"stale negative", d(-3), nil, 0, 0, true},
 	} {
-		stale, wait, err := Options{StaleLockTimeout: c.stale, LockTimeout: c.wait}.lockConfig()
+		stale, wait, err := Options{StaleLockTimeout: c.stale, LockTimeout: c.wait}.LockTimeouts()
 		if (err != nil) != c.wantErr || (err != nil && KindOf(err) != KindValue) {
 			t.Errorf("%s: err %v, want error %v of kind ValueError", c.name, err, c.wantErr)
 			continue

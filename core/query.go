@@ -16,7 +16,7 @@ import (
 )
 
 // Result is a stored measurement as lookup returns it. IsLegal and
-// ExecutionTimes are typed for Go callers; PyJSON hands other languages the
+// ExecutionTimes are typed for Go callers; Stored hands other languages the
 // stored values exactly (ints stay ints, NaN stays NaN).
 type Result struct {
 	IsLegal        bool
@@ -32,25 +32,16 @@ type Result struct {
 	times any // the stored execution_times value
 }
 
-// PyJSON is the LookupResult field order of the original, with the stored
-// JSON values untouched (a stored list of numbers in its compact text: see
-// fromCanonical).
-func (r *Result) PyJSON() any {
-	o := pyjson.NewObjectCap(8)
-	o.Set("is_legal", r.legal)
-	o.Set("execution_times", r.times)
-	o.Set("schedule", r.Schedule)
-	o.Set("hostname", r.Hostname)
-	o.Set("username", r.Username)
-	o.Set("creation_date", r.CreationDate)
-	o.Set("update_date", r.UpdateDate)
-	o.Set("source_project", r.SourceProject)
-	return o
-}
+// Stored are the stored is_legal and execution_times values, untouched: a
+// list of numbers stored as the original wrote it is its compact text
+// (pyjson.Raw, see fromCanonical), anything else as parsed. The C layer's
+// reply passes them on, so that other languages read what was stored.
+func (r *Result) Stored() (legal, times any) { return r.legal, r.times }
 
-// parseResult reads result_json leniently, as Python's json.loads does
-// (NaN and Infinity tokens included).
-func parseResult(key, resultJSON string) (legal, times any, err error) {
+// ParseResult reads result_json leniently, as Python's json.loads does
+// (NaN and Infinity tokens included), naming the record key in its error:
+// lookups, put, and the export (core/operator) read results so.
+func ParseResult(key, resultJSON string) (legal, times any, err error) {
 	v, err := pyjson.Parse([]byte(resultJSON))
 	if err != nil {
 		return nil, nil, newError(KindValue, "record %s: result_json is not valid JSON: %v", key, err)
@@ -76,7 +67,7 @@ func newResult(rec *storage.Record) (*Result, error) {
 		return nil, newError(KindValue, "%s", tooDeepStored(fmt.Sprintf("record %s (schedule %s): its result_json",
 			rec.Key, schedule.Repr(rec.Schedule)), d, "delete the record (TiraStore.delete(key)) or record it again with overwrite"))
 	}
-	legal, times, err := parseResult(rec.Key, rec.ResultJSON)
+	legal, times, err := ParseResult(rec.Key, rec.ResultJSON)
 	if err != nil {
 		return nil, err
 	}
@@ -300,14 +291,6 @@ type ProgramSource struct {
 	SourceCode  string
 }
 
-// PyJSON gives the original's dict: {"program_hash", "source_code"}.
-func (p ProgramSource) PyJSON() any {
-	o := pyjson.NewObject()
-	o.Set("program_hash", p.ProgramHash)
-	o.Set("source_code", p.SourceCode)
-	return o
-}
-
 // GetProgramSource lists every source version stored under a program name,
 // ordered by program hash.
 func (s *Store) GetProgramSource(ctx context.Context, programName string) ([]ProgramSource, error) {
@@ -380,27 +363,6 @@ type Stats struct {
 	CPUModel, SlurmCPUs                                       *string // nil when db_meta lacks the row
 }
 
-// PyJSON gives the original's dict, in its key order.
-func (st *Stats) PyJSON() any {
-	o := pyjson.NewObject()
-	o.Set("total_records", st.TotalRecords)
-	o.Set("legal_records", st.LegalRecords)
-	o.Set("illegal_records", st.IllegalRecords)
-	o.Set("total_programs", st.TotalPrograms)
-	o.Set("source_projects", st.SourceProjects)
-	o.Set("users", st.Users)
-	o.Set("cpu_model", optString(st.CPUModel))
-	o.Set("slurm_cpus", optString(st.SlurmCPUs))
-	return o
-}
-
-func optString(p *string) any {
-	if p == nil {
-		return nil
-	}
-	return *p
-}
-
 func metaPtr(r storage.Reader, key string) (*string, error) {
 	v, ok, err := r.Meta(key)
 	if err != nil || !ok {
@@ -434,25 +396,6 @@ func (s *Store) Stats(ctx context.Context) (*Stats, error) {
 // ProgramStat counts one program's records (stats --by program).
 type ProgramStat storage.ProgramSummary
 
-// PyJSON gives {program_name, program_hash, records, legal, illegal,
-// first_record, last_record} (the dates None without records).
-func (p *ProgramStat) PyJSON() any {
-	o := pyjson.NewObjectCap(7)
-	o.Set("program_name", p.Name)
-	o.Set("program_hash", p.Hash)
-	o.Set("records", p.Records)
-	o.Set("legal", p.Legal)
-	o.Set("illegal", p.Records-p.Legal)
-	for _, f := range []struct{ k, v string }{{"first_record", p.FirstDate}, {"last_record", p.LastDate}} {
-		if f.v == "" {
-			o.Set(f.k, nil)
-		} else {
-			o.Set(f.k, f.v)
-		}
-	}
-	return o
-}
-
 // ProgramStats counts the records of every program, by name then hash, in
 // one read under the lock.
 func (s *Store) ProgramStats(ctx context.Context) ([]*ProgramStat, error) {
@@ -482,21 +425,6 @@ func (s *Store) Keys(ctx context.Context, limit, offset int64) (keys []string, e
 
 // RawRecord is a record row joined with its program, as get() returns it.
 type RawRecord storage.Record
-
-// PyJSON gives the original's dict: the record columns, then program_name
-// and source_code.
-func (r *RawRecord) PyJSON() any {
-	o := pyjson.NewObject()
-	for _, kv := range [][2]string{
-		{"key", r.Key}, {"program_hash", r.ProgramHash}, {"schedule", r.Schedule},
-		{"result_json", r.ResultJSON}, {"hostname", r.Hostname}, {"username", r.Username},
-		{"creation_date", r.CreationDate}, {"update_date", r.UpdateDate},
-		{"source_project", r.SourceProject}, {"program_name", r.ProgramName}, {"source_code", r.SourceCode},
-	} {
-		o.Set(kv[0], kv[1])
-	}
-	return o
-}
 
 // Get returns the raw record for a key, or nil.
 func (s *Store) Get(ctx context.Context, key string) (*RawRecord, error) {

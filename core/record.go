@@ -48,10 +48,10 @@ func (s *Store) record(ctx context.Context, programName, source string, ms []Mea
 	if err := checkTexts("program_name", programName, "program_source_code", source); err != nil {
 		return 0, err
 	}
-	if err := s.checkWrites(); err != nil {
+	if err := s.CheckWrites(); err != nil {
 		return 0, err
 	}
-	w, bad, err := s.prepareWrite(programName, source, ms, overwrite)
+	w, bad, err := s.PrepareWrite(programName, source, ms, overwrite)
 	if err != nil {
 		if many {
 			return 0, apierr.Prefix(fmt.Sprintf("schedules[%d]: ", bad), err)
@@ -61,10 +61,12 @@ func (s *Store) record(ctx context.Context, programName, source string, ms []Mea
 	return s.be.Write(ctx, w)
 }
 
-// prepareWrite validates and keys the measurements of one program into
+// PrepareWrite validates and keys the measurements of one program into
 // the Write that stores them as this store's (its host, user and
 // source_project); on an error, bad is the index of the measurement.
-func (s *Store) prepareWrite(programName, source string, ms []Measurement, overwrite bool) (w *storage.Write, bad int, err error) {
+// record and record_many write it at once; an import (core/operator)
+// first compares its rows with what is stored.
+func (s *Store) PrepareWrite(programName, source string, ms []Measurement, overwrite bool) (w *storage.Write, bad int, err error) {
 	hash := progHashes.hash(source)
 	rows := make([]storage.Row, len(ms))
 	for i := range ms {

@@ -40,7 +40,7 @@ func TestCanonicalResultPassThrough(t *testing.T) {
 			t.Errorf("%s: canonical %v, want %v", c.rj, ok, c.canonical)
 		}
 		// The general path, as before the pass-through.
-		legal, times, err := parseResult(rec.Key, rec.ResultJSON)
+		legal, times, err := ParseResult(rec.Key, rec.ResultJSON)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,7 +150,7 @@ func BenchmarkHitReply(b *testing.B) {
 	b.Run("general", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			r := &Result{Schedule: rec.Schedule}
-			r.legal, r.times, _ = parseResult(rec.Key, rec.ResultJSON)
+			r.legal, r.times, _ = ParseResult(rec.Key, rec.ResultJSON)
 			_, _ = pyjson.Marshal(r, pyjson.Compact)
 		}
 	})

@@ -15,7 +15,6 @@ import (
 
 	"github.com/tirastore/tirastore/core/cpu"
 	"github.com/tirastore/tirastore/core/identity"
-	"github.com/tirastore/tirastore/core/lock"
 	"github.com/tirastore/tirastore/core/postgres"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/sqlitefile"
@@ -57,7 +56,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if path == "" {
 		return nil, newError(KindValue, "db_path must not be empty")
 	}
-	stale, wait, err := opts.lockConfig()
+	stale, wait, err := opts.LockTimeouts()
 	if err != nil {
 		return nil, err
 	}
@@ -173,6 +172,16 @@ func (s *Store) IsServer() bool {
 	return ok
 }
 
+// Options are the options this store was opened with, CPUModel and
+// SlurmCPUs as this host's (detected when they were ""): what a tool that
+// opens another database as this one was opened needs (a merge opens its
+// source so).
+func (s *Store) Options() Options {
+	o := s.opts
+	o.CPUModel, o.SlurmCPUs = s.localCPU, s.localSlurm
+	return o
+}
+
 // SourceProject is the project name stamped on records this store writes.
 func (s *Store) SourceProject() string { return s.opts.SourceProject }
 
@@ -193,7 +202,10 @@ func (s *Store) Backend() storage.Backend { return s.be }
 // because of it), or a database other users cannot use.
 func (s *Store) Notices() []string { return append([]string(nil), s.notices...) }
 
-func (s *Store) checkWrites() error {
+// CheckWrites is the error of a write to a store whose CPU check failed at
+// Open (nil when writes are allowed): every write refuses with it, import
+// and merge (core/operator) too.
+func (s *Store) CheckWrites() error {
 	if !s.writesAllowed {
 		return newError(KindPermission, "Write operations are disabled due to CPU metadata mismatch. Initialize with allow_cpu_mismatch=True to override.")
 	}
@@ -213,9 +225,11 @@ func (s *Store) LockPath() string {
 // backend without one): Links per Acquired is how many link() attempts an
 // acquisition cost; Held per Acquired is the mean time an operation kept
 // everyone else waiting.
-func (s *Store) LockStats() lock.Counters {
-	if l, ok := s.be.(interface{ LockStats() lock.Counters }); ok {
+func (s *Store) LockStats() sqlitefile.LockCounters {
+	if l, ok := s.be.(interface {
+		LockStats() sqlitefile.LockCounters
+	}); ok {
 		return l.LockStats()
 	}
-	return lock.Counters{}
+	return sqlitefile.LockCounters{}
 }

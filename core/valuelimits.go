@@ -12,11 +12,11 @@ import (
 // result_json) may nest at most limits.MaxValueDepth levels: deeper, the
 // Python readers of every process that shares the database would fail with
 // RecursionError (docs/limits.md). Every write refuses a deeper value,
-// naming it (tooDeepToStore). A deeper value already stored (by the
+// naming it (TooDeepToStore). A deeper value already stored (by the
 // original library, by an older engine, by a direct SQL write) is refused
 // where a reader would decode it, naming it and the check that lists such
 // values (tooDeepStored): a lookup or a get of it raises ValueError; the
-// config listings (ConfigEntry.PyJSON) carry the error in its place, so
+// config listings (ConfigEntry.TooDeep) carry the error in its place, so
 // that one such entry does not make the others unreadable. `tirastore
 // check` reports every one (storage.TableCheck.DeepValues).
 
@@ -24,10 +24,11 @@ import (
 // for a short one) and only then names it, so that the common case builds
 // no message.
 
-// tooDeepToStore is the error of writing a value nested depth levels
+// TooDeepToStore is the error of writing a value nested depth levels
 // deep, more than limits.MaxValueDepth; what names it ("config
-// gpu|op|k: the value").
-func tooDeepToStore(what string, depth int) error {
+// gpu|op|k: the value"). Every writer refuses with it, a merge
+// (core/operator) too.
+func TooDeepToStore(what string, depth int) error {
 	return newError(KindValue, "%s nests %d levels deep; a stored JSON value may nest at most %d levels, so that "+
 		"Python's json, which reads each level on the interpreter's stack, can read it back (docs/limits.md)",
 		what, depth, limits.MaxValueDepth)

@@ -83,7 +83,7 @@ const (
 	JournalTrust = "journal-trust"
 	// OutputTrust is a switch: output paths (export, backup, export_json,
 	// the CLI's conflicts file, plots) are written without the output
-	// check of core/output.go, over the database, its lock or another
+	// check of core/outfile, over the database, its lock or another
 	// database if asked (the negative control of
 	// tests/python/test_output_paths.py).
 	OutputTrust = "output-trust"

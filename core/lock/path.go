@@ -33,7 +33,7 @@ func dirOf(lockPath string) string { return filepath.Dir(lockPath) }
 // or "a lock ticket file"
 // (TicketPrefix: the tickets of every database of the directory share the
 // ".lock_" start). It is "" for a name the protocol does not use. The
-// output check (core/output.go) refuses these names, so that no export or
+// output check (core/outfile) refuses these names, so that no export or
 // backup is ever written over a file of the lock (docs/lock-protocol.md,
 // "Files").
 func NameOf(lockPath, base string) string {

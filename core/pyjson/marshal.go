@@ -34,13 +34,6 @@ var (
 	Default = Options{EnsureASCII: true, Indent: -1, ItemSep: ", ", KeySep: ": "}
 )
 
-// Marshaler is implemented by Go types that know their Python JSON form.
-// PyJSON returns a value Marshal accepts (possibly another Marshaler), the
-// way a Python class would be converted to dicts and lists before json.dumps.
-type Marshaler interface {
-	PyJSON() any
-}
-
 // Raw is JSON text that Marshal writes as it is, unchecked. It is for a
 // value the caller has proven to be JSON that a Python parser reads as it
 // would the value's own encoding, in the layout the Options use: a stored
@@ -61,9 +54,10 @@ func (e *UnsupportedTypeError) Error() string {
 // Marshal encodes exactly like json.dumps with those options. Accepted Go
 // values: nil, bool, string, Number, float64, float32, int, int8, int16,
 // int32, int64, uint, uint8, uint16, uint32, uint64, []any, []string,
-// []Number, []float64, []*Object, *Object, map[string]any, and any value
-// implementing Marshaler (checked first; PyJSON returns one of the above).
-// Anything else (including named types such as `type Kind string`) gives an
+// []Number, []float64, []*Object, *Object and map[string]any: a value of
+// another Go type is converted to these first, the way a Python class
+// would be converted to dicts and lists before json.dumps (the C layer's
+// replies: capi/replies.go). Anything else (including named types such as `type Kind string`) gives an
 // *UnsupportedTypeError naming the Go type.
 //
 // Containers: *Object keys are written in insertion order, or sorted when
@@ -107,10 +101,9 @@ func Marshal(v any, opt Options) ([]byte, error) {
 }
 
 type encoder struct {
-	opt    Options
-	buf    []byte
-	depth  int // containers being encoded
-	mdepth int // Marshalers being expanded
+	opt   Options
+	buf   []byte
+	depth int // containers being encoded
 	// active holds the containers currently being encoded, to detect
 	// cycles the way json.dumps's check_circular does.
 	active map[visitKey]struct{}
@@ -127,17 +120,6 @@ type visitKey struct {
 }
 
 func (e *encoder) value(v any, level int) error {
-	if m, ok := v.(Marshaler); ok {
-		// A separate counter, so Marshalers returning containers do not
-		// halve the container depth limit but a Marshaler whose PyJSON
-		// returns another Marshaler forever still stops.
-		if e.mdepth++; e.mdepth > MaxDepth {
-			return fmt.Errorf("pyjson: Marshaler %T: PyJSON results nested deeper than %d levels", v, MaxDepth)
-		}
-		err := e.value(m.PyJSON(), level)
-		e.mdepth--
-		return err
-	}
 	switch x := v.(type) {
 	case nil:
 		e.buf = append(e.buf, "null"...)

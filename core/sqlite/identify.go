@@ -13,7 +13,7 @@ type Companion struct {
 // Companions are the files SQLite may keep beside the database at dbPath:
 // the rollback journal this engine uses (JournalPath), and the
 // write-ahead log and its shared-memory index of a database that another
-// tool switched to WAL. The output check (core/output.go) never writes a
+// tool switched to WAL. The output check (core/outfile) never writes a
 // file over one of them.
 func Companions(dbPath string) []Companion {
 	return []Companion{

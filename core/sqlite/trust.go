@@ -31,7 +31,7 @@ package sqlite
 // the file is read, and the store reports a *JournalError naming the file,
 // its owner and mode, and the rule it breaks. tirastore check reports such
 // a journal as foreign, and check --repair moves it aside, never applies
-// it (core/check.go). docs/COMPAT.md and docs/lock-protocol.md state the
+// it (core/operator/check.go). docs/COMPAT.md and docs/lock-protocol.md state the
 // rule for operators.
 
 /*

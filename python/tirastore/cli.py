@@ -109,9 +109,62 @@ def _namespace(args: argparse.Namespace, cache: PersistentCache, every: bool = F
 
 
 # -- the commands ----------------------------------------------------------------
+#
+# Each command is its function and, beside it, the arguments it takes and
+# what its --help says (its docstring is the description at the top):
+# @_command registers them together, in the order `tirastore --help` lists
+# them (the order of this file); _parser() only assembles them.
+
+_Run = Callable[[argparse.Namespace, _Output], int]
 
 
+@dataclasses.dataclass(frozen=True)
+class _Command:
+    """A subcommand as :func:`_parser` builds it."""
+
+    words: tuple[str, ...]  # ("stats",), or a group's action: ("config", "list")
+    summary: str  # its line in the listing of its parent's --help
+    # The top of its own --help: the function's docstring, which argparse
+    # rewraps (none under python -OO, which drops docstrings).
+    description: Optional[str]
+    arguments: Callable[[argparse.ArgumentParser], None]  # adds its own, after the common options
+    run: _Run
+
+
+_COMMANDS: list[_Command] = []
+# The commands that group actions (config, lock): name -> (summary, description).
+_GROUPS: dict[str, tuple[str, str]] = {}
+
+
+def _command(words: str, summary: str, arguments: Callable[[argparse.ArgumentParser], None]) -> Callable[[_Run], _Run]:
+    """Register the function below as the command *words* ("stats", or a
+    group's action, "config list"); see :class:`_Command`."""
+
+    def register(run: _Run) -> _Run:
+        _COMMANDS.append(_Command(tuple(words.split()), summary, run.__doc__, arguments, run))
+        return run
+
+    return register
+
+
+def _group(name: str, summary: str, description: str) -> None:
+    """Declare a command that groups the actions registered as "NAME ACTION"."""
+    _GROUPS[name] = (summary, description)
+
+
+def _add_db(p: argparse.ArgumentParser,
+            what: str = "the TiraStore database: an existing file, or a postgresql:// URL") -> None:
+    p.add_argument("db", metavar="DB", help=what)
+
+
+def _stats_arguments(p: argparse.ArgumentParser) -> None:
+    _add_db(p)
+    p.add_argument("--by", choices=["program"], help="add a table with one row per program")
+
+
+@_command("stats", "counts, programs, users, CPU metadata, size", _stats_arguments)
 def cmd_stats(args: argparse.Namespace, out: _Output) -> int:
+    """What a database holds: records, programs, users, projects, CPU metadata, file size and kernel-config entries."""
     with _open_store(args) as store:
         s = store.stats()
         s["file_size"] = os.stat(store.db_path).st_size if _is_file(store) else None
@@ -144,7 +197,16 @@ def cmd_stats(args: argparse.Namespace, out: _Output) -> int:
     return 0
 
 
+def _export_arguments(p: argparse.ArgumentParser) -> None:
+    _add_db(p)
+    p.add_argument("out", metavar="OUT", help="the file to write")
+    p.add_argument("--format", choices=["json", "jsonl"], default="json", help="one JSON object, or one line per program")
+
+
+@_command("export", "write every record in the original's export format", _export_arguments)
 def cmd_export(args: argparse.Namespace, out: _Output) -> int:
+    """Write every program and its measurements to OUT in the original TiraStore's export format (docs/COMPAT.md),
+    under the lock; OUT is replaced atomically."""
     with _open_store(args) as store:
         path = store.export(args.out, fmt=args.format)
         n = store.count()
@@ -203,7 +265,25 @@ def _conflicts_file(args: argparse.Namespace, databases: Sequence[str], inputs: 
     return _output_file("conflicts", args.conflicts, databases=databases, inputs=inputs, mode="w", encoding="utf-8")
 
 
+def _add_conflicts(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--conflicts", metavar="FILE", help="write the conflicting records to FILE (JSON Lines), renamed into place when the command succeeds")
+
+
+def _import_arguments(p: argparse.ArgumentParser) -> None:
+    _add_db(p, "the database to import into (created if missing)")
+    p.add_argument("input", metavar="IN", help="the export file")
+    p.add_argument("--overwrite", action="store_true", help="conflicting records take the file's result")
+    _add_conflicts(p)
+    p.add_argument("--allow-cpu-mismatch", action="store_true",
+                   help="import although DB was created on another CPU model or SLURM_CPUS_PER_TASK")
+
+
+@_command("import", "read an export (json or jsonl) back into a database", _import_arguments)
 def cmd_import(args: argparse.Namespace, out: _Output) -> int:
+    """Read a file in the original's export format (what `tirastore export` writes, json or jsonl: told apart by its
+    first line) into DB, a slice at a time; DB is created if it does not exist. Records already there with the same
+    result are skipped; a record with the same key and another result is a conflict, kept unless --overwrite.
+    Imported records are stamped with this host, user and time."""
     size = os.stat(args.input).st_size  # a missing input creates no database
     created = not _exists(args.db, args.lock_timeout)
     totals = dict.fromkeys(_COUNTS, 0)
@@ -226,7 +306,21 @@ def cmd_import(args: argparse.Namespace, out: _Output) -> int:
     return 0
 
 
+def _merge_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dst", metavar="DST", help="the database to merge into (created if missing)")
+    p.add_argument("sources", metavar="SRC", nargs="+", help="databases to read (existing files)")
+    p.add_argument("--overwrite", action="store_true", help="conflicting records take the source's result")
+    _add_conflicts(p)
+    p.add_argument("--allow-cpu-mismatch", action="store_true", help="merge sources measured on other CPUs")
+
+
+@_command("merge", "copy the records of other databases into one", _merge_arguments)
 def cmd_merge(args: argparse.Namespace, out: _Output) -> int:
+    """Copy the records of each SRC (other clusters' databases, other experiments') into DST, a slice of programs at
+    a time, each slice read under the source's own lock and written in one transaction. Rows keep who measured them
+    and when. A record already in DST with the same result is skipped; the same key with another result is a
+    conflict, kept unless --overwrite. A source measured on another CPU model or SLURM_CPUS_PER_TASK is refused
+    unless --allow-cpu-mismatch. DST is created if it does not exist."""
     for src in args.sources:  # every source must exist before anything is written
         if not _exists(src, args.lock_timeout):
             raise FileNotFoundError(2, f"no database at {src}")
@@ -268,7 +362,15 @@ def cmd_merge(args: argparse.Namespace, out: _Output) -> int:
     return 0
 
 
+def _backup_arguments(p: argparse.ArgumentParser) -> None:
+    _add_db(p)
+    p.add_argument("path", metavar="PATH", nargs="?", help="where to write the snapshot")
+
+
+@_command("backup", "a consistent online snapshot", _backup_arguments)
 def cmd_backup(args: argparse.Namespace, out: _Output) -> int:
+    """Copy the database under its lock into a new file, renamed into place when complete. PATH may be a file or an
+    existing directory; its directory is created. Without PATH: <stem>_<UTC time>.db beside the database."""
     with _open_store(args) as store:
         path = store.backup(args.path)
     size = os.stat(path).st_size
@@ -307,6 +409,29 @@ def _key_text(args: argparse.Namespace) -> str:
     return f"{key} in namespace {args.namespace}" if args.namespace else key
 
 
+_group("config", "the kernel-config cache (ejKernel's PersistentCache)",
+       "The kernel-config table of a database. DB is a TiraStore database, or a "
+       "PersistentCache .json path (its entries live in persistent-cache.tirastore.db beside it, "
+       "in the namespace of its stem).")
+
+
+def _add_config_db(p: argparse.ArgumentParser) -> None:
+    _add_db(p, "the database, or a PersistentCache .json path")
+
+
+def _add_namespace(p: argparse.ArgumentParser, what: str, default: str = 'a .json DB\'s stem, else ""') -> None:
+    p.add_argument("--namespace", metavar="NS", help=f"{what} (a namespace is one cache of the database, ejKernel's "
+                   f"one per operation; default: {default})")
+
+
+def _config_list_arguments(p: argparse.ArgumentParser) -> None:
+    _add_config_db(p)
+    p.add_argument("--device", help="only this device's entries")
+    p.add_argument("--op", help="only this operation's entries")
+    _add_namespace(p, "only this namespace's entries", "a .json DB's own, its stem, else every namespace")
+
+
+@_command("config list", "list the entries, by key", _config_list_arguments)
 def cmd_config_list(args: argparse.Namespace, out: _Output) -> int:
     with _open_cache(args) as cache:
         entries = []
@@ -323,6 +448,16 @@ def cmd_config_list(args: argparse.Namespace, out: _Output) -> int:
     return 0
 
 
+def _entry_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of config get and config delete: one entry."""
+    _add_config_db(p)
+    p.add_argument("device")
+    p.add_argument("op_id")
+    p.add_argument("call_key")
+    _add_namespace(p, "the entry's namespace")
+
+
+@_command("config get", "print one entry's value", _entry_arguments)
 def cmd_config_get(args: argparse.Namespace, out: _Output) -> int:
     with _open_cache(args) as cache:
         args.namespace = _namespace(args, cache)
@@ -338,6 +473,7 @@ def cmd_config_get(args: argparse.Namespace, out: _Output) -> int:
     return 0
 
 
+@_command("config delete", "remove one entry", _entry_arguments)
 def cmd_config_delete(args: argparse.Namespace, out: _Output) -> int:
     with _open_cache(args) as cache:
         args.namespace = _namespace(args, cache)
@@ -351,7 +487,17 @@ def cmd_config_delete(args: argparse.Namespace, out: _Output) -> int:
     return 0 if deleted else 1
 
 
+def _config_import_arguments(p: argparse.ArgumentParser) -> None:
+    _add_config_db(p)
+    p.add_argument("file", metavar="FILE.json")
+    p.add_argument("--overwrite", action="store_true", help="the file's entries replace existing ones")
+    _add_namespace(p, "import into this namespace")
+
+
+@_command("config import-ejkernel", "import a PersistentCache JSON file", _config_import_arguments)
 def cmd_config_import(args: argparse.Namespace, out: _Output) -> int:
+    """Import ejKernel's PersistentCache JSON file ({"device|op_id|call_key": value}) in one transaction, all or
+    nothing. Creates DB if it does not exist."""
     with _open_cache(args, create=True) as cache:  # its purpose: the only command that creates a database
         res = cache._opened("import_json")._call("config_import", namespace=_namespace(args, cache),
                                                  path=args.file, overwrite=args.overwrite)
@@ -363,12 +509,57 @@ def cmd_config_import(args: argparse.Namespace, out: _Output) -> int:
     return 0
 
 
+def _config_export_arguments(p: argparse.ArgumentParser) -> None:
+    _add_config_db(p)
+    p.add_argument("file", metavar="FILE.json")
+    _add_namespace(p, "export this namespace's entries")
+
+
+@_command("config export-ejkernel", "write the entries as a PersistentCache JSON file", _config_export_arguments)
 def cmd_config_export(args: argparse.Namespace, out: _Output) -> int:
+    """Write every entry of a namespace in ejKernel's PersistentCache format (json.dump's), replacing FILE
+    atomically."""
     with _open_cache(args) as cache:
         done = cache._opened("export_json")._call("config_export", namespace=_namespace(args, cache),
                                                   output_path=args.file)
     path, n = done["path"], done["entries"]
     out.result({"path": str(path), "entries": n}, lambda: f"exported {n:,} entries to {path}")
+    return 0
+
+
+def _ago(iso: str, now: float) -> str:
+    """How long ago an ISO 8601 date of the holder's clock was, for people."""
+    from datetime import datetime  # noqa: PLC0415
+
+    try:
+        secs = now - datetime.fromisoformat(iso).timestamp()
+    except ValueError:
+        return "?"
+    return f"{secs:.0f}s" if secs < 120 else f"{secs / 60:.0f}min" if secs < 7200 else f"{secs / 3600:.1f}h"
+
+
+@_command("claims", "who is measuring what (claims of lookup_or_claim)", _add_db)
+def cmd_claims(args: argparse.Namespace, out: _Output) -> int:
+    """List the claims of lookup_or_claim: the schedules being measured, by whom (host, pid, Slurm job, user), how
+    long ago they were claimed and last renewed (by the holder's clock), their lease, and whether the holder is
+    provably dead (on this host)."""
+    with _open_store(args) as store:
+        claims = [dataclasses.asdict(c) for c in store.claims()]
+    now = time.time()
+
+    def text() -> str:
+        if not claims:
+            return "no claims: nobody is measuring"
+        rows = [
+            (c["program_name"], c["tiralib_schedule_string"], c["hostname"], c["pid"], c["slurm_job_id"] or "-",
+             c["username"], _ago(c["claimed_at"], now), f"{c['lease']:g}s", _ago(c["renewed_at"], now),
+             "dead" if c["dead"] else "alive?")
+            for c in claims
+        ]
+        table = _table(["program", "schedule", "host", "pid", "job", "user", "age", "lease", "renewed", "holder"], rows)
+        return f"{table}\n{len(claims)} claim(s); ages by the holders' clocks; a dead holder's claim goes to the next caller"
+
+    out.result(claims, text)
     return 0
 
 
@@ -395,26 +586,26 @@ def _holder_text(st: dict[str, Any]) -> str:
     )
 
 
-def cmd_lock_status(args: argparse.Namespace, out: _Output) -> int:
-    st = _native.call(0, "lock_status", db_path=args.db, stale_lock_timeout=args.stale_lock_timeout)
-    # The advice (the command that removes it) is the library's.
-    hint = f"\n{'looks abandoned: ' if st['abandoned'] else ''}{st['advice']}" if st["advice"] else ""
-    out.result(st, lambda: _holder_text(st) + hint)
-    return 1 if st["abandoned"] or (st["held"] and st["holder"] is None) else 0
+def _add_stale_lock_timeout(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--stale-lock-timeout", type=float, default=None, metavar="SECONDS",
+                   help="count a holder without heartbeat as dead after this (default: the library's, 600)")
 
 
-def cmd_lock_break(args: argparse.Namespace, out: _Output) -> int:
-    before = _native.call(0, "lock_status", db_path=args.db, stale_lock_timeout=args.stale_lock_timeout)
-    h = before["holder"]
-    if h is not None and h["overdue"] and not args.force:
-        out.warn(f"{h['hostname']} pid {h['pid']} promised a heartbeat every {h['heartbeat_interval']:g} s and missed "
-                 f"them: watching the lock for {h['watch_seconds']:g} s before breaking it")
-    st = _native.call(0, "lock_break", db_path=args.db, stale_lock_timeout=args.stale_lock_timeout, force=args.force)
-    out.result(st, lambda: ("broke the lock: " if st["broken"] else "nothing to break: ") + _holder_text(st))
-    return 0
+def _check_arguments(p: argparse.ArgumentParser) -> None:
+    _add_db(p)
+    p.add_argument("--repair", action="store_true",
+                   help="break an abandoned lock, remove leftover tickets and stale claims, move a foreign journal aside")
+    _add_stale_lock_timeout(p)
 
 
+@_command("check", "integrity, orphans, schema, journal, lock, leftovers", _check_arguments)
 def cmd_check(args: argparse.Namespace, out: _Output) -> int:
+    """Check a database: SQLite's integrity_check under the lock, records without their program, results that are
+    not JSON, the schema version, a crashed writer's journal or a foreign one (never rolled back), the lock (holder,
+    age, alive?) and its leftover ticket files. Exit 1 on any problem. --repair does what is safe: break an abandoned
+    lock (never a live holder's; a lock file that is not a record only once unchanged for the stale timeout), remove
+    the ticket files of dead processes and stale measurement claims, move a foreign journal aside (never applying
+    it); damaged tables are reported, never rewritten."""
     rep = _native.call(0, "check", db_path=args.db, stale_lock_timeout=args.stale_lock_timeout,
                        lock_timeout=args.lock_timeout, repair=args.repair)
 
@@ -444,39 +635,60 @@ def cmd_check(args: argparse.Namespace, out: _Output) -> int:
     return 0 if rep["ok"] else 1
 
 
-def _ago(iso: str, now: float) -> str:
-    """How long ago an ISO 8601 date of the holder's clock was, for people."""
-    from datetime import datetime  # noqa: PLC0415
-
-    try:
-        secs = now - datetime.fromisoformat(iso).timestamp()
-    except ValueError:
-        return "?"
-    return f"{secs:.0f}s" if secs < 120 else f"{secs / 60:.0f}min" if secs < 7200 else f"{secs / 3600:.1f}h"
+_group("lock", "who holds a database's lock; break an abandoned one",
+       "The database's hard-link lock, looked at without opening the database.")
 
 
-def cmd_claims(args: argparse.Namespace, out: _Output) -> int:
-    with _open_store(args) as store:
-        claims = [dataclasses.asdict(c) for c in store.claims()]
-    now = time.time()
+def _lock_status_arguments(p: argparse.ArgumentParser) -> None:
+    _add_db(p)
+    _add_stale_lock_timeout(p)
 
-    def text() -> str:
-        if not claims:
-            return "no claims: nobody is measuring"
-        rows = [
-            (c["program_name"], c["tiralib_schedule_string"], c["hostname"], c["pid"], c["slurm_job_id"] or "-",
-             c["username"], _ago(c["claimed_at"], now), f"{c['lease']:g}s", _ago(c["renewed_at"], now),
-             "dead" if c["dead"] else "alive?")
-            for c in claims
-        ]
-        table = _table(["program", "schedule", "host", "pid", "job", "user", "age", "lease", "renewed", "holder"], rows)
-        return f"{table}\n{len(claims)} claim(s); ages by the holders' clocks; a dead holder's claim goes to the next caller"
 
-    out.result(claims, text)
+@_command("lock status", "the holder, its age, whether it is alive", _lock_status_arguments)
+def cmd_lock_status(args: argparse.Namespace, out: _Output) -> int:
+    """Who holds the lock, since when, and whether it is alive, and the command that removes it when it looks
+    abandoned. Exit 1 when it looks abandoned (its process gone from this host, or stale) or is not a lock record."""
+    st = _native.call(0, "lock_status", db_path=args.db, stale_lock_timeout=args.stale_lock_timeout)
+    # The advice (the command that removes it) is the library's.
+    hint = f"\n{'looks abandoned: ' if st['abandoned'] else ''}{st['advice']}" if st["advice"] else ""
+    out.result(st, lambda: _holder_text(st) + hint)
+    return 1 if st["abandoned"] or (st["held"] and st["holder"] is None) else 0
+
+
+def _lock_break_arguments(p: argparse.ArgumentParser) -> None:
+    _add_db(p)
+    _add_stale_lock_timeout(p)
+    p.add_argument("--force", action="store_true", help="also break a holder younger than the stale timeout")
+
+
+@_command("lock break", "remove an abandoned lock", _lock_break_arguments)
+def cmd_lock_break(args: argparse.Namespace, out: _Output) -> int:
+    """Remove the lock if its holder is dead on this host or stale, or if it is not a lock record and has not
+    changed for the stale timeout; a holder that promised heartbeats and missed them is watched for a few seconds
+    first. A live process on this host is never broken; --force breaks any other holder (say so only if you know it
+    is gone: its writes are then fenced) and a file that is not a record at once. The removal is the engine's
+    race-free one: never a lock taken meanwhile."""
+    before = _native.call(0, "lock_status", db_path=args.db, stale_lock_timeout=args.stale_lock_timeout)
+    h = before["holder"]
+    if h is not None and h["overdue"] and not args.force:
+        out.warn(f"{h['hostname']} pid {h['pid']} promised a heartbeat every {h['heartbeat_interval']:g} s and missed "
+                 f"them: watching the lock for {h['watch_seconds']:g} s before breaking it")
+    st = _native.call(0, "lock_break", db_path=args.db, stale_lock_timeout=args.stale_lock_timeout, force=args.force)
+    out.result(st, lambda: ("broke the lock: " if st["broken"] else "nothing to break: ") + _holder_text(st))
     return 0
 
 
+def _plot_arguments(p: argparse.ArgumentParser) -> None:
+    _add_db(p)
+    p.add_argument("--program", required=True, help="the program's name")
+    p.add_argument("--hash", help="only the source version with this program hash")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="FILE.png, FILE.svg or FILE.pdf")
+
+
+@_command("plot", "execution times of a program's schedules, best so far", _plot_arguments)
 def cmd_plot(args: argparse.Namespace, out: _Output) -> int:
+    """Plot the execution time of every recorded schedule of a program in creation order with the best-so-far line.
+    Needs matplotlib: pip install "tirastore[plot]"."""
     from tirastore.plot import plot_program  # matplotlib is an optional extra: imported there
 
     with _open_store(args) as store:
@@ -502,6 +714,8 @@ class _IncludeAction(argparse.Action):
 
 
 def _parser() -> argparse.ArgumentParser:
+    """The whole command line: the top level's own options, and the
+    registered commands, each after the options every command has."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="print the result as one JSON document")
     common.add_argument("-q", "--quiet", action="store_true", help="no warnings or progress on stderr")
@@ -513,10 +727,6 @@ def _parser() -> argparse.ArgumentParser:
         help="how long to wait for the database's lock (default: the library's, 600; 0: try once)",
     )
 
-    def with_db(p: argparse.ArgumentParser,
-                what: str = "the TiraStore database: an existing file, or a postgresql:// URL") -> None:
-        p.add_argument("db", metavar="DB", help=what)
-
     top = argparse.ArgumentParser(
         prog="tirastore",
         description="Look after a shared TiraStore database: stats, export, backup, the kernel-config cache, plots.",
@@ -525,152 +735,19 @@ def _parser() -> argparse.ArgumentParser:
     top.add_argument("--version", action="version", version=f"tirastore {_native.version()}")
     top.add_argument("--include", action=_IncludeAction, help="print the directory of tirastore.h (for C and C++) and exit")
     sub = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    p = sub.add_parser("stats", parents=[common], help="counts, programs, users, CPU metadata, size",
-                       description="What a database holds: records, programs, users, projects, CPU metadata, "
-                       "file size and kernel-config entries.")
-    with_db(p)
-    p.add_argument("--by", choices=["program"], help="add a table with one row per program")
-    p.set_defaults(run=cmd_stats)
-
-    p = sub.add_parser("export", parents=[common], help="write every record in the original's export format",
-                       description="Write every program and its measurements to OUT in the original TiraStore's "
-                       "export format (docs/COMPAT.md), under the lock; OUT is replaced atomically.")
-    with_db(p)
-    p.add_argument("out", metavar="OUT", help="the file to write")
-    p.add_argument("--format", choices=["json", "jsonl"], default="json", help="one JSON object, or one line per program")
-    p.set_defaults(run=cmd_export)
-
-    p = sub.add_parser("import", parents=[common], help="read an export (json or jsonl) back into a database",
-                       description="Read a file in the original's export format (what `tirastore export` writes, "
-                       "json or jsonl: told apart by its first line) into DB, a slice at a time; DB is created if "
-                       "it does not exist. Records already there with the same result are skipped; a record with "
-                       "the same key and another result is a conflict, kept unless --overwrite. Imported records "
-                       "are stamped with this host, user and time.")
-    with_db(p, "the database to import into (created if missing)")
-    p.add_argument("input", metavar="IN", help="the export file")
-    p.add_argument("--overwrite", action="store_true", help="conflicting records take the file's result")
-    p.add_argument("--conflicts", metavar="FILE", help="write the conflicting records to FILE (JSON Lines), renamed into place when the command succeeds")
-    p.add_argument("--allow-cpu-mismatch", action="store_true",
-                   help="import although DB was created on another CPU model or SLURM_CPUS_PER_TASK")
-    p.set_defaults(run=cmd_import)
-
-    p = sub.add_parser("merge", parents=[common], help="copy the records of other databases into one",
-                       description="Copy the records of each SRC (other clusters' databases, other experiments') "
-                       "into DST, a slice of programs at a time, each slice read under the source's own lock and "
-                       "written in one transaction. Rows keep who measured them and when. A record already in DST "
-                       "with the same result is skipped; the same key with another result is a conflict, kept "
-                       "unless --overwrite. A source measured on another CPU model or SLURM_CPUS_PER_TASK is refused "
-                       "unless --allow-cpu-mismatch. DST is created if it does not exist.")
-    p.add_argument("dst", metavar="DST", help="the database to merge into (created if missing)")
-    p.add_argument("sources", metavar="SRC", nargs="+", help="databases to read (existing files)")
-    p.add_argument("--overwrite", action="store_true", help="conflicting records take the source's result")
-    p.add_argument("--conflicts", metavar="FILE", help="write the conflicting records to FILE (JSON Lines), renamed into place when the command succeeds")
-    p.add_argument("--allow-cpu-mismatch", action="store_true", help="merge sources measured on other CPUs")
-    p.set_defaults(run=cmd_merge)
-
-    p = sub.add_parser("backup", parents=[common], help="a consistent online snapshot",
-                       description="Copy the database under its lock into a new file, renamed into place when "
-                       "complete. PATH may be a file or an existing directory; its directory is created. "
-                       "Without PATH: <stem>_<UTC time>.db beside the database.")
-    with_db(p)
-    p.add_argument("path", metavar="PATH", nargs="?", help="where to write the snapshot")
-    p.set_defaults(run=cmd_backup)
-
-    cfg = sub.add_parser("config", help="the kernel-config cache (ejKernel's PersistentCache)",
-                         description="The kernel-config table of a database. DB is a TiraStore database, or a "
-                         "PersistentCache .json path (its entries live in persistent-cache.tirastore.db beside it, "
-                         "in the namespace of its stem).")
-    csub = cfg.add_subparsers(dest="config_command", metavar="ACTION", required=True)
-    db_help = "the database, or a PersistentCache .json path"
-    p = csub.add_parser("list", parents=[common], help="list the entries, by key")
-    with_db(p, db_help)
-    p.add_argument("--device", help="only this device's entries")
-    p.add_argument("--op", help="only this operation's entries")
-    ns = "a namespace is one cache of the database, ejKernel's one per operation"
-    p.add_argument("--namespace", metavar="NS", help=f"only this namespace's entries ({ns}; default: a .json DB's own, its stem, "
-                   "else every namespace)")
-    p.set_defaults(run=cmd_config_list)
-    for name, run, helptext in [("get", cmd_config_get, "print one entry's value"),
-                                ("delete", cmd_config_delete, "remove one entry")]:
-        p = csub.add_parser(name, parents=[common], help=helptext)
-        with_db(p, db_help)
-        p.add_argument("device")
-        p.add_argument("op_id")
-        p.add_argument("call_key")
-        p.add_argument("--namespace", metavar="NS", help=f'the entry\'s namespace ({ns}; default: a .json DB\'s stem, else "")')
-        p.set_defaults(run=run)
-    p = csub.add_parser("import-ejkernel", parents=[common], help="import a PersistentCache JSON file",
-                        description="Import ejKernel's PersistentCache JSON file ({\"device|op_id|call_key\": value}) "
-                        "in one transaction, all or nothing. Creates DB if it does not exist.")
-    with_db(p, db_help)
-    p.add_argument("file", metavar="FILE.json")
-    p.add_argument("--overwrite", action="store_true", help="the file's entries replace existing ones")
-    p.add_argument("--namespace", metavar="NS", help=f'import into this namespace ({ns}; default: a .json DB\'s stem, else "")')
-    p.set_defaults(run=cmd_config_import)
-    p = csub.add_parser("export-ejkernel", parents=[common], help="write the entries as a PersistentCache JSON file",
-                        description="Write every entry of a namespace in ejKernel's PersistentCache format "
-                        "(json.dump's), replacing FILE atomically.")
-    with_db(p, db_help)
-    p.add_argument("file", metavar="FILE.json")
-    p.add_argument("--namespace", metavar="NS", help=f'export this namespace\'s entries ({ns}; default: a .json DB\'s stem, else "")')
-    p.set_defaults(run=cmd_config_export)
-
-    p = sub.add_parser("claims", parents=[common], help="who is measuring what (claims of lookup_or_claim)",
-                       description="List the claims of lookup_or_claim: the schedules being measured, by whom "
-                       "(host, pid, Slurm job, user), how long ago they were claimed and last renewed (by the "
-                       "holder's clock), their lease, and whether the holder is provably dead (on this host).")
-    with_db(p)
-    p.set_defaults(run=cmd_claims)
-
-    p = sub.add_parser("check", parents=[common], help="integrity, orphans, schema, journal, lock, leftovers",
-                       description="Check a database: SQLite's integrity_check under the lock, records without "
-                       "their program, results that are not JSON, the schema version, a crashed writer's journal or "
-                       "a foreign one (never rolled back), the lock (holder, age, alive?) and leftover lock ticket files. "
-                       "Exit 1 on any problem. --repair does what is safe: break an abandoned lock (never a live "
-                       "holder's; a lock file that is not "
-                       "a record only once unchanged for the stale timeout), remove the lock ticket files of dead "
-                       "processes and stale measurement claims, move a foreign journal aside (never applying it); "
-                       "damaged tables are reported, never rewritten.")
-    with_db(p)
-    p.add_argument("--repair", action="store_true",
-                   help="break an abandoned lock, remove leftover lock tickets, move a foreign journal aside")
-    p.add_argument("--stale-lock-timeout", type=float, default=None, metavar="SECONDS",
-                   help="count a holder without heartbeat as dead after this (default: the library's, 600)")
-    p.set_defaults(run=cmd_check)
-
-    lk = sub.add_parser("lock", help="who holds a database's lock; break an abandoned one",
-                        description="The database's hard-link lock, looked at without opening the database.")
-    lsub = lk.add_subparsers(dest="lock_command", metavar="ACTION", required=True)
-    stale = dict(type=float, default=None, metavar="SECONDS",
-                 help="count a holder without heartbeat as dead after this (default: the library's, 600)")
-    p = lsub.add_parser("status", parents=[common], help="the holder, its age, whether it is alive",
-                        description="Who holds the lock, since when, and whether it is alive, and the command "
-                        "that removes it when it looks abandoned. Exit 1 when it looks abandoned (its process gone "
-                        "from this host, or stale) or is not a lock record.")
-    with_db(p)
-    p.add_argument("--stale-lock-timeout", **stale)
-    p.set_defaults(run=cmd_lock_status)
-    p = lsub.add_parser("break", parents=[common], help="remove an abandoned lock",
-                        description="Remove the lock if its holder is dead on this host or stale, or if it is not a "
-                        "lock record and has not changed for the stale timeout; a holder that promised heartbeats "
-                        "and missed them is watched for a few seconds first. A live process on this host is never "
-                        "broken; --force breaks any other holder (say so only if you know it is gone: its writes "
-                        "are then fenced) and a file that is not a record at once. The removal is the engine's "
-                        "race-free one: never a lock taken meanwhile.")
-    with_db(p)
-    p.add_argument("--stale-lock-timeout", **stale)
-    p.add_argument("--force", action="store_true", help="also break a holder younger than the stale timeout")
-    p.set_defaults(run=cmd_lock_break)
-
-    p = sub.add_parser("plot", parents=[common], help="execution times of a program's schedules, best so far",
-                       description="Plot the execution time of every recorded schedule of a program in creation "
-                       "order with the best-so-far line. Needs matplotlib: pip install \"tirastore[plot]\".")
-    with_db(p)
-    p.add_argument("--program", required=True, help="the program's name")
-    p.add_argument("--hash", help="only the source version with this program hash")
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="FILE.png, FILE.svg or FILE.pdf")
-    p.set_defaults(run=cmd_plot)
+    groups: dict[str, Any] = {}  # a group's name -> the subparsers of its actions
+    for c in _COMMANDS:
+        parent = sub
+        if len(c.words) > 1:
+            name = c.words[0]
+            if name not in groups:  # the group is listed where its first action is registered
+                summary, description = _GROUPS[name]
+                g = sub.add_parser(name, help=summary, description=description)
+                groups[name] = g.add_subparsers(dest=f"{name}_command", metavar="ACTION", required=True)
+            parent = groups[name]
+        p = parent.add_parser(c.words[-1], parents=[common], help=c.summary, description=c.description)
+        c.arguments(p)
+        p.set_defaults(run=c.run)
     return top
 
 

@@ -29,7 +29,7 @@ from typing import Any, Callable, Generic, Iterator, Optional, TypeVar, Union
 
 from tirastore import _native
 from tirastore.errors import TiraStoreWarning
-from tirastore.store import PathLike, TiraStore, _fspath
+from tirastore.store import PathLike, TiraStore, _fspath, _is_url
 
 Cfg = TypeVar("Cfg")
 
@@ -306,7 +306,7 @@ class PersistentCache(Generic[Cfg]):
         if self._store is not None:
             return self._store.db_path
         place = self._locate()
-        if "://" in place["db_path"]:  # the store's form hides a password
+        if _is_url(place["db_path"]):  # the store's form hides a password
             store = self._open(write=False)
             return place["db_path"] if store is None else store.db_path
         return Path(place["db_path"])

@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import re
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -95,6 +96,27 @@ def _fspath(where: str, name: str, value: Any) -> str:
     if isinstance(path, bytes):
         raise TypeError(f"{where}(): {name} must be str or os.PathLike[str], not bytes")
     return path
+
+
+# What the engine takes for a URL rather than a file path
+# (storage.IsServerURL, core/storage/location.go): an RFC 3986 scheme, then
+# "://".
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _is_url(location: str) -> bool:
+    """Whether the engine takes *location* for a URL, not a file path: a
+    ``postgresql://`` or ``postgres://`` URL names a database on a server,
+    and an open refuses a URL of any other kind. The engine decides this
+    when it opens a store (which then says whether it is a server's); this
+    mirrors its rule for the one place that must know without opening,
+    :attr:`PersistentCache.db_path` (tests/python/test_persistent_cache.py
+    checks it against the engine on a table of locations).
+
+    >>> _is_url("postgresql://db.example.org/tira"), _is_url("mysql://h/db"), _is_url("runs/a://b.db")
+    (True, True, False)
+    """
+    return _URL.match(location) is not None
 
 
 @contextlib.contextmanager

@@ -370,7 +370,7 @@ def test_check_and_repair(db, tmp_path):
     rec["pid"], rec["start_time"] = dead.pid, 1
     ticket.write_text(json.dumps(rec))
     r = tirastore("check", db, "--lock-timeout", "0.5")
-    assert r.returncode == 1 and "abandoned" in r.stdout and "leftover lock ticket files" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 1 and "abandoned" in r.stdout and "leftover tickets 1" in r.stdout, r.stdout + r.stderr
     assert lock.exists() and ticket.exists()
     r = tirastore("check", db, "--repair", "--json")
     assert r.returncode == 0, r.stdout + r.stderr

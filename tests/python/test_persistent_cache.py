@@ -99,6 +99,83 @@ def test_paths_json_database_and_pathlike(tmp_path):
         c.get("d", "o", "k")
 
 
+# Locations and whether the engine takes each for a URL (True) or a file
+# path (False). "://" anywhere, or a postgres prefix alone, would get some
+# of them wrong (checked below, so that the table keeps telling rules apart).
+URL_TABLE = [
+    ("postgresql://db.example.org/tira", True),
+    ("postgres://u:secret@h:5433/db?sslmode=require", True),
+    ("POSTGRESQL://h/db", True),
+    ("postgres://", True),
+    ("postgresql:///db?host=/nonexistent", True),
+    ("mysql://u:secret@h/db", True),
+    ("http://x", True),
+    ("file:///tmp/x.db", True),
+    ("a+b.c-d://x", True),
+    ("x1://y", True),
+    ("postgresql:/h/db", False),
+    ("postgresql", False),
+    ("1abc://x", False),
+    ("+x://y", False),
+    ("re sults://x", False),
+    ("runs/a://b.db", False),
+    ("./x://y", False),
+    ("://x", False),
+    ("\u00e9://x", False),
+    ("po\u017ftgres://h/db", False),  # Go's ToLower keeps the long s: not postgres, not a scheme
+    ("c:/x.db", False),
+    ("x.db", False),
+]
+
+
+def _engine_takes_for_a_url(location: str) -> bool:
+    """The engine's own verdict, without a server: the lock's status
+    refuses a server's URL (it has no lock file), an open that creates
+    nothing refuses a URL of another kind, and to both a file path is a
+    missing database."""
+    from tirastore import _native
+
+    try:
+        _native.call(0, "lock_status", db_path=location, stale_lock_timeout=None)
+    except ValueError:
+        return True
+    except FileNotFoundError:
+        pass
+    try:
+        TiraStore(location, allow_cpu_mismatch=True, create=False).close()
+    except ValueError:
+        return True
+    except FileNotFoundError:
+        return False
+    raise AssertionError(f"{location!r} opened a database")
+
+
+def test_the_url_rule_is_the_engines(tmp_path, monkeypatch):
+    """PersistentCache.db_path decides without opening whether its database
+    is a URL (tirastore.store._is_url): the engine's rule, on every location
+    of the table, so that the two cannot drift apart."""
+    from tirastore.store import _is_url
+
+    monkeypatch.chdir(tmp_path)
+    for location, url in URL_TABLE:
+        assert _engine_takes_for_a_url(location) is url, location
+        assert _is_url(location) is url, location
+    assert list(tmp_path.iterdir()) == []
+    # Negative controls: the looser rules this table tells apart.
+    assert any(("://" in loc) != url for loc, url in URL_TABLE)
+    assert any(loc.lower().startswith(("postgresql://", "postgres://")) != url for loc, url in URL_TABLE)
+
+
+def test_db_path_of_a_url_is_the_stores_and_a_path_opens_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="a URL of a kind TiraStore does not know"):
+        PersistentCache("op", path="mysql://u:secret@h/db").db_path
+    # A path with "://" inside is a file's: its db_path opens and creates nothing.
+    c = PersistentCache("op", path=f"{tmp_path}/runs/a://b.db")  # pathlib would fold the "//"
+    assert c.db_path == tmp_path / "runs" / "a:" / "b.db"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_one_database_holds_records_and_configs_and_ignores_the_cpu_check(tmp_path):
     db = tmp_path / "both.db"
     with TiraStore(db, cpu_model="Another CPU") as store:

@@ -1,22 +1,23 @@
-package core
+package operator
 
 import (
 	"context"
 	"fmt"
 
+	"github.com/tirastore/tirastore/core"
+	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/limits"
-	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/storage"
 )
 
 // # Merging databases
 //
-// MergeFrom copies the records of another TiraStore database (another
-// cluster's, another experiment's) into this one, a slice of programs at
+// Merge copies the records of another TiraStore database (another
+// cluster's, another experiment's) into a store, a slice of programs at
 // a time: each call opens the source as an existing database, reads up to
 // a number of records of the programs after a cursor under the source's
-// own lock, and writes them in one transaction of this store. Rows are
+// own lock, and writes them in one transaction of the store. Rows are
 // copied as they are (who measured them and when stay); a key already
 // here is "same" when its result is the one stored, else a conflict,
 // replaced only with overwrite. The records' CPU check applies between the
@@ -33,41 +34,26 @@ type MergeResult struct {
 	NextCursor *MergeCursor
 }
 
-// PyJSON is TransferResult's, with next as {program_name, program_hash}
-// or null.
-func (r *MergeResult) PyJSON() any {
-	o := r.TransferResult.PyJSON().(*pyjson.Object)
-	if r.NextCursor == nil {
-		o.Set("next", nil)
-	} else {
-		c := pyjson.NewObjectCap(2)
-		c.Set("program_name", r.NextCursor.Name)
-		c.Set("program_hash", r.NextCursor.Hash)
-		o.Set("next", c)
-	}
-	o.Delete("size")
-	return o
-}
-
-// MergeFrom merges the programs of the database at srcPath that come
+// Merge merges into s the programs of the database at srcPath that come
 // after cursor (nil: from the first) until about maxRecords records (at
 // least one program) are copied; see "Merging databases".
-func (s *Store) MergeFrom(ctx context.Context, srcPath string, cursor *MergeCursor, maxRecords int, overwrite, allowCPUMismatch, listConflicts bool) (*MergeResult, error) {
-	if err := s.checkWrites(); err != nil {
+func Merge(ctx context.Context, s *core.Store, srcPath string, cursor *MergeCursor, maxRecords int, overwrite, allowCPUMismatch, listConflicts bool) (*MergeResult, error) {
+	if err := s.CheckWrites(); err != nil {
 		return nil, err
 	}
-	src, err := Open(ctx, srcPath, Options{MustExist: true, AllowCPUMismatch: true, CPUModel: s.localCPU,
-		SlurmCPUs: s.localSlurm, LockTimeout: s.opts.LockTimeout, StaleLockTimeout: s.opts.StaleLockTimeout,
-		Interruptible: s.opts.Interruptible})
+	o := s.Options()
+	src, err := core.Open(ctx, srcPath, core.Options{MustExist: true, AllowCPUMismatch: true, CPUModel: o.CPUModel,
+		SlurmCPUs: o.SlurmCPUs, LockTimeout: o.LockTimeout, StaleLockTimeout: o.StaleLockTimeout,
+		Interruptible: o.Interruptible})
 	if err != nil {
 		return nil, err
 	}
 	defer src.Close()
-	if src.path == s.path {
-		return nil, newError(KindValue, "cannot merge %s into itself", s.path)
+	if src.Path() == s.Path() {
+		return nil, apierr.New(apierr.KindValue, "cannot merge %s into itself", s.Path())
 	}
 	if !allowCPUMismatch {
-		if err := s.sameCPU(ctx, src); err != nil {
+		if err := sameCPU(ctx, s, src); err != nil {
 			return nil, err
 		}
 	}
@@ -81,7 +67,7 @@ func (s *Store) MergeFrom(ctx context.Context, srcPath string, cursor *MergeCurs
 	}
 	var slice []program
 	var n int
-	err = src.be.View(ctx, "merge (read)", func(r storage.Reader) error {
+	err = src.Backend().View(ctx, "merge (read)", func(r storage.Reader) error {
 		after := *cursor
 		for maxRecords <= 0 || n < maxRecords {
 			ps, err := r.ProgramsAfter(after.Name, after.Hash, 64)
@@ -93,8 +79,8 @@ func (s *Store) MergeFrom(ctx context.Context, srcPath string, cursor *MergeCurs
 				if err := r.EachRecordOf(p.Hash, func(rec *storage.Record) error {
 					pr.recs = append(pr.recs, rec)
 					if d, over := limits.TooDeep(rec.ResultJSON); over {
-						return tooDeepToStore(fmt.Sprintf("%s: record %s (program %s, schedule %s): result_json",
-							src.path, rec.Key, p.Name, schedule.Repr(rec.Schedule)), d)
+						return core.TooDeepToStore(fmt.Sprintf("%s: record %s (program %s, schedule %s): result_json",
+							src.Path(), rec.Key, p.Name, schedule.Repr(rec.Schedule)), d)
 					}
 					return nil
 				}); err != nil {
@@ -116,7 +102,7 @@ func (s *Store) MergeFrom(ctx context.Context, srcPath string, cursor *MergeCurs
 	if len(slice) == 0 {
 		return res, nil
 	}
-	err = s.be.Update(ctx, "merge", func(w storage.Writer) error {
+	err = s.Backend().Update(ctx, "merge", func(w storage.Writer) error {
 		res.TransferResult = TransferResult{}
 		for _, p := range slice {
 			res.Programs++
@@ -162,21 +148,24 @@ func (s *Store) MergeFrom(ctx context.Context, srcPath string, cursor *MergeCurs
 	return res, nil
 }
 
-// sameCPU refuses a source whose CPU metadata differs from this store's
-// database's, naming both.
-func (s *Store) sameCPU(ctx context.Context, src *Store) error {
-	for _, key := range []string{"cpu_model", "slurm_cpus"} {
-		mine, err := s.meta(ctx, key)
+// sameCPU refuses a source whose CPU metadata differs from the database
+// of s, naming both.
+func sameCPU(ctx context.Context, s, src *core.Store) error {
+	for _, m := range []struct {
+		key string
+		get func(*core.Store, context.Context) (*string, error)
+	}{{"cpu_model", (*core.Store).CPUModel}, {"slurm_cpus", (*core.Store).SlurmCPUs}} {
+		mine, err := m.get(s, ctx)
 		if err != nil {
 			return err
 		}
-		theirs, err := src.meta(ctx, key)
+		theirs, err := m.get(src, ctx)
 		if err != nil {
 			return err
 		}
 		if str(mine) != str(theirs) {
-			return newError(KindPermission, "%s was measured with %s %q, %s with %q: results are not comparable "+
-				"(allow_cpu_mismatch merges anyway)", src.path, key, str(theirs), s.path, str(mine))
+			return apierr.New(apierr.KindPermission, "%s was measured with %s %q, %s with %q: results are not comparable "+
+				"(allow_cpu_mismatch merges anyway)", src.Path(), m.key, str(theirs), s.Path(), str(mine))
 		}
 	}
 	return nil

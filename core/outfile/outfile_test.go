@@ -1,13 +1,31 @@
-package core
+package outfile_test
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/tirastore/tirastore/core"
+	"github.com/tirastore/tirastore/core/operator"
+	"github.com/tirastore/tirastore/core/outfile"
 )
+
+var ctx = context.Background()
+
+// openTemp opens a new store in a test's directory.
+func openTemp(t *testing.T) *core.Store {
+	t.Helper()
+	st, err := core.Open(ctx, filepath.Join(t.TempDir(), "cache.db"), core.Options{CPUModel: "Test CPU"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
 
 // dirNames lists the names in dir.
 func dirNames(t *testing.T, dir string) []string {
@@ -29,8 +47,9 @@ func dirNames(t *testing.T, dir string) []string {
 // what the path is, before anything is written: the database's bytes and
 // the directory's names stay as they were.
 func TestOutputsRefuseTheDatabaseAndItsFiles(t *testing.T) {
-	st := openTemp(t, Options{})
-	if _, err := st.Record(ctx, "blur", src, Measurement{Schedule: sched, IsLegal: true, ExecutionTimes: Times(0.5)}, false); err != nil {
+	st := openTemp(t)
+	m := core.Measurement{Schedule: "S(L0,L1,4,8,comps=['c1'])", IsLegal: true, ExecutionTimes: core.Times(0.5)}
+	if _, err := st.Record(ctx, "blur", "void blur() { /* c */ }", m, false); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.ConfigPut(ctx, "", "cpu", "op", "k", "1", true); err != nil {
@@ -47,7 +66,7 @@ func TestOutputsRefuseTheDatabaseAndItsFiles(t *testing.T) {
 	if err := os.Link(db, filepath.Join(dir, "hardlink.db")); err != nil {
 		t.Fatal(err)
 	}
-	other, err := Open(ctx, filepath.Join(dir, "other.db"), Options{CPUModel: "Test CPU"})
+	other, err := core.Open(ctx, filepath.Join(dir, "other.db"), core.Options{CPUModel: "Test CPU"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,21 +90,21 @@ func TestOutputsRefuseTheDatabaseAndItsFiles(t *testing.T) {
 	names := dirNames(t, dir)
 	for out, want := range cases {
 		calls := map[string]func() error{
-			"export":      func() error { _, err := st.Export(ctx, out, "json"); return err },
-			"jsonl":       func() error { _, err := st.Export(ctx, out, "jsonl"); return err },
+			"export":      func() error { _, err := operator.Export(ctx, st, out, "json"); return err },
+			"jsonl":       func() error { _, err := operator.Export(ctx, st, out, "jsonl"); return err },
 			"export_json": func() error { _, _, err := st.ConfigExportJSON(ctx, "", out); return err },
 			"backup":      func() error { _, err := st.Backup(ctx, out); return err },
 		}
 		for name, call := range calls {
 			if name == "backup" && strings.HasSuffix(out, "other.db") {
 				want := "is another TiraStore database"
-				if err := call(); KindOf(err) != KindValue || !strings.Contains(err.Error(), want) {
+				if err := call(); core.KindOf(err) != core.KindValue || !strings.Contains(err.Error(), want) {
 					t.Errorf("%s to %s: %v, want a ValueError saying %q", name, out, err, want)
 				}
 				continue
 			}
 			err := call()
-			if KindOf(err) != KindValue || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "nothing was written") {
+			if core.KindOf(err) != core.KindValue || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "nothing was written") {
 				t.Errorf("%s to %s: %v, want a ValueError saying %q", name, out, err, want)
 			}
 		}
@@ -103,7 +122,7 @@ func TestOutputsRefuseTheDatabaseAndItsFiles(t *testing.T) {
 			t.Fatalf("backup %d: %v", i, err)
 		}
 	}
-	if _, err := st.Export(ctx, filepath.Join(dir, "dump.json"), "json"); err != nil {
+	if _, err := operator.Export(ctx, st, filepath.Join(dir, "dump.json"), "json"); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := st.ConfigExportJSON(ctx, "", filepath.Join(dir, "seed.json")); err != nil {
@@ -113,14 +132,14 @@ func TestOutputsRefuseTheDatabaseAndItsFiles(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "snap", "cache.db.lock"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Backup(ctx, filepath.Join(dir, "snap")+"/"); KindOf(err) != KindValue || !strings.Contains(err.Error(), "in use") {
+	if _, err := st.Backup(ctx, filepath.Join(dir, "snap")+"/"); core.KindOf(err) != core.KindValue || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("backup over a database in use: %v", err)
 	}
 }
 
-// CheckOutput (the C method output_create's check) spares every database
+// Check (the C method output_create's check) spares every database
 // given, skips server URLs, and refuses the files the call reads.
-func TestCheckOutputDatabasesAndInputs(t *testing.T) {
+func TestCheckDatabasesAndInputs(t *testing.T) {
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.db"), filepath.Join(dir, "b.db")
 	in := filepath.Join(dir, "dump.json")
@@ -137,13 +156,13 @@ func TestCheckOutputDatabasesAndInputs(t *testing.T) {
 		in:                           "is the file this call reads",
 		filepath.Join(dir, "c.json"): "",
 	} {
-		got, err := CheckOutput(OutputConflicts, out, dbs, []string{in})
+		got, err := outfile.Check(outfile.Conflicts, out, dbs, []string{in})
 		switch {
 		case want == "" && err != nil:
 			t.Errorf("%s: %v", out, err)
 		case want == "" && got != out:
 			t.Errorf("%s: resolved to %s", out, got)
-		case want != "" && (KindOf(err) != KindValue || !strings.Contains(err.Error(), want)):
+		case want != "" && (core.KindOf(err) != core.KindValue || !strings.Contains(err.Error(), want)):
 			t.Errorf("%s: %v, want %q", out, err, want)
 		}
 	}
@@ -154,7 +173,7 @@ func TestCheckOutputDatabasesAndInputs(t *testing.T) {
 func TestOutputCommitAndAbort(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "plot.png")
-	o, err := CreateOutput(OutputPlot, out, nil, nil)
+	o, err := outfile.Create(outfile.Plot, out, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +184,7 @@ func TestOutputCommitAndAbort(t *testing.T) {
 	if names := dirNames(t, dir); len(names) != 0 {
 		t.Fatalf("abort left %v", names)
 	}
-	o, err = CreateOutput(OutputPlot, out, nil, nil)
+	o, err = outfile.Create(outfile.Plot, out, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

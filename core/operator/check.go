@@ -1,4 +1,11 @@
-package core
+// Package operator holds the operator's tools, built on core.Store's
+// exported methods and its storage seam (core.Store.Backend): the check
+// of a database (check.go), the lock's status and break (lockadmin.go),
+// the merge of another database (merge.go), and the original's export
+// format, written and read back (exportformat.go). They are the C
+// methods check, lock_status, lock_break, merge, export and import, which
+// the `tirastore` command and the Python TiraStore call.
+package operator
 
 import (
 	"context"
@@ -8,13 +15,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tirastore/tirastore/core"
+	"github.com/tirastore/tirastore/core/internal/input"
 	"github.com/tirastore/tirastore/core/limits"
-	"github.com/tirastore/tirastore/core/lock"
-	"github.com/tirastore/tirastore/core/nodelocal"
 	"github.com/tirastore/tirastore/core/postgres"
-	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/sqlite"
+	"github.com/tirastore/tirastore/core/sqlitefile"
 	"github.com/tirastore/tirastore/core/storage"
 )
 
@@ -49,94 +56,24 @@ type CheckReport struct {
 	SchemaVersion     string
 	Tables            *storage.TableCheck
 	Records, Programs int64
-	// NodeLocal is this node's files of the database (nodelocal.Inspect),
+	// NodeLocal is this node's files of the database
+	// (sqlitefile.InspectNodeLocal),
 	// as found before the check opened it; a name that fails its checks is
 	// also a problem (its speed-up is off here until its owner removes it).
-	NodeLocal []nodelocal.FileState
+	NodeLocal []sqlitefile.NodeLocalFile
 	// StaleClaims are measurement claims (lookup_or_claim) that nobody
 	// will end: their holder died on this host, or their schedule is
 	// recorded; --repair removes them.
-	StaleClaims []*ClaimHolder
+	StaleClaims []*core.ClaimHolder
 	// Notices are the open's warnings (node-local files that failed their
 	// checks, a directory other users cannot use).
 	Notices []string
 }
 
-// PyJSON gives the report as a dict.
-func (r *CheckReport) PyJSON() any {
-	o := pyjson.NewObjectCap(14)
-	o.Set("db_path", r.Path)
-	o.Set("ok", len(r.Problems) == 0)
-	o.Set("problems", strs(r.Problems))
-	o.Set("repaired", strs(r.Repaired))
-	if r.Lock != nil {
-		o.Set("lock", r.Lock)
-	} else {
-		o.Set("lock", nil)
-	}
-	o.Set("leftover_claims", strs(r.Leftovers))
-	o.Set("hot_journal", r.HotJournal)
-	if j := r.ForeignJournal; j != nil {
-		jo := pyjson.NewObjectCap(6)
-		jo.Set("path", j.Path)
-		jo.Set("kind", j.Kind)
-		jo.Set("owner_uid", j.UID)
-		jo.Set("mode", fmt.Sprintf("%04o", j.Mode))
-		jo.Set("why", j.Why())
-		jo.Set("moved_to", r.JournalMovedTo)
-		o.Set("foreign_journal", jo)
-	} else {
-		o.Set("foreign_journal", nil)
-	}
-	o.Set("schema_version", r.SchemaVersion)
-	if t := r.Tables; t != nil {
-		to := pyjson.NewObjectCap(5)
-		to.Set("integrity", strs(t.Integrity))
-		to.Set("orphan_records", t.Orphans)
-		to.Set("bad_results", t.BadResults)
-		to.Set("too_deep_values", t.DeepCount)
-		to.Set("too_deep_listed", strs(t.DeepValues))
-		o.Set("tables", to)
-	} else {
-		o.Set("tables", nil)
-	}
-	o.Set("records", r.Records)
-	o.Set("programs", r.Programs)
-	nl := make([]any, len(r.NodeLocal))
-	for i, f := range r.NodeLocal {
-		fo := pyjson.NewObjectCap(6)
-		fo.Set("role", f.Role)
-		fo.Set("path", f.Path)
-		fo.Set("present", f.Present)
-		fo.Set("problem", f.Problem)
-		fo.Set("serves", f.Serves)
-		fo.Set("entries", f.Entries)
-		nl[i] = fo
-	}
-	o.Set("node_local", nl)
-	sc := make([]any, len(r.StaleClaims))
-	for i, c := range r.StaleClaims {
-		co := c.PyJSON().(*pyjson.Object)
-		co.Set("recorded", c.Recorded)
-		sc[i] = co
-	}
-	o.Set("stale_measurement_claims", sc)
-	o.Set("notices", strs(r.Notices))
-	return o
-}
-
-func strs(xs []string) []any {
-	out := make([]any, len(xs))
-	for i, x := range xs {
-		out[i] = x
-	}
-	return out
-}
-
 // CheckDatabase checks the database at path; see "Checking a database".
 // opts' timeouts apply (a lock held by a live process makes the table
 // checks wait for it, up to the lock timeout).
-func CheckDatabase(ctx context.Context, path string, opts Options, repair bool) (*CheckReport, error) {
+func CheckDatabase(ctx context.Context, path string, opts core.Options, repair bool) (*CheckReport, error) {
 	if storage.IsServerURL(path) {
 		// A server's database: no lock, no files of this node; the
 		// tables and the claims as below.
@@ -150,10 +87,10 @@ func CheckDatabase(ctx context.Context, path string, opts Options, repair bool) 
 	rep := &CheckReport{}
 	st, err := l.Inspect()
 	if err != nil {
-		return nil, readError(err, "lock", l.Path())
+		return nil, input.ReadError(err, "lock", l.Path())
 	}
 	rep.Lock = statusOf(st, abs, false, repairCmd)
-	c := lock.CommandsFor(abs, st.StaleTimeout)
+	c := sqlitefile.LockCommandsFor(abs, st.StaleTimeout)
 	// A lock that is not a record is never broken by waiters: the tables'
 	// check would wait behind it as behind an abandoned one.
 	stuck := st.Held && (rep.Lock.Abandoned() || st.Holder == nil)
@@ -165,7 +102,7 @@ func CheckDatabase(ctx context.Context, path string, opts Options, repair bool) 
 	case rep.Lock.Abandoned() && repair:
 		if bs, broken, err := l.Break(false); err != nil || !broken {
 			msg := fmt.Sprintf("the lock %s looked abandoned (%s) but was not broken: %v", st.Path, who, err)
-			if by := lock.RemovableBy(st.Path); by != "" {
+			if by := sqlitefile.RemovableBy(st.Path); by != "" {
 				msg += fmt.Sprintf("; `%s`, run by %s, removes it", c.Repair, by)
 			}
 			rep.Problems = append(rep.Problems, msg)
@@ -190,7 +127,7 @@ func CheckDatabase(ctx context.Context, path string, opts Options, repair bool) 
 		return nil, err
 	}
 	rep.Path = abs
-	rep.NodeLocal = nodelocal.Inspect(l.Path())
+	rep.NodeLocal = sqlitefile.InspectNodeLocal(l.Path())
 	for _, f := range rep.NodeLocal {
 		if f.Problem != "" {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("the node-local %s %s is %s: the %s is off on this node until its owner (or root) removes it", f.Role, f.Path, f.Problem, f.Serves))
@@ -210,10 +147,10 @@ func CheckDatabase(ctx context.Context, path string, opts Options, repair bool) 
 // check's read rolls it back); one it refuses is foreign, never applied,
 // and with repair moved aside under the lock (so that no live writer's
 // journal is ever moved) to <journal>.foreign-<UTC time>.
-func checkJournal(ctx context.Context, rep *CheckReport, l *lock.Lock, abs string, held, repair bool) error {
+func checkJournal(ctx context.Context, rep *CheckReport, l *sqlitefile.Lock, abs string, held, repair bool) error {
 	j, err := sqlite.InspectJournal(abs)
 	if err != nil {
-		return readError(err, "journal", sqlite.JournalPath(abs))
+		return input.ReadError(err, "journal", sqlite.JournalPath(abs))
 	}
 	switch {
 	case j == nil:
@@ -229,7 +166,7 @@ func checkJournal(ctx context.Context, rep *CheckReport, l *lock.Lock, abs strin
 	if !repair {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("the journal %s is foreign: %s; it is never rolled back, "+
 			"and the database cannot be used while it is there; `%s` moves it aside", j.Path, j.Why(),
-			lock.CommandsFor(abs, l.StaleTimeout()).Repair))
+			sqlitefile.LockCommandsFor(abs, l.StaleTimeout()).Repair))
 		return nil
 	}
 	aside := fmt.Sprintf("%s.foreign-%s", j.Path, time.Now().UTC().Format("20060102T150405.000000000Z"))
@@ -260,19 +197,19 @@ func checkJournal(ctx context.Context, rep *CheckReport, l *lock.Lock, abs strin
 
 // checkTables opens the database and adds what its tables and claims
 // show to rep.
-func checkTables(ctx context.Context, rep *CheckReport, path string, opts Options, repair bool) (*CheckReport, error) {
+func checkTables(ctx context.Context, rep *CheckReport, path string, opts core.Options, repair bool) (*CheckReport, error) {
 	opts.MustExist, opts.AllowCPUMismatch = true, true
-	s, err := Open(ctx, path, opts)
+	s, err := core.Open(ctx, path, opts)
 	if err != nil {
-		if KindOf(err) == KindDatabase || KindOf(err) == KindOperational {
+		if core.KindOf(err) == core.KindDatabase || core.KindOf(err) == core.KindOperational {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("the database cannot be opened (integrity unknown): %v", err))
 			return rep, nil
 		}
 		return nil, err
 	}
 	defer s.Close()
-	rep.Path, rep.Notices = s.path, s.Notices()
-	err = s.be.View(ctx, "check", func(r storage.Reader) error {
+	rep.Path, rep.Notices = s.Path(), s.Notices()
+	err = s.Backend().View(ctx, "check", func(r storage.Reader) error {
 		v, _, err := r.Meta("schema_version")
 		if err != nil {
 			return err
@@ -287,7 +224,7 @@ func checkTables(ctx context.Context, rep *CheckReport, path string, opts Option
 		rep.Programs, err = r.CountPrograms()
 		return err
 	})
-	if k := KindOf(err); err != nil && (k == KindDatabase || k == KindOperational) {
+	if k := core.KindOf(err); err != nil && (k == core.KindDatabase || k == core.KindOperational) {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("the database cannot be read (integrity check failed): %v", err))
 		return rep, nil
 	}
@@ -322,7 +259,7 @@ func checkTables(ctx context.Context, rep *CheckReport, path string, opts Option
 	if t := rep.Tables; len(t.Integrity) != 1 || t.Integrity[0] != "ok" {
 		return rep, nil
 	}
-	if rep.StaleClaims, err = s.staleClaims(ctx, repair); err != nil {
+	if rep.StaleClaims, err = s.StaleClaims(ctx, repair); err != nil {
 		return nil, err
 	}
 	for _, c := range rep.StaleClaims {
@@ -334,7 +271,7 @@ func checkTables(ctx context.Context, rep *CheckReport, path string, opts Option
 		if repair {
 			rep.Repaired = append(rep.Repaired, "removed "+what)
 		} else {
-			rep.Problems = append(rep.Problems, fmt.Sprintf("%s is stale: `tirastore check --repair %s` removes it", what, lock.ShellQuote(rep.Path)))
+			rep.Problems = append(rep.Problems, fmt.Sprintf("%s is stale: `tirastore check --repair %s` removes it", what, sqlitefile.ShellQuote(rep.Path)))
 		}
 	}
 	return rep, nil

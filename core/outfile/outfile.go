@@ -1,20 +1,30 @@
-package core
+// Package outfile is the output-path check and the writing of an output
+// file: an output path that is a database or one of its files is refused,
+// and an output is written to a temporary file beside it, renamed over it
+// when complete (see "Output files"). Every door that writes a file at a
+// path the user typed goes through it: core (backup, export_json),
+// core/operator (export) and the C method output_create (the CLI's
+// conflicts file, a plot).
+package outfile
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/failpoint"
-	"github.com/tirastore/tirastore/core/lock"
+	"github.com/tirastore/tirastore/core/internal/input"
 	"github.com/tirastore/tirastore/core/shareddir"
 	"github.com/tirastore/tirastore/core/sqlite"
+	"github.com/tirastore/tirastore/core/sqlitefile"
 	"github.com/tirastore/tirastore/core/storage"
 )
 
@@ -34,7 +44,7 @@ import (
 //     (by name, or the same file under another name: a hard link, a link
 //     of the caller, another path to its directory), its journal, -wal
 //     and -shm (sqlite.Companions), its lock, break lock, a lock moved
-//     aside and any lock ticket file of its directory (lock.NameOf);
+//     aside and any lock ticket file of its directory (sqlitefile.LockNameOf);
 //   - the same names of any other database: a name of the lock's family
 //     anywhere, the journal of an existing database file;
 //   - a file the call reads (the export an import reads);
@@ -54,46 +64,46 @@ import (
 // its descriptor (core/shareddir), synced, checked to still be the file at
 // the temporary name, and renamed over the path.
 
-// OutputKind is what an output file is for.
-type OutputKind int
+// Kind is what an output file is for.
+type Kind int
 
 // The output kinds.
 const (
-	OutputExport       OutputKind = iota // Store.Export
-	OutputBackup                         // Store.Backup
-	OutputConfigExport                   // Store.ConfigExportJSON
-	OutputConflicts                      // the CLI's --conflicts file of import and merge
-	OutputPlot                           // tirastore.plot.plot_program
+	Export       Kind = iota // operator.Export
+	Backup                   // core.Store.Backup
+	ConfigExport             // core.Store.ConfigExportJSON
+	Conflicts                // the CLI's --conflicts file of import and merge
+	Plot                     // tirastore.plot.plot_program
 )
 
 // outputKinds names each kind: in the C method output_create, in messages,
 // and as what writes it.
 var outputKinds = [...]struct{ name, label, writer string }{
-	OutputExport:       {"export", "export path", "an export"},
-	OutputBackup:       {"backup", "backup path", "a backup"},
-	OutputConfigExport: {"config_export", "PersistentCache file", "export_json"},
-	OutputConflicts:    {"conflicts", "conflicts file", "a conflicts file"},
-	OutputPlot:         {"plot", "plot file", "a plot"},
+	Export:       {"export", "export path", "an export"},
+	Backup:       {"backup", "backup path", "a backup"},
+	ConfigExport: {"config_export", "PersistentCache file", "export_json"},
+	Conflicts:    {"conflicts", "conflicts file", "a conflicts file"},
+	Plot:         {"plot", "plot file", "a plot"},
 }
 
-// ParseOutputKind is the kind called name ("conflicts", "plot", ...).
-func ParseOutputKind(name string) (OutputKind, bool) {
+// ParseKind is the kind called name ("conflicts", "plot", ...).
+func ParseKind(name string) (Kind, bool) {
 	for k, o := range outputKinds {
 		if o.name == name {
-			return OutputKind(k), true
+			return Kind(k), true
 		}
 	}
 	return 0, false
 }
 
-// CheckOutput resolves the output path p of kind (as every path argument
-// is resolved: core/pypath) and refuses it when writing there would
-// replace a database or a file of one (see "Output files"). dbs are the
-// databases the call uses (files, or server URLs, which have no files);
-// inputs are the files it reads. It returns the absolute path.
-func CheckOutput(kind OutputKind, p string, dbs, inputs []string) (string, error) {
+// Check resolves the output path p of kind (as every path argument is
+// resolved: core/pypath) and refuses it when writing there would replace
+// a database or a file of one (see "Output files"). dbs are the databases
+// the call uses (files, or server URLs, which have no files); inputs are
+// the files it reads. It returns the absolute path.
+func Check(kind Kind, p string, dbs, inputs []string) (string, error) {
 	label := outputKinds[kind].label
-	out, err := resolveFile(label, p)
+	out, err := input.File(label, p)
 	if err != nil {
 		return "", err
 	}
@@ -102,7 +112,7 @@ func CheckOutput(kind OutputKind, p string, dbs, inputs []string) (string, error
 		if storage.IsServerURL(db) {
 			continue
 		}
-		abs, err := resolvePath("database path", db)
+		abs, err := input.Path("database path", db)
 		if err != nil {
 			return "", err
 		}
@@ -111,19 +121,22 @@ func CheckOutput(kind OutputKind, p string, dbs, inputs []string) (string, error
 	return out, c.run()
 }
 
-// checkOutput is CheckOutput of the absolute path out for this store's
-// database.
-func (s *Store) checkOutput(kind OutputKind, out string, backupOf func() (map[string]string, error)) error {
+// CheckResolved is Check of the absolute path out that a store's own call
+// writes (export, backup, export_json): db is the store's database file,
+// "" for a server's (it has no files); backupOf, for a backup, reads the
+// db_meta rows of the database backed up (an earlier backup of it may be
+// replaced), else nil.
+func CheckResolved(kind Kind, out, db string, backupOf func() (map[string]string, error)) error {
 	c := &outputCheck{kind: kind, out: out, backupOf: backupOf}
-	if !s.IsServer() {
-		c.dbs = []string{s.path}
+	if db != "" {
+		c.dbs = []string{db}
 	}
 	return c.run()
 }
 
 // outputCheck is one check of an output path.
 type outputCheck struct {
-	kind   OutputKind
+	kind   Kind
 	out    string   // absolute
 	dbs    []string // absolute database files
 	inputs []string
@@ -134,7 +147,7 @@ type outputCheck struct {
 
 // refuse is the ValueError of an output that is what.
 func (c *outputCheck) refuse(what string) error {
-	return newError(KindValue, "%s %s is %s: refused, nothing was written", outputKinds[c.kind].label, c.out, what)
+	return apierr.New(apierr.KindValue, "%s %s is %s: refused, nothing was written", outputKinds[c.kind].label, c.out, what)
 }
 
 func (c *outputCheck) run() error {
@@ -149,7 +162,7 @@ func (c *outputCheck) run() error {
 		}
 	}
 	for _, in := range c.inputs {
-		abs, err := resolvePath("input path", in)
+		abs, err := input.Path("input path", in)
 		if err != nil {
 			return err
 		}
@@ -170,15 +183,15 @@ func (c *outputCheck) run() error {
 	if err != nil {
 		k, ok := apierr.OSKind(err)
 		if !ok {
-			k = KindOS
+			k = apierr.KindOS
 		}
-		return wrapError(k, err, "%s %s exists and cannot be read to tell whether it is a database: %v; "+
+		return apierr.Wrap(k, err, "%s %s exists and cannot be read to tell whether it is a database: %v; "+
 			"refused, nothing was written", outputKinds[c.kind].label, c.out, err)
 	}
 	if !isDB {
 		return nil
 	}
-	if c.kind != OutputBackup || c.backupOf == nil {
+	if c.kind != Backup || c.backupOf == nil {
 		return c.refuse(fmt.Sprintf("an existing SQLite database: %s never replaces a database (choose another name)",
 			outputKinds[c.kind].writer))
 	}
@@ -207,7 +220,7 @@ func (c *outputCheck) earlierBackup() error {
 				"replaces only an earlier backup of this database", k, info.Meta[k], mine[k]))
 		}
 	}
-	if lp, err := lock.PathFor(c.out); err == nil {
+	if lp, err := sqlitefile.LockPathFor(c.out); err == nil {
 		if _, err := os.Lstat(lp); err == nil {
 			return c.refuse(fmt.Sprintf("a TiraStore database in use (its lock file %s exists)", lp))
 		}
@@ -220,10 +233,10 @@ func (c *outputCheck) earlierBackup() error {
 // are out's stat.
 func companionOf(db, out string, exists bool, ost *unix.Stat_t) string {
 	files := append([]sqlite.Companion{{Path: db, What: "the database itself"}}, sqlite.Companions(db)...)
-	lp, lerr := lock.PathFor(db)
+	lp, lerr := sqlitefile.LockPathFor(db)
 	if lerr == nil {
 		files = append(files, sqlite.Companion{Path: lp, What: "the lock file"},
-			sqlite.Companion{Path: lp + lock.BreakSuffix, What: "the break lock"})
+			sqlite.Companion{Path: lp + sqlitefile.LockBreakSuffix, What: "the break lock"})
 	}
 	of := func(what string) string {
 		if what == "the database itself" {
@@ -239,7 +252,7 @@ func companionOf(db, out string, exists bool, ost *unix.Stat_t) string {
 			}
 		}
 		if lerr == nil {
-			if what := lock.NameOf(lp, base); what != "" {
+			if what := sqlitefile.LockNameOf(lp, base); what != "" {
 				return of(what)
 			}
 		}
@@ -267,7 +280,7 @@ func anyCompanion(out string) string {
 	if i := strings.Index(base, ".db.lock"); i >= 0 {
 		lp = filepath.Join(dir, base[:i+len(".db.lock")])
 	}
-	if what := lock.NameOf(lp, base); what != "" {
+	if what := sqlitefile.LockNameOf(lp, base); what != "" {
 		return what + " of a TiraStore database in " + filepath.Clean(dir) + " (a name of the lock protocol)"
 	}
 	for _, suffix := range []string{"-journal", "-wal", "-shm"} {
@@ -328,26 +341,26 @@ type Output struct {
 	done bool
 }
 
-// CreateOutput checks the output path p of kind (CheckOutput) and creates
-// its temporary file, mode 0666 less the umask: for a binding that writes
-// the contents itself (the CLI's conflicts file, a plot) through the
-// file's descriptor, then commits or aborts.
-func CreateOutput(kind OutputKind, p string, dbs, inputs []string) (*Output, error) {
-	out, err := CheckOutput(kind, p, dbs, inputs)
+// Create checks the output path p of kind (Check) and creates its
+// temporary file, mode 0666 less the umask: for a binding that writes the
+// contents itself (the CLI's conflicts file, a plot) through the file's
+// descriptor, then commits or aborts.
+func Create(kind Kind, p string, dbs, inputs []string) (*Output, error) {
+	out, err := Check(kind, p, dbs, inputs)
 	if err != nil {
 		return nil, err
 	}
-	o, err := createOutput(out, 0o666, false)
+	o, err := CreateResolved(out, 0o666, false)
 	if err != nil {
-		return nil, fileWriteError(err, outputKinds[kind].label, out)
+		return nil, WriteError(err, outputKinds[kind].label, out)
 	}
 	return o, nil
 }
 
-// createOutput creates the temporary file of the output out, with mode
-// perm exactly when exact (a backup has its database's mode), else perm
-// less the umask.
-func createOutput(out string, perm uint32, exact bool) (*Output, error) {
+// CreateResolved creates the temporary file of the output out, checked
+// already (CheckResolved), with mode perm exactly when exact (a backup has
+// its database's mode), else perm less the umask.
+func CreateResolved(out string, perm uint32, exact bool) (*Output, error) {
 	if fi, err := os.Stat(out); err == nil && fi.IsDir() {
 		return nil, &fs.PathError{Op: "open", Path: out, Err: unix.EISDIR}
 	}
@@ -362,6 +375,10 @@ func createOutput(out string, perm uint32, exact bool) (*Output, error) {
 	}
 	return &Output{Path: out, File: f, tmp: tmp}, nil
 }
+
+// Temp is the temporary file's path: for a writer that fills it by name
+// (a backend's backup writes a database there).
+func (o *Output) Temp() string { return o.tmp }
 
 // Commit syncs the temporary file, checks that its name still names it
 // (nobody replaced it meanwhile), closes it and renames it over Path; on
@@ -405,4 +422,41 @@ func (o *Output) ours() bool {
 	var st, lst unix.Stat_t
 	return unix.Fstat(int(o.File.Fd()), &st) == nil && unix.Lstat(o.tmp, &lst) == nil &&
 		lst.Dev == st.Dev && lst.Ino == st.Ino
+}
+
+// tempBeside names a private temporary file next to path, so that the
+// final rename stays within one directory (and one filesystem).
+func tempBeside(path string) string {
+	return fmt.Sprintf("%s.tmp-%d-%d", path, os.Getpid(), time.Now().UnixNano())
+}
+
+// WriteReplacing writes the file out through fill, into a temporary file
+// beside it (CreateResolved: mode 0666 less the umask) that is synced and
+// renamed over out: readers of out see the old file or the whole new one,
+// never a part. The caller has checked out (CheckResolved).
+func WriteReplacing(out string, fill func(w *bufio.Writer) error) error {
+	o, err := CreateResolved(out, 0o666, false)
+	if err != nil {
+		return err
+	}
+	defer o.Abort() // after the commit: nothing
+	w := bufio.NewWriterSize(o.File, 1<<20)
+	if err := fill(w); err != nil {
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return o.Commit()
+}
+
+// WriteError is the error of writing the file out, which holds what (an
+// *apierr.Error from below passes unchanged).
+func WriteError(err error, what, out string) error {
+	var e *apierr.Error
+	if errors.As(err, &e) {
+		return err
+	}
+	k, _ := apierr.OSKind(err)
+	return apierr.Wrap(k, err, "cannot write %s %s: %v", what, out, err)
 }

@@ -1,4 +1,4 @@
-package core
+package operator
 
 import (
 	"bufio"
@@ -7,19 +7,214 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
+	"syscall"
 
+	"github.com/tirastore/tirastore/core"
 	"github.com/tirastore/tirastore/core/apierr"
+	"github.com/tirastore/tirastore/core/internal/input"
+	"github.com/tirastore/tirastore/core/outfile"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/storage"
 )
 
+// # The original's export format
+//
+// An export is every program with its schedules, as the original library
+// wrote it: "json", one object {name: entry} indented by 2, or "jsonl",
+// one {name: entry} object per line; an entry is {"Tiramisu_cpp": source,
+// "schedules_list": [{"schedule_str", "is_legal", "execution_times"}],
+// "program_name": name}, and a name with several sources becomes
+// <name>_v1, <name>_v2, ... The format is written (Export, exportWriter)
+// and read back (Import, exportReader) here, in one file, so that the two
+// sides change together.
+
+// exportFormats are the formats the original's export accepts.
+var exportFormats = map[string]bool{"json": true, "jsonl": true}
+
+// Export writes every program with its schedules to path as JSON ("json":
+// one object, indent 2) or JSON Lines ("jsonl": one program per line), byte
+// for byte as the original did, and returns the absolute path. path must
+// pass the output check (see "Output files": never the database or a file
+// of it, nor another database).
+func Export(ctx context.Context, s *core.Store, path, format string) (string, error) {
+	if !exportFormats[format] {
+		return "", apierr.New(apierr.KindValue, "fmt must be 'json' or 'jsonl', got %s", schedule.Repr(format))
+	}
+	if err := input.Text("output_path", path); err != nil {
+		return "", err
+	}
+	out, err := input.Path("export path", path)
+	if err != nil {
+		return "", err
+	}
+	if fi, err := os.Stat(out); err == nil && fi.IsDir() {
+		perr := &fs.PathError{Op: "open", Path: out, Err: syscall.EISDIR}
+		return "", apierr.Wrap(apierr.KindOS, perr, "cannot write export: %v", perr)
+	}
+	db := s.Path()
+	if s.IsServer() {
+		db = "" // a server's database has no files
+	}
+	if err := outfile.CheckResolved(outfile.Export, out, db, nil); err != nil {
+		return "", err
+	}
+	err = outfile.WriteReplacing(out, func(w *bufio.Writer) error {
+		ew := &exportWriter{w: w, json: format == "json"}
+		err := s.Backend().EachProgram(ctx, ew.program)
+		if err == nil {
+			err = ew.finish()
+		}
+		if ew.err != nil {
+			err = ew.err
+		}
+		return err
+	})
+	if err != nil {
+		return "", outfile.WriteError(err, "export", out)
+	}
+	return out, nil
+}
+
+// exportWriter writes an export while the backend scans the programs, in
+// the original's format: a program name with several source versions
+// becomes <name>_v1, <name>_v2, ... (in hash order); the versions of one
+// name come one after another in the scan (by name, then hash), so only
+// they are held in memory at once.
+type exportWriter struct {
+	w     *bufio.Writer
+	json  bool   // "json" (one object, indent 2), else "jsonl"
+	name  string // the name of the entries in group
+	group []any  // the entries of name, not written yet
+	n     int    // entries written
+	err   error  // the first write error (the scan then stops)
+}
+
+// errExportWrite stops the scan after a write error (exportWriter.err).
+var errExportWrite = errors.New("export write failed")
+
+// exportJSON is json.dumps(indent=2) as the original wrote it; exportLine
+// is the json.dumps default of each JSON Lines line.
+var (
+	exportJSON = pyjson.Options{Indent: 2, ItemSep: ",", KeySep: ": "}
+	exportLine = pyjson.Options{Indent: -1, ItemSep: ", ", KeySep: ": "}
+)
+
+// program takes the next program of the scan.
+func (ew *exportWriter) program(p storage.Program, rs []storage.ScheduleResult) error {
+	if len(ew.group) > 0 && p.Name != ew.name {
+		if err := ew.flush(); err != nil {
+			return err
+		}
+	}
+	list := make([]any, 0, len(rs))
+	for _, r := range rs {
+		legal, times, err := core.ParseResult(p.Hash, r.ResultJSON)
+		if err != nil {
+			return err
+		}
+		item := pyjson.NewObjectCap(3)
+		item.Set("schedule_str", r.Schedule)
+		item.Set("is_legal", legal)
+		item.Set("execution_times", times)
+		list = append(list, item)
+	}
+	entry := pyjson.NewObjectCap(3)
+	entry.Set("Tiramisu_cpp", p.Source)
+	entry.Set("schedules_list", list)
+	entry.Set("program_name", p.Name)
+	ew.name, ew.group = p.Name, append(ew.group, entry)
+	return nil
+}
+
+// flush writes the entries of one name.
+func (ew *exportWriter) flush() error {
+	for i, entry := range ew.group {
+		key := ew.name
+		if len(ew.group) > 1 {
+			key = fmt.Sprintf("%s_v%d", ew.name, i+1)
+		}
+		if err := ew.entry(key, entry); err != nil {
+			return err
+		}
+	}
+	ew.group = ew.group[:0]
+	return nil
+}
+
+// entry writes one top-level key and its value.
+func (ew *exportWriter) entry(key string, v any) error {
+	var b []byte
+	if ew.json {
+		k, err := pyjson.Marshal(key, exportJSON)
+		if err != nil {
+			return apierr.Wrap(apierr.KindInternal, err, "encode export: %v", err)
+		}
+		val, err := pyjson.Marshal(v, exportJSON)
+		if err != nil {
+			return apierr.Wrap(apierr.KindInternal, err, "encode export: %v", err)
+		}
+		sep := ",\n  "
+		if ew.n == 0 {
+			sep = "{\n  "
+		}
+		b = append(append(append([]byte(sep), k...), ": "...), nest(val)...)
+	} else {
+		line := pyjson.NewObjectCap(1)
+		line.Set(key, v)
+		l, err := pyjson.Marshal(line, exportLine)
+		if err != nil {
+			return apierr.Wrap(apierr.KindInternal, err, "encode export: %v", err)
+		}
+		b = append(l, '\n')
+	}
+	ew.n++
+	return ew.write(b)
+}
+
+// nest indents a value written at the top level by one more level: every
+// line after the first gains the indent (strings hold no raw newlines: JSON
+// escapes them).
+func nest(val []byte) []byte {
+	return bytes.ReplaceAll(val, []byte("\n"), []byte("\n  "))
+}
+
+// finish writes the last name's entries and the end of the document.
+func (ew *exportWriter) finish() error {
+	if err := ew.flush(); err != nil {
+		return err
+	}
+	if ew.json {
+		end := "\n}\n"
+		if ew.n == 0 {
+			end = "{}\n"
+		}
+		if err := ew.write([]byte(end)); err != nil {
+			return err
+		}
+	}
+	if err := ew.w.Flush(); err != nil {
+		ew.err = err
+		return errExportWrite
+	}
+	return nil
+}
+
+func (ew *exportWriter) write(b []byte) error {
+	if _, err := ew.w.Write(b); err != nil {
+		ew.err = err
+		return errExportWrite
+	}
+	return nil
+}
+
 // # Importing an export
 //
-// ImportExport reads the original's export format (Export's output, json
-// or jsonl) back into a store, a slice of the file at a time: each call
+// Import reads the original's export format (Export's output, json or
+// jsonl) back into a store, a slice of the file at a time: each call
 // starts at a byte offset that an earlier call returned, reads up to a
 // number of records, and says where the next call starts, so that a
 // caller can show progress and memory stays that of one slice whatever
@@ -45,56 +240,25 @@ type Conflict struct {
 	ProgramName, Schedule, Stored, Incoming string
 }
 
-// PyJSON gives {programs, records, added, same, conflicts, replaced,
-// next, size, conflict_list: [{program_name, schedule, stored, incoming}]}
-// (next null when done).
-func (r *TransferResult) PyJSON() any {
-	o := pyjson.NewObjectCap(9)
-	for _, f := range []struct {
-		k string
-		v int64
-	}{{"programs", r.Programs}, {"records", r.Records}, {"added", r.Added}, {"same", r.Same},
-		{"conflicts", r.Conflicts}, {"replaced", r.Replaced}} {
-		o.Set(f.k, f.v)
-	}
-	if r.Next < 0 {
-		o.Set("next", nil)
-	} else {
-		o.Set("next", r.Next)
-	}
-	o.Set("size", r.Size)
-	list := make([]any, len(r.ConflictList))
-	for i, c := range r.ConflictList {
-		co := pyjson.NewObjectCap(4)
-		co.Set("program_name", c.ProgramName)
-		co.Set("schedule", c.Schedule)
-		co.Set("stored", pyjson.Raw(c.Stored))
-		co.Set("incoming", pyjson.Raw(c.Incoming))
-		list[i] = co
-	}
-	o.Set("conflict_list", list)
-	return o
-}
-
-// ImportExport imports the export file path from byte offset (0 or a
+// Import imports into s the export file path from byte offset (0 or a
 // Next of an earlier call) until about maxRecords records (at least one
 // program) have been read; see "Importing an export".
-func (s *Store) ImportExport(ctx context.Context, path string, offset int64, maxRecords int, overwrite, listConflicts bool) (*TransferResult, error) {
-	abs, err := resolveFile("input_path", path)
+func Import(ctx context.Context, s *core.Store, path string, offset int64, maxRecords int, overwrite, listConflicts bool) (*TransferResult, error) {
+	abs, err := input.File("input_path", path)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.checkWrites(); err != nil {
+	if err := s.CheckWrites(); err != nil {
 		return nil, err
 	}
 	f, err := os.Open(abs)
 	if err != nil {
-		return nil, readError(err, "export", abs)
+		return nil, input.ReadError(err, "export", abs)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, readError(err, "export", abs)
+		return nil, input.ReadError(err, "export", abs)
 	}
 	res := &TransferResult{Size: fi.Size(), Next: -1}
 	if fi.Size() == 0 {
@@ -102,7 +266,7 @@ func (s *Store) ImportExport(ctx context.Context, path string, offset int64, max
 	}
 	er, err := newExportReader(f, offset)
 	if err != nil {
-		return nil, wrapError(KindValue, err, "%s is not a TiraStore export: %v", abs, err)
+		return nil, apierr.Wrap(apierr.KindValue, err, "%s is not a TiraStore export: %v", abs, err)
 	}
 	for maxRecords <= 0 || res.Records < int64(maxRecords) {
 		key, entry, err := er.next()
@@ -111,13 +275,13 @@ func (s *Store) ImportExport(ctx context.Context, path string, offset int64, max
 			return res, nil
 		}
 		if err != nil {
-			return nil, wrapError(KindValue, err, "%s (at byte %d) is not a TiraStore export: %v", abs, er.pos, err)
+			return nil, apierr.Wrap(apierr.KindValue, err, "%s (at byte %d) is not a TiraStore export: %v", abs, er.pos, err)
 		}
 		name, source, ms, err := exportEntry(key, entry)
 		if err != nil {
-			return nil, wrapError(KindValue, err, "%s: program %s: %v", abs, schedule.Repr(key), err)
+			return nil, apierr.Wrap(apierr.KindValue, err, "%s: program %s: %v", abs, schedule.Repr(key), err)
 		}
-		if err := s.importProgram(ctx, name, source, ms, overwrite, listConflicts, res); err != nil {
+		if err := importProgram(ctx, s, name, source, ms, overwrite, listConflicts, res); err != nil {
 			return nil, apierr.Prefix(fmt.Sprintf("%s: program %s: ", abs, schedule.Repr(key)), err)
 		}
 		res.Next = er.pos
@@ -128,11 +292,12 @@ func (s *Store) ImportExport(ctx context.Context, path string, offset int64, max
 	return res, nil
 }
 
-// importProgram writes one program's measurements, counting them in res.
-func (s *Store) importProgram(ctx context.Context, name, source string, ms []Measurement, overwrite, list bool, res *TransferResult) error {
+// importProgram writes one program's measurements into s, counting them in
+// res.
+func importProgram(ctx context.Context, s *core.Store, name, source string, ms []core.Measurement, overwrite, list bool, res *TransferResult) error {
 	res.Programs++
 	res.Records += int64(len(ms))
-	w, bad, err := s.prepareWrite(name, source, ms, overwrite)
+	w, bad, err := s.PrepareWrite(name, source, ms, overwrite)
 	if err != nil {
 		return apierr.Prefix(fmt.Sprintf("schedules_list[%d]: ", bad), err)
 	}
@@ -141,7 +306,7 @@ func (s *Store) importProgram(ctx context.Context, name, source string, ms []Mea
 	for i, r := range rows {
 		keys[i] = r.Key
 	}
-	stored, err := s.be.LookupMany(ctx, w.Hash, keys)
+	stored, err := s.Backend().LookupMany(ctx, w.Hash, keys)
 	if err != nil {
 		return err
 	}
@@ -169,7 +334,7 @@ func (s *Store) importProgram(ctx context.Context, name, source string, ms []Mea
 		return nil
 	}
 	w.Rows = write
-	n, err := s.be.Write(ctx, w)
+	n, err := s.Backend().Write(ctx, w)
 	if err != nil {
 		return err
 	}
@@ -182,7 +347,7 @@ func (s *Store) importProgram(ctx context.Context, name, source string, ms []Mea
 // exportEntry reads one program of an export: {"Tiramisu_cpp": source,
 // "schedules_list": [{"schedule_str", "is_legal", "execution_times"}],
 // "program_name": name}.
-func exportEntry(key string, v any) (name, source string, ms []Measurement, err error) {
+func exportEntry(key string, v any) (name, source string, ms []core.Measurement, err error) {
 	o, ok := v.(*pyjson.Object)
 	if !ok {
 		return "", "", nil, errors.New("not an object")
@@ -201,7 +366,7 @@ func exportEntry(key string, v any) (name, source string, ms []Measurement, err 
 	if name, err = str("program_name"); err != nil {
 		return
 	}
-	if err = checkTexts("program_name", name, "Tiramisu_cpp", source); err != nil {
+	if err = input.Texts("program_name", name, "Tiramisu_cpp", source); err != nil {
 		return
 	}
 	x, _ := o.Get("schedules_list")
@@ -209,7 +374,7 @@ func exportEntry(key string, v any) (name, source string, ms []Measurement, err 
 	if !ok {
 		return "", "", nil, errors.New("schedules_list is not a list")
 	}
-	ms = make([]Measurement, len(list))
+	ms = make([]core.Measurement, len(list))
 	for i, it := range list {
 		item, ok := it.(*pyjson.Object)
 		if !ok {
@@ -223,7 +388,7 @@ func exportEntry(key string, v any) (name, source string, ms []Measurement, err 
 			return "", "", nil, fmt.Errorf("schedules_list[%d]: schedule_str must be a string and is_legal a bool", i)
 		}
 		tv, _ := item.Get("execution_times")
-		m := Measurement{Schedule: sched, IsLegal: legal}
+		m := core.Measurement{Schedule: sched, IsLegal: legal}
 		switch t := tv.(type) {
 		case nil:
 		case []any:
