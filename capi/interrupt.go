@@ -20,7 +20,7 @@ import (
 // waiting for the lock longer than tuning.ArmDelay, the library therefore catches
 // SIGINT itself (os/signal in a c-shared library saves the host's handler
 // and Reset restores it). On SIGINT it cancels every wait in progress, each
-// of which returns TIRASTORE_ERR_INTERRUPTED with its claim file removed,
+// of which returns TIRASTORE_ERR_INTERRUPTED with its lock ticket file removed,
 // restores the host's handler and sends SIGINT to the process again, so
 // the host reacts as it would have: Python raises KeyboardInterrupt (or
 // runs the user's handler), a C program's default action ends it. An

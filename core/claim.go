@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/keys"
-	"github.com/tirastore/tirastore/core/lock"
+	"github.com/tirastore/tirastore/core/liveness"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/storage"
 	"github.com/tirastore/tirastore/core/tuning"
@@ -35,7 +35,7 @@ import (
 //   - its holder released it (Release, or an exception in Python's with
 //     block): the row is gone;
 //   - its holder is dead on the waiter's host: the lock's dead-holder rule
-//     (core/lock.GoneFromThisHost: same host, kernel and pid namespace,
+//     (core/liveness.GoneFromThisHost: same host, kernel and pid namespace,
 //     pid gone or reused), judged at once;
 //   - its lease ran out: the holder renews the row every third of its
 //     lease (a goroutine of the holder's Store, while it holds claims),
@@ -370,7 +370,7 @@ func (s *Store) StaleClaims(ctx context.Context, remove bool) ([]*ClaimHolder, e
 	find := func(r storage.Reader) error {
 		out, refs = nil, nil
 		return r.EachClaim(func(c *storage.Claim) error {
-			dead := lock.GoneFromThisHost(s.hostname, c.Hostname, c.PID, lock.Process{StartTime: c.StartTime, BootID: c.BootID, PIDNS: c.PIDNS})
+			dead := liveness.GoneFromThisHost(s.hostname, c.Hostname, c.PID, liveness.Process{StartTime: c.StartTime, BootID: c.BootID, PIDNS: c.PIDNS})
 			rec, err := r.Get(c.Key)
 			if err != nil || (!dead && rec == nil) {
 				return err
@@ -404,7 +404,7 @@ func (s *Store) Claims(ctx context.Context) ([]*ClaimHolder, error) {
 	var out []*ClaimHolder
 	err := s.be.View(ctx, "list claims", func(r storage.Reader) error {
 		return r.EachClaim(func(c *storage.Claim) error {
-			dead := lock.GoneFromThisHost(s.hostname, c.Hostname, c.PID, lock.Process{StartTime: c.StartTime, BootID: c.BootID, PIDNS: c.PIDNS})
+			dead := liveness.GoneFromThisHost(s.hostname, c.Hostname, c.PID, liveness.Process{StartTime: c.StartTime, BootID: c.BootID, PIDNS: c.PIDNS})
 			out = append(out, newClaimHolder(c, dead))
 			return nil
 		})

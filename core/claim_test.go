@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/keys"
-	"github.com/tirastore/tirastore/core/lock"
+	"github.com/tirastore/tirastore/core/liveness"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/storage"
 )
@@ -101,7 +101,7 @@ func plant(t *testing.T, st *Store, c *storage.Claim) {
 	}
 }
 
-func foreignClaim(host string, pid int, p lock.Process, lease float64) *storage.Claim {
+func foreignClaim(host string, pid int, p liveness.Process, lease float64) *storage.Claim {
 	h := keys.ProgramHash(src)
 	return &storage.Claim{Key: keys.RecordKey(h, sched), ProgramHash: h, ProgramName: "blur", Schedule: sched,
 		Token: "t-" + host, Hostname: host, PID: pid, StartTime: p.StartTime, BootID: p.BootID, PIDNS: p.PIDNS,
@@ -117,8 +117,8 @@ func TestDeadHolderOnThisHostTakenOverAtOnce(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
 	}
-	me := lock.Self()
-	plant(t, a, foreignClaim(a.hostname, cmd.Process.Pid, lock.Process{StartTime: 1, BootID: me.BootID, PIDNS: me.PIDNS}, 3600))
+	me := liveness.Self()
+	plant(t, a, foreignClaim(a.hostname, cmd.Process.Pid, liveness.Process{StartTime: 1, BootID: me.BootID, PIDNS: me.PIDNS}, 3600))
 	start := time.Now()
 	o, err := a.LookupOrClaim(ctx, "blur", src, sched, ClaimOptions{Wait: true})
 	if err != nil || o.Claim == nil || time.Since(start) > 5*time.Second {
@@ -126,7 +126,7 @@ func TestDeadHolderOnThisHostTakenOverAtOnce(t *testing.T) {
 	}
 	o.Claim.Release(ctx)
 	// Negative control: the same claim row with a live pid stays busy.
-	plant(t, a, foreignClaim(a.hostname, os.Getppid(), lock.Process{BootID: me.BootID, PIDNS: me.PIDNS}, 3600))
+	plant(t, a, foreignClaim(a.hostname, os.Getppid(), liveness.Process{BootID: me.BootID, PIDNS: me.PIDNS}, 3600))
 	if o, err := a.LookupOrClaim(ctx, "blur", src, sched, ClaimOptions{}); err != nil || o.Busy == nil {
 		t.Fatalf("live holder: %+v %v", o, err)
 	}
@@ -137,7 +137,7 @@ func TestDeadHolderOnThisHostTakenOverAtOnce(t *testing.T) {
 // whatever its dates say; renewed, it is not.
 func TestLeaseExpiresOnTheWaitersClock(t *testing.T) {
 	a, b := twoStores(t)
-	plant(t, a, foreignClaim("elsewhere", 1, lock.Process{}, 0.5))
+	plant(t, a, foreignClaim("elsewhere", 1, liveness.Process{}, 0.5))
 	start := time.Now()
 	o, err := a.LookupOrClaim(ctx, "blur", src, sched, ClaimOptions{Wait: true})
 	if el := time.Since(start); err != nil || o.Claim == nil || el < 450*time.Millisecond || el > 5*time.Second {

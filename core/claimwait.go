@@ -15,7 +15,7 @@ import (
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/internal/wait"
 	"github.com/tirastore/tirastore/core/keys"
-	"github.com/tirastore/tirastore/core/lock"
+	"github.com/tirastore/tirastore/core/liveness"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/storage"
 	"github.com/tirastore/tirastore/core/tuning"
@@ -46,7 +46,7 @@ const maxSightings = 1 << 14
 // taken over (its holder is dead on this host, or it stayed unchanged for
 // its lease here), and when its lease will be due if it stays unchanged.
 func (cs *claimState) look(s *Store, c *storage.Claim, now time.Time) (takeable, dead bool, due time.Time) {
-	if lock.GoneFromThisHost(s.hostname, c.Hostname, c.PID, lock.Process{StartTime: c.StartTime, BootID: c.BootID, PIDNS: c.PIDNS}) {
+	if liveness.GoneFromThisHost(s.hostname, c.Hostname, c.PID, liveness.Process{StartTime: c.StartTime, BootID: c.BootID, PIDNS: c.PIDNS}) {
 		return true, true, now
 	}
 	lease := time.Duration(c.LeaseSeconds * float64(time.Second))
@@ -232,7 +232,7 @@ func (s *Store) readResults(ctx context.Context, hash string, pend []*pendingCla
 func (s *Store) someoneGone(pend []*pendingClaim, now time.Time) bool {
 	for _, p := range pend {
 		if h := p.holder; h == nil || !now.Before(p.due) ||
-			lock.GoneFromThisHost(s.hostname, h.Hostname, h.PID, lock.Process{StartTime: h.StartTime, BootID: h.BootID, PIDNS: h.PIDNS}) {
+			liveness.GoneFromThisHost(s.hostname, h.Hostname, h.PID, liveness.Process{StartTime: h.StartTime, BootID: h.BootID, PIDNS: h.PIDNS}) {
 			return true
 		}
 	}
@@ -352,7 +352,7 @@ func (s *Store) claimPass(ctx context.Context, programName, hash, source string,
 func (s *Store) newClaimRow(p *pendingClaim, programName, hash string, lease time.Duration, at string) *storage.Claim {
 	var tok [16]byte
 	_, _ = rand.Read(tok[:])
-	me := lock.Self()
+	me := liveness.Self()
 	return &storage.Claim{
 		Key: p.key, ProgramHash: hash, ProgramName: programName, Schedule: p.norm,
 		Token: hex.EncodeToString(tok[:]), Hostname: s.hostname, PID: os.Getpid(),

@@ -115,7 +115,7 @@ func TestConfigEntriesDeleteClear(t *testing.T) {
 }
 
 // Concurrent putters lose nothing: 8 stores on one file (as 8 processes,
-// each with its own connection and lock claim) put 200 distinct keys each.
+// each with its own connection and lock ticket) put 200 distinct keys each.
 // The cross-process version, with the seed's write pattern as its negative
 // control, is in the Python suite.
 func TestConfigConcurrentPutsKeepEverything(t *testing.T) {

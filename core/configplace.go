@@ -105,7 +105,7 @@ func LocateConfigCache(a ConfigPlaceArgs) (*ConfigPlace, error) {
 		return nil, err
 	}
 	home, homeSet := environ.Lookup("HOME")
-	if a.PathGiven && strings.Contains(a.Path, "://") {
+	if a.PathGiven && storage.IsServerURL(a.Path) {
 		// A server's URL: the backend refuses what it does not serve.
 		return &ConfigPlace{DBPath: a.Path, Path: a.Path, DBExists: true, Sharing: storage.ShareAll}, nil
 	}

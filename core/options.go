@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/storage"
+	"github.com/tirastore/tirastore/core/tuning"
 )
 
 // Options are the constructor parameters of the original TiraStore, plus the
@@ -17,7 +18,9 @@ import (
 //	StaleLockTimeout    600 s               ValueError       ValueError        seconds
 //	LockTimeout         600 s               try once         wait forever      seconds
 //
-// This file is the only place that knows the defaults.
+// This file is the one place that says what nil, 0 and negative mean; the
+// default figures are core/tuning's (StaleLockTimeout, LockTimeout), which
+// the lock below core uses as well.
 type Options struct {
 	// SourceProject is stored on every record this store writes.
 	SourceProject string
@@ -58,11 +61,11 @@ func Seconds(s float64) *time.Duration {
 	return &d
 }
 
-// DefaultStaleLockTimeout and DefaultLockTimeout are the original's figures:
-// it broke locks after 10 minutes and gave up after about as long.
+// DefaultStaleLockTimeout and DefaultLockTimeout are what nil means for
+// the two timeouts: the original's figures, written once in core/tuning.
 const (
-	DefaultStaleLockTimeout = 600 * time.Second
-	DefaultLockTimeout      = 600 * time.Second
+	DefaultStaleLockTimeout = tuning.StaleLockTimeout
+	DefaultLockTimeout      = tuning.LockTimeout
 )
 
 // LockTimeouts resolves the timeouts into what a backend gets, or says

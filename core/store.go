@@ -97,14 +97,16 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// openBackend chooses the backend by the form of the location: a
-// postgresql:// (or postgres://) URL names a PostgreSQL database, another
-// URL is refused, and anything else is a file path.
+// openBackend chooses the backend by the form of the location
+// (storage.IsServerURL): a postgresql:// (or postgres://) URL names a
+// PostgreSQL database, another URL is refused, and anything else is a
+// file path.
 func openBackend(ctx context.Context, location string, cfg storage.Config) (storage.Backend, *storage.Opened, error) {
-	if postgres.IsURL(location) {
-		return postgres.Open(ctx, location, cfg)
-	}
-	if scheme, _, ok := strings.Cut(location, "://"); ok && isURLScheme(scheme) {
+	if storage.IsServerURL(location) {
+		if postgres.IsURL(location) {
+			return postgres.Open(ctx, location, cfg)
+		}
+		scheme, _, _ := strings.Cut(location, "://")
 		return nil, nil, newError(KindValue, "db_path %s is a URL of a kind TiraStore does not know (%s://): "+
 			"give a file path, or a postgresql:// URL", schedule.Repr(postgres.Redact(location)), scheme)
 	}
@@ -113,21 +115,6 @@ func openBackend(ctx context.Context, location string, cfg storage.Config) (stor
 		return nil, nil, err
 	}
 	return sqlitefile.Open(ctx, abs, cfg)
-}
-
-// isURLScheme: RFC 3986's scheme syntax (a letter, then letters, digits,
-// "+", "-", "."), so that a path such as "results://x" is taken for a URL
-// only when it could be one.
-func isURLScheme(s string) bool {
-	for i, r := range s {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
-		case i > 0 && (r >= '0' && r <= '9' || r == '+' || r == '-' || r == '.'):
-		default:
-			return false
-		}
-	}
-	return s != ""
 }
 
 // checkCPU compares the database's CPU metadata with this host's, as the
@@ -181,7 +168,7 @@ func (s *Store) Path() string { return s.path }
 // IsServer reports whether the database is on a server (Path is a URL),
 // not in a file.
 func (s *Store) IsServer() bool {
-	_, ok := s.be.(*postgres.Store)
+	_, ok := s.be.(*postgres.Backend)
 	return ok
 }
 
@@ -206,7 +193,7 @@ func (s *Store) WritesAllowed() bool { return s.writesAllowed }
 func (s *Store) Warning() string { return s.warning }
 
 // Backend is the store's storage backend, for tools and tests that need
-// what only it knows (a *sqlitefile.Store's lock, say).
+// what only it knows (a *sqlitefile.Backend's lock, say).
 func (s *Store) Backend() storage.Backend { return s.be }
 
 // Notices are warnings found when the store opened, for the caller to show

@@ -227,7 +227,7 @@ func TestCreatesFileModeAndNoLockLeft(t *testing.T) {
 	if st.LockPath() != filepath.Join(dir, "cache.db.lock") {
 		t.Fatalf("lock path %s", st.LockPath())
 	}
-	// While open: the database and this store's reusable claim, no lock.
+	// While open: the database and this store's reusable lock ticket, no lock.
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
 		if e.Name() != "cache.db" && !strings.HasPrefix(e.Name(), ".lock_") {

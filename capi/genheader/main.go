@@ -247,7 +247,7 @@ const headerTop = `/*
  *    on the same or different handles.
  *  - Signals: while a call has waited more than 20 ms for a contended lock,
  *    the library handles SIGINT itself: every such wait returns
- *    TIRASTORE_ERR_INTERRUPTED (leaving no claim file), the host's own
+ *    TIRASTORE_ERR_INTERRUPTED (leaving no lock ticket file), the host's own
  *    SIGINT disposition is restored, and SIGINT is raised again so the host
  *    reacts as it would have. An ignored SIGINT stays ignored.
  */

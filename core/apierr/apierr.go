@@ -122,11 +122,31 @@ func Wrap(kind Kind, err error, format string, args ...any) *Error {
 	return &Error{Kind: kind, Message: fmt.Sprintf(format, args...), Err: err}
 }
 
+// As finds the *Error in err's chain.
+func As(err error) (*Error, bool) {
+	var e *Error
+	ok := errors.As(err, &e)
+	return e, ok
+}
+
+// Classified is what a backend's classification of err starts with: nil
+// stays nil, and an error a lower layer already classified is its *Error,
+// passed on as it is (done); any other error is the backend's to classify.
+func Classified(err error) (classified error, done bool) {
+	if err == nil {
+		return nil, true
+	}
+	if e, ok := As(err); ok {
+		return e, true
+	}
+	return nil, false
+}
+
 // Prefix is err with its message prefixed (e.g. "schedules[3]: "), kind
 // and cause kept; errors not from the engine become internal ones.
 func Prefix(prefix string, err error) *Error {
-	var e *Error
-	if !errors.As(err, &e) {
+	e, ok := As(err)
+	if !ok {
 		return Wrap(KindInternal, err, "%s%v", prefix, err)
 	}
 	return &Error{Kind: e.Kind, Message: prefix + e.Message, Err: e.Err}
@@ -135,8 +155,7 @@ func Prefix(prefix string, err error) *Error {
 // KindOf reports the kind of any error the engine returned; errors that did
 // not come from the engine are internal.
 func KindOf(err error) Kind {
-	var e *Error
-	if errors.As(err, &e) {
+	if e, ok := As(err); ok {
 		return e.Kind
 	}
 	return KindInternal

@@ -1,6 +1,10 @@
 package apierr
 
-import "testing"
+import (
+	"errors"
+	"fmt"
+	"testing"
+)
 
 // The table is the ABI: one row per kind, codes 1..n without gaps or
 // repeats, one C name per code.
@@ -26,5 +30,21 @@ func TestTableIsComplete(t *testing.T) {
 	}
 	if got := Kind(999).Status(); got != KindInternal.Status() {
 		t.Errorf("an unknown kind maps to status %d, want the internal one", got)
+	}
+}
+
+// TestClassified: nil stays a nil error (not a typed nil *Error, which
+// would read as a failure), an *Error wrapped by a lower layer is found
+// and passed on, and any other error is left to the caller.
+func TestClassified(t *testing.T) {
+	if e, done := Classified(nil); !done || e != nil {
+		t.Errorf("Classified(nil) = %#v, %v; want nil, true", e, done)
+	}
+	inner := New(KindValue, "bad")
+	if e, done := Classified(fmt.Errorf("context: %w", inner)); !done || e != error(inner) {
+		t.Errorf("wrapped *Error: %v, %v; want the *Error, true", e, done)
+	}
+	if e, done := Classified(errors.New("plain")); done || e != nil {
+		t.Errorf("plain error: %v, %v; want nil, false", e, done)
 	}
 }

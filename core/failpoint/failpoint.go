@@ -68,7 +68,7 @@ const (
 	// action stop is honoured there.
 	DBWrite = "db-write"
 	// SharedDirTrust is a switch: the files of the database's directory
-	// (the database, its journal, the lock, the break lock, claims) are
+	// (the database, its journal, the lock, the break lock, lock tickets) are
 	// opened as before the hardening, following links, blocking on a FIFO
 	// and without their fstat checks, in Go (core/shareddir) and in the
 	// VFS (the negative control of the planted-FIFO tests).

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tirastore/tirastore/core/liveness"
 	"github.com/tirastore/tirastore/core/shareddir"
 )
 
@@ -107,88 +108,13 @@ func heartbeatGrace(every, staleTimeout time.Duration) time.Duration {
 	return min(staleTimeout, 3*every+time.Second)
 }
 
-// deadOnThisHost is the dead-holder rule: the holder ran on this host,
-// under this very kernel (boot_id) and in our pid namespace (pid_ns), and
-// its pid is gone or now belongs to a process that started at another time
-// (pid reuse). A record without boot_id or pid_ns (Python, or a Go holder
-// without /proc) is never judged this way: a host name alone does not
-// prove that its pid means the same process here (containers share host
-// names; nodes get renamed; the node may have rebooted).
+// deadOnThisHost is the dead-holder rule (core/liveness): the holder ran
+// on this host, under this very kernel (boot_id) and in our pid namespace
+// (pid_ns), and its pid is gone or now belongs to a process that started
+// at another time (pid reuse). A record without boot_id or pid_ns (Python,
+// or a Go holder without /proc) is never judged this way.
 func (l *Lock) deadOnThisHost(h *Holder) bool {
-	return GoneFromThisHost(l.opt.Hostname, h.Hostname, h.PID, Process{StartTime: h.startTime, BootID: h.bootID, PIDNS: h.pidNS})
-}
-
-// Process is what a process records about itself, beside its host name
-// and pid, so that another process on the same host can later prove it
-// dead (GoneFromThisHost): the extras of a Go lock record, also kept by
-// other records of a process's work (the claims of measurements). Fields
-// that /proc cannot tell are zero.
-type Process struct {
-	StartTime uint64 // field 22 of /proc/<pid>/stat
-	BootID    string // the kernel boot it runs under
-	PIDNS     uint64 // inode of its pid namespace
-}
-
-// Self is this process's Process.
-func Self() Process {
-	me := self()
-	return Process{StartTime: me.startTime, BootID: me.bootID, PIDNS: me.pidNS}
-}
-
-// GoneFromThisHost is the dead-holder rule for a process that recorded
-// host, pid and p: it ran on this host (localHost), under this very kernel
-// and in our pid namespace, and its pid is gone or now belongs to a
-// process that started at another time. Anything it cannot prove (no
-// boot_id or pid_ns, another host, another namespace) counts as alive.
-func GoneFromThisHost(localHost, host string, pid int, p Process) bool {
-	me := self()
-	if host != localHost || p.BootID == "" || p.BootID != me.bootID || p.PIDNS == 0 || p.PIDNS != me.pidNS {
-		return false
-	}
-	return processGone(pid, p.StartTime)
-}
-
-// processGone: pid, in our pid namespace, is gone, or now belongs to a
-// process that started at another time than startTime (0: unknown, then
-// only a missing pid counts).
-func processGone(pid int, startTime uint64) bool {
-	switch probePID(pid) {
-	case pidGone:
-		return true
-	case pidAlive:
-	default:
-		return false
-	}
-	if startTime == 0 {
-		return false // nothing to tell a recycled pid from the holder
-	}
-	st, err := procStartTime(pid)
-	if err != nil {
-		// Gone from /proc: it exited since kill(), or /proc hides other
-		// users' processes (hidepid); only kill() can tell.
-		return errors.Is(err, errNoProcess) && probePID(pid) == pidGone
-	}
-	return st != startTime
-}
-
-// ProcessID is what names this process in node-local files (core/spool's
-// requests): its pid namespace and its start time, 0 where /proc cannot
-// tell; with the pid, ProcessGone can later prove it dead.
-func ProcessID() (pidNS, startTime uint64) {
-	me := self()
-	return me.pidNS, me.startTime
-}
-
-// ProcessGone reports whether the process that had pid and ProcessID
-// (pidNS, startTime) is provably gone: it ran in our pid namespace, and its
-// pid is free or belongs to a process started at another time (the
-// dead-holder rule, without host and boot, which node-local memory
-// implies). Anything it cannot prove counts as alive.
-func ProcessGone(pid int, pidNS, startTime uint64) bool {
-	if pidNS == 0 || startTime == 0 || pidNS != self().pidNS {
-		return false
-	}
-	return processGone(pid, startTime)
+	return liveness.GoneFromThisHost(l.opt.Hostname, h.Hostname, h.PID, h.proc)
 }
 
 // breakLock (Acquire step 4 in docs/lock-protocol.md) removes the lock file
@@ -276,7 +202,7 @@ func (l *Lock) moveAsideIfJudged(path string, judged lockState) bool {
 const BreakSuffix = ".break"
 
 // takeBreakLock makes this waiter the only one removing abandoned locks of
-// this lock path, by linking its claim (which already holds its record) to
+// this lock path, by linking its ticket (which already holds its record) to
 // <lock>.break, as the lock itself is taken. A break takes a few metadata
 // operations, so a break lock that is in the way is normally released a
 // moment later: the waiter goes back to waiting, and by its next attempt
@@ -286,7 +212,7 @@ const BreakSuffix = ".break"
 // waiter takes the break lock at a later attempt.
 func (l *Lock) takeBreakLock() bool {
 	bp := l.path + BreakSuffix
-	c, err := l.ownClaim()
+	c, err := l.ownTicket()
 	if err != nil {
 		l.breakErr = err
 		return false
@@ -335,7 +261,7 @@ func (l *Lock) takeBreakLock() bool {
 	return false
 }
 
-// dropBreakLock removes the break lock if it is still our claim's (by
+// dropBreakLock removes the break lock if it is still our ticket's (by
 // path, as Release decides).
 func (l *Lock) dropBreakLock() {
 	bp := l.path + BreakSuffix

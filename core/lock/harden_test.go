@@ -19,10 +19,11 @@ import (
 
 	"github.com/tirastore/tirastore/core/internal/pytest"
 	"github.com/tirastore/tirastore/core/internal/queuechild"
+	"github.com/tirastore/tirastore/core/liveness"
 )
 
 // goRecord is the record a Go holder with the given identity would write.
-func goRecord(t *testing.T, host string, pid int, ts float64, proc procIdentity, every time.Duration) string {
+func goRecord(t *testing.T, host string, pid int, ts float64, proc liveness.Process, every time.Duration) string {
 	t.Helper()
 	r := &holderRecord{hostname: host, pid: pid, proc: proc, every: every}
 	size, _ := r.recordSize()
@@ -138,7 +139,7 @@ func TestTwoBreakersFreshLockSurvives(t *testing.T) {
 			close(p.resumed)
 			gone := <-res
 			id, err := lstatID(path)
-			survived := err == nil && id == a.claim.id
+			survived := err == nil && id == a.ticket.id
 			rerr := a.Release()
 			if algo == "rename" {
 				if gone || !survived || rerr != nil {
@@ -158,8 +159,8 @@ func TestTwoBreakersFreshLockSurvives(t *testing.T) {
 			}
 			a.Close()
 			b.Close()
-			if cs := claims(t, filepath.Dir(path)); len(cs) != 0 {
-				t.Errorf("claims left: %v", cs)
+			if cs := tickets(t, filepath.Dir(path)); len(cs) != 0 {
+				t.Errorf("tickets left: %v", cs)
 			}
 		})
 	}
@@ -250,7 +251,7 @@ func TestPutBackLosesToNewcomer(t *testing.T) {
 	fresh.Close()
 	newcomer.Close()
 	b.Close()
-	if as, cs := asides(t, filepath.Dir(path)), claims(t, filepath.Dir(path)); len(as)+len(cs) != 0 {
+	if as, cs := asides(t, filepath.Dir(path)), tickets(t, filepath.Dir(path)); len(as)+len(cs) != 0 {
 		t.Errorf("left over: %v %v", as, cs)
 	}
 }
@@ -385,7 +386,7 @@ func TestOldTimestampOfHeartbeatingRecordNeedsGrace(t *testing.T) {
 
 	every := 100 * time.Millisecond
 	grace := heartbeatGrace(every, opt.StaleTimeout)
-	writeLockFile(t, path, goRecord(t, "gonode", 7, old, procIdentity{}, every))
+	writeLockFile(t, path, goRecord(t, "gonode", 7, old, liveness.Process{}, every))
 	w = newLock(t, path, opt)
 	first := time.Now()
 	mustTimeout(t, w, "old heartbeating record before its grace")
@@ -419,7 +420,7 @@ func TestLockHolderChild(t *testing.T) {
 // TestDeadHolderBrokenAtOnce: a holder killed on this host is broken at
 // once, without waiting for StaleTimeout; while it lives it is respected.
 func TestDeadHolderBrokenAtOnce(t *testing.T) {
-	if self().bootID == "" || self().pidNS == 0 {
+	if liveness.Self().BootID == "" || liveness.Self().PIDNS == 0 {
 		t.Skip("no /proc identity on this system: no dead-holder rule")
 	}
 	dir := queuechild.PhysTempDir(t)
@@ -455,20 +456,20 @@ func TestDeadHolderBrokenAtOnce(t *testing.T) {
 		t.Errorf("breaks = %d", w.stats.breaks.Load())
 	}
 	w.Release()
-	// The dead child's claim was swept by the first successful Acquire.
+	// The dead child's ticket was swept by the first successful Acquire.
 	if w.stats.swept.Load() != 1 {
-		t.Errorf("swept = %d, want the dead child's claim", w.stats.swept.Load())
+		t.Errorf("swept = %d, want the dead child's ticket", w.stats.swept.Load())
 	}
 	w.Close()
-	if left := claims(t, dir); len(left) != 0 {
-		t.Errorf("claims left: %v", left)
+	if left := tickets(t, dir); len(left) != 0 {
+		t.Errorf("tickets left: %v", left)
 	}
 }
 
-// TestSweepSparesWhatItCannotProveDead: claims of live processes, of other
-// hosts, and Python claims (no boot id) of dead pids are left alone.
+// TestSweepSparesWhatItCannotProveDead: tickets of live processes, of other
+// hosts, and Python tickets (no boot id) of dead pids are left alone.
 func TestSweepSparesWhatItCannotProveDead(t *testing.T) {
-	if self().bootID == "" || self().pidNS == 0 {
+	if liveness.Self().BootID == "" || liveness.Self().PIDNS == 0 {
 		t.Skip("no /proc identity on this system")
 	}
 	dir := queuechild.PhysTempDir(t)
@@ -478,14 +479,14 @@ func TestSweepSparesWhatItCannotProveDead(t *testing.T) {
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
 	}
-	me := self()
-	myStart, err := procStartTime(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
+	me := liveness.Self()
+	myStart := me.StartTime
+	if myStart == 0 {
+		t.Skip("no /proc start time on this system")
 	}
 	goRec := func(host string, pid int) string {
 		return fmt.Sprintf(`{"hostname": %q, "pid": %d, "timestamp": 1.0, "start_time": %d, "boot_id": %q, "pid_ns": %d}`,
-			host, pid, myStart, me.bootID, me.pidNS)
+			host, pid, myStart, me.BootID, me.PIDNS)
 	}
 	files := map[string]string{
 		".lock_h1_1_live":      goRec("h1", os.Getpid()),
@@ -503,7 +504,7 @@ func TestSweepSparesWhatItCannotProveDead(t *testing.T) {
 	}
 	l.Release()
 	l.Close()
-	left := claims(t, dir)
+	left := tickets(t, dir)
 	sort.Strings(left)
 	want := []string{".lock_h1_1_live", ".lock_h1_1_python", ".lock_h2_1_otherhost"}
 	if !slices.Equal(left, want) || l.stats.swept.Load() != 1 {
@@ -514,8 +515,8 @@ func TestSweepSparesWhatItCannotProveDead(t *testing.T) {
 // TestDeadHolderRule covers the same-host judgement case by case: which
 // records are broken at once and which are left to staleness.
 func TestDeadHolderRule(t *testing.T) {
-	me := self()
-	if me.bootID == "" || me.pidNS == 0 || me.startTime == 0 {
+	me := liveness.Self()
+	if me.BootID == "" || me.PIDNS == 0 || me.StartTime == 0 {
 		t.Skip("no /proc identity on this system")
 	}
 	host := New("/x", Options{}).opt.Hostname
@@ -525,20 +526,20 @@ func TestDeadHolderRule(t *testing.T) {
 	}
 	deadPID := gone.Process.Pid
 	now := unixSeconds(time.Now())
-	with := func(f func(*procIdentity)) procIdentity { p := me; f(&p); return p }
+	with := func(f func(*liveness.Process)) liveness.Process { p := me; f(&p); return p }
 	for _, c := range []struct {
 		name   string
 		record string
 		dead   bool
 	}{
 		{"dead pid", goRecord(t, host, deadPID, now, me, time.Second), true},
-		{"pid reused (start time differs)", goRecord(t, host, os.Getpid(), now, with(func(p *procIdentity) { p.startTime++ }), time.Second), true},
+		{"pid reused (start time differs)", goRecord(t, host, os.Getpid(), now, with(func(p *liveness.Process) { p.StartTime++ }), time.Second), true},
 		{"live pid, same start time", goRecord(t, host, os.Getpid(), now, me, time.Second), false},
-		{"live pid, no start time", goRecord(t, host, os.Getpid(), now, with(func(p *procIdentity) { p.startTime = 0 }), time.Second), false},
+		{"live pid, no start time", goRecord(t, host, os.Getpid(), now, with(func(p *liveness.Process) { p.StartTime = 0 }), time.Second), false},
 		{"Python record, live pid", holderJSON(host, os.Getpid(), now), false},
 		{"Python record, dead pid", holderJSON(host, deadPID, now), false},
-		{"other boot", goRecord(t, host, deadPID, now, with(func(p *procIdentity) { p.bootID = "00000000-0000-0000-0000-000000000000" }), time.Second), false},
-		{"other pid namespace", goRecord(t, host, deadPID, now, with(func(p *procIdentity) { p.pidNS++ }), time.Second), false},
+		{"other boot", goRecord(t, host, deadPID, now, with(func(p *liveness.Process) { p.BootID = "00000000-0000-0000-0000-000000000000" }), time.Second), false},
+		{"other pid namespace", goRecord(t, host, deadPID, now, with(func(p *liveness.Process) { p.PIDNS++ }), time.Second), false},
 		{"other host", goRecord(t, "elsewhere", deadPID, now, me, time.Second), false},
 		{"pid 0", goRecord(t, host, 0, now, me, time.Second), false},
 	} {
@@ -647,7 +648,7 @@ func TestHeartbeatRewritesInPlace(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	after, _ := lstatStamp(path)
-	c := l.claim
+	c := l.ticket
 	if err := l.Release(); err != nil {
 		t.Fatal(err)
 	}
@@ -759,9 +760,9 @@ func TestHeartbeatKeepsPythonWaiterAway(t *testing.T) {
 	}
 }
 
-// TestReleaseStopsHeartbeat: beats happen only while held (the claim's
+// TestReleaseStopsHeartbeat: beats happen only while held (the ticket's
 // content does not change between Release and the next Acquire), there is
-// one heartbeat goroutine per Lock, and Close ends it and removes the claim.
+// one heartbeat goroutine per Lock, and Close ends it and removes the ticket.
 func TestReleaseStopsHeartbeat(t *testing.T) {
 	path, opt := newTestLock(t)
 	opt.HeartbeatInterval = time.Millisecond
@@ -795,7 +796,7 @@ func TestReleaseStopsHeartbeat(t *testing.T) {
 		before, _ := os.ReadFile(l.own.path)
 		time.Sleep(3 * time.Millisecond)
 		if after, _ := os.ReadFile(l.own.path); string(after) != string(before) {
-			t.Fatal("the claim was rewritten after Release")
+			t.Fatal("the ticket was rewritten after Release")
 		}
 	}
 	l.Close()
@@ -834,11 +835,11 @@ func breakLocks(t *testing.T, dir string) []string {
 	return filesIn(t, dir, func(name string) bool { return strings.HasSuffix(name, BreakSuffix) })
 }
 
-// checkNothingLeft fails the test if aside files, claims or break locks
+// checkNothingLeft fails the test if aside files, tickets or break locks
 // are left in dir.
 func checkNothingLeft(t *testing.T, dir string) {
 	t.Helper()
-	if left := append(append(asides(t, dir), claims(t, dir)...), breakLocks(t, dir)...); len(left) != 0 {
+	if left := append(append(asides(t, dir), tickets(t, dir)...), breakLocks(t, dir)...); len(left) != 0 {
 		t.Errorf("left over: %v", left)
 	}
 }
@@ -942,7 +943,7 @@ func TestAbandonedBreakLock(t *testing.T) {
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
 	}
-	me := self()
+	me := liveness.Self()
 	cases := []struct {
 		name    string
 		content string
@@ -955,7 +956,7 @@ func TestAbandonedBreakLock(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.needsID && (me.bootID == "" || me.pidNS == 0) {
+			if tc.needsID && (me.BootID == "" || me.PIDNS == 0) {
 				t.Skip("no /proc identity on this system: no dead-holder rule")
 			}
 			path, opt := newTestLock(t)
@@ -964,7 +965,7 @@ func TestAbandonedBreakLock(t *testing.T) {
 			opt.StaleTimeout = tc.stale
 			content := tc.content
 			if tc.needsID {
-				content = goRecord(t, opt.Hostname, dead.Process.Pid, unixSeconds(time.Now()), procIdentity{startTime: 1, bootID: me.bootID, pidNS: me.pidNS}, time.Second)
+				content = goRecord(t, opt.Hostname, dead.Process.Pid, unixSeconds(time.Now()), liveness.Process{StartTime: 1, BootID: me.BootID, PIDNS: me.PIDNS}, time.Second)
 			}
 			writeLockFile(t, path+BreakSuffix, content)
 			writeLockFile(t, path, holderJSON("deadnode", 1, 1))
@@ -1011,7 +1012,7 @@ func TestBreakerOvertakenBeforeBreakLock(t *testing.T) {
 	if <-res {
 		t.Error("B reported the judged lock broken")
 	}
-	if id, err := lstatID(path); err != nil || id != a.claim.id {
+	if id, err := lstatID(path); err != nil || id != a.ticket.id {
 		t.Fatalf("A's lock was moved (err %v)", err)
 	}
 	if b.stats.putBacks.Load() != 0 || b.stats.breaks.Load() != 0 {
@@ -1025,7 +1026,7 @@ func TestBreakerOvertakenBeforeBreakLock(t *testing.T) {
 	checkNothingLeft(t, dir)
 }
 
-// TestSweepRemovesProvablyOldLeftovers: claims of other hosts and of old
+// TestSweepRemovesProvablyOldLeftovers: tickets of other hosts and of old
 // Python workers, and files a breaker moved aside, are removed once they
 // have stayed unchanged for longer than StaleTimeout; younger ones and any
 // file with a second link (a lock, a break lock) stay.

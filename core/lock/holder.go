@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/liveness"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/shareddir"
 )
@@ -27,10 +28,8 @@ type Holder struct {
 	Timestamp float64 // seconds since the epoch, as Python time.time()
 
 	// Extras of a Go holder; zero in a record written by Python.
-	startTime uint64        // "start_time": /proc starttime of PID
-	bootID    string        // "boot_id": kernel boot the holder ran under
-	pidNS     uint64        // "pid_ns": inode of the holder's pid namespace
-	every     time.Duration // "heartbeat_interval": promised rewrite period
+	proc  liveness.Process // "start_time", "boot_id", "pid_ns"
+	every time.Duration    // "heartbeat_interval": promised rewrite period
 }
 
 // ReadHolder reports who holds lockPath. The error wraps os.ErrNotExist if
@@ -58,7 +57,7 @@ type lockState struct {
 // a link nor blocks (a FIFO planted at the name), and anything but a
 // regular file is refused (core/shareddir), as an unreadable lock.
 // The state's stamp is the fstat that the checked open took before
-// reading. The claims and aside names that a sweep or a break reads are
+// reading. The tickets and aside names that a sweep or a break reads are
 // read the same way.
 func readHolder(name string) (*Holder, lockState, error) {
 	f, fst, err := shareddir.Open(name, os.O_RDONLY)
@@ -109,10 +108,10 @@ func parseHolder(data []byte) (*Holder, error) {
 	if pid, ok := uintKey(o, "pid"); ok && pid <= math.MaxInt32 {
 		h.PID = int(pid)
 	}
-	h.startTime, _ = uintKey(o, "start_time")
-	h.pidNS, _ = uintKey(o, "pid_ns")
+	h.proc.StartTime, _ = uintKey(o, "start_time")
+	h.proc.PIDNS, _ = uintKey(o, "pid_ns")
 	if s, ok := o.Get("boot_id"); ok {
-		h.bootID, _ = s.(string)
+		h.proc.BootID, _ = s.(string)
 	}
 	if v, ok := o.Get("heartbeat_interval"); ok {
 		if n, ok := v.(pyjson.Number); ok {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tirastore/tirastore/core/liveness"
 )
 
 // # An operator's view of a lock
@@ -28,7 +30,7 @@ import (
 // Python worker's lock read before its record reached this node, so one
 // look proves it abandoned only by its inode: unchanged (mtime and ctime,
 // which no user can set back) for longer than the stale timeout by this
-// host's clock, the rule the sweep applies to leftover claims. Such a file
+// host's clock, the rule the sweep applies to leftover tickets. Such a file
 // is Stale, and Break (tirastore lock break, check --repair) removes it
 // without force; a younger one needs force.
 
@@ -97,11 +99,9 @@ func (l *Lock) inspect() (*Status, lockState, error) {
 	if !math.IsNaN(h.Timestamp) && !math.IsInf(h.Timestamp, 0) {
 		s.Age = time.Duration((unixSeconds(l.clock()) - h.Timestamp) * float64(time.Second))
 	}
-	me := self()
-	s.OnThisHost = h.Hostname == l.opt.Hostname && h.bootID != "" && h.bootID == me.bootID &&
-		h.pidNS != 0 && h.pidNS == me.pidNS
+	s.OnThisHost = liveness.OnThisHost(l.opt.Hostname, h.Hostname, h.proc)
 	if s.OnThisHost {
-		s.Dead = processGone(h.PID, h.startTime)
+		s.Dead = liveness.Gone(h.PID, h.proc.StartTime)
 		s.Alive = !s.Dead
 	}
 	old := !s.Alive && s.Age > l.opt.StaleTimeout
@@ -137,7 +137,7 @@ func (e *RefusedError) Error() string { return fmt.Sprintf("%s: not broken: %s",
 // removes the very file judged, under the break lock, so it can never
 // remove a lock taken meanwhile. broken says whether it removed one; a
 // refusal is a *RefusedError naming the holder. Close the Lock afterwards
-// (the break lock's claim file).
+// (the break lock's ticket file).
 func (l *Lock) Break(force bool) (s *Status, broken bool, err error) {
 	s, judged, err := l.inspect()
 	if err != nil || !s.Held {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/liveness"
 )
 
 // deadPID is the pid of a process of this host that has exited.
@@ -25,13 +26,13 @@ func deadPID(t *testing.T) int {
 // thisHostJSON is a Go holder's record on this host, in this boot and pid
 // namespace, of process pid that started at start.
 func thisHostJSON(pid int, start uint64, ts float64) string {
-	me := self()
+	me := liveness.Self()
 	return fmt.Sprintf(`{"hostname": %q, "pid": %d, "timestamp": %f, "boot_id": %q, "pid_ns": %d, "start_time": %d}`,
-		identity.Hostname(), pid, ts, me.bootID, me.pidNS, start)
+		identity.Hostname(), pid, ts, me.BootID, me.PIDNS, start)
 }
 
 func TestInspectAndBreak(t *testing.T) {
-	if self().bootID == "" {
+	if liveness.Self().BootID == "" {
 		t.Skip("no /proc: the dead-holder rule cannot apply")
 	}
 	path, opt := newTestLock(t)
@@ -45,7 +46,7 @@ func TestInspectAndBreak(t *testing.T) {
 		check        func(*Status) bool
 	}{
 		{"free", "", false, false, func(s *Status) bool { return !s.Held }},
-		{"live holder here (this process), even with force", thisHostJSON(os.Getpid(), self().startTime, now), true, false,
+		{"live holder here (this process), even with force", thisHostJSON(os.Getpid(), liveness.Self().StartTime, now), true, false,
 			func(s *Status) bool { return s.OnThisHost && s.Alive && !s.Dead }},
 		{"dead holder here", thisHostJSON(deadPID(t), 1, now), false, true, func(s *Status) bool { return s.Dead }},
 		{"old Python holder elsewhere", holderJSON("elsewhere", 42, now-10), false, true,
@@ -76,8 +77,8 @@ func TestInspectAndBreak(t *testing.T) {
 		if _, serr := os.Lstat(path); c.record != "" && (serr == nil) == c.broken {
 			t.Fatalf("%s: lock file present %v after broken=%v", c.name, serr == nil, broken)
 		}
-		if left := claims(t, dir(path)); len(left) > 0 {
-			t.Fatalf("%s: claim files left: %v", c.name, left)
+		if left := tickets(t, dir(path)); len(left) > 0 {
+			t.Fatalf("%s: ticket files left: %v", c.name, left)
 		}
 	}
 }

@@ -1,8 +1,8 @@
 // Package lock implements TiraStore's cross-node mutex: a lock file created
 // with link(2), which is atomic on NFS and Lustre where fcntl/flock are not
 // trustworthy. A contender writes its holder record (the original's JSON
-// {"hostname", "pid", "timestamp"}, plus extras) into a claim file of its
-// own beside the database and links the claim to the lock path; the lock is
+// {"hostname", "pid", "timestamp"}, plus extras) into a ticket file of its
+// own beside the database and links the ticket to the lock path; the lock is
 // held while that second name exists. It speaks the original Python
 // TiraStore's protocol, so old Python workers and new Go workers exclude
 // each other on the same database during a migration.
@@ -11,8 +11,8 @@
 // abandoned; staleness measured on the waiter's own monotonic clock, so that
 // clock skew cannot break a live Go holder; dead holders on the same host
 // broken at once; breaking by rename-and-verify under a break lock, so that
-// a breaker only ever removes the very file it judged abandoned; a lease
-// that fences a holder stalled past its waiters' patience (lease.go); and,
+// a breaker only ever removes the very file it judged abandoned; a tenure
+// that fences a holder stalled past its waiters' patience (tenure.go); and,
 // if the caller gives one (Options.Queue), the node's FIFO queue in front
 // of the file protocol (core/nodequeue). The protocol step by step, the
 // argument for each guarantee and the remaining holes are in
@@ -32,6 +32,7 @@ import (
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/internal/mono"
 	"github.com/tirastore/tirastore/core/internal/wait"
+	"github.com/tirastore/tirastore/core/liveness"
 	"github.com/tirastore/tirastore/core/nodequeue"
 	"github.com/tirastore/tirastore/core/tuning"
 )
@@ -57,7 +58,7 @@ type Options struct {
 	// Timeout: how long Acquire waits before returning *TimeoutError.
 	// 0 means tuning.LockTimeout; a negative value waits forever.
 	Timeout time.Duration
-	// Hostname written into the claim; default: the host name.
+	// Hostname written into the ticket; default: the host name.
 	Hostname string
 	// Backoff bounds between attempts; defaults tuning.MinBackoff and
 	// tuning.MaxBackoff.
@@ -67,7 +68,7 @@ type Options struct {
 	// latter if StaleTimeout is negative); a negative value turns heartbeats off, which makes the
 	// lock look like a Python holder's (broken by its timestamp).
 	HeartbeatInterval time.Duration
-	// Fence, if set, receives the holder's lease (lease.go): the deadline
+	// Fence, if set, receives the holder's tenure (tenure.go): the deadline
 	// until which it may write without confirming the lock again.
 	Fence Fence
 	// Queue, if set, is this node's queue for the lock (core/nodequeue),
@@ -92,21 +93,21 @@ type Lock struct {
 	// queue (Options.Queue). Owned by the sem holder.
 	gated bool
 
-	mu        sync.Mutex // guards claim, heldSince, confirmedAt and lost, and the claim's record while held
-	claim     *claim     // non-nil while held
+	mu        sync.Mutex // guards ticket, heldSince, confirmedAt and lost, and the ticket's record while held
+	ticket    *ticket    // non-nil while held
 	heldSince time.Time  // when the current hold began (monotonic), for Counters.Held
-	// confirmedAt is when the current lease began (monoNow, see lease.go);
+	// confirmedAt is when the current tenure began (monoNow, see tenure.go);
 	// lost is set once the lock was found broken while held.
 	confirmedAt int64
 	lost        *LostError
-	lease       time.Duration // see leaseFor; fixed at New
+	tenure      time.Duration // see tenureFor; fixed at New
 	beat        *heartbeat    // the heartbeat goroutine, from the first Acquire to Close (owned by the sem holder)
 
-	// own is this process's claim file, created by the first Acquire and
+	// own is this process's ticket file, created by the first Acquire and
 	// reused by every later one until Close; it belongs to whoever holds
 	// sem, and so does queue, the node queue in front of the file protocol
 	// (Options.Queue; nil: none).
-	own   *claim
+	own   *ticket
 	queue *nodequeue.Queue
 
 	// The rest belongs to whoever holds sem (the one goroutine running
@@ -116,7 +117,7 @@ type Lock struct {
 	// breakErr is why the last attempt to break a stale lock failed (e.g.
 	// EPERM: another user's lock in a sticky directory), for TimeoutError.
 	breakErr error
-	swept    bool // sweepClaims has run
+	swept    bool // sweepTickets has run
 }
 
 // observation is a file's state last seen while waiting, and since when.
@@ -134,7 +135,7 @@ type stats struct {
 	breaks    atomic.Int64 // locks removed as stale or dead
 	putBacks  atomic.Int64 // locks moved aside by mistake and linked back
 	displaced atomic.Int64 // ... of which the lock path had been taken meanwhile
-	swept     atomic.Int64 // dead processes' claims removed by sweepClaims
+	swept     atomic.Int64 // dead processes' tickets removed by sweepTickets
 	heldNS    atomic.Int64 // total time held, Acquire's return to Release
 	writes    atomic.Int64 // AcquireWrite successes
 	// handedOver counts AcquireWriteHandover calls that another process did.
@@ -199,12 +200,12 @@ func New(lockPath string, opt Options) *Lock {
 	if opt.HeartbeatInterval > 0 && opt.HeartbeatInterval < tuning.MinHeartbeat {
 		opt.HeartbeatInterval = tuning.MinHeartbeat
 	}
-	rec := &holderRecord{hostname: opt.Hostname, pid: os.Getpid(), proc: self()}
+	rec := &holderRecord{hostname: opt.Hostname, pid: os.Getpid(), proc: liveness.Self()}
 	if opt.HeartbeatInterval > 0 {
 		rec.every = opt.HeartbeatInterval
 	}
 	return &Lock{path: lockPath, opt: opt, rec: rec, clock: time.Now, sem: make(chan struct{}, 1),
-		lease: leaseFor(opt, rec.every), queue: opt.Queue}
+		tenure: tenureFor(opt, rec.every), queue: opt.Queue}
 }
 
 // Path returns the lock file path, for messages.
@@ -284,14 +285,14 @@ func (l *Lock) acquire(ctx context.Context, write bool, h nodequeue.Handover) er
 	}
 	if !l.swept {
 		l.swept = true
-		l.sweepClaims()
+		l.sweepTickets()
 	}
 	if write {
 		l.stats.writes.Add(1)
 	}
 	l.mu.Lock()
-	l.claim, l.heldSince = c, time.Now()
-	l.startLease(wrote)
+	l.ticket, l.heldSince = c, time.Now()
+	l.startTenure(wrote)
 	l.mu.Unlock()
 	return nil
 }
@@ -316,11 +317,11 @@ func (l *Lock) lockLocal(ctx context.Context, start, deadline time.Time) error {
 	}
 }
 
-// acquireFile runs the file protocol; it returns the claim that is now the
+// acquireFile runs the file protocol; it returns the ticket that is now the
 // lock and when (monoNow) its record was written before the link that made
-// it the lock, the start of the holder's lease; or an error.
-func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (*claim, int64, error) {
-	c, err := l.ownClaim()
+// it the lock, the start of the holder's tenure; or an error.
+func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (*ticket, int64, error) {
+	c, err := l.ownTicket()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -350,9 +351,9 @@ func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (*cla
 		l.stats.links.Add(1)
 		held, err := tryLink(c, l.path)
 		if err != nil && errors.Is(err, os.ErrNotExist) && c.gone() {
-			// Someone deleted our claim file: make a new one.
+			// Someone deleted our ticket file: make a new one.
 			c.f.Close()
-			if l.own, err = newClaim(dirOf(l.path), l.rec, l.flushEvery()); err != nil {
+			if l.own, err = newTicket(dirOf(l.path), l.rec, l.flushEvery()); err != nil {
 				return nil, 0, err
 			}
 			c = l.own
@@ -412,11 +413,11 @@ func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (*cla
 	}
 }
 
-// ownClaim returns this Lock's claim, creating it (empty: the first write
+// ownTicket returns this Lock's ticket, creating it (empty: the first write
 // fills it) at the first Acquire.
-func (l *Lock) ownClaim() (*claim, error) {
+func (l *Lock) ownTicket() (*ticket, error) {
 	if l.own == nil {
-		c, err := newClaim(dirOf(l.path), l.rec, l.flushEvery())
+		c, err := newTicket(dirOf(l.path), l.rec, l.flushEvery())
 		if err != nil {
 			return nil, err
 		}
@@ -450,13 +451,13 @@ type heartbeat struct {
 
 // startHeartbeat starts this Lock's heartbeat: one goroutine for the
 // Lock's life (until Close), which every HeartbeatInterval rewrites the
-// record through the claim's open descriptor while the lock is held and
-// checks that the lock is still its claim, which renews the holder's lease
-// (Confirm, lease.go). One
+// record through the ticket's open descriptor while the lock is held and
+// checks that the lock is still its ticket, which renews the holder's tenure
+// (Confirm, tenure.go). One
 // goroutine per Lock rather than per acquisition: starting and joining a
 // goroutine at every operation cost cross-thread wake-ups on the hot path.
 // A beat runs under l.mu, so Release waits for a beat in progress and no
-// beat touches the claim once Release has taken it back. A failed beat is
+// beat touches the ticket once Release has taken it back. A failed beat is
 // retried at the next tick; only if beats keep failing for StaleTimeout can
 // the lock be broken.
 func (l *Lock) startHeartbeat() *heartbeat {
@@ -471,7 +472,7 @@ func (l *Lock) startHeartbeat() *heartbeat {
 				return
 			case <-t.C:
 				l.mu.Lock()
-				if l.claim != nil {
+				if l.ticket != nil {
 					_ = l.confirmLocked() // a loss is reported by Release
 				}
 				l.mu.Unlock()
@@ -481,8 +482,8 @@ func (l *Lock) startHeartbeat() *heartbeat {
 	return hb
 }
 
-// Release gives the lock up: the lease ends, the lock file is unlinked
-// only if it is still our claim (the claim itself stays for the next
+// Release gives the lock up: the tenure ends, the lock file is unlinked
+// only if it is still our ticket (the ticket itself stays for the next
 // Acquire). It returns ErrNotHeld if the lock is not held, and a *LostError
 // (errors.Is ErrLockLost) if the lock had been broken by someone else
 // meanwhile, or could not be confirmed after a stall: the critical section
@@ -490,8 +491,8 @@ func (l *Lock) startHeartbeat() *heartbeat {
 // cases.
 func (l *Lock) Release() error {
 	l.mu.Lock()
-	c, since, lost := l.claim, l.heldSince, l.lost
-	l.claim = nil
+	c, since, lost := l.ticket, l.heldSince, l.lost
+	l.ticket = nil
 	if c != nil && l.opt.Fence != nil {
 		l.opt.Fence.Extend(0)
 	}
@@ -508,7 +509,7 @@ func (l *Lock) Release() error {
 		<-l.sem
 	}()
 	// Unlink the lock path only if it is still our inode. This must look
-	// the path up: an fstat of our claim is not enough. Some filesystems
+	// the path up: an fstat of our ticket is not enough. Some filesystems
 	// (FUSE ones among them, our test bed included) answer fstat by a path
 	// of the inode rather than by the inode itself, and after a break that
 	// path may be the lock path, now someone else's lock, with two links.
@@ -533,9 +534,9 @@ func (l *Lock) Release() error {
 	}
 }
 
-// Close removes this Lock's claim file and closes its descriptors. The Lock
-// must not be held; a later Acquire starts over with a new claim. Processes
-// that exit without Close leave their claim behind: sweepClaims removes it
+// Close removes this Lock's ticket file and closes its descriptors. The Lock
+// must not be held; a later Acquire starts over with a new ticket. Processes
+// that exit without Close leave their ticket behind: sweepTickets removes it
 // at the next Acquire of a process on the same host. The node queue
 // (Options.Queue) is the caller's to close, after Close.
 func (l *Lock) Close() error {
@@ -554,7 +555,7 @@ func (l *Lock) Close() error {
 	return err
 }
 
-// flushEvery is how often write fsyncs the claim: the heartbeat interval,
+// flushEvery is how often write fsyncs the ticket: the heartbeat interval,
 // which bounds how old a record other nodes may see.
 func (l *Lock) flushEvery() time.Duration {
 	if l.rec.every > 0 {

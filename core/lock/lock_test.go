@@ -16,6 +16,7 @@ import (
 
 	"github.com/tirastore/tirastore/core/internal/pytest"
 	"github.com/tirastore/tirastore/core/internal/queuechild"
+	"github.com/tirastore/tirastore/core/liveness"
 	"github.com/tirastore/tirastore/core/nodequeue"
 	"github.com/tirastore/tirastore/core/tuning"
 )
@@ -34,8 +35,8 @@ func asides(t *testing.T, dir string) []string {
 	return filesIn(t, dir, func(name string) bool { return strings.Contains(name, ".lock.stale.") })
 }
 
-// claims lists the claim files left in dir.
-func claims(t *testing.T, dir string) []string {
+// tickets lists the ticket files left in dir.
+func tickets(t *testing.T, dir string) []string {
 	return filesIn(t, dir, func(name string) bool { return strings.HasPrefix(name, ".lock_") })
 }
 
@@ -78,16 +79,16 @@ func TestAcquireRelease(t *testing.T) {
 		if err != nil {
 			t.Fatalf("lock file missing while held: %v", err)
 		}
-		cs := claims(t, filepath.Dir(path))
+		cs := tickets(t, filepath.Dir(path))
 		if len(cs) != 1 {
-			t.Fatalf("want exactly one claim while held, got %v", cs)
+			t.Fatalf("want exactly one ticket while held, got %v", cs)
 		}
 		cfi, err := os.Stat(filepath.Join(filepath.Dir(path), cs[0]))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !os.SameFile(fi, cfi) {
-			t.Fatal("lock file is not a hard link of the claim")
+			t.Fatal("lock file is not a hard link of the ticket")
 		}
 		if err := l.Release(); err != nil {
 			t.Fatal(err)
@@ -95,9 +96,9 @@ func TestAcquireRelease(t *testing.T) {
 		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("lock file still there after release: %v", err)
 		}
-		// The claim is kept for the next Acquire (one per Lock).
-		if cs := claims(t, filepath.Dir(path)); len(cs) != 1 {
-			t.Fatalf("claims after release: %v, want just our reused one", cs)
+		// The ticket is kept for the next Acquire (one per Lock).
+		if cs := tickets(t, filepath.Dir(path)); len(cs) != 1 {
+			t.Fatalf("tickets after release: %v, want just our reused one", cs)
 		}
 	}
 	if err := l.Release(); !errors.Is(err, ErrNotHeld) {
@@ -106,8 +107,8 @@ func TestAcquireRelease(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if cs := claims(t, filepath.Dir(path)); len(cs) != 0 {
-		t.Fatalf("claims left after Close: %v", cs)
+	if cs := tickets(t, filepath.Dir(path)); len(cs) != 0 {
+		t.Fatalf("tickets left after Close: %v", cs)
 	}
 }
 
@@ -149,7 +150,7 @@ func TestStatsHeld(t *testing.T) {
 	}
 }
 
-func TestClaimNameModeAndContent(t *testing.T) {
+func TestTicketNameModeAndContent(t *testing.T) {
 	path, opt := newTestLock(t)
 	opt.Hostname = "node042"
 	l := newLock(t, path, opt)
@@ -159,17 +160,17 @@ func TestClaimNameModeAndContent(t *testing.T) {
 	}
 	defer l.Release()
 	after := unixSeconds(time.Now())
-	cs := claims(t, filepath.Dir(path))
+	cs := tickets(t, filepath.Dir(path))
 	re := regexp.MustCompile(`^\.lock_node042_` + strconv.Itoa(os.Getpid()) + `_[a-z0-9_]{8}$`)
 	if len(cs) != 1 || !re.MatchString(cs[0]) {
-		t.Fatalf("claim names %v do not match %s", cs, re)
+		t.Fatalf("ticket names %v do not match %s", cs, re)
 	}
 	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if fi.Mode().Perm()&^0o644 != 0 || fi.Mode().Perm()&0o044 == 0 {
-		t.Errorf("claim mode %v, want 0644 (readable by other users' waiters)", fi.Mode().Perm())
+		t.Errorf("ticket mode %v, want 0644 (readable by other users' waiters)", fi.Mode().Perm())
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -207,18 +208,18 @@ func TestContentMatchesPythonJSON(t *testing.T) {
 		Beats uint64  `json:"beats"`
 	}
 	var inputs []want
-	me := self()
+	me := liveness.Self()
 	for _, c := range []struct {
 		host string
 		pid  int
 		ts   float64
-		proc procIdentity
+		proc liveness.Process
 		hb   time.Duration
 	}{
 		{"node1", 42, 1764000000.123456, me, 30 * time.Second},
-		{"node1", 1, 1764000000, procIdentity{}, 0},
+		{"node1", 1, 1764000000, liveness.Process{}, 0},
 		{"n\u00f6d\u00e9-\U0001F600", 4194304, 1700000000.5, me, time.Millisecond},
-		{`we"ird\host`, 7, 0.1, procIdentity{startTime: 1, bootID: `"\`, pidNS: 2}, 1500 * time.Millisecond},
+		{`we"ird\host`, 7, 0.1, liveness.Process{StartTime: 1, BootID: `"\`, PIDNS: 2}, 1500 * time.Millisecond},
 		{"x", 99, 1.5e-7, me, 0},
 	} {
 		r := &holderRecord{hostname: c.host, pid: c.pid, proc: c.proc, every: c.hb}
@@ -328,13 +329,13 @@ func TestTimeoutWhileHeldByOther(t *testing.T) {
 		t.Errorf("bad error fields: %+v", te)
 	}
 	t.Log(te)
-	// a's claim is the lock; b keeps its claim for its next Acquire.
-	if cs := claims(t, filepath.Dir(path)); len(cs) != 2 {
-		t.Errorf("claims %v, want the holder's and the waiter's", cs)
+	// a's ticket is the lock; b keeps its ticket for its next Acquire.
+	if cs := tickets(t, filepath.Dir(path)); len(cs) != 2 {
+		t.Errorf("tickets %v, want the holder's and the waiter's", cs)
 	}
 	b.Close()
-	if cs := claims(t, filepath.Dir(path)); len(cs) != 1 {
-		t.Errorf("timed-out claim not removed by Close: %v", cs)
+	if cs := tickets(t, filepath.Dir(path)); len(cs) != 1 {
+		t.Errorf("timed-out ticket not removed by Close: %v", cs)
 	}
 }
 
@@ -368,12 +369,12 @@ func TestContextCancel(t *testing.T) {
 	if err := b.Acquire(dctx); err != context.DeadlineExceeded {
 		t.Fatalf("got %v", err)
 	}
-	if cs := claims(t, filepath.Dir(path)); len(cs) > 2 {
-		t.Errorf("claims %v, want at most the holder's and the waiter's", cs)
+	if cs := tickets(t, filepath.Dir(path)); len(cs) > 2 {
+		t.Errorf("tickets %v, want at most the holder's and the waiter's", cs)
 	}
 	b.Close()
-	if cs := claims(t, filepath.Dir(path)); len(cs) != 1 {
-		t.Errorf("cancelled claims not removed by Close: %v", cs)
+	if cs := tickets(t, filepath.Dir(path)); len(cs) != 1 {
+		t.Errorf("cancelled tickets not removed by Close: %v", cs)
 	}
 }
 
@@ -461,8 +462,8 @@ func TestGoroutinesExclusive(t *testing.T) {
 		t.Fatalf("counter %d (want 800), overlap %v", counter, overlap)
 	}
 	tr.closeAll()
-	if cs := claims(t, filepath.Dir(path)); len(cs) != 0 {
-		t.Errorf("claims left: %v", cs)
+	if cs := tickets(t, filepath.Dir(path)); len(cs) != 0 {
+		t.Errorf("tickets left: %v", cs)
 	}
 }
 
@@ -514,8 +515,8 @@ func TestStaleLockBroken(t *testing.T) {
 	}
 	l.Release()
 	tr.closeAll()
-	if cs := claims(t, filepath.Dir(path)); len(cs) != 0 {
-		t.Errorf("claims left: %v", cs)
+	if cs := tickets(t, filepath.Dir(path)); len(cs) != 0 {
+		t.Errorf("tickets left: %v", cs)
 	}
 }
 
@@ -543,8 +544,8 @@ func TestUnparseableLockNeverBroken(t *testing.T) {
 			t.Errorf("%q: lock file changed to %q", content, got)
 		}
 		tr.closeAll()
-		if cs := claims(t, filepath.Dir(path)); len(cs) != 0 {
-			t.Errorf("%q: claims left: %v", content, cs)
+		if cs := tickets(t, filepath.Dir(path)); len(cs) != 0 {
+			t.Errorf("%q: tickets left: %v", content, cs)
 		}
 	}
 }
@@ -567,8 +568,8 @@ func TestReleaseKeepsForeignLock(t *testing.T) {
 		t.Fatalf("foreign lock touched: %q", got)
 	}
 	tr.closeAll()
-	if cs := claims(t, filepath.Dir(path)); len(cs) != 0 {
-		t.Errorf("claim left: %v", cs)
+	if cs := tickets(t, filepath.Dir(path)); len(cs) != 0 {
+		t.Errorf("ticket left: %v", cs)
 	}
 	// And a lock that simply vanished.
 	os.Remove(path)
@@ -630,7 +631,7 @@ func TestBreakLockChecksInode(t *testing.T) {
 // reply case) must count as success.
 func TestLinkCountMeansHeld(t *testing.T) {
 	path, _ := newTestLock(t)
-	c, err := newClaim(filepath.Dir(path), &holderRecord{hostname: "h", pid: os.Getpid()}, time.Second)
+	c, err := newTicket(filepath.Dir(path), &holderRecord{hostname: "h", pid: os.Getpid()}, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -720,7 +721,7 @@ func TestDefaults(t *testing.T) {
 }
 
 // tracker remembers the Locks a test makes, so that it can Close them (which
-// removes their reused claim files) before counting leftover claims.
+// removes their reused ticket files) before counting leftover tickets.
 type tracker []*Lock
 
 func (tr *tracker) New(t testing.TB, path string, opt Options) *Lock {

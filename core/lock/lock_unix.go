@@ -10,12 +10,12 @@ import (
 
 // fileID identifies an inode: two names of one file have the same fileID.
 // Inode numbers are reused as soon as a file is freed, so fileID alone only
-// proves identity while we keep the inode alive (our own claim); see stamp.
+// proves identity while we keep the inode alive (our own ticket); see stamp.
 type fileID struct{ dev, ino uint64 }
 
 // stamp identifies one inode at one moment: fileID plus size, mtime and
 // ctime. ctime changes whenever the inode's link count, name or content
-// changes, so a reused inode number (a stale lock freed, a new claim created
+// changes, so a reused inode number (a stale lock freed, a new ticket created
 // and linked) has a new ctime; mtime and size change with the content only
 // (rename does not touch them), which is what sameContentAs compares after
 // moving a lock aside.

@@ -209,8 +209,8 @@ func TestMultiProcessMutualExclusion(t *testing.T) {
 		t.Fatalf("counter = %d, want 1600", got)
 	}
 	t.Logf("8 processes x 200 cycles in %v", time.Since(start))
-	if cs := claims(t, dir); len(cs) != 0 {
-		t.Errorf("claims left: %v", cs)
+	if cs := tickets(t, dir); len(cs) != 0 {
+		t.Errorf("tickets left: %v", cs)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "cache.db.lock")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("lock file left: %v", err)
@@ -287,8 +287,8 @@ func Test64Contenders(t *testing.T) {
 		(sum / time.Duration(n)).Round(time.Microsecond), float64(links)/float64(n), firstTry*100/n, perProcWorst.Round(time.Millisecond))
 	t.Log(line)
 	fmt.Println(line)
-	if cs := claims(t, dir); len(cs) != 0 {
-		t.Errorf("claims left: %v", cs)
+	if cs := tickets(t, dir); len(cs) != 0 {
+		t.Errorf("tickets left: %v", cs)
 	}
 }
 
@@ -307,8 +307,8 @@ func TestMultiProcessNegativeControl(t *testing.T) {
 }
 
 // pyWorker follows the original library's protocol as COMPAT.md describes it
-// (mkstemp claim, json.dump, link, backoff with jitter, stale breaking by
-// timestamp, release = unlink lock then claim) around the same critical
+// (mkstemp ticket, json.dump, link, backoff with jitter, stale breaking by
+// timestamp, release = unlink lock then ticket) around the same critical
 // section, so Go and "old Python" workers can be run against each other.
 const pyWorker = `
 import json, os, random, socket, sys, tempfile, time
@@ -372,8 +372,8 @@ func TestMixedGoAndPythonWorkers(t *testing.T) {
 	if got := runChildren(t, dir, 4, 150, false, extra...); got != 1200 {
 		t.Fatalf("counter = %d, want 1200", got)
 	}
-	if cs := claims(t, dir); len(cs) != 0 {
-		t.Errorf("claims left: %v", cs)
+	if cs := tickets(t, dir); len(cs) != 0 {
+		t.Errorf("tickets left: %v", cs)
 	}
 }
 
@@ -400,8 +400,8 @@ print(os.getpid())
 	if !errors.As(err, &te) || te.Holder == nil || te.Holder.PID != pypid {
 		t.Fatalf("want timeout naming python pid %d, got %v", pypid, err)
 	}
-	// Clean up the live one (a dead Python process left claim and lock).
-	for _, c := range claims(t, dir) {
+	// Clean up the live one (a dead Python process left ticket and lock).
+	for _, c := range tickets(t, dir) {
 		os.Remove(filepath.Join(dir, c))
 	}
 	os.Remove(path)

@@ -24,14 +24,14 @@ func PathFor(dbPath string) (string, error) {
 	return pypath.WithSuffix(p, ".db.lock")
 }
 
-// dirOf is the directory that holds the lock and the claims.
+// dirOf is the directory that holds the lock and the tickets.
 func dirOf(lockPath string) string { return filepath.Dir(lockPath) }
 
 // NameOf says what the file name base is to the lock at lockPath when it is
 // in the lock's directory: "the lock file", "the break lock", "a lock moved
 // aside by a breaker" (the names asideName makes, shortened ones included)
-// or "a lock claim file"
-// (ClaimPrefix: the claims of every database of the directory share the
+// or "a lock ticket file"
+// (TicketPrefix: the tickets of every database of the directory share the
 // ".lock_" start). It is "" for a name the protocol does not use. The
 // output check (core/outfile) refuses these names, so that no export or
 // backup is ever written over a file of the lock (docs/lock-protocol.md,
@@ -43,8 +43,8 @@ func NameOf(lockPath, base string) string {
 		return "the lock file"
 	case base == lb+BreakSuffix:
 		return "the break lock"
-	case strings.HasPrefix(base, claimStart):
-		return "a lock claim file"
+	case strings.HasPrefix(base, ticketStart):
+		return "a lock ticket file"
 	case strings.HasPrefix(base, lb+".stale.") || strings.HasPrefix(base, lb+BreakSuffix+".stale."):
 		return "a lock moved aside by a breaker"
 	}

@@ -194,7 +194,7 @@ func TestNameOf(t *testing.T) {
 			filepath.Base(lp) + BreakSuffix:                                   "the break lock",
 			filepath.Base(asideName(lp, "n1")):                                "a lock moved aside by a breaker",
 			filepath.Base(asideName(lp+BreakSuffix, strings.Repeat("h", 60))): "a lock moved aside by a breaker",
-			ClaimPrefix("n1", 42) + "abcdefgh":                                "a lock claim file",
+			TicketPrefix("n1", 42) + "abcdefgh":                               "a lock ticket file",
 			"cache.db":                                                        "",
 			"cache.db.lock.json":                                              "",
 			"cache.db.lockstale.1.abcdefgh":                                   "",

@@ -9,11 +9,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// sweepClaims removes the claim files that killed processes left behind
+// sweepTickets removes the ticket files that killed processes left behind
 // (SIGKILL and an unhandled SIGTERM run no cleanup), so that a long-lived
 // shared directory does not fill up with them. It runs once per Lock, on
 // the first successful Acquire, so it costs one directory listing (and an
-// lstat per leftover) per process, not per operation. A claim is removed
+// lstat per leftover) per process, not per operation. A ticket is removed
 // only when its link count is 1 (it is not the lock, nor the break lock)
 // and either
 //
@@ -21,20 +21,20 @@ import (
 //     kernel and pid namespace whose process is dead (the dead-holder
 //     rule, deadOnThisHost): removed at once; or
 //   - it is provably old: unchanged (mtime and ctime) for longer than
-//     StaleTimeout by our clock. That covers other hosts' claims and old
-//     Python workers' ones. A live Go process rewrites its claim at every
-//     acquisition; one idle for that long that loses its claim makes a new
-//     one at its next acquisition (acquireFile), so a misjudged claim costs
+//     StaleTimeout by our clock. That covers other hosts' tickets and old
+//     Python workers' ones. A live Go process rewrites its ticket at every
+//     acquisition; one idle for that long that loses its ticket makes a new
+//     one at its next acquisition (acquireFile), so a misjudged ticket costs
 //     its owner one create, never the lock.
 //
 // The files a breaker moved aside (<lock>.stale.*, <lock>.break.stale.*),
 // which exist for microseconds unless the breaker was killed, are removed
 // by the same age rule. Before removing, the file's stamp is compared
 // again: a link made since (it became the lock) changes its ctime.
-func (l *Lock) sweepClaims() { l.leftovers(true) }
+func (l *Lock) sweepTickets() { l.leftovers(true) }
 
-// Leftovers lists the claim and moved-aside files that the sweep would
-// remove now (see sweepClaims), without removing them: tirastore check.
+// Leftovers lists the ticket and moved-aside files that the sweep would
+// remove now (see sweepTickets), without removing them: tirastore check.
 func (l *Lock) Leftovers() []string { return l.leftovers(false) }
 
 // Sweep removes them and lists what it removed: tirastore check --repair.
@@ -44,7 +44,7 @@ func (l *Lock) Sweep() []string { return l.leftovers(true) }
 func (l *Lock) leftovers(remove bool) []string {
 	var found []string
 	dir := filepath.Dir(l.path)
-	here := claimStart + l.opt.Hostname + "_"
+	here := ticketStart + l.opt.Hostname + "_"
 	asides := filepath.Base(l.path) + "."
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -53,9 +53,9 @@ func (l *Lock) leftovers(remove bool) []string {
 	now := l.clock()
 	for _, e := range entries {
 		name := e.Name()
-		claimName := strings.HasPrefix(name, claimStart)
+		ticketName := strings.HasPrefix(name, ticketStart)
 		aside := strings.HasPrefix(name, asides) && strings.Contains(name[len(asides):], "stale.")
-		if e.IsDir() || !(claimName || aside) {
+		if e.IsDir() || !(ticketName || aside) {
 			continue
 		}
 		p := filepath.Join(dir, name)
@@ -68,7 +68,7 @@ func (l *Lock) leftovers(remove bool) []string {
 		}
 		stamp := stampOf(&st)
 		if !l.provablyOld(&st, now) {
-			if !claimName || !strings.HasPrefix(name, here) || !l.deadClaim(p, stamp) {
+			if !ticketName || !strings.HasPrefix(name, here) || !l.deadTicket(p, stamp) {
 				continue
 			}
 		}
@@ -104,9 +104,9 @@ func lastChange(st *unix.Stat_t) time.Time {
 	return last
 }
 
-// deadClaim: the claim at p (in state stamp) holds the record of a
+// deadTicket: the ticket at p (in state stamp) holds the record of a
 // process of this host that is dead (deadOnThisHost).
-func (l *Lock) deadClaim(p string, stamp stamp) bool {
+func (l *Lock) deadTicket(p string, stamp stamp) bool {
 	h, st, err := readHolder(p)
 	return err == nil && st.stamp == stamp && l.deadOnThisHost(h)
 }

@@ -164,7 +164,7 @@ type Handover interface {
 
 // StallCheck is how a Lock's waits in the queue notice a line that does not
 // move (see "Stalled places"); the Lock derives it from its StaleTimeout
-// (core/lock, lease.go).
+// (core/lock, tenure.go).
 type StallCheck struct {
 	// Every is how often a blocked wait looks whether the line moves.
 	Every time.Duration

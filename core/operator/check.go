@@ -33,11 +33,11 @@ import (
 // at the leftovers beside it, then opens the database and checks its
 // tables under the lock. With repair it does what is safe: break an
 // abandoned lock (the race-free way, never a live holder's) and remove
-// the claim files of dead processes; a damaged table is reported, never
+// the lock ticket files of dead processes; a damaged table is reported, never
 // "repaired" (restore a backup, or export what is readable). A database
 // on a PostgreSQL server has no lock and no node-local files: its check
 // is the tables' (orphans, results that are not JSON; the server checks
-// its own pages) and the stale claims'.
+// its own pages) and the stale measurement claims'.
 
 // CheckReport is what CheckDatabase found and did.
 type CheckReport struct {
@@ -46,7 +46,7 @@ type CheckReport struct {
 	// Repaired what repair did.
 	Problems, Repaired []string
 	Lock               *LockStatus
-	Leftovers          []string // claim files of dead processes, or provably old
+	Leftovers          []string // lock ticket files of dead processes, or provably old
 	HotJournal         bool     // a crashed writer's journal was there (the check's read rolled it back)
 	// ForeignJournal is what sits at the journal's name that the journal
 	// rule refuses to roll back (core/sqlite: "The database's directory
@@ -74,7 +74,7 @@ type CheckReport struct {
 // opts' timeouts apply (a lock held by a live process makes the table
 // checks wait for it, up to the lock timeout).
 func CheckDatabase(ctx context.Context, path string, opts core.Options, repair bool) (*CheckReport, error) {
-	if postgres.IsURL(path) {
+	if storage.IsServerURL(path) {
 		// A server's database: no lock, no files of this node; the
 		// tables and the claims as below.
 		return checkTables(ctx, &CheckReport{Path: postgres.Redact(path)}, path, opts, repair)
@@ -118,10 +118,10 @@ func CheckDatabase(ctx context.Context, path string, opts core.Options, repair b
 	}
 	if repair {
 		for _, p := range l.Sweep() {
-			rep.Repaired = append(rep.Repaired, "removed the leftover claim file "+p)
+			rep.Repaired = append(rep.Repaired, "removed the leftover lock ticket file "+p)
 		}
 	} else if rep.Leftovers = l.Leftovers(); len(rep.Leftovers) > 0 {
-		rep.Problems = append(rep.Problems, fmt.Sprintf("%d leftover claim files of dead processes beside the lock: `%s` removes them", len(rep.Leftovers), c.Repair))
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%d leftover lock ticket files of dead processes beside the lock: `%s` removes them", len(rep.Leftovers), c.Repair))
 	}
 	if err := checkJournal(ctx, rep, l, abs, st.Held, repair); err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"github.com/tirastore/tirastore/core/internal/input"
 	"github.com/tirastore/tirastore/core/postgres"
 	"github.com/tirastore/tirastore/core/sqlitefile"
+	"github.com/tirastore/tirastore/core/storage"
 )
 
 // # The lock, for operators
@@ -55,8 +56,8 @@ func operatorLock(dbPath string, opts core.Options) (l *sqlitefile.Lock, abs str
 	if err := input.Text("db_path", dbPath); err != nil {
 		return nil, "", err
 	}
-	if postgres.IsURL(dbPath) {
-		return nil, "", apierr.New(apierr.KindValue, "%s is a database on a PostgreSQL server: it has no lock file "+
+	if storage.IsServerURL(dbPath) {
+		return nil, "", apierr.New(apierr.KindValue, "%s is a database on a server: it has no lock file "+
 			"(the server locks rows itself)", postgres.Redact(dbPath))
 	}
 	stale, wait, err := opts.LockTimeouts()

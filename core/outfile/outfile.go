@@ -22,10 +22,10 @@ import (
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/failpoint"
 	"github.com/tirastore/tirastore/core/internal/input"
-	"github.com/tirastore/tirastore/core/postgres"
 	"github.com/tirastore/tirastore/core/shareddir"
 	"github.com/tirastore/tirastore/core/sqlite"
 	"github.com/tirastore/tirastore/core/sqlitefile"
+	"github.com/tirastore/tirastore/core/storage"
 )
 
 // # Output files
@@ -44,7 +44,7 @@ import (
 //     (by name, or the same file under another name: a hard link, a link
 //     of the caller, another path to its directory), its journal, -wal
 //     and -shm (sqlite.Companions), its lock, break lock, a lock moved
-//     aside and any lock claim file of its directory (sqlitefile.LockNameOf);
+//     aside and any lock ticket file of its directory (sqlitefile.LockNameOf);
 //   - the same names of any other database: a name of the lock's family
 //     anywhere, the journal of an existing database file;
 //   - a file the call reads (the export an import reads);
@@ -109,7 +109,7 @@ func Check(kind Kind, p string, dbs, inputs []string) (string, error) {
 	}
 	c := &outputCheck{kind: kind, out: out, inputs: inputs}
 	for _, db := range dbs {
-		if postgres.IsURL(db) {
+		if storage.IsServerURL(db) {
 			continue
 		}
 		abs, err := input.Path("database path", db)

@@ -58,7 +58,7 @@ func TestOutputsRefuseTheDatabaseAndItsFiles(t *testing.T) {
 	db := st.Path()
 	dir := filepath.Dir(db)
 	lockPath := st.LockPath()
-	// Files that exist: a claim, a hard link to the database, another
+	// Files that exist: a lock ticket, a hard link to the database, another
 	// database.
 	if err := os.WriteFile(filepath.Join(dir, ".lock_node1_42_abcdefgh"), nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -77,8 +77,8 @@ func TestOutputsRefuseTheDatabaseAndItsFiles(t *testing.T) {
 		lockPath:                              "is the lock file of the database",
 		lockPath + ".break":                   "is the break lock of the database",
 		lockPath + ".stale.node1.42.abcdefgh": "is a lock moved aside by a breaker of the database",
-		filepath.Join(dir, ".lock_node1_42_abcdefgh"): "is a lock claim file of the database",
-		filepath.Join(dir, ".lock_node2_7_zzzzzzzz"):  "is a lock claim file of the database",
+		filepath.Join(dir, ".lock_node1_42_abcdefgh"): "is a lock ticket file of the database",
+		filepath.Join(dir, ".lock_node2_7_zzzzzzzz"):  "is a lock ticket file of the database",
 		db + "-journal":                     "is the journal of the database",
 		db + "-wal":                         "is the write-ahead log of the database",
 		db + "-shm":                         "is the shared-memory index of the database",

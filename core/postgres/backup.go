@@ -76,11 +76,10 @@ func (r *reader) backupTo(path string) error {
 		if err != nil {
 			return err
 		}
-		err = r.eachRecordPage("SELECT rowid, "+recordColumns+" FROM records r", func(rows pgx.Rows) (int64, error) {
+		err = r.eachRecordPage("SELECT rowid, "+recordColumnsOfR+" FROM records r", func(rows pgx.Rows) (int64, error) {
 			var id int64
 			var rec storage.Record
-			if err := rows.Scan(&id, &rec.Key, &rec.ProgramHash, &rec.Schedule, &rec.ResultJSON, &rec.Hostname,
-				&rec.Username, &rec.CreationDate, &rec.UpdateDate, &rec.SourceProject); err != nil {
+			if err := rows.Scan(append([]any{&id}, sqlite.RecordFields(&rec)...)...); err != nil {
 				return 0, err
 			}
 			_, err := tx.PutRecord(&rec, false)

@@ -19,12 +19,8 @@ import (
 
 // classify turns an error of pgx or the server into an *apierr.Error
 // that names the database (without its password) and the operation.
-func (s *Store) classify(err error, op string) error {
-	if err == nil {
-		return nil
-	}
-	var e *apierr.Error
-	if errors.As(err, &e) {
+func (s *Backend) classify(err error, op string) error {
+	if e, done := apierr.Classified(err); done {
 		return e
 	}
 	msg := scrub(err.Error(), s.hide)
@@ -120,12 +116,12 @@ func retriable(err error) bool {
 // attempt that failed after sending something is retried only if
 // idempotent (the caller's fn can be run again whatever the server did
 // with an earlier attempt).
-func (s *Store) retry(ctx context.Context, op string, idempotent bool, fn func(ctx context.Context, attempt int) error) error {
+func (s *Backend) retry(ctx context.Context, op string, idempotent bool, fn func(ctx context.Context, attempt int) error) error {
 	return s.retryFor(ctx, op, idempotent, tuning.ServerRetryFor, fn)
 }
 
 // retryFor is retry within window.
-func (s *Store) retryFor(ctx context.Context, op string, idempotent bool, window time.Duration, fn func(ctx context.Context, attempt int) error) error {
+func (s *Backend) retryFor(ctx context.Context, op string, idempotent bool, window time.Duration, fn func(ctx context.Context, attempt int) error) error {
 	start := time.Now()
 	backoff := tuning.ServerRetryMin
 	for attempt := 0; ; attempt++ {

@@ -21,7 +21,7 @@ func ClientDeadline(t *testing.T, options string) time.Duration {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Store{cfg: storage.Config{}}
+	s := &Backend{cfg: storage.Config{}}
 	s.configure(pc, u)
 	return s.stmtTimeout
 }

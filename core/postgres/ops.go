@@ -4,46 +4,57 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/sqlite"
 	"github.com/tirastore/tirastore/core/storage"
 )
 
 // The storage.Backend operations.
 
-const (
-	recordColumns = `r.key, r.program_hash, r.schedule, r.result_json, r.hostname, r.username,
-       r.creation_date, r.update_date, r.source_project`
+// The records table has the original's columns, as core/sqlite's (a
+// backup copies them into one): its statements are built from the one
+// list of them, sqlite.RecordColumns.
+var (
+	// recordColumns and recordColumnsOfR list the columns, bare and of
+	// the alias r.
+	recordColumns    = strings.Join(sqlite.RecordColumns, ", ")
+	recordColumnsOfR = "r." + strings.Join(sqlite.RecordColumns, ", r.")
+	// recordOverwrite is what an overwrite replaces: every column but the
+	// key and creation_date.
+	recordOverwrite = sqlite.UpsertSet(sqlite.RecordColumns, "key", "creation_date")
+
 	// The lookups keep the original's inner join with programs (a record
 	// whose program row is missing is not found) without reading the
 	// program's name and source, which a lookup does not return.
-	lookupSQL = "SELECT " + recordColumns + `
+	lookupSQL = "SELECT " + recordColumnsOfR + `
   FROM records r JOIN programs p ON r.program_hash = p.program_hash WHERE r.key = $1`
-	lookupManySQL = "SELECT " + recordColumns + `
+	lookupManySQL = "SELECT " + recordColumnsOfR + `
   FROM records r JOIN programs p ON r.program_hash = p.program_hash WHERE r.key = ANY($1)`
+
+	// The rows of one write from arrays, in their order (so that rowid
+	// follows it), one statement whatever their number.
+	insertRowsSQL = "INSERT INTO records (" + recordColumns + `)
+  SELECT t.k, $2, t.s, t.r, $3, $4, $5, $5, $6
+    FROM unnest($1::text[], $7::text[], $8::text[]) WITH ORDINALITY AS t(k, s, r, n) ORDER BY t.n
+  ON CONFLICT (key) DO NOTHING RETURNING key`
+	upsertRowsSQL = "INSERT INTO records (" + recordColumns + `)
+  SELECT t.k, $2, t.s, t.r, $3, $4, $5, $5, $6
+    FROM unnest($1::text[], $7::text[], $8::text[]) WITH ORDINALITY AS t(k, s, r, n) ORDER BY t.n
+  ON CONFLICT (key) DO UPDATE SET ` + recordOverwrite + `
+  RETURNING key`
+)
+
+const (
 	containsSQL = "SELECT EXISTS (SELECT 1 FROM records WHERE key = $1)"
 
 	insertProgramSQL = `INSERT INTO programs (program_hash, program_name, source_code) VALUES ($1, $2, $3)
   ON CONFLICT (program_hash) DO NOTHING`
-	// The rows of one write from arrays, in their order (so that rowid
-	// follows it), one statement whatever their number.
-	insertRowsSQL = `INSERT INTO records (key, program_hash, schedule, result_json, hostname, username,
-       creation_date, update_date, source_project)
-  SELECT t.k, $2, t.s, t.r, $3, $4, $5, $5, $6
-    FROM unnest($1::text[], $7::text[], $8::text[]) WITH ORDINALITY AS t(k, s, r, n) ORDER BY t.n
-  ON CONFLICT (key) DO NOTHING RETURNING key`
-	upsertRowsSQL = `INSERT INTO records (key, program_hash, schedule, result_json, hostname, username,
-       creation_date, update_date, source_project)
-  SELECT t.k, $2, t.s, t.r, $3, $4, $5, $5, $6
-    FROM unnest($1::text[], $7::text[], $8::text[]) WITH ORDINALITY AS t(k, s, r, n) ORDER BY t.n
-  ON CONFLICT (key) DO UPDATE SET program_hash = excluded.program_hash, schedule = excluded.schedule,
-       result_json = excluded.result_json, hostname = excluded.hostname, username = excluded.username,
-       update_date = excluded.update_date, source_project = excluded.source_project
-  RETURNING key`
 	// ownRowsSQL finds, after a retry, the rows an earlier attempt of the
 	// same write committed before its answer was lost: exactly its
 	// values, its date.
@@ -62,19 +73,24 @@ const serverNow = `(to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"
 
 func scanRecord(row pgx.Row) (*storage.Record, error) {
 	var r storage.Record
-	err := row.Scan(&r.Key, &r.ProgramHash, &r.Schedule, &r.ResultJSON, &r.Hostname, &r.Username,
-		&r.CreationDate, &r.UpdateDate, &r.SourceProject)
+	err := row.Scan(sqlite.RecordFields(&r)...)
 	return &r, err
 }
 
-// one runs fn, a read of one statement, with retries.
-func (s *Store) one(ctx context.Context, op string, fn func(ctx context.Context) error) error {
+// entered is retry inside one operation (enter): what every call of this
+// backend but Write, which prepares its arguments in between, runs as.
+func (s *Backend) entered(ctx context.Context, op string, idempotent bool, fn func(ctx context.Context, attempt int) error) error {
 	ctx, done, err := s.enter(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
-	return s.retry(ctx, op, true, func(ctx context.Context, _ int) error {
+	return s.retry(ctx, op, idempotent, fn)
+}
+
+// one runs fn, a read of one statement, with retries.
+func (s *Backend) one(ctx context.Context, op string, fn func(ctx context.Context) error) error {
+	return s.entered(ctx, op, true, func(ctx context.Context, _ int) error {
 		sctx, cancel := s.stmtCtx(ctx)
 		defer cancel()
 		return fn(sctx)
@@ -82,7 +98,7 @@ func (s *Store) one(ctx context.Context, op string, fn func(ctx context.Context)
 }
 
 // Lookup reads the record of key in one round trip.
-func (s *Store) Lookup(ctx context.Context, _, key string) (*storage.Record, error) {
+func (s *Backend) Lookup(ctx context.Context, _, key string) (*storage.Record, error) {
 	var rec *storage.Record
 	err := s.one(ctx, "lookup", func(ctx context.Context) error {
 		r, err := scanRecord(s.pool.QueryRow(ctx, lookupSQL, key))
@@ -97,7 +113,7 @@ func (s *Store) Lookup(ctx context.Context, _, key string) (*storage.Record, err
 }
 
 // LookupMany reads the records of keys in one statement.
-func (s *Store) LookupMany(ctx context.Context, _ string, keys []string) ([]*storage.Record, error) {
+func (s *Backend) LookupMany(ctx context.Context, _ string, keys []string) ([]*storage.Record, error) {
 	var out []*storage.Record
 	err := s.one(ctx, "lookup_many", func(ctx context.Context) error {
 		rows, err := s.pool.Query(ctx, lookupManySQL, keys)
@@ -126,7 +142,7 @@ func (s *Store) LookupMany(ctx context.Context, _ string, keys []string) ([]*sto
 }
 
 // Contains reports whether a record row has key (no join).
-func (s *Store) Contains(ctx context.Context, _, key string) (bool, error) {
+func (s *Backend) Contains(ctx context.Context, _, key string) (bool, error) {
 	var found bool
 	err := s.one(ctx, "contains", func(ctx context.Context) error {
 		return s.pool.QueryRow(ctx, containsSQL, key).Scan(&found)
@@ -136,7 +152,7 @@ func (s *Store) Contains(ctx context.Context, _, key string) (bool, error) {
 
 // ConfigGet reads the config entry of (namespace, key); nothing is
 // cached (stamp 0).
-func (s *Store) ConfigGet(ctx context.Context, namespace, key string) (*storage.ConfigEntry, uint64, error) {
+func (s *Backend) ConfigGet(ctx context.Context, namespace, key string) (*storage.ConfigEntry, uint64, error) {
 	var e *storage.ConfigEntry
 	err := s.one(ctx, "config get", func(ctx context.Context) error {
 		var err error
@@ -147,16 +163,16 @@ func (s *Store) ConfigGet(ctx context.Context, namespace, key string) (*storage.
 }
 
 // ConfigFresh is false: no answer is cached.
-func (s *Store) ConfigFresh(uint64) bool { return false }
+func (s *Backend) ConfigFresh(uint64) bool { return false }
 
 // Peek cannot answer without a round trip.
-func (s *Store) Peek(string, string) (*storage.Record, bool) { return nil, false }
+func (s *Backend) Peek(string, string) (*storage.Record, bool) { return nil, false }
 
 // Write stores w in one pipelined batch: one round trip, one implicit
 // transaction. A retry after a lost answer counts the rows that the
 // earlier attempt committed (exactly w's values and date) as written, so
 // that a record that won its key still says so.
-func (s *Store) Write(ctx context.Context, w *storage.Write) (int, error) {
+func (s *Backend) Write(ctx context.Context, w *storage.Write) (int, error) {
 	ctx, done, err := s.enter(ctx)
 	if err != nil {
 		return 0, err
@@ -241,7 +257,7 @@ func (s *Store) Write(ctx context.Context, w *storage.Write) (int, error) {
 }
 
 // noProgram maps a foreign-key violation to storage.ErrNoProgram.
-func (s *Store) noProgram(err error) error {
+func (s *Backend) noProgram(err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "23503" {
 		return errors.Join(storage.ErrNoProgram, err)
@@ -278,7 +294,7 @@ func refArrays(refs []storage.ClaimRef) (keys, tokens []string) {
 // View runs fn in one REPEATABLE READ, read-only transaction: one
 // snapshot, blocking nobody. Only starting it is retried (fn may not be
 // safe to run twice).
-func (s *Store) View(ctx context.Context, op string, fn func(storage.Reader) error) error {
+func (s *Backend) View(ctx context.Context, op string, fn func(storage.Reader) error) error {
 	return s.tx(ctx, op, false, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(ctx context.Context, tx pgx.Tx) error {
 		return fn(&reader{s: s, ctx: ctx, q: tx})
 	})
@@ -286,7 +302,7 @@ func (s *Store) View(ctx context.Context, op string, fn func(storage.Reader) err
 
 // Update runs fn in one READ COMMITTED transaction; only starting it is
 // retried.
-func (s *Store) Update(ctx context.Context, op string, fn func(storage.Writer) error) error {
+func (s *Backend) Update(ctx context.Context, op string, fn func(storage.Writer) error) error {
 	return s.tx(ctx, op, false, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(ctx context.Context, tx pgx.Tx) error {
 		return fn(&writer{reader{s: s, ctx: ctx, q: tx, write: true}, tx})
 	})
@@ -296,7 +312,7 @@ func (s *Store) Update(ctx context.Context, op string, fn func(storage.Writer) e
 // whole transactions are retried that failed before their commit (a
 // deadlock the server broke, a lost connection): fn may run again
 // (storage.Backend.UpdateClaims).
-func (s *Store) UpdateClaims(ctx context.Context, op string, fn func(storage.ClaimWriter) error) error {
+func (s *Backend) UpdateClaims(ctx context.Context, op string, fn func(storage.ClaimWriter) error) error {
 	return s.tx(ctx, op, true, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(ctx context.Context, tx pgx.Tx) error {
 		return fn(&writer{reader{s: s, ctx: ctx, q: tx, write: true}, tx})
 	})
@@ -312,13 +328,8 @@ func (e ranErr) Unwrap() error { return e.error }
 // rerun, a failure of fn that a retry may get past runs the whole
 // transaction again; a failed COMMIT is never retried (it may have
 // committed).
-func (s *Store) tx(ctx context.Context, op string, rerun bool, opts pgx.TxOptions, fn func(context.Context, pgx.Tx) error) error {
-	ctx, done, err := s.enter(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	return s.retry(ctx, op, rerun, func(ctx context.Context, _ int) error {
+func (s *Backend) tx(ctx context.Context, op string, rerun bool, opts pgx.TxOptions, fn func(context.Context, pgx.Tx) error) error {
+	return s.entered(ctx, op, rerun, func(ctx context.Context, _ int) error {
 		bctx, cancel := s.stmtCtx(ctx)
 		tx, err := s.pool.BeginTx(bctx, opts)
 		cancel()
@@ -349,7 +360,7 @@ func (s *Store) tx(ctx context.Context, op string, rerun bool, opts pgx.TxOption
 	})
 }
 
-func (s *Store) stmtTimeoutOr(d time.Duration) time.Duration {
+func (s *Backend) stmtTimeoutOr(d time.Duration) time.Duration {
 	if s.stmtTimeout > 0 {
 		return s.stmtTimeout
 	}
@@ -358,7 +369,7 @@ func (s *Store) stmtTimeoutOr(d time.Duration) time.Duration {
 
 // EachProgram reads every program, ServerExportPage at a time with their
 // sources, and each one's results, all in one REPEATABLE READ snapshot.
-func (s *Store) EachProgram(ctx context.Context, fn func(storage.Program, []storage.ScheduleResult) error) error {
+func (s *Backend) EachProgram(ctx context.Context, fn func(storage.Program, []storage.ScheduleResult) error) error {
 	return s.View(ctx, "export", func(r storage.Reader) error {
 		return r.(*reader).eachProgram(fn)
 	})
@@ -366,7 +377,7 @@ func (s *Store) EachProgram(ctx context.Context, fn func(storage.Program, []stor
 
 // Backup writes a consistent copy of the database, as a SQLite file of
 // the same tables (backup.go).
-func (s *Store) Backup(ctx context.Context, path string) error {
+func (s *Backend) Backup(ctx context.Context, path string) error {
 	return s.View(ctx, "back up", func(r storage.Reader) error {
 		return r.(*reader).backupTo(path)
 	})

@@ -56,16 +56,17 @@ import (
 	"github.com/tirastore/tirastore/core/tuning"
 )
 
-// IsURL reports whether location names a PostgreSQL database
-// (postgresql:// or postgres://, as libpq accepts).
+// IsURL reports whether location, a server's URL (storage.IsServerURL
+// decides that), is one this backend serves: postgresql:// or
+// postgres://, as libpq accepts.
 func IsURL(location string) bool {
 	l := strings.ToLower(location)
 	return strings.HasPrefix(l, "postgresql://") || strings.HasPrefix(l, "postgres://")
 }
 
-// Store is an open PostgreSQL database: a pool of connections of this
+// Backend is an open PostgreSQL database: a pool of connections of this
 // process. It is safe for concurrent use.
-type Store struct {
+type Backend struct {
 	pool *pgxpool.Pool
 	loc  string   // the URL without its password
 	hide []string // passwords to keep out of every message
@@ -85,14 +86,14 @@ type Store struct {
 // Open connects to the database the URL names and, unless
 // cfg.MustExist, creates the schema in it when it has none (the database
 // itself must exist: creating one is the server administrator's job).
-func Open(ctx context.Context, rawURL string, cfg storage.Config) (*Store, *storage.Opened, error) {
+func Open(ctx context.Context, rawURL string, cfg storage.Config) (*Backend, *storage.Opened, error) {
 	loc := Redact(rawURL)
 	connURL, notices := withHomeFiles(rawURL)
 	pc, err := pgxpool.ParseConfig(connURL)
 	if err != nil {
 		return nil, nil, apierr.Wrap(apierr.KindValue, err, "cannot use the database URL %s: %s", loc, scrub(err.Error(), passwordsOf(rawURL)))
 	}
-	s := &Store{loc: loc, cfg: cfg, hide: passwordsOf(rawURL)}
+	s := &Backend{loc: loc, cfg: cfg, hide: passwordsOf(rawURL)}
 	if p := pc.ConnConfig.Password; p != "" {
 		s.hide = append(s.hide, p)
 	}
@@ -179,7 +180,7 @@ func withHomeFiles(rawURL string) (string, []string) {
 // configure applies the engine's defaults to what the URL and the
 // environment left unset: the connect timeout, the pool's size, and the
 // server's timeouts for this engine's sessions.
-func (s *Store) configure(pc *pgxpool.Config, rawURL string) {
+func (s *Backend) configure(pc *pgxpool.Config, rawURL string) {
 	cc := pc.ConnConfig
 	if cc.ConnectTimeout == 0 {
 		cc.ConnectTimeout = tuning.ServerConnectTimeout
@@ -275,10 +276,10 @@ func optionValue(options, name string) (string, bool) {
 }
 
 // Location is the URL without its password.
-func (s *Store) Location() string { return s.loc }
+func (s *Backend) Location() string { return s.loc }
 
 // Close waits for the calls in flight, then closes the pool.
-func (s *Store) Close() error {
+func (s *Backend) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closePool()
@@ -286,7 +287,7 @@ func (s *Store) Close() error {
 }
 
 // CloseIfIdle is Close unless a call is in flight.
-func (s *Store) CloseIfIdle() (bool, error) {
+func (s *Backend) CloseIfIdle() (bool, error) {
 	if !s.mu.TryLock() {
 		return false, nil
 	}
@@ -299,7 +300,7 @@ func (s *Store) CloseIfIdle() (bool, error) {
 // connection that timed out is closed by pgx with a cancel request to the
 // server, which an unreachable server never answers, and closing a store
 // (at exit, say) must not hang on it. The rest goes on in the background.
-func (s *Store) closePool() {
+func (s *Backend) closePool() {
 	if s.closed {
 		return
 	}
@@ -320,7 +321,7 @@ func (s *Store) closePool() {
 // enter starts an operation: ErrClosed after Close; the returned context
 // is ctx made interruptible (Ctrl-C) when the caller asked for it, and
 // done ends the operation.
-func (s *Store) enter(ctx context.Context) (context.Context, func(), error) {
+func (s *Backend) enter(ctx context.Context) (context.Context, func(), error) {
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
@@ -335,7 +336,7 @@ func (s *Store) enter(ctx context.Context) (context.Context, func(), error) {
 
 // stmtCtx is the context of one statement: ctx with the client-side
 // deadline.
-func (s *Store) stmtCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+func (s *Backend) stmtCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	if s.stmtTimeout <= 0 {
 		return context.WithCancel(ctx)
 	}

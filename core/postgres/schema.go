@@ -134,7 +134,7 @@ var migrations = map[int][]string{
 
 // init checks the server and the schema and creates or migrates the
 // schema when needed, retrying while the server is unreachable.
-func (s *Store) init(ctx context.Context) (*storage.Opened, error) {
+func (s *Backend) init(ctx context.Context) (*storage.Opened, error) {
 	ctx, done, err := s.enter(ctx)
 	if err != nil {
 		return nil, err
@@ -156,7 +156,7 @@ func (s *Store) init(ctx context.Context) (*storage.Opened, error) {
 	return opened, err
 }
 
-func (s *Store) initOnce(ctx context.Context) (*storage.Opened, error) {
+func (s *Backend) initOnce(ctx context.Context) (*storage.Opened, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
@@ -270,7 +270,7 @@ type queryer interface {
 // readMeta reads db_meta; ok is false when the table does not exist.
 // Outside a transaction only: to_regclass takes no lock, so inside one it
 // may answer from the session's catalog cache (readMetaLocking).
-func (s *Store) readMeta(ctx context.Context, q queryer) (map[string]string, bool, error) {
+func (s *Backend) readMeta(ctx context.Context, q queryer) (map[string]string, bool, error) {
 	var reg *string
 	if err := q.QueryRow(ctx, "SELECT to_regclass('db_meta')::text").Scan(&reg); err != nil {
 		return nil, false, err
@@ -292,7 +292,7 @@ func (s *Store) readMeta(ctx context.Context, q queryer) (map[string]string, boo
 // table locks it, which brings the cache up to date; a table that is
 // truly missing is undefined_table (42P01), caught in a savepoint so
 // that the transaction goes on.
-func (s *Store) readMetaLocking(ctx context.Context, tx pgx.Tx) (map[string]string, bool, error) {
+func (s *Backend) readMetaLocking(ctx context.Context, tx pgx.Tx) (map[string]string, bool, error) {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return nil, false, err
@@ -334,7 +334,7 @@ var (
 
 // checkVersions refuses a schema newer than this engine's and reports
 // whether the layout is current (nothing to migrate).
-func (s *Store) checkVersions(meta map[string]string) (current bool, err error) {
+func (s *Backend) checkVersions(meta map[string]string) (current bool, err error) {
 	sv, ok := meta["schema_version"]
 	if !ok {
 		return false, apierr.New(apierr.KindDatabase, "%s: db_meta has no schema_version row: not a TiraStore database", s.loc)
@@ -358,7 +358,7 @@ func (s *Store) checkVersions(meta map[string]string) (current bool, err error) 
 // answers an SSLRequest with one byte, S or N (E from a very old one).
 // Another answer is errNotPostgres; no answer is no verdict (nil), and
 // the caller's error stands.
-func (s *Store) probe(ctx context.Context) error {
+func (s *Backend) probe(ctx context.Context) error {
 	network, addr := "tcp", net.JoinHostPort(s.host, strconv.Itoa(int(s.port)))
 	if strings.HasPrefix(s.host, "/") {
 		network, addr = "unix", filepath.Join(s.host, ".s.PGSQL."+strconv.Itoa(int(s.port)))

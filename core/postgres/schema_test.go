@@ -12,6 +12,7 @@ import (
 
 	"github.com/tirastore/tirastore/core/internal/pgtest"
 	"github.com/tirastore/tirastore/core/postgres"
+	"github.com/tirastore/tirastore/core/sqlite"
 	"github.com/tirastore/tirastore/core/storage"
 )
 
@@ -97,21 +98,29 @@ func TestNegativeControlStaleCheckRunsTheDDLAgain(t *testing.T) {
 	}
 }
 
-// A database of layout 1 (config entries without a namespace) is migrated
-// by the next opener: every entry is kept, in the namespace "", and the
-// same key can then be put in another namespace.
-func TestLayoutOneConfigTableIsMigrated(t *testing.T) {
-	url := pgtest.URL(t)
+// createdSchema is a fresh schema of the test cluster in which this
+// backend created its tables, and a connection of the test's own to it
+// (closed when the test ends).
+func createdSchema(t *testing.T) (url string, conn *pgx.Conn) {
+	t.Helper()
+	url = pgtest.URL(t)
 	b, _, err := postgres.Open(ctx, url, testConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.Close()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
+	if conn, err = pgx.Connect(ctx, url); err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(ctx)
+	t.Cleanup(func() { conn.Close(ctx) })
+	return url, conn
+}
+
+// A database of layout 1 (config entries without a namespace) is migrated
+// by the next opener: every entry is kept, in the namespace "", and the
+// same key can then be put in another namespace.
+func TestLayoutOneConfigTableIsMigrated(t *testing.T) {
+	url, conn := createdSchema(t)
 	exec := func(sql string, args ...any) {
 		t.Helper()
 		if _, err := conn.Exec(ctx, sql, args...); err != nil {
@@ -189,5 +198,24 @@ func TestLayoutOneConfigTableIsMigrated(t *testing.T) {
     WHERE tablename = 'config_entries' AND schemaname = current_schema()`).Scan(&indexes); err != nil ||
 		!slices.Equal(indexes, []string{"config_entries_pkey", "idx_config_entries_namespace_device_op_id"}) {
 		t.Fatalf("indexes %q, %v", indexes, err)
+	}
+}
+
+// TestRecordColumnsAreTheTables: the records table this backend creates
+// has the columns its statements are built from (sqlite.RecordColumns, the
+// original's, in their order), then its own rowid.
+func TestRecordColumnsAreTheTables(t *testing.T) {
+	_, conn := createdSchema(t)
+	rows, err := conn.Query(ctx, `SELECT column_name FROM information_schema.columns
+  WHERE table_schema = current_schema() AND table_name = 'records' ORDER BY ordinal_position`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := append(slices.Clone(sqlite.RecordColumns), "rowid"); !slices.Equal(cols, want) {
+		t.Fatalf("records has %v, want %v", cols, want)
 	}
 }

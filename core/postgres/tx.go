@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/pyjson"
+	"github.com/tirastore/tirastore/core/sqlite"
 	"github.com/tirastore/tirastore/core/storage"
 	"github.com/tirastore/tirastore/core/tuning"
 )
@@ -21,7 +23,7 @@ import (
 // which may read more in the same transaction (one connection runs one
 // statement at a time).
 type reader struct {
-	s     *Store
+	s     *Backend
 	ctx   context.Context
 	q     pgx.Tx
 	write bool // an Update's: GetClaims locks the keys it reads
@@ -93,14 +95,13 @@ func (r *reader) Meta(key string) (string, bool, error) {
 	return v, ok, err
 }
 
-const getSQL = "SELECT " + recordColumns + `, p.program_name, p.source_code
+var getSQL = "SELECT " + recordColumnsOfR + `, p.program_name, p.source_code
   FROM records r JOIN programs p ON r.program_hash = p.program_hash WHERE r.key = $1`
 
 // Get is a record joined with its program, or nil.
 func (r *reader) Get(key string) (*storage.Record, error) {
 	var rec storage.Record
-	ok, err := r.row([]any{&rec.Key, &rec.ProgramHash, &rec.Schedule, &rec.ResultJSON, &rec.Hostname, &rec.Username,
-		&rec.CreationDate, &rec.UpdateDate, &rec.SourceProject, &rec.ProgramName, &rec.SourceCode}, getSQL, key)
+	ok, err := r.row(append(sqlite.RecordFields(&rec), &rec.ProgramName, &rec.SourceCode), getSQL, key)
 	if !ok {
 		return nil, err
 	}
@@ -141,7 +142,7 @@ func (r *reader) EachRecordOf(programHash string, fn func(*storage.Record) error
 		rec, err := scanRecord(rows)
 		rec.ProgramName, rec.SourceCode = name, source
 		return rec, err
-	}, fn, "SELECT "+recordColumns+" FROM records r WHERE r.program_hash = $1 ORDER BY r.creation_date, r.rowid", programHash)
+	}, fn, "SELECT "+recordColumnsOfR+" FROM records r WHERE r.program_hash = $1 ORDER BY r.creation_date, r.rowid", programHash)
 }
 
 // eachRead reads every row of a statement with scan, then calls fn for
@@ -425,16 +426,22 @@ func (w *writer) PutProgram(p storage.Program) error {
 	return err
 }
 
-const (
-	putRecordSQL = `INSERT INTO records (key, program_hash, schedule, result_json, hostname, username,
-       creation_date, update_date, source_project) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+var (
+	recordParams = params(len(sqlite.RecordColumns))
+	putRecordSQL = "INSERT INTO records (" + recordColumns + ") VALUES (" + recordParams + `)
   ON CONFLICT (key) DO NOTHING`
-	upsertRecordSQL = `INSERT INTO records (key, program_hash, schedule, result_json, hostname, username,
-       creation_date, update_date, source_project) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-  ON CONFLICT (key) DO UPDATE SET program_hash = excluded.program_hash, schedule = excluded.schedule,
-       result_json = excluded.result_json, hostname = excluded.hostname, username = excluded.username,
-       update_date = excluded.update_date, source_project = excluded.source_project`
+	upsertRecordSQL = "INSERT INTO records (" + recordColumns + ") VALUES (" + recordParams + `)
+  ON CONFLICT (key) DO UPDATE SET ` + recordOverwrite
 )
+
+// params is the parameter list "$1, $2, ..., $n".
+func params(n int) string {
+	p := make([]string, n)
+	for i := range p {
+		p[i] = "$" + strconv.Itoa(i+1)
+	}
+	return strings.Join(p, ", ")
+}
 
 // PutRecord inserts r, or replaces the row of its key if overwrite.
 func (w *writer) PutRecord(r *storage.Record, overwrite bool) (bool, error) {
@@ -442,8 +449,7 @@ func (w *writer) PutRecord(r *storage.Record, overwrite bool) (bool, error) {
 	if overwrite {
 		q = upsertRecordSQL
 	}
-	n, err := w.exec(q, r.Key, r.ProgramHash, r.Schedule, r.ResultJSON, r.Hostname, r.Username,
-		r.CreationDate, r.UpdateDate, r.SourceProject)
+	n, err := w.exec(q, sqlite.RecordValues(r)...)
 	if err != nil {
 		return false, w.s.noProgram(err)
 	}

@@ -141,24 +141,17 @@ func (e *encoder) value(v any, level int) error {
 		e.buf = appendFloat(e.buf, float64(x))
 	case int:
 		e.buf = strconv.AppendInt(e.buf, int64(x), 10)
-	case int8:
-		e.buf = strconv.AppendInt(e.buf, int64(x), 10)
-	case int16:
-		e.buf = strconv.AppendInt(e.buf, int64(x), 10)
-	case int32:
-		e.buf = strconv.AppendInt(e.buf, int64(x), 10)
 	case int64:
 		e.buf = strconv.AppendInt(e.buf, x, 10)
-	case uint:
-		e.buf = strconv.AppendUint(e.buf, uint64(x), 10)
-	case uint8:
-		e.buf = strconv.AppendUint(e.buf, uint64(x), 10)
-	case uint16:
-		e.buf = strconv.AppendUint(e.buf, uint64(x), 10)
-	case uint32:
-		e.buf = strconv.AppendUint(e.buf, uint64(x), 10)
 	case uint64:
 		e.buf = strconv.AppendUint(e.buf, x, 10)
+	case int8, int16, int32, uint, uint8, uint16, uint32:
+		// The other integer types, rare in a reply, take one path.
+		if rv := reflect.ValueOf(x); rv.CanInt() {
+			e.buf = strconv.AppendInt(e.buf, rv.Int(), 10)
+		} else {
+			e.buf = strconv.AppendUint(e.buf, rv.Uint(), 10)
+		}
 	case []any:
 		return e.list(v, len(x), level, func(i int, lvl int) error { return e.value(x[i], lvl) })
 	case []string:

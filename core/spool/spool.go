@@ -50,7 +50,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tirastore/tirastore/core/lock"
+	"github.com/tirastore/tirastore/core/liveness"
 	"github.com/tirastore/tirastore/core/nodelocal"
 )
 
@@ -116,7 +116,7 @@ var seq atomic.Uint64
 
 // procNS and procStart name this process in its request ids (see
 // removeIfAbandoned): <nanoseconds>-<pid>-<sequence>-<pid ns>-<start time>.
-var procNS, procStart = lock.ProcessID()
+var procNS, procStart = liveness.Self().PIDNS, liveness.Self().StartTime
 
 // Publish writes payload as a new request and makes it visible to
 // takers.
@@ -362,7 +362,7 @@ const abandonAge = 10 * time.Minute
 // whose requester is dead. A request id that names its requester's pid
 // namespace and start time
 // (Publish) is removed as soon as that process is provably gone
-// (lock.ProcessGone): the last store to close and the first of a process
+// (liveness.ProcessGone): the last store to close and the first of a process
 // leave nothing of killed requesters behind. Ids without them (another
 // version of the library) and requesters of another pid namespace that
 // shares this directory keep the age rule.
@@ -378,7 +378,7 @@ func (s *Spool) removeIfAbandoned(name, id string) {
 	if len(f) == 5 {
 		ns, _ := strconv.ParseUint(f[3], 10, 64)
 		start, _ := strconv.ParseUint(f[4], 10, 64)
-		if lock.ProcessGone(pid, ns, start) {
+		if liveness.ProcessGone(pid, ns, start) {
 			s.d.Remove(name, nil)
 			return
 		}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tirastore/tirastore/core/lock"
+	"github.com/tirastore/tirastore/core/liveness"
 	"github.com/tirastore/tirastore/core/nodelocal"
 )
 
@@ -356,7 +356,8 @@ func TestSweep(t *testing.T) {
 // however young; a live requester's, one of another pid namespace and one
 // in the old id format (no identity) wait for the age rule.
 func TestKilledRequesterRemovedAtOnce(t *testing.T) {
-	ns, start := lock.ProcessID()
+	self := liveness.Self()
+	ns, start := self.PIDNS, self.StartTime
 	if ns == 0 || start == 0 {
 		t.Skip("no /proc identity here")
 	}

@@ -38,7 +38,7 @@ const (
     pid_ns, slurm_job_id, username, lease, renewals, claimed_at, renewed_at`
 )
 
-func scanClaim(sc interface{ Scan(...any) error }) (*storage.Claim, error) {
+func scanClaim(sc scanner) (*storage.Claim, error) {
 	var c storage.Claim
 	err := sc.Scan(&c.Key, &c.ProgramHash, &c.ProgramName, &c.Schedule, &c.Token, &c.Hostname, &c.PID,
 		&c.StartTime, &c.BootID, &c.PIDNS, &c.SlurmJobID, &c.Username, &c.LeaseSeconds, &c.Renewals,
@@ -58,19 +58,11 @@ func (d *DB) GetClaims(keys []string) (map[string]*storage.Claim, error) {
 		for i, k := range keys[:n] {
 			args[i] = k
 		}
-		rows, err := d.query("SELECT "+claimColumns+" FROM claims WHERE key IN (?"+strings.Repeat(", ?", n-1)+")", args...)
-		if err != nil {
-			return nil, err
-		}
-		for rows.Next() {
-			c, err := scanClaim(rows)
-			if err != nil {
-				rows.Close()
-				return nil, err
-			}
+		err := eachRow(d, scanClaim, func(c *storage.Claim) error {
 			out[c.Key] = c
-		}
-		if err := rows.Close(); err != nil {
+			return nil
+		}, "SELECT "+claimColumns+" FROM claims WHERE key IN (?"+strings.Repeat(", ?", n-1)+")", args...)
+		if err != nil {
 			return nil, err
 		}
 		keys = keys[n:]
@@ -83,21 +75,7 @@ func (d *DB) EachClaim(fn func(*storage.Claim) error) error {
 	if ok, err := d.hasTable(ClaimTable); err != nil || !ok {
 		return err
 	}
-	rows, err := d.query("SELECT " + claimColumns + " FROM claims ORDER BY claimed_at, key")
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		c, err := scanClaim(rows)
-		if err != nil {
-			return err
-		}
-		if err := fn(c); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return eachRow(d, scanClaim, fn, "SELECT "+claimColumns+" FROM claims ORDER BY claimed_at, key")
 }
 
 // PutClaim inserts c, replacing the claim of its key (a takeover),
@@ -118,12 +96,7 @@ func (tx *Tx) DeleteClaim(key, token string) (bool, error) {
 	if ok, err := tx.d.hasTable(ClaimTable); err != nil || !ok {
 		return false, err
 	}
-	res, err := tx.exec("DELETE FROM claims WHERE key = ? AND token = ?", key, token)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n > 0, err
+	return tx.changed("DELETE FROM claims WHERE key = ? AND token = ?", key, token)
 }
 
 // RenewClaims counts a renewal, dated at, of every claim of refs that
@@ -134,13 +107,11 @@ func (tx *Tx) RenewClaims(refs []storage.ClaimRef, at string) ([]storage.ClaimRe
 	}
 	var renewed []storage.ClaimRef
 	for _, r := range refs {
-		res, err := tx.exec("UPDATE claims SET renewals = renewals + 1, renewed_at = ? WHERE key = ? AND token = ?", at, r.Key, r.Token)
+		ok, err := tx.changed("UPDATE claims SET renewals = renewals + 1, renewed_at = ? WHERE key = ? AND token = ?", at, r.Key, r.Token)
 		if err != nil {
 			return nil, err
 		}
-		if n, err := res.RowsAffected(); err != nil {
-			return nil, err
-		} else if n > 0 {
+		if ok {
 			renewed = append(renewed, r)
 		}
 	}

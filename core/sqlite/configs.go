@@ -131,7 +131,7 @@ func (d *DB) hasTable(name string) (bool, error) {
 	return n == 1, err
 }
 
-func scanConfig(sc interface{ Scan(...any) error }) (*storage.ConfigEntry, error) {
+func scanConfig(sc scanner) (*storage.ConfigEntry, error) {
 	var e storage.ConfigEntry
 	err := sc.Scan(&e.Namespace, &e.Key, &e.Device, &e.OpID, &e.CallKey, &e.ValueJSON, &e.Hostname, &e.Username,
 		&e.CreationDate, &e.UpdateDate)
@@ -174,21 +174,7 @@ func (d *DB) EachConfig(f storage.ConfigFilter, fn func(*storage.ConfigEntry) er
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	rows, err := d.query(q+l.order(), args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		e, err := scanConfig(rows)
-		if err != nil {
-			return err
-		}
-		if err := fn(e); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return eachRow(d, scanConfig, fn, q+l.order(), args...)
 }
 
 // CountConfigs is the number of config entries of namespace.
@@ -274,13 +260,8 @@ func (tx *Tx) PutConfig(e *storage.ConfigEntry, overwrite bool) (bool, error) {
 	if overwrite {
 		q = upsertConfig
 	}
-	res, err := tx.exec(q, e.Namespace, e.Key, e.Device, e.OpID, e.CallKey, e.ValueJSON, e.Hostname, e.Username,
+	return tx.changed(q, e.Namespace, e.Key, e.Device, e.OpID, e.CallKey, e.ValueJSON, e.Hostname, e.Username,
 		e.CreationDate, e.UpdateDate)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n > 0, err
 }
 
 // DeleteConfig removes the entry of (namespace, key) and reports whether
@@ -289,12 +270,7 @@ func (tx *Tx) DeleteConfig(namespace, key string) (bool, error) {
 	if ok, err := tx.configTable(false); err != nil || !ok {
 		return false, err
 	}
-	res, err := tx.exec("DELETE FROM config_entries WHERE namespace = ? AND key = ?", namespace, key)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n > 0, err
+	return tx.changed("DELETE FROM config_entries WHERE namespace = ? AND key = ?", namespace, key)
 }
 
 // ClearConfigs removes every config entry of namespace and returns how
@@ -303,11 +279,7 @@ func (tx *Tx) ClearConfigs(namespace string) (int64, error) {
 	if ok, err := tx.configTable(false); err != nil || !ok {
 		return 0, err
 	}
-	res, err := tx.exec("DELETE FROM config_entries WHERE namespace = ?", namespace)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+	return tx.changes("DELETE FROM config_entries WHERE namespace = ?", namespace)
 }
 
 // ConfigImported returns the import record of the JSON file path, or nil.

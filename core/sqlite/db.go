@@ -74,7 +74,7 @@ type DB struct {
 	conn *sql.Conn
 
 	// stmts are the prepared statements of the hot paths, prepared once per
-	// connection (a Store keeps its connection across operations).
+	// connection (a sqlitefile.Backend keeps its connection across operations).
 	stmts map[string]*sql.Stmt
 }
 
@@ -131,6 +131,44 @@ func (d *DB) exec(query string, args ...any) (sql.Result, error) {
 
 func (d *DB) query(query string, args ...any) (*sql.Rows, error) {
 	return d.conn.QueryContext(bg, query, args...)
+}
+
+// scanner is a row to read: *sql.Row or *sql.Rows.
+type scanner interface{ Scan(...any) error }
+
+// eachRow runs query and calls fn with each row as scan reads it, rows
+// streaming from the cursor; an error of scan or fn stops it and is
+// returned as is.
+func eachRow[T any](d *DB, scan func(scanner) (T, error), fn func(T) error, query string, args ...any) error {
+	rows, err := d.query(query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return err
+		}
+		if err := fn(v); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// allRows is eachRow collecting the rows, in order (an empty, non-nil
+// slice when there are none).
+func allRows[T any](d *DB, scan func(scanner) (T, error), query string, args ...any) ([]T, error) {
+	out := []T{}
+	err := eachRow(d, scan, func(v T) error {
+		out = append(out, v)
+		return nil
+	}, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func (d *DB) queryRow(query string, args ...any) *sql.Row {
@@ -283,6 +321,21 @@ func (tx *Tx) exec(query string, args ...any) (sql.Result, error) {
 		return st.Exec(args...)
 	}
 	return tx.Exec(query, args...)
+}
+
+// changes is exec reporting how many rows the statement changed.
+func (tx *Tx) changes(query string, args ...any) (int64, error) {
+	res, err := tx.exec(query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// changed is changes reporting whether the statement changed a row.
+func (tx *Tx) changed(query string, args ...any) (bool, error) {
+	n, err := tx.changes(query, args...)
+	return n > 0, err
 }
 
 // Tx runs fn inside one write transaction (BEGIN IMMEDIATE), committing on

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/metrics"
+	"slices"
 	"strings"
 	"testing"
 
@@ -297,5 +298,24 @@ func TestLookupReads(t *testing.T) {
 	}
 	if ok, err := db.Contains("k3"); err != nil || !ok {
 		t.Fatalf("Contains of an orphan: %v, %v; want true", ok, err)
+	}
+}
+
+// TestRecordColumnsAreTheTables: the one list every records statement is
+// built from (RecordColumns) is the records table's columns, in the
+// order of its DDL, so that a column added to one and not the other fails
+// here rather than in a statement.
+func TestRecordColumnsAreTheTables(t *testing.T) {
+	db, _ := newDB(t, "c.db")
+	cols, err := db.strings("SELECT name FROM pragma_table_info('records', 'main') ORDER BY cid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cols, RecordColumns) {
+		t.Fatalf("records has %v, RecordColumns says %v", cols, RecordColumns)
+	}
+	var r storage.Record
+	if n := len(RecordFields(&r)); n != len(cols) {
+		t.Fatalf("RecordFields has %d fields for %d columns", n, len(cols))
 	}
 }

@@ -9,17 +9,17 @@ package sqlite
 // the stalled process then resumed writing, it would write pages into a
 // database that another process is changing, or delete that process's
 // journal at its own "commit": lost records and a corrupt index. So a
-// connection's writes are fenced by its holder's lease on the lock.
+// connection's writes are fenced by its holder's tenure of the lock.
 //
-// The lease (core/lock: Confirm) starts when the lock is taken or its
+// The tenure (core/lock, tenure.go) starts when the lock is taken or its
 // holder last confirmed it: rewrote its lock file (a heartbeat) and saw, by
-// path, that the lock is still its claim. No waiter can judge the lock
+// path, that the lock is still its ticket. No waiter can judge the lock
 // abandoned before it has stayed unchanged for a while after that moment,
 // so until a deadline (a fraction of that while, on CLOCK_MONOTONIC, which
 // a SIGSTOP does not stop) writes are safe. The VFS (vfs.c) checks the
 // deadline before every write, truncate and sync of the database and its
 // journal, before opening the journal and before deleting it (the commit):
-// a clock read in the steady state, where the heartbeat renews the lease.
+// a clock read in the steady state, where the heartbeat renews the tenure.
 // Past the deadline it calls back into Go (tirastoreFenceRenew), which
 // confirms the lock again; if that fails, the fence is lost: every later
 // write of the connection is refused, its rollback included (the next
@@ -49,8 +49,8 @@ import (
 	"unsafe"
 )
 
-// Fence is the lease one Store holds on its lock, as the VFS sees it: shared
-// by the Store's successive connections (Open's fence argument), set by the
+// Fence is one store's tenure of its lock, as the VFS sees it: shared
+// by the store's successive connections (Open's fence argument), set by the
 // lock at every confirmation (Extend) and checked by the VFS before every
 // write. Its methods are safe from any goroutine.
 type Fence struct {
@@ -58,8 +58,8 @@ type Fence struct {
 	h cgo.Handle     // the renewer, for tirastoreFenceRenew
 }
 
-// NewFence returns a fence with no lease yet, whose renewals call renew:
-// it must confirm the lock and Extend the lease, or report false.
+// NewFence returns a fence with no tenure yet, whose renewals call renew:
+// it must confirm the lock and Extend the tenure, or report false.
 func NewFence(renew func() bool) *Fence {
 	h := cgo.NewHandle(renew)
 	c := C.tira_fence_new(C.uintptr_t(h))
@@ -70,9 +70,9 @@ func NewFence(renew func() bool) *Fence {
 	return &Fence{c: c, h: h}
 }
 
-// Extend starts a new lease: writes need no renewal until deadline
+// Extend starts a new tenure: writes need no renewal until deadline
 // (CLOCK_MONOTONIC nanoseconds), and a lost fence is usable again. A
-// deadline of 0 ends the lease (the lock was released).
+// deadline of 0 ends the tenure (the lock was released).
 func (f *Fence) Extend(deadline int64) { C.tira_fence_set(f.c, C.longlong(deadline)) }
 
 // Lose refuses every write until the next Extend: the lock is known to be

@@ -3,39 +3,91 @@ package sqlite
 import (
 	"database/sql"
 	"errors"
+	"slices"
+	"strings"
 
 	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/storage"
 	"github.com/tirastore/tirastore/core/tuning"
 )
 
+// RecordColumns are the records table's columns (the original's schema,
+// createRecords), in the order of RecordFields: every statement that lists
+// them is built from this list, core/postgres's too (its table has the same
+// columns, and a backup copies them into this one).
+var RecordColumns = []string{"key", "program_hash", "schedule", "result_json", "hostname", "username",
+	"creation_date", "update_date", "source_project"}
+
+// RecordFields are the fields of r in the order of RecordColumns: where a
+// row of them is scanned.
+func RecordFields(r *storage.Record) []any {
+	return []any{&r.Key, &r.ProgramHash, &r.Schedule, &r.ResultJSON, &r.Hostname, &r.Username,
+		&r.CreationDate, &r.UpdateDate, &r.SourceProject}
+}
+
+// RecordValues is r as the arguments of a statement with a parameter per
+// column of RecordColumns, in their order.
+func RecordValues(r *storage.Record) []any {
+	args := RecordFields(r)
+	for i, p := range args {
+		args[i] = *p.(*string) // every column is text
+	}
+	return args
+}
+
+// UpsertSet is an upsert's SET clause for columns (ON CONFLICT ... DO
+// UPDATE SET, which SQLite and PostgreSQL share): each column but keep
+// gets the inserted row's value (excluded).
+func UpsertSet(columns []string, keep ...string) string {
+	var set []string
+	for _, c := range columns {
+		if !slices.Contains(keep, c) {
+			set = append(set, c+" = excluded."+c)
+		}
+	}
+	return strings.Join(set, ", ")
+}
+
+var (
+	// recordColumns and recordColumnsOfR list the columns, bare and of
+	// the alias r.
+	recordColumns    = strings.Join(RecordColumns, ", ")
+	recordColumnsOfR = "r." + strings.Join(RecordColumns, ", r.")
+	// recordOverwrite is what an overwrite replaces: every column but the
+	// key and creation_date (see PutRecord).
+	recordOverwrite = UpsertSet(RecordColumns, "key", "creation_date")
+)
+
 // The joined read is an inner join, as in the original: a record whose
 // program row is missing is not found.
-const (
-	recordColumns = `r.key, r.program_hash, r.schedule, r.result_json, r.hostname, r.username,
-       r.creation_date, r.update_date, r.source_project`
-	joinPrograms = `
+const joinPrograms = `
   FROM records r JOIN programs p ON r.program_hash = p.program_hash`
-	selectJoined = "SELECT " + recordColumns + ", p.program_name, p.source_code" + joinPrograms
+
+var (
+	selectJoined = "SELECT " + recordColumnsOfR + ", p.program_name, p.source_code" + joinPrograms
 	// selectLookup keeps the inner join, which the programs table's key
 	// index alone answers, but not the program's name and source: a lookup
 	// returns neither, and a source (often tens of kilobytes, in overflow
 	// pages) would otherwise be read and copied for every record, and kept
 	// with every entry of the store's result cache.
-	selectLookup = "SELECT " + recordColumns + ", '', ''" + joinPrograms
+	selectLookup = "SELECT " + recordColumnsOfR + ", '', ''" + joinPrograms
 	lookupSQL    = selectLookup + " WHERE r.key = ?"
+	// programRecordsSQL is ProgramRecords' read.
+	programRecordsSQL = selectLookup + " WHERE r.program_hash = ? LIMIT ?"
+	// recordsOfSQL is EachRecordOf's read of a program's records.
+	recordsOfSQL = "SELECT " + recordColumnsOfR + `
+  FROM records r WHERE r.program_hash = ? ORDER BY r.creation_date, r.rowid`
 )
 
-func scanJoined(sc interface{ Scan(...any) error }) (*storage.Record, error) {
+func scanJoined(sc scanner) (*storage.Record, error) {
 	var r storage.Record
-	err := sc.Scan(&r.Key, &r.ProgramHash, &r.Schedule, &r.ResultJSON, &r.Hostname, &r.Username,
-		&r.CreationDate, &r.UpdateDate, &r.SourceProject, &r.ProgramName, &r.SourceCode)
+	err := sc.Scan(append(RecordFields(&r), &r.ProgramName, &r.SourceCode)...)
 	return &r, err
 }
 
 // GetRecordSQL reads one record joined with its program (inner join, as in
 // the original), by key: what get returns, and the original's lookup read.
-const GetRecordSQL = selectJoined + " WHERE r.key = ?"
+var GetRecordSQL = selectJoined + " WHERE r.key = ?"
 
 // Get returns the record with its program, or nil when there is none.
 func (d *DB) Get(key string) (*storage.Record, error) { return d.getRecord(GetRecordSQL, key) }
@@ -77,7 +129,7 @@ func (d *DB) Contains(key string) (bool, error) {
 // ProgramRecords returns every record of a program as Lookup reads them
 // (in no particular order), or nil when it has more than limit of them.
 func (d *DB) ProgramRecords(programHash string, limit int) ([]*storage.Record, error) {
-	st, err := d.stmt(selectLookup + " WHERE r.program_hash = ? LIMIT ?")
+	st, err := d.stmt(programRecordsSQL)
 	if err != nil {
 		return nil, err
 	}
@@ -113,20 +165,15 @@ func (d *DB) ProgramsByName(name string) ([]storage.Program, error) {
 }
 
 func (d *DB) programs(query string, args ...any) ([]storage.Program, error) {
-	rows, err := d.query(query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	var out []storage.Program
-	for rows.Next() {
-		var p storage.Program
-		if err := rows.Scan(&p.Hash, &p.Name, &p.Source); err != nil {
-			return nil, err
-		}
+	err := eachRow(d, func(sc scanner) (p storage.Program, err error) {
+		err = sc.Scan(&p.Hash, &p.Name, &p.Source)
+		return p, err
+	}, func(p storage.Program) error {
 		out = append(out, p)
-	}
-	return out, rows.Err()
+		return nil
+	}, query, args...)
+	return out, err
 }
 
 // eachProgramSQL lists every program in export order, each followed by its
@@ -235,23 +282,10 @@ func (d *DB) EachRecordOf(programHash string, fn func(*storage.Record) error) er
 		if err != nil {
 			return err
 		}
-		rows, err := d.query("SELECT "+recordColumns+`
-  FROM records r WHERE r.program_hash = ? ORDER BY r.creation_date, r.rowid`, programHash)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
+		return eachRow(d, func(sc scanner) (*storage.Record, error) {
 			r := &storage.Record{ProgramName: name, SourceCode: source}
-			if err := rows.Scan(&r.Key, &r.ProgramHash, &r.Schedule, &r.ResultJSON, &r.Hostname, &r.Username,
-				&r.CreationDate, &r.UpdateDate, &r.SourceProject); err != nil {
-				return err
-			}
-			if err := fn(r); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
+			return r, sc.Scan(RecordFields(r)...)
+		}, fn, recordsOfSQL, programHash)
 	})
 }
 
@@ -284,13 +318,19 @@ const (
 	insertProgram     = "INSERT OR IGNORE INTO programs (program_hash, program_name, source_code) VALUES (?, ?, ?)"
 	insertProgramText = "INSERT OR IGNORE INTO programs (program_hash, program_name, source_code) VALUES (?, ?, tirastore_text(?))"
 	deleteRecord      = "DELETE FROM records WHERE key = ?"
-	insertRecord      = `INSERT OR IGNORE INTO records (key, program_hash, schedule, result_json, hostname, username,
-       creation_date, update_date, source_project) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	upsertRecord = `INSERT INTO records (key, program_hash, schedule, result_json, hostname, username,
-       creation_date, update_date, source_project) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-  ON CONFLICT(key) DO UPDATE SET program_hash = excluded.program_hash, schedule = excluded.schedule,
-       result_json = excluded.result_json, hostname = excluded.hostname, username = excluded.username,
-       update_date = excluded.update_date, source_project = excluded.source_project`
+)
+
+var (
+	insertRecord = "INSERT OR IGNORE INTO records (" + recordColumns + ") VALUES (" + recordParams + ")"
+	upsertRecord = "INSERT INTO records (" + recordColumns + ") VALUES (" + recordParams + `)
+  ON CONFLICT(key) DO UPDATE SET ` + recordOverwrite
+	recordParams = strings.Repeat("?, ", len(RecordColumns)-1) + "?"
+	// hasRecordSQL counts the rows equal to a record in every column but
+	// creation_date (at creationDateAt), which an overwrite keeps from the
+	// row it replaced (HasRecord).
+	creationDateAt = slices.Index(RecordColumns, "creation_date")
+	hasRecordSQL   = "SELECT COUNT(*) FROM records WHERE " +
+		strings.Join(slices.Delete(slices.Clone(RecordColumns), creationDateAt, creationDateAt+1), " = ? AND ") + " = ?"
 )
 
 // PutRecord inserts r, or with overwrite replaces an existing row's
@@ -302,13 +342,7 @@ func (tx *Tx) PutRecord(r *storage.Record, overwrite bool) (bool, error) {
 	if overwrite {
 		q = upsertRecord
 	}
-	res, err := tx.exec(q, r.Key, r.ProgramHash, r.Schedule, r.ResultJSON, r.Hostname, r.Username,
-		r.CreationDate, r.UpdateDate, r.SourceProject)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n > 0, err
+	return tx.changed(q, RecordValues(r)...)
 }
 
 // HasRecord reports whether the record r.Key exists with exactly r's
@@ -318,20 +352,14 @@ func (tx *Tx) PutRecord(r *storage.Record, overwrite bool) (bool, error) {
 // process died before saying so.
 func (tx *Tx) HasRecord(r *storage.Record) (bool, error) {
 	var n int
-	err := tx.d.queryRow(`SELECT COUNT(*) FROM records WHERE key = ? AND program_hash = ? AND schedule = ?
-  AND result_json = ? AND hostname = ? AND username = ? AND source_project = ? AND update_date = ?`,
-		r.Key, r.ProgramHash, r.Schedule, r.ResultJSON, r.Hostname, r.Username, r.SourceProject, r.UpdateDate).Scan(&n)
+	args := slices.Delete(RecordValues(r), creationDateAt, creationDateAt+1)
+	err := tx.d.queryRow(hasRecordSQL, args...).Scan(&n)
 	return n > 0, err
 }
 
 // DeleteRecord removes a record and reports whether it existed.
 func (tx *Tx) DeleteRecord(key string) (bool, error) {
-	res, err := tx.exec(deleteRecord, key)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n > 0, err
+	return tx.changed(deleteRecord, key)
 }
 
 // CountRecords is the number of rows in records.
@@ -374,24 +402,14 @@ func (d *DB) Summary() (*storage.Summary, error) {
 // ProgramSummaries counts the records of every program in one grouped
 // scan, by name then hash.
 func (d *DB) ProgramSummaries() ([]storage.ProgramSummary, error) {
-	rows, err := d.query(`SELECT p.program_hash, p.program_name, COUNT(r.key),
+	return allRows(d, func(sc scanner) (p storage.ProgramSummary, err error) {
+		err = sc.Scan(&p.Hash, &p.Name, &p.Records, &p.Legal, &p.FirstDate, &p.LastDate)
+		return p, err
+	}, `SELECT p.program_hash, p.program_name, COUNT(r.key),
        COALESCE(SUM(json_extract(r.result_json, '$.is_legal') = 1), 0),
        COALESCE(MIN(r.creation_date), ''), COALESCE(MAX(r.creation_date), '')
   FROM programs p LEFT JOIN records r ON r.program_hash = p.program_hash
   GROUP BY p.program_hash ORDER BY p.program_name, p.program_hash`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []storage.ProgramSummary{}
-	for rows.Next() {
-		var p storage.ProgramSummary
-		if err := rows.Scan(&p.Hash, &p.Name, &p.Records, &p.Legal, &p.FirstDate, &p.LastDate); err != nil {
-			return nil, err
-		}
-		out = append(out, p)
-	}
-	return out, rows.Err()
 }
 
 // CheckTables runs PRAGMA integrity_check (up to 100 messages) and counts
@@ -439,22 +457,17 @@ func (d *DB) checkDepths(c *storage.TableCheck) error {
 // scanDepths is checkDepths of the values of kind that query selects
 // (namespace, key, text), those longer than twice the limit.
 func (d *DB) scanDepths(c *storage.TableCheck, kind, query string) error {
-	rows, err := d.query(query, 2*limits.MaxValueDepth)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var ns, key, text string
-		if err := rows.Scan(&ns, &key, &text); err != nil {
-			return err
-		}
+	return eachRow(d, func(sc scanner) (v [3]string, err error) {
+		err = sc.Scan(&v[0], &v[1], &v[2])
+		return v, err
+	}, func(v [3]string) error {
+		ns, key, text := v[0], v[1], v[2]
 		if kind == "config" {
 			key = storage.ConfigName(ns, key)
 		}
 		c.CheckDepth(kind, key, text)
-	}
-	return rows.Err()
+		return nil
+	}, query, 2*limits.MaxValueDepth)
 }
 
 // Keys lists record keys by creation_date; limit > 0 paginates.
@@ -466,18 +479,8 @@ func (d *DB) Keys(limit, offset int64) ([]string, error) {
 }
 
 func (d *DB) strings(query string, args ...any) ([]string, error) {
-	rows, err := d.query(query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []string{}
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
+	return allRows(d, func(sc scanner) (s string, err error) {
+		err = sc.Scan(&s)
+		return s, err
+	}, query, args...)
 }

@@ -391,7 +391,7 @@ func TestStreamingReadsUseTheIndex(t *testing.T) {
 			t.Fatalf("EachProgram sorts more than one program's records:\n%s", strings.Join(each, "\n"))
 		}
 	}
-	of := plan(t, db, "SELECT "+recordColumns+" FROM records r WHERE r.program_hash = ? ORDER BY r.creation_date, r.rowid", "h")
+	of := plan(t, db, recordsOfSQL, "h")
 	if !mentions(of, idx) || mentions(of, "TEMP B-TREE") {
 		t.Fatalf("EachRecordOf plan:\n%s", strings.Join(of, "\n"))
 	}

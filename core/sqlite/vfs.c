@@ -17,7 +17,7 @@
 **   - fencing (fence.go): every write, truncate and sync of the database
 **     or its journal, every open of the journal and every delete of it is
 **     refused once the connection's holder may have lost the hard-link lock
-**     (its lease ran out and could not be renewed).
+**     (its tenure ran out and could not be renewed).
 **
 **   - the shared directory (trust.go): no open SQLite makes can block or
 **     follow a link (the unix VFS's open system call is replaced by one
@@ -74,11 +74,11 @@
 /* Round up to a multiple of 8, the alignment SQLite gives sqlite3_file. */
 #define TIRA_ROUND8(x) (((x) + 7) & ~7)
 
-/* The lease of one Store on its hard-link lock, shared by its successive
+/* The tenure of one store's hard-link lock, shared by its successive
 ** connections; fence.go allocates it and explains the protocol. */
 typedef struct TiraFence {
   _Atomic sqlite3_int64 deadline;  /* CLOCK_MONOTONIC ns: writes before it need no renewal */
-  _Atomic int lost;                /* set: refuse everything until the next lease */
+  _Atomic int lost;                /* set: refuse everything until the next tenure */
   uintptr_t renew;                 /* the Go renewer (a runtime/cgo.Handle) */
   _Atomic unsigned long long writes; /* writes and truncates of the database file */
 } TiraFence;
@@ -205,9 +205,9 @@ static sqlite3_int64 tiraMonoNow(void){
   return (sqlite3_int64)ts.tv_sec*1000000000 + ts.tv_nsec;
 }
 
-/* May the holder of fence f write now? Within the lease: yes, at the cost of
+/* May the holder of fence f write now? Within the tenure: yes, at the cost of
 ** a clock read. Past it: only if Go confirms the lock again (fence.go);
-** otherwise the fence is lost and stays so until the next lease, so that a
+** otherwise the fence is lost and stays so until the next tenure, so that a
 ** rollback of the refused transaction writes nothing either. A connection
 ** without fence (f==0) is never refused. */
 static int tiraFenceOk(TiraFence *f){
@@ -597,7 +597,7 @@ static int tiraJrnlSectorSize(sqlite3_file *pFile){
 /* What unixDeviceCharacteristics gives a journal on Linux: powersafe
 ** overwrite (SQLITE_POWERSAFE_OVERWRITE defaults to 1) and sub-page reads.
 ** Nothing stronger (no atomic, safe-append, sequential or undeletable-when-
-** open claim). The pager reads these flags from the database file only. */
+** open property). The pager reads these flags from the database file only. */
 static int tiraJrnlDeviceCharacteristics(sqlite3_file *pFile){
   (void)pFile;
   return SQLITE_IOCAP_POWERSAFE_OVERWRITE | SQLITE_IOCAP_SUBPAGE_READ;
@@ -806,7 +806,7 @@ int tirastore_vfs_register(void){
 
 /* ------------------------------------------------------------- fences */
 
-/* A new fence whose renewals call the Go handle h; no lease yet (every
+/* A new fence whose renewals call the Go handle h; no tenure yet (every
 ** write asks for a renewal). Returns 0 when out of memory. */
 void *tira_fence_new(uintptr_t h){
   TiraFence *f = calloc(1, sizeof(TiraFence));
@@ -817,8 +817,8 @@ void *tira_fence_new(uintptr_t h){
 /* Frees a fence no open connection uses any more. */
 void tira_fence_free(void *f){ free(f); }
 
-/* A new lease: writes need no renewal before deadline (CLOCK_MONOTONIC
-** ns); clears a lost fence. deadline 0 ends the lease (the lock is not
+/* A new tenure: writes need no renewal before deadline (CLOCK_MONOTONIC
+** ns); clears a lost fence. deadline 0 ends the tenure (the lock is not
 ** held): the next write asks for a renewal, which then fails. */
 void tira_fence_set(void *pf, sqlite3_int64 deadline){
   TiraFence *f = (TiraFence*)pf;
@@ -826,10 +826,10 @@ void tira_fence_set(void *pf, sqlite3_int64 deadline){
   atomic_store(&f->lost, 0);
 }
 
-/* The lock is known lost: refuse everything until the next lease. */
+/* The lock is known lost: refuse everything until the next tenure. */
 void tira_fence_lose(void *pf){ atomic_store(&((TiraFence*)pf)->lost, 1); }
 
-/* Whether the fence refused (or would refuse) a write since its lease. */
+/* Whether the fence refused (or would refuse) a write since its tenure. */
 int tira_fence_lost(void *pf){ return atomic_load(&((TiraFence*)pf)->lost); }
 
 /* How many writes and truncates of the database file the fence let pass. */

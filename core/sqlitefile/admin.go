@@ -78,7 +78,7 @@ func ShellQuote(s string) string { return lock.ShellQuote(s) }
 
 // LockNameOf says what the file name base is to the lock at lockPath when
 // it is in the lock's directory ("the lock file", "the break lock", "a
-// lock moved aside by a breaker", "a lock claim file"), or "": the output
+// lock moved aside by a breaker", "a lock ticket file"), or "": the output
 // check refuses these names.
 func LockNameOf(lockPath, base string) string { return lock.NameOf(lockPath, base) }
 

@@ -39,16 +39,16 @@ import (
 	"github.com/tirastore/tirastore/core/storage"
 )
 
-// Store is an open shared SQLite file (a storage.Backend). It is safe for
+// Backend is an open shared SQLite file (a storage.Backend). It is safe for
 // concurrent use by many goroutines; the hard-link lock serializes them
 // with every other process using the same file.
-type Store struct {
+type Backend struct {
 	path     string
 	lockPath string
 	cfg      storage.Config
 	lk       *lock.Lock
-	// fence refuses the connections' writes once the lock's lease is in
-	// doubt (core/sqlite: Fencing); nil only in the negative control of
+	// fence refuses the connections' writes once the holder's tenure of
+	// the lock is in doubt (core/sqlite: Fencing); nil only in the negative control of
 	// the stall tests. fenceErr is why the last renewal failed.
 	fence    *sqlite.Fence
 	fenceErr atomic.Pointer[error]
@@ -73,22 +73,22 @@ type Store struct {
 	closed bool
 }
 
-var _ storage.Backend = (*Store)(nil)
+var _ storage.Backend = (*Backend)(nil)
 
 // Open opens the database file at path (absolute), creating it and its
 // directory when they do not exist, with cfg.NewMeta in a new db_meta.
-func Open(ctx context.Context, path string, cfg storage.Config) (*Store, *storage.Opened, error) {
+func Open(ctx context.Context, path string, cfg storage.Config) (*Backend, *storage.Opened, error) {
 	lockPath, err := lock.PathFor(path)
 	if err != nil {
 		return nil, nil, apierr.Wrap(apierr.KindOS, err, "cannot derive the lock path of %s: %v", path, err)
 	}
-	s := &Store{path: path, lockPath: lockPath, cfg: cfg}
+	s := &Backend{path: path, lockPath: lockPath, cfg: cfg}
 	if cfg.MustExist {
 		if err := Existing(path); err != nil {
 			return nil, nil, err
 		}
 	}
-	// The lock's claim file lives beside the database, so the directory
+	// The lock's ticket file lives beside the database, so the directory
 	// must exist before the lock can be taken.
 	dir := filepath.Dir(path)
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
@@ -108,7 +108,7 @@ func Open(ctx context.Context, path string, cfg storage.Config) (*Store, *storag
 	// The negative controls run without a fence: fence-disabled, and
 	// lock-disabled (no lock at all, so nothing a fence could confirm).
 	if !failpoint.Enabled(failpoint.FenceDisabled) && !failpoint.Enabled(failpoint.LockDisabled) {
-		s.fence = sqlite.NewFence(s.renewLease)
+		s.fence = sqlite.NewFence(s.renewTenure)
 		lopts.Fence = s.fence
 	}
 	s.lk = lock.New(lockPath, lopts)
@@ -147,20 +147,20 @@ func Existing(path string) error {
 }
 
 // Location is the database file's absolute path.
-func (s *Store) Location() string { return s.path }
+func (s *Backend) Location() string { return s.path }
 
 // LockPath is the hard-link lock's path (COMPAT: <db>.with_suffix(".db.lock")).
-func (s *Store) LockPath() string { return s.lockPath }
+func (s *Backend) LockPath() string { return s.lockPath }
 
 // LockStats are the counters of this store's hard-link lock: Links per
 // Acquired is how many link() attempts an acquisition cost, i.e. how hard
 // waiting polled the shared filesystem's metadata server; Held per
 // Acquired is the mean time an operation kept everyone else waiting.
-func (s *Store) LockStats() lock.Counters { return s.lk.Counters() }
+func (s *Backend) LockStats() lock.Counters { return s.lk.Counters() }
 
-// renewLease is the fence's renewal (a write found the lease over, after a
+// renewTenure is the fence's renewal (a write found the tenure over, after a
 // stall): it confirms the lock again, and keeps why it could not.
-func (s *Store) renewLease() bool {
+func (s *Backend) renewTenure() bool {
 	err := s.lk.Confirm()
 	if err != nil {
 		s.fenceErr.Store(&err)
@@ -169,7 +169,7 @@ func (s *Store) renewLease() bool {
 }
 
 // freeFence releases the fence once no connection uses it.
-func (s *Store) freeFence() {
+func (s *Backend) freeFence() {
 	if s.fence != nil {
 		s.fence.Free()
 		s.fence = nil
@@ -181,7 +181,7 @@ var metaKeys = []string{"cpu_model", "slurm_cpus"}
 
 // initOrValidate creates a missing database or checks the schema of an
 // existing one, under the lock, and reads its metadata.
-func (s *Store) initOrValidate(ctx context.Context) (meta map[string]string, err error) {
+func (s *Backend) initOrValidate(ctx context.Context) (meta map[string]string, err error) {
 	release, err := s.acquire(ctx, false, nil)
 	if err != nil {
 		return nil, s.classify(err, "open")
@@ -245,7 +245,7 @@ func (s *Store) initOrValidate(ctx context.Context) (meta map[string]string, err
 // alone, and what it is gets judged when the connection opens it. The mode
 // is set with fchmod because the process umask must not be touched: it is
 // shared with every thread of the host program.
-func (s *Store) createFile() (bool, error) {
+func (s *Backend) createFile() (bool, error) {
 	f, err := shareddir.Create(s.path, os.O_RDWR, s.cfg.Sharing.FileMode())
 	if errors.Is(err, fs.ErrExist) {
 		return false, nil
@@ -265,7 +265,7 @@ func emptyFile(path string) bool {
 	return err == nil && fi.Size() == 0
 }
 
-func (s *Store) checkSchema(db *sqlite.DB) error {
+func (s *Backend) checkSchema(db *sqlite.DB) error {
 	v, ok, err := db.Meta("schema_version")
 	if err != nil {
 		return s.classify(err, "read db_meta")
@@ -285,8 +285,8 @@ func (s *Store) checkSchema(db *sqlite.DB) error {
 
 // Close marks the store closed; later calls fail with apierr.ErrClosed.
 // Calls in flight finish first. It closes the kept connection and removes
-// the lock's claim file. Closing twice is harmless.
-func (s *Store) Close() error {
+// the lock's ticket file. Closing twice is harmless.
+func (s *Backend) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.closeLocked()
@@ -295,7 +295,7 @@ func (s *Store) Close() error {
 // CloseIfIdle is Close for exit handlers, which must never wait: it closes
 // the store unless an operation is in flight (say, in a thread that the
 // exiting program abandons) and reports whether it did.
-func (s *Store) CloseIfIdle() (bool, error) {
+func (s *Backend) CloseIfIdle() (bool, error) {
 	if !s.mu.TryLock() {
 		return false, nil
 	}
@@ -303,7 +303,7 @@ func (s *Store) CloseIfIdle() (bool, error) {
 	return true, s.closeLocked()
 }
 
-func (s *Store) closeLocked() error {
+func (s *Backend) closeLocked() error {
 	if s.closed {
 		return nil
 	}
@@ -317,24 +317,24 @@ func (s *Store) closeLocked() error {
 
 // withDB runs fn on the kept connection (see conn.go) while holding the
 // lock.
-func (s *Store) withDB(ctx context.Context, op string, fn func(db *sqlite.DB) error) error {
+func (s *Backend) withDB(ctx context.Context, op string, fn func(db *sqlite.DB) error) error {
 	return s.locked(ctx, op, false, nil, fn)
 }
 
 // withWriteDB is withDB for an operation that writes: it queues for the
 // lock as a write (lock.AcquireWrite), behind reads.
-func (s *Store) withWriteDB(ctx context.Context, op string, fn func(db *sqlite.DB) error) error {
+func (s *Backend) withWriteDB(ctx context.Context, op string, fn func(db *sqlite.DB) error) error {
 	return s.locked(ctx, op, true, nil, fn)
 }
 
 // lockedHandover is withWriteDB for a write that can be handed over to
 // another process of this node (h, see group.go): it returns
 // nodequeue.ErrHandedOver, as such, when that process did it.
-func (s *Store) lockedHandover(ctx context.Context, op string, h nodequeue.Handover, fn func(db *sqlite.DB) error) error {
+func (s *Backend) lockedHandover(ctx context.Context, op string, h nodequeue.Handover, fn func(db *sqlite.DB) error) error {
 	return s.locked(ctx, op, true, h, fn)
 }
 
-func (s *Store) locked(ctx context.Context, op string, write bool, h nodequeue.Handover, fn func(db *sqlite.DB) error) (err error) {
+func (s *Backend) locked(ctx context.Context, op string, write bool, h nodequeue.Handover, fn func(db *sqlite.DB) error) (err error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
@@ -362,7 +362,7 @@ func (s *Store) locked(ctx context.Context, op string, write bool, h nodequeue.H
 // not commit. endOp then discards the connection without a rollback of its
 // own (the fence stays lost until the lock is released, so none can be
 // written), and the next holder rolls the hot journal back.
-func (s *Store) fenced(err error, op string) error {
+func (s *Backend) fenced(err error, op string) error {
 	if s.fence == nil || !s.fence.Lost() {
 		return err
 	}
@@ -383,7 +383,7 @@ func (s *Store) fenced(err error, op string) error {
 // reports a lock found lost meanwhile (lock.LostError): it was broken
 // while this process held it, so the operation may not have been alone on
 // the database; the caches and the connection are dropped.
-func (s *Store) release(release func() error, op string, err error) error {
+func (s *Backend) release(release func() error, op string, err error) error {
 	rerr := release()
 	if !errors.Is(rerr, lock.ErrLockLost) {
 		return err
@@ -405,7 +405,7 @@ func (s *Store) release(release func() error, op string, err error) error {
 // any reason other than the caller's input is closed, so that the next
 // operation starts from a new one. With fresh connections it is closed in
 // any case.
-func (s *Store) endOp(errp *error) {
+func (s *Backend) endOp(errp *error) {
 	if *errp == nil {
 		s.cache.End()
 	}
@@ -418,7 +418,7 @@ func (s *Store) endOp(errp *error) {
 // acquire takes the hard-link lock, as a write if write, and returns its
 // release. Only a failpoint build can switch the lock off, for the negative
 // controls of the concurrency tests.
-func (s *Store) acquire(ctx context.Context, write bool, h nodequeue.Handover) (release func() error, err error) {
+func (s *Backend) acquire(ctx context.Context, write bool, h nodequeue.Handover) (release func() error, err error) {
 	if failpoint.Enabled(failpoint.LockDisabled) {
 		return func() error { return nil }, nil
 	}
@@ -446,7 +446,7 @@ func (s *Store) acquire(ctx context.Context, write bool, h nodequeue.Handover) (
 // sqlite3.DatabaseError naming the journal, its owner and the rule it
 // breaks. If the name has changed since (removed, or replaced by a journal
 // the rule trusts), the operation failed all the same and says so.
-func (s *Store) refusedJournal(err error, op string) error {
+func (s *Backend) refusedJournal(err error, op string) error {
 	j, ierr := sqlite.InspectJournal(s.path)
 	if ierr == nil && j != nil && !j.Trusted() {
 		jerr := &sqlite.JournalError{Journal: j, DBPath: s.path}
@@ -458,12 +458,8 @@ func (s *Store) refusedJournal(err error, op string) error {
 
 // classify turns any error from the layers below into an *apierr.Error
 // whose message names the database file and the failed operation.
-func (s *Store) classify(err error, op string) error {
-	if err == nil {
-		return nil
-	}
-	var e *apierr.Error
-	if errors.As(err, &e) {
+func (s *Backend) classify(err error, op string) error {
+	if e, done := apierr.Classified(err); done {
 		return e
 	}
 	var te *lock.TimeoutError

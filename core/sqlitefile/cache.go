@@ -40,7 +40,7 @@ var stamps atomic.Uint64
 // committed content is still the old one, which the entry reflects). A
 // rollback restores the old header and the old content together.
 //
-// Only the lock-free check is new; a Store on a filesystem that needs fresh
+// Only the lock-free check is new; a Backend on a filesystem that needs fresh
 // connections (NFS) never uses it (see conn).
 //
 // # Whole programs

@@ -23,7 +23,7 @@ import (
 // The original opened a new SQLite connection for every operation and
 // closed it before releasing the lock. On Lustre each open costs a dozen
 // metadata round trips (path walk, stat of the database, journal and WAL
-// names), so a Store keeps one connection open across operations instead,
+// names), so a Backend keeps one connection open across operations instead,
 // and uses it only while holding the hard-link lock. That is safe because
 // SQLite revalidates a connection at the start of every transaction: it
 // checks for a hot journal (and rolls it back, which is right: we hold the
@@ -48,7 +48,7 @@ import (
 // locks revoke stale cached pages). NFS promises that only at open
 // (close-to-open consistency): a kept descriptor may read cached pages for
 // up to the attribute-cache timeout. On NFS (and SMB), and whenever
-// TIRASTORE_CONNECTION=fresh is set, a Store therefore opens a fresh
+// TIRASTORE_CONNECTION=fresh is set, a Backend therefore opens a fresh
 // connection for every operation, as the original did, and never serves
 // lookups from its cache without the lock.
 type conn struct {
@@ -124,7 +124,7 @@ func readHeader(f *os.File) (*header, error) {
 
 // connect returns the kept connection, checked for this acquisition, or a
 // new one. The caller holds the lock.
-func (s *Store) connect() (*conn, error) {
+func (s *Backend) connect() (*conn, error) {
 	if c := s.conn; c != nil {
 		ok, err := nodelocal.Linked(c.hdr)
 		if err == nil && ok && !s.fresh {
@@ -184,7 +184,7 @@ func (s *Store) connect() (*conn, error) {
 // sqlite.CheckHeader), and starts the cache's operation with the
 // generation it read: the one header read of a locked operation that does
 // not write.
-func (s *Store) checkConn(c *conn) error {
+func (s *Backend) checkConn(c *conn) error {
 	h, err := readHeader(c.hdr)
 	if err != nil {
 		return fmt.Errorf("read the database header: %w", err)
@@ -198,7 +198,7 @@ func (s *Store) checkConn(c *conn) error {
 
 // dropConn closes the kept connection (after an error, or because the file
 // was replaced) so that the next operation opens a new one.
-func (s *Store) dropConn() {
+func (s *Backend) dropConn() {
 	if c := s.conn; c != nil {
 		s.conn = nil
 		s.cache.setFile(nil, changelog.FileID{}, nil, nil)

@@ -12,18 +12,18 @@ import (
 //
 // The original made the database's directory 1777 (everyone may create
 // files, only owners may remove theirs) whenever it created a database, so
-// that every user's claim files can be created beside the lock. Doing that
+// that every user's lock ticket files can be created beside the lock. Doing that
 // to an existing directory opens a project directory to everyone, so this
 // engine sets 1777 only on a directory it created itself (COMPAT.md lists
 // the difference), and otherwise leaves the mode alone and says, once, when
-// other users could not create claim files there and so could not use the
+// other users could not create lock ticket files there and so could not use the
 // database. The mode is set through a descriptor opened without following
 // a link and checked to be a directory of ours, never by path.
 
 // shareDir gives a directory this store created the original's mode 1777,
 // or returns a notice when an existing one keeps other users out ("" when
 // it does not).
-func (s *Store) shareDir() string {
+func (s *Backend) shareDir() string {
 	dir := filepath.Dir(s.path)
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -48,7 +48,7 @@ func (s *Store) shareDir() string {
 	if perm&0o020 != 0 {
 		who = "its owner and group"
 	}
-	return fmt.Sprintf("the directory %s (mode %04o) does not let other users create lock claim files "+
+	return fmt.Sprintf("the directory %s (mode %04o) does not let other users create lock ticket files "+
 		"beside %s: only %s can use the database (the original library made it 1777; "+
 		"this one leaves an existing directory's mode alone: chmod 1777 it to share the database)",
 		dir, perm, filepath.Base(s.path), who)

@@ -38,7 +38,7 @@ func HeaderPages(path string) (uint32, bool, error) {
 // CachedPrograms are the programs b's cache holds complete, and those it
 // found too big to load.
 func CachedPrograms(b storage.Backend) (complete, tooBig map[string]bool) {
-	s := b.(*Store)
+	s := b.(*Backend)
 	s.cache.mu.Lock()
 	defer s.cache.mu.Unlock()
 	return maps.Clone(s.cache.complete), maps.Clone(s.cache.tooBig)
@@ -46,4 +46,4 @@ func CachedPrograms(b storage.Backend) (complete, tooBig map[string]bool) {
 
 // SetIndexed makes b's cache believe the records table has (or lacks) the
 // program_hash index.
-func SetIndexed(b storage.Backend, ok bool) { b.(*Store).cache.setIndexed(ok) }
+func SetIndexed(b storage.Backend, ok bool) { b.(*Backend).cache.setIndexed(ok) }

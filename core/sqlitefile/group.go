@@ -125,7 +125,7 @@ func (h *handover) result() (writeResult, bool, error) {
 // were written. Without the store's spool (group commit off, or the spool
 // cannot be used: local.spoolErr says why) writes commit alone, as do
 // writes of a source over tuning.MaxHandoverSource.
-func (s *Store) writeRecords(ctx context.Context, req *writeRequest) (int, error) {
+func (s *Backend) writeRecords(ctx context.Context, req *writeRequest) (int, error) {
 	sp := s.local.spool
 	if sp == nil || len(req.Source) > tuning.MaxHandoverSource {
 		return s.commitAlone(ctx, req)
@@ -187,7 +187,7 @@ func (s *Store) writeRecords(ctx context.Context, req *writeRequest) (int, error
 
 // handedOverResult is the outcome of a request that another process
 // committed, or the request committed alone if that process's group failed.
-func (s *Store) handedOverResult(ctx context.Context, h *handover, req *writeRequest) (int, error) {
+func (s *Backend) handedOverResult(ctx context.Context, h *handover, req *writeRequest) (int, error) {
 	res, ok, err := h.result()
 	switch {
 	case err != nil:
@@ -201,7 +201,7 @@ func (s *Store) handedOverResult(ctx context.Context, h *handover, req *writeReq
 }
 
 // commitAlone commits req by itself (no handover either way).
-func (s *Store) commitAlone(ctx context.Context, req *writeRequest) (int, error) {
+func (s *Backend) commitAlone(ctx context.Context, req *writeRequest) (int, error) {
 	written := 0
 	err := s.withWriteDB(ctx, "record", func(db *sqlite.DB) error {
 		n, err := s.commitLogged(db, []*writeRequest{req}, time.Now())
@@ -217,7 +217,7 @@ func (s *Store) commitAlone(ctx context.Context, req *writeRequest) (int, error)
 // writers, in one transaction, and leaves each requester its result. If
 // that transaction fails, the requesters are told to commit alone and req
 // is committed by itself. It runs under the lock.
-func (s *Store) commitGroup(db *sqlite.DB, req *writeRequest, sp *spool.Spool) (int, error) {
+func (s *Backend) commitGroup(db *sqlite.DB, req *writeRequest, sp *spool.Spool) (int, error) {
 	at := time.Now()
 	var taken []*spool.Taken
 	if sp != nil {
@@ -281,7 +281,7 @@ func leaveResult(c *spool.Taken, res writeResult) {
 // commitLogged writes every request in one transaction dated at, in
 // order, and returns how many rows of each were written. It logs the
 // transaction's changes for the node's other caches (see resultCache).
-func (s *Store) commitLogged(db *sqlite.DB, reqs []*writeRequest, at time.Time) ([]int, error) {
+func (s *Backend) commitLogged(db *sqlite.DB, reqs []*writeRequest, at time.Time) ([]int, error) {
 	before, logged := s.generationNow()
 	written, changes, err := putRequests(db, reqs, at)
 	if err != nil || !logged {
@@ -295,7 +295,7 @@ func (s *Store) commitLogged(db *sqlite.DB, reqs []*writeRequest, at time.Time) 
 // before as changes (the rows it changed) for the node's caches, this
 // store's included (see resultCache). It runs under the lock, right after
 // the commit.
-func (s *Store) logCommit(before generation, changes *changelog.Entry) {
+func (s *Backend) logCommit(before generation, changes *changelog.Entry) {
 	after, ok := s.generationNow()
 	if !ok || after == before {
 		return
@@ -313,7 +313,7 @@ func (s *Store) logCommit(before generation, changes *changelog.Entry) {
 
 // generationNow reads the database's generation under the lock; ok is
 // false when commits are not logged (no log: also with fresh connections).
-func (s *Store) generationNow() (g generation, ok bool) {
+func (s *Backend) generationNow() (g generation, ok bool) {
 	if s.local.changes == nil || s.conn == nil {
 		return g, false
 	}

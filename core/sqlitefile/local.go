@@ -53,7 +53,7 @@ var sweepOnce sync.Once
 
 // openLocal opens the store's node-local files (see above): the node
 // queue, the spool and the change log, each unless switched off.
-func (s *Store) openLocal() {
+func (s *Backend) openLocal() {
 	queue := nodelocal.QueueEnabled()
 	group := nodelocal.GroupCommitEnabled() // implies queue
 	logged := !s.fresh && nodelocal.ChangeLogEnabled()
@@ -120,7 +120,7 @@ func (s *Store) openLocal() {
 // store of the node uses (an empty spool, a log nobody else holds, an idle
 // gate file) and then the private directory if that left it empty. The
 // store's Lock must be closed first: it waits in the queue.
-func (s *Store) closeLocal() {
+func (s *Backend) closeLocal() {
 	lf := &s.local
 	if lf.spool != nil {
 		lf.spool.Remove()
@@ -165,7 +165,7 @@ func sweepLocal(dir *nodelocal.Dir) {
 // database created in an existing directory that other users cannot
 // write, that they cannot use it (dirmode.go). Callers show them the way
 // their language shows warnings (Python: RuntimeWarning).
-func (s *Store) notices() []string {
+func (s *Backend) notices() []string {
 	n := append([]string{}, s.local.notices...)
 	if s.dirNotice != "" {
 		n = append(n, s.dirNotice)

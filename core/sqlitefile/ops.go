@@ -16,7 +16,7 @@ import (
 
 // Lookup returns the record of key, from the cache when it is provably
 // current, else under the lock (see resultCache.Load).
-func (s *Store) Lookup(ctx context.Context, progHash, key string) (*storage.Record, error) {
+func (s *Backend) Lookup(ctx context.Context, progHash, key string) (*storage.Record, error) {
 	if rec, ok := s.cached(progHash, key); ok {
 		return rec, nil
 	}
@@ -29,7 +29,7 @@ func (s *Store) Lookup(ctx context.Context, progHash, key string) (*storage.Reco
 }
 
 // cached is the lock-free path of the lookups.
-func (s *Store) cached(progHash, key string) (*storage.Record, bool) {
+func (s *Backend) cached(progHash, key string) (*storage.Record, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
@@ -41,7 +41,7 @@ func (s *Store) cached(progHash, key string) (*storage.Record, bool) {
 // ConfigGet returns the config entry of (namespace, key), from the cache
 // when it is provably current, else under the lock (see
 // resultCache.LoadConfig), with the cache's stamp (see ConfigFresh).
-func (s *Store) ConfigGet(ctx context.Context, namespace, key string) (*storage.ConfigEntry, uint64, error) {
+func (s *Backend) ConfigGet(ctx context.Context, namespace, key string) (*storage.ConfigEntry, uint64, error) {
 	ck := configKey{namespace, key}
 	if e, stamp, ok := s.cachedConfig(ck); ok {
 		return e, stamp, nil
@@ -56,7 +56,7 @@ func (s *Store) ConfigGet(ctx context.Context, namespace, key string) (*storage.
 }
 
 // cachedConfig is the lock-free path of ConfigGet.
-func (s *Store) cachedConfig(key configKey) (*storage.ConfigEntry, uint64, bool) {
+func (s *Backend) cachedConfig(key configKey) (*storage.ConfigEntry, uint64, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
@@ -67,7 +67,7 @@ func (s *Store) cachedConfig(key configKey) (*storage.ConfigEntry, uint64, bool)
 
 // ConfigFresh reports whether the config answers stamped stamp still hold
 // (resultCache.Fresh): one fstat and one header read, no lock.
-func (s *Store) ConfigFresh(stamp uint64) bool {
+func (s *Backend) ConfigFresh(stamp uint64) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return !s.closed && s.cache.Fresh(stamp)
@@ -75,7 +75,7 @@ func (s *Store) ConfigFresh(stamp uint64) bool {
 
 // LookupMany looks the keys up under one acquisition of the lock and in
 // one read transaction, except those the cache answers.
-func (s *Store) LookupMany(ctx context.Context, progHash string, keys []string) ([]*storage.Record, error) {
+func (s *Backend) LookupMany(ctx context.Context, progHash string, keys []string) ([]*storage.Record, error) {
 	recs := make([]*storage.Record, len(keys))
 	var missing []int
 	for i, k := range keys {
@@ -101,7 +101,7 @@ func (s *Store) LookupMany(ctx context.Context, progHash string, keys []string) 
 // answers without the lock: the cache holds joined reads, and a record
 // whose program row is missing exists for contains (no join, as in the
 // original) but not for lookup.
-func (s *Store) Contains(ctx context.Context, progHash, key string) (bool, error) {
+func (s *Backend) Contains(ctx context.Context, progHash, key string) (bool, error) {
 	if rec, ok := s.cached(progHash, key); ok && rec != nil {
 		return true, nil
 	}
@@ -115,22 +115,22 @@ func (s *Store) Contains(ctx context.Context, progHash, key string) (bool, error
 
 // Peek is the lock-free path of Lookup alone: the cache's answer, if it
 // can prove it current.
-func (s *Store) Peek(progHash, key string) (*storage.Record, bool) { return s.cached(progHash, key) }
+func (s *Backend) Peek(progHash, key string) (*storage.Record, bool) { return s.cached(progHash, key) }
 
 // Write commits w, handed over to another writer of this node when one is
 // ahead (group.go).
-func (s *Store) Write(ctx context.Context, w *storage.Write) (int, error) {
+func (s *Backend) Write(ctx context.Context, w *storage.Write) (int, error) {
 	return s.writeRecords(ctx, &writeRequest{Write: *w})
 }
 
 // View runs fn under the lock: nobody else writes meanwhile, so its reads
 // are consistent without a transaction of their own.
-func (s *Store) View(ctx context.Context, op string, fn func(storage.Reader) error) error {
+func (s *Backend) View(ctx context.Context, op string, fn func(storage.Reader) error) error {
 	return s.withDB(ctx, op, func(db *sqlite.DB) error { return fn(reader{db}) })
 }
 
 // Update runs fn in one transaction under the lock, queued as a write.
-func (s *Store) Update(ctx context.Context, op string, fn func(storage.Writer) error) error {
+func (s *Backend) Update(ctx context.Context, op string, fn func(storage.Writer) error) error {
 	return s.withWriteDB(ctx, op, func(db *sqlite.DB) error {
 		return db.Tx(func(tx *sqlite.Tx) error { return fn(writer{reader{db}, tx}) })
 	})
@@ -140,7 +140,7 @@ func (s *Store) Update(ctx context.Context, op string, fn func(storage.Writer) e
 // commit is logged as one that changed no record (core/changelog), so the
 // node's caches follow it instead of starting over: claims are not cached,
 // and a claimer's renewals would otherwise empty every cache of the node.
-func (s *Store) UpdateClaims(ctx context.Context, op string, fn func(storage.ClaimWriter) error) error {
+func (s *Backend) UpdateClaims(ctx context.Context, op string, fn func(storage.ClaimWriter) error) error {
 	return s.withWriteDB(ctx, op, func(db *sqlite.DB) error {
 		before, logged := s.generationNow()
 		if err := db.Tx(func(tx *sqlite.Tx) error { return fn(writer{reader{db}, tx}) }); err != nil {
@@ -159,7 +159,7 @@ func (s *Store) UpdateClaims(ctx context.Context, op string, fn func(storage.Cla
 // writers in, and the export would mix states of the database. The scan is
 // linear in the records (an index on (program_hash, creation_date)), so
 // the hold is a sequential read of the database.
-func (s *Store) EachProgram(ctx context.Context, fn func(storage.Program, []storage.ScheduleResult) error) error {
+func (s *Backend) EachProgram(ctx context.Context, fn func(storage.Program, []storage.ScheduleResult) error) error {
 	return s.withDB(ctx, "export", func(db *sqlite.DB) error { return db.EachProgram(fn) })
 }
 
@@ -168,7 +168,7 @@ func (s *Store) EachProgram(ctx context.Context, fn func(storage.Program, []stor
 // get in between steps; a write between two steps makes SQLite start the
 // copy over, so the copy is one consistent state. After
 // tuning.BackupRestarts restarts the rest is copied in one hold.
-func (s *Store) Backup(ctx context.Context, path string) error {
+func (s *Backend) Backup(ctx context.Context, path string) error {
 	var bk *sqlite.Backup
 	defer func() {
 		if bk != nil {

@@ -112,7 +112,7 @@ type ConfigImport struct {
 // instead of measuring it too (core/claim.go has the protocol). The
 // holder renews the row while it measures; a waiter judges it abandoned
 // by its own clock (Renewals unchanged for LeaseSeconds) or, on the
-// holder's host, by the dead-process rule (core/lock.GoneFromThisHost),
+// holder's host, by the dead-process rule (core/liveness.GoneFromThisHost),
 // never by the dates, which are for people.
 type Claim struct {
 	Key, ProgramHash, ProgramName, Schedule string
@@ -120,7 +120,7 @@ type Claim struct {
 	// old holder's release or renewal no longer matches.
 	Token string
 	// Who holds it: host, pid and what proves the pid's process dead on
-	// that host (core/lock.Process), the Slurm job ("" outside one) and
+	// that host (core/liveness.Process), the Slurm job ("" outside one) and
 	// the user.
 	Hostname   string
 	PID        int

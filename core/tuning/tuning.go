@@ -11,7 +11,10 @@ package tuning
 
 import "time"
 
-// Public defaults: the original library's figures (core/options.go).
+// Public defaults: the original library's figures. core/options.go says
+// what a caller's nil, 0 and negative mean and names these as its
+// defaults (core.DefaultStaleLockTimeout, core.DefaultLockTimeout); the
+// lock (core/lock) uses them for a zero Options.
 const (
 	// StaleLockTimeout: the original broke a lock older than 10 minutes.
 	StaleLockTimeout = 600 * time.Second

@@ -35,7 +35,7 @@ class TiraStoreWarning(RuntimeWarning):
       text);
     * node-local notices: a file of the node-local speed-ups failed its
       checks (planted by another user, say) and is not used, or the
-      database directory does not let other users create lock claim files.
+      database directory does not let other users create lock ticket files.
 
     A subclass of :class:`RuntimeWarning`, which the notices were before.
     Python shows it on stderr once per calling line; filter it like any

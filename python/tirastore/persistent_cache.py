@@ -40,7 +40,7 @@ _MISSING = object()
 
 # The databases open in this process, shared by the caches that use them:
 # ejkernel's 39 caches of one directory are one database, so they hold one
-# connection and one lock claim file, not 39. By (db_path, sharing, the
+# connection and one lock ticket file, not 39. By (db_path, sharing, the
 # lock options, create, the library copy): [store, number of caches].
 _open_dbs: dict[tuple[Any, ...], list[Any]] = {}
 _open_dbs_lock = threading.Lock()

@@ -98,8 +98,9 @@ def _fspath(where: str, name: str, value: Any) -> str:
     return path
 
 
-# What the engine takes for a URL rather than a file path (core/store.go,
-# openBackend): an RFC 3986 scheme, then "://".
+# What the engine takes for a URL rather than a file path
+# (storage.IsServerURL, core/storage/location.go): an RFC 3986 scheme, then
+# "://".
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -158,10 +159,10 @@ _open_stores: "weakref.WeakSet[TiraStore]" = weakref.WeakSet()
 def _close_idle_stores() -> None:
     """Close, at interpreter exit, every store that no thread is using.
 
-    A store keeps its SQLite connection and its lock claim file (a small
-    file beside the database) open between calls; closing removes the claim.
+    A store keeps its SQLite connection and its lock ticket file (a small
+    file beside the database) open between calls; closing removes the ticket.
     A store still busy in a thread that the exiting program abandons is left
-    alone, since exit must not wait; its claim is removed later by the next
+    alone, since exit must not wait; its ticket is removed later by the next
     process of this host that takes the lock.
     """
     for store in list(_open_stores):
@@ -767,7 +768,7 @@ class TiraStore:
         :return: the :class:`~pathlib.Path` written
         :raises ValueError: *fmt* is neither ``"json"`` nor ``"jsonl"``, or
             *output_path* is the database itself (by name or as the same
-            file), one of its files (its lock, journal, a lock claim, ...)
+            file), one of its files (its lock, journal, a lock ticket, ...)
             or another database: nothing is written
         :raises TypeError: an argument has the wrong type
         :raises OSError: the file cannot be written

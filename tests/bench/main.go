@@ -103,7 +103,7 @@ func (c *config) dbDir() string  { return filepath.Join(append([]string{c.Dir}, 
 func (c *config) dbPath() string { return filepath.Join(c.dbDir(), "cache.db") }
 
 // fresh empties the database directory: every scenario starts from a new
-// database (and no lock or claim left by the previous one).
+// database (and no lock or lock ticket left by the previous one).
 //
 // <dir>/a is deleted only if this tool created it (it holds the marker
 // file), so that -dir pointed at a directory with an unrelated "a" in it

@@ -56,7 +56,7 @@ func configJSON(cfg *config) map[string]any {
 		"syscall_ops":    cfg.SyscallOps, "syscall_record_many_1000_calls": cfg.SyscallMany,
 		"program_source_bytes": len(programSource), "schedule_format": schedFormat, "raw_samples": cfg.Raw,
 		"config_cache_sizes": cfg.ConfigCache, "ejkernel_runs_each": cfg.EjkernelRuns, "config_cache_entries": []int{configSmall, configLarge}, "config_cache_key_format": configKeyFormat,
-		"baseline": "tests/bench/baseline: the original's protocol in Go (50 ms..5 s backoff, stale 600 s, fresh claim+link and fresh POSIX-locked connection per operation, two connections per record)",
+		"baseline": "tests/bench/baseline: the original's protocol in Go (50 ms..5 s backoff, stale 600 s, fresh ticket+link and fresh POSIX-locked connection per operation, two connections per record)",
 	}
 }
 

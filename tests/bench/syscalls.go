@@ -32,7 +32,7 @@ import (
 //	plus fsync/fdatasync, data reads/writes and close, for context.
 //
 // Location: "DB dir" is the database's directory (database, journal, lock,
-// claims); "ancestors" are the directories above it, which a path lookup
+// tickets); "ancestors" are the directories above it, which a path lookup
 // or SQLite's own path canonicalization (an lstat per component) walks:
 // on a cluster those are lookups on the shared filesystem as well, which is
 // why the database sits 5 components deep. Everything else (/proc, /sys,

@@ -1496,7 +1496,7 @@ def main(argv=None) -> int:
           f"{summary.get('p99_call_seconds', float('nan')):.3f} s)")
     print(f"  fleet time:               {res.elapsed:.1f} s; total {time.monotonic() - t0:.1f} s")
     left = leftovers(backing / "shared", list(shm_dirs.values()))
-    print(f"  left behind:              {left['claims']} claim files of killed processes, "
+    print(f"  left behind:              {left['tickets']} lock ticket files of killed processes, "
           f"{left['asides']} aside files, {left['node-local']} node-local entries in {left['private']}")
     if res.failed:
         print(f"  workers that exited nonzero: {res.failed[:20]}")
@@ -1528,7 +1528,7 @@ def leftovers(shared: Path, node_shm: list = ()) -> dict:
             local += len(list(d.iterdir()))
         except OSError:
             pass
-    return {"claims": sum(n.startswith(".lock_") for n in names),
+    return {"tickets": sum(n.startswith(".lock_") for n in names),
             "asides": sum(".lock.stale." in n or ".lock.break.stale." in n for n in names),
             "node-local": local, "private": private}
 

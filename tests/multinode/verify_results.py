@@ -20,7 +20,7 @@ sqlite3 module only (read-only) and recomputes every key with hashlib/json
   (a record that was lost and written again), no error logged by any worker,
   every worker finished (a "done" line);
 * PRAGMA integrity_check is ok, no foreign-key violation;
-* no lock file, no journal, and no claim file except those of killed
+* no lock file, no journal, and no lock ticket file except those of killed
   processes;
 * optionally, that the workers ran on distinct hosts (--distinct-hosts, for
   the Slurm run) or distinct simulated nodes (--distinct-nodes);
@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import plan  # noqa: E402
 
 # .lock_<hostname>_<pid>_<random>; the random part may contain "_".
-CLAIM_RE = re.compile(r"^\.lock_(.+?)_(\d+)_")
+TICKET_RE = re.compile(r"^\.lock_(.+?)_(\d+)_")
 MAX_SHOWN = 60
 
 
@@ -178,12 +178,12 @@ def verify(db: Path, log_dir: Path, nworkers: int, nrecords: int, ncontested: in
             if p.name.startswith(f".lock_{h}_") and m:
                 pid = int(m.group(1))
         if pid is None:
-            m = CLAIM_RE.match(p.name)
+            m = TICKET_RE.match(p.name)
             pid = int(m.group(2)) if m else None
         if pid in killed_pids:
-            info["claims of killed processes"] += 1
+            info["lock tickets of killed processes"] += 1
         else:
-            v.append(f"claim file left behind by a process that was not killed: {p.name}")
+            v.append(f"lock ticket file left behind by a process that was not killed: {p.name}")
 
     # ---- database ----------------------------------------------------------
     want = plan.planned(nworkers, nrecords, ncontested)

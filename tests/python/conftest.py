@@ -306,8 +306,8 @@ def lock_path_for(db: Path) -> Path:
     return Path(db).resolve().with_suffix(".db.lock")
 
 
-def _live_claim(p: Path) -> bool:
-    """A claim file that an open store keeps for its next operation: named
+def _live_ticket(p: Path) -> bool:
+    """A lock ticket file that an open store keeps for its next operation: named
     after a live process, and not (also) the lock."""
     # .lock_<hostname>_<pid>_<8 random characters, "_" among them>
     try:
@@ -321,9 +321,9 @@ def _live_claim(p: Path) -> bool:
 
 
 def leftover_lock_files(directory: Any) -> list[str]:
-    """Lock files, and claim files of processes that are gone, left in
+    """Lock files, and ticket files of processes that are gone, left in
     *directory* (or beside a store's database file; none for a store on a
-    server). (An open store keeps one claim file between operations; it
+    server). (An open store keeps one ticket file between operations; it
     is removed when the store is closed.)"""
     if hasattr(directory, "db_path"):
         if not isinstance(directory.db_path, Path):
@@ -332,7 +332,7 @@ def leftover_lock_files(directory: Any) -> list[str]:
     return sorted(
         p.name
         for p in Path(directory).iterdir()
-        if p.name.endswith(".db.lock") or (p.name.startswith(".lock_") and not _live_claim(p))
+        if p.name.endswith(".db.lock") or (p.name.startswith(".lock_") and not _live_ticket(p))
     )
 
 

@@ -365,18 +365,18 @@ def test_check_and_repair(db, tmp_path):
     lock.write_text(json.dumps({"hostname": "node17", "pid": 4242, "timestamp": time.time() - 3600}))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    claim = db.parent / f".lock_{socket.gethostname()}_{dead.pid}_leftover"
+    ticket = db.parent / f".lock_{socket.gethostname()}_{dead.pid}_leftover"
     rec = json.loads(_go_record(os.getpid()))
     rec["pid"], rec["start_time"] = dead.pid, 1
-    claim.write_text(json.dumps(rec))
+    ticket.write_text(json.dumps(rec))
     r = tirastore("check", db, "--lock-timeout", "0.5")
     assert r.returncode == 1 and "abandoned" in r.stdout and "leftover tickets 1" in r.stdout, r.stdout + r.stderr
-    assert lock.exists() and claim.exists()
+    assert lock.exists() and ticket.exists()
     r = tirastore("check", db, "--repair", "--json")
     assert r.returncode == 0, r.stdout + r.stderr
     rep = json.loads(r.stdout)
     assert rep["lock"]["broken"] and len(rep["repaired"]) == 2
-    assert not lock.exists() and not claim.exists()
+    assert not lock.exists() and not ticket.exists()
     # Orphan records and a result that is not JSON: reported, exit 1, not repaired.
     con = sqlite3.connect(db)
     con.execute("DELETE FROM programs WHERE program_name = 'sharpen'")

@@ -276,13 +276,13 @@ def test_gets_create_nothing_and_the_first_put_creates_one_database(world):
         c.put("cpu", "same-op@v1", "k", {"op": c.namespace})  # one key, 39 namespaces
     d = world / "home" / "ejkernel-presistent-cache"
     names = {p.name for p in d.iterdir()}
-    claims = {n for n in names if n.startswith(f".lock_{socket.gethostname()}_{os.getpid()}_")}
-    assert names - claims == {DB_NAME} and len(claims) == 1, names  # one database, one claim of this process
+    tickets = {n for n in names if n.startswith(f".lock_{socket.gethostname()}_{os.getpid()}_")}
+    assert names - tickets == {DB_NAME} and len(tickets) == 1, names  # one database, one ticket of this process
     for c in caches:
         assert c.get("cpu", "same-op@v1", "k") == Namespace(op=c.namespace)
         assert len(c) == 1
         c.close()
-    assert {p.name for p in d.iterdir()} == {DB_NAME}  # the last close removed the claim
+    assert {p.name for p in d.iterdir()} == {DB_NAME}  # the last close removed the ticket
 
 
 def test_legacy_json_files_go_into_their_own_namespaces_once(Released, world):
@@ -390,7 +390,7 @@ def test_caches_of_one_database_share_one_store_and_close_alone(world):
     a, b = PersistentCache("flash-attn"), PersistentCache("mla")
     a.put("d", "o", "k", 1)
     b.put("d", "o", "k", 2)
-    assert a._store is b._store  # one connection, one lock claim
+    assert a._store is b._store  # one connection, one lock ticket
     a.close()
     with pytest.raises(ValueError, match="closed"):
         a.get("d", "o", "k")

@@ -77,7 +77,7 @@ def test_directory_full(tmp_path):
         acked = []
         big = "x" * 20000
         # SQLite reports SQLITE_FULL (sqlite3.OperationalError, as the
-        # original raised); the claim file may instead hit ENOSPC (OSError).
+        # original raised); the ticket file may instead hit ENOSPC (OSError).
         with pytest.raises((OSError, sqlite3.OperationalError)) as e:
             for i in range(1000):
                 if s.record(f"p{i}", big + str(i), SCHED, True, [float(i)]):
@@ -192,7 +192,7 @@ def test_directory_not_writable_by_this_user(shared_tmp):
             print("PermissionError:", e)
     """)
     assert "PermissionError:" in out.stdout, out.stdout + out.stderr
-    assert str(d) in out.stdout and "create claim" in out.stdout  # the directory, not the path to it
+    assert str(d) in out.stdout and "create ticket" in out.stdout  # the directory, not the path to it
 
 
 @needs_root

@@ -147,7 +147,7 @@ DRIVER = textwrap.dedent(r"""
     work = Path(a["work"])
     os.chmod(work, 0o700)  # root-only: the attacker cannot reach the database
     (work / "db").mkdir()
-    os.chmod(work / "db", 0o1777)  # as the original makes it (no warning about claim files)
+    os.chmod(work / "db", 0o1777)  # as the original makes it (no warning about lock ticket files)
     db = work / "db" / "cache.db"
     # Root's files that planted symlinks point at, one per name.
     canaries = {k: work / f"canary-{k}" for k in ("gate", "spool", "changes")}

@@ -393,7 +393,7 @@ def test_db_file_mode_and_parent_dir(tmp_path):
 @pytest.mark.parametrize("mode", [0o755, 0o2770, 0o777])
 def test_existing_parent_dir_keeps_its_mode(tmp_path, mode):
     """COMPAT's 1777 is only for a directory the library creates: an existing
-    directory keeps its mode, and when other users could not create claim
+    directory keeps its mode, and when other users could not create lock ticket
     files in it, one TiraStoreWarning (a RuntimeWarning) names it. (Negative control: a directory
     the library creates does get 1777, test_db_file_mode_and_parent_dir.)"""
     d = tmp_path / "project"

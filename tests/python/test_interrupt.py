@@ -1,5 +1,5 @@
 """Ctrl-C: a call waiting for a lock held by another process raises
-KeyboardInterrupt within 1 s of SIGINT and leaves no lock or claim file of
+KeyboardInterrupt within 1 s of SIGINT and leaves no lock or ticket file of
 its own behind; a wait longer than the store's lock_timeout raises
 TimeoutError naming the holder."""
 
@@ -42,9 +42,9 @@ CHILD = textwrap.dedent("""
 def _hold_lock(db: Path) -> Path:
     """A live holder on another node: never stale, never dead here."""
     lock = db.with_suffix(".db.lock")
-    claim = db.parent / ".lock_othernode_4242_abcdefgh"
-    claim.write_text(json.dumps({"hostname": "othernode", "pid": 4242, "timestamp": time.time() + 3600}))
-    os.link(claim, lock)
+    ticket = db.parent / ".lock_othernode_4242_abcdefgh"
+    ticket.write_text(json.dumps({"hostname": "othernode", "pid": 4242, "timestamp": time.time() + 3600}))
+    os.link(ticket, lock)
     return lock
 
 
@@ -81,7 +81,7 @@ def test_ctrl_c_interrupts_a_lock_wait(tmp_path):
     print(f"\nKeyboardInterrupt {delay * 1000:.0f} ms after SIGINT")
     assert verdict == "KeyboardInterrupt"
     assert delay < 1.0
-    # Only the foreign holder's files remain: no claim of the child's.
+    # Only the foreign holder's files remain: no ticket of the child's.
     assert sorted(p.name for p in tmp_path.iterdir()) == [".lock_othernode_4242_abcdefgh", "cache.db", "cache.db.lock"]
     assert lock.exists()
 

@@ -162,8 +162,8 @@ def test_an_overdue_heartbeat_holder(db):
     assert r.returncode == 0 and not lock.exists(), r.stdout + r.stderr
 
 
-def test_leftover_claim_files_and_stale_measurement_claims(db):
-    # A claimer killed while measuring, and the claim file of a dead process.
+def test_leftover_lock_tickets_and_stale_measurement_claims(db):
+    # A claimer killed while measuring, and the ticket file of a dead process.
     code = ("import os, signal, sys; from tirastore import TiraStore; "
             f"s = TiraStore(sys.argv[1], cpu_model={TEST_CPU!r}); "
             "s.lookup_or_claim('blur', 'void blur() {}', \"U(L0,4,comps=['c1'])\", lease=90); "
@@ -171,18 +171,18 @@ def test_leftover_claim_files_and_stale_measurement_claims(db):
     assert subprocess.run([sys.executable, "-c", code, str(db)], timeout=60).returncode == -signal.SIGKILL
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    claim = db.parent / f".lock_{socket.gethostname()}_{dead.pid}_leftover"
-    claim.write_text(json.dumps({
+    ticket = db.parent / f".lock_{socket.gethostname()}_{dead.pid}_leftover"
+    ticket.write_text(json.dumps({
         "hostname": socket.gethostname(), "pid": dead.pid, "timestamp": time.time(), "start_time": 1,
         "boot_id": Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
         "pid_ns": os.stat("/proc/self/ns/pid").st_ino,
     }))
     ck = tirastore("check", db)
-    assert ck.returncode == 1 and "leftover claim files" in ck.stdout and "measurement claim" in ck.stdout, ck.stdout
+    assert ck.returncode == 1 and "leftover lock ticket files" in ck.stdout and "measurement claim" in ck.stdout, ck.stdout
     cmds = advised(ck.stdout)
     assert cmds == [["check", "--repair", str(db)]] * 2, ck.stdout
     assert follow(cmds[0]).returncode == 0
-    assert not claim.exists()
+    assert not ticket.exists()
     with TiraStore(db, cpu_model=TEST_CPU) as s:
         assert s.claims() == []
     assert tirastore("check", db).returncode == 0

@@ -228,7 +228,7 @@ def test_lock_file_content_is_original_compatible(tmp_path):
         text=True,
     )
     samples = []
-    claim_names = set()
+    ticket_names = set()
     deadline = time.monotonic() + 120
     while proc.poll() is None and time.monotonic() < deadline:
         try:
@@ -237,11 +237,11 @@ def test_lock_file_content_is_original_compatible(tmp_path):
             data = None
         if data:
             samples.append(data)
-        if len(claim_names) < 5:
+        if len(ticket_names) < 5:
             try:
                 for n in os.listdir(tmp_path):
                     if n.startswith(".lock_"):
-                        claim_names.add(n)
+                        ticket_names.add(n)
             except OSError:
                 pass
     out, err = proc.communicate(timeout=120)
@@ -256,7 +256,7 @@ def test_lock_file_content_is_original_compatible(tmp_path):
         assert info["pid"] == proc.pid
         assert isinstance(info["timestamp"], (int, float)) and not isinstance(info["timestamp"], bool)
         assert now - 300 < info["timestamp"] <= now + 1
-    for n in claim_names:
+    for n in ticket_names:
         assert n.startswith(f".lock_{host}_{proc.pid}_"), n
     assert leftover_lock_files(tmp_path) == []
 
@@ -320,7 +320,7 @@ def test_multi_process_contention(tmp_path):
 _ORIGINAL_STYLE_WRITER = textwrap.dedent(
     """
     # Writes records the way the original does, honouring the original's lock
-    # protocol (claim file + link()), written from COMPAT.md.
+    # protocol (ticket file + link()), written from COMPAT.md.
     import hashlib, json, os, random, socket, sqlite3, sys, time
     from datetime import datetime, timezone
     db, n = sys.argv[1], int(sys.argv[2])
@@ -329,14 +329,14 @@ _ORIGINAL_STYLE_WRITER = textwrap.dedent(
     def acquire():
         delay = 0.001
         while True:
-            claim = os.path.join(os.path.dirname(lock), ".lock_%s_%d_%f" % (host, os.getpid(), random.random()))
-            with open(claim, "w") as f:
+            ticket = os.path.join(os.path.dirname(lock), ".lock_%s_%d_%f" % (host, os.getpid(), random.random()))
+            with open(ticket, "w") as f:
                 json.dump({"hostname": host, "pid": os.getpid(), "timestamp": time.time()}, f)
             try:
-                os.link(claim, lock)
-                return claim
+                os.link(ticket, lock)
+                return ticket
             except OSError:
-                os.unlink(claim)
+                os.unlink(ticket)
                 time.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 0.05)
     src = "void orig() {}"
@@ -346,7 +346,7 @@ _ORIGINAL_STYLE_WRITER = textwrap.dedent(
         key = hashlib.sha256(json.dumps({"program_hash": ph, "tiralib_schedule_string": sched},
                              sort_keys=True, separators=(",", ":")).encode()).hexdigest()
         now = datetime.now(timezone.utc).isoformat()
-        claim = acquire()
+        ticket = acquire()
         try:
             conn = sqlite3.connect(db, timeout=0)
             conn.execute("PRAGMA busy_timeout=0")
@@ -360,7 +360,7 @@ _ORIGINAL_STYLE_WRITER = textwrap.dedent(
             conn.close()
         finally:
             os.unlink(lock)
-            os.unlink(claim)
+            os.unlink(ticket)
     print("done")
     """
 )

@@ -3,10 +3,10 @@ processes using this library write one database at the same time.
 
 The original-protocol writer below is written in this file from
 docs/COMPAT.md (stdlib only, nothing imported from the original or
-from the library): the hard-link lock (a claim file ``.lock_<host>_<pid>_...``
+from the library): the hard-link lock (a ticket file ``.lock_<host>_<pid>_...``
 holding the JSON {"hostname", "pid", "timestamp"}, link() to the lock path,
 exponential backoff with jitter, the stale rule, release = unlink the lock
-then the claim), and per operation one stdlib sqlite3 connection with
+then the ticket), and per operation one stdlib sqlite3 connection with
 journal_mode=DELETE, synchronous=FULL, busy_timeout=0, foreign_keys=ON:
 insert the program if absent, then the record if absent. It runs the same
 four phases and writes the same acknowledgement log as
@@ -53,21 +53,21 @@ class OriginalLock:
         self.stale = stale_lock_timeout
         self.timeout = timeout
         self.host = socket.gethostname()
-        self.claim = None
+        self.ticket = None
 
     def acquire(self) -> None:
         deadline = time.monotonic() + self.timeout
         delay = 0.005
         while True:
-            fd, claim = tempfile.mkstemp(prefix=f".lock_{self.host}_{os.getpid()}_", dir=self.path.parent)
+            fd, ticket = tempfile.mkstemp(prefix=f".lock_{self.host}_{os.getpid()}_", dir=self.path.parent)
             with os.fdopen(fd, "w") as f:
                 json.dump({"hostname": self.host, "pid": os.getpid(), "timestamp": time.time()}, f)
             try:
-                os.link(claim, self.path)
-                self.claim = claim
+                os.link(ticket, self.path)
+                self.ticket = ticket
                 return
             except FileExistsError:
-                os.unlink(claim)
+                os.unlink(ticket)
             if self._break_if_stale():
                 continue
             if time.monotonic() > deadline:
@@ -94,8 +94,8 @@ class OriginalLock:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
-        os.unlink(self.claim)
-        self.claim = None
+        os.unlink(self.ticket)
+        self.ticket = None
 
 
 SCHEMA = [

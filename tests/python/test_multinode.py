@@ -403,7 +403,7 @@ def test_verifier_catches_leftover_lock_journal_and_claim(bad_run):
     (dbdir / ".lock_somehost_4242_abcdefgh").write_text("{}")
     v = _check(bad_run, r"lock file left behind")
     assert any("cache.db-journal left behind" in x for x in v)
-    assert any("claim file left behind" in x for x in v)
+    assert any("ticket file left behind" in x for x in v)
 
 
 def test_verifier_catches_a_corrupt_file(bad_run):

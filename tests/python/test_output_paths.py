@@ -6,7 +6,7 @@ config export-ejkernel, plot and the --conflicts file of import and merge)
 refuses, with a ValueError naming what the path is and before anything is
 written, the database itself (by name, through a link of the caller, or as
 a hard link), each of its files (lock, break lock, a lock moved aside, a
-claim file, journal, -wal, -shm) and another database. Afterwards the
+ticket file, journal, -wal, -shm) and another database. Afterwards the
 database has the same bytes, its lock does not exist, no temporary file is
 left, and its records, config entries, claims and db_meta read as before
 with integrity_check ok.
@@ -142,7 +142,7 @@ def targets(w: dict[str, Any]) -> dict[str, str]:
         str(d / "cache.db.lock"): "is the lock file of the database",
         str(d / "cache.db.lock.break"): "is the break lock of the database",
         str(d / f"cache.db.lock.stale.{host}.4242.abcdefgh"): "is a lock moved aside by a breaker",
-        str(d / f".lock_{host}_4242_abcdefgh"): "is a lock claim file",
+        str(d / f".lock_{host}_4242_abcdefgh"): "is a lock ticket file",
         str(d / "cache.db-journal"): "is the journal of the database",
         str(d / "cache.db-wal"): "is the write-ahead log of the database",
         str(d / "cache.db-shm"): "is the shared-memory index of the database",
@@ -157,9 +157,9 @@ def state(w: dict[str, Any]) -> dict[str, Any]:
     st: dict[str, Any] = {
         "bytes": {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
                   for p in (db, w["other"], d / "img.png", d / "other.png", d / "persistent-cache.tirastore.db")},
-        # Claim files of the processes that ran come and go; every other name stays.
+        # Ticket files of the processes that ran come and go; every other name stays.
         "names": sorted(p.name for p in d.iterdir() if not p.name.startswith(".lock_")),
-        "claim_names": sorted(p.name for p in d.iterdir() if p.name.startswith(".lock_") and "4242" in p.name),
+        "ticket_names": sorted(p.name for p in d.iterdir() if p.name.startswith(".lock_") and "4242" in p.name),
     }
     try:
         con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
@@ -189,8 +189,8 @@ def problems(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     gone = sorted(set(before["names"]) - set(after["names"]))
     if new or gone:
         found.append(f"names: new {new}, gone {gone}")
-    if after["claim_names"] != before["claim_names"]:
-        found.append(f"claim names: {after['claim_names']}")
+    if after["ticket_names"] != before["ticket_names"]:
+        found.append(f"ticket names: {after['ticket_names']}")
     return found
 
 
@@ -211,7 +211,7 @@ def test_api_outputs_refuse_the_database_its_files_and_other_databases(world):
     cases = [(api, t) for api in API_OUTPUTS for t in refused]
     plots = {str(world["dir"] / "link.png"): "itself under another name",
              str(world["dir"] / "other.png"): "is an existing SQLite database",
-             str(world["dir"] / ".lock_h_1_abcdefgh.png"): "is a lock claim file",
+             str(world["dir"] / ".lock_h_1_abcdefgh.png"): "is a lock ticket file",
              str(world["plot_db"]): "is the database itself"}
     cases += [("plot", t) for t in plots]
     seed = {str(world["dir"] / "persistent-cache.tirastore.db"): "is the database itself",

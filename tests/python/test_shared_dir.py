@@ -190,7 +190,7 @@ def run_op(op: str, db: Path, env: dict, sched: str) -> dict:
 def planted_names(db: Path) -> dict[str, str]:
     """Every name the library opens in the database's directory, as in
     docs/lock-protocol.md ("The database directory"), by what it is. The
-    claim files and moved-aside locks have random parts: a name of each
+    ticket files and moved-aside locks have random parts: a name of each
     pattern is planted, of a dead pid of this host, which the sweep looks
     at."""
     host = os.uname().nodename
@@ -202,7 +202,7 @@ def planted_names(db: Path) -> dict[str, str]:
         "break lock": lock + ".break",
         "wal": db.name + "-wal",
         "shm": db.name + "-shm",
-        "claim": f".lock_{host}_999999_fifofifo",
+        "ticket": f".lock_{host}_999999_fifofifo",
         "aside": f"{lock}.stale.{host}.999999.fifofifo",
         "break aside": f"{lock}.break.stale.{host}.999999.fifofifo",
     }

@@ -54,12 +54,12 @@ def test_eight_threads_share_one_store(tmp_path):
 
 
 def _hold_lock(lock_path: Path) -> None:
-    """Take the database's lock the original's way (claim + link) as if a
+    """Take the database's lock the original's way (ticket + link) as if a
     live process on another node held it."""
-    claim = lock_path.parent / f".lock_othernode_1_{os.getpid()}"
-    claim.write_text(json.dumps({"hostname": "othernode", "pid": 1, "timestamp": time.time()}))
-    os.link(claim, lock_path)
-    claim.unlink()
+    ticket = lock_path.parent / f".lock_othernode_1_{os.getpid()}"
+    ticket.write_text(json.dumps({"hostname": "othernode", "pid": 1, "timestamp": time.time()}))
+    os.link(ticket, lock_path)
+    ticket.unlink()
 
 
 def _progress_while_blocked(call) -> tuple[int, float]:

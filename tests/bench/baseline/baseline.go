@@ -5,12 +5,12 @@
 //
 // What it reproduces (COMPAT.md):
 //
-//   - The lock (lock.go): per attempt a fresh claim file
+//   - The lock (lock.go): per attempt a fresh ticket file
 //     .lock_<host>_<pid>_<random> in the database's directory holding
 //     {"hostname": ..., "pid": ..., "timestamp": ...} (json.dumps layout),
 //     link() to <db>.with_suffix(".db.lock") (lock.PathFor), on EEXIST the
 //     original's stale rule and exponential backoff with jitter from 50 ms
-//     to 5 s; release = unlink the lock, then the claim.
+//     to 5 s; release = unlink the lock, then the ticket.
 //   - Per operation, reads included: acquire -> open a FRESH SQLite
 //     connection -> work -> close -> release. The connection is what
 //     Python's sqlite3.connect gives: SQLite's default "unix" VFS with its

@@ -109,16 +109,16 @@ func (l *Lock) Stats() LockStats {
 
 // Held is an acquired lock; Release gives it back.
 type Held struct {
-	l     *Lock
-	claim string
-	since time.Time
+	l      *Lock
+	ticket string
+	since  time.Time
 }
 
 // Acquire takes the lock as the original did, every attempt from scratch:
-// create a fresh claim file .lock_<host>_<pid>_<random> (mkstemp: O_EXCL,
+// create a fresh ticket file .lock_<host>_<pid>_<random> (mkstemp: O_EXCL,
 // mode 0600), write {"hostname": ..., "pid": ..., "timestamp": ...} with
 // json.dumps's separators, close it, link() it to the lock path. On EEXIST
-// unlink the claim, read the lock's JSON and unlink the lock if its
+// unlink the ticket, read the lock's JSON and unlink the lock if its
 // timestamp is older than StaleTimeout (retrying at once), else sleep a
 // random time in [0, delay) (full jitter) with delay doubling from
 // MinBackoff to MaxBackoff.
@@ -127,18 +127,18 @@ func (l *Lock) Acquire() (*Held, error) {
 	start := time.Now()
 	delay := l.opt.MinBackoff
 	for {
-		claim, err := l.writeClaim()
+		ticket, err := l.writeTicket()
 		if err != nil {
 			l.mu.Unlock()
 			return nil, err
 		}
 		l.links.Add(1)
-		err = os.Link(claim, l.path)
+		err = os.Link(ticket, l.path)
 		if err == nil {
 			l.acquired.Add(1)
-			return &Held{l: l, claim: claim, since: time.Now()}, nil
+			return &Held{l: l, ticket: ticket, since: time.Now()}, nil
 		}
-		os.Remove(claim)
+		os.Remove(ticket)
 		if !errors.Is(err, fs.ErrExist) {
 			l.mu.Unlock()
 			return nil, err
@@ -161,9 +161,9 @@ func (l *Lock) Acquire() (*Held, error) {
 // mkstempChars are the characters of Python's tempfile names.
 const mkstempChars = "abcdefghijklmnopqrstuvwxyz0123456789_"
 
-// writeClaim creates and fills one fresh claim file, as tempfile.mkstemp
+// writeTicket creates and fills one fresh ticket file, as tempfile.mkstemp
 // plus json.dump did.
-func (l *Lock) writeClaim() (string, error) {
+func (l *Lock) writeTicket() (string, error) {
 	prefix := filepath.Join(l.dir, ".lock_"+l.host+"_"+strconv.Itoa(l.pid)+"_")
 	var f *os.File
 	var name string
@@ -235,7 +235,7 @@ func (l *Lock) breakIfStale() (retry, broke bool) {
 	return false, false
 }
 
-// Release is the original's: unlink the lock path, then the claim.
+// Release is the original's: unlink the lock path, then the ticket.
 func (h *Held) Release() error {
 	defer h.l.mu.Unlock()
 	defer func() { h.l.heldNS.Add(int64(time.Since(h.since))) }()
@@ -243,5 +243,5 @@ func (h *Held) Release() error {
 	if errors.Is(err, fs.ErrNotExist) {
 		err = nil
 	}
-	return errors.Join(err, os.Remove(h.claim))
+	return errors.Join(err, os.Remove(h.ticket))
 }

@@ -31,9 +31,9 @@ func (f *fakeFence) last() (int64, int, int) {
 	return f.deadlines[len(f.deadlines)-1], len(f.deadlines), f.lost
 }
 
-// TestLeaseFollowsConfirmations: an acquisition starts a lease of
+// TestTenureFollowsConfirmations: an acquisition starts a tenure of
 // heartbeatGrace/2, the heartbeat renews it, Release ends it (deadline 0).
-func TestLeaseFollowsConfirmations(t *testing.T) {
+func TestTenureFollowsConfirmations(t *testing.T) {
 	path, opt := newTestLock(t)
 	f := &fakeFence{}
 	opt.StaleTimeout, opt.HeartbeatInterval, opt.Fence = 3*time.Second, 50*time.Millisecond, f
@@ -51,13 +51,13 @@ func TestLeaseFollowsConfirmations(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	d2, n2, lost := f.last()
 	if n2 < 3 || d2 <= d || lost != 0 {
-		t.Errorf("the heartbeat did not renew the lease: %d extensions, deadline moved %d ns, lost %d", n2, d2-d, lost)
+		t.Errorf("the heartbeat did not renew the tenure: %d extensions, deadline moved %d ns, lost %d", n2, d2-d, lost)
 	}
 	if err := l.Release(); err != nil {
 		t.Fatal(err)
 	}
 	if d3, _, _ := f.last(); d3 != 0 {
-		t.Errorf("Release left a lease until %d", d3)
+		t.Errorf("Release left a tenure until %d", d3)
 	}
 }
 

@@ -10,15 +10,16 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tirastore/tirastore/core/liveness"
 	"github.com/tirastore/tirastore/core/pyjson"
 )
 
-// holderRecord is what a claim (and therefore the lock, while held) says about its
+// holderRecord is what a ticket (and therefore the lock, while held) says about its
 // holder: the original's three keys, then the extras a Go holder adds.
 type holderRecord struct {
 	hostname string
 	pid      int
-	proc     procIdentity
+	proc     liveness.Process
 	every    time.Duration // heartbeat interval; 0: no heartbeat keys
 }
 
@@ -47,21 +48,21 @@ func (r *holderRecord) encode(ts float64, beats uint64) ([]byte, error) {
 	b = strconv.AppendInt(b, int64(r.pid), 10)
 	b = append(b, `, "timestamp": `...)
 	b = strconv.AppendFloat(b, ts, 'f', 6, 64)
-	if r.proc.startTime != 0 {
+	if r.proc.StartTime != 0 {
 		b = append(b, `, "start_time": `...)
-		b = strconv.AppendUint(b, r.proc.startTime, 10)
+		b = strconv.AppendUint(b, r.proc.StartTime, 10)
 	}
-	if r.proc.bootID != "" {
-		id, err := pyjson.Marshal(r.proc.bootID, pyjson.Default)
+	if r.proc.BootID != "" {
+		id, err := pyjson.Marshal(r.proc.BootID, pyjson.Default)
 		if err != nil {
 			return nil, err
 		}
 		b = append(b, `, "boot_id": `...)
 		b = append(b, id...)
 	}
-	if r.proc.pidNS != 0 {
+	if r.proc.PIDNS != 0 {
 		b = append(b, `, "pid_ns": `...)
-		b = strconv.AppendUint(b, r.proc.pidNS, 10)
+		b = strconv.AppendUint(b, r.proc.PIDNS, 10)
 	}
 	if r.every > 0 {
 		b = append(b, `, "heartbeat_interval": `...)
@@ -93,18 +94,18 @@ func (r *holderRecord) padded(ts float64, beats uint64, size int) ([]byte, error
 	return b, nil
 }
 
-// claim is this process's claim file. One claim serves every Acquire of a
+// ticket is this process's ticket file. One ticket serves every Acquire of a
 // Lock: it is created at the first and removed by Close, so that a
 // steady-state acquisition costs the metadata server one link and one
 // unlink instead of the original's create, link, unlink, unlink. While the
 // lock is held, the lock file is a second name of the same inode (id).
-type claim struct {
+type ticket struct {
 	path string
 	id   fileID
 	rec  *holderRecord
 	size int
 
-	// f stays open for the claim's life: the record is rewritten through it
+	// f stays open for the ticket's life: the record is rewritten through it
 	// (before each link attempt and at each heartbeat) without an open.
 	f *os.File
 	// beats counts heartbeats since the last acquisition; owned by the
@@ -119,59 +120,59 @@ type claim struct {
 
 // mkstemp's alphabet and length for the random part of the name.
 const (
-	claimChars  = "abcdefghijklmnopqrstuvwxyz0123456789_"
-	claimRandom = 8
-	claimTries  = 100
+	ticketChars  = "abcdefghijklmnopqrstuvwxyz0123456789_"
+	ticketRandom = 8
+	ticketTries  = 100
 )
 
-// ClaimPrefix is the start of every claim file name, as in the original:
-// ".lock_<hostname>_<pid>_". Exposed for tools that list or sweep claims.
-func ClaimPrefix(hostname string, pid int) string {
-	return claimStart + hostname + "_" + strconv.Itoa(pid) + "_"
+// TicketPrefix is the start of every ticket file name, as in the original:
+// ".lock_<hostname>_<pid>_". Exposed for tools that list or sweep tickets.
+func TicketPrefix(hostname string, pid int) string {
+	return ticketStart + hostname + "_" + strconv.Itoa(pid) + "_"
 }
 
-// claimStart begins every claim file's name, whatever its host and pid.
-const claimStart = ".lock_"
+// ticketStart begins every ticket file's name, whatever its host and pid.
+const ticketStart = ".lock_"
 
 func randomName(n int) string {
 	name := make([]byte, n)
 	for j := range name {
-		name[j] = claimChars[rand.IntN(len(claimChars))]
+		name[j] = ticketChars[rand.IntN(len(ticketChars))]
 	}
 	return string(name)
 }
 
-// newClaim creates an empty claim file in dir, named like
-// tempfile.mkstemp(prefix=ClaimPrefix(...), dir=dir), and keeps it open.
-func newClaim(dir string, rec *holderRecord, flushEvery time.Duration) (*claim, error) {
+// newTicket creates an empty ticket file in dir, named like
+// tempfile.mkstemp(prefix=TicketPrefix(...), dir=dir), and keeps it open.
+func newTicket(dir string, rec *holderRecord, flushEvery time.Duration) (*ticket, error) {
 	size, err := rec.recordSize()
 	if err != nil {
 		return nil, fmt.Errorf("lock: %w", err)
 	}
-	prefix := ClaimPrefix(rec.hostname, rec.pid)
-	for i := 0; i < claimTries; i++ {
-		p := filepath.Join(dir, prefix+randomName(claimRandom))
+	prefix := TicketPrefix(rec.hostname, rec.pid)
+	for i := 0; i < ticketTries; i++ {
+		p := filepath.Join(dir, prefix+randomName(ticketRandom))
 		f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 		if errors.Is(err, os.ErrExist) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("lock: create claim: %w", err)
+			return nil, fmt.Errorf("lock: create ticket: %w", err)
 		}
 		id, err := fstatID(f)
 		if err != nil {
 			f.Close()
 			os.Remove(p)
-			return nil, fmt.Errorf("lock: create claim: %w", err)
+			return nil, fmt.Errorf("lock: create ticket: %w", err)
 		}
-		return &claim{path: p, id: id, rec: rec, size: size, f: f, flushEvery: flushEvery}, nil
+		return &ticket{path: p, id: id, rec: rec, size: size, f: f, flushEvery: flushEvery}, nil
 	}
-	return nil, fmt.Errorf("lock: create claim in %s: no free name after %d tries", dir, claimTries)
+	return nil, fmt.Errorf("lock: create ticket in %s: no free name after %d tries", dir, ticketTries)
 }
 
 // write (Acquire step 1 in docs/lock-protocol.md) stores the holder record
 // with a fresh timestamp, so that the lock starts with the moment it was
-// taken. It runs before every link attempt, while the claim is not the lock
+// taken. It runs before every link attempt, while the ticket is not the lock
 // and nobody reads it: one pwrite of the fixed-size record at offset 0, no
 // open, no truncate.
 //
@@ -182,17 +183,17 @@ func newClaim(dir string, rec *holderRecord, flushEvery time.Duration) (*claim, 
 // kernel's writeback delay, itself flushed by the next beat) older. That is
 // far below any stale timeout the heartbeat rule allows, and Go waiters do
 // not judge a lock by its bytes alone: link changes its ctime.
-func (c *claim) write(now time.Time) error {
+func (c *ticket) write(now time.Time) error {
 	data, err := c.rec.padded(unixSeconds(now), 0, c.size)
 	if err != nil {
 		return err
 	}
 	if _, err := c.f.WriteAt(data, 0); err != nil {
-		return fmt.Errorf("lock: write claim: %w", err)
+		return fmt.Errorf("lock: write ticket: %w", err)
 	}
 	if mono := time.Now(); c.flushed.IsZero() || mono.Sub(c.flushed) >= c.flushEvery {
 		if err := c.f.Sync(); err != nil {
-			return fmt.Errorf("lock: write claim: %w", err)
+			return fmt.Errorf("lock: write ticket: %w", err)
 		}
 		c.flushed = mono
 	}
@@ -205,7 +206,7 @@ func (c *claim) write(now time.Time) error {
 // file is never empty, never changes size, and every version a reader can
 // get is complete; then fsync, without which an NFS client may keep the
 // new bytes in its cache and other nodes would go on seeing the old ones.
-func (c *claim) beat(now time.Time) error {
+func (c *ticket) beat(now time.Time) error {
 	n := c.beats + 1
 	data, err := c.rec.padded(unixSeconds(now), n, c.size)
 	if err != nil {
@@ -222,8 +223,8 @@ func (c *claim) beat(now time.Time) error {
 	return nil
 }
 
-// remove closes and deletes the claim; a claim already gone is fine.
-func (c *claim) remove() error {
+// remove closes and deletes the ticket; a ticket already gone is fine.
+func (c *ticket) remove() error {
 	c.f.Close()
 	if err := os.Remove(c.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
@@ -231,18 +232,18 @@ func (c *claim) remove() error {
 	return nil
 }
 
-// gone reports whether the claim's name no longer leads to its inode
+// gone reports whether the ticket's name no longer leads to its inode
 // (someone deleted the file): the next link would fail with ENOENT.
-func (c *claim) gone() bool {
+func (c *ticket) gone() bool {
 	id, err := lstatID(c.path)
 	return err != nil || id != c.id
 }
 
-// tryLink (Acquire step 2 in docs/lock-protocol.md) makes the claim the
+// tryLink (Acquire step 2 in docs/lock-protocol.md) makes the ticket the
 // lock (or, for takeBreakLock, the break lock). A link count of 2 after a
 // failure means the link was made anyway (lost NFS reply, retransmitted
 // request answered EEXIST).
-func tryLink(c *claim, lockPath string) (held bool, err error) {
+func tryLink(c *ticket, lockPath string) (held bool, err error) {
 	err = os.Link(c.path, lockPath)
 	if err == nil {
 		return true, nil

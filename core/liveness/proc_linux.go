@@ -1,6 +1,6 @@
 //go:build linux
 
-package lock
+package liveness
 
 import (
 	"bytes"
@@ -14,34 +14,24 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// This file answers "is the process that wrote this lock still running?" for
-// holders on this host. A holder records three facts about itself (see
-// procIdentity) and a waiter on the same host compares them with /proc.
-
-// procIdentity is what a Go holder writes about its own process, so that a
-// waiter on the same kernel can tell a dead holder, or a recycled pid, from a
-// live one.
-type procIdentity struct {
-	startTime uint64 // field 22 of /proc/self/stat: clock ticks after boot
-	bootID    string // /proc/sys/kernel/random/boot_id: changes every boot
-	pidNS     uint64 // inode of /proc/self/ns/pid: our pid namespace
-}
+// This file reads what /proc says about a process: the three facts a
+// process records about itself (Process), and whether a pid is in use.
 
 var (
 	selfOnce sync.Once
-	selfID   procIdentity
+	selfID   Process
 )
 
 // self returns this process's identity; fields that cannot be read stay
-// zero and are then left out of the lock record (a holder with no boot_id is
-// never judged dead by pid: see deadOnThisHost).
-func self() procIdentity {
+// zero (and are then left out of a lock record: a holder with no boot_id
+// is never judged dead by pid, see OnThisHost).
+func self() Process {
 	selfOnce.Do(func() {
 		if st, err := procStartTime(os.Getpid()); err == nil {
-			selfID.startTime = st
+			selfID.StartTime = st
 		}
-		selfID.bootID = readBootID()
-		selfID.pidNS = readPIDNamespace()
+		selfID.BootID = readBootID()
+		selfID.PIDNS = readPIDNamespace()
 	})
 	return selfID
 }
@@ -62,12 +52,7 @@ func readPIDNamespace() uint64 {
 	return uint64(st.Ino)
 }
 
-// errNoProcess: /proc has no entry for the pid.
-var errNoProcess = errors.New("no such process")
-
-// procStartTime returns field 22 (starttime) of /proc/<pid>/stat. The second
-// field (comm) is in parentheses and may itself contain spaces and
-// parentheses, so fields are counted after the last ')'.
+// procStartTime returns field 22 (starttime) of /proc/<pid>/stat.
 func procStartTime(pid int) (uint64, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH) {
@@ -79,28 +64,23 @@ func procStartTime(pid int) (uint64, error) {
 	return parseStartTime(b)
 }
 
+// parseStartTime reads field 22 of a /proc/<pid>/stat line. The second
+// field (comm) is in parentheses and may itself contain spaces and
+// parentheses, so fields are counted after the last ')'.
 func parseStartTime(stat []byte) (uint64, error) {
 	i := bytes.LastIndexByte(stat, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("lock: malformed /proc stat %q", stat)
+		return 0, fmt.Errorf("liveness: malformed /proc stat %q", stat)
 	}
 	// After ") " come fields 3 (state), 4, ...; starttime is field 22.
 	f := strings.Fields(string(stat[i+1:]))
 	if len(f) < 22-2 {
-		return 0, fmt.Errorf("lock: malformed /proc stat %q", stat)
+		return 0, fmt.Errorf("liveness: malformed /proc stat %q", stat)
 	}
 	return strconv.ParseUint(f[22-3], 10, 64)
 }
 
-// pidState is what kill(pid, 0) says.
-type pidState int
-
-const (
-	pidUnknown pidState = iota
-	pidAlive
-	pidGone
-)
-
+// probePID is what kill(pid, 0) says about pid.
 func probePID(pid int) pidState {
 	if pid <= 0 {
 		return pidUnknown // kill(0 or -n) would address process groups

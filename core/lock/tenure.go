@@ -11,33 +11,34 @@ import (
 	"github.com/tirastore/tirastore/core/nodequeue"
 )
 
-// # The holder's lease
+// # The holder's tenure
 //
 // A holder that stalls (SIGSTOP, a paused VM, a hung NFS call) for longer
 // than its waiters' patience has its lock broken, and must not write after
 // that: see "Fencing" in core/sqlite. It knows it may still write from its
-// lease: the time since it last confirmed the lock, which is when it
+// tenure: a span of time that starts each time it confirms the lock, that
+// is, each time it
 //
 //  1. noted the time T (CLOCK_MONOTONIC, which runs on during a SIGSTOP);
 //  2. changed the lock file (the pwrite before the link of an acquisition,
 //     or a heartbeat's pwrite);
-//  3. saw that the lock path is still its claim (the link succeeded, or an
+//  3. saw that the lock path is still its ticket (the link succeeded, or an
 //     lstat after the heartbeat found its inode).
 //
 // A waiter breaks a live holder's lock only once it has seen the file
 // unchanged for heartbeatGrace (a timestamp that looks old) or
 // StaleTimeout, on its own clock, and it can first see the new state only
 // after step 2, so no Go waiter with the same StaleTimeout breaks the lock
-// before T + heartbeatGrace. The lease ends halfway there, T + lease with
-// lease = heartbeatGrace/2 (StaleTimeout/2 without heartbeats); the
+// before T + heartbeatGrace. The tenure ends halfway there, T + tenure with
+// tenure = heartbeatGrace/2 (StaleTimeout/2 without heartbeats); the
 // heartbeat confirms every HeartbeatInterval, well within it, so a holder
 // that is not stalled never needs a confirmation of its own. A holder that
-// finds its lease over (after a stall) confirms again before it writes
-// (Confirm); if the lock is no longer its claim, the lock is lost: Release
+// finds its tenure over (after a stall) confirms again before it writes
+// (Confirm); if the lock is no longer its ticket, the lock is lost: Release
 // and every later Confirm report a *LostError, and the fence refuses all
 // writes until the next acquisition.
 //
-// What the lease cannot cover: a waiter configured with a shorter
+// What the tenure cannot cover: a waiter configured with a shorter
 // StaleTimeout than the holder's, an old Python waiter whose wall clock
 // runs ahead (it judges by the timestamp), a pause that the holder's own
 // CLOCK_MONOTONIC does not see (a suspended kernel; a hypervisor that
@@ -45,7 +46,7 @@ import (
 // confirmation finds the loss then), and a write stalled between the check
 // and its system call (see core/sqlite).
 
-// Fence receives a Lock's lease (core/sqlite.Fence implements it): Extend
+// Fence receives a Lock's tenure (core/sqlite.Fence implements it): Extend
 // with the deadline (CLOCK_MONOTONIC nanoseconds) until which writes need
 // no confirmation, 0 when the lock is released, and Lose once the lock is
 // known to be someone else's.
@@ -54,12 +55,12 @@ type Fence interface {
 	Lose()
 }
 
-// noLease is the deadline of a lock that is never broken (StaleTimeout < 0).
-const noLease = math.MaxInt64
+// endlessTenure is the deadline of a lock that is never broken (StaleTimeout < 0).
+const endlessTenure = math.MaxInt64
 
-// leaseFor is how long after a confirmation the holder may write without
+// tenureFor is how long after a confirmation the holder may write without
 // confirming again (see above); 0 for a lock that is never broken.
-func leaseFor(opt Options, every time.Duration) time.Duration {
+func tenureFor(opt Options, every time.Duration) time.Duration {
 	switch {
 	case opt.StaleTimeout < 0:
 		return 0
@@ -77,7 +78,7 @@ func leaseFor(opt Options, every time.Duration) time.Duration {
 type LostError struct {
 	Path string
 	// Confirmed is how long before the error the holder last confirmed the
-	// lock (the start of its last lease).
+	// lock (the start of its last tenure).
 	Confirmed time.Duration
 	// Stale is the StaleTimeout this holder's waiters were assumed to use.
 	Stale time.Duration
@@ -97,7 +98,7 @@ func (e *LostError) Error() string {
 	if e.Cause != nil {
 		what = fmt.Sprintf("could not be confirmed (%v)", e.Cause)
 	}
-	s := fmt.Sprintf("lock %s %s: last confirmed %.1fs ago, a stall longer than this lock's lease "+
+	s := fmt.Sprintf("lock %s %s: last confirmed %.1fs ago, a stall longer than the holder's tenure "+
 		"(stale_lock_timeout %.1fs; a stopped, suspended or hung process)", e.Path, what,
 		e.Confirmed.Seconds(), e.Stale.Seconds())
 	if e.Cause != nil {
@@ -133,30 +134,30 @@ func (l *Lock) lostError(cause error) *LostError {
 	return e
 }
 
-// startLease begins the lease of an acquisition whose lock file was
+// startTenure begins the tenure of an acquisition whose lock file was
 // written at t (monoNow before the pwrite that preceded the link). l.mu held.
-func (l *Lock) startLease(t int64) {
+func (l *Lock) startTenure(t int64) {
 	l.confirmedAt, l.lost = t, nil
-	l.extendLease(t)
+	l.extendTenure(t)
 }
 
-// extendLease tells the fence that writes need no confirmation until
-// t + lease. l.mu held.
-func (l *Lock) extendLease(t int64) {
+// extendTenure tells the fence that writes need no confirmation until
+// t + tenure. l.mu held.
+func (l *Lock) extendTenure(t int64) {
 	if l.opt.Fence == nil {
 		return
 	}
-	if l.lease <= 0 {
-		l.opt.Fence.Extend(noLease)
+	if l.tenure <= 0 {
+		l.opt.Fence.Extend(endlessTenure)
 		return
 	}
-	l.opt.Fence.Extend(t + int64(l.lease))
+	l.opt.Fence.Extend(t + int64(l.tenure))
 }
 
 // Confirm proves again that this process holds the lock, and renews its
-// lease: it rewrites the lock file (a heartbeat, so that waiters start
-// their count over) and checks by path that the lock is still its claim.
-// The fence calls it when a write finds the lease over (after a stall);
+// tenure: it rewrites the lock file (a heartbeat, so that waiters start
+// their count over) and checks by path that the lock is still its ticket.
+// The fence calls it when a write finds the tenure over (after a stall);
 // the heartbeat does the same every HeartbeatInterval. It returns
 // ErrNotHeld if the lock is not held, and a *LostError if it was broken
 // or cannot be confirmed.
@@ -168,7 +169,7 @@ func (l *Lock) Confirm() error {
 
 // confirmLocked is Confirm with l.mu held.
 func (l *Lock) confirmLocked() error {
-	c := l.claim
+	c := l.ticket
 	if c == nil {
 		return ErrNotHeld
 	}
@@ -183,7 +184,7 @@ func (l *Lock) confirmLocked() error {
 	switch id, err := lstatID(l.path); {
 	case err == nil && id == c.id:
 		l.confirmedAt = t
-		l.extendLease(t)
+		l.extendTenure(t)
 		return nil
 	case err == nil || errors.Is(err, os.ErrNotExist):
 		l.lost = l.lostError(nil)
