@@ -10,7 +10,7 @@ import (
 
 // TestGone judges this process (alive), a child that has exited (gone),
 // this process under another start time (a recycled pid) and records that
-// prove nothing (another namespace, no start time): the rule core/lock's
+// prove nothing (another namespace, no start time): the rule core/sqlitefile/internal/lock's
 // TestDeadHolderRule applies to lock records, here on its own.
 func TestGone(t *testing.T) {
 	me := Self()

@@ -11,7 +11,7 @@ package sqlite
 // journal at its own "commit": lost records and a corrupt index. So a
 // connection's writes are fenced by its holder's tenure of the lock.
 //
-// The tenure (core/lock, tenure.go) starts when the lock is taken or its
+// The tenure (core/sqlitefile/internal/lock, tenure.go) starts when the lock is taken or its
 // holder last confirmed it: rewrote its lock file (a heartbeat) and saw, by
 // path, that the lock is still its ticket. No waiter can judge the lock
 // abandoned before it has stayed unchanged for a while after that moment,

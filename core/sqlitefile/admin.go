@@ -3,13 +3,13 @@ package sqlitefile
 import (
 	"time"
 
-	"github.com/tirastore/tirastore/core/lock"
-	"github.com/tirastore/tirastore/core/nodelocal"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/lock"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodelocal"
 )
 
 // # What the layers above see of the file backend's files
 //
-// The hard-link lock (core/lock) and the node-local files (core/nodelocal)
+// The hard-link lock (core/sqlitefile/internal/lock) and the node-local files (core/sqlitefile/internal/nodelocal)
 // are this backend's own: the API layer (core), the operator's tools
 // (core/operator) and the output check (core/outfile) never import them.
 // What they need to know of them is exported here, by name, with why:

@@ -1,6 +1,6 @@
 // Package sqlitefile is TiraStore's shared-file backend: one SQLite file on
 // a cluster filesystem (Lustre, GPFS, NFS), used by many processes on many
-// nodes, every use of it serialized by the hard-link lock (core/lock), as
+// nodes, every use of it serialized by the hard-link lock (core/sqlitefile/internal/lock), as
 // in the original library, so that old Python workers and this engine can
 // share one database during a migration.
 //
@@ -11,7 +11,7 @@
 //   - cache.go: repeated lookups answered without the lock while a header
 //     read proves the database unchanged;
 //   - local.go: the node-local files (node queue, spool, change log) in
-//     this user's private directory on the node (core/nodelocal);
+//     this user's private directory on the node (core/sqlitefile/internal/nodelocal);
 //   - group.go: writes of one node's processes committed together;
 //   - fence.go of core/sqlite: a stalled holder's writes refused once its
 //     lock may have been broken.
@@ -32,10 +32,10 @@ import (
 
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/failpoint"
-	"github.com/tirastore/tirastore/core/lock"
-	"github.com/tirastore/tirastore/core/nodequeue"
 	"github.com/tirastore/tirastore/core/shareddir"
 	"github.com/tirastore/tirastore/core/sqlite"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/lock"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodequeue"
 	"github.com/tirastore/tirastore/core/storage"
 )
 

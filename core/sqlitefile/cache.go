@@ -6,10 +6,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tirastore/tirastore/core/changelog"
 	"github.com/tirastore/tirastore/core/failpoint"
-	"github.com/tirastore/tirastore/core/nodelocal"
 	"github.com/tirastore/tirastore/core/sqlite"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/changelog"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodelocal"
 	"github.com/tirastore/tirastore/core/storage"
 	"github.com/tirastore/tirastore/core/tuning"
 )
@@ -56,7 +56,7 @@ var stamps atomic.Uint64
 //
 // # Following the node's commits
 //
-// A commit of this engine logs the rows it changed (core/changelog), and a
+// A commit of this engine logs the rows it changed (core/sqlitefile/internal/changelog), and a
 // cache whose generation is the one that commit started from applies them
 // and moves to the generation it left: entries stay valid across the
 // commits of this node's processes, and a loaded program stays complete.

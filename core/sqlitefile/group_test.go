@@ -17,10 +17,10 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core"
-	"github.com/tirastore/tirastore/core/internal/proclocks"
-	"github.com/tirastore/tirastore/core/lock"
-	"github.com/tirastore/tirastore/core/nodequeue"
 	"github.com/tirastore/tirastore/core/pyjson"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/lock"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodequeue"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/proclocks"
 )
 
 // The group-commit tests run real processes: a holder that keeps the

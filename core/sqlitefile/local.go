@@ -6,17 +6,17 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/tirastore/tirastore/core/changelog"
-	"github.com/tirastore/tirastore/core/nodelocal"
-	"github.com/tirastore/tirastore/core/nodequeue"
-	"github.com/tirastore/tirastore/core/spool"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/changelog"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodelocal"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodequeue"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/spool"
 )
 
 // # Node-local files
 //
-// The node queue (core/nodequeue), the spool of group commit (core/spool)
-// and the change log (core/changelog) live in this user's private
-// directory on the node (core/nodelocal), named by nodelocal.Name, each
+// The node queue (core/sqlitefile/internal/nodequeue), the spool of group commit (core/sqlitefile/internal/spool)
+// and the change log (core/sqlitefile/internal/changelog) live in this user's private
+// directory on the node (core/sqlitefile/internal/nodelocal), named by nodelocal.Name, each
 // unless switched off (nodelocal.QueueEnabled, GroupCommitEnabled,
 // ChangeLogEnabled). All three are opened, and checked, when the store
 // opens (openLocal, before its Lock, which waits in the queue), so that a

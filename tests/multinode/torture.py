@@ -1516,7 +1516,7 @@ def main(argv=None) -> int:
 def leftovers(shared: Path, node_shm: list = ()) -> dict:
     """What the run left: claim and aside files beside the database (the
     verifier fails on any other), and entries in this user's node-local
-    private directory (core/nodelocal: it is removed when its last store
+    private directory (core/sqlitefile/internal/nodelocal: it is removed when its last store
     closes, so there should be none), and in those of the claimers'
     simulated hosts."""
     names = [p.name for p in shared.iterdir()] if shared.is_dir() else []

@@ -155,11 +155,11 @@ GROUP_CHILD = textwrap.dedent("""
 
 
 def _spool_dir(db: Path) -> Path:
-    """The engine's spool for db's writers on this node (core/nodelocal.Name with SpoolPrefix)."""
+    """The engine's spool for db's writers on this node (core/sqlitefile/internal/nodelocal.Name with SpoolPrefix)."""
     import hashlib
 
     # <base>/tirastore-<euid>/spool-<first 24 hex digits of sha256(lock path)>
-    # (core/nodelocal, nodelocal.Name); base is /dev/shm here.
+    # (core/sqlitefile/internal/nodelocal, nodelocal.Name); base is /dev/shm here.
     lock = str(db.resolve().with_suffix(".db.lock"))
     h = hashlib.sha256(lock.encode()).hexdigest()[:24]
     return Path("/dev/shm") / f"tirastore-{os.geteuid()}" / f"spool-{h}"

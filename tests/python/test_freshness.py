@@ -7,7 +7,7 @@ processes.
 * The lookup cache: a repeated lookup/contains is answered without the lock
   when one read of the database header shows that nothing committed since
   the answer was read, or that only commits did which the change log
-  (core/changelog) describes and the cache applied.
+  (core/sqlitefile/internal/changelog) describes and the cache applied.
 
 A long-lived "observer" process keeps one store open, and between its
 questions other processes record, overwrite, delete, crash in the middle of

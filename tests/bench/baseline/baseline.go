@@ -49,11 +49,11 @@ import (
 	"github.com/tirastore/tirastore/core/cpu"
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/keys"
-	"github.com/tirastore/tirastore/core/lock"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/pypath"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/sqlite" // the schema text and the original's lookup read (GetRecordSQL), shared with the engine
+	"github.com/tirastore/tirastore/core/sqlitefile"
 )
 
 // nowFunc is the clock for record dates.
@@ -87,7 +87,7 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	lockPath, err := lock.PathFor(abs)
+	lockPath, err := sqlitefile.LockPathFor(abs)
 	if err != nil {
 		return nil, err
 	}

@@ -16,8 +16,8 @@ import (
 
 	"github.com/tirastore/tirastore/core"
 	"github.com/tirastore/tirastore/core/keys"
-	"github.com/tirastore/tirastore/core/lock"
 	"github.com/tirastore/tirastore/core/pyjson"
+	"github.com/tirastore/tirastore/core/sqlitefile"
 )
 
 const (
@@ -263,7 +263,7 @@ func TestEngineCreatesBaselineUses(t *testing.T) {
 // are gone after release, and the lock path is the engine's.
 func TestLockFiles(t *testing.T) {
 	dir := t.TempDir()
-	lp, err := lock.PathFor(filepath.Join(dir, "cache.db"))
+	lp, err := sqlitefile.LockPathFor(filepath.Join(dir, "cache.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tirastore/tirastore/core/internal/mono"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/mono"
 )
 
 // fakeFence records what a Lock tells its fence.

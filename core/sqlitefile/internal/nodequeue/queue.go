@@ -1,11 +1,11 @@
 // Package nodequeue is the node queue: it orders the processes of one node
 // (of one user) that wait for the hard-link lock of a database
-// (core/lock), so that only the process at its head polls the shared
+// (core/sqlitefile/internal/lock), so that only the process at its head polls the shared
 // filesystem, in the order they came, writes in a lane of their own. It
 // only orders: the lock excludes. A Lock takes a Queue as an option
 // (lock.Options.Queue); the store opens it (Open) and closes it. The
 // queue's file lives in this user's private directory on the node
-// (core/nodelocal); the lock protocol is in docs/lock-protocol.md.
+// (core/sqlitefile/internal/nodelocal); the lock protocol is in docs/lock-protocol.md.
 package nodequeue
 
 import (
@@ -19,9 +19,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tirastore/tirastore/core/internal/mono"
 	"github.com/tirastore/tirastore/core/internal/wait"
-	"github.com/tirastore/tirastore/core/nodelocal"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/mono"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodelocal"
 	"github.com/tirastore/tirastore/core/tuning"
 )
 
@@ -44,7 +44,7 @@ import (
 //
 //   - the gate file is gate-<hash> in this user's private directory on
 //     the node, <base>/tirastore-<euid> with base /dev/shm, else $TMPDIR
-//     (core/nodelocal; <hash> and the names of the spool and the change
+//     (core/sqlitefile/internal/nodelocal; <hash> and the names of the spool and the change
 //     log: nodelocal.Name), mode 0600. It is opened through the directory's
 //     descriptor, without following symlinks, and checked (a regular file
 //     of this user, mode 0600, one link) before it is used: a file that
@@ -118,7 +118,7 @@ var (
 )
 
 // Handover is a write that another process of this node may do on the
-// caller's behalf, in its own transaction (group commit: see core/spool).
+// caller's behalf, in its own transaction (group commit: see core/sqlitefile/internal/spool).
 type Handover interface {
 	// Publish is called before waiting, only when another process of
 	// this node holds or waits for the writers' lane; it makes the write
@@ -164,7 +164,7 @@ type Handover interface {
 
 // StallCheck is how a Lock's waits in the queue notice a line that does not
 // move (see "Stalled places"); the Lock derives it from its StaleTimeout
-// (core/lock, tenure.go).
+// (core/sqlitefile/internal/lock, tenure.go).
 type StallCheck struct {
 	// Every is how often a blocked wait looks whether the line moves.
 	Every time.Duration
@@ -249,8 +249,7 @@ func Open(lockPath string) (*Queue, error) {
 // on it, and whichever runs first takes it. Waiters that all block on one
 // byte are therefore served in random order, and with 25 of them a waiter's
 // 99th-percentile wait is some 110 turns of others, where a first-come,
-// first-served line makes it wait at most 24 (what that cost a lookup under
-// `make bench` is in tests/bench/README.md, "Figures cited by the code").
+// first-served line makes it wait at most 24.
 // So every waiter blocks on a byte of its own predecessor (the CLH queue
 // lock): it draws a ticket t from a counter in the file, locks slot byte t,
 // and waits for slot byte t-1, which its predecessor holds until it
@@ -295,8 +294,8 @@ func (ln line) all(typ int16) *unix.Flock_t {
 // A write holds the lock several times longer than a read (its commit
 // waits for four fsyncs, a read for none), and in a plain FIFO a read
 // waits for every write queued ahead of it: with dozens of processes on a
-// node, a lookup's p99 wait became several writes long (figures in
-// tests/bench/README.md, "Figures cited by the code"). So a write first
+// node, a lookup's p99 wait became several writes long (docs/performance.md,
+// "Figures the code cites", has the hold times). So a write first
 // waits in a line of its own, the lane, and keeps its place at the lane's
 // head until it releases the lock: at most one write is in the queue proper
 // or at its head, and a read waits for at most that one, besides the reads
@@ -311,13 +310,12 @@ func (ln line) all(typ int16) *unix.Flock_t {
 // So the write at the head of the lane also waits, before it joins the
 // queue, until the queue is empty, for at most tuning.WriteLull: while
 // reads keep the queue busy, writes gather in the lane and are committed
-// together (group commit, core/spool), one transaction and one set of
+// together (group commit, core/sqlitefile/internal/spool), one transaction and one set of
 // fsyncs for all, and the database changes less often, so readers' caches
 // (SQLite's pages, the store's entries) stay valid longer. Under load this
-// raised throughput and lowered lookups' p99, while records wait longer
-// (the figures of the change are in tests/bench/README.md, "Figures cited
-// by the code"). A write at the head of the lane may also find that another
-// process has done it meanwhile: it then leaves without entering the queue.
+// raised throughput and lowered lookups' p99, while records wait longer.
+// A write at the head of the lane may also find that another process has
+// done it meanwhile: it then leaves without entering the queue.
 // `make bench` shows what writes pay (throughput section: "all p99" and
 // "worst op").
 

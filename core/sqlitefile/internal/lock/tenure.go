@@ -7,8 +7,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/tirastore/tirastore/core/internal/mono"
-	"github.com/tirastore/tirastore/core/nodequeue"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/mono"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodequeue"
 )
 
 // # The holder's tenure
@@ -198,7 +198,7 @@ func (l *Lock) confirmLocked() error {
 }
 
 // stallCheck is how this Lock's waits in the node queue notice a line that
-// does not move (see "Stalled places" in core/nodequeue): every
+// does not move (see "Stalled places" in core/sqlitefile/internal/nodequeue): every
 // StaleTimeout/16 (20 ms to 5 s) the wait compares the queue's progress
 // word with what it read before, and leaves the line once it has stayed
 // unchanged for StaleTimeout; nil when locks are never broken.

@@ -6,7 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tirastore/tirastore/core/nodelocal"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodelocal"
 )
 
 // Mark marks the log as used by one store for as long as the store is

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/internal/pytest"
-	"github.com/tirastore/tirastore/core/internal/queuechild"
 	"github.com/tirastore/tirastore/core/liveness"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/queuechild"
 )
 
 // goRecord is the record a Go holder with the given identity would write.

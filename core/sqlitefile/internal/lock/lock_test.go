@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/internal/pytest"
-	"github.com/tirastore/tirastore/core/internal/queuechild"
 	"github.com/tirastore/tirastore/core/liveness"
-	"github.com/tirastore/tirastore/core/nodequeue"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodequeue"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/queuechild"
 	"github.com/tirastore/tirastore/core/tuning"
 )
 

@@ -15,11 +15,11 @@ import (
 // node, tools and tests compute them by this rule: the names must never
 // change.
 const (
-	// GatePrefix names the node queue's gate file (core/nodequeue).
+	// GatePrefix names the node queue's gate file (core/sqlitefile/internal/nodequeue).
 	GatePrefix = "gate-"
-	// SpoolPrefix names the group-commit spool directory (core/spool).
+	// SpoolPrefix names the group-commit spool directory (core/sqlitefile/internal/spool).
 	SpoolPrefix = "spool-"
-	// ChangeLogPrefix names the change log (core/changelog).
+	// ChangeLogPrefix names the change log (core/sqlitefile/internal/changelog).
 	ChangeLogPrefix = "changes-"
 )
 
@@ -33,8 +33,8 @@ func Name(prefix, lockPath string) string {
 // # Switches
 //
 // Each speed-up that node-local files serve can be switched off by an
-// environment variable set to "0" (for comparisons; README "Node-local
-// files"); any other value, or none, leaves it on. They are read here
+// environment variable set to "0" (for comparisons; docs/design.md,
+// "How the shared-file backend works"); any other value, or none, leaves it on. They are read here
 // only, live (core/environ), each time a store opens.
 
 // QueueEnabled reports whether the node queue is on: TIRASTORE_NODE_QUEUE

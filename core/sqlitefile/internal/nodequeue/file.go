@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tirastore/tirastore/core/nodelocal"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodelocal"
 	"github.com/tirastore/tirastore/core/tuning"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/tirastore/tirastore/core/internal/pytest"
-	"github.com/tirastore/tirastore/core/internal/queuechild"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/queuechild"
 )
 
 // chdir changes directory for one (non-parallel) test.

@@ -14,7 +14,7 @@
 // a breaker only ever removes the very file it judged abandoned; a tenure
 // that fences a holder stalled past its waiters' patience (tenure.go); and,
 // if the caller gives one (Options.Queue), the node's FIFO queue in front
-// of the file protocol (core/nodequeue). The protocol step by step, the
+// of the file protocol (core/sqlitefile/internal/nodequeue). The protocol step by step, the
 // argument for each guarantee and the remaining holes are in
 // docs/lock-protocol.md.
 package lock
@@ -30,10 +30,10 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/identity"
-	"github.com/tirastore/tirastore/core/internal/mono"
 	"github.com/tirastore/tirastore/core/internal/wait"
 	"github.com/tirastore/tirastore/core/liveness"
-	"github.com/tirastore/tirastore/core/nodequeue"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/mono"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodequeue"
 	"github.com/tirastore/tirastore/core/tuning"
 )
 
@@ -71,7 +71,7 @@ type Options struct {
 	// Fence, if set, receives the holder's tenure (tenure.go): the deadline
 	// until which it may write without confirming the lock again.
 	Fence Fence
-	// Queue, if set, is this node's queue for the lock (core/nodequeue),
+	// Queue, if set, is this node's queue for the lock (core/sqlitefile/internal/nodequeue),
 	// in which Acquire waits before it runs the file protocol, so that one
 	// process per node polls; nil: no queue, the lock is polled as from
 	// another node. It belongs to the caller, who opens it
@@ -158,7 +158,7 @@ type Counters struct {
 	// the node did instead (AcquireWriteHandover), not included.
 	Writes, HandedOver int64
 	// Bypassed counts the acquisitions that left the node queue because it
-	// did not move (a stopped or hung process ahead: see core/nodequeue,
+	// did not move (a stopped or hung process ahead: see core/sqlitefile/internal/nodequeue,
 	// "Stalled places").
 	Bypassed int64
 }
@@ -222,7 +222,7 @@ func (l *Lock) StaleTimeout() time.Duration { return l.opt.StaleTimeout }
 func (l *Lock) Acquire(ctx context.Context) error { return l.acquire(ctx, false, nil) }
 
 // AcquireWrite is Acquire for an operation that will write: in the node
-// queue it waits in the writers' lane first (core/nodequeue), so that reads
+// queue it waits in the writers' lane first (core/sqlitefile/internal/nodequeue), so that reads
 // do not queue behind several writes. The lock it takes is the same.
 func (l *Lock) AcquireWrite(ctx context.Context) error { return l.acquire(ctx, true, nil) }
 

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/internal/pytest"
-	"github.com/tirastore/tirastore/core/internal/queuechild"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/queuechild"
 )
 
 // Environment of the child processes started by runChildren.

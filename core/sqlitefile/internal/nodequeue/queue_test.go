@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tirastore/tirastore/core/internal/proclocks"
-	"github.com/tirastore/tirastore/core/internal/queuechild"
-	"github.com/tirastore/tirastore/core/nodelocal"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodelocal"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/proclocks"
+	"github.com/tirastore/tirastore/core/sqlitefile/internal/queuechild"
 	"github.com/tirastore/tirastore/core/tuning"
 )
 
@@ -42,7 +42,7 @@ func openGate(lockPath string) *Queue {
 const envGateChild = queuechild.EnvLockPath
 
 // TestGateHolderChild holds the gate of a lock path (without the lock
-// itself) for the queue tests (core/internal/queuechild); it does nothing
+// itself) for the queue tests (core/sqlitefile/internal/queuechild); it does nothing
 // in a normal run.
 func TestGateHolderChild(t *testing.T) {
 	queuechild.Hold(t, func(path string) (progress, leave func()) {
@@ -171,8 +171,7 @@ func blockedBytes(t *testing.T, path string) []string {
 // their order of arrival, because each waits on a byte of its own (its
 // predecessor's slot), so that a release wakes exactly the next one. (With
 // every waiter blocked on one byte, a release woke them all and the first
-// to run went first, which made a lookup's p99 wait many holds long: see
-// tests/bench/README.md, "Figures cited by the code".)
+// to run went first, which made a lookup's p99 wait many holds long.)
 func TestGateFIFO(t *testing.T) {
 	path := newTestPath(t)
 	holder := queuechild.Start(t, path)
