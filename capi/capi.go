@@ -254,8 +254,8 @@ func tirastoreGo_close(handle C.uint64_t, out **C.char) (status C.int) {
 }
 
 // tirastore_call runs one API method. method is a name such as "lookup",
-// "record", "record_many", "contains", "stats", "export" (see the README's
-// C API section for each method's arguments and result); args_json is a
+// "record", "record_many", "contains", "stats", "export" (see docs/api.md,
+// "Methods", for each method's arguments and result); args_json is a
 // JSON object of its arguments (NULL means {}). Utility methods
 // ("version", "normalize_schedule", "validate_schedule",
 // "normalize_program", "make_program_hash", "make_record_key") take

@@ -12,7 +12,7 @@
 // Adding a table: its row types go here, its reads on Reader and its
 // writes on Writer (or, for an operation a backend serves faster than a
 // transaction would, a method of Backend), each backend implements them,
-// and the API layer exposes them (docs/design.md, "Adding a table").
+// and the API layer exposes them (docs/design.md, "Where each kind of change goes").
 package storage
 
 import (

@@ -6,7 +6,8 @@
 //
 // To change how long a lookup waits for the lock, see LockTimeout (the
 // caller's bound) and the backoffs below (how often a waiter polls).
-// tests/bench/README.md has the measurements behind the figures.
+// docs/performance.md ("Figures the code cites") has the measurements
+// behind the figures.
 package tuning
 
 import "time"
@@ -14,7 +15,7 @@ import "time"
 // Public defaults: the original library's figures. core/options.go says
 // what a caller's nil, 0 and negative mean and names these as its
 // defaults (core.DefaultStaleLockTimeout, core.DefaultLockTimeout); the
-// lock (core/lock) uses them for a zero Options.
+// lock (core/sqlitefile/internal/lock) uses them for a zero Options.
 const (
 	// StaleLockTimeout: the original broke a lock older than 10 minutes.
 	StaleLockTimeout = 600 * time.Second
@@ -51,7 +52,7 @@ const (
 	ClaimReleaseAtExit = 2 * time.Second
 )
 
-// The hard-link lock (core/lock).
+// The hard-link lock (core/sqlitefile/internal/lock).
 const (
 	// MinBackoff and MaxBackoff bound the full-jitter backoff between two
 	// link() attempts of a waiter that is not queued on its node: every
@@ -74,7 +75,7 @@ const (
 	CtxPoll = 100 * time.Millisecond
 )
 
-// The node queue (core/nodequeue).
+// The node queue (core/sqlitefile/internal/nodequeue).
 const (
 	// LullPoll is how often a write at the head of the writers' lane
 	// looks whether the queue has emptied (WriteLull).

@@ -90,8 +90,8 @@ Known risks and limits:
   check is skipped; so is it in a lineage that never loaded the library.
 * A forked child that uses the library maps one more copy of it and
   starts a new Go heap: some MiB of RSS, and milliseconds to load the copy
-  and re-open its stores (tests/bench/README.md, "Figures cited by the
-  code").
+  and re-open its stores (docs/performance.md, "Figures the code
+  cites").
 * Only forks that run Python's at-fork hooks are detected: ``os.fork()``,
   multiprocessing, ``os.forkpty``. A C extension that calls ``fork()``
   directly and then calls into tirastore from the child is not covered.

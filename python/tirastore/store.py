@@ -190,8 +190,8 @@ class TiraStore:
 
     :param db_path: the SQLite database file (str or path-like), or the
         ``postgresql://`` URL of a database on a PostgreSQL server (libpq's
-        URL, environment variables and ``~/.pgpass``; see the README's
-        "A database on a PostgreSQL server"). :attr:`db_path` is then the
+        URL, environment variables and ``~/.pgpass``; see
+        docs/postgresql.md). :attr:`db_path` is then the
         URL without its password, a str
     :param str source_project: stamped on every record this store writes
     :param cpu_model: the CPU model written into a new database and

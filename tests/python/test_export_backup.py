@@ -1,4 +1,4 @@
-"""export() byte-exactness and backup() (README + COMPAT.md)."""
+"""export() byte-exactness and backup() (docs/api.md + docs/COMPAT.md)."""
 
 from __future__ import annotations
 
