@@ -175,16 +175,16 @@ var openParams = []string{"source_project", "cpu_model", "slurm_cpus", "allow_cp
 // only, TIRASTORE_ERR_NOT_FOUND when there is none, creating nothing),
 // sharing ("all", the default: a new file 0666 and a new directory 1777,
 // as the original; "group": 0660; "private": 0600; as config_location
-// chooses for a kernel-config cache), stale_lock_timeout (seconds > 0; null = 600), lock_timeout
-// (seconds; null = 600, 0 = try once, negative = wait forever). On success
-// *handle is set and *out (if out is not NULL) receives {"result":
-// {"db_path", "lock_path", "server", "source_project", "writes_allowed",
-// "warning", "notices"}} (server: db_path is a server's URL, without its
-// password, and lock_path is ""), notices being a list of warnings about
-// node-local files that failed their checks, about a database directory
-// other users cannot use, and about an ignored password file. On error
-// *out receives {"error": {"type", "message", "code"}}. *out is owned by
-// the caller: free it with tirastore_free.
+// chooses for a kernel-config cache), stale_lock_timeout (seconds > 0; null =
+// 600), lock_timeout (seconds; null = 600, 0 = try once, negative = wait
+// forever). On success *handle is set and *out (if out is not NULL) receives
+// {"result": {"db_path", "lock_path", "server", "source_project",
+// "writes_allowed", "warning", "notices"}} (server: db_path is a server's URL,
+// without its password, and lock_path is ""), notices being a list of warnings
+// about node-local files that failed their checks, about a database directory
+// other users cannot use, and about an ignored password file. On error *out
+// receives {"error": {"type", "message", "code"}}. *out is owned by the caller:
+// free it with tirastore_free.
 //
 //export tirastoreGo_open
 func tirastoreGo_open(db_path *C.char, options_json *C.char, handle *C.uint64_t, out **C.char) (status C.int) {

@@ -272,7 +272,8 @@ func TestConcurrentGoroutines(t *testing.T) {
 }
 
 // TestWritesQueueAsWrites: the operations that write take the lock as writes
-// (the node queue's writers' lane, see core/sqlitefile/internal/nodequeue), and reads do not.
+// (the node queue's writers' lane, see core/sqlitefile/internal/nodequeue), and
+// reads do not.
 func TestWritesQueueAsWrites(t *testing.T) {
 	st := openTemp(t, Options{})
 	m := Measurement{Schedule: sched, IsLegal: true, ExecutionTimes: Times(1)}

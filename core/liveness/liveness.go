@@ -1,12 +1,12 @@
 // Package liveness answers "is the process that wrote this record still
 // running?" for records written by processes of this host: the holder of
-// the hard-link lock (core/sqlitefile/internal/lock, whose tickets carry a holder record), the
-// claims on measurements (core/claim.go) and the requests that group commit
-// hands over (core/sqlitefile/internal/spool). A process records who it is (Process) beside its
-// host name and pid; a process of the same host, under the same kernel and
-// in the same pid namespace, can later prove it dead by /proc (the
-// dead-holder rule of docs/lock-protocol.md, "Dead holders"). Anything it
-// cannot prove counts as alive.
+// the hard-link lock (core/sqlitefile/internal/lock, whose tickets carry a
+// holder record), the claims on measurements (core/claim.go) and the requests
+// that group commit hands over (core/sqlitefile/internal/spool). A process
+// records who it is (Process) beside its host name and pid; a process of the
+// same host, under the same kernel and in the same pid namespace, can later
+// prove it dead by /proc (the dead-holder rule of docs/lock-protocol.md, "Dead
+// holders"). Anything it cannot prove counts as alive.
 package liveness
 
 import "errors"

@@ -10,8 +10,9 @@ import (
 
 // TestGone judges this process (alive), a child that has exited (gone),
 // this process under another start time (a recycled pid) and records that
-// prove nothing (another namespace, no start time): the rule core/sqlitefile/internal/lock's
-// TestDeadHolderRule applies to lock records, here on its own.
+// prove nothing (another namespace, no start time): the rule
+// core/sqlitefile/internal/lock's TestDeadHolderRule applies to lock records,
+// here on its own.
 func TestGone(t *testing.T) {
 	me := Self()
 	if me.BootID == "" || me.PIDNS == 0 || me.StartTime == 0 {

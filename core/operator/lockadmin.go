@@ -16,8 +16,8 @@ import (
 //
 // tirastore lock status and lock break look at a database's hard-link lock
 // without opening the database (opening takes the lock, which may be the
-// very thing that is stuck). See core/sqlitefile/internal/lock/inspect.go for what one look
-// can prove; core/sqlitefile (admin.go) hands the lock over.
+// very thing that is stuck). See core/sqlitefile/internal/lock/inspect.go for
+// what one look can prove; core/sqlitefile (admin.go) hands the lock over.
 
 // LockStatus is what one look at a database's lock file says.
 type LockStatus struct {

@@ -11,21 +11,20 @@ package sqlite
 // journal at its own "commit": lost records and a corrupt index. So a
 // connection's writes are fenced by its holder's tenure of the lock.
 //
-// The tenure (core/sqlitefile/internal/lock, tenure.go) starts when the lock is taken or its
-// holder last confirmed it: rewrote its lock file (a heartbeat) and saw, by
-// path, that the lock is still its ticket. No waiter can judge the lock
-// abandoned before it has stayed unchanged for a while after that moment,
-// so until a deadline (a fraction of that while, on CLOCK_MONOTONIC, which
-// a SIGSTOP does not stop) writes are safe. The VFS (vfs.c) checks the
-// deadline before every write, truncate and sync of the database and its
-// journal, before opening the journal and before deleting it (the commit):
-// a clock read in the steady state, where the heartbeat renews the tenure.
-// Past the deadline it calls back into Go (tirastoreFenceRenew), which
-// confirms the lock again; if that fails, the fence is lost: every later
-// write of the connection is refused, its rollback included (the next
-// holder already rolled the hot journal back, or will), until the lock is
-// taken again. The store then discards the connection and reports the lost
-// lock.
+// The tenure (core/sqlitefile/internal/lock, tenure.go) starts when the lock is
+// taken or its holder last confirmed it: rewrote its lock file (a heartbeat)
+// and saw, by path, that the lock is still its ticket. No waiter can judge the
+// lock abandoned before it has stayed unchanged for a while after that moment,
+// so until a deadline (a fraction of that while, on CLOCK_MONOTONIC, which a
+// SIGSTOP does not stop) writes are safe. The VFS (vfs.c) checks the deadline
+// before every write, truncate and sync of the database and its journal, before
+// opening the journal and before deleting it (the commit): a clock read in the
+// steady state, where the heartbeat renews the tenure. Past the deadline it
+// calls back into Go (tirastoreFenceRenew), which confirms the lock again; if
+// that fails, the fence is lost: every later write of the connection is
+// refused, its rollback included (the next holder already rolled the hot
+// journal back, or will), until the lock is taken again. The store then
+// discards the connection and reports the lost lock.
 //
 // What remains: a write that passes the check and is then stalled before
 // its system call completes (a SIGSTOP between the two, a hung NFS WRITE)

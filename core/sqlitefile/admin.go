@@ -9,15 +9,15 @@ import (
 
 // # What the layers above see of the file backend's files
 //
-// The hard-link lock (core/sqlitefile/internal/lock) and the node-local files (core/sqlitefile/internal/nodelocal)
-// are this backend's own: the API layer (core), the operator's tools
-// (core/operator) and the output check (core/outfile) never import them.
-// What they need to know of them is exported here, by name, with why:
-// the lock's path and the names of its files (so that no output is
-// written over one), one look at the lock and its break (tirastore lock
-// status, lock break, check), the advice naming the command that removes
-// a stuck lock, what is at the node-local names of a database (check),
-// and the lock's counters (make bench).
+// The hard-link lock (internal/lock) and the node-local files
+// (internal/nodelocal) are this backend's own: the API layer (core), the
+// operator's tools (core/operator) and the output check (core/outfile) never
+// import them. What they need to know of them is exported here, by name, with
+// why: the lock's path and the names of its files (so that no output is written
+// over one), one look at the lock and its break (tirastore lock status, lock
+// break, check), the advice naming the command that removes a stuck lock, what
+// is at the node-local names of a database (check), and the lock's counters
+// (make bench).
 
 // Lock is a database's hard-link lock as an operator's command handles
 // it without opening the database (opening takes the lock, which may be

@@ -1,6 +1,6 @@
 // Package sqlitefile is TiraStore's shared-file backend: one SQLite file on
 // a cluster filesystem (Lustre, GPFS, NFS), used by many processes on many
-// nodes, every use of it serialized by the hard-link lock (core/sqlitefile/internal/lock), as
+// nodes, every use of it serialized by the hard-link lock (internal/lock), as
 // in the original library, so that old Python workers and this engine can
 // share one database during a migration.
 //
@@ -11,7 +11,7 @@
 //   - cache.go: repeated lookups answered without the lock while a header
 //     read proves the database unchanged;
 //   - local.go: the node-local files (node queue, spool, change log) in
-//     this user's private directory on the node (core/sqlitefile/internal/nodelocal);
+//     this user's private directory on the node (internal/nodelocal);
 //   - group.go: writes of one node's processes committed together;
 //   - fence.go of core/sqlite: a stalled holder's writes refused once its
 //     lock may have been broken.
@@ -48,8 +48,8 @@ type Backend struct {
 	cfg      storage.Config
 	lk       *lock.Lock
 	// fence refuses the connections' writes once the holder's tenure of
-	// the lock is in doubt (core/sqlite: Fencing); nil only in the negative control of
-	// the stall tests. fenceErr is why the last renewal failed.
+	// the lock is in doubt (core/sqlite: Fencing); nil only in the negative
+	// control of the stall tests. fenceErr is why the last renewal failed.
 	fence    *sqlite.Fence
 	fenceErr atomic.Pointer[error]
 
@@ -239,10 +239,10 @@ func (s *Backend) initOrValidate(ctx context.Context) (meta map[string]string, e
 // createFile creates the database file when it does not exist yet, with
 // the mode of cfg.Sharing (the original's 0666 unless a kernel-config
 // cache asks for 0660 or 0600), and with the original's sharing gives a
-// directory Open created the mode 1777 (dirmode.go). The file is created in its directory with
-// O_CREAT|O_EXCL|O_NOFOLLOW and its mode set through the new descriptor
-// (core/shareddir): whatever another user planted at the name is left
-// alone, and what it is gets judged when the connection opens it. The mode
+// directory Open created the mode 1777 (dirmode.go). The file is created in its
+// directory with O_CREAT|O_EXCL|O_NOFOLLOW and its mode set through the new
+// descriptor (core/shareddir): whatever another user planted at the name is
+// left alone, and what it is gets judged when the connection opens it. The mode
 // is set with fchmod because the process umask must not be touched: it is
 // shared with every thread of the host program.
 func (s *Backend) createFile() (bool, error) {

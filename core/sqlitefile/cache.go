@@ -24,12 +24,12 @@ var stamps atomic.Uint64
 // Every entry (a record, or "absent") was read under the lock, and the cache
 // remembers the database generation (see generation) it was read at: the
 // one read when the lock was taken, which only this store's own writes
-// can change while it holds the lock (End then reads it again). A lookup that finds its key here reads the header
-// through the kept descriptor (one pread, no metadata round trip) and
-// checks that the file still has a name; if the generation is unchanged, no
-// transaction has committed since the entry was read, so the entry is still
-// what a locked read would return, and it is served. Otherwise the entries
-// are dropped and the lookup takes the lock.
+// can change while it holds the lock (End then reads it again). A lookup that
+// finds its key here reads the header through the kept descriptor (one pread,
+// no metadata round trip) and checks that the file still has a name; if the
+// generation is unchanged, no transaction has committed since the entry was
+// read, so the entry is still what a locked read would return, and it is
+// served. Otherwise the entries are dropped and the lookup takes the lock.
 //
 // Why a lock-free header read cannot make us serve a stale entry: a writer
 // increments the change counter in page 1 during its commit, before the
@@ -49,14 +49,14 @@ var stamps atomic.Uint64
 // lookup finds that nothing has committed since this store's previous
 // locked operation (a read-mostly phase: the generation read when the lock
 // was taken is still the cache's), it loads every record of the program at
-// once (up to tuning.PrefetchLimit of them) and marks the program complete: later
-// lookups of that program, hits and misses alike, are answered from memory
-// until something commits. While others write, generations change at
+// once (up to tuning.PrefetchLimit of them) and marks the program complete:
+// later lookups of that program, hits and misses alike, are answered from
+// memory until something commits. While others write, generations change at
 // every operation and no prefetch happens, so writers never pay for it.
 //
 // # Following the node's commits
 //
-// A commit of this engine logs the rows it changed (core/sqlitefile/internal/changelog), and a
+// A commit of this engine logs the rows it changed (internal/changelog), and a
 // cache whose generation is the one that commit started from applies them
 // and moves to the generation it left: entries stay valid across the
 // commits of this node's processes, and a loaded program stays complete.
@@ -71,10 +71,10 @@ type resultCache struct {
 	gen     generation
 	entries map[string]*storage.Record // nil value: known to be absent
 	// configs are kernel-config entries by (namespace, key) (nil value:
-	// known to be absent), valid at gen as entries are. No logged commit changes a
-	// config row (config writes are not logged), so following the log
-	// keeps them; a config write is a commit that was not logged and
-	// starts the cache over.
+	// known to be absent), valid at gen as entries are. No logged commit
+	// changes a config row (config writes are not logged), so following the log
+	// keeps them; a config write is a commit that was not logged and starts the
+	// cache over.
 	configs map[configKey]*storage.ConfigEntry
 	// stamp names the cache's current set of config entries: a new one
 	// (from stamps) whenever entries may be dropped or replaced, never when
@@ -82,7 +82,8 @@ type resultCache struct {
 	// still the cache's and the entries are current (Fresh).
 	stamp uint64
 	// complete: programs (by hash) all of whose records are in entries;
-	// tooBig: programs found to have more than tuning.PrefetchLimit records at gen.
+	// tooBig: programs found to have more than tuning.PrefetchLimit records at
+	// gen.
 	complete, tooBig map[string]bool
 	// genSince is when this store first saw gen (monotonic); restarted:
 	// the generation read when the lock was last taken was neither gen
@@ -468,11 +469,12 @@ func (c *resultCache) LoadMany(db *sqlite.DB, keys []string, missing []int, recs
 }
 
 // shouldPrefetch: progHash is neither complete nor known to be too big,
-// the database has the program_hash index or is small enough, and either the cache has been following
-// the node's commits (none unlogged for tuning.FollowQuiet) or it is a quiet phase
-// (nothing committed since this store's previous locked operation, which
-// left entries, nor for tuning.QuietBeforePrefetch before that) in which no write
-// waits. The caller holds the lock and c.mu.
+// the database has the program_hash index or is small enough, and either the
+// cache has been following the node's commits (none unlogged for
+// tuning.FollowQuiet) or it is a quiet phase (nothing committed since this
+// store's previous locked operation, which left entries, nor for
+// tuning.QuietBeforePrefetch before that) in which no write waits. The caller
+// holds the lock and c.mu.
 func (c *resultCache) shouldPrefetch(progHash string, writesWaiting func() bool) bool {
 	if pages, ok := c.gen.pages(); !c.indexed && (!ok || pages > tuning.PrefetchMaxPages) {
 		return false

@@ -41,7 +41,7 @@ import (
 // fstat by the file's path, as some FUSE ones do, reports the new file's
 // link count there, so a replacement goes unnoticed on it; replacing the
 // database under running workers is not a supported operation anyway. The
-// lock never decides by fstat: see core/sqlitefile/internal/lock, Release.)
+// lock never decides by fstat: see internal/lock, Release.)
 //
 // Coherence: on local filesystems, Lustre and GPFS a read through a
 // descriptor kept open sees what other nodes wrote (Lustre's distributed

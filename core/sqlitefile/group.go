@@ -26,7 +26,7 @@ import (
 // disk and far more on Lustre, while the lock is held. With many writers on
 // a node the lock is then busy mostly with waiting for the disk. So a
 // record (or record_many) that finds another write of its node ahead of it
-// in the writers' lane hands its rows over (core/sqlitefile/internal/spool), and whichever
+// in the writers' lane hands its rows over (internal/spool), and whichever
 // store holds the lock next as a writer commits every handed-over request
 // with its own rows in one transaction, then leaves each requester the
 // number of records written for it. A requester that reaches the head of
@@ -59,7 +59,7 @@ import (
 // TIRASTORE_GROUP_COMMIT=0 switches it off (for comparisons); without the
 // node queue (TIRASTORE_NODE_QUEUE=0, or no /dev/shm) there is none
 // (nodelocal.GroupCommitEnabled), nor when the spool's directory fails its
-// checks (core/sqlitefile/internal/nodelocal; the store warns when it opens). The spool is one
+// checks (internal/nodelocal; the store warns when it opens). The spool is one
 // of the store's node-local files (local.go).
 
 // writeRequest is one record or record_many call's rows (storage.Write:

@@ -14,19 +14,18 @@ import (
 
 // # Node-local files
 //
-// The node queue (core/sqlitefile/internal/nodequeue), the spool of group commit (core/sqlitefile/internal/spool)
-// and the change log (core/sqlitefile/internal/changelog) live in this user's private
-// directory on the node (core/sqlitefile/internal/nodelocal), named by nodelocal.Name, each
-// unless switched off (nodelocal.QueueEnabled, GroupCommitEnabled,
-// ChangeLogEnabled). All three are opened, and checked, when the store
-// opens (openLocal, before its Lock, which waits in the queue), so that a
-// file planted at one of their names (by another user, before our
-// directory existed) is found then: the speed-up it serves is off for this
-// store (the queue: the lock is polled as from another node; the spool:
-// writes commit alone; the log: the cache starts over at every commit of
-// others), and Notices says so, once, for the caller to warn. Nothing
-// planted is used, changed or removed, and the store never waits for it.
-// closeLocal closes them all, after the Lock.
+// The node queue (internal/nodequeue), the spool of group commit
+// (internal/spool) and the change log (internal/changelog) live in this user's
+// private directory on the node (internal/nodelocal), named by nodelocal.Name,
+// each unless switched off (nodelocal.QueueEnabled, GroupCommitEnabled,
+// ChangeLogEnabled). All three are opened, and checked, when the store opens
+// (openLocal, before its Lock, which waits in the queue), so that a file
+// planted at one of their names (by another user, before our directory existed)
+// is found then: the speed-up it serves is off for this store (the queue: the
+// lock is polled as from another node; the spool: writes commit alone; the log:
+// the cache starts over at every commit of others), and Notices says so, once,
+// for the caller to warn. Nothing planted is used, changed or removed, and the
+// store never waits for it. closeLocal closes them all, after the Lock.
 
 // localFiles are the store's node-local files, all nil when unused.
 type localFiles struct {
@@ -159,12 +158,12 @@ func sweepLocal(dir *nodelocal.Dir) {
 }
 
 // notices are warnings about the store's node-local files, found when it
-// opened (storage.Opened.Notices): each names a file that failed the checks (another user's, a
-// symlink, a FIFO, ...), what was wrong, and which speed-up is off for
-// this store because of it (at most one notice per store); and, for a
-// database created in an existing directory that other users cannot
-// write, that they cannot use it (dirmode.go). Callers show them the way
-// their language shows warnings (Python: RuntimeWarning).
+// opened (storage.Opened.Notices): each names a file that failed the checks
+// (another user's, a symlink, a FIFO, ...), what was wrong, and which speed-up
+// is off for this store because of it (at most one notice per store); and, for
+// a database created in an existing directory that other users cannot write,
+// that they cannot use it (dirmode.go). Callers show them the way their
+// language shows warnings (Python: RuntimeWarning).
 func (s *Backend) notices() []string {
 	n := append([]string{}, s.local.notices...)
 	if s.dirNotice != "" {

@@ -137,7 +137,7 @@ func (s *Backend) Update(ctx context.Context, op string, fn func(storage.Writer)
 }
 
 // UpdateClaims is Update for a transaction that writes claims only. Its
-// commit is logged as one that changed no record (core/sqlitefile/internal/changelog), so the
+// commit is logged as one that changed no record (internal/changelog), so the
 // node's caches follow it instead of starting over: claims are not cached,
 // and a claimer's renewals would otherwise empty every cache of the node.
 func (s *Backend) UpdateClaims(ctx context.Context, op string, fn func(storage.ClaimWriter) error) error {

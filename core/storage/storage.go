@@ -12,7 +12,8 @@
 // Adding a table: its row types go here, its reads on Reader and its
 // writes on Writer (or, for an operation a backend serves faster than a
 // transaction would, a method of Backend), each backend implements them,
-// and the API layer exposes them (docs/design.md, "Where each kind of change goes").
+// and the API layer exposes them (docs/design.md, "Where each kind of change
+// goes").
 package storage
 
 import (
@@ -180,8 +181,8 @@ type TableCheck struct {
 const MaxDeepListed = 100
 
 // CheckDepth counts the stored value of key in kind ("record" or
-// "config", whose key is then the entry's ConfigName) when its JSON text nests deeper than limits.MaxValueDepth,
-// for a backend's CheckTables.
+// "config", whose key is then the entry's ConfigName) when its JSON text nests
+// deeper than limits.MaxValueDepth, for a backend's CheckTables.
 func (c *TableCheck) CheckDepth(kind, key, text string) {
 	d, over := limits.TooDeep(text)
 	if !over {
@@ -342,8 +343,8 @@ type Backend interface {
 	Contains(ctx context.Context, programHash, key string) (bool, error)
 	// ConfigGet returns the config entry of (namespace, key), or nil.
 	// Like Lookup, it is a hot path that a backend may answer from a
-	// cache it can prove current. stamp names the state of that cache the answer came from
-	// (0: none, the answer was not cached).
+	// cache it can prove current. stamp names the state of that cache the
+	// answer came from (0: none, the answer was not cached).
 	ConfigGet(ctx context.Context, namespace, key string) (e *ConfigEntry, stamp uint64, err error)
 	// ConfigFresh reports whether every ConfigGet answer stamped stamp is
 	// still what ConfigGet would answer, as cheaply as the cache can tell

@@ -1514,10 +1514,10 @@ def main(argv=None) -> int:
 
 
 def leftovers(shared: Path, node_shm: list = ()) -> dict:
-    """What the run left: claim and aside files beside the database (the
-    verifier fails on any other), and entries in this user's node-local
-    private directory (core/sqlitefile/internal/nodelocal: it is removed when its last store
-    closes, so there should be none), and in those of the claimers'
+    """What the run left: the lock's ticket and aside files beside the
+    database (the verifier fails on any other), and entries in this user's
+    node-local private directory (core/sqlitefile/internal/nodelocal: it is
+    removed when its last store closes, so there should be none), and in those of the claimers'
     simulated hosts."""
     names = [p.name for p in shared.iterdir()] if shared.is_dir() else []
     base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()

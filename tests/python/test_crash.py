@@ -155,7 +155,8 @@ GROUP_CHILD = textwrap.dedent("""
 
 
 def _spool_dir(db: Path) -> Path:
-    """The engine's spool for db's writers on this node (core/sqlitefile/internal/nodelocal.Name with SpoolPrefix)."""
+    """The engine's spool for db's writers on this node (nodelocal.Name with
+    SpoolPrefix, core/sqlitefile/internal/nodelocal)."""
     import hashlib
 
     # <base>/tirastore-<euid>/spool-<first 24 hex digits of sha256(lock path)>

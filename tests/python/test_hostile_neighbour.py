@@ -6,10 +6,11 @@ be 0. The engine keeps its node-local files (the node queue's gate file,
 the group-commit spool, the change log) in one private directory per user,
 <base>/tirastore-<euid> (base /dev/shm), as gate-<h>, spool-<h> and
 changes-<h>, <h> being the first 24 hex digits of the SHA-256 of the lock
-path (docs/design.md, "How the shared-file backend works"; core/sqlitefile/internal/nodelocal.Name); this test
-computes the names by that rule. Every open there is checked (no symlink
-followed, no blocking, owner, mode, link count), and a name that fails
-switches off the speed-up it serves, with one RuntimeWarning per store.
+path (docs/design.md, "How the shared-file backend works";
+core/sqlitefile/internal/nodelocal, Name); this test computes the names by
+that rule. Every open there is checked (no symlink followed, no blocking,
+owner, mode, link count), and a name that fails switches off the speed-up
+it serves, with one RuntimeWarning per store.
 
 Each scenario runs in a mount namespace of its own with a fresh tmpfs on
 /dev/shm (unshare -m), so that it neither sees nor disturbs the stores of

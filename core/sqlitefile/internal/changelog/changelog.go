@@ -21,7 +21,7 @@
 //
 // The log is one file per database, user and node, in node-local memory
 // (in the user's private directory beside the node queue's gate file,
-// core/sqlitefile/internal/nodelocal), mode 0600, opened through the directory's descriptor
+// internal/nodelocal), mode 0600, opened through the directory's descriptor
 // and checked before it is read or written: a reader trusts entries only
 // of its own user, so another user of a shared database cannot slip
 // forged results into its cache. Every entry is appended with one write()
@@ -97,7 +97,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // open opens the log name in dir, creating it for a writer: a regular file
 // of this user, mode 0600, one link, or the error is a *nodelocal.Problem
-// (see core/sqlitefile/internal/nodelocal). It returns the status it checked.
+// (see internal/nodelocal). It returns the status it checked.
 func open(dir *nodelocal.Dir, name string, write bool) (*os.File, unix.Stat_t, error) {
 	flags := os.O_RDONLY
 	if write {

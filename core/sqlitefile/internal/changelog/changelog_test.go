@@ -24,7 +24,7 @@ func entry(n byte, keys ...string) *Entry {
 
 func logPath(t *testing.T) string { return filepath.Join(t.TempDir(), "private", "changes") }
 
-// at is the private directory (core/sqlitefile/internal/nodelocal) holding the file at path p,
+// at is the private directory (internal/nodelocal) holding the file at path p,
 // and the file's name in it.
 func at(t *testing.T, p string) (*nodelocal.Dir, string) {
 	t.Helper()

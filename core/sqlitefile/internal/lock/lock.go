@@ -14,7 +14,7 @@
 // a breaker only ever removes the very file it judged abandoned; a tenure
 // that fences a holder stalled past its waiters' patience (tenure.go); and,
 // if the caller gives one (Options.Queue), the node's FIFO queue in front
-// of the file protocol (core/sqlitefile/internal/nodequeue). The protocol step by step, the
+// of the file protocol (internal/nodequeue). The protocol step by step, the
 // argument for each guarantee and the remaining holes are in
 // docs/lock-protocol.md.
 package lock
@@ -65,13 +65,14 @@ type Options struct {
 	MinBackoff, MaxBackoff time.Duration
 	// HeartbeatInterval: while held, the lock file's timestamp is rewritten
 	// this often. 0 means min(StaleTimeout/4, tuning.MaxHeartbeat) (the
-	// latter if StaleTimeout is negative); a negative value turns heartbeats off, which makes the
-	// lock look like a Python holder's (broken by its timestamp).
+	// latter if StaleTimeout is negative); a negative value turns heartbeats
+	// off, which makes the lock look like a Python holder's (broken by its
+	// timestamp).
 	HeartbeatInterval time.Duration
 	// Fence, if set, receives the holder's tenure (tenure.go): the deadline
 	// until which it may write without confirming the lock again.
 	Fence Fence
-	// Queue, if set, is this node's queue for the lock (core/sqlitefile/internal/nodequeue),
+	// Queue, if set, is this node's queue for the lock (internal/nodequeue),
 	// in which Acquire waits before it runs the file protocol, so that one
 	// process per node polls; nil: no queue, the lock is polled as from
 	// another node. It belongs to the caller, who opens it
@@ -158,7 +159,7 @@ type Counters struct {
 	// the node did instead (AcquireWriteHandover), not included.
 	Writes, HandedOver int64
 	// Bypassed counts the acquisitions that left the node queue because it
-	// did not move (a stopped or hung process ahead: see core/sqlitefile/internal/nodequeue,
+	// did not move (a stopped or hung process ahead: see internal/nodequeue,
 	// "Stalled places").
 	Bypassed int64
 }
@@ -222,7 +223,7 @@ func (l *Lock) StaleTimeout() time.Duration { return l.opt.StaleTimeout }
 func (l *Lock) Acquire(ctx context.Context) error { return l.acquire(ctx, false, nil) }
 
 // AcquireWrite is Acquire for an operation that will write: in the node
-// queue it waits in the writers' lane first (core/sqlitefile/internal/nodequeue), so that reads
+// queue it waits in the writers' lane first (internal/nodequeue), so that reads
 // do not queue behind several writes. The lock it takes is the same.
 func (l *Lock) AcquireWrite(ctx context.Context) error { return l.acquire(ctx, true, nil) }
 
@@ -599,7 +600,8 @@ func (e *TimeoutError) Error() string {
 	}
 	if e.Holder == nil {
 		if e.ReadErr != nil && isParseError(e.ReadErr) {
-			// Waiters never break it; the store's error adds what does (Advice).
+			// Waiters never break it; the store's error adds what does
+			// (Advice).
 			return s + fmt.Sprintf(" (holder unknown: the lock file is not a lock record: %v)", e.ReadErr)
 		}
 		if e.ReadErr != nil {

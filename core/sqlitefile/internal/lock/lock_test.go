@@ -502,7 +502,8 @@ func TestStaleLockBroken(t *testing.T) {
 	}
 	l.Release()
 
-	// Integer timestamps (a Python int) count too; negative StaleTimeout never breaks.
+	// Integer timestamps (a Python int) count too; negative StaleTimeout never
+	// breaks.
 	writeLockFile(t, path, `{"hostname": "n", "pid": 3, "timestamp": 1000}`)
 	opt.StaleTimeout = -1
 	if err := tr.New(t, path, opt).Acquire(context.Background()); !errors.As(err, &te) {

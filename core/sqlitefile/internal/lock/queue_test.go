@@ -14,7 +14,7 @@ import (
 )
 
 // The Lock with a node queue (Options.Queue). The queue itself (its order,
-// its lanes, its file) is tested in core/sqlitefile/internal/nodequeue.
+// its lanes, its file) is tested in internal/nodequeue.
 
 // newLock is New with a node queue of its own on the lock path, as the
 // store gives its Lock (core/sqlitefile): none when the queue is switched
@@ -31,7 +31,7 @@ func newLock(t testing.TB, path string, opt Options) *Lock {
 }
 
 // TestGateHolderChild holds the node queue of a lock path (without the
-// lock itself) for the queue tests (core/sqlitefile/internal/queuechild); it does
+// lock itself) for the queue tests (internal/queuechild); it does
 // nothing in a normal run.
 func TestGateHolderChild(t *testing.T) {
 	queuechild.Hold(t, func(path string) (progress, leave func()) {

@@ -55,7 +55,8 @@ type Fence interface {
 	Lose()
 }
 
-// endlessTenure is the deadline of a lock that is never broken (StaleTimeout < 0).
+// endlessTenure is the deadline of a lock that is never broken (StaleTimeout <
+// 0).
 const endlessTenure = math.MaxInt64
 
 // tenureFor is how long after a confirmation the holder may write without
@@ -198,7 +199,7 @@ func (l *Lock) confirmLocked() error {
 }
 
 // stallCheck is how this Lock's waits in the node queue notice a line that
-// does not move (see "Stalled places" in core/sqlitefile/internal/nodequeue): every
+// does not move (see "Stalled places" in internal/nodequeue): every
 // StaleTimeout/16 (20 ms to 5 s) the wait compares the queue's progress
 // word with what it read before, and leaves the line once it has stayed
 // unchanged for StaleTimeout; nil when locks are never broken.

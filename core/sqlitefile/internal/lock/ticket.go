@@ -14,8 +14,8 @@ import (
 	"github.com/tirastore/tirastore/core/pyjson"
 )
 
-// holderRecord is what a ticket (and therefore the lock, while held) says about its
-// holder: the original's three keys, then the extras a Go holder adds.
+// holderRecord is what a ticket (and therefore the lock, while held) says about
+// its holder: the original's three keys, then the extras a Go holder adds.
 type holderRecord struct {
 	hostname string
 	pid      int

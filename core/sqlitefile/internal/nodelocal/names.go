@@ -15,11 +15,11 @@ import (
 // node, tools and tests compute them by this rule: the names must never
 // change.
 const (
-	// GatePrefix names the node queue's gate file (core/sqlitefile/internal/nodequeue).
+	// GatePrefix names the node queue's gate file (internal/nodequeue).
 	GatePrefix = "gate-"
-	// SpoolPrefix names the group-commit spool directory (core/sqlitefile/internal/spool).
+	// SpoolPrefix names the group-commit spool directory (internal/spool).
 	SpoolPrefix = "spool-"
-	// ChangeLogPrefix names the change log (core/sqlitefile/internal/changelog).
+	// ChangeLogPrefix names the change log (internal/changelog).
 	ChangeLogPrefix = "changes-"
 )
 
@@ -34,8 +34,8 @@ func Name(prefix, lockPath string) string {
 //
 // Each speed-up that node-local files serve can be switched off by an
 // environment variable set to "0" (for comparisons; docs/design.md,
-// "How the shared-file backend works"); any other value, or none, leaves it on. They are read here
-// only, live (core/environ), each time a store opens.
+// "How the shared-file backend works"); any other value, or none, leaves it on.
+// They are read here only, live (core/environ), each time a store opens.
 
 // QueueEnabled reports whether the node queue is on: TIRASTORE_NODE_QUEUE
 // is not "0". Off, every process polls the lock as from another node.

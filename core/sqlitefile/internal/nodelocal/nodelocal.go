@@ -1,8 +1,8 @@
 // Package nodelocal is the per-user private directory for node-local files
 // and the checked opens of the files in it.
 //
-// The node queue's gate files (core/sqlitefile/internal/nodequeue), the group-commit spools
-// (core/sqlitefile/internal/spool) and the change logs (core/sqlitefile/internal/changelog) live in node-local
+// The node queue's gate files (internal/nodequeue), the group-commit spools
+// (internal/spool) and the change logs (internal/changelog) live in node-local
 // memory, /dev/shm (else os.TempDir()), which every user of the node
 // shares and where fs.protected_symlinks may be 0. Another user can plant
 // a predictable name there before we create it: a symlink makes us write

@@ -139,7 +139,7 @@ func TestSweepGate(t *testing.T) {
 
 // TestPlantedGateNotUsed: a symlink at the gate's name (a file of ours
 // elsewhere behind it) is reported as a Problem, not opened, at every Open
-// (the store then gives its Lock no queue: see core/sqlitefile/internal/lock's test of the
+// (the store then gives its Lock no queue: see internal/lock's test of the
 // same name), and the file behind the link is unchanged.
 func TestPlantedGateNotUsed(t *testing.T) {
 	path := newTestPath(t)

@@ -1,11 +1,11 @@
 // Package nodequeue is the node queue: it orders the processes of one node
 // (of one user) that wait for the hard-link lock of a database
-// (core/sqlitefile/internal/lock), so that only the process at its head polls the shared
+// (internal/lock), so that only the process at its head polls the shared
 // filesystem, in the order they came, writes in a lane of their own. It
 // only orders: the lock excludes. A Lock takes a Queue as an option
 // (lock.Options.Queue); the store opens it (Open) and closes it. The
 // queue's file lives in this user's private directory on the node
-// (core/sqlitefile/internal/nodelocal); the lock protocol is in docs/lock-protocol.md.
+// (internal/nodelocal); the lock protocol is in docs/lock-protocol.md.
 package nodequeue
 
 import (
@@ -44,7 +44,7 @@ import (
 //
 //   - the gate file is gate-<hash> in this user's private directory on
 //     the node, <base>/tirastore-<euid> with base /dev/shm, else $TMPDIR
-//     (core/sqlitefile/internal/nodelocal; <hash> and the names of the spool and the change
+//     (internal/nodelocal; <hash> and the names of the spool and the change
 //     log: nodelocal.Name), mode 0600. It is opened through the directory's
 //     descriptor, without following symlinks, and checked (a regular file
 //     of this user, mode 0600, one link) before it is used: a file that
@@ -118,7 +118,7 @@ var (
 )
 
 // Handover is a write that another process of this node may do on the
-// caller's behalf, in its own transaction (group commit: see core/sqlitefile/internal/spool).
+// caller's behalf, in its own transaction (group commit: see internal/spool).
 type Handover interface {
 	// Publish is called before waiting, only when another process of
 	// this node holds or waits for the writers' lane; it makes the write
@@ -152,10 +152,11 @@ type Handover interface {
 // also reads the lock file at each check (StallCheck.Watch), as it would
 // outside the queue, so that its count of how long the lock stayed
 // unchanged starts while it is still queued and it can break a stopped
-// holder's lock as soon as it is out. A lock that is merely breakable (a dead holder, a stale one on
-// another node) is no reason to leave: the head, which is alive, breaks it
-// (leaving then cost fairness: the waiter polled beside a queue that hands
-// the lock on without a gap). While the line moves, waiters read nothing.
+// holder's lock as soon as it is out. A lock that is merely breakable (a dead
+// holder, a stale one on another node) is no reason to leave: the head, which
+// is alive, breaks it (leaving then cost fairness: the waiter polled beside a
+// queue that hands the lock on without a gap). While the line moves, waiters
+// read nothing.
 //
 // It then runs the link protocol without the queue, as a process of
 // another node would, and a stopped holder on the same node is judged by
@@ -164,7 +165,7 @@ type Handover interface {
 
 // StallCheck is how a Lock's waits in the queue notice a line that does not
 // move (see "Stalled places"); the Lock derives it from its StaleTimeout
-// (core/sqlitefile/internal/lock, tenure.go).
+// (internal/lock, tenure.go).
 type StallCheck struct {
 	// Every is how often a blocked wait looks whether the line moves.
 	Every time.Duration
@@ -310,7 +311,7 @@ func (ln line) all(typ int16) *unix.Flock_t {
 // So the write at the head of the lane also waits, before it joins the
 // queue, until the queue is empty, for at most tuning.WriteLull: while
 // reads keep the queue busy, writes gather in the lane and are committed
-// together (group commit, core/sqlitefile/internal/spool), one transaction and one set of
+// together (group commit, internal/spool), one transaction and one set of
 // fsyncs for all, and the database changes less often, so readers' caches
 // (SQLite's pages, the store's entries) stay valid longer. Under load this
 // raised throughput and lowered lookups' p99, while records wait longer.
@@ -376,8 +377,8 @@ func (q *Queue) Lock(ctx context.Context, deadline time.Time, write bool, h Hand
 	return nil
 }
 
-// awaitLull waits, up to tuning.WriteLull (and deadline), until no other process
-// of this node is in the queue.
+// awaitLull waits, up to tuning.WriteLull (and deadline), until no other
+// process of this node is in the queue.
 func (q *Queue) awaitLull(ctx context.Context, deadline time.Time) error {
 	until := time.Now().Add(tuning.WriteLull)
 	if !deadline.IsZero() && deadline.Before(until) {

@@ -42,7 +42,7 @@ func openGate(lockPath string) *Queue {
 const envGateChild = queuechild.EnvLockPath
 
 // TestGateHolderChild holds the gate of a lock path (without the lock
-// itself) for the queue tests (core/sqlitefile/internal/queuechild); it does nothing
+// itself) for the queue tests (internal/queuechild); it does nothing
 // in a normal run.
 func TestGateHolderChild(t *testing.T) {
 	queuechild.Hold(t, func(path string) (progress, leave func()) {
@@ -246,8 +246,8 @@ func TestGateWritersLane(t *testing.T) {
 }
 
 // TestGateLullBounded: a write waits for a lull in the queue at most
-// tuning.WriteLull; while another process holds the queue for good, it joins the
-// queue after that (blocked behind the holder) and goes through once the
+// tuning.WriteLull; while another process holds the queue for good, it joins
+// the queue after that (blocked behind the holder) and goes through once the
 // holder is gone.
 func TestGateLullBounded(t *testing.T) {
 	path := newTestPath(t)

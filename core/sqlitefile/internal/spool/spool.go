@@ -12,7 +12,7 @@
 // finds its result collects it and returns without taking the lock.
 //
 // The spool is a directory of small files in node-local memory (in this
-// user's private directory, core/sqlitefile/internal/nodelocal), one per request, and every
+// user's private directory, internal/nodelocal), one per request, and every
 // change of state is a rename, so a process killed at any point leaves a
 // state the others can read:
 //
@@ -33,7 +33,7 @@
 // 0700): a process can rename and remove only its own user's requests,
 // and a request is committed with its requester's identity anyway. Every
 // file is opened through the directory's descriptor and checked
-// (core/sqlitefile/internal/nodelocal), so that nothing planted there is read or written.
+// (internal/nodelocal), so that nothing planted there is read or written.
 package spool
 
 import (

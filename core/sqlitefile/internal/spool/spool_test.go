@@ -14,7 +14,7 @@ import (
 	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodelocal"
 )
 
-// privateDir is a fresh private directory (core/sqlitefile/internal/nodelocal) for a test.
+// privateDir is a fresh private directory (internal/nodelocal) for a test.
 func privateDir(t *testing.T) *nodelocal.Dir {
 	t.Helper()
 	d, err := nodelocal.OpenDir(filepath.Join(t.TempDir(), "private"))
