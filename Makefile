@@ -88,6 +88,7 @@ lint:
 	@out="$$(gofmt -l capi core tests 2>/dev/null)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run ./capi/genheader -check
+	$(PYTHON3) tests/docs_links.py
 
 # The differential tests compare the Go code with CPython in the venv.
 test-go: install ejkernel-venv
