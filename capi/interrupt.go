@@ -17,15 +17,15 @@ import (
 // A Python program blocked in a library call cannot run its SIGINT handler
 // until the call returns, so a wait for a contended lock would ignore
 // Ctrl-C until the lock timeout (600 s by default). While some call has been
-// waiting for the lock longer than tuning.ArmDelay, the library therefore catches
-// SIGINT itself (os/signal in a c-shared library saves the host's handler
-// and Reset restores it). On SIGINT it cancels every wait in progress, each
-// of which returns TIRASTORE_ERR_INTERRUPTED with its lock ticket file removed,
-// restores the host's handler and sends SIGINT to the process again, so
-// the host reacts as it would have: Python raises KeyboardInterrupt (or
-// runs the user's handler), a C program's default action ends it. An
-// ignored SIGINT (SIG_IGN, e.g. under nohup) stays ignored. Uncontended
-// operations never touch signal handling.
+// waiting for the lock longer than tuning.ArmDelay, the library therefore
+// catches SIGINT itself (os/signal in a c-shared library saves the host's
+// handler and Reset restores it). On SIGINT it cancels every wait in progress,
+// each of which returns TIRASTORE_ERR_INTERRUPTED with its lock ticket file
+// removed, restores the host's handler and sends SIGINT to the process again,
+// so the host reacts as it would have: Python raises KeyboardInterrupt (or runs
+// the user's handler), a C program's default action ends it. An ignored SIGINT
+// (SIG_IGN, e.g. under nohup) stays ignored. Uncontended operations never touch
+// signal handling.
 
 var interrupts struct {
 	sync.Mutex

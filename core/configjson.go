@@ -203,10 +203,10 @@ func fileSHA256(path string) (string, error) {
 }
 
 // readSeedFile reads and checks a whole seed JSON file: one object of
-// "device|op_id|call_key" keys, its entries made for namespace. The seed replaces its file by rename, so
-// one open file is one consistent version of it. It is opened as every
-// file beside a database is (core/shareddir): never blocking on a FIFO,
-// never through a link at its name.
+// "device|op_id|call_key" keys, its entries made for namespace. The seed
+// replaces its file by rename, so one open file is one consistent version of
+// it. It is opened as every file beside a database is (core/shareddir): never
+// blocking on a FIFO, never through a link at its name.
 func (s *Store) readSeedFile(namespace, path string) (*seedFile, error) {
 	fh, st, err := shareddir.Open(path, os.O_RDONLY)
 	if err != nil {

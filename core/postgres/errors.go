@@ -112,10 +112,10 @@ func retriable(err error) bool {
 }
 
 // retry runs fn until it succeeds, fails for good, or tuning.ServerRetryFor
-// has passed (retryFor: window): attempts after the first are told so (attempt > 0). An
-// attempt that failed after sending something is retried only if
-// idempotent (the caller's fn can be run again whatever the server did
-// with an earlier attempt).
+// has passed (retryFor: window): attempts after the first are told so
+// (attempt > 0). An attempt that failed after sending something is retried
+// only if idempotent (the caller's fn can be run again whatever the server
+// did with an earlier attempt).
 func (s *Backend) retry(ctx context.Context, op string, idempotent bool, fn func(ctx context.Context, attempt int) error) error {
 	return s.retryFor(ctx, op, idempotent, tuning.ServerRetryFor, fn)
 }

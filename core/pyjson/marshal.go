@@ -26,7 +26,8 @@ type Options struct {
 // The option sets TiraStore's Python code uses, named so that call sites say
 // which json.dumps call they reproduce.
 var (
-	// Canonical = json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+	// Canonical = json.dumps(v, sort_keys=True, separators=(",", ":"),
+	// ensure_ascii=True)
 	Canonical = Options{SortKeys: true, EnsureASCII: true, Indent: -1, ItemSep: ",", KeySep: ":"}
 	// Compact = json.dumps(v, separators=(",", ":"), ensure_ascii=True)
 	Compact = Options{EnsureASCII: true, Indent: -1, ItemSep: ",", KeySep: ":"}
@@ -57,8 +58,8 @@ func (e *UnsupportedTypeError) Error() string {
 // []Number, []float64, []*Object, *Object and map[string]any: a value of
 // another Go type is converted to these first, the way a Python class
 // would be converted to dicts and lists before json.dumps (the C layer's
-// replies: capi/replies.go). Anything else (including named types such as `type Kind string`) gives an
-// *UnsupportedTypeError naming the Go type.
+// replies: capi/replies.go). Anything else (including named types such as `type
+// Kind string`) gives an *UnsupportedTypeError naming the Go type.
 //
 // Containers: *Object keys are written in insertion order, or sorted when
 // SortKeys. A Go map has no order, so map[string]any keys are ALWAYS written

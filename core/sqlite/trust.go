@@ -31,8 +31,8 @@ package sqlite
 // the file is read, and the store reports a *JournalError naming the file,
 // its owner and mode, and the rule it breaks. tirastore check reports such
 // a journal as foreign, and check --repair moves it aside, never applies
-// it (core/operator/check.go). docs/COMPAT.md and docs/lock-protocol.md state the
-// rule for operators.
+// it (core/operator/check.go). docs/COMPAT.md and docs/lock-protocol.md state
+// the rule for operators.
 
 /*
 int tira_journal_verdict(unsigned jMode, unsigned long jNlink, unsigned jUid, unsigned jGid,

@@ -12,13 +12,13 @@ import (
 //
 // The original made the database's directory 1777 (everyone may create
 // files, only owners may remove theirs) whenever it created a database, so
-// that every user's lock ticket files can be created beside the lock. Doing that
-// to an existing directory opens a project directory to everyone, so this
-// engine sets 1777 only on a directory it created itself (COMPAT.md lists
-// the difference), and otherwise leaves the mode alone and says, once, when
-// other users could not create lock ticket files there and so could not use the
-// database. The mode is set through a descriptor opened without following
-// a link and checked to be a directory of ours, never by path.
+// that every user's lock ticket files can be created beside the lock. Doing
+// that to an existing directory opens a project directory to everyone, so this
+// engine sets 1777 only on a directory it created itself (COMPAT.md lists the
+// difference), and otherwise leaves the mode alone and says, once, when other
+// users could not create lock ticket files there and so could not use the
+// database. The mode is set through a descriptor opened without following a
+// link and checked to be a directory of ours, never by path.
 
 // shareDir gives a directory this store created the original's mode 1777,
 // or returns a notice when an existing one keeps other users out ("" when
