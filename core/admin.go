@@ -10,6 +10,7 @@ import (
 
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/internal/input"
 	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/outfile"
 	"github.com/tirastore/tirastore/core/postgres"
@@ -21,7 +22,7 @@ import (
 // program must already exist; result_json must be a JSON object so that
 // later lookups can read it.
 func (s *Store) Put(ctx context.Context, key, programHash, sched, resultJSON string, overwrite bool) (bool, error) {
-	if err := checkTexts("key", key, "program_hash", programHash, "schedule", sched, "result_json", resultJSON); err != nil {
+	if err := input.Texts("key", key, "program_hash", programHash, "schedule", sched, "result_json", resultJSON); err != nil {
 		return false, err
 	}
 	if err := s.CheckWrites(); err != nil {
@@ -51,7 +52,7 @@ func (s *Store) Put(ctx context.Context, key, programHash, sched, resultJSON str
 
 // Delete removes a record by key and reports whether it existed.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
-	if err := checkText("key", key); err != nil {
+	if err := input.Text("key", key); err != nil {
 		return false, err
 	}
 	if err := s.CheckWrites(); err != nil {
@@ -76,7 +77,7 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 // the database's mode from its creation, and renamed into place, so dest
 // is never seen half-written.
 func (s *Store) Backup(ctx context.Context, dest string) (string, error) {
-	if err := checkText("backup_path", dest); err != nil {
+	if err := input.Text("backup_path", dest); err != nil {
 		return "", err
 	}
 	// A server's database is backed up into a SQLite file named after it,
@@ -90,7 +91,7 @@ func (s *Store) Backup(ctx context.Context, dest string) (string, error) {
 		dest = filepath.Join(dir, pypath.Stem(base)+"_"+stamp+".db")
 	}
 	intoDir := strings.HasSuffix(dest, "/") // "snapshots/": a directory, created if missing
-	dest, err := resolvePath("backup path", dest)
+	dest, err := input.Path("backup path", dest)
 	if err != nil {
 		return "", err
 	}

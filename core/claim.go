@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tirastore/tirastore/core/internal/input"
 	"github.com/tirastore/tirastore/core/keys"
 	"github.com/tirastore/tirastore/core/liveness"
 	"github.com/tirastore/tirastore/core/schedule"
@@ -176,7 +177,7 @@ func (c *Claim) takenOver() bool {
 // Record needs (to store the program row with the record); it must hash
 // to the claim's program.
 func (c *Claim) SetSource(source string) error {
-	if err := checkText("program_source_code", source); err != nil {
+	if err := input.Text("program_source_code", source); err != nil {
 		return err
 	}
 	if h := progHashes.hash(source); h != c.programHash {
@@ -291,7 +292,7 @@ func (s *Store) HeldClaim(token string) *Claim {
 // holder (Busy). With Wait it waits (see "Claims"). The schedule must be
 // valid (it will be recorded).
 func (s *Store) LookupOrClaim(ctx context.Context, programName, source, sched string, opts ClaimOptions) (ClaimOutcome, error) {
-	if err := checkTexts("program_name", programName, "program_source_code", source); err != nil {
+	if err := input.Texts("program_name", programName, "program_source_code", source); err != nil {
 		return ClaimOutcome{}, err
 	}
 	hash := progHashes.hash(source)
@@ -312,7 +313,7 @@ func (s *Store) peekOne(hash, sched string, opts ClaimOptions) (ClaimOutcome, bo
 	if _, err := opts.lease(); err != nil {
 		return ClaimOutcome{}, true, err
 	}
-	if err := checkText("tiralib_schedule_string", sched); err != nil {
+	if err := input.Text("tiralib_schedule_string", sched); err != nil {
 		return ClaimOutcome{}, true, err
 	}
 	rec, ok := s.be.Peek(hash, keys.RecordKey(hash, sched))
@@ -344,7 +345,7 @@ func (s *Store) LookupOrClaimByHash(ctx context.Context, programName, hash, sche
 // while it waits); the outcomes are in the order of schedules. Invalid
 // input anywhere fails the whole call, naming the entry.
 func (s *Store) LookupManyOrClaim(ctx context.Context, programName, source string, schedules []string, opts ClaimOptions) ([]ClaimOutcome, error) {
-	if err := checkTexts("program_name", programName, "program_source_code", source); err != nil {
+	if err := input.Texts("program_name", programName, "program_source_code", source); err != nil {
 		return nil, err
 	}
 	return s.lookupOrClaim(ctx, programName, progHashes.hash(source), source, schedules, opts, true)

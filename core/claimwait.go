@@ -13,6 +13,7 @@ import (
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/environ"
 	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/internal/input"
 	"github.com/tirastore/tirastore/core/internal/wait"
 	"github.com/tirastore/tirastore/core/keys"
 	"github.com/tirastore/tirastore/core/liveness"
@@ -99,7 +100,7 @@ func (s *Store) lookupOrClaim(ctx context.Context, programName, hash, source str
 	out := make([]ClaimOutcome, len(schedules))
 	pend := make([]*pendingClaim, 0, len(schedules))
 	for i, sc := range schedules {
-		err := checkText("tiralib_schedule_string", sc)
+		err := input.Text("tiralib_schedule_string", sc)
 		norm := schedule.Normalize(sc)
 		if err == nil {
 			if ok, reason := schedule.Validate(norm); !ok {

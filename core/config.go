@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/internal/input"
 	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/storage"
@@ -51,7 +52,7 @@ func checkConfigRef(namespace, device, opID, callKey string) error {
 // every config call does, for a binding that answers without a database
 // (a cache whose database does not exist yet): the same errors either way.
 func CheckConfigRef(namespace, device, opID, callKey string) error {
-	return checkTexts("namespace", namespace, "device", device, "op_id", opID, "call_key", callKey)
+	return input.Texts("namespace", namespace, "device", device, "op_id", opID, "call_key", callKey)
 }
 
 // ConfigGet returns the entry of (device, opID, callKey) in namespace, or
@@ -116,7 +117,7 @@ func (s *Store) ConfigPut(ctx context.Context, namespace, device, opID, callKey,
 	}
 	key := ConfigKey(device, opID, callKey)
 	name := storage.ConfigName(namespace, key)
-	if err := checkText("value", valueJSON); err != nil {
+	if err := input.Text("value", valueJSON); err != nil {
 		return false, err
 	}
 	if d, over := limits.TooDeep(valueJSON); over {
@@ -152,7 +153,7 @@ func (s *Store) ConfigDelete(ctx context.Context, namespace, device, opID, callK
 
 // ConfigLen is the number of entries of namespace.
 func (s *Store) ConfigLen(ctx context.Context, namespace string) (n int64, err error) {
-	if err := checkText("namespace", namespace); err != nil {
+	if err := input.Text("namespace", namespace); err != nil {
 		return 0, err
 	}
 	err = s.be.View(ctx, "config len", func(r storage.Reader) (err error) {
@@ -164,7 +165,7 @@ func (s *Store) ConfigLen(ctx context.Context, namespace string) (n int64, err e
 
 // ConfigEntries lists the entries f selects, by namespace then key.
 func (s *Store) ConfigEntries(ctx context.Context, f ConfigFilter) ([]*ConfigEntry, error) {
-	if err := checkTexts("namespace", f.Namespace, "device", f.Device, "op_id", f.OpID); err != nil {
+	if err := input.Texts("namespace", f.Namespace, "device", f.Device, "op_id", f.OpID); err != nil {
 		return nil, err
 	}
 	out := []*ConfigEntry{}
@@ -184,7 +185,7 @@ func (s *Store) ConfigEntries(ctx context.Context, f ConfigFilter) ([]*ConfigEnt
 // ConfigClear removes every entry of namespace and returns how many there
 // were.
 func (s *Store) ConfigClear(ctx context.Context, namespace string) (n int64, err error) {
-	if err := checkText("namespace", namespace); err != nil {
+	if err := input.Text("namespace", namespace); err != nil {
 		return 0, err
 	}
 	err = s.be.Update(ctx, "config clear", func(w storage.Writer) (err error) {

@@ -62,13 +62,6 @@ type seedFile struct {
 	mark    storage.ConfigImport
 }
 
-// resolveFile is the absolute form of a file argument
-// (core/internal/input.File).
-func resolveFile(field, path string) (string, error) { return input.File(field, path) }
-
-// readError is the error of reading the file path, which holds what.
-func readError(err error, what, path string) error { return input.ReadError(err, what, path) }
-
 // ConfigImportJSON imports the seed JSON file path into namespace of the
 // kernel-config table in one transaction, all or nothing: with overwrite
 // an entry of the file replaces the namespace's entry of its key, else
@@ -85,10 +78,10 @@ func readError(err error, what, path string) error { return input.ReadError(err,
 // apart; the key itself is kept exactly). Entries are stamped with this
 // host, user and time.
 func (s *Store) ConfigImportJSON(ctx context.Context, namespace, path string, once, overwrite bool) (*ConfigImportResult, error) {
-	if err := checkText("namespace", namespace); err != nil {
+	if err := input.Text("namespace", namespace); err != nil {
 		return nil, err
 	}
-	abs, err := resolveFile("path", path)
+	abs, err := input.File("path", path)
 	if err != nil {
 		return nil, err
 	}
@@ -98,10 +91,10 @@ func (s *Store) ConfigImportJSON(ctx context.Context, namespace, path string, on
 		return res, nil
 	}
 	if err != nil {
-		return nil, readError(err, "PersistentCache file", abs)
+		return nil, input.ReadError(err, "PersistentCache file", abs)
 	}
 	if fi.IsDir() {
-		return nil, readError(&fs.PathError{Op: "open", Path: abs, Err: syscall.EISDIR}, "PersistentCache file", abs)
+		return nil, input.ReadError(&fs.PathError{Op: "open", Path: abs, Err: syscall.EISDIR}, "PersistentCache file", abs)
 	}
 	res.Found = true
 	if once {
@@ -174,7 +167,7 @@ func (s *Store) skipped(res *ConfigImportResult, mark *storage.ConfigImport, fi 
 		// Touched or rewritten: only its bytes tell.
 		sum, err := fileSHA256(res.Path)
 		if err != nil {
-			return nil, readError(err, "PersistentCache file", res.Path)
+			return nil, input.ReadError(err, "PersistentCache file", res.Path)
 		}
 		res.Changed = sum != mark.SHA256
 	}
@@ -210,12 +203,12 @@ func fileSHA256(path string) (string, error) {
 func (s *Store) readSeedFile(namespace, path string) (*seedFile, error) {
 	fh, st, err := shareddir.Open(path, os.O_RDONLY)
 	if err != nil {
-		return nil, readError(err, "PersistentCache file", path)
+		return nil, input.ReadError(err, "PersistentCache file", path)
 	}
 	defer fh.Close()
 	data, err := io.ReadAll(fh)
 	if err != nil {
-		return nil, readError(err, "PersistentCache file", path)
+		return nil, input.ReadError(err, "PersistentCache file", path)
 	}
 	v, err := pyjson.Parse(data)
 	if err != nil {
@@ -270,10 +263,10 @@ func (s *Store) readSeedFile(namespace, path string) (*seedFile, error) {
 // nor another database). The file is then remembered as imported (see
 // ConfigImportJSON), in the same transaction.
 func (s *Store) ConfigExportJSON(ctx context.Context, namespace, path string) (string, int64, error) {
-	if err := checkText("namespace", namespace); err != nil {
+	if err := input.Text("namespace", namespace); err != nil {
 		return "", 0, err
 	}
-	out, err := resolveFile("output_path", path)
+	out, err := input.File("output_path", path)
 	if err != nil {
 		return "", 0, err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tirastore/tirastore/core/environ"
 	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/internal/input"
 	"github.com/tirastore/tirastore/core/pypath"
 	"github.com/tirastore/tirastore/core/shareddir"
 	"github.com/tirastore/tirastore/core/storage"
@@ -101,7 +102,7 @@ type ConfigPlace struct {
 // for arguments (a NUL, an explicit path that cannot be expanded), and for
 // a database a private cache must not use (another user's file).
 func LocateConfigCache(a ConfigPlaceArgs) (*ConfigPlace, error) {
-	if err := checkTexts("opname", a.Opname, "path", a.Path); err != nil {
+	if err := input.Texts("opname", a.Opname, "path", a.Path); err != nil {
 		return nil, err
 	}
 	home, homeSet := environ.Lookup("HOME")
@@ -149,7 +150,7 @@ func LocateConfigCache(a ConfigPlaceArgs) (*ConfigPlace, error) {
 		}
 		// The database's name is vetted as a path argument is: another
 		// user's link there is refused, never followed.
-		db, err := resolvePath("database", filepath.Join(dir, ConfigDBName))
+		db, err := input.Path("database", filepath.Join(dir, ConfigDBName))
 		if err != nil {
 			return nil, err
 		}
@@ -174,7 +175,7 @@ func LocateConfigCache(a ConfigPlaceArgs) (*ConfigPlace, error) {
 
 // placeDB is the place of a cache whose path names the database itself.
 func placeDB(a ConfigPlaceArgs, p string) (*ConfigPlace, error) {
-	abs, err := resolvePath("path", p)
+	abs, err := input.Path("path", p)
 	if err != nil {
 		return nil, err
 	}
@@ -237,7 +238,7 @@ func (pl *ConfigPlace) trusts(st *unix.Stat_t) bool {
 // directory, or one this process may create), else why not. It creates
 // nothing.
 func usableDir(dir string) (string, string) {
-	abs, err := resolvePath("directory", dir)
+	abs, err := input.Path("directory", dir)
 	if err != nil {
 		return "", err.Error()
 	}

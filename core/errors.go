@@ -2,7 +2,6 @@ package core
 
 import (
 	"github.com/tirastore/tirastore/core/apierr"
-	"github.com/tirastore/tirastore/core/internal/input"
 )
 
 // Kind classifies an error by what the caller should do about it; the table
@@ -39,7 +38,3 @@ func KindOf(err error) Kind { return apierr.KindOf(err) }
 
 // ErrClosed is returned by every method of a closed Store.
 var ErrClosed = apierr.ErrClosed
-
-// resolvePath is the resolution of a path argument (core/internal/input.Path):
-// what names it ("database path", "export path", ...).
-func resolvePath(what, p string) (string, error) { return input.Path(what, p) }

@@ -8,12 +8,6 @@ import (
 	"github.com/tirastore/tirastore/core/pyjson"
 )
 
-// checkText and checkTexts are the text checks of every argument
-// (core/internal/input.Text, shared with core/operator and core/outfile).
-func checkText(field, s string) error { return input.Text(field, s) }
-
-func checkTexts(pairs ...string) error { return input.Texts(pairs...) }
-
 // TextTooLong is the error of a text of n bytes, longer than
 // limits.MaxTextBytes; field names it. The C layer reports with it a text
 // it did not build (one a binding or its parser measured).

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/tirastore/tirastore/core/apierr"
+	"github.com/tirastore/tirastore/core/internal/input"
 	"github.com/tirastore/tirastore/core/keys"
 	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/pyjson"
@@ -197,7 +198,7 @@ func ProgramHash(source string) string { return progHashes.hash(source) }
 // repeated lookup is answered from the process's cache when the database
 // provably has not changed since (see resultCache).
 func (s *Store) Lookup(ctx context.Context, programName, source, sched string) (*Result, error) {
-	if err := checkTexts("program_name", programName, "program_source_code", source); err != nil {
+	if err := input.Texts("program_name", programName, "program_source_code", source); err != nil {
 		return nil, err
 	}
 	return s.LookupByHash(ctx, programName, progHashes.hash(source), sched)
@@ -219,7 +220,7 @@ func (s *Store) LookupByHash(ctx context.Context, programName, programHash, sche
 
 // checkProgramRef validates the arguments of the ByHash methods.
 func checkProgramRef(programName, programHash, sched string) error {
-	if err := checkTexts("program_name", programName, "tiralib_schedule_string", sched); err != nil {
+	if err := input.Texts("program_name", programName, "tiralib_schedule_string", sched); err != nil {
 		return err
 	}
 	if !keys.IsProgramHash(programHash) {
@@ -233,7 +234,7 @@ func checkProgramRef(programName, programHash, sched string) error {
 // the order of schedules (nil where absent). Invalid input anywhere fails
 // the whole call, naming the entry (schedules[i]: ...).
 func (s *Store) LookupMany(ctx context.Context, programName, source string, schedules []string) ([]*Result, error) {
-	if err := checkTexts("program_name", programName, "program_source_code", source); err != nil {
+	if err := input.Texts("program_name", programName, "program_source_code", source); err != nil {
 		return nil, err
 	}
 	return s.LookupManyByHash(ctx, programName, progHashes.hash(source), schedules)
@@ -246,7 +247,7 @@ func (s *Store) LookupManyByHash(ctx context.Context, programName, hash string, 
 	}
 	keyList := make([]string, len(schedules))
 	for i, sc := range schedules {
-		if err := checkText("tiralib_schedule_string", sc); err != nil {
+		if err := input.Text("tiralib_schedule_string", sc); err != nil {
 			return nil, apierr.Prefix(fmt.Sprintf("schedules[%d]: ", i), err)
 		}
 		keyList[i] = keys.RecordKey(hash, sc)
@@ -271,7 +272,7 @@ func (s *Store) LookupManyByHash(ctx context.Context, programName, hash string, 
 
 // Contains reports whether a record exists for (program, schedule).
 func (s *Store) Contains(ctx context.Context, programName, source, sched string) (bool, error) {
-	if err := checkTexts("program_name", programName, "program_source_code", source); err != nil {
+	if err := input.Texts("program_name", programName, "program_source_code", source); err != nil {
 		return false, err
 	}
 	return s.ContainsByHash(ctx, programName, progHashes.hash(source), sched)
@@ -294,7 +295,7 @@ type ProgramSource struct {
 // GetProgramSource lists every source version stored under a program name,
 // ordered by program hash.
 func (s *Store) GetProgramSource(ctx context.Context, programName string) ([]ProgramSource, error) {
-	if err := checkText("program_name", programName); err != nil {
+	if err := input.Text("program_name", programName); err != nil {
 		return nil, err
 	}
 	var progs []storage.Program
@@ -314,7 +315,7 @@ func (s *Store) GetProgramSource(ctx context.Context, programName string) ([]Pro
 // GetProgramRecords returns every result recorded for a program's source,
 // ordered by creation date.
 func (s *Store) GetProgramRecords(ctx context.Context, programName, source string) ([]*Result, error) {
-	if err := checkTexts("program_name", programName, "program_source_code", source); err != nil {
+	if err := input.Texts("program_name", programName, "program_source_code", source); err != nil {
 		return nil, err
 	}
 	hash := progHashes.hash(source)
@@ -428,7 +429,7 @@ type RawRecord storage.Record
 
 // Get returns the raw record for a key, or nil.
 func (s *Store) Get(ctx context.Context, key string) (*RawRecord, error) {
-	if err := checkText("key", key); err != nil {
+	if err := input.Text("key", key); err != nil {
 		return nil, err
 	}
 	var rec *storage.Record

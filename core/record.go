@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/tirastore/tirastore/core/apierr"
+	"github.com/tirastore/tirastore/core/internal/input"
 	"github.com/tirastore/tirastore/core/keys"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/storage"
@@ -14,7 +15,7 @@ import (
 // (times, then the normalized schedule), and computes its key: the row to
 // write.
 func prepare(programHash string, m *Measurement) (storage.Row, error) {
-	if err := checkText("tiralib_schedule_string", m.Schedule); err != nil {
+	if err := input.Text("tiralib_schedule_string", m.Schedule); err != nil {
 		return storage.Row{}, err
 	}
 	rj, err := m.resultJSON()
@@ -45,7 +46,7 @@ func (s *Store) RecordMany(ctx context.Context, programName, source string, ms [
 }
 
 func (s *Store) record(ctx context.Context, programName, source string, ms []Measurement, overwrite, many bool) (int, error) {
-	if err := checkTexts("program_name", programName, "program_source_code", source); err != nil {
+	if err := input.Texts("program_name", programName, "program_source_code", source); err != nil {
 		return 0, err
 	}
 	if err := s.CheckWrites(); err != nil {

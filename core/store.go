@@ -15,6 +15,7 @@ import (
 
 	"github.com/tirastore/tirastore/core/cpu"
 	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/internal/input"
 	"github.com/tirastore/tirastore/core/postgres"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/sqlitefile"
@@ -50,7 +51,7 @@ type Store struct {
 // when it does not exist, and runs the original's CPU check: on a mismatch
 // writes are disabled (unless opts.AllowCPUMismatch) and Warning says why.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
-	if err := checkText("db_path", path); err != nil {
+	if err := input.Text("db_path", path); err != nil {
 		return nil, err
 	}
 	if path == "" {
@@ -110,7 +111,7 @@ func openBackend(ctx context.Context, location string, cfg storage.Config) (stor
 		return nil, nil, newError(KindValue, "db_path %s is a URL of a kind TiraStore does not know (%s://): "+
 			"give a file path, or a postgresql:// URL", schedule.Repr(postgres.Redact(location)), scheme)
 	}
-	abs, err := resolvePath("database path", location)
+	abs, err := input.Path("database path", location)
 	if err != nil {
 		return nil, nil, err
 	}
