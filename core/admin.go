@@ -111,7 +111,7 @@ func (s *Store) Backup(ctx context.Context, dest string) (string, error) {
 		}
 		return meta, nil
 	}
-	if err := s.checkOutput(outfile.Backup, dest, backupOf); err != nil {
+	if err := s.CheckOutput(outfile.Backup, dest, backupOf); err != nil {
 		return "", err
 	}
 	// As opening a database creates its directory, so does a backup.
@@ -139,9 +139,10 @@ func (s *Store) Backup(ctx context.Context, dest string) (string, error) {
 	return dest, nil
 }
 
-// checkOutput is outfile.CheckResolved of the absolute path out for this
-// store's database.
-func (s *Store) checkOutput(kind outfile.Kind, out string, backupOf func() (map[string]string, error)) error {
+// CheckOutput is outfile.CheckResolved of the absolute path out for this
+// store's database (none for a server's, which has no files): the check
+// of every file a store's method or an operator's tool writes for it.
+func (s *Store) CheckOutput(kind outfile.Kind, out string, backupOf func() (map[string]string, error)) error {
 	db := s.path
 	if s.IsServer() {
 		db = ""

@@ -274,7 +274,7 @@ func (s *Store) ConfigExportJSON(ctx context.Context, namespace, path string) (s
 		perr := &fs.PathError{Op: "open", Path: out, Err: syscall.EISDIR}
 		return "", 0, wrapError(KindOS, perr, "cannot write PersistentCache file: %v", perr)
 	}
-	if err := s.checkOutput(outfile.ConfigExport, out, nil); err != nil {
+	if err := s.CheckOutput(outfile.ConfigExport, out, nil); err != nil {
 		return "", 0, err
 	}
 	var n int64

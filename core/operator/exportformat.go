@@ -55,11 +55,7 @@ func Export(ctx context.Context, s *core.Store, path, format string) (string, er
 		perr := &fs.PathError{Op: "open", Path: out, Err: syscall.EISDIR}
 		return "", apierr.Wrap(apierr.KindOS, perr, "cannot write export: %v", perr)
 	}
-	db := s.Path()
-	if s.IsServer() {
-		db = "" // a server's database has no files
-	}
-	if err := outfile.CheckResolved(outfile.Export, out, db, nil); err != nil {
+	if err := s.CheckOutput(outfile.Export, out, nil); err != nil {
 		return "", err
 	}
 	err = outfile.WriteReplacing(out, func(w *bufio.Writer) error {
