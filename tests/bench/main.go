@@ -321,6 +321,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if cfg.Sections["postgres"] {
 		res.Postgres = postgresSection(cfg, res)
 	}
+	res.FloorRatios = floorRatios(res)
 	res.Targets = evaluateTargets(cfg, res)
 	res.Reference = originalReference
 	res.ElapsedS = time.Since(started).Seconds()
