@@ -34,12 +34,12 @@ type results struct {
 	Targets    []*target                       `json:"targets"`
 	// Claims are the claim section's rows (claim.go), by client and row;
 	// ClaimTargets issue 18's hit target on them.
-	Claims       map[string]map[string]*opResult `json:"claims,omitempty"`
+	Claims map[string]map[string]*opResult `json:"claims,omitempty"`
 	// FloorRatios are issue 29's ratios (floor.go): client / floor of the
 	// medians, by client and row.
-	FloorRatios map[string]map[string]fnum `json:"floor_ratios,omitempty"`
-	ClaimTargets []*target                       `json:"claim_targets,omitempty"`
-	Reference    reference                       `json:"reference_original_issue5"`
+	FloorRatios  map[string]map[string]fnum `json:"floor_ratios,omitempty"`
+	ClaimTargets []*target                  `json:"claim_targets,omitempty"`
+	Reference    reference                  `json:"reference_original_issue5"`
 	// Postgres is the postgres section's figures (postgres.go), nil when
 	// it did not run or no cluster could be started (Skipped says why).
 	Postgres *pgResults `json:"postgres,omitempty"`
