@@ -326,7 +326,7 @@ func bigEntry(n int) *Entry {
 // committer does under the lock.
 func BenchmarkEncode1000(b *testing.B) {
 	e := bigEntry(1000)
-	for b.Loop() {
+	for i := 0; i < b.N; i++ {
 		if _, err := encode(e); err != nil {
 			b.Fatal(err)
 		}
