@@ -115,21 +115,39 @@ func replyLimits() any {
 	return o
 }
 
-// replyResult is the LookupResult field order of the original, with the
+// resultFieldNames are a result's fields in the order of the original's
+// LookupResult: the keys of replyResult, the positions of replyResultRow.
+var resultFieldNames = [8]string{"is_legal", "execution_times", "schedule", "hostname",
+	"username", "creation_date", "update_date", "source_project"}
+
+// resultFields are r's values in the order of resultFieldNames, with the
 // stored JSON values untouched (a stored list of numbers in its compact
 // text: core.Result.Stored).
-func replyResult(r *core.Result) any {
+func resultFields(r *core.Result) [8]any {
 	legal, times := r.Stored()
-	o := pyjson.NewObjectCap(8)
-	o.Set("is_legal", legal)
-	o.Set("execution_times", times)
-	o.Set("schedule", r.Schedule)
-	o.Set("hostname", r.Hostname)
-	o.Set("username", r.Username)
-	o.Set("creation_date", r.CreationDate)
-	o.Set("update_date", r.UpdateDate)
-	o.Set("source_project", r.SourceProject)
+	return [8]any{legal, times, r.Schedule, r.Hostname, r.Username, r.CreationDate, r.UpdateDate, r.SourceProject}
+}
+
+// replyResult is a result as an object of the original's LookupResult
+// fields, in their order.
+func replyResult(r *core.Result) any {
+	f := resultFields(r)
+	o := pyjson.NewObjectCap(len(f))
+	for i, name := range resultFieldNames {
+		o.Set(name, f[i])
+	}
 	return o
+}
+
+// replyResultRow is a result as tirastore_lookup's array: the values of
+// replyResult, in its order, without the keys (a binding builds its
+// result from the positions; null for a miss).
+func replyResultRow(r *core.Result) any {
+	if r == nil {
+		return nil
+	}
+	f := resultFields(r)
+	return f[:]
 }
 
 // replyResults is lookup_many's list: a result, or null for a miss.
