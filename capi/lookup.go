@@ -9,12 +9,12 @@ import "C"
 
 import (
 	"context"
+	"sync"
 	"unsafe"
 
 	"github.com/tirastore/tirastore/core"
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/limits"
-	"github.com/tirastore/tirastore/core/pyjson"
 )
 
 // tirastore_lookup is tirastore_call(handle, "lookup", ...) by program
@@ -61,13 +61,14 @@ func tirastoreGo_lookup(handle C.uint64_t, program_name *C.char, program_name_le
 		}
 		texts[i] = C.GoStringN(arg.p, C.int(arg.n))
 	}
-	r, err := st.LookupByHash(context.Background(), texts[0], texts[1], texts[2])
+	rowBuf := rowBufs.Get().(*[]byte)
+	defer rowBufs.Put(rowBuf)
+	b, err := lookupRow((*rowBuf)[:0], st, texts[0], texts[1], texts[2])
 	if err != nil {
 		return reply(out, nil, err)
 	}
-	b, err := pyjson.Marshal(replyResultRow(r), pyjson.Compact)
-	if err != nil {
-		return reply(out, nil, apierr.New(apierr.KindInternal, "encode result: %v", err))
+	if cap(b) <= maxPooledRow {
+		*rowBuf = b
 	}
 	*reply_len = C.size_t(len(b))
 	if buf != nil && len(b) <= int(buf_size) {
@@ -76,4 +77,25 @@ func tirastoreGo_lookup(handle C.uint64_t, program_name *C.char, program_name_le
 	}
 	*out = (*C.char)(C.CBytes(append(b, 0)))
 	return statusOK
+}
+
+// rowBufs are the buffers tirastore_lookup writes its replies into before
+// copying them to the caller's; one that grew past maxPooledRow (a result
+// with thousands of times) is not kept.
+var rowBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+const maxPooledRow = 64 << 10
+
+// lookupRow is tirastore_lookup's work: the lookup by program hash and its
+// reply (appendResultRow), appended to dst.
+func lookupRow(dst []byte, st *core.Store, name, programHash, sched string) ([]byte, error) {
+	r, err := st.LookupByHash(context.Background(), name, programHash, sched)
+	if err != nil {
+		return nil, err
+	}
+	b, err := appendResultRow(dst, r)
+	if err != nil {
+		return nil, apierr.New(apierr.KindInternal, "encode result: %v", err)
+	}
+	return b, nil
 }
