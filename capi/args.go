@@ -371,8 +371,9 @@ func (a *args) schedules(name string) ([]core.Measurement, error) {
 		if !ok {
 			return nil, a.typeErr(fmt.Sprintf("%s[%d]", name, i), "dict", x)
 		}
-		m, err := a.measurement(obj, fmt.Sprintf("%s[%d].", name, i))
-		if err != nil {
+		m, err := a.measurement(obj, "")
+		if err != nil { // again, for the error naming the entry (not built for every entry)
+			_, err = a.measurement(obj, fmt.Sprintf("%s[%d].", name, i))
 			return nil, err
 		}
 		out[i] = m

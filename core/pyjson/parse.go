@@ -87,7 +87,17 @@ type parser struct {
 	data  []byte
 	depth int
 	opts  ParseOptions
+	// keys are the short object keys read so far, each string made once:
+	// a list of records repeats the same few keys thousands of times.
+	keys map[string]string
 }
+
+// Sizes of the key sharing of parser.key: keys up to maxSharedKey bytes,
+// at most maxSharedKeys of them per parse.
+const (
+	maxSharedKey  = 64
+	maxSharedKeys = 256
+)
 
 // fail builds a SyntaxError at byte offset off, computing line and column
 // the way json.JSONDecodeError does (column counts characters since the
@@ -226,16 +236,16 @@ func (p *parser) object(i int) (any, int, error) {
 	}
 	defer func() { p.depth-- }()
 	d := p.data
-	out := NewObject()
 	i = p.skipSpace(i + 1)
 	if i < len(d) && d[i] == '}' {
-		return out, i + 1, nil
+		return NewObject(), i + 1, nil
 	}
+	out := NewObjectCap(4) // a record's dict of three or four keys, without regrowing
 	for {
 		if i >= len(d) || d[i] != '"' {
 			return nil, i, p.fail("Expecting property name enclosed in double quotes", i)
 		}
-		k, next, err := p.str(i)
+		k, next, err := p.key(i)
 		if err != nil {
 			return nil, next, err
 		}
@@ -248,7 +258,7 @@ func (p *parser) object(i int) (any, int, error) {
 		if err != nil {
 			return nil, next, err
 		}
-		out.Set(k.(string), v)
+		out.Set(k, v)
 		i = p.skipSpace(next)
 		if i < len(d) && d[i] == '}' {
 			return out, i + 1, nil
@@ -258,6 +268,43 @@ func (p *parser) object(i int) (any, int, error) {
 		}
 		i = p.skipSpace(i + 1)
 	}
+}
+
+// key parses the object key whose opening quote is at data[begin]: str,
+// but a short key without escapes or control characters that the parse
+// has met before is the string made then (a key longer than any text is
+// a marker of str's, no string: refused as a key, which the request's own
+// length limit makes unreachable from the C layer).
+func (p *parser) key(begin int) (string, int, error) {
+	d := p.data
+	for end := begin + 1; end < len(d) && end-begin <= maxSharedKey; end++ {
+		c := d[end]
+		if c == '"' {
+			if k, ok := p.keys[string(d[begin+1:end])]; ok { // no allocation for the lookup
+				return k, end + 1, nil
+			}
+			k := string(d[begin+1 : end])
+			if p.keys == nil {
+				p.keys = make(map[string]string)
+			}
+			if len(p.keys) < maxSharedKeys {
+				p.keys[k] = k
+			}
+			return k, end + 1, nil
+		}
+		if c == '\\' || c <= 0x1f {
+			break
+		}
+	}
+	v, next, err := p.str(begin)
+	if err != nil {
+		return "", next, err
+	}
+	k, ok := v.(string)
+	if !ok {
+		return "", begin, p.fail("Object key too long", begin)
+	}
+	return k, next, nil
 }
 
 // str parses the string whose opening quote is at data[begin], like

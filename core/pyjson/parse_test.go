@@ -3,8 +3,10 @@ package pyjson
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // compact renders a parsed value for comparison; NonASCII keeps it readable.
@@ -261,5 +263,39 @@ func TestDecodedLen(t *testing.T) {
 	}
 	if s := v.(string); len(s) != 2*exactBufferFrom || s[:3] != "x\nx" {
 		t.Fatalf("decoded %d bytes", len(s))
+	}
+}
+
+// Object keys read through the shared-key path are the keys str reads:
+// escapes, control characters, the longest shared length and one past
+// it, repeated keys (one string), and errors at the same offsets.
+func TestParseSharedKeys(t *testing.T) {
+	long := strings.Repeat("k", maxSharedKey)
+	doc := `[{"a":1,"b\u00e9":2,"` + long + `":3,"` + long + `x":4},{"a":5,"b\u00e9":6,"` + long + `":7,"` + long + `x":8}]`
+	v, err := Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := v.([]any)
+	for _, o := range list {
+		if got, want := o.(*Object).Keys(), []string{"a", "bé", long, long + "x"}; !slices.Equal(got, want) {
+			t.Fatalf("keys %q, want %q", got, want)
+		}
+	}
+	k0, k1 := list[0].(*Object).Keys()[0], list[1].(*Object).Keys()[0]
+	if unsafe.StringData(k0) != unsafe.StringData(k1) {
+		t.Error(`the second "a" is a new string, not the first one's`)
+	}
+	for _, bad := range []string{"{\"a\x01\":1}", "{\"a\\x\":1}", `{"a`, `{"` + long + "\x02\":1}"} {
+		_, err := Parse([]byte(bad))
+		var se *SyntaxError
+		if !errors.As(err, &se) {
+			t.Fatalf("%q: %v, want a SyntaxError", bad, err)
+		}
+		p := &parser{data: []byte(bad)}
+		_, _, want := p.str(1)
+		if want == nil || err.Error() != want.Error() {
+			t.Errorf("%q: %v, want str's %v", bad, err, want)
+		}
 	}
 }
