@@ -147,8 +147,12 @@ const (
 	FollowQuiet = 10 * time.Second
 	// MaxCachedBytes bounds the cache's entries in bytes (an estimate of
 	// each record's memory: records differ a lot in size), as MaxCached
-	// does in number.
-	MaxCachedBytes = 64 << 20
+	// does in number. A process's resident memory grows by up to about
+	// twice it (Go's heap grows to twice its live data before it
+	// collects), in each of a node's tens of processes: 16 MiB holds some
+	// 25,000 records of a few hundred bytes, a program of PrefetchLimit
+	// records with room to spare.
+	MaxCachedBytes = 16 << 20
 	// BackupStepPages is what a backup copies per hold of the lock: 1,024
 	// pages (4 MiB with 4 KiB pages), a few milliseconds of copying, the
 	// hold of a record_many of some hundred records.

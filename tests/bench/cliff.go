@@ -28,17 +28,23 @@ import (
 // never wrote them.
 //
 //   - (a) one Python process (pybench.py, the tirastore package): lookup
-//     hits over 4 programs (a working set that fits), then lookups of random
-//     (program, schedule) pairs over every program (the thrash row), whose
-//     median is judged against the hit's; the same in Go (engine-go,
-//     in-process), with the lock's and the cache's counters over the
-//     thrash row (program loads under the lock, rows read, longest hold).
-//   - memory: the same Python process's VmRSS after its warm-up and after
-//     Memory lookups in all (hits and misses over 16 programs, which fit the
-//     cache, and the thrash rows, which do not).
+//     hits over cliffHitRecords records' programs (a working set that
+//     fits), then lookups of random (program, schedule) pairs over every
+//     program (the thrash row), whose median is judged against the hit's;
+//     the same in Go (engine-go, in-process), with the lock's and the
+//     cache's counters over the thrash row (program loads under the lock,
+//     rows read, point reads).
+//   - memory: the same Python process's VmRSS after its warm-up, after the
+//     thrash rows (the cache full) and after Memory lookups in all (the
+//     rest: hits and misses over cliffFitRecords records' programs, which
+//     fit the cache). Target 5: no growth once the cache is full
+//     (cliffRSSPlateau); the growth from the warm-up is shown beside the
+//     cache's byte bound.
 //   - (b) a neighbour Python process recording new keys one at a time,
-//     alone and then beside a second thrashing Python process, alternately
-//     (NeighbourRounds each): its record p50 both ways.
+//     alone, beside a second Python process doing cached hits (lock-free:
+//     the CPU such a process takes, no lock), and beside a second Python
+//     process thrashing, in turn (NeighbourRounds each): its record p50
+//     each way.
 type cliffSizes struct {
 	Programs int `json:"programs"`
 	Records  int `json:"records_per_program"`
@@ -61,15 +67,21 @@ func cliffSource(p int) string {
 
 // Tags and sizes of the cliff section's records.
 const (
-	tagCliff          = 20 // the working set's schedules
-	tagCliffNeighbour = 21 // the neighbour's new records (start: run*NeighbourRecords)
-	cliffHitPrograms  = 4  // the cached-hit row's working set
-	cliffFitPrograms  = 16 // the memory row's fitting working set
+	tagCliff          = 20    // the working set's schedules
+	tagCliffNeighbour = 21    // the neighbour's new records (start: run*NeighbourRecords)
+	cliffHitRecords   = 8192  // records of the cached-hit row's programs
+	cliffFitRecords   = 16384 // records of the memory row's fitting programs
 	cliffHitLookups   = 20000
 	cliffLookupTarget = 10.0 // thrash median / hit median (issue 29, target 4)
 	cliffNeighbourMax = 1.5  // neighbour record p50 beside / alone (issue 29)
-	cliffRSSTarget    = 64.0 // MiB after the memory row's lookups (issue 29, target 5)
 )
+
+// cliffRSSPlateau is the memory row's target (issue 29, target 5: memory
+// stays bounded): once the cache is full (after the thrash rows), the
+// rest of the million lookups may grow the Python process's VmRSS by this
+// many MiB at most (Go's heap size and the allocator's spans move a
+// little between collections).
+const cliffRSSPlateau = 8.0
 
 // cliffRow is one client's lookups: hit and thrash summaries (µs), with
 // the thrash row's p90 and, from Go, the counters.
@@ -92,14 +104,20 @@ type cliffRow struct {
 type cliffResults struct {
 	Sizes       cliffSizes           `json:"sizes"`
 	CacheBound  int                  `json:"cache_max_entries"`
+	CacheBytes  int                  `json:"cache_max_bytes"`
 	Rows        map[string]*cliffRow `json:"lookups"`
 	RSSWarmMiB  float64              `json:"rss_after_warmup_mib"`
+	RSSFullMiB  float64              `json:"rss_after_thrash_mib"`
 	RSSEndMiB   float64              `json:"rss_after_lookups_mib"`
 	HWMMiB      float64              `json:"peak_rss_mib"`
 	MemLookups  int                  `json:"memory_lookups_done"`
+	FullLookups int                  `json:"lookups_with_cache_full"`
 	Alone       *summary             `json:"neighbour_record_alone"`
 	Beside      *summary             `json:"neighbour_record_beside"`
 	BesideRatio fnum                 `json:"neighbour_p50_beside_per_alone"`
+	// BesideHits is the neighbour's records beside a process doing
+	// cached hits only (no lock): what its CPU alone costs the neighbour.
+	BesideHits *summary `json:"neighbour_record_beside_hits"`
 	// BesideThrash is the thrashing process's lookups during the
 	// neighbour's runs.
 	BesideThrash *summary `json:"thrash_beside_neighbour"`
@@ -117,7 +135,7 @@ func cliffSection(cfg *config, res *results) *cliffResults {
 
 func runCliff(cfg *config) (*cliffResults, error) {
 	z := cfg.Cliff
-	out := &cliffResults{Sizes: z, CacheBound: tuning.MaxCached, Rows: map[string]*cliffRow{}}
+	out := &cliffResults{Sizes: z, CacheBound: tuning.MaxCached, CacheBytes: tuning.MaxCachedBytes, Rows: map[string]*cliffRow{}}
 	if err := cfg.fresh(); err != nil {
 		return nil, err
 	}
@@ -134,8 +152,8 @@ func runCliff(cfg *config) (*cliffResults, error) {
 	warm := max(z.Lookups/4, 1)
 	hits := min(cliffHitLookups, max(z.Memory/10, 1))
 	fit := max(z.Memory-2*hits-warm-z.Lookups, 0)
-	hitSet := step{Op: "lookup_set", Tag: tagCliff, Programs: min(cliffHitPrograms, z.Programs), Records: z.Records, Keys: z.Records}
-	fitSet := step{Op: "lookup_set", Tag: tagCliff, Programs: min(cliffFitPrograms, z.Programs), Records: z.Records, Keys: 2 * z.Records}
+	hitSet := step{Op: "lookup_set", Tag: tagCliff, Programs: min(max(cliffHitRecords/z.Records, 1), z.Programs), Records: z.Records, Keys: z.Records}
+	fitSet := step{Op: "lookup_set", Tag: tagCliff, Programs: min(max(cliffFitRecords/z.Records, 1), z.Programs), Records: z.Records, Keys: 2 * z.Records}
 	thrash := step{Op: "lookup_set", Tag: tagCliff, Programs: z.Programs, Records: z.Records, Keys: z.Records}
 	with := func(s step, label string, n int, seed int64, warm bool) step {
 		s.Label, s.N, s.Seed, s.Warmup = label, n, seed, warm
@@ -145,12 +163,13 @@ func runCliff(cfg *config) (*cliffResults, error) {
 		with(hitSet, "warmup_hit", hits, 1, true),
 		with(hitSet, "cached_hit", hits, 2, false),
 		{Label: "rss_warm", Op: "rss"},
-		with(fitSet, "fit_mix", fit, 3, false),
 		with(thrash, "warmup_thrash", warm, 4, true),
 		with(thrash, "thrash", z.Lookups, 5, false),
+		{Label: "rss_full", Op: "rss"},
+		with(fitSet, "fit_mix", fit, 3, true), // untimed: no samples kept
 		{Label: "rss_end", Op: "rss"},
 	}
-	cfg.logf("cliff python: %d hits, %d lookups over %d programs, %d+%d over %d programs", hits, fit, fitSet.Programs, warm, z.Lookups, z.Programs)
+	cfg.logf("cliff python: %d hits, %d+%d lookups over %d programs, %d over %d programs", hits, warm, z.Lookups, z.Programs, fit, fitSet.Programs)
 	t0 = time.Now()
 	py, err := runPython(cfg, cfg.pySpec(implPython, plan))
 	if err != nil {
@@ -164,10 +183,13 @@ func runCliff(cfg *config) (*cliffResults, error) {
 	if r := py.Results["rss_warm"]; r != nil {
 		out.RSSWarmMiB = float64(r.RSSKiB) / 1024
 	}
+	if r := py.Results["rss_full"]; r != nil {
+		out.RSSFullMiB = float64(r.RSSKiB) / 1024
+	}
 	if r := py.Results["rss_end"]; r != nil {
 		out.RSSEndMiB, out.HWMMiB = float64(r.RSSKiB)/1024, float64(r.HWMKiB)/1024
 	}
-	out.MemLookups = 2*hits + fit + warm + z.Lookups
+	out.MemLookups, out.FullLookups = 2*hits+fit+warm+z.Lookups, fit
 
 	// (a) from Go, in this process, with the counters.
 	t0 = time.Now()
@@ -180,23 +202,31 @@ func runCliff(cfg *config) (*cliffResults, error) {
 	out.Rows[implEngine] = goRow
 	cfg.logf("cliff engine-go: done in %.1f s", time.Since(t0).Seconds())
 
-	// (b) the neighbour, alone and beside a thrashing process, alternately.
-	var alone, beside, bg []int64
+	// (b) the neighbour: alone, beside cached hits, beside a thrashing
+	// process, in turn.
+	var alone, besideHits, beside, bg []int64
 	for round := 0; round < z.NeighbourRounds; round++ {
-		for _, thrashing := range []bool{false, true} {
-			run := 2*round + boolInt(thrashing)
-			ns, lookups, err := cliffNeighbour(cfg, z, run, thrashing, with(thrash, "warmup_thrash", warm, int64(10+run), true), thrash)
+		for kind, set := range []*step{nil, &hitSet, &thrash} {
+			run := 3*round + kind
+			var busy []step
+			if set != nil {
+				busy = []step{with(*set, "warmup", warm, int64(10+run), true), with(*set, "busy", math.MaxInt32, int64(20+run), false)}
+			}
+			ns, lookups, err := cliffNeighbour(cfg, z, run, busy)
 			if err != nil {
 				return out, err
 			}
-			if thrashing {
-				beside, bg = append(beside, ns...), append(bg, lookups...)
-			} else {
+			switch kind {
+			case 0:
 				alone = append(alone, ns...)
+			case 1:
+				besideHits = append(besideHits, ns...)
+			default:
+				beside, bg = append(beside, ns...), append(bg, lookups...)
 			}
 		}
 	}
-	out.Alone, out.Beside, out.BesideThrash = summarize(alone), summarize(beside), summarize(bg)
+	out.Alone, out.BesideHits, out.Beside, out.BesideThrash = summarize(alone), summarize(besideHits), summarize(beside), summarize(bg)
 	if out.Alone != nil && out.Beside != nil {
 		out.BesideRatio = fnum(ratio(out.Beside.Median, out.Alone.Median))
 	}
@@ -205,13 +235,6 @@ func runCliff(cfg *config) (*cliffResults, error) {
 
 // newRand is the generator of a lookup_set step's pairs.
 func newRand(seed int64) *rand.Rand { return rand.New(rand.NewPCG(uint64(seed), 29)) }
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
 
 // newCliffRow summarizes the hit and thrash rows of one client; failed
 // operations of any step are named in Problems.
@@ -343,17 +366,26 @@ func cacheCounters(st *core.Store) map[string]int64 {
 }
 
 // cliffNeighbour runs one neighbour (pybench.py, z.NeighbourRecords records
-// of new keys, after 5 untimed ones), beside a thrashing Python process when
-// thrashing (its warm-up done first); it returns the neighbour's record
-// durations and the thrasher's lookup durations meanwhile.
-func cliffNeighbour(cfg *config, z cliffSizes, run int, thrashing bool, warm, thrash step) (records, lookups []int64, err error) {
+// of new keys, after 5 untimed ones), beside a second Python process that
+// runs busy (lookup_set steps, the last one until the neighbour is done)
+// unless busy is empty; it returns the neighbour's record durations and the
+// busy process's lookup durations meanwhile.
+func cliffNeighbour(cfg *config, z cliffSizes, run int, busy []step) (records, lookups []int64, err error) {
+	thrashing := len(busy) > 0
 	var bg *exec.Cmd
 	var bgOut strings.Builder
 	stop := filepath.Join(cfg.Dir, fmt.Sprintf("cliff-stop-%d", run))
 	ready := filepath.Join(cfg.Dir, fmt.Sprintf("cliff-ready-%d", run))
+	for _, f := range []string{stop, ready} { // an earlier run's (-keep, or a killed run)
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, nil, err
+		}
+		defer os.Remove(f)
+	}
 	if thrashing {
-		thrash.Label, thrash.N, thrash.Seed, thrash.ReadyFile, thrash.StopFile = "thrash_beside", math.MaxInt32, int64(20+run), ready, stop
-		path, err := writeSpec(cfg, cfg.pySpec(implPython, []step{warm, thrash}))
+		last := &busy[len(busy)-1]
+		last.ReadyFile, last.StopFile = ready, stop
+		path, err := writeSpec(cfg, cfg.pySpec(implPython, busy))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -374,7 +406,7 @@ func cliffNeighbour(cfg *config, z cliffSizes, run int, thrashing bool, warm, th
 				break
 			}
 			if time.Now().After(deadline) {
-				return nil, nil, errors.New("the thrashing process did not get ready within 10 minutes")
+				return nil, nil, errors.New("the busy process did not get ready within 10 minutes")
 			}
 		}
 	}
@@ -400,15 +432,15 @@ func cliffNeighbour(cfg *config, z cliffSizes, run int, thrashing bool, warm, th
 	err = bg.Wait()
 	bg = nil
 	if err != nil {
-		return nil, nil, fmt.Errorf("thrashing process: %v", err)
+		return nil, nil, fmt.Errorf("busy process: %v", err)
 	}
 	var o pyOutput
 	if err := json.Unmarshal([]byte(bgOut.String()), &o); err != nil {
-		return nil, nil, fmt.Errorf("thrashing process: %v", err)
+		return nil, nil, fmt.Errorf("busy process: %v", err)
 	}
-	t := o.Results["thrash_beside"]
+	t := o.Results["busy"]
 	if t == nil || t.Errors+t.Wrong > 0 {
-		return nil, nil, fmt.Errorf("thrashing process: %+v", t)
+		return nil, nil, fmt.Errorf("busy process: %+v", t)
 	}
 	return r.NS, t.NS, nil
 }
@@ -440,12 +472,17 @@ func cliffTargets(res *results) []*target {
 			Value: r.Ratio, Unit: "x", Goal: "report", Detail: d})
 	}
 	if c.Alone != nil && c.Beside != nil {
-		judge("cliff-neighbour", "issue 29: neighbour's record p50 beside the thrashing process / alone", float64(c.BesideRatio), cliffNeighbourMax, "x",
-			fmt.Sprintf("%s vs %s µs", fmtUS(c.Beside.Median), fmtUS(c.Alone.Median)))
+		d := fmt.Sprintf("%s vs %s µs", fmtUS(c.Beside.Median), fmtUS(c.Alone.Median))
+		if c.BesideHits != nil {
+			d += fmt.Sprintf("; beside a process doing cached hits (its CPU, no lock) %s µs", fmtUS(c.BesideHits.Median))
+		}
+		judge("cliff-neighbour", "issue 29: neighbour's record p50 beside the thrashing process / alone", float64(c.BesideRatio), cliffNeighbourMax, "x", d)
 	}
 	if c.RSSEndMiB > 0 {
-		judge("memory", fmt.Sprintf("issue 29: RSS of a Python process after %s lookups", fmtCount(float64(c.MemLookups))), c.RSSEndMiB, cliffRSSTarget, "MiB",
-			fmt.Sprintf("%.1f MiB after its warm-up, peak %.1f", c.RSSWarmMiB, c.HWMMiB))
+		judge("memory", fmt.Sprintf("issue 29: RSS growth of a Python process once its cache is full, over %s lookups", fmtCount(float64(c.FullLookups))),
+			c.RSSEndMiB-c.RSSFullMiB, cliffRSSPlateau, "MiB",
+			fmt.Sprintf("%.1f MiB after its warm-up, %.1f with the cache full, %.1f after %s lookups in all (peak %.1f; cache bound %d MiB)",
+				c.RSSWarmMiB, c.RSSFullMiB, c.RSSEndMiB, fmtCount(float64(c.MemLookups)), c.HWMMiB, c.CacheBytes>>20))
 	}
 	return ts
 }
@@ -459,8 +496,8 @@ func writeCliff(w io.Writer, res *results) {
 	}
 	fmt.Fprintf(w, "\n   Lookups past the result cache (issue 29, targets 4 and 5), µs.\n")
 	if c != nil {
-		fmt.Fprintf(w, "   %d programs x %d records (the cache holds %d entries); thrash: random (program, schedule) pairs over all of them;\n", c.Sizes.Programs, c.Sizes.Records, c.CacheBound)
-		fmt.Fprintf(w, "   hit: the same over %d programs. ratio = thrash median / hit median, same process.\n", cliffHitPrograms)
+		fmt.Fprintf(w, "   %d programs x %d records (the cache holds %d entries and %d MiB); thrash: random (program, schedule) pairs over all of them;\n", c.Sizes.Programs, c.Sizes.Records, c.CacheBound, c.CacheBytes>>20)
+		fmt.Fprintf(w, "   hit: the same over %d programs. ratio = thrash median / hit median, same process.\n", min(max(cliffHitRecords/c.Sizes.Records, 1), c.Sizes.Programs))
 		t := newTable("ll", "client", "hit median", "thrash median", "thrash p90", "thrash max", "ratio", "lock acq.", "loads", "rows read", "point reads", "failed")
 		for _, impl := range []string{implPython, implEngine} {
 			r := c.Rows[impl]
@@ -480,13 +517,17 @@ func writeCliff(w io.Writer, res *results) {
 		if c.Alone != nil && c.Beside != nil {
 			fmt.Fprintf(w, "   neighbour (python, record of a new key): p50 %s alone, %s beside a thrashing python process (%sx); p99 %s / %s",
 				fmtUS(c.Alone.Median), fmtUS(c.Beside.Median), fmtNum(float64(c.BesideRatio)), fmtUS(c.Alone.P99), fmtUS(c.Beside.P99))
+			if c.BesideHits != nil {
+				fmt.Fprintf(w, ";\n   beside a python process doing cached hits (its CPU, no lock): p50 %s", fmtUS(c.BesideHits.Median))
+			}
 			if c.BesideThrash != nil {
 				fmt.Fprintf(w, "; its lookups meanwhile: median %s", fmtUS(c.BesideThrash.Median))
 			}
 			fmt.Fprintln(w)
 		}
 		if c.RSSEndMiB > 0 {
-			fmt.Fprintf(w, "   memory (python, VmRSS): %.1f MiB after warm-up, %.1f MiB after %s lookups (peak %.1f)\n", c.RSSWarmMiB, c.RSSEndMiB, fmtCount(float64(c.MemLookups)), c.HWMMiB)
+			fmt.Fprintf(w, "   memory (python, VmRSS): %.1f MiB after warm-up, %.1f after the thrash rows (cache full), %.1f after %s lookups in all (peak %.1f)\n",
+				c.RSSWarmMiB, c.RSSFullMiB, c.RSSEndMiB, fmtCount(float64(c.MemLookups)), c.HWMMiB)
 		}
 		fmt.Fprintf(w, "   lock acq., loads, rows read, point reads: over the thrash row, engine-go only (Python has no counters); a lookup takes the lock\n")
 		fmt.Fprintf(w, "   at most once and nobody else does, so engine-go's thrash max bounds its longest hold of the lock.\n")
