@@ -115,7 +115,7 @@ build-failpoints:
 # tests skip, except under CI=true). test_postgres.py, in the first run,
 # holds what only the server has: restarts, TLS, passwords, 64 processes.
 PG_API_TESTS := test_store_api.py test_bad_input.py test_export_backup.py test_claims.py \
-	test_cpu_metadata.py test_config_methods.py
+	test_cpu_metadata.py test_config_methods.py test_lookup_path.py
 test-python: install build-failpoints ejkernel-venv
 	$(IN_VENV) $(PYTHON) -m pytest -q -rs tests/python
 	cd tests/python && TIRASTORE_TEST_BACKEND=postgresql $(IN_VENV) $(PYTHON) -m pytest -q -rs $(PG_API_TESTS)

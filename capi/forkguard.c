@@ -60,6 +60,14 @@ int tirastore_call(uint64_t handle, const char *method, const char *args_json, c
 	return tirastoreGo_call(handle, (char *)method, (char *)args_json, out);
 }
 
+int tirastore_lookup(uint64_t handle, const char *program_name, size_t program_name_len, const char *program_hash,
+                     size_t program_hash_len, const char *schedule, size_t schedule_len, void *buf, size_t buf_size,
+                     size_t *reply_len, char **out) {
+	if (tirastore_forked) return tirastore_forked_error(out);
+	return tirastoreGo_lookup(handle, (char *)program_name, program_name_len, (char *)program_hash, program_hash_len,
+	                          (char *)schedule, schedule_len, buf, buf_size, reply_len, out);
+}
+
 int tirastore_config_fresh(uint64_t handle, uint64_t stamp) {
 	if (tirastore_forked) return 0; // not fresh: the caller's config_value call then reports the fork
 	return tirastoreGo_config_fresh(handle, stamp);

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -41,5 +42,76 @@ func TestReplyResultShape(t *testing.T) {
 	}
 	if b, err = pyjson.Marshal(replyClaimOutcome(out), pyjson.Compact); err != nil || string(b) != `{"result":`+want+`}` {
 		t.Fatalf("outcome %s, %v", b, err)
+	}
+}
+
+// tirastore_lookup's array is the lookup object's values in its order.
+func TestLookupRowIsTheReplysValues(t *testing.T) {
+	ctx := context.Background()
+	st, err := core.Open(ctx, filepath.Join(t.TempDir(), "cache.db"), core.Options{CPUModel: "Test CPU", SourceProject: "p\"1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const src, sched = "void blur() { /* c */ }", "S(L0,L1,4,8,comps=['c1'])"
+	m := core.Measurement{Schedule: sched, IsLegal: true, ExecutionTimes: []pyjson.Number{"1", "1.0", "0.042", "1e-05"}}
+	if _, err := st.Record(ctx, "blur", src, m, false); err != nil {
+		t.Fatal(err)
+	}
+	h := core.ProgramHash(src)
+	row, err := lookupRow(nil, st, "blur", h, " S( L0,L1,4,8,comps=[\"c1\"])")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := st.Lookup(ctx, "blur", src, sched)
+	if err != nil || r == nil {
+		t.Fatal(r, err)
+	}
+	obj, err := pyjson.Marshal(replyResult(r), pyjson.Compact)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pyjson.Parse(row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := pyjson.Parse(obj)
+	var values []any
+	want.(*pyjson.Object).Range(func(_ string, v any) bool { values = append(values, v); return true })
+	again, _ := pyjson.Marshal(values, pyjson.Compact)
+	if string(row) != string(again) || len(got.([]any)) != 8 {
+		t.Fatalf("row %s\nwant %s", row, again)
+	}
+	if miss, err := lookupRow(nil, st, "blur", h, "R(L0,comps=['c1'])"); err != nil || string(miss) != "null" {
+		t.Fatalf("miss: %s, %v", miss, err)
+	}
+}
+
+func BenchmarkLookupRow(b *testing.B) {
+	ctx := context.Background()
+	st, err := core.Open(ctx, filepath.Join(b.TempDir(), "cache.db"), core.Options{CPUModel: "Test CPU"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	const src = "void blur() { /* c */ }"
+	var scheds []string
+	for i := 0; i < 1000; i++ {
+		scheds = append(scheds, fmt.Sprintf("T2(L0,L1,0,%d,comps=['conv'])|U(L2,4,comps=['conv'])", i))
+	}
+	var ms []core.Measurement
+	for _, s := range scheds {
+		ms = append(ms, core.Measurement{Schedule: s, IsLegal: true, ExecutionTimes: core.Times(0.1, 0.105, 0.11)})
+	}
+	if _, err := st.RecordMany(ctx, "blur", src, ms, false); err != nil {
+		b.Fatal(err)
+	}
+	h := core.ProgramHash(src)
+	buf := make([]byte, 0, 512)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := lookupRow(buf, st, "blur", h, scheds[i%len(scheds)]); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -118,6 +118,25 @@ int tirastore_call(uint64_t handle, const char *method, const char *args_json, c
 int tirastore_config_fresh(uint64_t handle, uint64_t stamp);
 
 /*
+ * tirastore_lookup is tirastore_call(handle, "lookup", ...) by program
+ * hash for a binding's hot path: a repeated lookup of a program whose hash
+ * the binding knows (from "make_program_hash", or from a lookup that sent
+ * the source). The arguments are UTF-8 texts given as pointer and length
+ * (no JSON to write, none to parse; an embedded NUL is refused as the
+ * method refuses it). On success (status TIRASTORE_OK) the reply is the
+ * result alone, without the {"result": ...} around it: null for a miss,
+ * else the JSON array [is_legal, execution_times, schedule, hostname,
+ * username, creation_date, update_date, source_project], the fields of
+ * "lookup"'s object in their order. It is written to buf when it fits
+ * in buf_size bytes (not NUL-terminated; *out is then NULL), else to a
+ * new NUL-terminated buffer in *out that the caller frees with
+ * tirastore_free; *reply_len receives its length either way. On an error
+ * *out receives {"error": ...} as from tirastore_call (status and message
+ * are the method's own). A pointer may be NULL only with length 0.
+ */
+int tirastore_lookup(uint64_t handle, const char *program_name, size_t program_name_len, const char *program_hash, size_t program_hash_len, const char *schedule, size_t schedule_len, void *buf, size_t buf_size, size_t *reply_len, char **out);
+
+/*
  * tirastore_free releases a buffer the library returned through an out
  * parameter. NULL is ignored. Each buffer must be freed exactly once.
  */

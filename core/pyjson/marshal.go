@@ -101,6 +101,27 @@ func Marshal(v any, opt Options) ([]byte, error) {
 	return e.buf, nil
 }
 
+// Append is Marshal appending to dst: a caller writing a document of a
+// fixed shape (a lookup's reply, once per call) writes its parts into one
+// buffer.
+func Append(dst []byte, v any, opt Options) ([]byte, error) {
+	e := encoder{opt: opt, buf: dst}
+	if err := e.value(v, 0); err != nil {
+		return dst, err
+	}
+	return e.buf, nil
+}
+
+// AppendString is Append of the string s, without making it an any (which
+// costs an allocation per string).
+func AppendString(dst []byte, s string, opt Options) ([]byte, error) {
+	e := encoder{opt: opt, buf: dst}
+	if err := e.string(s); err != nil {
+		return dst, err
+	}
+	return e.buf, nil
+}
+
 type encoder struct {
 	opt   Options
 	buf   []byte

@@ -86,13 +86,18 @@ func Normalize(s string) string {
 		}
 		b.WriteString(s[i:start])
 		b.WriteString(compsOpen)
-		for n, item := range strings.Split(s[inner:inner+k], ",") {
+		for items, n := s[inner:inner+k], 0; ; n++ { // strings.Split(items, ","), without its slice
+			item, rest, more := strings.Cut(items, ",")
 			if n > 0 {
 				b.WriteByte(',')
 			}
 			b.WriteByte('\'')
 			b.WriteString(strings.Trim(item, `'"`))
 			b.WriteByte('\'')
+			if !more {
+				break
+			}
+			items = rest
 		}
 		b.WriteByte(']')
 		i = inner + k + 1

@@ -120,6 +120,7 @@ int tirastore_open(const char *db_path, const char *options_json, uint64_t *hand
 int tirastore_close(uint64_t handle, char **out);
 int tirastore_call(uint64_t handle, const char *method, const char *args_json, char **out);
 int tirastore_config_fresh(uint64_t handle, uint64_t stamp);
+int tirastore_lookup(uint64_t handle, const char *program_name, size_t program_name_len, const char *program_hash, size_t program_hash_len, const char *schedule, size_t schedule_len, void *buf, size_t buf_size, size_t *reply_len, char **out);
 void tirastore_free(const char *buf);
 """
 
@@ -575,6 +576,34 @@ def call_encoded(handle: int, method: bytes, payload: bytes) -> Any:
 def config_fresh(handle: int, stamp: int) -> bool:
     """Whether config_value answers stamped *stamp* still hold (no JSON, no lock)."""
     return lib.tirastore_config_fresh(handle, stamp) == 1
+
+
+# Each thread's reply buffer of lookup_by_hash (the library writes a reply
+# that fits there, so that no buffer is allocated and freed per call; the
+# call releases the GIL, so two threads must not share one).
+_REPLY_SIZE = 4096
+_replies = threading.local()
+
+
+def lookup_by_hash(handle: int, program_name: bytes, program_hash: bytes, schedule: bytes) -> Any:
+    """The method "lookup" by program hash, through tirastore_lookup: the
+    texts as UTF-8 bytes, no JSON either way but the result's; returns
+    None or the list of LookupResult's fields in their order."""
+    try:
+        buf, size, out = _replies.bufs
+    except AttributeError:
+        buf, size, out = _replies.bufs = (ffi.new("char[]", _REPLY_SIZE), ffi.new("size_t *"), ffi.new("char **"))
+    status = lib.tirastore_lookup(handle, program_name, len(program_name), program_hash, len(program_hash),
+                                  schedule, len(schedule), buf, _REPLY_SIZE, size, out)
+    if status != 0:
+        return _reply(status, out)  # raises the method's error
+    if out[0] == ffi.NULL:
+        return _loads(ffi.unpack(buf, size[0]).decode("utf-8"))
+    try:
+        text = ffi.unpack(out[0], size[0])
+    finally:
+        lib.tirastore_free(out[0])
+    return _loads(text.decode("utf-8"))
 
 
 def call(handle: int, method: str, **args: Any) -> Any:

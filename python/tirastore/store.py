@@ -420,6 +420,18 @@ class TiraStore:
         >>> store.lookup("blur", "void blur() {}", "U(L0,8,comps=['c1'])") is None
         True
         """
+        # The hot path: a program whose hash is known, texts that are str,
+        # a handle of this process's copy of the library (see _call):
+        # tirastore_lookup, with no JSON but the result's.
+        h = _program_hashes.get(program_source_code) if type(program_source_code) is str else None
+        if h is not None and type(program_name) is str and type(tiralib_schedule_string) is str and self._copy == _native.lib_copy:
+            try:
+                name, sched = program_name.encode("utf-8"), tiralib_schedule_string.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate: the JSON path below says so
+                pass
+            else:
+                row = _native.lookup_by_hash(self._handle, name, h.encode("ascii"), sched)
+                return None if row is None else LookupResult(*row)
         ref = self._program(program_source_code)
         found = self._call("lookup", program_name=program_name, tiralib_schedule_string=tiralib_schedule_string, **ref)
         self._remember(ref)

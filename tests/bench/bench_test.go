@@ -81,6 +81,7 @@ func TestQuickRun(t *testing.T) {
 	checkLatency(implPython, ops)
 	checkLatency(implCtypes, ops)
 	checkLatency(implOrigPy, []string{opLookupHit, opLookupMiss, opRecordNew, opRecordExisting})
+	checkLatency(implFloor, []string{opRecordNew, opMany100, opMany1000})
 	checkLatency(implConfigSeed, configOps)
 	checkLatency(implConfigCache, configOps)
 

@@ -45,7 +45,8 @@ func toOpResults(raw map[string]*stepResult, keepSamples bool) map[string]*opRes
 // python and ctypes in turn on fresh databases, and pools each row's
 // samples over the rounds: drift of a shared machine then weighs on every
 // client alike instead of on whichever ran in a bad minute. The Python
-// original reference runs in the first round only.
+// original reference runs in the first round only. The durable-transaction
+// floor (floor.go) runs at the start and at the end of every round.
 func latencySection(cfg *config, res *results) error {
 	raw := map[string]map[string]*stepResult{}
 	add := func(impl string, m map[string]*stepResult) { poolResults(raw, impl, m) }
@@ -58,7 +59,22 @@ func latencySection(cfg *config, res *results) error {
 			cfg.logf("python rows skipped: %s", pyWhy)
 		}
 	}
+	// The floor (floor.go) runs first and last in every round, its samples
+	// pooled: it brackets the engine's rows from Go and from Python, so
+	// that a machine drifting within a round weighs on both sides of the
+	// ratios engine / floor.
+	floor := func(round int) error {
+		m, err := latencyFloor(cfg, round)
+		if err != nil {
+			return fmt.Errorf("latency %s: %w", implFloor, err)
+		}
+		add(implFloor, m)
+		return nil
+	}
 	for round := 1; round <= cfg.Rounds; round++ {
+		if err := floor(round); err != nil {
+			return err
+		}
 		if cfg.Sections["latency"] {
 			for _, impl := range []string{implBaseline, implEngine} {
 				m, err := latencyGo(cfg, impl, round)
@@ -68,30 +84,38 @@ func latencySection(cfg *config, res *results) error {
 				add(impl, m)
 			}
 		}
-		if !cfg.Sections["python"] || pyWhy != "" {
-			continue
+		if cfg.Sections["python"] && pyWhy == "" {
+			latencyPythonRound(cfg, res, raw, round)
 		}
-		for _, impl := range []string{implPython, implCtypes, implOrigPy} {
-			if impl == implOrigPy && round > 1 {
-				continue
-			}
-			if _, failed := res.Skipped["latency/"+impl]; failed {
-				continue
-			}
-			m, err := latencyPython(cfg, impl, round)
-			if err != nil {
-				res.Skipped["latency/"+impl] = err.Error()
-				delete(raw, impl)
-				cfg.logf("latency %s: %v", impl, err)
-				continue
-			}
-			add(impl, m)
+		if err := floor(round); err != nil {
+			return err
 		}
 	}
 	for impl, m := range raw {
 		res.Latency[impl] = toOpResults(m, cfg.Raw)
 	}
 	return nil
+}
+
+// latencyPythonRound runs one round of the Python clients, pooling their
+// samples into raw; a client that fails is skipped from then on.
+func latencyPythonRound(cfg *config, res *results, raw map[string]map[string]*stepResult, round int) {
+	for _, impl := range []string{implPython, implCtypes, implOrigPy} {
+		if impl == implOrigPy && round > 1 {
+			continue
+		}
+		if _, failed := res.Skipped["latency/"+impl]; failed {
+			continue
+		}
+		m, err := latencyPython(cfg, impl, round)
+		if err != nil {
+			res.Skipped["latency/"+impl] = err.Error()
+			delete(raw, impl)
+			cfg.logf("latency %s: %v", impl, err)
+			continue
+		}
+		poolResults(raw, impl, m)
+	}
 }
 
 // poolResults adds one run's step results of impl to raw, the samples of a

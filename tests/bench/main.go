@@ -342,6 +342,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if cfg.Sections["cliff"] {
 		res.Cliff = cliffSection(cfg, res)
 	}
+	res.FloorRatios = floorRatios(res)
 	res.Targets = append(evaluateTargets(cfg, res), cliffTargets(res)...)
 	res.Reference = originalReference
 	res.ElapsedS = time.Since(started).Seconds()

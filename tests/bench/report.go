@@ -34,9 +34,12 @@ type results struct {
 	Targets    []*target                       `json:"targets"`
 	// Claims are the claim section's rows (claim.go), by client and row;
 	// ClaimTargets issue 18's hit target on them.
-	Claims       map[string]map[string]*opResult `json:"claims,omitempty"`
-	ClaimTargets []*target                       `json:"claim_targets,omitempty"`
-	Reference    reference                       `json:"reference_original_issue5"`
+	Claims map[string]map[string]*opResult `json:"claims,omitempty"`
+	// FloorRatios are issue 29's ratios (floor.go): client / floor of the
+	// medians, by client and row.
+	FloorRatios  map[string]map[string]fnum `json:"floor_ratios,omitempty"`
+	ClaimTargets []*target                  `json:"claim_targets,omitempty"`
+	Reference    reference                  `json:"reference_original_issue5"`
 	// Postgres is the postgres section's figures (postgres.go), nil when
 	// it did not run or no cluster could be started (Skipped says why).
 	Postgres *pgResults `json:"postgres,omitempty"`
@@ -204,6 +207,16 @@ func evaluateTargets(cfg *config, res *results) []*target {
 	}
 	for _, impl := range []string{implEngine, implPython} {
 		atLeast("speedup-record-many-1000/"+impl, "record_many(1000) per record from "+impl+", speedup vs baseline", res.speedup(impl, opMany1000), 5, "x", latDetail(impl, opMany1000))
+	}
+
+	for _, f := range floorOps {
+		if math.IsNaN(f.limit) {
+			continue
+		}
+		for _, impl := range floorImpls {
+			atMost("floor-"+f.op+"/"+impl, "issue 29: "+opTitles[f.op]+" from "+impl+" / the floor", res.overFloor(impl, f.op), f.limit, "x",
+				fmt.Sprintf("median %s vs floor %s µs", fmtUS(res.median(impl, f.op)), fmtUS(res.median(implFloor, f.op))))
+		}
 	}
 
 	e, b := res.tpAt(implEngine), res.tpAt(implBaseline)
@@ -386,7 +399,7 @@ func writeLatency(w io.Writer, res *results) {
 	fmt.Fprintf(w, "   Lookup hits, contains and record-existing use keys this process has not read before; \"same key again\" repeats the lookup-hit keys.\n")
 	t := newTable("ll", "operation", "client", "n", "median", "p99", "mean", "median/rec", "speedup", "target", "met?", "failed")
 	ops := []string{opLookupHit, opLookupRepeat, opLookupMiss, opContains, opRecordNew, opRecordExisting, opMany100, opMany1000}
-	impls := []string{implBaseline, implEngine, implPython, implCtypes, implOrigPy}
+	impls := []string{implBaseline, implEngine, implPython, implCtypes, implOrigPy, implFloor}
 	for _, op := range ops {
 		first := true
 		for _, impl := range impls {
@@ -408,7 +421,7 @@ func writeLatency(w io.Writer, res *results) {
 				perRec = fmtUS(r.PerRecord.Median)
 			}
 			sp := "-"
-			if impl != implBaseline {
+			if impl != implBaseline && impl != implFloor {
 				sp = fmtX(res.speedup(impl, op))
 			}
 			tgt, met := "", ""
@@ -434,8 +447,43 @@ func writeLatency(w io.Writer, res *results) {
 	}
 	fmt.Fprintf(w, "   python = the tirastore package (cffi); ctypes = the bare C ABI; original-py (ref) = OriginalStore of tests/python/test_mixed_fleet.py,\n")
 	fmt.Fprintf(w, "   the stdlib reconstruction of the original (no contains/record_many). Python and ctypes speedups are against the Go baseline: conservative.\n")
+	fmt.Fprintf(w, "   floor = raw SQLite (go-sqlite3, the engine's build and connection settings, stock unix-none VFS): one durable transaction per call.\n")
+	writeFloor(w, res)
 	writeConfigCache(w, res)
 	writeClaims(w, res)
+}
+
+// writeFloor prints issue 29's ratios: each client's median over the
+// floor's, for the writes, with the targets.
+func writeFloor(w io.Writer, res *results) {
+	if res.lat(implFloor, opRecordNew) == nil {
+		return
+	}
+	fmt.Fprintf(w, "\n   Issue 29: the engine over the durable-transaction floor (client median / floor median, same run, same disk; floor first and last in every round)\n")
+	t := newTable("ll", "operation", "client", "median", "floor", "client / floor", "target", "met?")
+	for _, f := range floorOps {
+		first := true
+		for _, impl := range floorImpls {
+			if res.lat(impl, f.op) == nil {
+				continue
+			}
+			title := ""
+			if first {
+				title = opTitles[f.op]
+				first = false
+			}
+			r := res.overFloor(impl, f.op)
+			tgt, met := "", ""
+			if !math.IsNaN(f.limit) {
+				tgt = "<=" + fmtNum(f.limit) + "x"
+				if !math.IsNaN(r) {
+					met = metStr(boolp(r <= f.limit))
+				}
+			}
+			t.add(title, impl, fmtUS(res.median(impl, f.op)), fmtUS(res.median(implFloor, f.op)), fmtX(r), tgt, met)
+		}
+	}
+	t.write(w, "  ")
 }
 
 func writeSyscalls(w io.Writer, res *results) {
@@ -566,7 +614,7 @@ func writeThroughput(w io.Writer, cfg *config, res *results) {
 }
 
 func writeTargets(w io.Writer, res *results) {
-	fmt.Fprintf(w, "\n4. Issue 5 targets, judged on this run (the engine against the baseline measured alongside)\n")
+	fmt.Fprintf(w, "\n4. Issue 5 targets, judged on this run (the engine against the baseline measured alongside), and issue 29's against the floor\n")
 	t := newTable("llrll")
 	t.rows = nil
 	held, missed, na := 0, 0, 0

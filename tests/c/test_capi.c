@@ -239,6 +239,46 @@ int main(void) {
     snprintf(args, sizeof args, "{%s,\"tiralib_schedule_string\":\"R(L0,comps=['c1'])\"}", SRC_ARGS);
     expect_reply("lookup of another schedule misses", call(h, "lookup", args), "{\"result\":null}");
     expect_reply("contains after record", call(h, "contains", lookup_args), "{\"result\":true}");
+
+    /* tirastore_lookup: the same lookup by program hash, texts by length. */
+    {
+        const char *ph = "1cac9ddab509f2765ed4e76030f73a7baddcb9d8b1e1fa4cdb6c018d60d93d22";
+        const char *sc = "S( L0, L1, 4, 8, comps=[\"c1\"] )";
+        char buf[512], small[8];
+        size_t n = 0;
+        char *out = (char *)"unset";
+        int st = tirastore_lookup(h, "blur", 4, ph, strlen(ph), sc, strlen(sc), buf, sizeof buf, &n, &out);
+        check(st == TIRASTORE_OK && out == NULL && n > 0 && n < sizeof buf && buf[0] == '[' &&
+                  strncmp(buf, "[true,[0.042,0.039,0.041],\"S(L0,L1,4,8,comps=['c1'])\",", 45) == 0 &&
+                  (buf[n < sizeof buf ? n : 0] = '\0', strstr(buf, "\"c-test\"]") != NULL),
+              "tirastore_lookup hit into buf: status %d, %.*s", st, (int)n, buf);
+        size_t n_small = 0;
+        st = tirastore_lookup(h, "blur", 4, ph, strlen(ph), sc, strlen(sc), small, sizeof small, &n_small, &out);
+        check(st == TIRASTORE_OK && out != NULL && n_small == n && strlen(out) == n && memcmp(out, buf, n) == 0,
+              "tirastore_lookup hit larger than buf: the same reply in *out (%s)", out ? out : "(null)");
+        tirastore_free(out);
+        st = tirastore_lookup(h, "blur", 4, ph, strlen(ph), "R(L9,comps=['c1'])", 18, buf, sizeof buf, &n, &out);
+        check(st == TIRASTORE_OK && out == NULL && n == 4 && memcmp(buf, "null", 4) == 0,
+              "tirastore_lookup miss: null (status %d, %.*s)", st, (int)n, buf);
+        st = tirastore_lookup(h, "blur", 4, ph, strlen(ph), "R(L0\0x", 6, buf, sizeof buf, &n, &out);
+        check(st == TIRASTORE_ERR_VALUE && out != NULL && strstr(out, "NUL character at offset 4") != NULL,
+              "tirastore_lookup: an embedded NUL is a ValueError (%s)", out ? out : "(null)");
+        tirastore_free(out);
+        st = tirastore_lookup(h, "blur", 4, "abc", 3, sc, strlen(sc), buf, sizeof buf, &n, &out);
+        check(st == TIRASTORE_ERR_VALUE && out != NULL && strstr(out, "program_hash must be 64") != NULL,
+              "tirastore_lookup: a malformed hash is a ValueError (%s)", out ? out : "(null)");
+        tirastore_free(out);
+        st = tirastore_lookup(999999, "blur", 4, ph, strlen(ph), sc, strlen(sc), buf, sizeof buf, &n, &out);
+        check(st == TIRASTORE_ERR_HANDLE && out != NULL, "tirastore_lookup on an unknown handle: %s",
+              out ? out : "(null)");
+        tirastore_free(out);
+        st = tirastore_lookup(h, NULL, 3, ph, strlen(ph), sc, strlen(sc), buf, sizeof buf, &n, &out);
+        check(st == TIRASTORE_ERR_MISUSE && out != NULL, "tirastore_lookup: NULL text with a length is misuse (%s)",
+              out ? out : "(null)");
+        tirastore_free(out);
+        check(tirastore_lookup(h, "blur", 4, ph, strlen(ph), sc, strlen(sc), buf, sizeof buf, &n, NULL) ==
+                  TIRASTORE_ERR_MISUSE, "tirastore_lookup without out is misuse");
+    }
     expect_reply("count after record", call(h, "count", "{}"), "{\"result\":1}");
 
     snprintf(args, sizeof args,

@@ -342,9 +342,11 @@ func (r *Reader) Close() {
 }
 
 // encode frames e: entryMagic, payload length, payload, CRC-32C of the
-// payload, payload length, endMagic.
+// payload, payload length, endMagic. The frame is sized before it is
+// built: an entry of a record_many(1000) is hundreds of kilobytes, which
+// growing by appends would copy over and over, under the lock.
 func encode(e *Entry) ([]byte, error) {
-	b := make([]byte, frameHead, 256)
+	b := make([]byte, frameHead, encodedSize(e))
 	b = binary.LittleEndian.AppendUint64(b, e.File.Dev)
 	b = binary.LittleEndian.AppendUint64(b, e.File.Ino)
 	b = append(b, e.Before[:]...)
@@ -371,6 +373,19 @@ func encode(e *Entry) ([]byte, error) {
 	b = binary.LittleEndian.AppendUint32(b, uint32(n))
 	b = binary.LittleEndian.AppendUint32(b, endMagic)
 	return b, nil
+}
+
+// encodedSize is the size of e's frame as encode writes it.
+func encodedSize(e *Entry) int {
+	n := frameHead + 8 + 8 + 2*GenerationSize + 4 + 4 + frameTail
+	for _, r := range e.Put {
+		n += 9*4 + len(r.Key) + len(r.ProgramHash) + len(r.Schedule) + len(r.ResultJSON) + len(r.Hostname) +
+			len(r.Username) + len(r.CreationDate) + len(r.UpdateDate) + len(r.SourceProject)
+	}
+	for _, d := range e.Drop {
+		n += 2*4 + len(d.Key) + len(d.ProgramHash)
+	}
+	return n
 }
 
 func appendString(b []byte, s string) []byte {

@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -291,5 +293,42 @@ func TestOwnEntry(t *testing.T) {
 	es, _, _ = r.Next(stale)
 	if len(es) != 2 || es[1] == stale.Entry || !reflect.DeepEqual(es[1], entry(5, "e")) {
 		t.Fatalf("stale own: %+v", es)
+	}
+}
+
+// encodedSize is exactly the frame's size: encode then allocates once.
+// (A size too small would still encode right, only slower: this test is
+// what catches it.)
+func TestEncodedSize(t *testing.T) {
+	for _, e := range []*Entry{{}, entry(0), entry(3, "a", "b"), bigEntry(1000)} {
+		b, err := encode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := encodedSize(e); got != len(b) || cap(b) != len(b) {
+			t.Errorf("%d puts, %d drops: encodedSize %d, frame %d bytes (capacity %d)", len(e.Put), len(e.Drop), got, len(b), cap(b))
+		}
+	}
+}
+
+// bigEntry is the entry of a record_many of n new records.
+func bigEntry(n int) *Entry {
+	e := &Entry{}
+	for i := range n {
+		e.Put = append(e.Put, &storage.Record{Key: strings.Repeat("k", 64) + strconv.Itoa(i), ProgramHash: strings.Repeat("h", 64),
+			Schedule: "T2(L0,L1,4," + strconv.Itoa(i) + ",comps=['conv'])|U(L2,4,comps=['conv'])", ResultJSON: `{"is_legal": true, "execution_times": [0.1, 0.105, 0.11]}`,
+			Hostname: "node", Username: "user", CreationDate: "2026-12-03T09:40:34.762542+00:00", UpdateDate: "2026-12-03T09:40:34.762542+00:00"})
+	}
+	return e
+}
+
+// BenchmarkEncode1000 encodes the entry of a record_many(1000), which the
+// committer does under the lock.
+func BenchmarkEncode1000(b *testing.B) {
+	e := bigEntry(1000)
+	for i := 0; i < b.N; i++ {
+		if _, err := encode(e); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
