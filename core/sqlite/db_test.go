@@ -233,7 +233,7 @@ func TestNotADatabaseIsClassified(t *testing.T) {
 	}
 }
 
-// TestLookupReads: Lookup and ProgramRecords return what Get returns of a
+// TestLookupReads: Lookup and ProgramChunk return what Get returns of a
 // record except the program's name and source, which they do not read;
 // they keep the inner join (a record whose program row is missing, which
 // only a database written with foreign keys off can hold, is not found by
@@ -270,13 +270,13 @@ func TestLookupReads(t *testing.T) {
 	if err := db.Read(func() (err error) { inTx, err = db.Lookup("k1"); return err }); err != nil || inTx == nil || *inTx != want {
 		t.Fatalf("Reader.Lookup = %+v, %v; want %+v", inTx, err, want)
 	}
-	recs, err := db.ProgramRecords("h", 10)
+	recs, _, err := db.ProgramChunk("h", StartOfProgram, 10)
 	if err != nil || len(recs) != 2 {
-		t.Fatalf("ProgramRecords = %v, %v", recs, err)
+		t.Fatalf("ProgramChunk = %v, %v", recs, err)
 	}
 	for _, r := range recs {
 		if r.ProgramName != "" || r.SourceCode != "" || r.ProgramHash != "h" || r.Schedule != "S-"+r.Key {
-			t.Fatalf("ProgramRecords row %+v", r)
+			t.Fatalf("ProgramChunk row %+v", r)
 		}
 	}
 
@@ -293,8 +293,8 @@ func TestLookupReads(t *testing.T) {
 	if r, err := db.Lookup("k3"); err != nil || r != nil {
 		t.Fatalf("Lookup of an orphan: %+v, %v; want nil", r, err)
 	}
-	if recs, err := db.ProgramRecords("gone", 10); err != nil || len(recs) != 0 {
-		t.Fatalf("ProgramRecords of a missing program: %v, %v; want none", recs, err)
+	if recs, _, err := db.ProgramChunk("gone", StartOfProgram, 10); err != nil || len(recs) != 0 {
+		t.Fatalf("ProgramChunk of a missing program: %v, %v; want none", recs, err)
 	}
 	if ok, err := db.Contains("k3"); err != nil || !ok {
 		t.Fatalf("Contains of an orphan: %v, %v; want true", ok, err)

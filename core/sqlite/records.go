@@ -3,6 +3,7 @@ package sqlite
 import (
 	"database/sql"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 
@@ -72,8 +73,11 @@ var (
 	// with every entry of the store's result cache.
 	selectLookup = "SELECT " + recordColumnsOfR + ", '', ''" + joinPrograms
 	lookupSQL    = selectLookup + " WHERE r.key = ?"
-	// programRecordsSQL is ProgramRecords' read.
-	programRecordsSQL = selectLookup + " WHERE r.program_hash = ? LIMIT ?"
+	// programChunkSQL is ProgramChunk's read: the next rows of a program
+	// in the order of the program_hash index, which it seeks to.
+	programChunkSQL = "SELECT " + recordColumnsOfR + ", '', '', r.rowid" + joinPrograms + `
+  WHERE r.program_hash = ? AND (r.creation_date, r.rowid) > (?, ?)
+  ORDER BY r.creation_date, r.rowid LIMIT ?`
 	// recordsOfSQL is EachRecordOf's read of a program's records.
 	recordsOfSQL = "SELECT " + recordColumnsOfR + `
   FROM records r WHERE r.program_hash = ? ORDER BY r.creation_date, r.rowid`
@@ -126,29 +130,56 @@ func (d *DB) Contains(key string) (bool, error) {
 	return err == nil, err
 }
 
-// ProgramRecords returns every record of a program as Lookup reads them
-// (in no particular order), or nil when it has more than limit of them.
-func (d *DB) ProgramRecords(programHash string, limit int) ([]*storage.Record, error) {
-	st, err := d.stmt(programRecordsSQL)
+// ProgramPos is a place in a program's records, in the order of the
+// program_hash index (creation_date, rowid): where a load in chunks
+// (ProgramChunk) goes on. An overwrite keeps a record's creation_date and
+// rowid, so it keeps its place.
+type ProgramPos struct {
+	CreationDate string
+	Rowid        int64
+}
+
+// StartOfProgram is the place before a program's first record.
+var StartOfProgram = ProgramPos{Rowid: math.MinInt64}
+
+// ProgramChunk returns up to limit records of a program after pos, as
+// Lookup reads them, in the order of the program_hash index, and the
+// place after the last one; fewer than limit: the program ends there. One
+// chunk reads limit rows whatever the program's size (the index is
+// sought to pos), so a load in chunks bounds what each hold of the lock
+// reads.
+func (d *DB) ProgramChunk(programHash string, pos ProgramPos, limit int) ([]*storage.Record, ProgramPos, error) {
+	st, err := d.stmt(programChunkSQL)
 	if err != nil {
-		return nil, err
+		return nil, pos, err
 	}
-	rows, err := st.Query(programHash, limit+1)
+	rows, err := st.Query(programHash, pos.CreationDate, pos.Rowid, limit)
 	if err != nil {
-		return nil, err
+		return nil, pos, err
 	}
 	defer rows.Close()
 	out := []*storage.Record{}
 	for rows.Next() {
-		r, err := scanJoined(rows)
-		if err != nil {
-			return nil, err
+		var r storage.Record
+		if err := rows.Scan(append(RecordFields(&r), &r.ProgramName, &r.SourceCode, &pos.Rowid)...); err != nil {
+			return nil, pos, err
 		}
-		if out = append(out, r); len(out) > limit {
-			return nil, nil
-		}
+		pos.CreationDate = r.CreationDate
+		out = append(out, &r)
 	}
-	return out, rows.Err()
+	return out, pos, rows.Err()
+}
+
+// ProgramSize counts a program's records, up to limit (it reads at most
+// limit entries of the program_hash index).
+func (d *DB) ProgramSize(programHash string, limit int) (int, error) {
+	st, err := d.stmt("SELECT count(*) FROM (SELECT 1 FROM records WHERE program_hash = ? LIMIT ?)")
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	err = st.QueryRow(programHash, limit).Scan(&n)
+	return n, err
 }
 
 // ProgramsAfter lists up to limit programs that come after (name, hash)

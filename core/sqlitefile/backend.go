@@ -158,6 +158,11 @@ func (s *Backend) LockPath() string { return s.lockPath }
 // Acquired is the mean time an operation kept everyone else waiting.
 func (s *Backend) LockStats() lock.Counters { return s.lk.Counters() }
 
+// CacheCounters are the counters of this store's result cache: whether
+// lookups load programs under the lock, and how much (make bench's cliff
+// section reports them beside LockStats).
+func (s *Backend) CacheCounters() CacheCounters { return s.cache.Counters() }
+
 // renewTenure is the fence's renewal (a write found the tenure over, after a
 // stall): it confirms the lock again, and keeps why it could not.
 func (s *Backend) renewTenure() bool {

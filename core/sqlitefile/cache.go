@@ -1,6 +1,7 @@
 package sqlitefile
 
 import (
+	"container/list"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -48,11 +49,37 @@ var stamps atomic.Uint64
 // An autoscheduler asks about many schedules of one program. When a locked
 // lookup finds that nothing has committed since this store's previous
 // locked operation (a read-mostly phase: the generation read when the lock
-// was taken is still the cache's), it loads every record of the program at
-// once (up to tuning.PrefetchLimit of them) and marks the program complete:
+// was taken is still the cache's), it may load every record of the program
+// (up to tuning.PrefetchLimit of them) and mark the program complete:
 // later lookups of that program, hits and misses alike, are answered from
 // memory until something commits. While others write, generations change at
 // every operation and no prefetch happens, so writers never pay for it.
+//
+// A load is read in chunks of tuning.LoadChunkRows rows in the order of the
+// program_hash index, one chunk per locked miss of the program (and none
+// while a write of this node waits for the lock, which then finds the lock
+// after one point read): no hold of the lock reads more than a chunk and
+// the key's own row, whatever the program's size. Rows that logged commits
+// add to a program while it is being loaded are kept (see apply), so that the
+// program is complete when its last chunk is read.
+//
+// # Which programs are loaded
+//
+// A load pays only if the program is asked about again before it is
+// evicted. A program is loaded on its second locked miss within
+// tuning.AdmitWindow (its first reads the one key), and not again for
+// tuning.AdmitMemory after a load of it that did not pay (fewer than one
+// hit per tuning.LoadPayback rows loaded before its eviction): with a working
+// set larger than the cache, lookups then read their keys one by one
+// instead of loading programs that evict each other.
+//
+// # Eviction
+//
+// The entries are bounded by tuning.MaxCached and tuning.MaxCachedBytes.
+// When full, the cache evicts the least recently used program's entries,
+// all of them (a complete program, or the keys read one by one), until the
+// new ones fit; configs are never evicted with them (they have their own
+// bound), so their stamp does not move.
 //
 // # Following the node's commits
 //
@@ -66,10 +93,16 @@ var stamps atomic.Uint64
 // others write; after a commit that was not logged, only in a quiet phase
 // again, for tuning.FollowQuiet.
 type resultCache struct {
-	mu      sync.Mutex
-	hdr     *os.File // nil: no lock-free reads (no kept connection)
-	gen     generation
-	entries map[string]*storage.Record // nil value: known to be absent
+	mu  sync.Mutex
+	hdr *os.File // nil: no lock-free reads (no kept connection)
+	gen generation
+	// entries are the known keys (a nil record: known to be absent), each
+	// in its program's group (progs); lru orders the groups, most
+	// recently used first, and bytes estimates their memory (entrySize).
+	entries map[string]*entry
+	progs   map[string]*progEntry
+	lru     list.List
+	bytes   int
 	// configs are kernel-config entries by (namespace, key) (nil value:
 	// known to be absent), valid at gen as entries are. No logged commit
 	// changes a config row (config writes are not logged), so following the log
@@ -81,10 +114,15 @@ type resultCache struct {
 	// one is added, so that an answer stamped stamp holds while stamp is
 	// still the cache's and the entries are current (Fresh).
 	stamp uint64
-	// complete: programs (by hash) all of whose records are in entries;
 	// tooBig: programs found to have more than tuning.PrefetchLimit records at
 	// gen.
-	complete, tooBig map[string]bool
+	tooBig map[string]bool
+	// history is what admission remembers of programs (see "Which
+	// programs are loaded"), across restarts: it says how lookups go, not
+	// what the file holds.
+	history map[string]*progHistory
+	// counters count the work done under the lock (CacheCounters).
+	counters CacheCounters
 	// genSince is when this store first saw gen (monotonic); restarted:
 	// the generation read when the lock was last taken was neither gen
 	// nor reached by following the log, so the entries were dropped then.
@@ -147,8 +185,72 @@ func (c *resultCache) forgetAll() {
 
 // reset forgets every entry (the caller holds c.mu).
 func (c *resultCache) reset() {
-	c.entries, c.complete, c.tooBig, c.configs = nil, nil, nil, nil
+	c.entries, c.progs, c.tooBig, c.configs = nil, nil, nil, nil
+	c.lru.Init()
+	c.bytes = 0
 	c.stamp = stamps.Add(1)
+}
+
+// entry is what the cache knows of one key.
+type entry struct {
+	rec  *storage.Record // nil: known to be absent
+	prog *progEntry
+	size int // entrySize
+}
+
+// progEntry is the entries of one program: the unit of eviction.
+type progEntry struct {
+	hash  string
+	keys  map[string]struct{}
+	elem  *list.Element // in resultCache.lru
+	bytes int
+	// complete: every record of the program is among keys. loading: a
+	// load in chunks is under way, next at pos, loaded rows read so far.
+	complete, loading bool
+	pos               sqlite.ProgramPos
+	loaded            int
+	// hits counts the lookups these entries answered since the load
+	// started (its payback).
+	hits int
+}
+
+// progHistory is what admission remembers of one program.
+type progHistory struct {
+	missed time.Time // its last locked miss
+	unpaid time.Time // when a load of it that did not pay was evicted
+}
+
+// CacheCounters count what a result cache did under the lock
+// (Backend.CacheCounters): make bench reports them beside the lock's
+// counters, to show whether a working set larger than the cache makes
+// lookups load programs under the lock.
+type CacheCounters struct {
+	// Loads: program loads started; Completed: loads that read the whole
+	// program; Chunks and ChunkRows: what they read, one chunk per hold of
+	// the lock.
+	Loads, Completed, Chunks, ChunkRows int64
+	// PointReads: keys a locked lookup read one by one; Evicted: programs
+	// whose entries were evicted to make room.
+	PointReads, Evicted int64
+}
+
+// progOverhead is what entrySize counts for a program's group, and
+// entryOverhead for an entry beside its strings (the map entries, the
+// Record's fields): estimates, so that MaxCachedBytes bounds the memory of
+// many small groups too.
+const (
+	progOverhead  = 256
+	entryOverhead = 320
+)
+
+// entrySize estimates the memory of key's entry holding rec.
+func entrySize(key string, rec *storage.Record) int {
+	n := entryOverhead + len(key)
+	if rec != nil {
+		n += len(rec.ProgramHash) + len(rec.Schedule) + len(rec.ResultJSON) + len(rec.Hostname) + len(rec.Username) +
+			len(rec.CreationDate) + len(rec.UpdateDate) + len(rec.SourceProject) + len(rec.ProgramName) + len(rec.SourceCode)
+	}
+	return n
 }
 
 // Get returns the entry for key of program progHash if the database is
@@ -162,13 +264,13 @@ func (c *resultCache) Get(progHash, key string) (rec *storage.Record, ok bool) {
 	if _, ok = c.lookup(progHash, key); !ok || c.hdr == nil {
 		return nil, false
 	}
-	if failpoint.Enabled(failpoint.CacheTrust) {
-		return c.lookup(progHash, key)
-	}
-	if !c.current() {
+	if !failpoint.Enabled(failpoint.CacheTrust) && !c.current() {
 		return nil, false
 	}
-	return c.lookup(progHash, key)
+	if rec, ok = c.lookup(progHash, key); ok {
+		c.used(progHash, key)
+	}
+	return rec, ok
 }
 
 // configKey names a config entry: the same key in two namespaces is two
@@ -233,11 +335,99 @@ func (c *resultCache) LoadConfig(db *sqlite.DB, key configKey) (*storage.ConfigE
 
 // lookup is what the entries say of key (the caller holds c.mu).
 func (c *resultCache) lookup(progHash, key string) (*storage.Record, bool) {
-	rec, ok := c.entries[key]
-	if !ok && c.complete[progHash] {
+	if e, ok := c.entries[key]; ok {
+		return e.rec, true
+	}
+	if p := c.progs[progHash]; p != nil && p.complete {
 		return nil, true
 	}
-	return rec, ok
+	return nil, false
+}
+
+// used counts a lookup of key that the entries answered: its program
+// becomes the most recently used, and its load earned a hit (the caller
+// holds c.mu).
+func (c *resultCache) used(progHash, key string) {
+	p := c.progs[progHash]
+	if e, ok := c.entries[key]; ok {
+		p = e.prog
+	}
+	if p != nil {
+		p.hits++
+		c.lru.MoveToFront(p.elem)
+	}
+}
+
+// group is progHash's group, made the most recently used (created if
+// need be; the caller holds c.mu).
+func (c *resultCache) group(progHash string) *progEntry {
+	if p := c.progs[progHash]; p != nil {
+		c.lru.MoveToFront(p.elem)
+		return p
+	}
+	if c.progs == nil {
+		c.progs = map[string]*progEntry{}
+	}
+	p := &progEntry{hash: progHash, keys: map[string]struct{}{}}
+	p.elem = c.lru.PushFront(p)
+	c.progs[progHash] = p
+	c.bytes += progOverhead
+	return p
+}
+
+// evict drops p's entries, and remembers whether its load paid (the
+// caller holds c.mu).
+func (c *resultCache) evict(p *progEntry) {
+	for k := range p.keys {
+		delete(c.entries, k)
+	}
+	c.bytes -= p.bytes + progOverhead
+	c.lru.Remove(p.elem)
+	delete(c.progs, p.hash)
+	c.counters.Evicted++
+	if p.loaded > 0 {
+		if h := c.history[p.hash]; h != nil {
+			h.unpaid = time.Time{}
+			if p.hits*tuning.LoadPayback < p.loaded {
+				h.unpaid = time.Now()
+			}
+		}
+	}
+}
+
+// makeRoom evicts the least recently used programs until n more entries
+// of size bytes in all fit (the caller holds c.mu).
+func (c *resultCache) makeRoom(n, size int) {
+	for len(c.entries)+n > tuning.MaxCached || c.bytes+size > tuning.MaxCachedBytes {
+		back := c.lru.Back()
+		if back == nil {
+			return
+		}
+		c.evict(back.Value.(*progEntry))
+	}
+}
+
+// putEntry remembers rec (nil: absent) as key's entry, in program
+// progHash (the caller holds c.mu).
+func (c *resultCache) putEntry(progHash, key string, rec *storage.Record) {
+	c.forget(key, progHash)
+	size := entrySize(key, rec)
+	if p := c.progs[progHash]; p != nil {
+		c.lru.MoveToFront(p.elem) // evicted last
+	}
+	c.makeRoom(1, size+progOverhead)
+	c.add(c.group(progHash), key, rec, size)
+}
+
+// add puts key's entry into p (the caller holds c.mu and made room).
+func (c *resultCache) add(p *progEntry, key string, rec *storage.Record, size int) {
+	if c.entries == nil {
+		c.entries = map[string]*entry{}
+	}
+	c.entries[key] = &entry{rec: rec, prog: p, size: size}
+	p.keys[key] = struct{}{}
+	p.bytes += size
+	c.bytes += size
 }
 
 // current reports whether the entries are the database's current content:
@@ -297,7 +487,7 @@ func (c *resultCache) Begin(g generation) {
 // restart drops the entries for generation g, which a commit that was not
 // logged (or the first look at the file) led to (the caller holds c.mu).
 func (c *resultCache) restart(g generation) {
-	if !c.genSince.IsZero() && (len(c.entries) > 0 || len(c.complete) > 0) {
+	if !c.genSince.IsZero() && (len(c.entries) > 0 || len(c.progs) > 0) {
 		c.brokeAt = time.Now()
 	}
 	c.gen, c.genSince, c.restarted = g, time.Now(), true
@@ -360,16 +550,21 @@ func (c *resultCache) follow(own *changelog.Own) bool {
 func (c *resultCache) apply(e *changelog.Entry) {
 	for _, d := range e.Drop {
 		c.forget(d.Key, d.ProgramHash)
-		delete(c.complete, d.ProgramHash)
+		if p := c.progs[d.ProgramHash]; p != nil {
+			p.complete, p.loading = false, false
+		}
 	}
 	for _, r := range e.Put {
 		_, known := c.entries[r.Key]
 		c.forget(r.Key, r.ProgramHash)
-		if !known && !c.complete[r.ProgramHash] {
+		p := c.progs[r.ProgramHash]
+		if !known && (p == nil || !p.complete && !p.loading) {
 			continue // nobody asked: not worth the memory (a record_many of others)
 		}
-		c.makeRoom(1)
-		c.entries[r.Key] = r // a complete program stays complete
+		// A complete program stays complete; one being loaded keeps the
+		// row, which its later chunks may not read (a row that reuses the
+		// rowid of a deleted one, behind the load's place).
+		c.putEntry(r.ProgramHash, r.Key, r)
 	}
 }
 
@@ -389,48 +584,50 @@ func (c *resultCache) Logged(own *changelog.Own) {
 // belonged to another program, that one is no longer complete (the caller
 // holds c.mu).
 func (c *resultCache) forget(key, progHash string) {
-	if old, ok := c.entries[key]; ok {
-		if old != nil && old.ProgramHash != progHash {
-			delete(c.complete, old.ProgramHash)
-		}
-		delete(c.entries, key)
+	e, ok := c.entries[key]
+	if !ok {
+		return
 	}
-}
-
-// makeRoom makes sure n more entries fit, starting over when they would
-// not (the caller holds c.mu).
-func (c *resultCache) makeRoom(n int) {
-	if c.entries == nil || len(c.entries)+n > tuning.MaxCached {
-		c.reset()
-		c.entries = make(map[string]*storage.Record, n)
+	if e.rec != nil && e.rec.ProgramHash != progHash {
+		e.prog.complete, e.prog.loading = false, false
 	}
+	delete(e.prog.keys, key)
+	e.prog.bytes -= e.size
+	c.bytes -= e.size
+	delete(c.entries, key)
 }
 
 // Load answers a lookup of key (program progHash) under the lock: from
-// the entries if they have it, else from db, loading the whole program
-// when that is worth it (see "Whole programs"), and remembers what it read.
-// c.mu is not held during the query: only the lock's holder changes the
-// entries, and lock-free Gets of other goroutines go on meanwhile.
+// the entries if they have it, else from db, with the next chunk of the
+// program's load when one is under way or admitted (see "Whole programs"),
+// and remembers what it read. c.mu is not held during the queries: only
+// the lock's holder changes the entries, and lock-free Gets of other
+// goroutines go on meanwhile.
 func (c *resultCache) Load(db *sqlite.DB, progHash, key string, writesWaiting func() bool) (*storage.Record, error) {
 	c.mu.Lock()
 	rec, ok := c.lookup(progHash, key)
 	ok = ok && c.hdr != nil // brought up to date from the change log by Begin
-	prefetch := !ok && c.shouldPrefetch(progHash, writesWaiting)
+	var pos sqlite.ProgramPos
+	load := false
+	if ok {
+		c.used(progHash, key)
+	} else {
+		pos, load = c.shouldLoad(progHash, writesWaiting)
+	}
 	c.mu.Unlock()
 	if ok {
 		return rec, nil
 	}
-	if prefetch {
-		recs, err := db.ProgramRecords(progHash, tuning.PrefetchLimit)
-		if err != nil {
+	if load {
+		if ok, err := c.loadChunk(db, progHash, pos); err != nil {
 			return nil, err
-		}
-		c.mu.Lock()
-		c.putProgram(progHash, recs)
-		rec, _ := c.lookup(progHash, key)
-		c.mu.Unlock()
-		if recs != nil {
-			return rec, nil
+		} else if ok {
+			c.mu.Lock()
+			rec, ok := c.lookup(progHash, key)
+			c.mu.Unlock()
+			if ok {
+				return rec, nil
+			}
 		}
 	}
 	rec, err := db.Lookup(key)
@@ -439,14 +636,40 @@ func (c *resultCache) Load(db *sqlite.DB, progHash, key string, writesWaiting fu
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.put(key, rec)
+	c.counters.PointReads++
+	c.put(progHash, key, rec)
 	return rec, nil
 }
 
-// LoadMany is Load for several keys of one program, read key by key in
-// one read transaction (no prefetch); recs receives the records at the
+// loadChunk reads the chunk of progHash's load at pos (at the start, after
+// counting the program's records: one too big is not loaded) and adds it;
+// false: the load ended without it.
+func (c *resultCache) loadChunk(db *sqlite.DB, progHash string, pos sqlite.ProgramPos) (bool, error) {
+	if pos == sqlite.StartOfProgram {
+		n, err := db.ProgramSize(progHash, tuning.PrefetchLimit+1)
+		if err != nil {
+			return false, err
+		}
+		if n > tuning.PrefetchLimit {
+			c.mu.Lock()
+			c.putTooBig(progHash)
+			c.mu.Unlock()
+			return false, nil
+		}
+	}
+	recs, next, err := db.ProgramChunk(progHash, pos, tuning.LoadChunkRows)
+	if err != nil {
+		return false, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.putChunk(progHash, pos, recs, next), nil
+}
+
+// LoadMany is Load for several keys of program progHash, read key by key
+// in one read transaction (no load); recs receives the records at the
 // indexes missing lists.
-func (c *resultCache) LoadMany(db *sqlite.DB, keys []string, missing []int, recs []*storage.Record) error {
+func (c *resultCache) LoadMany(db *sqlite.DB, progHash string, keys []string, missing []int, recs []*storage.Record) error {
 	err := db.Read(func() error {
 		for _, i := range missing {
 			rec, err := db.Lookup(keys[i])
@@ -463,9 +686,46 @@ func (c *resultCache) LoadMany(db *sqlite.DB, keys []string, missing []int, recs
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, i := range missing {
-		c.put(keys[i], recs[i])
+		c.put(progHash, keys[i], recs[i])
 	}
 	return nil
+}
+
+// shouldLoad says whether this locked miss of progHash reads a chunk of
+// its load, and where: the load under way goes on unless a write of this
+// node waits; a new one starts if shouldPrefetch and admit allow it. The
+// caller holds the lock and c.mu.
+func (c *resultCache) shouldLoad(progHash string, writesWaiting func() bool) (sqlite.ProgramPos, bool) {
+	if p := c.progs[progHash]; p != nil && p.loading {
+		return p.pos, c.hdr != nil && !writesWaiting()
+	}
+	if !c.admit(progHash) || !c.shouldPrefetch(progHash, writesWaiting) || writesWaiting() {
+		return sqlite.ProgramPos{}, false
+	}
+	p := c.group(progHash)
+	p.loading, p.pos, p.loaded, p.hits = true, sqlite.StartOfProgram, 0, 0
+	c.counters.Loads++
+	return p.pos, true
+}
+
+// admit notes a locked miss of progHash and says whether a load of it
+// would pay (see "Which programs are loaded"). The caller holds c.mu.
+func (c *resultCache) admit(progHash string) bool {
+	now := time.Now()
+	h := c.history[progHash]
+	if h == nil {
+		if c.history == nil || len(c.history) >= tuning.MaxAdmitHistory {
+			c.history = map[string]*progHistory{}
+		}
+		c.history[progHash] = &progHistory{missed: now}
+		return false
+	}
+	prev := h.missed
+	h.missed = now
+	if !h.unpaid.IsZero() && now.Sub(h.unpaid) < tuning.AdmitMemory {
+		return false
+	}
+	return now.Sub(prev) <= tuning.AdmitWindow
 }
 
 // shouldPrefetch: progHash is neither complete nor known to be too big,
@@ -479,42 +739,85 @@ func (c *resultCache) shouldPrefetch(progHash string, writesWaiting func() bool)
 	if pages, ok := c.gen.pages(); !c.indexed && (!ok || pages > tuning.PrefetchMaxPages) {
 		return false
 	}
-	if c.hdr == nil || progHash == "" || c.restarted || c.complete[progHash] || c.tooBig[progHash] {
+	if c.hdr == nil || progHash == "" || c.restarted || c.tooBig[progHash] {
+		return false
+	}
+	if p := c.progs[progHash]; p != nil && p.complete {
 		return false
 	}
 	following := c.log != nil && (c.brokeAt.IsZero() || time.Since(c.brokeAt) >= tuning.FollowQuiet)
 	return following || len(c.entries) > 0 && time.Since(c.genSince) >= tuning.QuietBeforePrefetch && !writesWaiting()
 }
 
-// putProgram remembers every record of a program (complete) or that it has
-// too many to prefetch (recs nil). The caller holds the lock and c.mu.
-func (c *resultCache) putProgram(progHash string, recs []*storage.Record) {
+// putTooBig remembers that progHash has too many records to load, and
+// ends its load (the caller holds the lock and c.mu).
+func (c *resultCache) putTooBig(progHash string) {
+	if p := c.progs[progHash]; p != nil {
+		p.loading = false
+	}
 	if c.hdr == nil {
 		return
 	}
-	if recs == nil {
-		if c.tooBig == nil {
-			c.tooBig = map[string]bool{}
-		}
-		c.tooBig[progHash] = true
-		return
+	if c.tooBig == nil {
+		c.tooBig = map[string]bool{}
 	}
-	c.makeRoom(len(recs))
-	for _, r := range recs {
-		c.entries[r.Key] = r
-	}
-	if c.complete == nil {
-		c.complete = map[string]bool{}
-	}
-	c.complete[progHash] = true
+	c.tooBig[progHash] = true
 }
 
-// put remembers what a locked read returned for key (nil: absent). The
-// caller holds the lock and c.mu.
-func (c *resultCache) put(key string, rec *storage.Record) {
+// putChunk adds the chunk recs that progHash's load read at pos, next
+// being the place after it; the program is complete when the chunk is
+// short. It reports whether the chunk was added: not when the load was
+// dropped meanwhile, nor when it would not fit in the cache with the
+// program's earlier chunks (the program is then too big). The caller holds
+// the lock and c.mu.
+func (c *resultCache) putChunk(progHash string, pos sqlite.ProgramPos, recs []*storage.Record, next sqlite.ProgramPos) bool {
+	p := c.progs[progHash]
+	if c.hdr == nil || p == nil || !p.loading || p.pos != pos {
+		return false
+	}
+	c.counters.Chunks++
+	c.counters.ChunkRows += int64(len(recs))
+	if p.loaded+len(recs) > tuning.PrefetchLimit {
+		c.putTooBig(progHash)
+		return false
+	}
+	size := 0
+	for _, r := range recs {
+		if e, ok := c.entries[r.Key]; !ok || e.prog != p {
+			size += entrySize(r.Key, r)
+		}
+	}
+	c.lru.MoveToFront(p.elem) // evicted last
+	c.makeRoom(len(recs), size)
+	if c.progs[progHash] != p { // evicted: larger than the cache
+		c.putTooBig(progHash)
+		return false
+	}
+	for _, r := range recs {
+		c.forget(r.Key, progHash)
+		c.add(p, r.Key, r, entrySize(r.Key, r))
+	}
+	p.loaded += len(recs)
+	p.pos = next
+	if len(recs) < tuning.LoadChunkRows {
+		p.loading, p.complete = false, true
+		c.counters.Completed++
+	}
+	return true
+}
+
+// put remembers what a locked read returned for key of program progHash
+// (nil: absent). The caller holds the lock and c.mu.
+func (c *resultCache) put(progHash, key string, rec *storage.Record) {
 	if c.hdr == nil {
 		return
 	}
-	c.makeRoom(1)
-	c.entries[key] = rec
+	c.putEntry(progHash, key, rec)
+}
+
+// Counters returns the cache's counters.
+func (c *resultCache) Counters() CacheCounters {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.counters
 }

@@ -41,9 +41,26 @@ func CachedPrograms(b storage.Backend) (complete, tooBig map[string]bool) {
 	s := b.(*Backend)
 	s.cache.mu.Lock()
 	defer s.cache.mu.Unlock()
-	return maps.Clone(s.cache.complete), maps.Clone(s.cache.tooBig)
+	complete = map[string]bool{}
+	for h, p := range s.cache.progs {
+		if p.complete {
+			complete[h] = true
+		}
+	}
+	return complete, maps.Clone(s.cache.tooBig)
 }
 
 // SetIndexed makes b's cache believe the records table has (or lacks) the
 // program_hash index.
 func SetIndexed(b storage.Backend, ok bool) { b.(*Backend).cache.setIndexed(ok) }
+
+// SetMaxCached sets the cache's bound on entries and returns a function
+// that restores the old one.
+func SetMaxCached(n int) (restore func()) {
+	old := tuning.MaxCached
+	tuning.MaxCached = n
+	return func() { tuning.MaxCached = old }
+}
+
+// Counters are b's cache counters.
+func Counters(b storage.Backend) CacheCounters { return b.(*Backend).CacheCounters() }

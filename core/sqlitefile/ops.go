@@ -89,7 +89,7 @@ func (s *Backend) LookupMany(ctx context.Context, progHash string, keys []string
 		return recs, nil
 	}
 	err := s.withDB(ctx, "lookup_many", func(db *sqlite.DB) error {
-		return s.cache.LoadMany(db, keys, missing, recs)
+		return s.cache.LoadMany(db, progHash, keys, missing, recs)
 	})
 	if err != nil {
 		return nil, err

@@ -111,9 +111,31 @@ const (
 
 // The result cache (core/sqlitefile, cache.go).
 const (
-	// PrefetchLimit bounds a program prefetch: its records are loaded in
-	// one query under the lock and kept in memory.
+	// PrefetchLimit bounds a program load: a program found to have more
+	// records is read key by key (its loaded rows stay, as single entries).
 	PrefetchLimit = 10000
+	// LoadChunkRows is what one locked operation reads of a program
+	// load: a load goes on over the program's next locked misses, a chunk
+	// each, so that no hold of the lock reads more than this (about a
+	// millisecond, the hold of a few point reads) and neighbours' writes
+	// never wait behind a whole program.
+	LoadChunkRows = 256
+	// AdmitWindow: a program is loaded on a locked miss only if it was
+	// missed before within this window (a program asked about once reads
+	// one key, not all of them).
+	AdmitWindow = 2 * time.Second
+	// LoadPayback: a load paid if the program answered at least one
+	// lookup from memory per LoadPayback rows loaded before it was
+	// evicted (a locked point read costs about as much as reading some
+	// tens of rows in a load). A program whose load did not pay is read
+	// key by key for AdmitMemory: with a working set larger than the
+	// cache, loads would only evict each other.
+	LoadPayback = 32
+	// AdmitMemory is how long the cache remembers a program's misses and
+	// its last load's payback, and MaxAdmitHistory how many programs it
+	// remembers (when full it forgets them all).
+	AdmitMemory     = time.Minute
+	MaxAdmitHistory = 4096
 	// QuietBeforePrefetch is how long the database must have stayed
 	// unchanged, as seen by a store's locked operations, before it loads
 	// a program: while others write (a commit every few milliseconds
@@ -123,10 +145,14 @@ const (
 	// is loaded only in a quiet phase: where such commits are frequent
 	// (old Python workers, other nodes), loads would be emptied soon.
 	FollowQuiet = 10 * time.Second
-	// MaxCached bounds the cache's entries; when full it starts over
-	// (lookups of an autoscheduler are mostly of new schedules, so
-	// recency buys little).
-	MaxCached = 1 << 16
+	// MaxCachedBytes bounds the cache's entries in bytes (an estimate of
+	// each record's memory: records differ a lot in size), as MaxCached
+	// does in number. A process's resident memory grows by up to about
+	// twice it (Go's heap grows to twice its live data before it
+	// collects), in each of a node's tens of processes: 16 MiB holds some
+	// 25,000 records of a few hundred bytes, a program of PrefetchLimit
+	// records with room to spare.
+	MaxCachedBytes = 16 << 20
 	// BackupStepPages is what a backup copies per hold of the lock: 1,024
 	// pages (4 MiB with 4 KiB pages), a few milliseconds of copying, the
 	// hold of a record_many of some hundred records.
@@ -136,6 +162,11 @@ const (
 	// backup must finish even under a steady stream of writes).
 	BackupRestarts = 3
 )
+
+// MaxCached bounds the result cache's entries (and, separately, its
+// configs); when full, it evicts the least recently used program's entries,
+// never configs. A variable for tests.
+var MaxCached = 1 << 16
 
 // PrefetchMaxPages bounds the database a prefetch may scan when records has
 // no index on program_hash (a database of the original's schema that could

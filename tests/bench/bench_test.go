@@ -49,6 +49,7 @@ func TestQuickRun(t *testing.T) {
 		Ejkernel   *ejkImport                           `json:"ejkernel_import"`
 		Skipped    map[string]string                    `json:"skipped"`
 		Reference  map[string]any                       `json:"reference_original_issue5"`
+		Cliff      *cliffResults                        `json:"cliff"`
 	}
 	if err := json.Unmarshal(b, &res); err != nil {
 		t.Fatalf("results.json: %v", err)
@@ -135,6 +136,28 @@ func TestQuickRun(t *testing.T) {
 					t.Errorf("syscalls %s %s missing", impl, op)
 				}
 			}
+		}
+	}
+
+	// The cliff section (cliff.go): both clients' rows without failures,
+	// the neighbour's three runs, the memory row.
+	switch c := res.Cliff; {
+	case c == nil:
+		t.Errorf("cliff section missing (skipped: %q)", res.Skipped["cliff"])
+	default:
+		for _, impl := range []string{implPython, implEngine} {
+			if r := c.Rows[impl]; r == nil || r.Hit == nil || r.Thrash == nil || r.Problems != "" {
+				t.Errorf("cliff %s: %+v", impl, r)
+			}
+		}
+		if c.Rows[implEngine] != nil && c.Rows[implEngine].Cache == nil {
+			t.Error("cliff engine-go: no cache counters")
+		}
+		if c.Alone == nil || c.BesideHits == nil || c.Beside == nil || c.BesideThrash == nil {
+			t.Errorf("cliff neighbour runs incomplete: %+v", c)
+		}
+		if c.RSSWarmMiB <= 0 || c.RSSFullMiB <= 0 || c.RSSEndMiB <= 0 {
+			t.Errorf("cliff memory row incomplete: %+v", c)
 		}
 	}
 

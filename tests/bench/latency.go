@@ -174,6 +174,9 @@ type pySpec struct {
 	Times       []float64 `json:"times"`
 	CPUModel    string    `json:"cpu_model"`
 	Steps       []step    `json:"steps"`
+	// CliffSourceSuffix makes the cliff section's program sources
+	// (cliffSource): {p} is the program's number.
+	CliffSourceSuffix string `json:"cliff_source_suffix"`
 	// The kernel-config cache's entries (configcache.go): device, op_id,
 	// call keys from ConfigKeyFormat ({tag}, {i}), and the configuration
 	// (plus a "trial" field) every entry stores.
@@ -192,7 +195,7 @@ type pyOutput struct {
 
 func (cfg *config) pySpec(impl string, steps []step) pySpec {
 	return pySpec{Impl: impl, DB: cfg.dbPath(), Lib: cfg.Lib, Repo: cfg.Repo, ProgramName: programName,
-		Source: programSource, SchedFormat: schedFormat, Times: benchTimes, CPUModel: benchCPU, Steps: steps,
+		Source: programSource, SchedFormat: schedFormat, Times: benchTimes, CPUModel: benchCPU, Steps: steps, CliffSourceSuffix: cliffSourceSuffix,
 		ConfigDevice: configDevice, ConfigOpID: configOpID, ConfigKeyFormat: configKeyFormat, ConfigValue: configValue}
 }
 

@@ -56,6 +56,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/tirastore/tirastore/core/tuning"
 	"io"
 	"os"
 	"os/exec"
@@ -94,6 +95,7 @@ type config struct {
 	Rounds                      int
 	SyscallOps, SyscallMany     int
 	EjkernelRuns                int // fresh interpreters per variant of the ejkernel import row
+	Cliff                       cliffSizes
 	Sections                    map[string]bool
 	Keep, Raw                   bool
 	log                         io.Writer
@@ -197,7 +199,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.SyscallOps, "syscall-ops", 50, "traced operations per syscall row")
 	fs.IntVar(&cfg.SyscallMany, "syscall-many", 3, "traced record_many(1000) calls per syscall row")
 	fs.IntVar(&cfg.EjkernelRuns, "ejkernel-runs", 15, "fresh interpreters per variant (ejkernel's own class, patched) of the ejkernel import row, after one warm-up each")
-	sections := fs.String("sections", "latency,python,config,claim,ejkernel,syscalls,throughput,postgres", "sections to run (config: the kernel-config cache rows; claim: lookup_or_claim against lookup, from Go and Python; ejkernel: the import cost of the released ejkernel with tirastore's PersistentCache, in the venv of make ejkernel-venv; postgres: a throwaway PostgreSQL cluster beside the SQLite file)")
+	fs.IntVar(&cfg.Cliff.Programs, "cliff-programs", 64, "programs of the cliff section's working set")
+	fs.IntVar(&cfg.Cliff.Records, "cliff-records", 4*tuning.MaxCached/64, "records per program of the cliff section's working set (default: 4 x the result cache's entries in all)")
+	fs.IntVar(&cfg.Cliff.Lookups, "cliff-lookups", 30000, "timed lookups of the cliff section's thrash rows")
+	fs.IntVar(&cfg.Cliff.Memory, "cliff-memory-lookups", 1000000, "lookups in all of the cliff section's memory row")
+	fs.IntVar(&cfg.Cliff.NeighbourRecords, "cliff-neighbour-records", 200, "records of each cliff neighbour run")
+	fs.IntVar(&cfg.Cliff.NeighbourRounds, "cliff-rounds", 2, "cliff neighbour runs of each kind (alone, beside the thrashing process), alternating")
+	sections := fs.String("sections", "latency,python,config,claim,ejkernel,syscalls,throughput,postgres,cliff", "sections to run (config: the kernel-config cache rows; claim: lookup_or_claim against lookup, from Go and Python; ejkernel: the import cost of the released ejkernel with tirastore's PersistentCache, in the venv of make ejkernel-venv; postgres: a throwaway PostgreSQL cluster beside the SQLite file; cliff: lookups over a working set 4x the result cache, a neighbour's records beside them, and a lookup-heavy process's memory)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the bench directory afterwards")
 	fs.BoolVar(&cfg.Raw, "raw", false, "also write every single duration (and every throughput worker's report) into the JSON")
 	if err := fs.Parse(args); err != nil {
@@ -242,6 +250,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		if !isSet(fs, "ejkernel-runs") {
 			cfg.EjkernelRuns = 1
+		}
+		for _, q := range []struct {
+			name string
+			v    *int
+			n    int
+		}{{"cliff-programs", &cfg.Cliff.Programs, 8}, {"cliff-records", &cfg.Cliff.Records, 256}, {"cliff-lookups", &cfg.Cliff.Lookups, 500},
+			{"cliff-memory-lookups", &cfg.Cliff.Memory, 5000}, {"cliff-neighbour-records", &cfg.Cliff.NeighbourRecords, 20}, {"cliff-rounds", &cfg.Cliff.NeighbourRounds, 1}} {
+			if !isSet(fs, q.name) {
+				*q.v = q.n
+			}
 		}
 	}
 	cfg.Go = sizes{*lookups, *records, *many100, *many1000}
@@ -321,8 +339,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if cfg.Sections["postgres"] {
 		res.Postgres = postgresSection(cfg, res)
 	}
+	if cfg.Sections["cliff"] {
+		res.Cliff = cliffSection(cfg, res)
+	}
 	res.FloorRatios = floorRatios(res)
-	res.Targets = evaluateTargets(cfg, res)
+	res.Targets = append(evaluateTargets(cfg, res), cliffTargets(res)...)
 	res.Reference = originalReference
 	res.ElapsedS = time.Since(started).Seconds()
 

@@ -39,6 +39,16 @@ lookup hit on key start+keys+k and a lookup_or_claim hit on key start+k,
 in alternating order, each timed alone); the two-part ops also report
 each part as ``<label>:<part>``.
 
+The cliff section (tests/bench/cliff.go) adds ``lookup_set`` (lookups of
+random (program, schedule) pairs over ``programs`` programs from ``start``:
+program p's source is ``source`` + ``cliff_source_suffix`` with {p}, its
+schedule indexes below ``records`` are present, up to ``keys`` absent;
+drawn from ``seed`` outside the timing, no samples kept in a warm-up; with
+``ready_file`` touched when the step starts and ``stop_file`` ending it
+early) and ``rss`` (the process's
+VmRSS and VmHWM from /proc/self/status, in KiB, into ``rss_kib`` and
+``hwm_kib``; no timing).
+
 Steps with ``mark_begin``/``mark_end`` stat() those (absent) paths right
 before and after the step, so an strace of this process can be cut there.
 """
@@ -48,6 +58,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import random
 import sys
 import time
 from pathlib import Path
@@ -80,6 +91,9 @@ class PackageClient:
 
     def lookup(self, s: str) -> bool:
         return self.store.lookup(self.name, self.src, s) is not None
+
+    def lookup_in(self, src: str, s: str) -> bool:
+        return self.store.lookup(self.name, src, s) is not None
 
     def contains(self, s: str) -> bool:
         return self.store.contains(self.name, self.src, s)
@@ -333,6 +347,55 @@ def mark(path: str) -> None:
             pass
 
 
+def proc_status_kib() -> tuple[int, int]:
+    """VmRSS and VmHWM of this process, in KiB."""
+    got = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            name, _, value = line.partition(":")
+            if name in ("VmRSS", "VmHWM"):
+                got[name] = int(value.split()[0])
+    return got.get("VmRSS", 0), got.get("VmHWM", 0)
+
+
+def run_lookup_set(client: Any, spec: dict, s: dict, r: dict) -> None:
+    """The cliff section's lookups of random (program, schedule) pairs (see
+    the module's doc); the pair and its schedule are made before the clock
+    starts."""
+    fmt, tag = spec["sched_format"], s["tag"]
+    first, programs, present, span = s.get("start", 0), s["programs"], s["records"], s["keys"]
+    srcs = [spec["source"] + spec["cliff_source_suffix"].replace("{p}", str(first + p)) for p in range(programs)]
+    scheds = [schedule(fmt, tag, i) for i in range(span)]
+    rng = random.Random(s.get("seed", 0))
+    stop = s.get("stop_file", "")
+    if s.get("ready_file"):
+        open(s["ready_file"], "w").close()
+    clock = time.perf_counter_ns
+    ns = r["ns"]
+    # A warm-up keeps no samples: a million of them would be some 30 MiB of
+    # this process's memory, which the memory row measures.
+    timed = not s.get("warmup", False)
+    for k in range(s["n"]):
+        if stop and k % 64 == 0 and os.path.exists(stop):
+            break
+        src, i = srcs[rng.randrange(programs)], rng.randrange(span)
+        t0 = clock()
+        try:
+            ok = client.lookup_in(src, scheds[i]) == (i < present)
+            if timed:
+                ns.append(clock() - t0)
+            if not ok:
+                r["wrong"] += 1
+                r.setdefault("first_error", f"lookup {scheds[i]} of program {srcs.index(src) + first}: unexpected result")
+        except Exception as e:  # noqa: BLE001  (counted, reported, the run goes on)
+            if timed:
+                ns.append(clock() - t0)
+            r["errors"] += 1
+            if is_lock_timeout(e):
+                r["timeouts"] += 1
+            r.setdefault("first_error", f"{type(e).__name__}: {e}")
+
+
 def run_plan(client: Any, spec: dict) -> dict:
     fmt, times = spec["sched_format"], spec["times"]
     out = {}
@@ -356,6 +419,12 @@ def run_plan(client: Any, spec: dict) -> dict:
         part_ns: tuple[list, list] = ([], [])
         pair_ns = [0, 0]
         mark(s.get("mark_begin", ""))
+        if op == "lookup_set":
+            run_lookup_set(client, spec, s, r)
+            n = 0
+        elif op == "rss":
+            r["rss_kib"], r["hwm_kib"] = proc_status_kib()
+            n = 0
         for k in range(n):
             i = start + (k % keys if keys else k)
             what = ""  # what failed, when not the operation's key

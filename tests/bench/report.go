@@ -45,9 +45,12 @@ type results struct {
 	Postgres *pgResults `json:"postgres,omitempty"`
 	// EjkernelImport is the ejkernel import row (ejkernel.go), nil when it
 	// did not run (Skipped["ejkernel_import"] says why).
-	EjkernelImport *ejkImport        `json:"ejkernel_import,omitempty"`
-	Skipped        map[string]string `json:"skipped"`
-	ElapsedS       float64           `json:"elapsed_s"`
+	EjkernelImport *ejkImport `json:"ejkernel_import,omitempty"`
+	// Cliff is the cliff section's figures (cliff.go), nil when it did not
+	// run or failed (Skipped["cliff"] says why).
+	Cliff    *cliffResults     `json:"cliff,omitempty"`
+	Skipped  map[string]string `json:"skipped"`
+	ElapsedS float64           `json:"elapsed_s"`
 }
 
 func configJSON(cfg *config) map[string]any {
@@ -58,7 +61,7 @@ func configJSON(cfg *config) map[string]any {
 		"throughput_mix": "80% lookups (10% of them for absent keys), 20% records of new keys",
 		"syscall_ops":    cfg.SyscallOps, "syscall_record_many_1000_calls": cfg.SyscallMany,
 		"program_source_bytes": len(programSource), "schedule_format": schedFormat, "raw_samples": cfg.Raw,
-		"config_cache_sizes": cfg.ConfigCache, "ejkernel_runs_each": cfg.EjkernelRuns, "config_cache_entries": []int{configSmall, configLarge}, "config_cache_key_format": configKeyFormat,
+		"config_cache_sizes": cfg.ConfigCache, "cliff_sizes": cfg.Cliff, "ejkernel_runs_each": cfg.EjkernelRuns, "config_cache_entries": []int{configSmall, configLarge}, "config_cache_key_format": configKeyFormat,
 		"baseline": "tests/bench/baseline: the original's protocol in Go (50 ms..5 s backoff, stale 600 s, fresh ticket+link and fresh POSIX-locked connection per operation, two connections per record)",
 	}
 }
@@ -381,6 +384,7 @@ func writeReport(w io.Writer, cfg *config, res *results) {
 		fmt.Fprintf(w, "QUICK MODE: smoke-test sizes, the figures are not meaningful\n")
 	}
 	writeLatency(w, res)
+	writeCliff(w, res)
 	writeEjkernel(w, res)
 	writeSyscalls(w, res)
 	writeThroughput(w, cfg, res)
@@ -623,6 +627,8 @@ func writeTargets(w io.Writer, res *results) {
 			v = fmtCount(float64(x.Value))
 		case "s":
 			v += " s"
+		case "MiB":
+			v += " MiB"
 		}
 		switch {
 		case x.Goal == "report":

@@ -228,6 +228,16 @@ type step struct {
 	// before and after the step: strace windows are cut at them.
 	MarkBegin string `json:"mark_begin,omitempty"`
 	MarkEnd   string `json:"mark_end,omitempty"`
+	// The cliff section's lookup_set (cliff.go): N lookups of random
+	// (program, schedule) pairs over Programs programs from Start (their
+	// sources: cliffSource), schedule indexes below Records present, up to
+	// Keys absent, drawn from Seed; ReadyFile is created when the step
+	// starts, StopFile ends it early when it exists.
+	Programs  int    `json:"programs,omitempty"`
+	Records   int    `json:"records,omitempty"`
+	Seed      int64  `json:"seed,omitempty"`
+	ReadyFile string `json:"ready_file,omitempty"`
+	StopFile  string `json:"stop_file,omitempty"`
 }
 
 // stepResult holds one step's raw timings.
@@ -239,6 +249,9 @@ type stepResult struct {
 	Timeouts   int     `json:"timeouts"`
 	Wrong      int     `json:"wrong"` // unexpected results (a hit that missed...)
 	FirstError string  `json:"first_error,omitempty"`
+	// RSSKiB and HWMKiB: an rss step's VmRSS and VmHWM (pybench.py).
+	RSSKiB int64 `json:"rss_kib,omitempty"`
+	HWMKiB int64 `json:"hwm_kib,omitempty"`
 }
 
 // count tallies one operation of the step: an error (and whether it was
