@@ -174,6 +174,10 @@ type pySpec struct {
 	Times       []float64 `json:"times"`
 	CPUModel    string    `json:"cpu_model"`
 	Steps       []step    `json:"steps"`
+	// Role "throughput" makes pybench.py a throughput worker (TP) instead
+	// of running Steps.
+	Role string  `json:"role,omitempty"`
+	TP   *tpSpec `json:"tp,omitempty"`
 	// The kernel-config cache's entries (configcache.go): device, op_id,
 	// call keys from ConfigKeyFormat ({tag}, {i}), and the configuration
 	// (plus a "trial" field) every entry stores.

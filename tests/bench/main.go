@@ -316,7 +316,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		res.Syscalls = syscallSection(cfg, res)
 	}
 	if cfg.Sections["throughput"] {
-		res.Throughput = throughputSection(cfg)
+		res.Throughput = throughputSection(cfg, res)
 	}
 	if cfg.Sections["postgres"] {
 		res.Postgres = postgresSection(cfg, res)

@@ -23,7 +23,13 @@ type workerSpec struct {
 // the rest lookups, of which MissFrac look for absent keys and the others
 // for random records of the preloaded pool.
 type tpSpec struct {
-	WID        int     `json:"wid"`
+	WID int `json:"wid"`
+	// The tags of the worker's keys (workload.go): its new records, the
+	// preloaded pool, the absent keys; Python workers (pybench.py) read
+	// them from here too.
+	Tag        int     `json:"tag"`
+	PoolTag    int     `json:"pool_tag"`
+	MissTag    int     `json:"miss_tag"`
 	Ops        int     `json:"ops"`
 	Pool       int     `json:"pool"`
 	RecordFrac float64 `json:"record_frac"`
@@ -90,7 +96,7 @@ func workerMain(specPath string) int {
 func throughputWorker(c client, s *tpSpec) *tpResult {
 	rng := rand.New(rand.NewPCG(s.Seed, uint64(s.WID)))
 	for k := 0; k < s.Warmup; k++ {
-		c.Lookup(schedule(tagPool, rng.IntN(s.Pool)))
+		c.Lookup(schedule(s.PoolTag, rng.IntN(s.Pool)))
 	}
 	before := c.LockStats()
 	ops := make([]bool, s.Ops) // true: record
@@ -119,7 +125,7 @@ func throughputWorker(c client, s *tpSpec) *tpResult {
 			i := next
 			next++
 			t0 := time.Now()
-			ok, err := c.Record(schedule(tagWorkerBase+s.WID, i), false)
+			ok, err := c.Record(schedule(s.Tag, i), false)
 			r.RecordNS = append(r.RecordNS, time.Since(t0).Nanoseconds())
 			switch {
 			case err != nil:
@@ -135,9 +141,9 @@ func throughputWorker(c client, s *tpSpec) *tpResult {
 			continue
 		}
 		miss := rng.Float64() < s.MissFrac
-		sched := schedule(tagPool, rng.IntN(s.Pool))
+		sched := schedule(s.PoolTag, rng.IntN(s.Pool))
 		if miss {
-			sched = schedule(tagMiss, rng.IntN(1<<30))
+			sched = schedule(s.MissTag, rng.IntN(1<<30))
 		}
 		t0 := time.Now()
 		found, err := c.Lookup(sched)
