@@ -95,6 +95,7 @@ type config struct {
 	SyscallOps, SyscallMany     int
 	EjkernelRuns                int // fresh interpreters per variant of the ejkernel import row
 	Sections                    map[string]bool
+	TPClients                   map[string]bool // clients of the throughput section
 	Keep, Raw                   bool
 	log                         io.Writer
 }
@@ -198,6 +199,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.SyscallMany, "syscall-many", 3, "traced record_many(1000) calls per syscall row")
 	fs.IntVar(&cfg.EjkernelRuns, "ejkernel-runs", 15, "fresh interpreters per variant (ejkernel's own class, patched) of the ejkernel import row, after one warm-up each")
 	sections := fs.String("sections", "latency,python,config,claim,ejkernel,syscalls,throughput,postgres", "sections to run (config: the kernel-config cache rows; claim: lookup_or_claim against lookup, from Go and Python; ejkernel: the import cost of the released ejkernel with tirastore's PersistentCache, in the venv of make ejkernel-venv; postgres: a throwaway PostgreSQL cluster beside the SQLite file)")
+	tpClients := fs.String("tp-clients", implEngine+","+implBaseline+","+implPython, "clients of the throughput section (issue 29's target needs python and baseline-go)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the bench directory afterwards")
 	fs.BoolVar(&cfg.Raw, "raw", false, "also write every single duration (and every throughput worker's report) into the JSON")
 	if err := fs.Parse(args); err != nil {
@@ -260,6 +262,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 	cfg.Sections = map[string]bool{}
 	for _, s := range strings.Split(*sections, ",") {
 		cfg.Sections[strings.TrimSpace(s)] = true
+	}
+	cfg.TPClients = map[string]bool{}
+	for _, c := range strings.Split(*tpClients, ",") {
+		switch c = strings.TrimSpace(c); c {
+		case implEngine, implBaseline, implPython:
+			cfg.TPClients[c] = true
+		default:
+			return fmt.Errorf("-tp-clients: unknown client %q (engine-go, baseline-go, python)", c)
+		}
 	}
 	if cfg.Out == "" {
 		cfg.Out = filepath.Join(cfg.Repo, "build", "bench", "results.json")

@@ -84,11 +84,18 @@ func (r *tpRun) ok() bool {
 // Python cannot run here).
 func throughputSection(cfg *config, res *results) map[string][]*tpRun {
 	out := map[string][]*tpRun{}
-	impls := []string{implEngine, implBaseline, implPython}
-	if why := pythonClientPrereq(cfg); why != "" {
-		impls = impls[:2]
-		res.Skipped["throughput/"+implPython] = why
-		cfg.logf("throughput python rows skipped: %s", why)
+	var impls []string
+	for _, impl := range []string{implEngine, implBaseline, implPython} {
+		if cfg.TPClients[impl] {
+			impls = append(impls, impl)
+		}
+	}
+	if cfg.TPClients[implPython] {
+		if why := pythonClientPrereq(cfg); why != "" {
+			impls = slices.DeleteFunc(impls, func(s string) bool { return s == implPython })
+			res.Skipped["throughput/"+implPython] = why
+			cfg.logf("throughput python rows skipped: %s", why)
+		}
 	}
 	for _, p := range cfg.Procs {
 		reps := map[string][]*tpRun{}
