@@ -460,6 +460,14 @@ def run_plan(client: Any, spec: dict) -> dict:
 # -- the throughput worker (same protocol as throughputWorker in worker.go) -----
 
 
+def cpu_ns() -> int:
+    """This process's CPU time so far, user + system, every thread (cpuNS in worker.go)."""
+    import resource  # noqa: PLC0415
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return int((ru.ru_utime + ru.ru_stime) * 1e9)
+
+
 def run_throughput(client: Any, spec: dict) -> int:
     """One throughput worker (role "throughput"; tpSpec in worker.go):
     warm up, print "ready", wait for the start line on stdin, run the ops
@@ -495,6 +503,7 @@ def run_throughput(client: Any, spec: dict) -> int:
     sys.stdin.readline()
     clock = time.perf_counter_ns
     r["start_unix_ns"] = time.time_ns()
+    cpu0 = cpu_ns()
     nxt = 0
     for is_record in ops:
         if is_record:
@@ -531,6 +540,7 @@ def run_throughput(client: Any, spec: dict) -> int:
             r["wrong"] += 1
             r.setdefault("first_error", f"lookup {sched}: found={found}")
     r["end_unix_ns"] = time.time_ns()
+    r["cpu_ns"] = cpu_ns() - cpu0
     r.update(lookup_ns=lookup_ns, record_ns=record_ns, acked=acked)
     sys.stdout.write(json.dumps(r))
     sys.stdout.flush()

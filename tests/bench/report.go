@@ -590,7 +590,8 @@ func writeThroughput(w io.Writer, cfg *config, res *results) {
 	fmt.Fprintf(w, "   the start signal. With convoys (one process re-acquiring while the others back off) long waits are few but long: read p99\n")
 	fmt.Fprintf(w, "   together with mean, worst op and slow/fast. Clients: engine-go and baseline-go workers are this program; python workers are\n")
 	fmt.Fprintf(w, "   interpreters running tests/bench/pybench.py through the tirastore package (no lock figures: the package does not report them).\n")
-	fmt.Fprintf(w, "   ready s = spawn -> every worker ready (start-up, not counted in ops/s); vs base = ops/s over baseline-go's at the same P.\n")
+	fmt.Fprintf(w, "   ready s = spawn -> every worker ready (start-up, not counted in ops/s); vs base = ops/s over baseline-go's at the same P;\n")
+	fmt.Fprintf(w, "   CPU µs/op = the workers' CPU time (user + system, all threads) from the start signal to their end, per operation.\n")
 	if why := res.Skipped["throughput/"+implPython]; why != "" {
 		fmt.Fprintf(w, "   python skipped: %s\n", why)
 	}
@@ -598,7 +599,7 @@ func writeThroughput(w io.Writer, cfg *config, res *results) {
 		fmt.Fprintf(w, "   not run\n")
 		return
 	}
-	t := newTable("rl", "P", "client", "ops/s", "vs base", "ready s", "lookup p50", "lookup p99", "p99/base", "p99.9", "mean", "record p50", "record p99", "all p99", "worst op",
+	t := newTable("rl", "P", "client", "ops/s", "vs base", "ready s", "lookup p50", "lookup p99", "p99/base", "p99.9", "mean", "record p50", "record p99", "all p99", "worst op", "CPU µs/op",
 		"fastest", "slowest", "slow/fast", "links/lock", "lock busy", "hold µs", "handed over", "records exp/found", "lost", "failed ops", "timeouts")
 	for _, p := range cfg.Procs {
 		var b *tpRun
@@ -640,7 +641,7 @@ func writeThroughput(w io.Writer, cfg *config, res *results) {
 			if r.All != nil {
 				allp99 = fmtNum(r.All.P99 / 1e3)
 			}
-			t.add(fmt.Sprint(p), impl, fmt.Sprintf("%.0f", r.OpsPerS), vs, fmtNum(r.ReadyS), lp50, lp99, p99vs, lp999, lmean, rp50, rp99, allp99, fmtNum(r.WorstMS),
+			t.add(fmt.Sprint(p), impl, fmt.Sprintf("%.0f", r.OpsPerS), vs, fmtNum(r.ReadyS), lp50, lp99, p99vs, lp999, lmean, rp50, rp99, allp99, fmtNum(r.WorstMS), fmtUS(float64(r.CPUPerOpUS)),
 				fmtNum(r.FastestS), fmtNum(r.SlowestS), fmtNum(float64(r.SlowFast)), fmtNum(float64(r.LinksPerLock)),
 				fmtPct(float64(r.LockBusy)), fmtUS(float64(r.MeanHoldUS)), fmtPct(float64(r.HandedOverPct)/100),
 				fmt.Sprintf("%d/%d", r.Expected, r.Found), fmt.Sprint(r.Lost), fmt.Sprint(r.Errors+r.Wrong), fmt.Sprint(r.Timeouts))

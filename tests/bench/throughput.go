@@ -33,6 +33,10 @@ type tpRun struct {
 	Record  *summary `json:"record"`
 	All     *summary `json:"all_ops"`
 	WorstMS float64  `json:"worst_op_ms"`
+	// CPUPerOpUS is the workers' CPU time (user + system, all their
+	// threads) from the start signal to their end, per operation: what
+	// each operation costs the node besides its waiting.
+	CPUPerOpUS fnum `json:"cpu_per_op_us"`
 
 	FinishS  []float64 `json:"worker_finish_s"` // per worker, since the start signal
 	FastestS float64   `json:"fastest_worker_s"`
@@ -160,7 +164,7 @@ func aggregate(reps []*tpRun) *tpRun {
 		return reps[0]
 	}
 	a := &tpRun{Impl: reps[0].Impl, Procs: reps[0].Procs, OpsPerWorker: reps[0].OpsPerWorker, Repetitions: reps, RecordsMatch: true}
-	var ops, fastest, slowest, slowFast, wall, ready []float64
+	var ops, fastest, slowest, slowFast, wall, ready, cpu []float64
 	var wallSum float64
 	var lookups, records, all []int64
 	for _, r := range reps {
@@ -181,6 +185,7 @@ func aggregate(reps []*tpRun) *tpRun {
 		records = append(records, r.recordNS...)
 		a.WorstMS = max(a.WorstMS, r.WorstMS)
 		a.Lock.add(r.Lock)
+		cpu = append(cpu, float64(r.CPUPerOpUS))
 		wallSum += r.WallS
 		a.Preloaded += r.Preloaded
 		a.Acked += r.Acked
@@ -200,6 +205,7 @@ func aggregate(reps []*tpRun) *tpRun {
 		return a
 	}
 	a.OpsPerS, a.WallS, a.ReadyS = median(ops), median(wall), median(ready)
+	a.CPUPerOpUS = fnum(median(cpu))
 	a.FastestS, a.SlowestS, a.SlowFast = median(fastest), median(slowest), fnum(median(slowFast))
 	all = append(append(all, lookups...), records...)
 	a.Lookup, a.Record, a.All = summarize(lookups), summarize(records), summarize(all)
@@ -359,6 +365,7 @@ func throughputRun(cfg *config, impl string, procs int, db string, fresh func() 
 
 	var lookups, records, all []int64
 	var ends []int64
+	var cpuNS int64
 	expected := map[string]bool{}
 	for i := 0; i < cfg.TPPool; i++ {
 		expected[recordKey(tagPool, i)] = true
@@ -367,6 +374,7 @@ func throughputRun(cfg *config, impl string, procs int, db string, fresh func() 
 		lookups = append(lookups, w.LookupNS...)
 		records = append(records, w.RecordNS...)
 		ends = append(ends, w.EndNS)
+		cpuNS += w.CPUNS
 		r.FinishS = append(r.FinishS, float64(w.EndNS-t0)/1e9)
 		r.Errors += w.Errors
 		r.Timeouts += w.Timeouts
@@ -387,6 +395,7 @@ func throughputRun(cfg *config, impl string, procs int, db string, fresh func() 
 	all = append(append(all, lookups...), records...)
 	r.WallS = float64(slices.Max(ends)-t0) / 1e9
 	r.OpsPerS = float64(r.TotalOps) / r.WallS
+	r.CPUPerOpUS = fnum(float64(cpuNS) / 1e3 / float64(r.TotalOps))
 	r.Lookup, r.Record, r.All = summarize(lookups), summarize(records), summarize(all)
 	if r.All != nil {
 		r.WorstMS = r.All.Max / 1e3

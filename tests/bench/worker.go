@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"syscall"
 	"time"
 )
 
@@ -52,6 +53,18 @@ type tpResult struct {
 	Wrong      int       `json:"wrong"`
 	FirstError string    `json:"first_error,omitempty"`
 	Lock       lockStats `json:"lock"`
+	// CPUNS is the process's CPU time (user + system, every thread)
+	// between the start signal and its end.
+	CPUNS int64 `json:"cpu_ns"`
+}
+
+// cpuNS is this process's CPU time so far (user + system).
+func cpuNS() int64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 func workerMain(specPath string) int {
@@ -109,6 +122,7 @@ func throughputWorker(c client, s *tpSpec) *tpResult {
 	fmt.Println("ready")
 	bufio.NewReader(os.Stdin).ReadString('\n')
 
+	cpu0 := cpuNS()
 	r := &tpResult{WID: s.WID, Pid: os.Getpid(), StartNS: time.Now().UnixNano()}
 	next := 0
 	fail := func(err error, what string) {
@@ -159,6 +173,7 @@ func throughputWorker(c client, s *tpSpec) *tpResult {
 		}
 	}
 	r.EndNS = time.Now().UnixNano()
+	r.CPUNS = cpuNS() - cpu0
 	r.Lock = c.LockStats().sub(before)
 	return r
 }
