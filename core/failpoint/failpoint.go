@@ -112,10 +112,4 @@ const (
 	// transaction (the negative control of that crash test, whose killed
 	// writer then leaves neither table).
 	ConfigRebuildApart = "config-rebuild-apart"
-	// HandoverInLane is a switch: a handed-over write waits in the
-	// writers' lane, each behind the previous one, instead of beside it
-	// (core/sqlitefile/internal/nodequeue, awaitCommits): the negative
-	// control of TestHandedOverWaitBesideLane (core/sqlitefile), whose
-	// requesters then block on bytes of their own.
-	HandoverInLane = "handover-in-lane"
 )

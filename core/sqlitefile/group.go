@@ -29,11 +29,8 @@ import (
 // in the writers' lane hands its rows over (internal/spool), and whichever
 // store holds the lock next as a writer commits every handed-over request
 // with its own rows in one transaction, then leaves each requester the
-// number of records written for it. Requesters wait beside the lane, all
-// woken at once when a writer ahead of them leaves it (nodequeue: "Handed-
-// over writes wait beside the lane"); one that finds its result returns it
-// without taking the lock, one that finds none once no writer is left
-// ahead joins the lane as any write does.
+// number of records written for it. A requester that reaches the head of
+// the lane and finds its result returns it without taking the lock.
 //
 // What a caller sees does not change:
 //   - record returns only once its rows are committed (by whichever
@@ -224,8 +221,6 @@ func (s *Backend) commitGroup(db *sqlite.DB, req *writeRequest, sp *spool.Spool)
 	at := time.Now()
 	var taken []*spool.Taken
 	if sp != nil {
-		// Requests handed over from now on wait for the writer after us.
-		s.local.queue.NoteTaking()
 		// The takes carry the transaction's date: if this process dies
 		// after its COMMIT, the next committer can tell its rows.
 		taken, _ = sp.Take("", tuning.MaxGroup, strconv.FormatInt(at.UnixMicro(), 10))

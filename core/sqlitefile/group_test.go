@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core"
-	"github.com/tirastore/tirastore/core/failpoint"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/sqlitefile/internal/lock"
 	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodequeue"
@@ -282,65 +281,6 @@ func TestGroupCommit(t *testing.T) {
 				if want := fmt.Sprintf("proj%d", i); project != want || host == "" || user == "" {
 					t.Errorf("record %d written as project %q host %q user %q, want project %q", i, project, host, user, want)
 				}
-			}
-		})
-	}
-}
-
-// TestHandedOverWaitBesideLane: records handed over while another write
-// holds the writers' lane wait beside the lane, all blocked on one byte
-// (the lane holder's done byte), so that its leaving wakes them together
-// rather than one after another; they are still committed in one
-// transaction and each learns its record was written. With failpoint
-// HandoverInLane (the negative control; failpoints build) they wait in the
-// lane, each blocked on a byte of its own.
-func TestHandedOverWaitBesideLane(t *testing.T) {
-	type tc struct {
-		name     string
-		env      []string
-		distinct int // distinct bytes the 3 requesters block on
-	}
-	cases := []tc{{"beside", nil, 1}}
-	if failpoint.Compiled {
-		cases = append(cases, tc{"control", []string{"TIRASTORE_FAILPOINTS=" + failpoint.HandoverInLane + "=on"}, 3})
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			db := newGroupDB(t)
-			lp, err := lock.PathFor(db)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var kids []*recordChild
-			for i := 0; i < 3; i++ {
-				kids = append(kids, startRecordChild(t, c.env, db, fmt.Sprintf("proj%d", i),
-					fmt.Sprintf("U(L0,%d,comps=['c2'])", i+2), time.Minute))
-			}
-			holder := laneHolder(t, db)
-			for i, k := range kids {
-				k.record(t)
-				waitBlocked(t, db, i+1)
-			}
-			blocked, err := proclocks.Blocked(nodequeue.File(lp))
-			if err != nil {
-				t.Fatal(err)
-			}
-			bytes := map[string]bool{}
-			for _, b := range blocked {
-				bytes[b] = true
-			}
-			if len(blocked) != 3 || len(bytes) != c.distinct {
-				t.Errorf("requesters blocked at %v: %d distinct bytes, want %d", blocked, len(bytes), c.distinct)
-			}
-			before := changeCounter(t, db)
-			holder.Close()
-			for i, k := range kids {
-				if got := k.result(t); got != "written true" {
-					t.Errorf("child %d: %s", i, got)
-				}
-			}
-			if n := changeCounter(t, db) - before; n != 1 {
-				t.Errorf("%d transactions for 3 records, want 1", n)
 			}
 		})
 	}

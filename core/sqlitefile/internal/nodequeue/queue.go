@@ -19,7 +19,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tirastore/tirastore/core/failpoint"
 	"github.com/tirastore/tirastore/core/internal/wait"
 	"github.com/tirastore/tirastore/core/sqlitefile/internal/mono"
 	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodelocal"
@@ -88,9 +87,8 @@ type Queue struct {
 	// gate file (see file.go); its Close gives the reference back.
 	f *gateRef
 	// queueSlot, laneSlot: the slot bytes this process holds in the queue
-	// and in the writers' lane while it holds the gate (-1: none);
-	// laneTicket is the lane ticket that gave laneSlot.
-	queueSlot, laneSlot, laneTicket int64
+	// and in the writers' lane while it holds the gate (-1: none).
+	queueSlot, laneSlot int64
 
 	mu      sync.Mutex
 	pending int  // abandoned waits still blocked in the kernel
@@ -126,10 +124,8 @@ type Handover interface {
 	// this node holds or waits for the writers' lane; it makes the write
 	// available to them and reports whether it did.
 	Publish() bool
-	// Done is called each time a write that was in the lane when it was
-	// published has finished (see "Handed-over writes wait beside the
-	// lane"), and once the published write's process holds the lane: true
-	// means another process did the write, so the lock is not taken.
+	// Done is called once the published write's process holds the lane:
+	// true means another process did the write, so the lock is not taken.
 	Done() bool
 }
 
@@ -245,7 +241,7 @@ func Open(lockPath string) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Queue{f: ref, queueSlot: -1, laneSlot: -1, laneTicket: -1}, nil
+	return &Queue{f: ref, queueSlot: -1, laneSlot: -1}, nil
 }
 
 // # A FIFO of byte locks
@@ -276,11 +272,7 @@ const (
 	ticketsOffset = 24 // the queue's next ticket, then the lane's (8 bytes each)
 	queueSlots    = 1 << 20
 	laneSlots     = 2 << 20
-	// doneSlots: a writer that holds lane slot laneSlots+i also holds
-	// doneSlots+i, until it leaves the lane (see "Handed-over writes wait
-	// beside the lane").
-	doneSlots = 3 << 20
-	nSlots    = 1 << 16
+	nSlots        = 1 << 16
 )
 
 // line is one FIFO in the gate file: the queue proper or the writers' lane.
@@ -327,34 +319,8 @@ func (ln line) all(typ int16) *unix.Flock_t {
 // done it meanwhile: it then leaves without entering the queue.
 // `make bench` shows what writes pay (throughput section: "all p99" and
 // "worst op").
-//
-// # Handed-over writes wait beside the lane
-//
-// A write that hands its rows over (Handover) is done by a writer that
-// was in the lane when it published them: the first of them to take the
-// lock after that. Waiting in the lane behind them, as other writes do,
-// made a chain: each handed-over write, once its predecessor left, woke,
-// found its rows committed and let its successor through, one process
-// wake-up after another (on a loaded node, a fraction of a millisecond to
-// milliseconds each), and the next writer to commit waited at the end of
-// that chain. So a handed-over write waits beside the lane instead
-// (awaitCommits): every writer in the lane also holds the byte of its
-// slot in a third range (doneSlots), until it leaves the lane, and the
-// writer about to take the handed-over requests notes its ticket in the
-// gate file (NoteTaking). A handed-over write takes a shared lock of the
-// done byte of the first writer after that one (the first that will take
-// its rows, unless it leaves first), which every such write can hold at
-// once, and so wakes, with all the others, as soon as that writer leaves.
-// If its rows are then committed, it is done; if not (that writer gave
-// up, or took its requests just before they were published), it waits in
-// the same way for the next writer, and joins the lane like any write once
-// no one is left ahead of it. The cost: the woken writes all run at once,
-// which on a loaded node lengthens the tail of the reads running beside
-// them. Done bytes are only a wake-up: what a write is told comes from its
-// result in the spool, as before.
 
-// byteLock is a write lock (typ F_WRLCK), a shared lock (F_RDLCK) or an
-// unlock (F_UNLCK) of one byte.
+// byteLock is a write lock (typ F_WRLCK) or an unlock (F_UNLCK) of one byte.
 func byteLock(typ int16, at int64) *unix.Flock_t {
 	return &unix.Flock_t{Type: typ, Whence: 0, Start: at, Len: 1}
 }
@@ -363,10 +329,9 @@ func byteLock(typ int16, at int64) *unix.Flock_t {
 // (ctx.Err()) or deadline passes (ErrTimeout); a write (write true) first
 // waits in the writers' lane, which Unlock gives back, then for a lull in
 // the queue (awaitLull). A write with a handover h (nil: none) publishes it
-// if another process of this node holds or waits for the lane, and then
-// waits beside the lane for the writers ahead of it (awaitCommits); if h
-// then, or once it is at the head of the lane, reports that another
-// process did its work, it returns ErrHandedOver, holding nothing. sc (nil: none) makes
+// if another process of this node holds or waits for the lane; if, once it
+// is at the head of the lane, h reports that another process did its work,
+// it gives its place back and returns ErrHandedOver. sc (nil: none) makes
 // a wait leave a line that does not move (ErrStalled; see "Stalled
 // places"). On error nothing is held. ErrUnavailable and ErrStalled mean
 // the caller should proceed without the queue; a closed Queue is
@@ -385,131 +350,31 @@ func (q *Queue) Lock(ctx context.Context, deadline time.Time, write bool, h Hand
 	sc := newStall(stallCheck)
 	q.queueSlot, q.laneSlot = -1, -1
 	if write {
-		if done != nil && !failpoint.Enabled(failpoint.HandoverInLane) {
-			if err := q.awaitCommits(ctx, deadline, done, sc); err != nil {
-				return err
-			}
-		}
-		slot, ticket, err := q.join(ctx, deadline, laneLine, sc)
+		slot, err := q.join(ctx, deadline, laneLine, sc)
 		if err != nil {
 			return err
 		}
 		if done != nil && done() {
-			q.releaseSlot(slot)
+			q.unlockByte(slot)
 			return ErrHandedOver
 		}
-		q.laneSlot, q.laneTicket = slot, ticket
+		q.laneSlot = slot
 		if err := q.awaitLull(ctx, deadline); err != nil {
-			q.releaseSlot(slot)
+			q.unlockByte(slot)
 			q.laneSlot = -1
 			return err
 		}
 	}
-	slot, _, err := q.join(ctx, deadline, queueLine, sc)
+	slot, err := q.join(ctx, deadline, queueLine, sc)
 	if err != nil {
 		if q.laneSlot >= 0 {
-			q.releaseSlot(q.laneSlot)
+			q.unlockByte(q.laneSlot)
 			q.laneSlot = -1
 		}
 		return err
 	}
 	q.queueSlot = slot
 	return nil
-}
-
-// awaitCommits waits, for a handed-over write (done: Handover.Done),
-// until its rows are committed (ErrHandedOver) or no writer that could
-// commit them is left in the lane (nil: join the lane), ctx is done or
-// deadline passes; see "Handed-over writes wait beside the lane". It
-// holds nothing when it returns.
-func (q *Queue) awaitCommits(ctx context.Context, deadline time.Time, done func() bool, sc *stall) error {
-	taker, last, err := q.laneTickets(ctx, deadline, sc)
-	if err != nil {
-		return err
-	}
-	// The writers that may take our rows: those after the last one that
-	// began taking requests (its take may have preceded our publishing),
-	// up to the last in the lane, and any that join meanwhile.
-	next := max(taker+1, last-maxAhead+1)
-	for next <= last {
-		at := doneByte(laneLine.slots + int64(next%nSlots))
-		next++
-		// A done byte that no other process holds (its writer left, or
-		// it is this process's own: another Queue of it, whose lock a
-		// shared lock of ours would replace) is not waited for.
-		lk := byteLock(unix.F_WRLCK, at)
-		if err := unix.FcntlFlock(q.f.Fd(), unix.F_GETLK, lk); err != nil {
-			return nil
-		}
-		if lk.Type != unix.F_UNLCK {
-			if err := q.waitType(ctx, deadline, unix.F_RDLCK, at, -1, sc); err != nil {
-				if errors.Is(err, ErrUnavailable) {
-					return nil
-				}
-				return err
-			}
-			q.unlockByte(at)
-			if done() {
-				return ErrHandedOver
-			}
-		}
-		if next > last {
-			if _, last, err = q.laneTickets(ctx, deadline, sc); err != nil {
-				return err
-			}
-		}
-	}
-	if done() {
-		return ErrHandedOver
-	}
-	return nil
-}
-
-// maxAhead bounds how many writers of the lane a handed-over write waits
-// for in turn (more processes than a node runs).
-const maxAhead = 256
-
-// laneTickets reads the ticket of the lane's writer that last began taking
-// handed-over requests (NoteTaking; -1: none yet) and the lane's last
-// ticket (-1: none yet). Bytes past the file's end read as zeros.
-func (q *Queue) laneTickets(ctx context.Context, deadline time.Time, sc *stall) (taker, last int64, err error) {
-	if err := q.wait(ctx, deadline, ticketByte, -1, sc); err != nil {
-		return 0, 0, err
-	}
-	var b, t [8]byte
-	n, rerr := q.f.ReadAt(b[:], laneLine.counter)
-	m, terr := q.f.ReadAt(t[:], takerOffset)
-	q.unlockByte(ticketByte)
-	if (rerr != nil && n != 0 && n != len(b)) || (terr != nil && m != 0 && m != len(t)) {
-		return 0, 0, ErrUnavailable
-	}
-	return int64(binary.LittleEndian.Uint64(t[:])) - 1, int64(binary.LittleEndian.Uint64(b[:])) - 1, nil
-}
-
-// NoteTaking records that the writer holding this Queue's lane place is
-// about to take the requests handed over so far (group commit calls it
-// under the lock, right before taking them): the handed-over writes
-// published before it need not wait for it (awaitCommits). Without a lane
-// place it does nothing.
-func (q *Queue) NoteTaking() {
-	if q == nil || q.laneSlot < 0 || q.laneTicket < 0 {
-		return
-	}
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], uint64(q.laneTicket)+1) // 0: none
-	_, _ = q.f.WriteAt(b[:], takerOffset)
-}
-
-// doneByte is the done byte of lane slot at (see doneSlots).
-func doneByte(at int64) int64 { return doneSlots + (at - laneSlots) }
-
-// releaseSlot gives back this process's slot byte at in a line, and its
-// done byte if it is a lane slot.
-func (q *Queue) releaseSlot(at int64) {
-	q.unlockByte(at)
-	if at >= laneSlots && at < laneSlots+nSlots {
-		q.unlockByte(doneByte(at))
-	}
 }
 
 // awaitLull waits, up to tuning.WriteLull (and deadline), until no other
@@ -535,58 +400,53 @@ func (q *Queue) queueBusy() bool {
 }
 
 // join takes a ticket in ln and waits until this process is at its head;
-// it returns the slot byte it then holds and the ticket.
+// it returns the slot byte it then holds.
 //
 // A process whose earlier wait was abandoned and is still in a line waits
 // until that place's turn has passed before it joins again. Otherwise its
 // new place would pass the old one (the old slot is its own, so waiting for
 // it returns at once) and with it everyone queued in between.
-func (q *Queue) join(ctx context.Context, deadline time.Time, ln line, sc *stall) (int64, int64, error) {
+func (q *Queue) join(ctx context.Context, deadline time.Time, ln line, sc *stall) (int64, error) {
 	q.mu.Lock()
 	settled, stalled := q.settled, q.stalled
 	q.mu.Unlock()
 	if settled != nil {
 		if stalled {
-			return 0, 0, ErrStalled
+			return 0, ErrStalled
 		}
 		if err := waitChan(ctx, deadline, settled); err != nil {
-			return 0, 0, err
+			return 0, err
 		}
 	}
 	if err := q.wait(ctx, deadline, ticketByte, -1, sc); err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	var b [8]byte
 	if n, err := q.f.ReadAt(b[:], ln.counter); err != nil && n != 0 {
 		q.unlockByte(ticketByte)
-		return 0, 0, ErrUnavailable
+		return 0, ErrUnavailable
 	}
 	t := binary.LittleEndian.Uint64(b[:])
 	binary.LittleEndian.PutUint64(b[:], t+1)
 	if _, err := q.f.WriteAt(b[:], ln.counter); err != nil {
 		q.unlockByte(ticketByte)
-		return 0, 0, ErrUnavailable
+		return 0, ErrUnavailable
 	}
 	mine := ln.slots + int64(t%nSlots)
 	err := unix.FcntlFlock(q.f.Fd(), unix.F_SETLK, byteLock(unix.F_WRLCK, mine))
-	if err == nil && ln == laneLine {
-		if err = unix.FcntlFlock(q.f.Fd(), unix.F_SETLK, byteLock(unix.F_WRLCK, doneByte(mine))); err != nil {
-			q.unlockByte(mine)
-		}
-	}
 	q.unlockByte(ticketByte)
 	if err != nil {
-		return 0, 0, ErrUnavailable // a slot still held nSlots tickets later
+		return 0, ErrUnavailable // a slot still held nSlots tickets later
 	}
 	pred := ln.slots + int64((t+nSlots-1)%nSlots)
 	if err := q.wait(ctx, deadline, pred, mine, sc); err != nil {
 		if errors.Is(err, ErrUnavailable) {
-			q.releaseSlot(mine)
+			q.unlockByte(mine)
 		}
-		return 0, 0, err
+		return 0, err
 	}
 	q.unlockByte(pred)
-	return mine, int64(t), nil
+	return mine, nil
 }
 
 // wait takes the byte at, blocking as Lock describes. If the wait is
@@ -595,14 +455,8 @@ func (q *Queue) join(ctx context.Context, deadline time.Time, ln line, sc *stall
 // line is kept until the predecessor's turn has passed. On
 // ErrUnavailable nothing was taken.
 func (q *Queue) wait(ctx context.Context, deadline time.Time, at, also int64, sc *stall) error {
-	return q.waitType(ctx, deadline, unix.F_WRLCK, at, also, sc)
-}
-
-// waitType is wait for a lock of type typ (F_WRLCK, or F_RDLCK: a shared
-// lock, which every waiter of the byte gets at once).
-func (q *Queue) waitType(ctx context.Context, deadline time.Time, typ int16, at, also int64, sc *stall) error {
 	// The common uncontended case costs one non-blocking call.
-	switch err := unix.FcntlFlock(q.f.Fd(), unix.F_SETLK, byteLock(typ, at)); {
+	switch err := unix.FcntlFlock(q.f.Fd(), unix.F_SETLK, byteLock(unix.F_WRLCK, at)); {
 	case err == nil:
 		return nil
 	case !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EACCES):
@@ -611,7 +465,7 @@ func (q *Queue) waitType(ctx context.Context, deadline time.Time, typ int16, at,
 	done := make(chan error, 1)
 	go func() {
 		for {
-			err := unix.FcntlFlock(q.f.Fd(), unix.F_SETLKW, byteLock(typ, at))
+			err := unix.FcntlFlock(q.f.Fd(), unix.F_SETLKW, byteLock(unix.F_WRLCK, at))
 			if !errors.Is(err, unix.EINTR) {
 				done <- err
 				return
@@ -700,11 +554,6 @@ func (q *Queue) setState(st gateState) {
 // (8 bytes after the ticket counters; see "Stalled places").
 const progressOffset = ticketsOffset + 16
 
-// takerOffset is where the lane's writer that last began taking
-// handed-over requests keeps its lane ticket plus one (NoteTaking; 0:
-// none), 8 bytes after the progress word.
-const takerOffset = progressOffset + 8
-
 // NoteProgress is the head's sign of life: a new progress word (its
 // CLOCK_MONOTONIC time, which differs at every call). Waiters compare it
 // only with what they read before, so neither torn reads nor clocks
@@ -785,7 +634,7 @@ func (q *Queue) abandon(done <-chan error, at, also int64, stalled bool) {
 			q.unlockByte(at)
 		}
 		if also >= 0 {
-			q.releaseSlot(also)
+			q.unlockByte(also)
 		}
 		if q.pending--; q.pending == 0 {
 			close(q.settled)
@@ -804,7 +653,7 @@ func (q *Queue) Unlock() {
 		q.unlockByte(q.queueSlot)
 	}
 	if q.laneSlot >= 0 {
-		q.releaseSlot(q.laneSlot)
+		q.unlockByte(q.laneSlot)
 	}
 	q.queueSlot, q.laneSlot = -1, -1
 }
