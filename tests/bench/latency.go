@@ -177,6 +177,10 @@ type pySpec struct {
 	// CliffSourceSuffix makes the cliff section's program sources
 	// (cliffSource): {p} is the program's number.
 	CliffSourceSuffix string `json:"cliff_source_suffix"`
+	// Role "throughput" makes pybench.py a throughput worker (TP) instead
+	// of running Steps.
+	Role string  `json:"role,omitempty"`
+	TP   *tpSpec `json:"tp,omitempty"`
 	// The kernel-config cache's entries (configcache.go): device, op_id,
 	// call keys from ConfigKeyFormat ({tag}, {i}), and the configuration
 	// (plus a "trial" field) every entry stores.

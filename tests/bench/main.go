@@ -97,6 +97,7 @@ type config struct {
 	EjkernelRuns                int // fresh interpreters per variant of the ejkernel import row
 	Cliff                       cliffSizes
 	Sections                    map[string]bool
+	TPClients                   map[string]bool // clients of the throughput section
 	Keep, Raw                   bool
 	log                         io.Writer
 }
@@ -206,6 +207,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.Cliff.NeighbourRecords, "cliff-neighbour-records", 200, "records of each cliff neighbour run")
 	fs.IntVar(&cfg.Cliff.NeighbourRounds, "cliff-rounds", 2, "cliff neighbour runs of each kind (alone, beside the thrashing process), alternating")
 	sections := fs.String("sections", "latency,python,config,claim,ejkernel,syscalls,throughput,postgres,cliff", "sections to run (config: the kernel-config cache rows; claim: lookup_or_claim against lookup, from Go and Python; ejkernel: the import cost of the released ejkernel with tirastore's PersistentCache, in the venv of make ejkernel-venv; postgres: a throwaway PostgreSQL cluster beside the SQLite file; cliff: lookups over a working set 4x the result cache, a neighbour's records beside them, and a lookup-heavy process's memory)")
+	tpClients := fs.String("tp-clients", implEngine+","+implBaseline+","+implPython, "clients of the throughput section (issue 29's target needs python and baseline-go)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the bench directory afterwards")
 	fs.BoolVar(&cfg.Raw, "raw", false, "also write every single duration (and every throughput worker's report) into the JSON")
 	if err := fs.Parse(args); err != nil {
@@ -279,6 +281,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 	for _, s := range strings.Split(*sections, ",") {
 		cfg.Sections[strings.TrimSpace(s)] = true
 	}
+	cfg.TPClients = map[string]bool{}
+	for _, c := range strings.Split(*tpClients, ",") {
+		switch c = strings.TrimSpace(c); c {
+		case implEngine, implBaseline, implPython:
+			cfg.TPClients[c] = true
+		default:
+			return fmt.Errorf("-tp-clients: unknown client %q (engine-go, baseline-go, python)", c)
+		}
+	}
 	if cfg.Out == "" {
 		cfg.Out = filepath.Join(cfg.Repo, "build", "bench", "results.json")
 	}
@@ -334,7 +345,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		res.Syscalls = syscallSection(cfg, res)
 	}
 	if cfg.Sections["throughput"] {
-		res.Throughput = throughputSection(cfg)
+		res.Throughput = throughputSection(cfg, res)
 	}
 	if cfg.Sections["postgres"] {
 		res.Postgres = postgresSection(cfg, res)

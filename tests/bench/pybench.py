@@ -526,6 +526,101 @@ def run_plan(client: Any, spec: dict) -> dict:
     return out
 
 
+# -- the throughput worker (same protocol as throughputWorker in worker.go) -----
+
+
+def cpu_ns() -> int:
+    """This process's CPU time so far, user + system, every thread (cpuNS in worker.go)."""
+    import resource  # noqa: PLC0415
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return int((ru.ru_utime + ru.ru_stime) * 1e9)
+
+
+def run_throughput(client: Any, spec: dict) -> int:
+    """One throughput worker (role "throughput"; tpSpec in worker.go):
+    warm up, print "ready", wait for the start line on stdin, run the ops
+    back to back, print the report (tpResult in worker.go) and close stdout.
+    It then waits until the harness closes stdin before it closes its store
+    and exits, so that no interpreter tears down while other workers still
+    run (an autoscheduler's workers live for hours: their exit is not part
+    of their throughput)."""
+    import random  # noqa: PLC0415
+
+    tp = spec["tp"]
+    fmt = spec["sched_format"]
+    wid, pool, miss_frac = tp["wid"], tp["pool"], tp["miss_frac"]
+    tag, pool_tag, miss_tag = tp["tag"], tp["pool_tag"], tp["miss_tag"]
+    rng = random.Random(tp["seed"] * 1_000_003 + wid)
+    for _ in range(tp["warmup"]):
+        client.lookup(schedule(fmt, pool_tag, rng.randrange(pool)))
+    nrec = int(tp["ops"] * tp["record_frac"] + 0.5)
+    ops = [True] * nrec + [False] * (tp["ops"] - nrec)  # True: record
+    rng.shuffle(ops)
+    lookup_ns: list[int] = []
+    record_ns: list[int] = []
+    acked: list[int] = []
+    r: dict[str, Any] = {"wid": wid, "pid": os.getpid(), "errors": 0, "timeouts": 0, "wrong": 0}
+
+    def fail(e: Exception, what: str) -> None:
+        r["errors"] += 1
+        if is_lock_timeout(e):
+            r["timeouts"] += 1
+        r.setdefault("first_error", f"{what}: {type(e).__name__}: {e}")
+
+    print("ready", flush=True)
+    sys.stdin.readline()
+    clock = time.perf_counter_ns
+    r["start_unix_ns"] = time.time_ns()
+    cpu0 = cpu_ns()
+    nxt = 0
+    for is_record in ops:
+        if is_record:
+            i, nxt = nxt, nxt + 1
+            sched = schedule(fmt, tag, i)
+            t0 = clock()
+            try:
+                ok = client.record(sched, False)
+            except Exception as e:  # noqa: BLE001  (counted, reported, the run goes on)
+                record_ns.append(clock() - t0)
+                fail(e, "record")
+                continue
+            record_ns.append(clock() - t0)
+            if ok:
+                acked.append(i)
+            else:
+                r["wrong"] += 1
+                r.setdefault("first_error", f"record of new key {i} returned False")
+            continue
+        miss = rng.random() < miss_frac
+        if miss:
+            sched = schedule(fmt, miss_tag, rng.randrange(1 << 30))
+        else:
+            sched = schedule(fmt, pool_tag, rng.randrange(pool))
+        t0 = clock()
+        try:
+            found = client.lookup(sched)
+        except Exception as e:  # noqa: BLE001
+            lookup_ns.append(clock() - t0)
+            fail(e, "lookup")
+            continue
+        lookup_ns.append(clock() - t0)
+        if found == miss:
+            r["wrong"] += 1
+            r.setdefault("first_error", f"lookup {sched}: found={found}")
+    r["end_unix_ns"] = time.time_ns()
+    r["cpu_ns"] = cpu_ns() - cpu0
+    r.update(lookup_ns=lookup_ns, record_ns=record_ns, acked=acked)
+    sys.stdout.write(json.dumps(r))
+    sys.stdout.flush()
+    # Close the pipe (the harness reads to its end), keep fd 1 valid.
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)
+    sys.stdin.read()  # until the harness closes it: every worker has reported
+    return 0
+
+
 def main(argv: list[str]) -> int:
     with open(argv[1]) as f:
         spec = json.load(f)
@@ -537,6 +632,11 @@ def main(argv: list[str]) -> int:
     except Exception as e:  # noqa: BLE001
         print(json.dumps({"error": f"open: {type(e).__name__}: {e}"}))
         return 1
+    if spec.get("role") == "throughput":
+        try:
+            return run_throughput(client, spec)
+        finally:
+            client.close()
     try:
         results = run_plan(client, spec)
     finally:

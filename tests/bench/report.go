@@ -160,6 +160,16 @@ func (res *results) tpAt(impl string) *tpRun {
 	return best
 }
 
+// tpAtP returns the run of impl with procs processes (nil if none).
+func (res *results) tpAtP(impl string, procs int) *tpRun {
+	for _, r := range res.Throughput[impl] {
+		if r.Procs == procs {
+			return r
+		}
+	}
+	return nil
+}
+
 // --- targets -----------------------------------------------------------------
 
 func evaluateTargets(cfg *config, res *results) []*target {
@@ -271,6 +281,27 @@ func evaluateTargets(cfg *config, res *results) []*target {
 	}
 	ts = append(ts, integrity)
 	atMost("worst-op", "worst single operation (engine, every P)", worst/1e3, 1, "s", "")
+
+	// Issue 29's target 2: Python worker processes (the tirastore package)
+	// against the baseline at the same P (the most processes of the run).
+	py := res.tpAt(implPython)
+	pyTput, pyD, pyP := math.NaN(), "not measured", "P=max"
+	if py != nil {
+		pyP = fmt.Sprintf("P=%d", py.Procs)
+		pb := res.tpAtP(implBaseline, py.Procs)
+		switch {
+		case py.Failed != "":
+			pyD = "python: " + firstLine(py.Failed)
+		case pb == nil || pb.Failed != "":
+			pyD = "no baseline-go run at " + pyP
+		case !py.ok():
+			pyD = "python: " + tpProblem(py)
+		default:
+			pyTput = ratio(py.OpsPerS, pb.OpsPerS)
+			pyD = fmt.Sprintf("%.0f vs %.0f ops/s", py.OpsPerS, pb.OpsPerS)
+		}
+	}
+	atLeast("throughput-python", "issue 29: aggregate throughput at "+pyP+", python workers vs baseline", pyTput, 10, "x", pyD)
 
 	links := &target{ID: "link-attempts", Name: "link() attempts per acquired lock at " + p, Unit: "per lock", Goal: "report", Value: fnum(math.NaN())}
 	if e != nil && e.Failed == "" {
@@ -556,17 +587,23 @@ func writeSyscalls(w io.Writer, res *results) {
 
 func writeThroughput(w io.Writer, cfg *config, res *results) {
 	fmt.Fprintf(w, "\n3. Aggregate throughput: P worker processes x %d operations (80%% lookups, 1 in 10 of them for absent keys; 20%% records of new keys),\n", cfg.OpsPerWorker)
-	fmt.Fprintf(w, "   %d repetition(s), engine and baseline alternating: ops/s, finish times and slow/fast are medians over repetitions, latency\n", cfg.Reps)
+	fmt.Fprintf(w, "   %d repetition(s), the clients alternating: ops/s, finish times and slow/fast are medians over repetitions, latency\n", cfg.Reps)
 	fmt.Fprintf(w, "   percentiles are over all their operations, worst op the worst of all; records and failures are summed over repetitions.\n")
 	fmt.Fprintf(w, "   Each run: fresh database preloaded with %d records, all workers released at once; afterwards the exact set of records is checked\n", cfg.TPPool)
 	fmt.Fprintf(w, "   (preload + every acknowledged record, nothing else). Latencies in ms (p50, p99, p99.9, mean of lookups), finish times in s since\n")
 	fmt.Fprintf(w, "   the start signal. With convoys (one process re-acquiring while the others back off) long waits are few but long: read p99\n")
-	fmt.Fprintf(w, "   together with mean, worst op and slow/fast.\n")
+	fmt.Fprintf(w, "   together with mean, worst op and slow/fast. Clients: engine-go and baseline-go workers are this program; python workers are\n")
+	fmt.Fprintf(w, "   interpreters running tests/bench/pybench.py through the tirastore package (no lock figures: the package does not report them).\n")
+	fmt.Fprintf(w, "   ready s = spawn -> every worker ready (start-up, not counted in ops/s); vs base = ops/s over baseline-go's at the same P;\n")
+	fmt.Fprintf(w, "   CPU µs/op = the workers' CPU time (user + system, all threads) from the start signal to their end, per operation.\n")
+	if why := res.Skipped["throughput/"+implPython]; why != "" {
+		fmt.Fprintf(w, "   python skipped: %s\n", why)
+	}
 	if len(res.Throughput) == 0 {
 		fmt.Fprintf(w, "   not run\n")
 		return
 	}
-	t := newTable("rl", "P", "client", "ops/s", "vs base", "lookup p50", "lookup p99", "p99/base", "p99.9", "mean", "all p99", "worst op",
+	t := newTable("rl", "P", "client", "ops/s", "vs base", "ready s", "lookup p50", "lookup p99", "p99/base", "p99.9", "mean", "record p50", "record p99", "all p99", "worst op", "CPU µs/op",
 		"fastest", "slowest", "slow/fast", "links/lock", "lock busy", "hold µs", "handed over", "records exp/found", "lost", "failed ops", "timeouts")
 	for _, p := range cfg.Procs {
 		var b *tpRun
@@ -575,7 +612,7 @@ func writeThroughput(w io.Writer, cfg *config, res *results) {
 				b = x
 			}
 		}
-		for _, impl := range []string{implBaseline, implEngine} {
+		for _, impl := range []string{implBaseline, implEngine, implPython} {
 			var r *tpRun
 			for _, x := range res.Throughput[impl] {
 				if x.Procs == p {
@@ -601,10 +638,14 @@ func writeThroughput(w io.Writer, cfg *config, res *results) {
 				lp50, lp99 = fmtNum(r.Lookup.Median/1e3), fmtNum(r.Lookup.P99/1e3)
 				lp999, lmean = fmtNum(r.Lookup.P999/1e3), fmtNum(r.Lookup.Mean/1e3)
 			}
+			rp50, rp99 := "-", "-"
+			if r.Record != nil {
+				rp50, rp99 = fmtNum(r.Record.Median/1e3), fmtNum(r.Record.P99/1e3)
+			}
 			if r.All != nil {
 				allp99 = fmtNum(r.All.P99 / 1e3)
 			}
-			t.add(fmt.Sprint(p), impl, fmt.Sprintf("%.0f", r.OpsPerS), vs, lp50, lp99, p99vs, lp999, lmean, allp99, fmtNum(r.WorstMS),
+			t.add(fmt.Sprint(p), impl, fmt.Sprintf("%.0f", r.OpsPerS), vs, fmtNum(r.ReadyS), lp50, lp99, p99vs, lp999, lmean, rp50, rp99, allp99, fmtNum(r.WorstMS), fmtUS(float64(r.CPUPerOpUS)),
 				fmtNum(r.FastestS), fmtNum(r.SlowestS), fmtNum(float64(r.SlowFast)), fmtNum(float64(r.LinksPerLock)),
 				fmtPct(float64(r.LockBusy)), fmtUS(float64(r.MeanHoldUS)), fmtPct(float64(r.HandedOverPct)/100),
 				fmt.Sprintf("%d/%d", r.Expected, r.Found), fmt.Sprint(r.Lost), fmt.Sprint(r.Errors+r.Wrong), fmt.Sprint(r.Timeouts))
@@ -614,7 +655,7 @@ func writeThroughput(w io.Writer, cfg *config, res *results) {
 }
 
 func writeTargets(w io.Writer, res *results) {
-	fmt.Fprintf(w, "\n4. Issue 5 targets, judged on this run (the engine against the baseline measured alongside), and issue 29's against the floor\n")
+	fmt.Fprintf(w, "\n4. Issue 5 targets, judged on this run (the engine against the baseline measured alongside), and issue 29's (the floor, python workers)\n")
 	t := newTable("llrll")
 	t.rows = nil
 	held, missed, na := 0, 0, 0

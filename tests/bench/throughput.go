@@ -24,12 +24,19 @@ type tpRun struct {
 	OpsPerWorker int    `json:"ops_per_worker"`
 	TotalOps     int    `json:"total_ops"`
 
+	// ReadyS is the start-up: the first worker's spawn -> the last one
+	// ready (interpreter, library, open, warm-up), not counted in WallS.
+	ReadyS  float64  `json:"ready_s"`
 	WallS   float64  `json:"wall_s"` // start signal -> last worker done
 	OpsPerS float64  `json:"ops_per_s"`
 	Lookup  *summary `json:"lookup"`
 	Record  *summary `json:"record"`
 	All     *summary `json:"all_ops"`
 	WorstMS float64  `json:"worst_op_ms"`
+	// CPUPerOpUS is the workers' CPU time (user + system, all their
+	// threads) from the start signal to their end, per operation: what
+	// each operation costs the node besides its waiting.
+	CPUPerOpUS fnum `json:"cpu_per_op_us"`
 
 	FinishS  []float64 `json:"worker_finish_s"` // per worker, since the start signal
 	FastestS float64   `json:"fastest_worker_s"`
@@ -75,24 +82,61 @@ func (r *tpRun) ok() bool {
 	return r.Failed == "" && r.RecordsMatch && r.Errors == 0 && r.Wrong == 0
 }
 
-func throughputSection(cfg *config) map[string][]*tpRun {
+// throughputSection runs the throughput mix at every P with Go workers
+// (engine-go, baseline-go) and Python workers (python: pybench.py through
+// the tirastore package; skipped, with the reason in res.Skipped, when
+// Python cannot run here).
+func throughputSection(cfg *config, res *results) map[string][]*tpRun {
 	out := map[string][]*tpRun{}
+	var impls []string
+	for _, impl := range []string{implEngine, implBaseline, implPython} {
+		if cfg.TPClients[impl] {
+			impls = append(impls, impl)
+		}
+	}
+	if cfg.TPClients[implPython] {
+		if why := pythonClientPrereq(cfg); why != "" {
+			impls = slices.DeleteFunc(impls, func(s string) bool { return s == implPython })
+			res.Skipped["throughput/"+implPython] = why
+			cfg.logf("throughput python rows skipped: %s", why)
+		}
+	}
 	for _, p := range cfg.Procs {
 		reps := map[string][]*tpRun{}
-		// Repetitions alternate engine and baseline, so that drift of the
-		// machine (page cache, other tenants of the VM) hits both alike.
+		// Repetitions alternate the clients, so that drift of the
+		// machine (page cache, other tenants of the VM) hits all alike.
 		for rep := 0; rep < cfg.Reps; rep++ {
-			for _, impl := range []string{implEngine, implBaseline} {
+			for _, impl := range impls {
 				r := throughputRun(cfg, impl, p, cfg.dbPath(), cfg.fresh)
 				reps[impl] = append(reps[impl], r)
 				logTP(cfg, "throughput "+impl, r)
 			}
 		}
-		for _, impl := range []string{implEngine, implBaseline} {
+		for _, impl := range impls {
 			out[impl] = append(out[impl], aggregate(reps[impl]))
 		}
 	}
 	return out
+}
+
+// pythonClientPrereq says why pybench.py's python client cannot run here
+// (no interpreter, no library, the package or cffi missing), or "": it
+// runs an empty plan on a fresh database.
+func pythonClientPrereq(cfg *config) string {
+	if why := pythonPrereq(cfg); why != "" {
+		return why
+	}
+	if err := cfg.fresh(); err != nil {
+		return err.Error()
+	}
+	out, err := runPython(cfg, cfg.pySpec(implPython, []step{}))
+	switch {
+	case err != nil:
+		return err.Error()
+	case out.Skip != "":
+		return out.Skip
+	}
+	return ""
 }
 
 // logTP logs one throughput run (what names it: section and client).
@@ -120,7 +164,7 @@ func aggregate(reps []*tpRun) *tpRun {
 		return reps[0]
 	}
 	a := &tpRun{Impl: reps[0].Impl, Procs: reps[0].Procs, OpsPerWorker: reps[0].OpsPerWorker, Repetitions: reps, RecordsMatch: true}
-	var ops, fastest, slowest, slowFast, wall []float64
+	var ops, fastest, slowest, slowFast, wall, ready, cpu []float64
 	var wallSum float64
 	var lookups, records, all []int64
 	for _, r := range reps {
@@ -133,6 +177,7 @@ func aggregate(reps []*tpRun) *tpRun {
 		a.TotalOps += r.TotalOps
 		ops = append(ops, r.OpsPerS)
 		wall = append(wall, r.WallS)
+		ready = append(ready, r.ReadyS)
 		fastest = append(fastest, r.FastestS)
 		slowest = append(slowest, r.SlowestS)
 		slowFast = append(slowFast, float64(r.SlowFast))
@@ -140,6 +185,7 @@ func aggregate(reps []*tpRun) *tpRun {
 		records = append(records, r.recordNS...)
 		a.WorstMS = max(a.WorstMS, r.WorstMS)
 		a.Lock.add(r.Lock)
+		cpu = append(cpu, float64(r.CPUPerOpUS))
 		wallSum += r.WallS
 		a.Preloaded += r.Preloaded
 		a.Acked += r.Acked
@@ -158,7 +204,8 @@ func aggregate(reps []*tpRun) *tpRun {
 	if len(ops) == 0 {
 		return a
 	}
-	a.OpsPerS, a.WallS = median(ops), median(wall)
+	a.OpsPerS, a.WallS, a.ReadyS = median(ops), median(wall), median(ready)
+	a.CPUPerOpUS = fnum(median(cpu))
 	a.FastestS, a.SlowestS, a.SlowFast = median(fastest), median(slowest), fnum(median(slowFast))
 	all = append(append(all, lookups...), records...)
 	a.Lookup, a.Record, a.All = summarize(lookups), summarize(records), summarize(all)
@@ -167,8 +214,14 @@ func aggregate(reps []*tpRun) *tpRun {
 }
 
 // setLockFigures derives the per-lock figures from r.Lock, for a run (or
-// runs) of wallS seconds in all.
+// runs) of wallS seconds in all. The tirastore package does not report its
+// lock figures: python runs have none (null, "-").
 func (r *tpRun) setLockFigures(wallS float64) {
+	if r.Impl == implPython {
+		nan := fnum(math.NaN())
+		r.LinksPerLock, r.LockBusy, r.MeanHoldUS, r.HandedOverPct = nan, nan, nan, nan
+		return
+	}
 	r.LinksPerLock = fnum(ratio(float64(r.Lock.Links), float64(r.Lock.Acquired)))
 	r.LockBusy = fnum(ratio(float64(r.Lock.HeldNS)/1e9, wallS))
 	r.MeanHoldUS = fnum(ratio(float64(r.Lock.HeldNS)/1e3, float64(r.Lock.Acquired)))
@@ -197,15 +250,21 @@ type tpWorker struct {
 // throughputRun is one throughput measurement of impl with procs worker
 // processes on the database at location db (a file path or a
 // postgresql:// URL, as core.Open takes it), which fresh makes new and
-// empty first.
+// empty first. Go workers are this program (workerCmd); python workers are
+// pybench.py processes (pythonCmd), with the same spec, barrier and report.
 func throughputRun(cfg *config, impl string, procs int, db string, fresh func() error) *tpRun {
 	r := &tpRun{Impl: impl, Procs: procs, OpsPerWorker: cfg.OpsPerWorker, TotalOps: procs * cfg.OpsPerWorker, Preloaded: cfg.TPPool}
 	if err := fresh(); err != nil {
 		r.Failed = err.Error()
 		return r
 	}
-	// Preload the pool with the implementation under test.
-	c, err := openClient(impl, db)
+	// Preload the pool with the implementation under test (the engine
+	// from Go for Python workers: the same engine, the same rows).
+	preImpl := impl
+	if impl == implPython {
+		preImpl = implEngine
+	}
+	c, err := openClient(preImpl, db)
 	if err != nil {
 		r.Failed = "open: " + err.Error()
 		return r
@@ -230,15 +289,28 @@ func throughputRun(cfg *config, impl string, procs int, db string, fresh func() 
 			os.Remove(w.spec)
 		}
 	}()
+	spawned := time.Now()
 	for w := range workers {
-		spec, err := writeSpec(cfg, workerSpec{Role: "throughput", Impl: impl, DB: db, TP: &tpSpec{
-			WID: w, Ops: cfg.OpsPerWorker, Pool: cfg.TPPool, RecordFrac: 0.2, MissFrac: 0.1, Warmup: 5, Seed: 42,
-		}})
+		tp := &tpSpec{
+			WID: w, Tag: tagWorkerBase + w, PoolTag: tagPool, MissTag: tagMiss,
+			Ops: cfg.OpsPerWorker, Pool: cfg.TPPool, RecordFrac: 0.2, MissFrac: 0.1, Warmup: 5, Seed: 42,
+		}
+		var spec string
+		if impl == implPython {
+			ps := cfg.pySpec(impl, nil)
+			ps.DB, ps.Role, ps.TP = db, "throughput", tp
+			spec, err = writeSpec(cfg, ps)
+		} else {
+			spec, err = writeSpec(cfg, workerSpec{Role: "throughput", Impl: impl, DB: db, TP: tp})
+		}
 		if err != nil {
 			r.Failed = err.Error()
 			return r
 		}
 		cmd := workerCmd(cfg, spec)
+		if impl == implPython {
+			cmd = pythonCmd(cfg, spec)
+		}
 		stdin, _ := cmd.StdinPipe()
 		stdout, _ := cmd.StdoutPipe()
 		stderr := &bytes.Buffer{}
@@ -258,27 +330,42 @@ func throughputRun(cfg *config, impl string, procs int, db string, fresh func() 
 			return r
 		}
 	}
+	r.ReadyS = time.Since(spawned).Seconds()
 	t0 := time.Now().UnixNano()
 	for _, w := range workers {
 		io.WriteString(w.stdin, "go\n")
 	}
+	// Every report first (a worker closes its stdout after it), then
+	// stdin closed: a worker that waits for that (pybench.py) exits only
+	// once every worker has finished.
 	results := make([]*tpResult, procs)
 	for i, w := range workers {
 		b, err := io.ReadAll(w.stdout)
-		werr := w.cmd.Wait()
 		var res tpResult
 		if err == nil {
 			err = json.Unmarshal(b, &res)
 		}
-		if err != nil || werr != nil {
-			r.Failed = fmt.Sprintf("worker %d: %v %v: %s", i, err, werr, lastLines(w.stderr.String(), 5))
+		if err != nil {
+			w.stdin.Close()
+			w.cmd.Wait()
+			r.Failed = fmt.Sprintf("worker %d: %v: %s", i, err, lastLines(w.stderr.String(), 5))
 			return r
 		}
 		results[i] = &res
 	}
+	for _, w := range workers {
+		w.stdin.Close()
+	}
+	for i, w := range workers {
+		if err := w.cmd.Wait(); err != nil {
+			r.Failed = fmt.Sprintf("worker %d: %v: %s", i, err, lastLines(w.stderr.String(), 5))
+			return r
+		}
+	}
 
 	var lookups, records, all []int64
 	var ends []int64
+	var cpuNS int64
 	expected := map[string]bool{}
 	for i := 0; i < cfg.TPPool; i++ {
 		expected[recordKey(tagPool, i)] = true
@@ -287,6 +374,7 @@ func throughputRun(cfg *config, impl string, procs int, db string, fresh func() 
 		lookups = append(lookups, w.LookupNS...)
 		records = append(records, w.RecordNS...)
 		ends = append(ends, w.EndNS)
+		cpuNS += w.CPUNS
 		r.FinishS = append(r.FinishS, float64(w.EndNS-t0)/1e9)
 		r.Errors += w.Errors
 		r.Timeouts += w.Timeouts
@@ -307,6 +395,7 @@ func throughputRun(cfg *config, impl string, procs int, db string, fresh func() 
 	all = append(append(all, lookups...), records...)
 	r.WallS = float64(slices.Max(ends)-t0) / 1e9
 	r.OpsPerS = float64(r.TotalOps) / r.WallS
+	r.CPUPerOpUS = fnum(float64(cpuNS) / 1e3 / float64(r.TotalOps))
 	r.Lookup, r.Record, r.All = summarize(lookups), summarize(records), summarize(all)
 	if r.All != nil {
 		r.WorstMS = r.All.Max / 1e3

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"syscall"
 	"time"
 )
 
@@ -23,7 +24,13 @@ type workerSpec struct {
 // the rest lookups, of which MissFrac look for absent keys and the others
 // for random records of the preloaded pool.
 type tpSpec struct {
-	WID        int     `json:"wid"`
+	WID int `json:"wid"`
+	// The tags of the worker's keys (workload.go): its new records, the
+	// preloaded pool, the absent keys; Python workers (pybench.py) read
+	// them from here too.
+	Tag        int     `json:"tag"`
+	PoolTag    int     `json:"pool_tag"`
+	MissTag    int     `json:"miss_tag"`
 	Ops        int     `json:"ops"`
 	Pool       int     `json:"pool"`
 	RecordFrac float64 `json:"record_frac"`
@@ -46,6 +53,18 @@ type tpResult struct {
 	Wrong      int       `json:"wrong"`
 	FirstError string    `json:"first_error,omitempty"`
 	Lock       lockStats `json:"lock"`
+	// CPUNS is the process's CPU time (user + system, every thread)
+	// between the start signal and its end.
+	CPUNS int64 `json:"cpu_ns"`
+}
+
+// cpuNS is this process's CPU time so far (user + system).
+func cpuNS() int64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 func workerMain(specPath string) int {
@@ -90,7 +109,7 @@ func workerMain(specPath string) int {
 func throughputWorker(c client, s *tpSpec) *tpResult {
 	rng := rand.New(rand.NewPCG(s.Seed, uint64(s.WID)))
 	for k := 0; k < s.Warmup; k++ {
-		c.Lookup(schedule(tagPool, rng.IntN(s.Pool)))
+		c.Lookup(schedule(s.PoolTag, rng.IntN(s.Pool)))
 	}
 	before := c.LockStats()
 	ops := make([]bool, s.Ops) // true: record
@@ -103,6 +122,7 @@ func throughputWorker(c client, s *tpSpec) *tpResult {
 	fmt.Println("ready")
 	bufio.NewReader(os.Stdin).ReadString('\n')
 
+	cpu0 := cpuNS()
 	r := &tpResult{WID: s.WID, Pid: os.Getpid(), StartNS: time.Now().UnixNano()}
 	next := 0
 	fail := func(err error, what string) {
@@ -119,7 +139,7 @@ func throughputWorker(c client, s *tpSpec) *tpResult {
 			i := next
 			next++
 			t0 := time.Now()
-			ok, err := c.Record(schedule(tagWorkerBase+s.WID, i), false)
+			ok, err := c.Record(schedule(s.Tag, i), false)
 			r.RecordNS = append(r.RecordNS, time.Since(t0).Nanoseconds())
 			switch {
 			case err != nil:
@@ -135,9 +155,9 @@ func throughputWorker(c client, s *tpSpec) *tpResult {
 			continue
 		}
 		miss := rng.Float64() < s.MissFrac
-		sched := schedule(tagPool, rng.IntN(s.Pool))
+		sched := schedule(s.PoolTag, rng.IntN(s.Pool))
 		if miss {
-			sched = schedule(tagMiss, rng.IntN(1<<30))
+			sched = schedule(s.MissTag, rng.IntN(1<<30))
 		}
 		t0 := time.Now()
 		found, err := c.Lookup(sched)
@@ -153,6 +173,7 @@ func throughputWorker(c client, s *tpSpec) *tpResult {
 		}
 	}
 	r.EndNS = time.Now().UnixNano()
+	r.CPUNS = cpuNS() - cpu0
 	r.Lock = c.LockStats().sub(before)
 	return r
 }
