@@ -597,10 +597,11 @@ def lookup_by_hash(handle: int, program_name: bytes, program_hash: bytes, schedu
                                   schedule, len(schedule), buf, _REPLY_SIZE, size, out)
     if status != 0:
         return _reply(status, out)  # raises the method's error
-    if out[0] == ffi.NULL:
-        return _loads(ffi.unpack(buf, size[0]).decode("utf-8"))
+    n = size[0]
+    if n <= _REPLY_SIZE:  # in buf (a longer one is in out)
+        return _loads(ffi.unpack(buf, n).decode("utf-8"))
     try:
-        text = ffi.unpack(out[0], size[0])
+        text = ffi.unpack(out[0], n)
     finally:
         lib.tirastore_free(out[0])
     return _loads(text.decode("utf-8"))

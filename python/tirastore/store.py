@@ -150,6 +150,11 @@ def _output_file(purpose: str, path: str, databases: Sequence[str] = (), inputs:
 # Program hashes of recently used sources (computed by the library), shared
 # by the stores of this process: see TiraStore._program.
 _program_hashes: dict[str, str] = {}
+# The same hashes as ASCII bytes, as tirastore_lookup takes them.
+_program_hash_bytes: dict[str, bytes] = {}
+
+# What TiraStore._lookup_by_hash returns when the lookup must go by JSON.
+_NOT_SENT = object()
 
 # Stores open in this process, for the exit handler below.
 _open_stores: "weakref.WeakSet[TiraStore]" = weakref.WeakSet()
@@ -393,7 +398,10 @@ class TiraStore:
         if type(source) is str and source not in _program_hashes:
             if len(_program_hashes) >= 64:
                 _program_hashes.clear()
-            _program_hashes[source] = _native.call(0, "make_program_hash", source=source)
+                _program_hash_bytes.clear()
+            h = _native.call(0, "make_program_hash", source=source)
+            _program_hashes[source] = h
+            _program_hash_bytes[source] = h.encode("ascii")
 
     def lookup(self, program_name: str, program_source_code: str, tiralib_schedule_string: str) -> Optional[LookupResult]:
         """Return the stored measurement of a schedule of a program, or None.
@@ -420,22 +428,28 @@ class TiraStore:
         >>> store.lookup("blur", "void blur() {}", "U(L0,8,comps=['c1'])") is None
         True
         """
-        # The hot path: a program whose hash is known, texts that are str,
-        # a handle of this process's copy of the library (see _call):
-        # tirastore_lookup, with no JSON but the result's.
-        h = _program_hashes.get(program_source_code) if type(program_source_code) is str else None
-        if h is not None and type(program_name) is str and type(tiralib_schedule_string) is str and self._copy == _native.lib_copy:
-            try:
-                name, sched = program_name.encode("utf-8"), tiralib_schedule_string.encode("utf-8")
-            except UnicodeEncodeError:  # a lone surrogate: the JSON path below says so
-                pass
-            else:
-                row = _native.lookup_by_hash(self._handle, name, h.encode("ascii"), sched)
-                return None if row is None else LookupResult(*row)
+        row = self._lookup_by_hash(program_name, program_source_code, tiralib_schedule_string)
+        if row is not _NOT_SENT:
+            return None if row is None else LookupResult(*row)
         ref = self._program(program_source_code)
         found = self._call("lookup", program_name=program_name, tiralib_schedule_string=tiralib_schedule_string, **ref)
         self._remember(ref)
         return None if found is None else LookupResult(**found)
+
+    def _lookup_by_hash(self, program_name: Any, source: Any, schedule: Any) -> Any:
+        """The hot path of the lookups: a program whose hash is known, texts
+        that are str, a handle of this process's copy of the library (see
+        _call): tirastore_lookup, with no JSON but the result's. Returns
+        its row (None: a miss), or _NOT_SENT when the JSON path must answer
+        (it also says what is wrong with an argument)."""
+        h = _program_hash_bytes.get(source) if type(source) is str else None
+        if h is None or type(program_name) is not str or type(schedule) is not str or self._copy != _native.lib_copy:
+            return _NOT_SENT
+        try:
+            name, sched = program_name.encode("utf-8"), schedule.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate
+            return _NOT_SENT
+        return _native.lookup_by_hash(self._handle, name, h, sched)
 
     def lookup_many(
         self, program_name: str, program_source_code: str, schedules: list[str]
@@ -514,6 +528,12 @@ class TiraStore:
         >>> store.lookup_or_claim("blur", "void blur() {}", "U(L0,4,comps=['c1'])").execution_times
         [0.5]
         """
+        if lease is None and wait is True:
+            # A hit is a lookup's: its hot path first (with a lease or wait
+            # given, the library judges them first, hit or not).
+            row = self._lookup_by_hash(program_name, program_source_code, tiralib_schedule_string)
+            if row is not None and row is not _NOT_SENT:
+                return LookupResult(*row)
         ref = self._program(program_source_code)
         if lease is not None:  # the defaults are the library's: not sent
             ref["lease"] = lease

@@ -218,3 +218,21 @@ def test_threads_negative_control(tmp_path):
         if r.returncode != 0:
             break
     assert any(rc != 0 for rc in outcomes), outcomes
+
+
+def test_lookup_or_claim_hits_take_the_hot_path(store, fast_calls):
+    """lookup_or_claim with the default lease and wait answers a hit as
+    lookup does; with a lease given, the library judges the lease first,
+    hit or not (a bad one is an error even on a hit)."""
+    store.record("blur", SRC_BLUR, SCHED_S, True, [1.0])
+    store.lookup("blur", SRC_BLUR, SCHED_S)
+    fast_calls.clear()
+    got = store.lookup_or_claim("blur", SRC_BLUR, SCHED_S)
+    assert isinstance(got, LookupResult) and got.execution_times == [1.0]
+    assert _same(got, _by_json(store, "blur", SRC_BLUR, SCHED_S)) and len(fast_calls) == 1
+    with pytest.raises(ValueError):
+        store.lookup_or_claim("blur", SRC_BLUR, SCHED_S, lease=-1.0)
+    assert len(fast_calls) == 1
+    claim = store.lookup_or_claim("blur", SRC_BLUR, "R(L5,comps=['c1'])")  # a miss: claimed by the JSON path
+    assert claim is not None and not isinstance(claim, LookupResult)
+    claim.release()
