@@ -57,7 +57,7 @@ func tirastoreGo_lookup(handle C.uint64_t, program_name *C.char, program_name_le
 			return reply(out, nil, misuse("tirastore_lookup: %s is NULL with a length of %d", arg.name, arg.n))
 		}
 		if uint64(arg.n) > uint64(limits.TextLimit()) {
-			return reply(out, nil, core.TextTooLong(displayName("lookup")+"(): "+arg.name, int64(arg.n)))
+			return reply(out, nil, (&args{method: displayName("lookup")}).tooLong(arg.name, int64(arg.n)))
 		}
 		texts[i] = C.GoStringN(arg.p, C.int(arg.n))
 	}

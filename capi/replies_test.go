@@ -10,20 +10,32 @@ import (
 	"github.com/tirastore/tirastore/core/pyjson"
 )
 
+// The record the reply tests look up: its program's source and schedule.
+const blurSource, blurSchedule = "void blur() { /* c */ }", "S(L0,L1,4,8,comps=['c1'])"
+
+// storeWithBlur opens a store of source_project project in a temporary
+// directory, holding one record of blurSchedule whose times keep their
+// spelling (1 an int, 1.0 a float).
+func storeWithBlur(t *testing.T, project string) *core.Store {
+	t.Helper()
+	st, err := core.Open(context.Background(), filepath.Join(t.TempDir(), "cache.db"), core.Options{CPUModel: "Test CPU", SourceProject: project})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	m := core.Measurement{Schedule: blurSchedule, IsLegal: true, ExecutionTimes: []pyjson.Number{"1", "1.0", "0.042", "1e-05"}}
+	if _, err := st.Record(context.Background(), "blur", blurSource, m, false); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 // A lookup's reply is the original's LookupResult, in its key order, with
 // the stored values as stored: 1 stays an int, 1.0 a float.
 func TestReplyResultShape(t *testing.T) {
 	ctx := context.Background()
-	st, err := core.Open(ctx, filepath.Join(t.TempDir(), "cache.db"), core.Options{CPUModel: "Test CPU", SourceProject: "p1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	const src, sched = "void blur() { /* c */ }", "S(L0,L1,4,8,comps=['c1'])"
-	m := core.Measurement{Schedule: sched, IsLegal: true, ExecutionTimes: []pyjson.Number{"1", "1.0", "0.042", "1e-05"}}
-	if _, err := st.Record(ctx, "blur", src, m, false); err != nil {
-		t.Fatal(err)
-	}
+	st := storeWithBlur(t, "p1")
+	const src, sched = blurSource, blurSchedule
 	r, err := st.Lookup(ctx, "blur", src, sched)
 	if err != nil || r == nil {
 		t.Fatal(r, err)
@@ -48,16 +60,8 @@ func TestReplyResultShape(t *testing.T) {
 // tirastore_lookup's array is the lookup object's values in its order.
 func TestLookupRowIsTheReplysValues(t *testing.T) {
 	ctx := context.Background()
-	st, err := core.Open(ctx, filepath.Join(t.TempDir(), "cache.db"), core.Options{CPUModel: "Test CPU", SourceProject: "p\"1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	const src, sched = "void blur() { /* c */ }", "S(L0,L1,4,8,comps=['c1'])"
-	m := core.Measurement{Schedule: sched, IsLegal: true, ExecutionTimes: []pyjson.Number{"1", "1.0", "0.042", "1e-05"}}
-	if _, err := st.Record(ctx, "blur", src, m, false); err != nil {
-		t.Fatal(err)
-	}
+	st := storeWithBlur(t, "p\"1")
+	const src, sched = blurSource, blurSchedule
 	h := core.ProgramHash(src)
 	row, err := lookupRow(nil, st, "blur", h, " S( L0,L1,4,8,comps=[\"c1\"])")
 	if err != nil {

@@ -169,18 +169,7 @@ func latencyFloor(cfg *config, round int) (map[string]*stepResult, error) {
 	}
 	all, pool := latencyPlan(cfg.Go)
 	steps := floorSteps(all)
-	if err := preloadDB(cfg, implEngine, pool); err != nil {
-		return nil, err
-	}
-	c, err := openFloor(cfg.dbPath(), steps)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	t0 := time.Now()
-	out := runPlan(c, steps)
-	cfg.logf("latency %s (round %d): done in %.1f s", implFloor, round, time.Since(t0).Seconds())
-	return out, nil
+	return runLatencyPlan(cfg, implFloor, round, implEngine, pool, steps, func() (client, error) { return openFloor(cfg.dbPath(), steps) })
 }
 
 // floorOps are the rows judged against the floor, with issue 29's limit on

@@ -148,10 +148,18 @@ func latencyGo(cfg *config, impl string, round int) (map[string]*stepResult, err
 	steps, pool := latencyPlan(cfg.Go)
 	cfg.logf("latency %s (round %d): pool of %d records, %d lookups per row, %d records, record_many %d x100 %d x1000",
 		impl, round, pool, cfg.Go.Lookups, cfg.Go.Records, cfg.Go.Many100, cfg.Go.Many1000)
-	if err := preloadDB(cfg, impl, pool); err != nil {
+	return runLatencyPlan(cfg, impl, round, impl, pool, steps, func() (client, error) { return openClient(impl, cfg.dbPath()) })
+}
+
+// runLatencyPlan preloads the fresh database with pool records (by the
+// client preloader), then runs steps through the client that open makes:
+// what latencyGo and latencyFloor (floor.go) share.
+func runLatencyPlan(cfg *config, impl string, round int, preloader string, pool int, steps []step,
+	open func() (client, error)) (map[string]*stepResult, error) {
+	if err := preloadDB(cfg, preloader, pool); err != nil {
 		return nil, err
 	}
-	c, err := openClient(impl, cfg.dbPath())
+	c, err := open()
 	if err != nil {
 		return nil, err
 	}
