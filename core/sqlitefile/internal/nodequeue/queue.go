@@ -308,13 +308,19 @@ func (ln line) all(typ int16) *unix.Flock_t {
 //
 // Autoschedulers wait for lookups on their critical path, while a record
 // follows a measurement of seconds: the reads are the ones to serve first.
-// So the write at the head of the lane also waits, before it joins the
-// queue, until the queue is empty, for at most tuning.WriteLull: while
-// reads keep the queue busy, writes gather in the lane and are committed
-// together (group commit, internal/spool), one transaction and one set of
-// fsyncs for all, and the database changes less often, so readers' caches
-// (SQLite's pages, the store's entries) stay valid longer. Under load this
-// raised throughput and lowered lookups' p99, while records wait longer.
+// So the write at the head of the lane, when other writes wait in the
+// lane behind it, also waits, before it joins the queue, until the queue
+// is empty, for at most tuning.WriteLull: while reads keep the queue busy,
+// writes gather in the lane and are committed together (group commit,
+// internal/spool), one transaction and one set of fsyncs for all, and the
+// database changes less often, so readers' caches (SQLite's pages, the
+// store's entries) stay valid longer. Under load this raised throughput
+// and lowered lookups' p99, while records wait longer. A write alone in
+// the lane has nothing to gather: it joins the queue at once and waits
+// only for the reads ahead of it. Otherwise a process that keeps the
+// queue busy with reads (a lookup loop over more programs than the
+// result cache holds) made a neighbour's every record wait for one of
+// the queue's rare gaps, three times a record's own time.
 // A write at the head of the lane may also find that another process has
 // done it meanwhile: it then leaves without entering the queue.
 // `make bench` shows what writes pay (throughput section: "all p99" and
@@ -378,13 +384,14 @@ func (q *Queue) Lock(ctx context.Context, deadline time.Time, write bool, h Hand
 }
 
 // awaitLull waits, up to tuning.WriteLull (and deadline), until no other
-// process of this node is in the queue.
+// process of this node is in the queue, or no other write in the lane (see
+// "Reads first").
 func (q *Queue) awaitLull(ctx context.Context, deadline time.Time) error {
 	until := time.Now().Add(tuning.WriteLull)
 	if !deadline.IsZero() && deadline.Before(until) {
 		until = deadline
 	}
-	for q.queueBusy() && time.Now().Before(until) {
+	for q.laneBusy() && q.queueBusy() && time.Now().Before(until) {
 		if err := wait.Sleep(ctx, tuning.LullPoll); err != nil {
 			return err
 		}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodelocal"
 	"github.com/tirastore/tirastore/core/sqlitefile/internal/proclocks"
 	"github.com/tirastore/tirastore/core/sqlitefile/internal/queuechild"
@@ -76,6 +78,14 @@ func TestGateOrderChild(t *testing.T) {
 	g := openGate(os.Getenv(envGateChild))
 	if g == nil {
 		t.Fatal("no gate")
+	}
+	if spec[0] == "follower" {
+		// A write waiting in the lane, as another process's would, on a
+		// slot byte that no ticket of the test reaches; held until killed.
+		if err := unix.FcntlFlock(g.f.Fd(), unix.F_SETLK, byteLock(unix.F_WRLCK, laneLine.slots+nSlots/2)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Hour)
 	}
 	if err := g.Lock(context.Background(), time.Time{}, spec[0] == "write", nil, nil); err != nil {
 		t.Fatal(err)
@@ -200,24 +210,35 @@ func TestGateFIFO(t *testing.T) {
 }
 
 // TestGateWritersLane: with the queue held, three processes arrive in the
-// order write W1, write W2, read R. A write waits in the writers' lane
-// until it reaches the head, so R passes W2; with the reads-first lull,
-// the write at the head of the lane (W1) also waits for the queue to
-// empty, so R passes both: R W1 W2. Without the lull (tuning.WriteLull 0) the
-// order is W1 R W2. When the same three arrive as reads, the queue is FIFO:
-// W1 W2 R (which also shows that the test sees the order it checks).
+// order write W1, write W2, read R, while another write (a follower,
+// holding a byte of the lane) waits in the lane. A write waits in the
+// writers' lane until it reaches the head, so R passes W2; with the
+// reads-first lull, the write at the head of the lane (W1), having writes
+// behind it, also waits for the queue to empty, so R passes both: R W1 W2.
+// Without the lull (tuning.WriteLull 0) the order is W1 R W2. A write alone
+// in the lane (no follower) does not wait for a lull: W1 R W2 too. When the
+// same three arrive as reads, the queue is FIFO: W1 W2 R (which also shows
+// that the test sees the order it checks).
 func TestGateWritersLane(t *testing.T) {
 	for _, tc := range []struct {
-		writes bool
-		lull   bool
-		want   string
-	}{{true, true, "R W1 W2"}, {true, false, "W1 R W2"}, {false, false, "W1 W2 R"}} {
+		writes, lull, follower bool
+		want                   string
+	}{
+		{true, true, true, "R W1 W2"},
+		{true, false, true, "W1 R W2"},
+		{true, true, false, "W1 R W2"},
+		{false, false, false, "W1 W2 R"},
+	} {
 		path := newTestPath(t)
 		holder := queuechild.Start(t, path)
 		order := filepath.Join(t.TempDir(), "order")
 		env := []string{envWriteLull + "=0"}
 		if tc.lull {
 			env = []string{envWriteLull + "=60000"}
+		}
+		if tc.follower {
+			f := orderChild(t, path, "follower", "F", order, 0)
+			t.Cleanup(func() { f.Process.Kill(); f.Wait() })
 		}
 		var kids []*exec.Cmd
 		blocked := 0
@@ -228,7 +249,7 @@ func TestGateWritersLane(t *testing.T) {
 			}
 			// Each waits (blocked on one byte, or W1 in its lull holding
 			// the lane) before the next arrives.
-			if name != "W1" || !tc.lull {
+			if name != "W1" || !(tc.lull && tc.follower) {
 				blocked++
 			}
 			kids = append(kids, orderChild(t, path, mode, name, order, blocked, env...))
@@ -240,7 +261,7 @@ func TestGateWritersLane(t *testing.T) {
 			}
 		}
 		if got := readOrder(t, order); got != tc.want {
-			t.Errorf("writes=%v lull=%v: order %q, want %q", tc.writes, tc.lull, got, tc.want)
+			t.Errorf("writes=%v lull=%v follower=%v: order %q, want %q", tc.writes, tc.lull, tc.follower, got, tc.want)
 		}
 	}
 }
@@ -248,11 +269,14 @@ func TestGateWritersLane(t *testing.T) {
 // TestGateLullBounded: a write waits for a lull in the queue at most
 // tuning.WriteLull; while another process holds the queue for good, it joins
 // the queue after that (blocked behind the holder) and goes through once the
-// holder is gone.
+// holder is gone. Another write waits in the lane (a follower), so that W
+// waits for a lull at all.
 func TestGateLullBounded(t *testing.T) {
 	path := newTestPath(t)
 	holder := queuechild.Start(t, path)
 	order := filepath.Join(t.TempDir(), "order")
+	f := orderChild(t, path, "follower", "F", order, 0)
+	t.Cleanup(func() { f.Process.Kill(); f.Wait() })
 	w := orderChild(t, path, "write", "W", order, 0, envWriteLull+"=50")
 	deadline := time.Now().Add(30 * time.Second)
 	for blockedOn(t, File(path)) < 1 {
