@@ -38,6 +38,10 @@ func (s *Backend) classify(err error, op string) error {
 			return apierr.Wrap(apierr.KindTimeout, err, "%s: %s timed out on the server: %s", s.loc, op, scrub(pe.Message, s.hide))
 		case strings.HasPrefix(pe.Code, "22") || pe.Code == "54000": // bad data, a value too large
 			return apierr.Wrap(apierr.KindValue, err, "%s: cannot %s: %s", s.loc, op, scrub(pe.Message, s.hide))
+		case pe.Code == "08P01" && strings.Contains(pe.Message, "unsupported startup parameter"):
+			return apierr.Wrap(apierr.KindOperational, err, "%s: cannot %s: %s (a connection pooler such as PgBouncer "+
+				"is in between: add pool_mode=transaction to the URL, which sends no session settings; docs/postgresql.md)",
+				s.loc, op, scrub(pe.Message, s.hide))
 		case pe.Code == "53300":
 			return apierr.Wrap(apierr.KindOperational, err, "%s: cannot %s: %s (every connection slot of the server is "+
 				"taken: raise max_connections, put PgBouncer in between, or lower pool_max_conns)", s.loc, op, scrub(pe.Message, s.hide))
@@ -76,6 +80,12 @@ func isConnError(err error) bool {
 		switch pe.Code {
 		case "57P01", "57P02", "57P03", "08000", "08003", "08006", "08001", "08004":
 			return true
+		case "08P01":
+			// A pooler's FATAL ends the client's connection when it lost
+			// or cannot reach the server (PgBouncer: "server conn
+			// crashed?", "pgbouncer cannot connect to server",
+			// query_wait_timeout); not its refusal of a setting.
+			return pe.Severity == "FATAL" && !strings.Contains(pe.Message, "unsupported startup parameter")
 		}
 		return false
 	}
