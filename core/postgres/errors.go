@@ -93,6 +93,9 @@ func isConnError(err error) bool {
 	var ce *pgconn.ConnectError
 	return errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		// A Unix socket's listen queue is full (hundreds of clients
+		// connecting at once to a pooler that just restarted).
+		errors.Is(err, syscall.EAGAIN) ||
 		errors.Is(err, syscall.ENOENT) || strings.Contains(err.Error(), "conn closed") ||
 		strings.Contains(err.Error(), "closed pool")
 }
@@ -107,6 +110,11 @@ func retriable(err error) bool {
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01") {
+		return true
+	}
+	// A full listen queue (EAGAIN, which Go counts as a timeout) is
+	// retried.
+	if errors.Is(err, syscall.EAGAIN) {
 		return true
 	}
 	// A timeout is the caller's bound (connect_timeout, the statement's
