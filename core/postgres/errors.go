@@ -38,6 +38,10 @@ func (s *Backend) classify(err error, op string) error {
 			return apierr.Wrap(apierr.KindTimeout, err, "%s: %s timed out on the server: %s", s.loc, op, scrub(pe.Message, s.hide))
 		case strings.HasPrefix(pe.Code, "22") || pe.Code == "54000": // bad data, a value too large
 			return apierr.Wrap(apierr.KindValue, err, "%s: cannot %s: %s", s.loc, op, scrub(pe.Message, s.hide))
+		case pe.Code == "08P01" && strings.Contains(pe.Message, "unsupported startup parameter"):
+			return apierr.Wrap(apierr.KindOperational, err, "%s: cannot %s: %s (a connection pooler such as PgBouncer "+
+				"is in between: add pool_mode=transaction to the URL, which sends no session settings; docs/postgresql.md)",
+				s.loc, op, scrub(pe.Message, s.hide))
 		case pe.Code == "53300":
 			return apierr.Wrap(apierr.KindOperational, err, "%s: cannot %s: %s (every connection slot of the server is "+
 				"taken: raise max_connections, put PgBouncer in between, or lower pool_max_conns)", s.loc, op, scrub(pe.Message, s.hide))
@@ -76,6 +80,12 @@ func isConnError(err error) bool {
 		switch pe.Code {
 		case "57P01", "57P02", "57P03", "08000", "08003", "08006", "08001", "08004":
 			return true
+		case "08P01":
+			// A pooler's FATAL ends the client's connection when it lost
+			// or cannot reach the server (PgBouncer: "server conn
+			// crashed?", "pgbouncer cannot connect to server",
+			// query_wait_timeout); not its refusal of a setting.
+			return pe.Severity == "FATAL" && !strings.Contains(pe.Message, "unsupported startup parameter")
 		}
 		return false
 	}
@@ -83,6 +93,9 @@ func isConnError(err error) bool {
 	var ce *pgconn.ConnectError
 	return errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		// A Unix socket's listen queue is full (hundreds of clients
+		// connecting at once to a pooler that just restarted).
+		errors.Is(err, syscall.EAGAIN) ||
 		errors.Is(err, syscall.ENOENT) || strings.Contains(err.Error(), "conn closed") ||
 		strings.Contains(err.Error(), "closed pool")
 }
@@ -97,6 +110,11 @@ func retriable(err error) bool {
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01") {
+		return true
+	}
+	// A full listen queue (EAGAIN, which Go counts as a timeout) is
+	// retried.
+	if errors.Is(err, syscall.EAGAIN) {
 		return true
 	}
 	// A timeout is the caller's bound (connect_timeout, the statement's

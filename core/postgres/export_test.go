@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tirastore/tirastore/core/storage"
@@ -22,7 +23,9 @@ func ClientDeadline(t *testing.T, options string) time.Duration {
 		t.Fatal(err)
 	}
 	s := &Backend{cfg: storage.Config{}}
-	s.configure(pc, u)
+	if err := s.configure(pc, u); err != nil {
+		t.Fatal(err)
+	}
 	return s.stmtTimeout
 }
 
@@ -45,3 +48,26 @@ func SchemaSteps(fn func(step string), stale bool) func() {
 
 // SchemaLock is the advisory lock key that serializes schema creation.
 const SchemaLock = schemaLock
+
+// BeginQuery is the BEGIN of a transaction of opts that a URL gets (""
+// for pgx's own).
+func BeginQuery(t *testing.T, rawURL string, opts pgx.TxOptions) string {
+	connURL, mode, err := splitPoolMode(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := pgxpool.ParseConfig(connURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Backend{cfg: storage.Config{}, mode: mode}
+	if err := s.configure(pc, rawURL); err != nil {
+		t.Fatal(err)
+	}
+	return s.txOptions(opts).BeginQuery
+}
+
+// QueryOne runs a one-row query of one column in r's transaction.
+func QueryOne(r storage.Reader, sql string, dst any) (bool, error) {
+	return r.(*reader).row([]any{dst}, sql)
+}

@@ -29,13 +29,16 @@ var (
 	// key and creation_date.
 	recordOverwrite = sqlite.UpsertSet(sqlite.RecordColumns, "key", "creation_date")
 
-	// The lookups keep the original's inner join with programs (a record
-	// whose program row is missing is not found) without reading the
-	// program's name and source, which a lookup does not return.
-	lookupSQL = "SELECT " + recordColumnsOfR + `
-  FROM records r JOIN programs p ON r.program_hash = p.program_hash WHERE r.key = $1`
-	lookupManySQL = "SELECT " + recordColumnsOfR + `
-  FROM records r JOIN programs p ON r.program_hash = p.program_hash WHERE r.key = ANY($1)`
+	// The lookups read the records row alone. The original's inner join
+	// with programs (a record whose program row is missing is not found)
+	// is kept by the foreign key instead (records.program_hash REFERENCES
+	// programs: no record without its program, no program deleted under
+	// its records): the join found nothing more, and it cost every hit,
+	// not a miss, a probe of programs' index and heap, and every
+	// statement a plan of two tables where the query mode plans each one
+	// (transaction pooling's cache_describe).
+	lookupSQL     = "SELECT " + recordColumnsOfR + ` FROM records r WHERE r.key = $1`
+	lookupManySQL = "SELECT " + recordColumnsOfR + ` FROM records r WHERE r.key = ANY($1)`
 
 	// The rows of one write from arrays, in their order (so that rowid
 	// follows it), one statement whatever their number.
@@ -199,6 +202,7 @@ func (s *Backend) Write(ctx context.Context, w *storage.Write) (int, error) {
 		sctx, cancel := s.stmtCtx(ctx)
 		defer cancel()
 		b := &pgx.Batch{}
+		local := s.queueLocal(b)
 		b.Queue(insertProgramSQL, w.Hash, w.Name, w.Source)
 		b.Queue(insert, args...)
 		if len(w.Release) > 0 {
@@ -210,6 +214,12 @@ func (s *Backend) Write(ctx context.Context, w *storage.Write) (int, error) {
 			b.Queue(renewSQL, k, t)
 		}
 		br := s.pool.SendBatch(sctx, b)
+		if local {
+			if _, err := br.Exec(); err != nil {
+				br.Close()
+				return err
+			}
+		}
 		if _, err := br.Exec(); err != nil {
 			br.Close()
 			return err
@@ -331,7 +341,7 @@ func (e ranErr) Unwrap() error { return e.error }
 func (s *Backend) tx(ctx context.Context, op string, rerun bool, opts pgx.TxOptions, fn func(context.Context, pgx.Tx) error) error {
 	return s.entered(ctx, op, rerun, func(ctx context.Context, _ int) error {
 		bctx, cancel := s.stmtCtx(ctx)
-		tx, err := s.pool.BeginTx(bctx, opts)
+		tx, err := s.pool.BeginTx(bctx, s.txOptions(opts))
 		cancel()
 		if err != nil {
 			return err

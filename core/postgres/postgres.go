@@ -76,6 +76,11 @@ type Backend struct {
 	// host and port of the first server the URL names (probe).
 	host string
 	port uint16
+	// mode is the URL's pool_mode (poolmode.go); local the settings that
+	// transaction pooling makes in each transaction instead of at
+	// connect, by name.
+	mode  string
+	local [][2]string
 
 	// mu: operations hold it shared, Close exclusively, so that calls in
 	// flight finish first.
@@ -89,15 +94,21 @@ type Backend struct {
 func Open(ctx context.Context, rawURL string, cfg storage.Config) (*Backend, *storage.Opened, error) {
 	loc := Redact(rawURL)
 	connURL, notices := withHomeFiles(rawURL)
+	connURL, mode, err := splitPoolMode(connURL)
+	if err != nil {
+		return nil, nil, poolModeError(loc, err)
+	}
 	pc, err := pgxpool.ParseConfig(connURL)
 	if err != nil {
 		return nil, nil, apierr.Wrap(apierr.KindValue, err, "cannot use the database URL %s: %s", loc, scrub(err.Error(), passwordsOf(rawURL)))
 	}
-	s := &Backend{loc: loc, cfg: cfg, hide: passwordsOf(rawURL)}
+	s := &Backend{loc: loc, cfg: cfg, hide: passwordsOf(rawURL), mode: mode}
 	if p := pc.ConnConfig.Password; p != "" {
 		s.hide = append(s.hide, p)
 	}
-	s.configure(pc, rawURL)
+	if err := s.configure(pc, rawURL); err != nil {
+		return nil, nil, poolModeError(loc, err)
+	}
 	s.host, s.port = pc.ConnConfig.Host, pc.ConnConfig.Port
 	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
 	if err != nil {
@@ -179,8 +190,9 @@ func withHomeFiles(rawURL string) (string, []string) {
 
 // configure applies the engine's defaults to what the URL and the
 // environment left unset: the connect timeout, the pool's size, and the
-// server's timeouts for this engine's sessions.
-func (s *Backend) configure(pc *pgxpool.Config, rawURL string) {
+// server's timeouts for this engine's sessions (or, for transaction
+// pooling, for each transaction: pooled).
+func (s *Backend) configure(pc *pgxpool.Config, rawURL string) error {
 	cc := pc.ConnConfig
 	if cc.ConnectTimeout == 0 {
 		cc.ConnectTimeout = tuning.ServerConnectTimeout
@@ -228,6 +240,10 @@ func (s *Backend) configure(pc *pgxpool.Config, rawURL string) {
 	if stmt > 0 {
 		s.stmtTimeout = stmt + tuning.ServerCallSlack
 	}
+	if s.mode == poolTransaction {
+		return s.pooled(pc, rawURL)
+	}
+	return nil
 }
 
 // pgDuration reads a time setting as the server does: a number of

@@ -179,7 +179,7 @@ func (s *Backend) initOnce(ctx context.Context) (*storage.Opened, error) {
 			"%s: no TiraStore database there (the tables are missing), and create=False", s.loc)
 	}
 	// Create or migrate, once for every opener.
-	err = pgx.BeginFunc(ctx, conn.Conn(), func(tx pgx.Tx) error {
+	err = pgx.BeginTxFunc(ctx, conn.Conn(), s.txOptions(pgx.TxOptions{}), func(tx pgx.Tx) error {
 		sctx, cancel := s.stmtCtx(ctx)
 		defer cancel()
 		if _, err := tx.Exec(sctx, "SELECT pg_advisory_xact_lock($1)", int64(schemaLock)); err != nil {

@@ -77,7 +77,10 @@ type pgResults struct {
 	// aggregated run per process count.
 	Latency    map[string]map[string]*opResult `json:"latency"`
 	Throughput map[string][]*tpRun             `json:"throughput"`
-	ElapsedS   float64                         `json:"elapsed_s"`
+	// Pooler: through PgBouncer in transaction pooling and directly, at
+	// 64, 256 and 1,000 clients (pooler.go).
+	Pooler   []*poolerRun `json:"pooler"`
+	ElapsedS float64      `json:"elapsed_s"`
 }
 
 // pgCluster is a running throwaway cluster (pgcluster.py's JSON, without
@@ -135,13 +138,16 @@ func (c *pgCluster) stop() {
 
 // psql runs sql as the superuser in the database tira; its unaligned
 // output.
-func (c *pgCluster) psql(sql string) (string, error) {
+func (c *pgCluster) psql(sql string) (string, error) { return c.psqlDB("tira", sql) }
+
+// psqlDB is psql in database db.
+func (c *pgCluster) psqlDB(db, sql string) (string, error) {
 	bin := filepath.Join(c.BinDir, "psql")
 	if _, err := os.Stat(bin); err != nil {
 		bin = "psql"
 	}
 	cmd := exec.Command(bin, "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1",
-		"-h", c.SocketDir, "-p", strconv.Itoa(c.Port), "-U", "postgres", "-d", "tira", "-c", sql)
+		"-h", c.SocketDir, "-p", strconv.Itoa(c.Port), "-U", "postgres", "-d", db, "-c", sql)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("psql %q: %v: %s", sql, err, strings.TrimSpace(string(out)))
@@ -254,6 +260,7 @@ func postgresSection(cfg *config, res *results) *pgResults {
 	cfg.logf("postgres: cluster of PostgreSQL %s on a Unix socket, port %d", pr.Settings["server_version"], c.Port)
 	pr.Latency = pgLatency(cfg, c, res)
 	pr.Throughput = pgThroughput(cfg, c)
+	pr.Pooler = poolerRows(cfg, c, res)
 	pr.ElapsedS = time.Since(t0).Seconds()
 	cfg.logf("postgres: section done in %.0f s", pr.ElapsedS)
 	return pr

@@ -172,7 +172,7 @@ def _run_as_server(cmd: list, check: bool = True, **kw) -> subprocess.CompletedP
     return out
 
 
-def start(base: Optional[str] = None) -> Cluster:
+def start(base: Optional[str] = None, max_connections: int = 300) -> Cluster:
     """Make and start a new cluster in *base* (a new temporary directory
     by default) and create the database ``tira`` and the test roles."""
     bd = bindir()
@@ -202,7 +202,7 @@ def start(base: Optional[str] = None) -> Cluster:
 port = {port}
 listen_addresses = '127.0.0.1'
 unix_socket_directories = '{sock}'
-max_connections = 300
+max_connections = {max_connections}
 shared_buffers = 64MB
 ssl = on
 ssl_cert_file = '{base}/server.crt'
@@ -248,11 +248,13 @@ def main(argv: list) -> int:
     for name in ("start", "stop", "restart"):
         p = sub.add_parser(name)
         p.add_argument("dir")
+        if name == "start":
+            p.add_argument("--max-connections", type=int, default=300)
         if name == "restart":
             p.add_argument("--mode", default="fast", choices=["smart", "fast", "immediate"])
     a = ap.parse_args(argv)
     if a.cmd == "start":
-        c = start(a.dir)
+        c = start(a.dir, max_connections=a.max_connections)
         print(json.dumps({**asdict(c), "url": c.url(), "tcp_url": c.tcp_url(), "cert": c.cert,
                           "password": PASSWORD}))
     elif a.cmd == "stop":

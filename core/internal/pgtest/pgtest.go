@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 )
@@ -72,6 +73,9 @@ func Main(m *testing.M) {
 		why = fmt.Sprintf("no PostgreSQL test cluster: %v", err)
 	}
 	code := m.Run()
+	if bouncer != nil {
+		_ = exec.Command(python(), bouncerScript(), "stop", bouncer.Base).Run()
+	}
 	if cluster != nil {
 		_ = exec.Command(python(), script(), "stop", dir).Run()
 	}
@@ -131,5 +135,83 @@ func (c *Cluster) Restart(t testing.TB, mode string) {
 	t.Helper()
 	if out, err := exec.Command(python(), script(), "restart", c.Base, "--mode", mode).CombinedOutput(); err != nil {
 		t.Fatalf("restart: %v: %s", err, out)
+	}
+}
+
+// Bouncer is a running throwaway PgBouncer (tests/pg/pgbouncer.py's
+// JSON) in front of the cluster, in transaction pooling mode.
+type Bouncer struct {
+	Base      string `json:"base"`
+	Port      int    `json:"port"`
+	SocketDir string `json:"socket_dir"`
+	PoolSize  int    `json:"pool_size"`
+	Version   string `json:"version"`
+}
+
+var (
+	bouncer     *Bouncer
+	bouncerOnce sync.Once
+	bouncerWhy  string
+	databases   atomic.Int64
+)
+
+func bouncerScript() string { return filepath.Join(filepath.Dir(script()), "pgbouncer.py") }
+
+// NeedBouncer returns the PgBouncer of the test binary, started on first
+// use (Main stops it), or skips t (fails it under CI=true) when PgBouncer
+// or PostgreSQL is not installed.
+func NeedBouncer(t testing.TB) *Bouncer {
+	t.Helper()
+	c := Need(t)
+	bouncerOnce.Do(func() {
+		dir := filepath.Join(c.Base, "bouncer")
+		cmd := exec.Command(python(), bouncerScript(), "start", dir, c.Base)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		if err == nil {
+			var b Bouncer
+			if err = json.Unmarshal(out, &b); err == nil {
+				bouncer = &b
+			}
+		}
+		if err != nil {
+			bouncerWhy = fmt.Sprintf("no PgBouncer: %v", err)
+		}
+	})
+	if bouncer == nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(bouncerWhy)
+		}
+		t.Skip(bouncerWhy)
+	}
+	return bouncer
+}
+
+// Database creates a new database for t (dropped when t ends) and
+// returns its URL through the PgBouncer, with pool_mode=transaction and
+// params (name=value pairs, already escaped), and its direct URL.
+// Databases, not schemas: a schema is chosen by a session setting
+// (search_path), which transaction pooling does not carry.
+func Database(t testing.TB, params ...string) (pooled, direct string) {
+	t.Helper()
+	c := Need(t)
+	b := NeedBouncer(t)
+	name := fmt.Sprintf("d%d_%d", os.Getpid(), databases.Add(1))
+	c.PSQL(t, fmt.Sprintf(`CREATE DATABASE %q`, name))
+	t.Cleanup(func() { _, _ = c.psql(fmt.Sprintf(`DROP DATABASE IF EXISTS %q WITH (FORCE)`, name)) })
+	q := "?host=" + b.SocketDir + "&port=" + fmt.Sprint(b.Port) + "&pool_mode=transaction"
+	for _, p := range params {
+		q += "&" + p
+	}
+	return "postgresql://postgres@/" + name + q,
+		"postgresql://postgres@/" + name + "?host=" + c.SocketDir + "&port=" + fmt.Sprint(c.Port)
+}
+
+// Restart stops the PgBouncer at once (its clients cut off mid-call) and
+// starts it again.
+func (b *Bouncer) Restart(t testing.TB) {
+	t.Helper()
+	if out, err := exec.Command(python(), bouncerScript(), "restart", b.Base).CombinedOutput(); err != nil {
+		t.Fatalf("pgbouncer restart: %v: %s", err, out)
 	}
 }
