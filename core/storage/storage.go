@@ -151,6 +151,16 @@ type ClaimRef struct {
 	Token string `json:"token"`
 }
 
+// SeqRecord is a record with its place in the order rows were inserted
+// (Seq: SQLite's rowid, the server's rowid column), which an overwrite
+// keeps: the cursor a reader that follows the whole table
+// (core/dashboard) goes on from. Its Record has the program's name but
+// not its source.
+type SeqRecord struct {
+	Seq int64
+	Record
+}
+
 // ProgramSummary counts one program's records (stats --by program).
 type ProgramSummary struct {
 	Hash, Name          string
@@ -413,6 +423,11 @@ type Reader interface {
 	// ProgramSummaries counts the records of every program, by name then
 	// hash (programs without records included).
 	ProgramSummaries() ([]ProgramSummary, error)
+	// RecordsAfter lists up to limit records whose Seq is above after,
+	// by Seq, joined with their program's name (inner join): one read of
+	// bounded size, so that following the whole table holds the lock no
+	// longer per call than a lookup's load of limit rows does.
+	RecordsAfter(after int64, limit int) ([]SeqRecord, error)
 	// CheckTables runs the database's own integrity check and counts the
 	// records that lookups cannot serve.
 	CheckTables() (*TableCheck, error)
