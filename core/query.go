@@ -470,3 +470,7 @@ func (s *Store) RecordsAfter(ctx context.Context, after int64, limit int) (recs 
 	})
 	return recs, err
 }
+
+// ResultOf reads a record's stored result as a lookup does: for readers
+// that follow the table (core/dashboard) and so hold rows, not keys.
+func ResultOf(rec *storage.Record) (*Result, error) { return newResult(rec) }
