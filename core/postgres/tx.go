@@ -515,6 +515,13 @@ func (w *writer) PutConfigImport(im *storage.ConfigImport) error {
 	return err
 }
 
+// PutMeta inserts or replaces a db_meta row.
+func (w *writer) PutMeta(key, value string) error {
+	_, err := w.exec(`INSERT INTO db_meta (key, value) VALUES ($1, $2)
+  ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value)
+	return err
+}
+
 // PutClaim inserts c, replacing the claim of its key, dated by the
 // server's clock (its lease counts from there).
 func (w *writer) PutClaim(c *storage.Claim) error {

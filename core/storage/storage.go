@@ -487,7 +487,14 @@ type Writer interface {
 	ClearConfigs(namespace string) (int64, error)
 	// PutConfigImport inserts or replaces the import record of im.Path.
 	PutConfigImport(im *ConfigImport) error
+	// PutMeta inserts or replaces a db_meta row of this engine's own
+	// (LastCheckKey); the original's rows are written at creation only.
+	PutMeta(key, value string) error
 }
+
+// LastCheckKey is the db_meta row where `tirastore check` leaves the
+// summary of its last run (a JSON object), which the dashboard shows.
+const LastCheckKey = "tirastore_last_check"
 
 // ErrNoProgram is Writer.PutRecord's error for a record whose program row
 // does not exist.
