@@ -7,6 +7,7 @@ import (
 
 	"github.com/tirastore/tirastore/core"
 	"github.com/tirastore/tirastore/core/dashboard"
+	"github.com/tirastore/tirastore/core/operator"
 	"github.com/tirastore/tirastore/core/pyjson"
 )
 
@@ -72,6 +73,11 @@ var dashboardMethods = map[string]method{
 			return replyProgramView(v), nil
 		}
 		return nil, nil
+	}},
+	// last_check is the summary the last `tirastore check` left in the
+	// database (null: none).
+	"last_check": {true, noParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		return replyWith(replyCheckSummary)(operator.LastCheck(ctx, st))
 	}},
 }
 
@@ -174,5 +180,22 @@ func replyProgramView(v *dashboard.ProgramView) any {
 		top[i] = t
 	}
 	o.Set("top", top)
+	return o
+}
+
+// replyCheckSummary is the summary the last `tirastore check` left.
+func replyCheckSummary(s *operator.CheckSummary) any {
+	if s == nil {
+		return nil
+	}
+	o := pyjson.NewObjectCap(8)
+	o.Set("date", s.Date)
+	o.Set("hostname", s.Hostname)
+	o.Set("username", s.Username)
+	o.Set("ok", s.OK)
+	o.Set("problems", s.Problems)
+	o.Set("first_problems", s.First)
+	o.Set("repaired", s.Repaired)
+	o.Set("records", s.Records)
 	return o
 }
