@@ -250,6 +250,7 @@ func tirastoreGo_close(handle C.uint64_t, out **C.char) (status C.int) {
 	if err != nil {
 		return reply(out, nil, err)
 	}
+	dropBoard(st)
 	return reply(out, nil, st.Close())
 }
 

@@ -455,3 +455,22 @@ func (s *Store) meta(ctx context.Context, key string) (v *string, err error) {
 	})
 	return v, err
 }
+
+// RecordsAfter reads up to limit records inserted after the cursor after
+// (a storage.SeqRecord's Seq; 0 before the first), in insertion order, in
+// one read: a reader that follows the whole table (core/dashboard) reads
+// it a bounded chunk per hold of the lock. limit must be positive.
+func (s *Store) RecordsAfter(ctx context.Context, after int64, limit int) (recs []storage.SeqRecord, err error) {
+	if limit <= 0 {
+		return nil, newError(KindValue, "records_after: limit must be positive, got %d", limit)
+	}
+	err = s.be.View(ctx, "records_after", func(r storage.Reader) (err error) {
+		recs, err = r.RecordsAfter(after, limit)
+		return err
+	})
+	return recs, err
+}
+
+// ResultOf reads a record's stored result as a lookup does: for readers
+// that follow the table (core/dashboard) and so hold rows, not keys.
+func ResultOf(rec *storage.Record) (*Result, error) { return newResult(rec) }

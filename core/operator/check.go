@@ -9,6 +9,7 @@ package operator
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core"
+	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/internal/input"
 	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/postgres"
@@ -208,6 +210,74 @@ func checkTables(ctx context.Context, rep *CheckReport, path string, opts core.O
 		return nil, err
 	}
 	defer s.Close()
+	rep, err = checkOpen(ctx, rep, s, repair)
+	if err == nil {
+		recordCheck(ctx, s, rep)
+	}
+	return rep, err
+}
+
+// CheckSummary is what a check leaves in the database's db_meta
+// (storage.LastCheckKey) for the dashboard: when, where and by whom it
+// ran, whether it found problems, the first of them.
+type CheckSummary struct {
+	Date     string   `json:"date"`
+	Hostname string   `json:"hostname"`
+	Username string   `json:"username"`
+	OK       bool     `json:"ok"`
+	Problems int      `json:"problems"`
+	First    []string `json:"first_problems"`
+	Repaired int      `json:"repaired"`
+	Records  int64    `json:"records"`
+}
+
+// checkSummaryProblems bounds the problems a summary quotes.
+const checkSummaryProblems = 3
+
+// recordCheck writes rep's summary into the database it checked, in one
+// small transaction. A database this user may not write (another user's
+// file opened read-only) keeps its previous summary: a notice says so,
+// and the check's outcome is not changed by it.
+func recordCheck(ctx context.Context, s *core.Store, rep *CheckReport) {
+	sum := CheckSummary{Date: identity.NowISO(time.Now()), Hostname: identity.Hostname(), Username: identity.Username(),
+		OK: len(rep.Problems) == 0, Problems: len(rep.Problems), First: rep.Problems[:min(len(rep.Problems), checkSummaryProblems)],
+		Repaired: len(rep.Repaired), Records: rep.Records}
+	if sum.First == nil {
+		sum.First = []string{}
+	}
+	b, err := json.Marshal(sum)
+	if err == nil {
+		err = s.Backend().Update(ctx, "check summary", func(w storage.Writer) error {
+			return w.PutMeta(storage.LastCheckKey, string(b))
+		})
+	}
+	if err != nil {
+		rep.Notices = append(rep.Notices, fmt.Sprintf("this check's summary was not recorded in the database (the dashboard shows the previous one): %v", err))
+	}
+}
+
+// LastCheck is the summary the last check left in the database, or nil
+// when none did (or it is not readable: a newer engine's form).
+func LastCheck(ctx context.Context, s *core.Store) (*CheckSummary, error) {
+	var text string
+	var ok bool
+	if err := s.Backend().View(ctx, "last check", func(r storage.Reader) (err error) {
+		text, ok, err = r.Meta(storage.LastCheckKey)
+		return err
+	}); err != nil || !ok {
+		return nil, err
+	}
+	var sum CheckSummary
+	if json.Unmarshal([]byte(text), &sum) != nil {
+		return nil, nil
+	}
+	return &sum, nil
+}
+
+// checkOpen adds what the tables and claims of the open store s show to
+// rep.
+func checkOpen(ctx context.Context, rep *CheckReport, s *core.Store, repair bool) (*CheckReport, error) {
+	var err error
 	rep.Path, rep.Notices = s.Path(), s.Notices()
 	err = s.Backend().View(ctx, "check", func(r storage.Reader) error {
 		v, _, err := r.Meta("schema_version")

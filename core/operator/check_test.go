@@ -63,3 +63,32 @@ func TestCheckFindsStaleClaims(t *testing.T) {
 		t.Fatalf("left: %+v %v", left, err)
 	}
 }
+
+// TestCheckLeavesItsSummary: a check leaves its summary in the database
+// (what the dashboard shows), the next check replaces it, and a database
+// never checked has none.
+func TestCheckLeavesItsSummary(t *testing.T) {
+	a := openTemp(t, core.Options{})
+	if sum, err := LastCheck(ctx, a); err != nil || sum != nil {
+		t.Fatalf("never checked: %+v %v", sum, err)
+	}
+	if _, err := a.Record(ctx, "blur", src, core.Measurement{Schedule: sched, IsLegal: false}, false); err != nil {
+		t.Fatal(err)
+	}
+	plant(t, a, &storage.Claim{Key: keys.RecordKey(keys.ProgramHash(src), sched), ProgramHash: keys.ProgramHash(src),
+		ProgramName: "blur", Schedule: sched, Token: "t", Hostname: "elsewhere", PID: 7, LeaseSeconds: 60,
+		ClaimedAt: "2026-01-01 00:00:00", RenewedAt: "2026-01-01 00:00:00"})
+	if _, err := CheckDatabase(ctx, a.Path(), core.Options{}, false); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := LastCheck(ctx, a)
+	if err != nil || sum == nil || sum.OK || sum.Problems != 1 || len(sum.First) != 1 || sum.Records != 1 || sum.Date == "" {
+		t.Fatalf("after a check with a problem: %+v %v", sum, err)
+	}
+	if _, err := CheckDatabase(ctx, a.Path(), core.Options{}, true); err != nil {
+		t.Fatal(err)
+	}
+	if sum, err = LastCheck(ctx, a); err != nil || !sum.OK || sum.Problems != 0 || sum.Repaired != 1 {
+		t.Fatalf("after the repair: %+v %v", sum, err)
+	}
+}

@@ -145,6 +145,21 @@ func (r *reader) EachRecordOf(programHash string, fn func(*storage.Record) error
 	}, fn, "SELECT "+recordColumnsOfR+" FROM records r WHERE r.program_hash = $1 ORDER BY r.creation_date, r.rowid", programHash)
 }
 
+// RecordsAfter lists up to limit records after the rowid after, by rowid
+// (the idx_records_rowid index), with their program's name.
+func (r *reader) RecordsAfter(after int64, limit int) ([]storage.SeqRecord, error) {
+	out := []storage.SeqRecord{}
+	err := r.rows(func(rows pgx.Rows) error {
+		var rec storage.SeqRecord
+		err := rows.Scan(append(append([]any{&rec.Seq}, sqlite.RecordFields(&rec.Record)...), &rec.ProgramName)...)
+		out = append(out, rec)
+		return err
+	}, "SELECT r.rowid, "+recordColumnsOfR+`, p.program_name
+  FROM records r JOIN programs p ON r.program_hash = p.program_hash
+  WHERE r.rowid > $1 ORDER BY r.rowid LIMIT $2`, after, limit)
+	return out, err
+}
+
 // eachRead reads every row of a statement with scan, then calls fn for
 // each: fn may run statements of the same transaction, which one
 // connection cannot while the first one's rows are open.
@@ -497,6 +512,13 @@ func (w *writer) PutConfigImport(im *storage.ConfigImport) error {
        entries = excluded.entries, imported_at = excluded.imported_at, hostname = excluded.hostname,
        username = excluded.username`,
 		im.Path, im.Size, im.MtimeNS, im.SHA256, im.Entries, im.ImportedAt, im.Hostname, im.Username)
+	return err
+}
+
+// PutMeta inserts or replaces a db_meta row.
+func (w *writer) PutMeta(key, value string) error {
+	_, err := w.exec(`INSERT INTO db_meta (key, value) VALUES ($1, $2)
+  ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value)
 	return err
 }
 

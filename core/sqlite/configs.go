@@ -300,6 +300,13 @@ func (d *DB) ConfigImported(path string) (*storage.ConfigImport, error) {
 	return &im, nil
 }
 
+// PutMeta inserts or replaces a db_meta row.
+func (tx *Tx) PutMeta(key, value string) error {
+	_, err := tx.exec(`INSERT INTO db_meta (key, value) VALUES (?, ?)
+  ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value)
+	return err
+}
+
 // PutConfigImport inserts or replaces the import record of im.Path,
 // creating the table on first use.
 func (tx *Tx) PutConfigImport(im *storage.ConfigImport) error {

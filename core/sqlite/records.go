@@ -83,6 +83,20 @@ var (
   FROM records r WHERE r.program_hash = ? ORDER BY r.creation_date, r.rowid`
 )
 
+// recordsAfterSQL is RecordsAfter's read: the next rows by rowid, which
+// the table's own b-tree is ordered by, with the program's name.
+var recordsAfterSQL = "SELECT r.rowid, " + recordColumnsOfR + ", p.program_name" + joinPrograms + `
+  WHERE r.rowid > ? ORDER BY r.rowid LIMIT ?`
+
+// RecordsAfter lists up to limit records after the rowid after, by rowid,
+// with their program's name (storage.Reader).
+func (d *DB) RecordsAfter(after int64, limit int) ([]storage.SeqRecord, error) {
+	return allRows(d, func(sc scanner) (r storage.SeqRecord, err error) {
+		err = sc.Scan(append(append([]any{&r.Seq}, RecordFields(&r.Record)...), &r.ProgramName)...)
+		return r, err
+	}, recordsAfterSQL, after, limit)
+}
+
 func scanJoined(sc scanner) (*storage.Record, error) {
 	var r storage.Record
 	err := sc.Scan(append(RecordFields(&r), &r.ProgramName, &r.SourceCode)...)

@@ -263,3 +263,6 @@ func (w writer) RenewClaims(refs []storage.ClaimRef, at string) ([]storage.Claim
 
 // PutConfigImport writes an import record in the transaction.
 func (w writer) PutConfigImport(im *storage.ConfigImport) error { return w.tx.PutConfigImport(im) }
+
+// PutMeta writes a db_meta row in the transaction.
+func (w writer) PutMeta(key, value string) error { return w.tx.PutMeta(key, value) }

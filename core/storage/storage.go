@@ -151,6 +151,16 @@ type ClaimRef struct {
 	Token string `json:"token"`
 }
 
+// SeqRecord is a record with its place in the order rows were inserted
+// (Seq: SQLite's rowid, the server's rowid column), which an overwrite
+// keeps: the cursor a reader that follows the whole table
+// (core/dashboard) goes on from. Its Record has the program's name but
+// not its source.
+type SeqRecord struct {
+	Seq int64
+	Record
+}
+
 // ProgramSummary counts one program's records (stats --by program).
 type ProgramSummary struct {
 	Hash, Name          string
@@ -413,6 +423,11 @@ type Reader interface {
 	// ProgramSummaries counts the records of every program, by name then
 	// hash (programs without records included).
 	ProgramSummaries() ([]ProgramSummary, error)
+	// RecordsAfter lists up to limit records whose Seq is above after,
+	// by Seq, joined with their program's name (inner join): one read of
+	// bounded size, so that following the whole table holds the lock no
+	// longer per call than a lookup's load of limit rows does.
+	RecordsAfter(after int64, limit int) ([]SeqRecord, error)
 	// CheckTables runs the database's own integrity check and counts the
 	// records that lookups cannot serve.
 	CheckTables() (*TableCheck, error)
@@ -472,7 +487,14 @@ type Writer interface {
 	ClearConfigs(namespace string) (int64, error)
 	// PutConfigImport inserts or replaces the import record of im.Path.
 	PutConfigImport(im *ConfigImport) error
+	// PutMeta inserts or replaces a db_meta row of this engine's own
+	// (LastCheckKey); the original's rows are written at creation only.
+	PutMeta(key, value string) error
 }
+
+// LastCheckKey is the db_meta row where `tirastore check` leaves the
+// summary of its last run (a JSON object), which the dashboard shows.
+const LastCheckKey = "tirastore_last_check"
 
 // ErrNoProgram is Writer.PutRecord's error for a record whose program row
 // does not exist.

@@ -11,6 +11,7 @@
     tirastore lock status cache.db           # who holds the lock, alive?
     tirastore check cache.db --repair        # after a node died holding it
     tirastore plot cache.db --program blur -o blur.png
+    tirastore dashboard cache.db             # a live web page on 127.0.0.1:8050
 
 Every subcommand has ``--help``, readable output and ``--json`` (one JSON
 document on stdout). Exit status: 0 fine, 1 a problem (a missing or
@@ -694,6 +695,45 @@ def cmd_plot(args: argparse.Namespace, out: _Output) -> int:
     with _open_store(args) as store:
         path = plot_program(store, args.program, args.output, program_hash=args.hash)
     out.result({"path": str(path)}, lambda: f"wrote {path}")
+    return 0
+
+
+def _dashboard_arguments(p: argparse.ArgumentParser) -> None:
+    _add_db(p)
+    p.add_argument("--port", type=int, default=8050, help="the port to listen on (default 8050; 0: any free port)")
+    p.add_argument("--host", default="127.0.0.1", metavar="ADDR",
+                   help="the address to listen on (default 127.0.0.1: reach it with ssh -L 8050:127.0.0.1:8050 "
+                        "login-node); any other address needs --token")
+    p.add_argument("--token", nargs="?", const="", default=None, metavar="TOKEN",
+                   help="require this token of every request (without a value: a random one, printed in the URL; "
+                        "or from $TIRASTORE_DASHBOARD_TOKEN)")
+    _add_stale_lock_timeout(p)
+
+
+@_command("dashboard", "a live, read-only web page of the database", _dashboard_arguments)
+def cmd_dashboard(args: argparse.Namespace, out: _Output) -> int:
+    """Serve a live, read-only web page of DB until interrupted: per program the best time so far, the counts and
+    the spread of the repeated times of the fastest schedules; throughput by host, user and project; the claims in
+    flight; the database's health (size, records, lock, the last check). Records written by other processes appear
+    within seconds. It listens on 127.0.0.1 unless --host says otherwise, which needs --token."""
+    from tirastore import dashboard  # noqa: PLC0415 - only this command needs the server
+
+    token = args.token
+    if token == "":
+        token = os.environ.get("TIRASTORE_DASHBOARD_TOKEN") or dashboard.new_token()
+    elif token is None:
+        token = os.environ.get("TIRASTORE_DASHBOARD_TOKEN") or None
+    try:
+        dashboard.check_bind(args.host, token)
+    except dashboard.TokenRequired as e:
+        print(f"tirastore: error: {e}", file=sys.stderr)
+        return 2
+
+    def announce(url: str) -> None:
+        out.result({"url": url}, lambda: f"serving {args.db} on {url} (Ctrl-C stops)")
+
+    dashboard.serve(args.db, host=args.host, port=args.port, token=token, lock_timeout=args.lock_timeout,
+                    stale_lock_timeout=args.stale_lock_timeout, announce=announce)
     return 0
 
 

@@ -35,6 +35,7 @@ func Run(t *testing.T, open Open) {
 		{"LookupMany", testLookupMany},
 		{"Contains", testContains},
 		{"Reads", testReads},
+		{"RecordsAfter", testRecordsAfter},
 		{"Update", testUpdate},
 		{"EachProgram", testEachProgram},
 		{"Backup", testBackup},
@@ -199,6 +200,58 @@ func testReads(t *testing.T, open Open) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// testRecordsAfter: the cursor over every record goes in insertion order,
+// a chunk of at most limit rows at a time, with the program's name, and an
+// overwrite keeps the row's place (Seq).
+func testRecordsAfter(t *testing.T, open Open) {
+	b := open(t)
+	h1, h2 := hashOf('a'), hashOf('b')
+	write(t, b, h2, "second", false, "T1")
+	write(t, b, h1, "first", false, "S1", "S2")
+	write(t, b, h2, "second", false, "T2")
+	read := func(after int64, limit int) (recs []storage.SeqRecord) {
+		t.Helper()
+		if err := b.View(ctx, "records after", func(r storage.Reader) (err error) {
+			recs, err = r.RecordsAfter(after, limit)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return recs
+	}
+	var got []string
+	var seqs []int64
+	for after := int64(0); ; {
+		recs := read(after, 3)
+		if len(recs) > 3 {
+			t.Fatalf("RecordsAfter(%d, 3) gave %d rows", after, len(recs))
+		}
+		for _, r := range recs {
+			if r.Seq <= after || r.SourceCode != "" {
+				t.Fatalf("row %+v after %d: Seq must grow, no source", r, after)
+			}
+			after = r.Seq
+			got = append(got, r.ProgramName+":"+r.Schedule)
+			seqs = append(seqs, r.Seq)
+		}
+		if len(recs) < 3 {
+			break
+		}
+	}
+	if want := []string{"second:T1", "first:S1", "first:S2", "second:T2"}; !slices.Equal(got, want) {
+		t.Fatalf("RecordsAfter order = %v, want %v", got, want)
+	}
+	if n := write(t, b, h1, "first", true, "S1"); n != 1 {
+		t.Fatalf("overwrite wrote %d", n)
+	}
+	if recs := read(seqs[0], 1); len(recs) != 1 || recs[0].Seq != seqs[1] || recs[0].Schedule != "S1" {
+		t.Fatalf("after an overwrite RecordsAfter = %+v; want S1 in its place %d", recs, seqs[1])
+	}
+	if recs := read(seqs[3], 10); len(recs) != 0 {
+		t.Fatalf("RecordsAfter(last) = %+v, want none", recs)
 	}
 }
 
