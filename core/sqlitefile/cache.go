@@ -56,10 +56,14 @@ var stamps atomic.Uint64
 // every operation and no prefetch happens, so writers never pay for it.
 //
 // A load is read in chunks of tuning.LoadChunkRows rows in the order of the
-// program_hash index, one chunk per locked miss of the program (and none
-// while a write of this node waits for the lock, which then finds the lock
-// after one point read): no hold of the lock reads more than a chunk and
-// the key's own row, whatever the program's size. Rows that logged commits
+// program_hash index, one chunk per locked miss of the program: no hold of
+// the lock reads more than a chunk and the key's own row, whatever the
+// program's size. A load goes on while writes of this node wait for the
+// lock: a write then waits for one chunk more, and once the program is
+// loaded this process's lookups of it stop taking the lock at all. (Loads
+// used to wait for a moment without waiting writes; under steady writes,
+// 32 processes with 20% records, none came, and every first lookup of a
+// key took the lock.) Rows that logged commits
 // add to a program while it is being loaded are kept (see apply), so that the
 // program is complete when its last chunk is read.
 //
@@ -692,14 +696,14 @@ func (c *resultCache) LoadMany(db *sqlite.DB, progHash string, keys []string, mi
 }
 
 // shouldLoad says whether this locked miss of progHash reads a chunk of
-// its load, and where: the load under way goes on unless a write of this
-// node waits; a new one starts if shouldPrefetch and admit allow it. The
-// caller holds the lock and c.mu.
+// its load, and where: the load under way goes on; a new one starts if
+// shouldPrefetch and admit allow it (writesWaiting: see shouldPrefetch).
+// The caller holds the lock and c.mu.
 func (c *resultCache) shouldLoad(progHash string, writesWaiting func() bool) (sqlite.ProgramPos, bool) {
 	if p := c.progs[progHash]; p != nil && p.loading {
-		return p.pos, c.hdr != nil && !writesWaiting()
+		return p.pos, c.hdr != nil
 	}
-	if !c.admit(progHash) || !c.shouldPrefetch(progHash, writesWaiting) || writesWaiting() {
+	if !c.admit(progHash) || !c.shouldPrefetch(progHash, writesWaiting) {
 		return sqlite.ProgramPos{}, false
 	}
 	p := c.group(progHash)
