@@ -70,6 +70,10 @@ const (
   FROM unnest($1::text[], $2::text[]) AS t(k, tok) WHERE c.key = t.k AND c.token = t.tok`
 )
 
+// LookupStatement is the statement of one lookup (the key is $1): the
+// benchmark times it alone, beside other forms of it, on the same server.
+func LookupStatement() string { return lookupSQL }
+
 // serverNow is the server's clock as identity.NowISO writes dates: a
 // claim's dates, by which the server judges its lease.
 const serverNow = `(to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') || '+00:00')`

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -266,6 +267,8 @@ func TestPostgresSection(t *testing.T) {
 			URLForm    string                               `json:"url_form"`
 			Latency    map[string]map[string]map[string]any `json:"latency"`
 			Throughput map[string][]map[string]any          `json:"throughput"`
+			Pooler     []*poolerRun                         `json:"pooler"`
+			Limits     *poolerLimits                        `json:"pooler_limits"`
 		} `json:"postgres"`
 		Skipped map[string]string `json:"skipped"`
 	}
@@ -292,8 +295,80 @@ func TestPostgresSection(t *testing.T) {
 		checkRows(t, "latency", backend, res.Postgres.Latency[backend], pgLatencyOps)
 		checkThroughput(t, backend, res.Postgres.Throughput[backend], 2)
 	}
+	checkRows(t, "latency", backendPostgres, res.Postgres.Latency[backendPostgres], pgQueryOps)
 	if !strings.Contains(stdout.String(), "6. PostgreSQL beside the SQLite file") {
 		t.Error("the section's table is not in the report")
+	}
+	if why := res.Skipped["postgres/pooler"]; why != "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("pooler rows skipped under CI: %s", why)
+		}
+		t.Logf("pooler rows skipped: %s", why)
+		return
+	}
+	if lim := res.Postgres.Limits; lim == nil || lim.MaxConnections == 0 || lim.PoolSize == 0 {
+		t.Fatalf("pooler limits %+v", lim)
+	}
+	if len(res.Postgres.Pooler) != 4 {
+		t.Errorf("%d pooler rows, want 4 (2 client counts x 2 paths)", len(res.Postgres.Pooler))
+	}
+	for _, r := range res.Postgres.Pooler {
+		if r.Samples == 0 || r.FailedSamples != 0 {
+			t.Errorf("pooler %s %d clients: %d samples, %d failed: %s", r.Path, r.Clients, r.Samples, r.FailedSamples, r.FirstError)
+		}
+		if r.Connected != r.Clients || r.Refused+r.OpenErrors+r.Errors != 0 || r.Ops != r.Clients*res.Postgres.Limits.Ops {
+			t.Errorf("pooler %s %d clients: %d connected, %d refused, %d+%d errors, %d ops: %s", r.Path, r.Clients, r.Connected,
+				r.Refused, r.OpenErrors, r.Errors, r.Ops, r.FirstError)
+		}
+		// Each store holds its one connection once open: directly, the
+		// server sees every client; through PgBouncer, its pool alone.
+		if r.Path == "direct" && r.ServerConAtStart < r.Clients {
+			t.Errorf("direct %d clients: the server had %d connections at the start", r.Clients, r.ServerConAtStart)
+		}
+		if r.Path == "pgbouncer" && (r.PeakServerCon > res.Postgres.Limits.PoolSize || r.ServerConAtStart < 1) {
+			t.Errorf("pgbouncer %d clients: server connections %d at start, peak %d, pool %d", r.Clients,
+				r.ServerConAtStart, r.PeakServerCon, res.Postgres.Limits.PoolSize)
+		}
+	}
+}
+
+// TestPoolerRefusals checks that the pooler rows see clients beyond the
+// server's connections: 20 direct clients on a server of max_connections
+// 10, 3 of them reserved for superusers and 1 the sampler's, must show 6
+// connected, 14 refused (53300), and 6 server connections of the
+// database, 7 in all. It asserts nothing about timings.
+func TestPoolerRefusals(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a PostgreSQL cluster")
+	}
+	var log bytes.Buffer
+	wd, _ := os.Getwd()
+	cfg := &config{Python: "python3", Repo: findRepo(wd), log: &log}
+	if cfg.Repo == "" {
+		t.Fatal("no repository root above the working directory")
+	}
+	c, err := startCluster(cfg, "--max-connections", "10")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	defer c.stop()
+	if _, err := c.psqlDB("postgres", `CREATE DATABASE refusals OWNER tira_pw`); err != nil {
+		t.Fatal(err)
+	}
+	url := "postgresql://tira_pw@/refusals?host=" + c.SocketDir + "&port=" + strconv.Itoa(c.Port) + "&pool_max_conns=1"
+	r := poolerRun1(c, url, "refusals", "direct", 20, 5)
+	if r.Connected != 6 || r.Refused != 14 || r.OpenErrors != 0 || r.Errors != 0 || r.Ops != 6*5 {
+		t.Errorf("connected %d, refused %d, other open errors %d, errors %d, ops %d (want 6, 14, 0, 0, 30): %s",
+			r.Connected, r.Refused, r.OpenErrors, r.Errors, r.Ops, r.FirstError)
+	}
+	if r.FailedSamples != 0 {
+		t.Errorf("%d samples failed: %s", r.FailedSamples, r.FirstError)
+	}
+	if r.ServerConAtStart != 6 || r.PeakServerCon != 6 || r.PeakServerAll != 7 {
+		t.Errorf("server connections at start %d, peak %d, all %d (want 6, 6, 7 with the sampler)", r.ServerConAtStart, r.PeakServerCon, r.PeakServerAll)
 	}
 }
 

@@ -33,10 +33,13 @@
 //     of the ejkernel venv (ejkernel.go), printed after the latency rows;
 //  8. PostgreSQL beside the SQLite file (postgres.go): a throwaway cluster
 //     (tests/pg/pgcluster.py) on this machine, reached on its Unix socket;
-//     per-operation latency from Go (lookup hit and miss, record new,
-//     record_many(100)) and the throughput mix at 1..64 processes, for
-//     both backends, in the same run; skipped with the reason when no
-//     cluster can be started.
+//     per-operation latency from Go (lookup hit and miss, interleaved,
+//     record new, record_many(100)) and the throughput mix at 1..64
+//     processes, for both backends, in the same run; the lookup
+//     statement alone beside the joined one it replaced (pgquery.go);
+//     64, 256 and 1,000 clients through PgBouncer and directly
+//     (pooler.go); skipped with the reason when no cluster can be
+//     started.
 //
 // It prints one table per section, then which of the targets hold,
 // and writes every raw figure as JSON. The exit code is 0 even when targets

@@ -34,15 +34,18 @@ import (
 //
 //   - latency, one process, warm store, from Go: lookup hit (pool keys
 //     this process has not read before, the pool preloaded by another
-//     process), lookup miss, record new, record_many(100), with the
-//     -lookups, -records and -many100 counts, over -latency-rounds rounds
-//     in which the order of the backends alternates (samples pooled);
+//     process) and lookup miss, interleaved, record new, record_many(100),
+//     with the -lookups, -records and -many100 counts, over
+//     -latency-rounds rounds in which the order of the backends alternates
+//     (samples pooled); on postgres also the lookup statement alone, hit
+//     and miss, beside the joined statement it replaced (pgquery.go);
 //   - throughput, the 80/20 mix of the throughput section at -pg-procs
 //     processes, -reps repetitions with the backends alternating, and the
 //     exact set of records checked after each run.
 //
 // results.json: postgres.latency.<backend>.<row>,
-// postgres.throughput.<backend>[] (as the throughput section's rows).
+// postgres.throughput.<backend>[] (as the throughput section's rows),
+// postgres.pooler[] (pooler.go).
 
 // Backends of the postgres section, as they appear in tables and JSON.
 const (
@@ -79,8 +82,9 @@ type pgResults struct {
 	Throughput map[string][]*tpRun             `json:"throughput"`
 	// Pooler: through PgBouncer in transaction pooling and directly, at
 	// 64, 256 and 1,000 clients (pooler.go).
-	Pooler   []*poolerRun `json:"pooler"`
-	ElapsedS float64      `json:"elapsed_s"`
+	Pooler       []*poolerRun  `json:"pooler"`
+	PoolerLimits *poolerLimits `json:"pooler_limits"`
+	ElapsedS     float64       `json:"elapsed_s"`
 }
 
 // pgCluster is a running throwaway cluster (pgcluster.py's JSON, without
@@ -103,13 +107,14 @@ func pgScript(cfg *config) string {
 	return filepath.Join(cfg.Repo, "tests", "pg", "pgcluster.py")
 }
 
-// startCluster makes and starts a cluster in a new temporary directory.
-func startCluster(cfg *config) (*pgCluster, error) {
+// startCluster makes and starts a cluster in a new temporary directory;
+// args go to pgcluster.py start (--max-connections N).
+func startCluster(cfg *config, args ...string) (*pgCluster, error) {
 	dir, err := os.MkdirTemp("", "tirastore-bench-pg-")
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(cfg.Python, pgScript(cfg), "start", dir)
+	cmd := exec.Command(cfg.Python, append([]string{pgScript(cfg), "start", dir}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -260,15 +265,16 @@ func postgresSection(cfg *config, res *results) *pgResults {
 	cfg.logf("postgres: cluster of PostgreSQL %s on a Unix socket, port %d", pr.Settings["server_version"], c.Port)
 	pr.Latency = pgLatency(cfg, c, res)
 	pr.Throughput = pgThroughput(cfg, c)
-	pr.Pooler = poolerRows(cfg, c, res)
+	pr.PoolerLimits, pr.Pooler = poolerRows(cfg, c, res)
 	pr.ElapsedS = time.Since(t0).Seconds()
 	cfg.logf("postgres: section done in %.0f s", pr.ElapsedS)
 	return pr
 }
 
 // pgLatencyPlan is the latency plan of the postgres section: the latency
-// section's warm-up, then its lookup-hit, lookup-miss, record-new and
-// record_many(100) rows. It returns the plan and the pool size.
+// section's warm-up, then its lookup-hit and lookup-miss rows
+// (interleaved), record-new and record_many(100) rows. It returns the
+// plan and the pool size.
 func pgLatencyPlan(z sizes) ([]step, int) {
 	const warm = 50
 	warmHit := z.Lookups
@@ -277,8 +283,13 @@ func pgLatencyPlan(z sizes) ([]step, int) {
 		{Label: "warmup_miss", Op: "lookup", N: warm, Tag: tagWarmMiss, Expect: false, Warmup: true},
 		{Label: "warmup_hit", Op: "lookup", N: warm, Tag: tagPool, Start: warmHit, Expect: true, Warmup: true},
 		{Label: "warmup_record", Op: "record", N: warm / 2, Tag: tagWarmRecord, Expect: true, Warmup: true},
-		{Label: opLookupHit, Op: "lookup", N: z.Lookups, Tag: tagPool, Expect: true},
-		{Label: opLookupMiss, Op: "lookup", N: z.Lookups, Tag: tagMiss, Expect: false},
+		// Hits and misses interleaved: both rows see the same server
+		// state (timed one after the other, the hits ran right after the
+		// preload and came out slower than the misses).
+		{Label: "lookups", Op: "interleave", Parts: []step{
+			{Label: opLookupHit, Op: "lookup", N: z.Lookups, Tag: tagPool, Expect: true},
+			{Label: opLookupMiss, Op: "lookup", N: z.Lookups, Tag: tagMiss, Expect: false},
+		}},
 		{Label: opRecordNew, Op: "record", N: z.Records, Tag: tagRecordNew, Expect: true},
 		{Label: opMany100, Op: "record_many", N: z.Many100, Tag: tagMany100, Batch: 100, Expect: true},
 	}, pool
@@ -335,6 +346,15 @@ func pgLatencyRun(cfg *config, loc pgLocation, backend string, round int) (map[s
 	out := runPlan(cl, steps)
 	if err := cl.Close(); err != nil {
 		return nil, err
+	}
+	if backend == backendPostgres {
+		q, err := runQueryRef(loc.db, cfg.Go.Lookups)
+		if err != nil {
+			return nil, fmt.Errorf("lookup statement rows: %w", err)
+		}
+		for label, r := range q {
+			out[label] = r
+		}
 	}
 	cfg.logf("postgres latency %s (round %d): done in %.1f s", backend, round, time.Since(t0).Seconds())
 	return out, nil
@@ -433,6 +453,7 @@ func writePostgres(w io.Writer, cfg *config, res *results) {
 			fmt.Fprintf(w, "   %s latency FAILED: %s\n", b, firstLine(why))
 		}
 	}
+	writeHitMiss(w, pr)
 
 	fmt.Fprintf(w, "\n   Throughput: P worker processes x %d operations, the mix of section 3, %d repetition(s), the backends alternating; a fresh\n", cfg.OpsPerWorker, cfg.Reps)
 	fmt.Fprintf(w, "   database preloaded with %d records per run, the exact set of records checked afterwards. ops/s: median over repetitions;\n", cfg.TPPool)
@@ -485,5 +506,6 @@ func writePostgres(w io.Writer, cfg *config, res *results) {
 			}
 		}
 	}
+	writePooler(w, pr)
 	fmt.Fprintf(w, "   Section time: %.0f s (cluster start and stop included).\n", pr.ElapsedS)
 }

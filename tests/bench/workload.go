@@ -207,7 +207,8 @@ type step struct {
 	Label string `json:"label"`
 	// Op: lookup, contains, record, record_many; config_open (a seed JSON
 	// file of Batch entries (tag, start...) is written, then a cache is
-	// opened on it; N is 1), config_get, config_put.
+	// opened on it; N is 1), config_get, config_put; interleave (Go only:
+	// Parts run side by side, runPlan).
 	Op        string `json:"op"`
 	N         int    `json:"n"`
 	Tag       int    `json:"tag"`
@@ -238,6 +239,8 @@ type step struct {
 	Seed      int64  `json:"seed,omitempty"`
 	ReadyFile string `json:"ready_file,omitempty"`
 	StopFile  string `json:"stop_file,omitempty"`
+	// Parts are the steps of an interleave step, each a row of its own.
+	Parts []step `json:"parts,omitempty"`
 }
 
 // stepResult holds one step's raw timings.
@@ -276,61 +279,92 @@ func (r *stepResult) count(err error, ok bool, op, sched string) {
 
 // runPlan runs the steps on c and returns the results of the non-warm-up
 // steps by label, plus those of warm-up steps that failed ("warmup/<label>").
+//
+// An "interleave" step (Go only: pybench.py has none) runs its Parts
+// side by side: operation k of every part, then operation k+1, the order
+// of the parts rotating by one at each k, each operation timed alone into
+// its part's label; so that rows compared with each other (a lookup hit
+// and a miss) see the same state of the database, the server and its
+// caches, instead of one row running right after a preload and the other
+// later.
 func runPlan(c client, steps []step) map[string]*stepResult {
 	out := map[string]*stepResult{}
 	for _, s := range steps {
-		r := &stepResult{Label: s.Label, Batch: s.Batch}
+		parts := []step{s}
+		if s.Op == "interleave" {
+			parts = s.Parts
+		}
+		rs := make([]*stepResult, len(parts))
+		for j, p := range parts {
+			rs[j] = &stepResult{Label: p.Label, Batch: p.Batch}
+		}
 		if s.MarkBegin != "" {
 			os.Stat(s.MarkBegin)
 		}
-		for k := 0; k < s.N; k++ {
-			var err error
-			ok := true
-			i := s.Start + k
-			if s.Keys > 0 {
-				i = s.Start + k%s.Keys
-			}
-			t0 := time.Now()
-			switch s.Op {
-			case "lookup":
-				var found bool
-				found, err = c.Lookup(schedule(s.Tag, i))
-				ok = found == s.Expect
-			case "contains":
-				var found bool
-				found, err = c.Contains(schedule(s.Tag, i))
-				ok = found == s.Expect
-			case "record":
-				var written bool
-				written, err = c.Record(schedule(s.Tag, i), s.Overwrite)
-				ok = written == s.Expect
-			case "record_many":
-				scheds := make([]string, s.Batch)
-				for j := range scheds {
-					scheds[j] = schedule(s.Tag, s.Start+k*s.Batch+j)
+		n := s.N
+		for _, p := range parts {
+			n = max(n, p.N)
+		}
+		for k := 0; k < n; k++ {
+			for j0 := range parts {
+				j := (j0 + k) % len(parts)
+				if k < parts[j].N {
+					runOp(c, parts[j], k, rs[j])
 				}
-				t0 = time.Now()
-				var n int
-				n, err = c.RecordMany(scheds, s.Overwrite)
-				ok = (n == s.Batch) == s.Expect
-			default:
-				err = fmt.Errorf("unknown op %q", s.Op)
 			}
-			r.NS = append(r.NS, time.Since(t0).Nanoseconds())
-			r.count(err, ok, s.Op, schedule(s.Tag, i))
 		}
 		if s.MarkEnd != "" {
 			os.Stat(s.MarkEnd)
 		}
 		time.Sleep(time.Duration(s.QuietMS) * time.Millisecond)
-		switch {
-		case !s.Warmup:
-			out[s.Label] = r
-		case r.Errors > 0 || r.Wrong > 0:
-			out["warmup/"+s.Label] = r // a failed preload or warm-up must not go unnoticed
+		for j, r := range rs {
+			switch {
+			case !s.Warmup:
+				out[parts[j].Label] = r
+			case r.Errors > 0 || r.Wrong > 0:
+				out["warmup/"+parts[j].Label] = r // a failed preload or warm-up must not go unnoticed
+			}
 		}
 	}
 	return out
+}
+
+// runOp runs operation k of step s on c, timed, into r.
+func runOp(c client, s step, k int, r *stepResult) {
+	var err error
+	ok := true
+	i := s.Start + k
+	if s.Keys > 0 {
+		i = s.Start + k%s.Keys
+	}
+	t0 := time.Now()
+	switch s.Op {
+	case "lookup":
+		var found bool
+		found, err = c.Lookup(schedule(s.Tag, i))
+		ok = found == s.Expect
+	case "contains":
+		var found bool
+		found, err = c.Contains(schedule(s.Tag, i))
+		ok = found == s.Expect
+	case "record":
+		var written bool
+		written, err = c.Record(schedule(s.Tag, i), s.Overwrite)
+		ok = written == s.Expect
+	case "record_many":
+		scheds := make([]string, s.Batch)
+		for j := range scheds {
+			scheds[j] = schedule(s.Tag, s.Start+k*s.Batch+j)
+		}
+		t0 = time.Now()
+		var n int
+		n, err = c.RecordMany(scheds, s.Overwrite)
+		ok = (n == s.Batch) == s.Expect
+	default:
+		err = fmt.Errorf("unknown op %q", s.Op)
+	}
+	r.NS = append(r.NS, time.Since(t0).Nanoseconds())
+	r.count(err, ok, s.Op, schedule(s.Tag, i))
 }
 
 // Labels of the per-operation rows, in table order.
