@@ -74,6 +74,26 @@ var dashboardMethods = map[string]method{
 		}
 		return nil, nil
 	}},
+	// program_series is the data of `tirastore plot` for one source of a
+	// program: every record, each one's time taken as the board takes it.
+	"program_series": {true, []string{"program_name", "program_source_code"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		name, src, _, err := programArgs(a, false)
+		if err != nil {
+			return nil, err
+		}
+		recs, err := st.GetProgramRecords(ctx, name, src)
+		if err != nil {
+			return nil, err
+		}
+		s := dashboard.SearchOf(recs)
+		o := pyjson.NewObjectCap(5)
+		o.Set("x", ints(s.X))
+		o.Set("y", s.Y)
+		o.Set("best", s.Best)
+		o.Set("illegal_x", ints(s.IllegalX))
+		o.Set("untimed_x", ints(s.UntimedX))
+		return o, nil
+	}},
 	// last_check is the summary the last `tirastore check` left in the
 	// database (null: none).
 	"last_check": {true, noParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
@@ -146,6 +166,15 @@ func replyOverview(ov *dashboard.Overview) any {
 	}
 	o.Set("fleet", fleet)
 	return o
+}
+
+// ints is a list of integers as the reply's encoder takes it.
+func ints(xs []int64) []any {
+	out := make([]any, len(xs))
+	for i, x := range xs {
+		out[i] = x
+	}
+	return out
 }
 
 // points is a curve as two lists, x and y.

@@ -9,8 +9,8 @@
 // aggregates that are incremental: a refresh reads only the rows inserted
 // since its cursor, and what a page asks for is answered from memory,
 // downsampled to a few thousand points whatever the number of records.
-// A record's time is the median of its finite execution times, as in
-// `tirastore plot`.
+// A record's time is the median of its finite execution times
+// (RecordTime), as in `tirastore plot`, whose data SearchOf computes.
 //
 // What a board does not see: a delete, and an overwrite of a record it
 // has already read (the row keeps its place); a new board (a restart of
@@ -159,7 +159,7 @@ func (b *Board) add(r *storage.Record) {
 	}
 	b.records++
 	legal, times := outcome(r)
-	t, timed := median(times)
+	t, timed := RecordTime(times)
 	switch {
 	case !legal:
 		b.illegal++
@@ -192,9 +192,10 @@ func outcome(r *storage.Record) (legal bool, times []float64) {
 	return res.IsLegal, res.ExecutionTimes
 }
 
-// median is the median of the finite numbers of times (false if none):
-// a record's time, as `tirastore plot` takes it.
-func median(times []float64) (float64, bool) {
+// RecordTime is a record's time: the median of the finite numbers among
+// its execution times (false if none). The board and `tirastore plot`
+// (SearchOf) take it so, robust to one slow or lucky run.
+func RecordTime(times []float64) (float64, bool) {
 	xs := make([]float64, 0, len(times))
 	for _, t := range times {
 		if !math.IsNaN(t) && !math.IsInf(t, 0) {
@@ -527,4 +528,41 @@ func (b *Board) Program(hash string) *ProgramView {
 		Steps: slices.Clone(p.steps), Scatter: p.scatter.points(), Width: p.scatter.width,
 		Top: slices.Clone(p.top),
 	}
+}
+
+// Search is every record of one program's source as `tirastore plot`
+// draws it (no downsampling): positions are indexes among all its
+// records in creation order, from 0.
+type Search struct {
+	// X and Y are the legal records with a time (RecordTime), Best the
+	// running minimum of Y.
+	X       []int64
+	Y, Best []float64
+	// IllegalX are the illegal records, UntimedX the legal ones without
+	// a finite time (only other tools write such records).
+	IllegalX, UntimedX []int64
+}
+
+// SearchOf computes the plot of a program's records, oldest first (as
+// core.Store.GetProgramRecords returns them).
+func SearchOf(recs []*core.Result) *Search {
+	s := &Search{X: []int64{}, Y: []float64{}, Best: []float64{}, IllegalX: []int64{}, UntimedX: []int64{}}
+	for i, r := range recs {
+		x := int64(i)
+		if !r.IsLegal {
+			s.IllegalX = append(s.IllegalX, x)
+			continue
+		}
+		t, ok := RecordTime(r.ExecutionTimes)
+		if !ok {
+			s.UntimedX = append(s.UntimedX, x)
+			continue
+		}
+		best := t
+		if n := len(s.Best); n > 0 {
+			best = min(s.Best[n-1], t)
+		}
+		s.X, s.Y, s.Best = append(s.X, x), append(s.Y, t), append(s.Best, best)
+	}
+	return s
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/tirastore/tirastore/core"
+	"github.com/tirastore/tirastore/core/keys"
 	"github.com/tirastore/tirastore/core/tuning"
 )
 
@@ -158,5 +159,41 @@ func TestSeriesOthers(t *testing.T) {
 	}
 	if want := int64((FleetNames+3)*(FleetNames+4)/2 + FleetNames + 3); sum != want {
 		t.Fatalf("sum %d, want %d", sum, want)
+	}
+}
+
+// TestSearchOf: `tirastore plot`'s data of a program's records: positions
+// over every record, illegal and untimed ones apart, each time the median
+// of the finite times (an even count averages the middle two), the
+// running minimum.
+func TestSearchOf(t *testing.T) {
+	st := open(t)
+	record(t, st, "blur",
+		timed(0, 0.5),
+		core.Measurement{Schedule: "U(L0,3,comps=['c1'])", IsLegal: false},
+		timed(2, 0.2, 0.3, 0.9), // 0.3
+		timed(3, 0.4, 0.6),      // 0.5
+	)
+	// Non-finite times, as other tools (Python's json) write them.
+	hash := core.ProgramHash("void blur() {}")
+	for i, rj := range []string{`{"is_legal": true, "execution_times": [NaN, Infinity]}`, // no finite time
+		`{"is_legal": true, "execution_times": [Infinity, 0.1, NaN, 0.3, true]}`} { // 0.2
+		sched := fmt.Sprintf("U(L0,%d,comps=['c1'])", i+6)
+		if ok, err := st.Put(ctx, keys.RecordKey(hash, sched), hash, sched, rj, false); !ok || err != nil {
+			t.Fatalf("put: %v %v", ok, err)
+		}
+	}
+	recs, err := st.GetProgramRecords(ctx, "blur", "void blur() {}")
+	if err != nil || len(recs) != 6 {
+		t.Fatalf("records: %d, %v", len(recs), err)
+	}
+	s := SearchOf(recs)
+	want := &Search{X: []int64{0, 2, 3, 5}, Y: []float64{0.5, 0.3, 0.5, 0.2}, Best: []float64{0.5, 0.3, 0.3, 0.2},
+		IllegalX: []int64{1}, UntimedX: []int64{4}}
+	if fmt.Sprint(s) != fmt.Sprint(want) {
+		t.Fatalf("SearchOf = %+v\nwant       %+v", s, want)
+	}
+	if s := SearchOf(nil); s.X == nil || s.Y == nil || s.IllegalX == nil || len(s.X) != 0 {
+		t.Fatalf("no records: %+v (lists must be empty, not nil: they are sent as JSON lists)", s)
 	}
 }

@@ -15,12 +15,10 @@ the calling program (a notebook, say) is left alone.
 
 from __future__ import annotations
 
-import math
 import os
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from tirastore.store import PathLike, TiraStore, _fspath, _output_file
 
@@ -58,17 +56,6 @@ class ProgramSeries:
     def short_hash(self) -> str:
         """The first 8 hex digits of ``program_hash``, as the legend shows it."""
         return self.program_hash[:8]
-
-
-def _representative_time(times: Any) -> Optional[float]:
-    """The median of the finite numbers among *times*, or None if there are none."""
-    if not isinstance(times, (list, tuple)):
-        return None
-    usable = [
-        float(t) for t in times
-        if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t)
-    ]
-    return statistics.median(usable) if usable else None
 
 
 def _log_scale(ys: list) -> bool:
@@ -116,19 +103,10 @@ def program_series(store: TiraStore, program_name: str, program_hash: Optional[s
         sources = chosen
     result = []
     for source in sources:
-        series = ProgramSeries(source["program_hash"])
-        for i, rec in enumerate(store.get_program_records(program_name, source["source_code"])):
-            if not rec.is_legal:
-                series.illegal_x.append(i)
-                continue
-            t = _representative_time(rec.execution_times)
-            if t is None:
-                series.untimed_x.append(i)
-                continue
-            series.x.append(i)
-            series.y.append(t)
-            series.best.append(t if not series.best else min(series.best[-1], t))
-        result.append(series)
+        # The engine takes each record's time as the dashboard does
+        # (core/dashboard, SearchOf): one definition of it.
+        d = store._call("program_series", program_name=program_name, program_source_code=source["source_code"])
+        result.append(ProgramSeries(source["program_hash"], d["x"], d["y"], d["best"], d["illegal_x"], d["untimed_x"]))
     return result
 
 

@@ -21,7 +21,7 @@ func TestMain(m *testing.M) {
 
 // TestQuickRun is the smoke test: the whole benchmark in -quick mode into
 // a temporary directory. It checks that every section is in the JSON (or
-// says why it was skipped), the kernel-config cache and claim rows included, and
+// says why it was skipped), the kernel-config cache, claim and dashboard rows included, and
 // that every throughput run found exactly the records it acknowledged. It
 // asserts nothing about timings.
 func TestQuickRun(t *testing.T) {
@@ -51,6 +51,7 @@ func TestQuickRun(t *testing.T) {
 		Skipped    map[string]string                    `json:"skipped"`
 		Reference  map[string]any                       `json:"reference_original_issue5"`
 		Cliff      *cliffResults                        `json:"cliff"`
+		Dashboard  *dashResults                         `json:"dashboard"`
 	}
 	if err := json.Unmarshal(b, &res); err != nil {
 		t.Fatalf("results.json: %v", err)
@@ -159,6 +160,33 @@ func TestQuickRun(t *testing.T) {
 		}
 		if c.RSSWarmMiB <= 0 || c.RSSFullMiB <= 0 || c.RSSEndMiB <= 0 {
 			t.Errorf("cliff memory row incomplete: %+v", c)
+		}
+	}
+
+	// The dashboard section (dashboard.go): the hold rows, and the page's
+	// rows unless they say why not (chromium missing: required under CI).
+	switch d := res.Dashboard; {
+	case d == nil:
+		t.Errorf("dashboard section missing (skipped: %q)", res.Skipped["dashboard"])
+	case d.ReadHold == nil || d.LoadHold == nil || d.ReadHold.N < 2:
+		t.Errorf("dashboard hold rows incomplete: %+v", d)
+	case d.Page == nil && res.Skipped["dashboard/page"] == "":
+		t.Error("dashboard page rows: neither measured nor skipped")
+	case d.Page == nil && os.Getenv("CI") == "true":
+		t.Errorf("dashboard page rows skipped under CI: %s", res.Skipped["dashboard/page"])
+	case d.Page == nil:
+		t.Logf("dashboard page rows skipped: %s", res.Skipped["dashboard/page"])
+	default:
+		if len(d.Page.Starts) != 1 || len(d.Page.Rounds) != 1 || d.FirstPaint == nil || d.Visible == nil {
+			t.Errorf("dashboard page rows incomplete: %+v", d.Page)
+		}
+		for _, r := range d.Page.Rounds {
+			if r.Written != 100 || r.NewRecordsPolled < r.Written || r.PollBytes <= 0 {
+				t.Errorf("dashboard round: %+v", r)
+			}
+		}
+		if len(d.Page.PageErrors) > 0 {
+			t.Errorf("dashboard page errors: %v", d.Page.PageErrors)
 		}
 	}
 

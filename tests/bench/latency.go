@@ -216,6 +216,14 @@ func (cfg *config) pySpec(impl string, steps []step) pySpec {
 func pythonCmd(cfg *config, specPath string, wrap ...string) *exec.Cmd {
 	argv := append(append([]string{}, wrap...), cfg.Python, filepath.Join(cfg.Repo, "tests", "bench", "pybench.py"), specPath)
 	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = pythonEnv(cfg, true)
+	return cmd
+}
+
+// pythonEnv is this process's environment with this tree's package first
+// on PYTHONPATH and its library in TIRASTORE_LIB; noBytecode also sets
+// PYTHONDONTWRITEBYTECODE.
+func pythonEnv(cfg *config, noBytecode bool) []string {
 	env := []string{}
 	for _, e := range os.Environ() {
 		if !strings.HasPrefix(e, "PYTHONPATH=") && !strings.HasPrefix(e, "TIRASTORE_LIB=") {
@@ -226,8 +234,11 @@ func pythonCmd(cfg *config, specPath string, wrap ...string) *exec.Cmd {
 	if old := os.Getenv("PYTHONPATH"); old != "" {
 		pp += string(os.PathListSeparator) + old
 	}
-	cmd.Env = append(env, "PYTHONPATH="+pp, "TIRASTORE_LIB="+cfg.Lib, "PYTHONDONTWRITEBYTECODE=1")
-	return cmd
+	env = append(env, "PYTHONPATH="+pp, "TIRASTORE_LIB="+cfg.Lib)
+	if noBytecode {
+		env = append(env, "PYTHONDONTWRITEBYTECODE=1")
+	}
+	return env
 }
 
 // runPython runs one pybench.py spec and decodes its output.

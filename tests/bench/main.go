@@ -39,7 +39,11 @@
 //     statement alone beside the joined one it replaced (pgquery.go);
 //     64, 256 and 1,000 clients through PgBouncer and directly
 //     (pooler.go); skipped with the reason when no cluster can be
-//     started.
+//     started;
+//  9. tirastore dashboard (issue 31) on a database of 200,000 records
+//     (dashboard.go): the holds of its reads against a lookup's, and in
+//     headless Chromium its first paint and how soon another process's
+//     records show.
 //
 // It prints one table per section, then which of the issue's targets hold,
 // and writes every raw figure as JSON. The exit code is 0 even when targets
@@ -99,6 +103,7 @@ type config struct {
 	SyscallOps, SyscallMany     int
 	EjkernelRuns                int // fresh interpreters per variant of the ejkernel import row
 	Cliff                       cliffSizes
+	Dash                        dashSizes
 	Sections                    map[string]bool
 	TPClients                   map[string]bool // clients of the throughput section
 	Keep, Raw                   bool
@@ -209,7 +214,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.Cliff.Memory, "cliff-memory-lookups", 1000000, "lookups in all of the cliff section's memory row")
 	fs.IntVar(&cfg.Cliff.NeighbourRecords, "cliff-neighbour-records", 200, "records of each cliff neighbour run")
 	fs.IntVar(&cfg.Cliff.NeighbourRounds, "cliff-rounds", 2, "cliff neighbour runs of each kind (alone, beside the thrashing process), alternating")
-	sections := fs.String("sections", "latency,python,config,claim,ejkernel,syscalls,throughput,postgres,cliff", "sections to run (config: the kernel-config cache rows; claim: lookup_or_claim against lookup, from Go and Python; ejkernel: the import cost of the released ejkernel with tirastore's PersistentCache, in the venv of make ejkernel-venv; postgres: a throwaway PostgreSQL cluster beside the SQLite file; cliff: lookups over a working set 4x the result cache, a neighbour's records beside them, and a lookup-heavy process's memory)")
+	fs.IntVar(&cfg.Dash.Programs, "dash-programs", 20, "programs of the dashboard section's database")
+	fs.IntVar(&cfg.Dash.Records, "dash-records", 10000, "records per program of the dashboard section's database")
+	fs.IntVar(&cfg.Dash.Lookups, "dash-lookups", 40, "lookups per program of the dashboard section's hold rows (a fresh store: loads and point reads)")
+	fs.IntVar(&cfg.Dash.Starts, "dash-starts", 3, "starts of the dashboard's server timed to the page's first paint")
+	fs.IntVar(&cfg.Dash.Rounds, "dash-rounds", 5, "record_many calls of another process timed until the dashboard's page shows them")
+	fs.IntVar(&cfg.Dash.New, "dash-new", 1000, "records of each of those record_many calls")
+	sections := fs.String("sections", "latency,python,config,claim,ejkernel,syscalls,throughput,postgres,cliff,dashboard", "sections to run (config: the kernel-config cache rows; claim: lookup_or_claim against lookup, from Go and Python; ejkernel: the import cost of the released ejkernel with tirastore's PersistentCache, in the venv of make ejkernel-venv; postgres: a throwaway PostgreSQL cluster beside the SQLite file; cliff: lookups over a working set 4x the result cache, a neighbour's records beside them, and a lookup-heavy process's memory; dashboard: tirastore dashboard on a large database, in headless Chromium, and the holds of its reads against a lookup's)")
 	tpClients := fs.String("tp-clients", implEngine+","+implBaseline+","+implPython, "clients of the throughput section (issue 29's target needs python and baseline-go)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the bench directory afterwards")
 	fs.BoolVar(&cfg.Raw, "raw", false, "also write every single duration (and every throughput worker's report) into the JSON")
@@ -261,7 +272,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 			v    *int
 			n    int
 		}{{"cliff-programs", &cfg.Cliff.Programs, 8}, {"cliff-records", &cfg.Cliff.Records, 256}, {"cliff-lookups", &cfg.Cliff.Lookups, 500},
-			{"cliff-memory-lookups", &cfg.Cliff.Memory, 5000}, {"cliff-neighbour-records", &cfg.Cliff.NeighbourRecords, 20}, {"cliff-rounds", &cfg.Cliff.NeighbourRounds, 1}} {
+			{"cliff-memory-lookups", &cfg.Cliff.Memory, 5000}, {"cliff-neighbour-records", &cfg.Cliff.NeighbourRecords, 20}, {"cliff-rounds", &cfg.Cliff.NeighbourRounds, 1},
+			{"dash-programs", &cfg.Dash.Programs, 4}, {"dash-records", &cfg.Dash.Records, 500}, {"dash-lookups", &cfg.Dash.Lookups, 10},
+			{"dash-starts", &cfg.Dash.Starts, 1}, {"dash-rounds", &cfg.Dash.Rounds, 1}, {"dash-new", &cfg.Dash.New, 100}} {
 			if !isSet(fs, q.name) {
 				*q.v = q.n
 			}
@@ -356,8 +369,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if cfg.Sections["cliff"] {
 		res.Cliff = cliffSection(cfg, res)
 	}
+	if cfg.Sections["dashboard"] {
+		dashboardSection(cfg, res)
+	}
 	res.FloorRatios = floorRatios(res)
-	res.Targets = append(evaluateTargets(cfg, res), cliffTargets(res)...)
+	res.Targets = append(append(evaluateTargets(cfg, res), cliffTargets(res)...), dashTargets(res)...)
 	res.Reference = originalReference
 	res.ElapsedS = time.Since(started).Seconds()
 

@@ -48,9 +48,12 @@ type results struct {
 	EjkernelImport *ejkImport `json:"ejkernel_import,omitempty"`
 	// Cliff is the cliff section's figures (cliff.go), nil when it did not
 	// run or failed (Skipped["cliff"] says why).
-	Cliff    *cliffResults     `json:"cliff,omitempty"`
-	Skipped  map[string]string `json:"skipped"`
-	ElapsedS float64           `json:"elapsed_s"`
+	Cliff *cliffResults `json:"cliff,omitempty"`
+	// Dashboard is the dashboard section's figures (dashboard.go), nil
+	// when it did not run or failed (Skipped["dashboard"] says why).
+	Dashboard *dashResults      `json:"dashboard,omitempty"`
+	Skipped   map[string]string `json:"skipped"`
+	ElapsedS  float64           `json:"elapsed_s"`
 }
 
 func configJSON(cfg *config) map[string]any {
@@ -61,7 +64,7 @@ func configJSON(cfg *config) map[string]any {
 		"throughput_mix": "80% lookups (10% of them for absent keys), 20% records of new keys",
 		"syscall_ops":    cfg.SyscallOps, "syscall_record_many_1000_calls": cfg.SyscallMany,
 		"program_source_bytes": len(programSource), "schedule_format": schedFormat, "raw_samples": cfg.Raw,
-		"config_cache_sizes": cfg.ConfigCache, "cliff_sizes": cfg.Cliff, "ejkernel_runs_each": cfg.EjkernelRuns, "config_cache_entries": []int{configSmall, configLarge}, "config_cache_key_format": configKeyFormat,
+		"config_cache_sizes": cfg.ConfigCache, "cliff_sizes": cfg.Cliff, "dashboard_sizes": cfg.Dash, "ejkernel_runs_each": cfg.EjkernelRuns, "config_cache_entries": []int{configSmall, configLarge}, "config_cache_key_format": configKeyFormat,
 		"baseline": "tests/bench/baseline: the original's protocol in Go (50 ms..5 s backoff, stale 600 s, fresh ticket+link and fresh POSIX-locked connection per operation, two connections per record)",
 	}
 }
@@ -417,6 +420,7 @@ func writeReport(w io.Writer, cfg *config, res *results) {
 	writeLatency(w, res)
 	writeCliff(w, res)
 	writeEjkernel(w, res)
+	writeDashboard(w, res)
 	writeSyscalls(w, res)
 	writeThroughput(w, cfg, res)
 	writeTargets(w, res)

@@ -45,6 +45,21 @@ def _write(db, program, schedules, project=TEST_PROJECT):
                    timeout=60)
 
 
+LONG_SCHEDULE = "T2(L0,L1,32,32,comps=['c1'])|U(L2,8,comps=['c1'])|P(L0,comps=['c1'])|T2(L2,L3,16,16,comps=['c1'])"
+
+
+def _claim_and_die(db, program, schedule):
+    """Claim a schedule from a process that dies holding it (its claim stays, flagged dead)."""
+    code = (
+        "import os, sys\nfrom tirastore import TiraStore\n"
+        f"s = TiraStore(sys.argv[1], source_project={TEST_PROJECT!r}, cpu_model={TEST_CPU!r}, slurm_cpus='4')\n"
+        "claim = s.lookup_or_claim(sys.argv[2], 'void ' + sys.argv[2] + '() {}', sys.argv[3], lease=600)\n"
+        "assert claim is not None and not hasattr(claim, 'execution_times'), claim\n"
+        "os._exit(0)  # no release: dead holding it\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(db), program, schedule], check=True, timeout=60)
+
+
 def _schedules(n, base=1.0):
     out = []
     for i in range(n):
@@ -101,6 +116,7 @@ def served(tmp_path_factory):
     _write(db, "blur", _schedules(60))
     _write(db, SCRIPT_NAME, _schedules(12, base=2.0), project="other-project")
     _write(db, IMG_NAME, _schedules(3, base=3.0))
+    _claim_and_die(db, "blur", LONG_SCHEDULE)
     s = Served(db)
     s.db = db
     yield s
@@ -127,10 +143,42 @@ def test_page_shows_its_content(browser, served):
     assert "75 (61 legal, 14 illegal)" in health and "free" in health and "none recorded" in health, health
     for dim in ("host", "user", "project"):
         assert browser.evaluate(f"document.querySelector('#fleet-{dim} canvas') !== null"), dim
-    assert "nobody is measuring" in browser.evaluate("document.getElementById('claims').textContent")
+    claims = browser.evaluate("[...document.querySelectorAll('#claims tbody tr')].map(tr => "
+                              "[...tr.cells].map(td => td.textContent))")
+    assert len(claims) == 1 and claims[0][:2] == ["blur", LONG_SCHEDULE] and claims[0][-1].startswith("dead"), claims
     assert "live" in browser.evaluate("document.getElementById('status').textContent")
     # Everything loaded under the strict CSP: no violation, no exception.
     assert browser.errors() == []
+
+
+def _sideways(browser):
+    """The top panels' boxes (health, claims) that scroll sideways: content wider than the box."""
+    return browser.evaluate(
+        "[...document.querySelectorAll('#health-section, #claims-section, #claims-section .scroll')]"
+        ".filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.id || e.parentElement.id)")
+
+
+def test_panels_fit_without_sideways_scrolling(browser, served):
+    """The claims table beside the health panel wraps rather than scrolls
+    sideways, at a laptop's width and narrower (where the panels stack).
+    The control: the same page with the claims table's cells kept on one
+    line (as the first version of the page had them) does scroll."""
+    browser.navigate(served.url)
+    assert browser.wait_for("document.querySelectorAll('#claims tbody tr td').length > 1")
+    try:
+        for width in (1280, 1024, 800):
+            browser.send("Emulation.setDeviceMetricsOverride",
+                         {"width": width, "height": 1100, "deviceScaleFactor": 1, "mobile": False},
+                         session=browser.session)
+            time.sleep(0.2)
+            assert _sideways(browser) == [], width
+        browser.evaluate("document.querySelectorAll('#claims th, #claims td').forEach(c => "
+                         "{ c.style.whiteSpace = 'nowrap'; c.style.maxWidth = 'none'; }); 0")
+        assert "claims-section" in _sideways(browser), "the control did not overflow"
+    finally:
+        browser.send("Emulation.setDeviceMetricsOverride",
+                     {"width": 1280, "height": 1100, "deviceScaleFactor": 1, "mobile": False}, session=browser.session)
+        browser.navigate(served.url)  # a page without the control's styles for the next tests
 
 
 def test_record_of_another_process_appears(browser, served):

@@ -163,6 +163,36 @@ def test_wheel_and_sdist_ship_license_header_and_library(dists):
         assert f"{top}/include/tirastore.h" in t.getnames()
 
 
+def test_wheel_and_sdist_ship_the_dashboard_assets(dists, installed, tmp_path):
+    """`tirastore dashboard` works offline only if its page, script, style
+    and the vendored uPlot (with its licence) are in the package."""
+    import tarfile
+
+    from tirastore import dashboard
+
+    sdist, wheel = dists
+    assets = REPO / "python" / "tirastore" / "dashboard_assets"
+    names = sorted(p.name for p in assets.iterdir() if p.is_file())
+    # Everything the server serves, and uPlot's licence and provenance.
+    wanted = {"index.html", "uPlot.LICENSE", "VENDORED.md", *dashboard._ASSETS}
+    assert wanted <= set(names), (wanted, names)
+    licence = (assets / "uPlot.LICENSE").read_text()
+    assert "MIT License" in licence and "Leon Sorokin" in licence, licence[:200]
+    with zipfile.ZipFile(wheel) as z:
+        for name in names:
+            assert z.read(f"tirastore/dashboard_assets/{name}") == (assets / name).read_bytes(), name
+    with tarfile.open(sdist) as t:
+        top = sdist.name[: -len(".tar.gz")]
+        for name in names:
+            f = t.extractfile(f"{top}/python/tirastore/dashboard_assets/{name}")
+            assert f is not None and f.read() == (assets / name).read_bytes(), name
+    # The installed package finds them where the server reads them.
+    probe = ("import tirastore.dashboard as d; "
+             "print(sorted(p.name for p in d.ASSETS_DIR.iterdir() if p.is_file())); print(d.ASSETS_DIR)")
+    out = _run([installed, "-c", probe], cwd=tmp_path, timeout=120).stdout.splitlines()
+    assert out[0] == repr(names) and "site-packages" in out[1], out
+
+
 def _elf_section_names(data: bytes) -> list[str]:
     """Section names from the ELF section header table (ELF32/64, either
     byte order), with nothing but the standard library."""
