@@ -135,11 +135,11 @@ func retriable(err error) bool {
 // only if idempotent (the caller's fn can be run again whatever the server
 // did with an earlier attempt).
 func (s *Backend) retry(ctx context.Context, op string, idempotent bool, fn func(ctx context.Context, attempt int) error) error {
-	return s.retryFor(ctx, op, idempotent, tuning.ServerRetryFor, fn)
+	return s.retryFor(ctx, op, idempotent, func(error) time.Duration { return tuning.ServerRetryFor }, fn)
 }
 
 // retryFor is retry within window.
-func (s *Backend) retryFor(ctx context.Context, op string, idempotent bool, window time.Duration, fn func(ctx context.Context, attempt int) error) error {
+func (s *Backend) retryFor(ctx context.Context, op string, idempotent bool, window func(error) time.Duration, fn func(ctx context.Context, attempt int) error) error {
 	start := time.Now()
 	backoff := tuning.ServerRetryMin
 	for attempt := 0; ; attempt++ {
@@ -150,7 +150,7 @@ func (s *Backend) retryFor(ctx context.Context, op string, idempotent bool, wind
 		if ctx.Err() != nil || !retriable(err) || !(idempotent || pgconn.SafeToRetry(err)) {
 			return s.classify(err, op)
 		}
-		if time.Since(start)+backoff > window {
+		if time.Since(start)+backoff > window(err) {
 			e := s.classify(err, op)
 			var ae *apierr.Error
 			if errors.As(e, &ae) {

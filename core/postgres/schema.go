@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -141,7 +142,7 @@ func (s *Backend) init(ctx context.Context) (*storage.Opened, error) {
 	}
 	defer done()
 	var opened *storage.Opened
-	err = s.retryFor(ctx, "open", true, tuning.ServerOpenRetryFor, func(ctx context.Context, attempt int) error {
+	err = s.retryFor(ctx, "open", true, openRetryWindow, func(ctx context.Context, attempt int) error {
 		var err error
 		opened, err = s.initOnce(ctx)
 		var pe *pgconn.PgError
@@ -154,6 +155,23 @@ func (s *Backend) init(ctx context.Context) (*storage.Opened, error) {
 		return err
 	})
 	return opened, err
+}
+
+// openRetryWindow is how long an open retries after err: soon given up
+// when nothing answered (tuning.ServerOpenRetryFor: a wrong host or port
+// must not look like a hang), as long as any call's retries
+// (tuning.ServerRetryFor) when a server or a pooler is there but cannot
+// serve now, as when hundreds of workers start at once: it answered in
+// PostgreSQL's protocol (a server starting up, 57P03; PgBouncer whose
+// server is restarting or whose logins to it fail for a moment, "server
+// login has been failing, try again later"), or its socket is listening
+// with a full queue (EAGAIN).
+func openRetryWindow(err error) time.Duration {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) || errors.Is(err, syscall.EAGAIN) {
+		return tuning.ServerRetryFor
+	}
+	return tuning.ServerOpenRetryFor
 }
 
 func (s *Backend) initOnce(ctx context.Context) (*storage.Opened, error) {

@@ -250,10 +250,11 @@ const (
 	// grows from ServerRetryMin to ServerRetryMax. A restart of a
 	// server takes a few seconds.
 	ServerRetryFor = 30 * time.Second
-	// ServerOpenRetryFor is ServerRetryFor for opening a store: a server
-	// that is down when a worker starts fails its open soon (a wrong
-	// host or port should not look like a hang), a restart still gets
-	// through.
+	// ServerOpenRetryFor is ServerRetryFor for opening a store when
+	// nothing answers: a server that is down when a worker starts fails
+	// its open soon (a wrong host or port should not look like a hang), a
+	// restart still gets through. An answer that the server cannot serve
+	// yet gets ServerRetryFor (core/postgres: openRetryWindow).
 	ServerOpenRetryFor = 5 * time.Second
 	ServerRetryMin     = 50 * time.Millisecond
 	ServerRetryMax     = 2 * time.Second
