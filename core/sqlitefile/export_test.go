@@ -64,3 +64,7 @@ func SetMaxCached(n int) (restore func()) {
 
 // Counters are b's cache counters.
 func Counters(b storage.Backend) CacheCounters { return b.(*Backend).CacheCounters() }
+
+// WritesWaiting reports whether b sees a write of another process of this
+// node waiting for the lock (what a locked lookup asks before a load).
+func WritesWaiting(b storage.Backend) bool { return b.(*Backend).local.queue.WritesWaiting() }

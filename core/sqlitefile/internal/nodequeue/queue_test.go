@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodelocal"
 	"github.com/tirastore/tirastore/core/sqlitefile/internal/proclocks"
 	"github.com/tirastore/tirastore/core/sqlitefile/internal/queuechild"
@@ -82,7 +80,7 @@ func TestGateOrderChild(t *testing.T) {
 	if spec[0] == "follower" {
 		// A write waiting in the lane, as another process's would, on a
 		// slot byte that no ticket of the test reaches; held until killed.
-		if err := unix.FcntlFlock(g.f.Fd(), unix.F_SETLK, byteLock(unix.F_WRLCK, laneLine.slots+nSlots/2)); err != nil {
+		if _, err := g.HoldLaneSlot(); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Hour)
