@@ -150,24 +150,14 @@ func (s *Backend) pooled(pc *pgxpool.Config, rawURL string) error {
 // them).
 func optionSettings(options string) (map[string]string, error) {
 	out := map[string]string{}
-	f := strings.Fields(options)
-	for i := 0; i < len(f); i++ {
-		o := f[i]
-		switch {
-		case o == "-c" && i+1 < len(f):
-			i++
-			o = f[i]
-		case strings.HasPrefix(o, "--"):
-			o = o[2:]
-		case strings.HasPrefix(o, "-c"):
-			o = o[2:]
-		default:
+	for _, w := range optionWords(options) {
+		if !w.setting {
 			return nil, fmt.Errorf("pool_mode=transaction: the URL's options %q hold %s, which a transaction "+
-				"pooler cannot pass to the server", options, o)
+				"pooler cannot pass to the server", options, w.text)
 		}
-		k, v, ok := strings.Cut(o, "=")
+		k, v, ok := strings.Cut(w.text, "=")
 		if !ok {
-			return nil, fmt.Errorf("pool_mode=transaction: the URL's options %q: %q is not name=value", options, o)
+			return nil, fmt.Errorf("pool_mode=transaction: the URL's options %q: %q is not name=value", options, w.text)
 		}
 		out[strings.ReplaceAll(k, "-", "_")] = v
 	}

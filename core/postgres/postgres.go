@@ -270,25 +270,40 @@ func pgDuration(v string) (time.Duration, bool) {
 // optionValue finds "-c name=value" (or "-cname=value", "--name=value")
 // in a libpq options string.
 func optionValue(options, name string) (string, bool) {
+	for _, w := range optionWords(options) {
+		if k, v, ok := strings.Cut(w.text, "="); w.setting && ok && strings.ReplaceAll(k, "-", "_") == name {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// optionWord is a word of a libpq options string: the name=value of a
+// setting switch ("-c name=value", "-cname=value", "--name=value";
+// setting true), or another word as written.
+type optionWord struct {
+	text    string
+	setting bool
+}
+
+// optionWords splits a libpq options string into its words, what
+// optionValue and optionSettings (poolmode.go) read.
+func optionWords(options string) []optionWord {
+	var out []optionWord
 	f := strings.Fields(options)
 	for i := 0; i < len(f); i++ {
 		o := f[i]
 		switch {
 		case o == "-c" && i+1 < len(f):
 			i++
-			o = f[i]
-		case strings.HasPrefix(o, "--"):
-			o = o[2:]
-		case strings.HasPrefix(o, "-c"):
-			o = o[2:]
+			out = append(out, optionWord{f[i], true})
+		case strings.HasPrefix(o, "--"), strings.HasPrefix(o, "-c"):
+			out = append(out, optionWord{o[2:], true})
 		default:
-			continue
-		}
-		if k, v, ok := strings.Cut(o, "="); ok && strings.ReplaceAll(k, "-", "_") == name {
-			return v, true
+			out = append(out, optionWord{o, false})
 		}
 	}
-	return "", false
+	return out
 }
 
 // Location is the URL without its password.
