@@ -155,11 +155,7 @@ func replyOverview(ov *dashboard.Overview) any {
 		so.Set("names", s.Names)
 		counts := make([]any, len(s.Counts))
 		for j, c := range s.Counts {
-			row := make([]any, len(c))
-			for k, n := range c {
-				row[k] = n
-			}
-			counts[j] = row
+			counts[j] = ints(c)
 		}
 		so.Set("counts", counts)
 		fleet.Set(dim, so)
