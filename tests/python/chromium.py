@@ -36,6 +36,10 @@ class ProtocolError(RuntimeError):
     pass
 
 
+#: Seconds the first command may wait for the browser to start.
+STARTUP_TIMEOUT = 90
+
+
 class Chromium:
     """One headless browser with one page (a target attached in flat mode)."""
 
@@ -72,7 +76,9 @@ class Chromium:
         self._cond = threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+        # The first answer waits for the browser's own start-up, which on
+        # 2 cores shared with `go test ./...` took over 20 s once.
+        target = self.send("Target.createTarget", {"url": "about:blank"}, timeout=STARTUP_TIMEOUT)["targetId"]
         self.session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Runtime", "Log"):
             self.send(f"{domain}.enable", session=self.session)
