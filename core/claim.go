@@ -385,18 +385,30 @@ func (s *Store) StaleClaims(ctx context.Context, remove bool) ([]*ClaimHolder, e
 	if !remove {
 		return out, s.be.View(ctx, "check claims", find)
 	}
+	// A run after a lost COMMIT's answer no longer finds what an earlier
+	// run removed: the claims found by any run are reported, each once
+	// (gone, whichever run removed it).
+	var found []*ClaimHolder
+	seen := map[string]bool{}
 	err := s.be.UpdateClaims(ctx, "remove stale claims", func(w storage.ClaimWriter) error {
 		if err := find(w); err != nil {
 			return err
 		}
-		for _, r := range refs {
+		for i, r := range refs {
 			if _, err := w.DeleteClaim(r.Key, r.Token); err != nil {
 				return err
+			}
+			if !seen[r.Token] {
+				seen[r.Token] = true
+				found = append(found, out[i])
 			}
 		}
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	return found, nil
 }
 
 // Claims lists every claim of the database, oldest first, with whether

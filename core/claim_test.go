@@ -203,3 +203,83 @@ func TestSameScheduleTwiceInABatch(t *testing.T) {
 		t.Fatal(ok, err)
 	}
 }
+
+// commitAnswerLost is a backend whose UpdateClaims commits fn's
+// transaction and then, as a database server's backend does when the
+// answer of that COMMIT was lost, runs fn again in a new one (the
+// storage.Backend.UpdateClaims contract), lost times.
+type commitAnswerLost struct {
+	storage.Backend
+	lost int
+}
+
+func (b *commitAnswerLost) UpdateClaims(ctx context.Context, op string, fn func(storage.ClaimWriter) error) error {
+	if err := b.Backend.UpdateClaims(ctx, op, fn); err != nil || b.lost == 0 {
+		return err
+	}
+	b.lost--
+	return b.Backend.UpdateClaims(ctx, op, fn)
+}
+
+// TestClaimKnownAsOwnAfterALostCommit: a claim pass run again after its
+// COMMIT's answer was lost finds its claim by its token and returns it;
+// exactly one claim row is left, the caller's, which its record ends.
+// Negative control: with a new token per pass, the pass run again takes
+// its own earlier claim for another live worker's and answers busy.
+func TestClaimKnownAsOwnAfterALostCommit(t *testing.T) {
+	for _, control := range []bool{false, true} {
+		a, _ := twoStores(t)
+		a.be = &commitAnswerLost{Backend: a.be, lost: 1}
+		freshTokenPerPass = control
+		o, err := a.LookupOrClaim(ctx, "blur", src, sched, ClaimOptions{})
+		freshTokenPerPass = false
+		if err != nil {
+			t.Fatal(err)
+		}
+		if control {
+			if o.Busy == nil || o.Busy.PID != os.Getpid() {
+				t.Fatalf("negative control: %+v", o)
+			}
+			continue
+		}
+		if o.Claim == nil {
+			t.Fatalf("not claimed after the pass ran again: %+v", o)
+		}
+		var rows map[string]*storage.Claim
+		err = a.be.View(ctx, "claims", func(r storage.Reader) (err error) {
+			rows, err = r.GetClaims([]string{o.Claim.Key()})
+			return err
+		})
+		if cl, err2 := a.Claims(ctx); err != nil || err2 != nil || len(cl) != 1 || rows[o.Claim.Key()] == nil ||
+			rows[o.Claim.Key()].Token != o.Claim.Token() {
+			t.Fatalf("claims: %+v %+v %v %v", cl, rows, err, err2)
+		}
+		if wrote, err := o.Claim.Record(ctx, measured); !wrote || err != nil {
+			t.Fatalf("record: %v %v", wrote, err)
+		}
+		if cl, err := a.Claims(ctx); err != nil || len(cl) != 0 {
+			t.Fatalf("claims left: %+v %v", cl, err)
+		}
+	}
+}
+
+// TestStaleClaimsRemovedReportedAfterALostCommit: a removal of stale
+// claims run again after its COMMIT's answer was lost finds nothing left
+// to remove, and still reports the claim that the first run removed.
+func TestStaleClaimsRemovedReportedAfterALostCommit(t *testing.T) {
+	a, _ := twoStores(t)
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	me := liveness.Self()
+	plant(t, a, foreignClaim(a.hostname, cmd.Process.Pid, liveness.Process{StartTime: 1, BootID: me.BootID, PIDNS: me.PIDNS}, 3600))
+	a.be = &commitAnswerLost{Backend: a.be, lost: 1}
+	got, err := a.StaleClaims(ctx, true)
+	if err != nil || len(got) != 1 || got[0].PID != cmd.Process.Pid {
+		t.Fatalf("reported: %+v %v", got, err)
+	}
+	if cl, err := a.Claims(ctx); err != nil || len(cl) != 0 {
+		t.Fatalf("claims left: %+v %v", cl, err)
+	}
+}

@@ -90,6 +90,10 @@ type pendingClaim struct {
 	given  string         // as the caller gave it: what Record stores
 	holder *storage.Claim // the last claim of another worker seen on it
 	due    time.Time      // when its lease is due, if it stays unchanged
+	// token is this call's claim token for the schedule, the same in
+	// every pass: a pass that finds it on the claim knows the claim as
+	// its own, put by an earlier pass whose COMMIT's answer was lost.
+	token string
 }
 
 func (s *Store) lookupOrClaim(ctx context.Context, programName, hash, source string, schedules []string, opts ClaimOptions, many bool) ([]ClaimOutcome, error) {
@@ -112,7 +116,7 @@ func (s *Store) lookupOrClaim(ctx context.Context, programName, hash, source str
 		} else if err != nil {
 			return nil, err
 		}
-		pend = append(pend, &pendingClaim{i: i, key: keys.RecordKeyNormalized(hash, norm), norm: norm, given: sc})
+		pend = append(pend, &pendingClaim{i: i, key: keys.RecordKeyNormalized(hash, norm), norm: norm, given: sc, token: newClaimToken()})
 	}
 	// A read as lookup's or lookup_many's: lock-free for what the cache
 	// proves current, else under the lock (which loads the cache, so that
@@ -288,6 +292,13 @@ func (s *Store) claimPass(ctx context.Context, programName, hash, source string,
 			if claimedNow[p.key] {
 				continue // the same schedule twice in one batch: one claim
 			}
+			if c := claims[p.key]; c != nil && c.Token == p.token {
+				// Put by an earlier pass of this call whose COMMIT's
+				// answer was lost (UpdateClaims ran it again): ours.
+				claimedNow[p.key] = true
+				mine = append(mine, s.claimOf(c, p, lease, source))
+				continue
+			}
 			if c := claims[p.key]; c != nil {
 				takeable, _, due := s.claims.look(s, c, now)
 				if !takeable || w == nil {
@@ -310,14 +321,13 @@ func (s *Store) claimPass(ctx context.Context, programName, hash, source string,
 			if err := w.PutClaim(c); err != nil {
 				return err
 			}
-			mine = append(mine, &Claim{s: s, ref: storage.ClaimRef{Key: c.Key, Token: c.Token}, programName: programName,
-				programHash: hash, schedule: p.given, lease: lease, source: source})
+			mine = append(mine, s.claimOf(c, p, lease, source))
 		}
 		return nil
 	}
 	var err error
 	if !take {
-		err = s.be.View(ctx, "lookup_or_claim", func(r storage.Reader) error { return pass(r, nil) })
+		err = s.be.Reread(ctx, "lookup_or_claim", func(r storage.Reader) error { return pass(r, nil) })
 		take = err == nil && couldTake // released or expired meanwhile: take it now
 	}
 	if take && err == nil {
@@ -349,14 +359,35 @@ func (s *Store) claimPass(ctx context.Context, programName, hash, source string,
 	return left, nil
 }
 
-// newClaimRow is this store's claim on p.
-func (s *Store) newClaimRow(p *pendingClaim, programName, hash string, lease time.Duration, at string) *storage.Claim {
+// newClaimToken is a claim's token: random, so that nobody else's claim
+// has it.
+func newClaimToken() string {
 	var tok [16]byte
 	_, _ = rand.Read(tok[:])
+	return hex.EncodeToString(tok[:])
+}
+
+// claimOf is the caller's Claim of row c, this store's claim on p.
+func (s *Store) claimOf(c *storage.Claim, p *pendingClaim, lease time.Duration, source string) *Claim {
+	return &Claim{s: s, ref: storage.ClaimRef{Key: c.Key, Token: c.Token}, programName: c.ProgramName,
+		programHash: c.ProgramHash, schedule: p.given, lease: lease, source: source}
+}
+
+// freshTokenPerPass is for a test's negative control only: each pass
+// claims with a new token, so that a pass cannot know an earlier pass's
+// claim as its own.
+var freshTokenPerPass bool
+
+// newClaimRow is this store's claim on p.
+func (s *Store) newClaimRow(p *pendingClaim, programName, hash string, lease time.Duration, at string) *storage.Claim {
+	token := p.token
+	if freshTokenPerPass {
+		token = newClaimToken()
+	}
 	me := liveness.Self()
 	return &storage.Claim{
 		Key: p.key, ProgramHash: hash, ProgramName: programName, Schedule: p.norm,
-		Token: hex.EncodeToString(tok[:]), Hostname: s.hostname, PID: os.Getpid(),
+		Token: token, Hostname: s.hostname, PID: os.Getpid(),
 		StartTime: me.StartTime, BootID: me.BootID, PIDNS: me.PIDNS,
 		SlurmJobID: environ.Get("SLURM_JOB_ID"), Username: s.username,
 		LeaseSeconds: lease.Seconds(), ClaimedAt: at, RenewedAt: at,

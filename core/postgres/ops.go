@@ -314,6 +314,14 @@ func (s *Backend) View(ctx context.Context, op string, fn func(storage.Reader) e
 	})
 }
 
+// Reread is View run again, whole, after a fault that a retry gets past
+// (storage.Backend.Reread).
+func (s *Backend) Reread(ctx context.Context, op string, fn func(storage.Reader) error) error {
+	return s.tx(ctx, op, true, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(ctx context.Context, tx pgx.Tx) error {
+		return fn(&reader{s: s, ctx: ctx, q: tx})
+	})
+}
+
 // Update runs fn in one READ COMMITTED transaction; only starting it is
 // retried.
 func (s *Backend) Update(ctx context.Context, op string, fn func(storage.Writer) error) error {
@@ -323,8 +331,9 @@ func (s *Backend) Update(ctx context.Context, op string, fn func(storage.Writer)
 }
 
 // UpdateClaims is Update (the claims need no cache of their own), and
-// whole transactions are retried that failed before their commit (a
-// deadlock the server broke, a lost connection): fn may run again
+// whole transactions are run again that failed before their commit (a
+// deadlock the server broke, a lost connection) or whose COMMIT's answer
+// was lost: fn recognizes what an earlier run committed
 // (storage.Backend.UpdateClaims).
 func (s *Backend) UpdateClaims(ctx context.Context, op string, fn func(storage.ClaimWriter) error) error {
 	return s.tx(ctx, op, true, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(ctx context.Context, tx pgx.Tx) error {
@@ -339,9 +348,10 @@ type ranErr struct{ error }
 func (e ranErr) Unwrap() error { return e.error }
 
 // tx runs fn in a transaction of opts, committed if fn returns nil. With
-// rerun, a failure of fn that a retry may get past runs the whole
-// transaction again; a failed COMMIT is never retried (it may have
-// committed).
+// rerun, a failure that a retry may get past runs the whole transaction
+// again, a lost COMMIT's too (it may have committed: fn, or the
+// read-only transaction, makes that harmless); without, a failure after
+// BEGIN is final.
 func (s *Backend) tx(ctx context.Context, op string, rerun bool, opts pgx.TxOptions, fn func(context.Context, pgx.Tx) error) error {
 	return s.entered(ctx, op, rerun, func(ctx context.Context, _ int) error {
 		bctx, cancel := s.stmtCtx(ctx)
@@ -364,6 +374,9 @@ func (s *Backend) tx(ctx context.Context, op string, rerun bool, opts pgx.TxOpti
 		cctx, cancel := s.stmtCtx(ctx)
 		defer cancel()
 		if err := tx.Commit(cctx); err != nil {
+			if rerun {
+				return err
+			}
 			if isConnError(err) {
 				err = fmt.Errorf("the connection was lost at COMMIT, so the transaction may or may not "+
 					"have been committed: %w", err)

@@ -129,6 +129,12 @@ func (s *Backend) View(ctx context.Context, op string, fn func(storage.Reader) e
 	return s.withDB(ctx, op, func(db *sqlite.DB) error { return fn(reader{db}) })
 }
 
+// Reread is View: under the lock, a read has no fault to run it again
+// after.
+func (s *Backend) Reread(ctx context.Context, op string, fn func(storage.Reader) error) error {
+	return s.View(ctx, op, fn)
+}
+
 // Update runs fn in one transaction under the lock, queued as a write.
 func (s *Backend) Update(ctx context.Context, op string, fn func(storage.Writer) error) error {
 	return s.withWriteDB(ctx, op, func(db *sqlite.DB) error {

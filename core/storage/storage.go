@@ -372,14 +372,22 @@ type Backend interface {
 
 	// View runs fn in one consistent read; op names it in errors.
 	View(ctx context.Context, op string, fn func(Reader) error) error
+	// Reread is View for an fn that starts over from its arguments each
+	// time it is called: a database server's backend runs it again after
+	// a fault that a retry gets past (a lost connection, a restarting
+	// server), where View gives up, since its fn may have passed rows on.
+	Reread(ctx context.Context, op string, fn func(Reader) error) error
 	// Update runs fn in one transaction, committed if fn returns nil.
 	Update(ctx context.Context, op string, fn func(Writer) error) error
 	// UpdateClaims is Update for a transaction that writes claims only,
 	// which a backend may make cheaper for its caches: the records and
 	// config entries that they hold stay valid across it. fn may run more
-	// than once (a database server retries a transaction that it aborted
-	// before its commit: a deadlock, a lost connection): it starts over
-	// from its arguments each time.
+	// than once: a database server's backend runs it again after the
+	// server aborted the transaction (a deadlock, a lost connection), and
+	// after the answer of its COMMIT was lost, when the earlier run may
+	// have committed. So it starts over from its arguments each time, and
+	// a run must recognize what an earlier one committed (a claim by its
+	// token) and report that as done.
 	UpdateClaims(ctx context.Context, op string, fn func(ClaimWriter) error) error
 	// EachProgram calls fn for every program in export order (by name,
 	// then hash) with its results ordered by creation date, from one

@@ -6,6 +6,10 @@ Go runtime) once and forks one child per worker, so that 500 workers cost
 (its own Go runtime and pool of connections), waits for the spec's go
 file, and does a fixed, small piece of work:
 
+  * once its store is open it touches ``<dir>/opened-<w>``: the test
+    starts the fleet when every worker has opened, so that the restarts
+    meet calls (an open has its own retry window, tested elsewhere);
+
   * iteration i records its own schedule U(L0,i,comps=['w<w>']);
   * and the contested schedule U(L1,(w+i) mod contested,comps=['c']),
     which every worker records with its own number as the time;
@@ -57,6 +61,7 @@ def work(w: int, spec: dict) -> None:
         s, t = call({"open": True}, lambda: TiraStore(spec["url"], cpu_model=spec["cpu"]))
         if s is None:
             return
+        open(os.path.join(d, f"opened-{w}"), "w").close()
         _wait_for(os.path.join(d, "go"))
         for i in range(spec["iterations"]):
             if i in spec["gates"]:

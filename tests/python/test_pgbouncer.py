@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -67,11 +68,28 @@ def _entries(d: Path, workers: int) -> list[tuple[int, dict]]:
     return out
 
 
+def _error_kinds(errors: list) -> dict:
+    """How many failed calls of each kind, by their message's start."""
+    kinds: dict = {}
+    for _, e in errors:
+        what = next(k for k in ("open", "own", "contested", "measured", "claim") if k in e)
+        msg = e["error"]
+        k = (what, re.sub(r"[0-9]+", "N", msg[msg.find("cannot "):])[:160])
+        kinds[k] = kinds.get(k, 0) + 1
+    return kinds
+
+
+def _open_errors(d: Path, workers: int) -> list:
+    return [e for _, e in _entries(d, workers) if "open" in e]
+
+
 def _run_fleet(tmp_path: Path, url: str, workers: int, iterations: int, gates: dict, contested: int = 50,
-               claimed: int = 100) -> tuple[list, dict]:
-    """Run the fleet; gates maps an iteration to the function the test runs
-    when half the fleet waits before it. Returns the log entries and what
-    the run saw (the peak of server connections)."""
+               claimed: int = 100, must_open: bool = True) -> tuple[list, dict]:
+    """Run the fleet, once every worker has opened its store (must_open:
+    else the test fails) or failed to; gates maps an iteration to the
+    function the test runs when half the fleet waits before it. Returns
+    the log entries and what the run saw (the peak of server
+    connections)."""
     d = tmp_path / "fleet"
     d.mkdir()
     spec = {"dir": str(d), "url": url, "cpu": TEST_CPU, "workers": workers, "iterations": iterations,
@@ -81,7 +99,14 @@ def _run_fleet(tmp_path: Path, url: str, workers: int, iterations: int, gates: d
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out: dict = {}
     try:
-        time.sleep(0.5)
+        end = time.monotonic() + 300
+        while True:
+            failed = _open_errors(d, workers)
+            assert not (failed and must_open), f"the fleet's stores did not all open: {failed[:3]}"
+            if len(list(d.glob("opened-*"))) + len(failed) >= workers:
+                break
+            assert proc.poll() is None and time.monotonic() < end, "the fleet's stores did not open"
+            time.sleep(0.05)
         (d / "go").touch()
         for gate in sorted(gates):
             end = time.monotonic() + 300
@@ -137,7 +162,7 @@ def test_500_workers_through_pgbouncer_with_restarts(tmp_path, pooled):
         stop.set()
         t.join()
     errors = [(w, e) for w, e in entries if "error" in e]
-    assert errors == [], errors[:5]
+    assert errors == [], (len(errors), _error_kinds(errors), errors[:5])
     own = [(w, e) for w, e in entries if "own" in e]
     assert len(own) == workers * iterations
     assert all(e["ack"] is True for _, e in own), [e for _, e in own if e["ack"] is not True][:3]
@@ -186,7 +211,7 @@ def test_negative_control_cached_statements_fail_through_pgbouncer(tmp_path, poo
         pytest.skip(f"PgBouncer {bouncer.version} may carry prepared statements (max_prepared_statements)")
     _new_db(cluster, "cached")
     url = bouncer.url("cached", default_query_exec_mode="cache_statement")
-    entries, _ = _run_fleet(tmp_path, url, workers=16, iterations=6, gates={})
+    entries, _ = _run_fleet(tmp_path, url, workers=16, iterations=6, gates={}, must_open=False)
     errors = [e["error"] for _, e in entries if "error" in e]
     assert errors, "cached prepared statements worked through transaction pooling"
     assert all("prepared statement" in m for m in errors), errors[:3]
