@@ -150,7 +150,18 @@ func TestPlantedGateNotUsed(t *testing.T) {
 	if err := os.WriteFile(canary, []byte("canary canary canary canary canary canary"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(canary, File(path)); err != nil {
+	// Another test process may remove the private directory while it is
+	// empty (its last store closing): made again until the symlink, which
+	// keeps it non-empty, is in.
+	var err error
+	for try := 0; try < 100; try++ {
+		if err = os.MkdirAll(nodelocal.PrivatePath(), 0o700); err == nil {
+			if err = os.Symlink(canary, File(path)); !errors.Is(err, os.ErrNotExist) {
+				break
+			}
+		}
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.Remove(File(path)) })
