@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -96,7 +97,7 @@ def _run_fleet(tmp_path: Path, url: str, workers: int, iterations: int, gates: d
             "gates": sorted(gates), "contested": contested, "claimed": claimed}
     (d / "spec.json").write_text(json.dumps(spec))
     proc = subprocess.Popen([sys.executable, str(FLEET), str(d / "spec.json")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     out: dict = {}
     try:
         end = time.monotonic() + 300
@@ -117,7 +118,7 @@ def _run_fleet(tmp_path: Path, url: str, workers: int, iterations: int, gates: d
             (d / f"go-{gate}").touch()
         stdout, stderr = proc.communicate(timeout=600)
     except BaseException:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)  # the fleet and its workers
         proc.wait()
         raise
     assert proc.returncode == 0, stderr[-3000:]
