@@ -52,6 +52,7 @@ func TestQuickRun(t *testing.T) {
 		Reference  map[string]any                       `json:"reference_original_issue5"`
 		Cliff      *cliffResults                        `json:"cliff"`
 		Dashboard  *dashResults                         `json:"dashboard"`
+		Paired     map[string]map[string]*pairedRow     `json:"paired_floor"`
 	}
 	if err := json.Unmarshal(b, &res); err != nil {
 		t.Fatalf("results.json: %v", err)
@@ -86,6 +87,24 @@ func TestQuickRun(t *testing.T) {
 	checkLatency(implFloor, []string{opRecordNew, opMany100, opMany1000})
 	checkLatency(implConfigSeed, configOps)
 	checkLatency(implConfigCache, configOps)
+
+	// The paired floor rows (pairedfloor.go): both clients, both rows,
+	// every write of both sides acknowledged.
+	for _, impl := range floorImpls {
+		if why := res.Skipped["paired_floor/"+impl]; why != "" {
+			t.Errorf("paired floor %s skipped: %s", impl, why)
+			continue
+		}
+		for _, op := range []string{opRecordNew, opMany1000} {
+			p := res.Paired[impl][op]
+			switch {
+			case p == nil:
+				t.Errorf("paired floor %s %s: missing", impl, op)
+			case p.Errors > 0 || p.Pairs == 0 || p.Client == nil || p.Floor == nil || !(p.Ratio > 0):
+				t.Errorf("paired floor %s %s: %+v", impl, op, p)
+			}
+		}
+	}
 
 	// The claim section (claim.go): every row and part of both workers.
 	claimLabels := []string{clLookupHit, clLookupRepeat, clCachedPair + ":lookup", clCachedPair + ":lookup_or_claim", clLookupMiss, clLookupRecord,

@@ -94,6 +94,29 @@ func latencySection(cfg *config, res *results) error {
 	for impl, m := range raw {
 		res.Latency[impl] = toOpResults(m, cfg.Raw)
 	}
+	paired := map[string]sizes{}
+	if cfg.Sections["latency"] {
+		paired[implEngine] = cfg.Go
+	}
+	if cfg.Sections["python"] && pyWhy == "" {
+		paired[implPython] = cfg.Py
+	}
+	for _, impl := range floorImpls {
+		z, ok := paired[impl]
+		if !ok {
+			continue
+		}
+		rows, err := pairedFloor(cfg, impl, z)
+		if err != nil {
+			res.Skipped["paired_floor/"+impl] = err.Error()
+			cfg.logf("paired floor %s: %v", impl, err)
+			continue
+		}
+		if res.Paired == nil {
+			res.Paired = map[string]map[string]*pairedRow{}
+		}
+		res.Paired[impl] = rows
+	}
 	return nil
 }
 
@@ -185,7 +208,8 @@ type pySpec struct {
 	// CliffSourceSuffix makes the cliff section's program sources
 	// (cliffSource): {p} is the program's number.
 	CliffSourceSuffix string `json:"cliff_source_suffix"`
-	// Role "throughput" makes pybench.py a throughput worker (TP) instead
+	// Role "throughput" makes pybench.py a throughput worker (TP), and
+	// "serve" a writer of the paired floor rows (pairedfloor.go), instead
 	// of running Steps.
 	Role string  `json:"role,omitempty"`
 	TP   *tpSpec `json:"tp,omitempty"`

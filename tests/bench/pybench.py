@@ -621,6 +621,43 @@ def run_throughput(client: Any, spec: dict) -> int:
     return 0
 
 
+def run_serve(client: Any, spec: dict) -> int:
+    """Role "serve" (tests/bench/pairedfloor.go): after a ``{"ready": true}``
+    line, one write per line of stdin, ``{"tag", "start", "batch"}``: a
+    record of that schedule (batch 1) or a record_many of ``batch``
+    schedules from ``start``, made before the clock starts and timed as
+    run_plan times them; each is answered with ``{"ns", "ok"}`` (or
+    ``"error"``). Ends at the end of stdin."""
+    fmt, times = spec["sched_format"], spec["times"]
+    clock = time.perf_counter_ns
+    out = sys.stdout
+    out.write(json.dumps({"ready": True}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        req = json.loads(line)
+        tag, start, batch = req["tag"], req["start"], req["batch"]
+        r: dict = {}
+        if batch == 1:
+            sched = schedule(fmt, tag, start)
+            t0 = clock()
+            try:
+                r["ok"] = client.record(sched, False) is True
+            except Exception as e:  # noqa: BLE001
+                r["error"] = f"{type(e).__name__}: {e}"
+        else:
+            entries = [{"tiralib_schedule_string": schedule(fmt, tag, start + j),
+                        "is_legal": True, "execution_times": times} for j in range(batch)]
+            t0 = clock()
+            try:
+                r["ok"] = client.record_many(entries, False) == batch
+            except Exception as e:  # noqa: BLE001
+                r["error"] = f"{type(e).__name__}: {e}"
+        r["ns"] = clock() - t0
+        out.write(json.dumps(r) + "\n")
+        out.flush()
+    return 0
+
+
 def main(argv: list[str]) -> int:
     with open(argv[1]) as f:
         spec = json.load(f)
@@ -632,9 +669,9 @@ def main(argv: list[str]) -> int:
     except Exception as e:  # noqa: BLE001
         print(json.dumps({"error": f"open: {type(e).__name__}: {e}"}))
         return 1
-    if spec.get("role") == "throughput":
+    if spec.get("role") in ("throughput", "serve"):
         try:
-            return run_throughput(client, spec)
+            return (run_throughput if spec["role"] == "throughput" else run_serve)(client, spec)
         finally:
             client.close()
     try:
