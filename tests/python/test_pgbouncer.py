@@ -75,7 +75,8 @@ def _error_kinds(errors: list) -> dict:
     for _, e in errors:
         what = next(k for k in ("open", "own", "contested", "measured", "claim") if k in e)
         msg = e["error"]
-        k = (what, re.sub(r"[0-9]+", "N", msg[msg.find("cannot "):])[:160])
+        at = msg.find("cannot ")  # after the database's URL, when there is one
+        k = (what, re.sub(r"[0-9]+", "N", msg[max(at, 0):])[:160])
         kinds[k] = kinds.get(k, 0) + 1
     return kinds
 
