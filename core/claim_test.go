@@ -108,17 +108,25 @@ func foreignClaim(host string, pid int, p liveness.Process, lease float64) *stor
 		LeaseSeconds: lease, ClaimedAt: "2026-01-01 00:00:00", RenewedAt: "2026-01-01 00:00:00"}
 }
 
-// TestDeadHolderOnThisHostTakenOverAtOnce: a claim of a dead process of
-// this host goes to the next caller without waiting for its lease; one of
-// a live process of this host does not.
-func TestDeadHolderOnThisHostTakenOverAtOnce(t *testing.T) {
-	a, _ := twoStores(t)
+// plantDeadHolder plants a claim, with a lease of an hour, of a process of
+// this host that has exited, and returns its pid.
+func plantDeadHolder(t *testing.T, st *Store) int {
+	t.Helper()
 	cmd := exec.Command("true")
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
 	}
 	me := liveness.Self()
-	plant(t, a, foreignClaim(a.hostname, cmd.Process.Pid, liveness.Process{StartTime: 1, BootID: me.BootID, PIDNS: me.PIDNS}, 3600))
+	plant(t, st, foreignClaim(st.hostname, cmd.Process.Pid, liveness.Process{StartTime: 1, BootID: me.BootID, PIDNS: me.PIDNS}, 3600))
+	return cmd.Process.Pid
+}
+
+// TestDeadHolderOnThisHostTakenOverAtOnce: a claim of a dead process of
+// this host goes to the next caller without waiting for its lease; one of
+// a live process of this host does not.
+func TestDeadHolderOnThisHostTakenOverAtOnce(t *testing.T) {
+	a, _ := twoStores(t)
+	plantDeadHolder(t, a)
 	start := time.Now()
 	o, err := a.LookupOrClaim(ctx, "blur", src, sched, ClaimOptions{Wait: true})
 	if err != nil || o.Claim == nil || time.Since(start) > 5*time.Second {
@@ -126,6 +134,7 @@ func TestDeadHolderOnThisHostTakenOverAtOnce(t *testing.T) {
 	}
 	o.Claim.Release(ctx)
 	// Negative control: the same claim row with a live pid stays busy.
+	me := liveness.Self()
 	plant(t, a, foreignClaim(a.hostname, os.Getppid(), liveness.Process{BootID: me.BootID, PIDNS: me.PIDNS}, 3600))
 	if o, err := a.LookupOrClaim(ctx, "blur", src, sched, ClaimOptions{}); err != nil || o.Busy == nil {
 		t.Fatalf("live holder: %+v %v", o, err)
@@ -268,15 +277,10 @@ func TestClaimKnownAsOwnAfterALostCommit(t *testing.T) {
 // to remove, and still reports the claim that the first run removed.
 func TestStaleClaimsRemovedReportedAfterALostCommit(t *testing.T) {
 	a, _ := twoStores(t)
-	cmd := exec.Command("true")
-	if err := cmd.Run(); err != nil {
-		t.Fatal(err)
-	}
-	me := liveness.Self()
-	plant(t, a, foreignClaim(a.hostname, cmd.Process.Pid, liveness.Process{StartTime: 1, BootID: me.BootID, PIDNS: me.PIDNS}, 3600))
+	dead := plantDeadHolder(t, a)
 	a.be = &commitAnswerLost{Backend: a.be, lost: 1}
 	got, err := a.StaleClaims(ctx, true)
-	if err != nil || len(got) != 1 || got[0].PID != cmd.Process.Pid {
+	if err != nil || len(got) != 1 || got[0].PID != dead {
 		t.Fatalf("reported: %+v %v", got, err)
 	}
 	if cl, err := a.Claims(ctx); err != nil || len(cl) != 0 {

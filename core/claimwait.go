@@ -292,14 +292,15 @@ func (s *Store) claimPass(ctx context.Context, programName, hash, source string,
 			if claimedNow[p.key] {
 				continue // the same schedule twice in one batch: one claim
 			}
-			if c := claims[p.key]; c != nil && c.Token == p.token {
+			c := claims[p.key]
+			if c != nil && c.Token == p.token {
 				// Put by an earlier pass of this call whose COMMIT's
 				// answer was lost (UpdateClaims ran it again): ours.
 				claimedNow[p.key] = true
 				mine = append(mine, s.claimOf(c, p, lease, source))
 				continue
 			}
-			if c := claims[p.key]; c != nil {
+			if c != nil {
 				takeable, _, due := s.claims.look(s, c, now)
 				if !takeable || w == nil {
 					p.holder, p.due = c, due
@@ -317,11 +318,11 @@ func (s *Store) claimPass(ctx context.Context, programName, hash, source string,
 			if at == "" {
 				at = identity.NowISO(now)
 			}
-			c := s.newClaimRow(p, programName, hash, lease, at)
-			if err := w.PutClaim(c); err != nil {
+			row := s.newClaimRow(p, programName, hash, lease, at)
+			if err := w.PutClaim(row); err != nil {
 				return err
 			}
-			mine = append(mine, s.claimOf(c, p, lease, source))
+			mine = append(mine, s.claimOf(row, p, lease, source))
 		}
 		return nil
 	}
