@@ -60,13 +60,13 @@ def _new_db(cluster, name: str) -> None:
     cluster.psql(f'CREATE DATABASE "{name}"', db="postgres")
 
 
+def _log(d: Path, w: int) -> list[dict]:
+    p = d / f"w{w}.log"
+    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()] if p.exists() else []
+
+
 def _entries(d: Path, workers: int) -> list[tuple[int, dict]]:
-    out = []
-    for w in range(workers):
-        p = d / f"w{w}.log"
-        if p.exists():
-            out += [(w, json.loads(line)) for line in p.read_text().splitlines() if line.strip()]
-    return out
+    return [(w, e) for w in range(workers) for e in _log(d, w)]
 
 
 def _error_kinds(errors: list) -> dict:
@@ -81,8 +81,13 @@ def _error_kinds(errors: list) -> dict:
     return kinds
 
 
-def _open_errors(d: Path, workers: int) -> list:
-    return [e for _, e in _entries(d, workers) if "open" in e]
+def _opened(d: Path) -> set[int]:
+    return {int(p.name.removeprefix("opened-")) for p in d.glob("opened-*")}
+
+
+def _open_errors(d: Path, workers: int, opened: set[int]) -> list:
+    """The failed opens, read from the logs of the workers not opened."""
+    return [e for w in range(workers) if w not in opened for e in _log(d, w) if "open" in e]
 
 
 def _run_fleet(tmp_path: Path, url: str, workers: int, iterations: int, gates: dict, contested: int = 50,
@@ -103,9 +108,10 @@ def _run_fleet(tmp_path: Path, url: str, workers: int, iterations: int, gates: d
     try:
         end = time.monotonic() + 300
         while True:
-            failed = _open_errors(d, workers)
+            opened = _opened(d)
+            failed = _open_errors(d, workers, opened)
             assert not (failed and must_open), f"the fleet's stores did not all open: {failed[:3]}"
-            if len(list(d.glob("opened-*"))) + len(failed) >= workers:
+            if len(opened) + len(failed) >= workers:
                 break
             assert proc.poll() is None and time.monotonic() < end, "the fleet's stores did not open"
             time.sleep(0.05)
