@@ -90,9 +90,11 @@ type pendingClaim struct {
 	given  string         // as the caller gave it: what Record stores
 	holder *storage.Claim // the last claim of another worker seen on it
 	due    time.Time      // when its lease is due, if it stays unchanged
-	// token is this call's claim token for the schedule, the same in
-	// every pass: a pass that finds it on the claim knows the claim as
-	// its own, put by an earlier pass whose COMMIT's answer was lost.
+	// token is this call's claim token for the schedule, made by the
+	// first pass that claims it (not before: a hit needs none) and the
+	// same in every later pass: a pass that finds it on the claim knows
+	// the claim as its own, put by an earlier pass whose COMMIT's answer
+	// was lost.
 	token string
 }
 
@@ -116,7 +118,7 @@ func (s *Store) lookupOrClaim(ctx context.Context, programName, hash, source str
 		} else if err != nil {
 			return nil, err
 		}
-		pend = append(pend, &pendingClaim{i: i, key: keys.RecordKeyNormalized(hash, norm), norm: norm, given: sc, token: newClaimToken()})
+		pend = append(pend, &pendingClaim{i: i, key: keys.RecordKeyNormalized(hash, norm), norm: norm, given: sc})
 	}
 	// A read as lookup's or lookup_many's: lock-free for what the cache
 	// proves current, else under the lock (which loads the cache, so that
@@ -293,7 +295,7 @@ func (s *Store) claimPass(ctx context.Context, programName, hash, source string,
 				continue // the same schedule twice in one batch: one claim
 			}
 			c := claims[p.key]
-			if c != nil && c.Token == p.token {
+			if c != nil && p.token != "" && c.Token == p.token {
 				// Put by an earlier pass of this call whose COMMIT's
 				// answer was lost (UpdateClaims ran it again): ours.
 				claimedNow[p.key] = true
@@ -381,6 +383,9 @@ var freshTokenPerPass bool
 
 // newClaimRow is this store's claim on p.
 func (s *Store) newClaimRow(p *pendingClaim, programName, hash string, lease time.Duration, at string) *storage.Claim {
+	if p.token == "" {
+		p.token = newClaimToken()
+	}
 	token := p.token
 	if freshTokenPerPass {
 		token = newClaimToken()
