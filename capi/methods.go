@@ -24,12 +24,13 @@ var (
 	noParams []string
 	// readParams: the reads also accept program_hash (what make_program_hash
 	// returns) instead of program_source_code, so that a binding need not
-	// send a long source with every lookup.
+	// send a long source with every lookup. So do record and record_many,
+	// once the program is stored (core.ProgramRef).
 	readParams = []string{"program_name", "program_source_code", "program_hash", "tiralib_schedule_string"}
 	// configParams name a kernel-config entry: its namespace (optional,
 	// "" by default) and the parts of the seed's key.
 	configParams = []string{"namespace", "device", "op_id", "call_key"}
-	recordParams = []string{"program_name", "program_source_code", "tiralib_schedule_string", "is_legal", "execution_times", "overwrite"}
+	recordParams = []string{"program_name", "program_source_code", "program_hash", "tiralib_schedule_string", "is_legal", "execution_times", "overwrite"}
 )
 
 // methods is the whole C-callable API besides open/close. New commands (the
@@ -100,10 +101,10 @@ var methods = map[string]method{
 			return nil, err
 		}
 		var r *core.Result
-		if prog.byHash {
-			r, err = st.LookupByHash(ctx, name, prog.hash, sched)
+		if prog.ByHash {
+			r, err = st.LookupByHash(ctx, name, prog.Hash, sched)
 		} else {
-			r, err = st.Lookup(ctx, name, prog.source, sched)
+			r, err = st.Lookup(ctx, name, prog.Source, sched)
 		}
 		if r == nil || err != nil {
 			return nil, err
@@ -123,10 +124,10 @@ var methods = map[string]method{
 			return nil, err
 		}
 		var rs []*core.Result
-		if prog.byHash {
-			rs, err = st.LookupManyByHash(ctx, name, prog.hash, scheds)
+		if prog.ByHash {
+			rs, err = st.LookupManyByHash(ctx, name, prog.Hash, scheds)
 		} else {
-			rs, err = st.LookupMany(ctx, name, prog.source, scheds)
+			rs, err = st.LookupMany(ctx, name, prog.Source, scheds)
 		}
 		if err != nil {
 			return nil, err
@@ -146,10 +147,10 @@ var methods = map[string]method{
 			return nil, err
 		}
 		var out core.ClaimOutcome
-		if prog.byHash {
-			out, err = st.LookupOrClaimByHash(ctx, name, prog.hash, sched, opts)
+		if prog.ByHash {
+			out, err = st.LookupOrClaimByHash(ctx, name, prog.Hash, sched, opts)
 		} else {
-			out, err = st.LookupOrClaim(ctx, name, prog.source, sched, opts)
+			out, err = st.LookupOrClaim(ctx, name, prog.Source, sched, opts)
 		}
 		if err != nil {
 			return nil, err
@@ -169,10 +170,10 @@ var methods = map[string]method{
 		if err != nil {
 			return nil, err
 		}
-		if prog.byHash {
-			return replyEach(replyClaimOutcome)(st.LookupManyOrClaimByHash(ctx, name, prog.hash, scheds, opts))
+		if prog.ByHash {
+			return replyEach(replyClaimOutcome)(st.LookupManyOrClaimByHash(ctx, name, prog.Hash, scheds, opts))
 		}
-		return replyEach(replyClaimOutcome)(st.LookupManyOrClaim(ctx, name, prog.source, scheds, opts))
+		return replyEach(replyClaimOutcome)(st.LookupManyOrClaim(ctx, name, prog.Source, scheds, opts))
 	}},
 	"claim_record": {true, []string{"token", "program_source_code", "is_legal", "execution_times"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		c, err := heldClaim(st, a)
@@ -223,13 +224,13 @@ var methods = map[string]method{
 		if err != nil {
 			return nil, err
 		}
-		if prog.byHash {
-			return st.ContainsByHash(ctx, name, prog.hash, sched)
+		if prog.ByHash {
+			return st.ContainsByHash(ctx, name, prog.Hash, sched)
 		}
-		return st.Contains(ctx, name, prog.source, sched)
+		return st.Contains(ctx, name, prog.Source, sched)
 	}},
 	"record": {true, recordParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
-		name, src, _, err := programArgs(a, false)
+		name, prog, _, err := readArgs(a, false)
 		if err != nil {
 			return nil, err
 		}
@@ -241,10 +242,10 @@ var methods = map[string]method{
 		if err != nil {
 			return nil, err
 		}
-		return st.Record(ctx, name, src, m, overwrite)
+		return st.RecordRef(ctx, name, prog, m, overwrite)
 	}},
-	"record_many": {true, []string{"program_name", "program_source_code", "schedules", "overwrite"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
-		name, src, _, err := programArgs(a, false)
+	"record_many": {true, []string{"program_name", "program_source_code", "program_hash", "schedules", "overwrite"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		name, prog, _, err := readArgs(a, false)
 		if err != nil {
 			return nil, err
 		}
@@ -256,7 +257,7 @@ var methods = map[string]method{
 		if err != nil {
 			return nil, err
 		}
-		return st.RecordMany(ctx, name, src, ms, overwrite)
+		return st.RecordManyRef(ctx, name, prog, ms, overwrite)
 	}},
 	"get_program_source": {true, []string{"program_name"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		name, err := a.str("program_name")
@@ -627,17 +628,11 @@ func programArgs(a *args, withSched bool) (name, src, sched string, err error) {
 	return
 }
 
-// programRef is a read's program: its source, or its hash.
-type programRef struct {
-	source, hash string
-	byHash       bool
-}
-
 // readArgs is programArgs for the reads: exactly one of
 // program_source_code and program_hash.
-func readArgs(a *args, withSched bool) (name string, prog programRef, sched string, err error) {
+func readArgs(a *args, withSched bool) (name string, prog core.ProgramRef, sched string, err error) {
 	if _, ok := a.get("program_hash"); !ok {
-		name, prog.source, sched, err = programArgs(a, withSched)
+		name, prog.Source, sched, err = programArgs(a, withSched)
 		return
 	}
 	if _, ok := a.get("program_source_code"); ok {
@@ -647,10 +642,10 @@ func readArgs(a *args, withSched bool) (name string, prog programRef, sched stri
 	if name, err = a.str("program_name"); err != nil {
 		return
 	}
-	if prog.hash, err = a.str("program_hash"); err != nil {
+	if prog.Hash, err = a.str("program_hash"); err != nil {
 		return
 	}
-	prog.byHash = true
+	prog.ByHash = true
 	if withSched {
 		sched, err = a.str("tiralib_schedule_string")
 	}

@@ -22,6 +22,7 @@ const (
 	KindOperational = apierr.KindOperational
 	KindInterrupted = apierr.KindInterrupted
 	KindLockLost    = apierr.KindLockLost
+	KindNoProgram   = apierr.KindNoProgram
 )
 
 // Error is the one error type the engine returns (apierr.Error).

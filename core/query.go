@@ -224,9 +224,14 @@ func checkProgramRef(programName, programHash, sched string) error {
 		return err
 	}
 	if !keys.IsProgramHash(programHash) {
-		return newError(KindValue, "program_hash must be 64 lowercase hexadecimal digits (the SHA-256 that make_program_hash returns), got %s", schedule.Repr(programHash))
+		return badProgramHash(programHash)
 	}
 	return nil
+}
+
+// badProgramHash is the error for a program_hash argument that is not one.
+func badProgramHash(h string) error {
+	return newError(KindValue, "program_hash must be 64 lowercase hexadecimal digits (the SHA-256 that make_program_hash returns), got %s", schedule.Repr(h))
 }
 
 // LookupMany looks up several schedules of one program under one

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/tirastore/tirastore/core/apierr"
@@ -33,7 +34,7 @@ func prepare(programHash string, m *Measurement) (storage.Row, error) {
 // record exists and overwrite is false). The program row is inserted if
 // absent; both happen in one transaction.
 func (s *Store) Record(ctx context.Context, programName, source string, m Measurement, overwrite bool) (bool, error) {
-	n, err := s.record(ctx, programName, source, []Measurement{m}, overwrite, false)
+	n, err := s.record(ctx, programName, ProgramRef{Source: source}, []Measurement{m}, overwrite, false)
 	return n == 1, err
 }
 
@@ -42,24 +43,65 @@ func (s *Store) Record(ctx context.Context, programName, source string, m Measur
 // message says which entry (schedules[i]: ...). It returns how many records
 // were written.
 func (s *Store) RecordMany(ctx context.Context, programName, source string, ms []Measurement, overwrite bool) (int, error) {
-	return s.record(ctx, programName, source, ms, overwrite, true)
+	return s.record(ctx, programName, ProgramRef{Source: source}, ms, overwrite, true)
 }
 
-func (s *Store) record(ctx context.Context, programName, source string, ms []Measurement, overwrite, many bool) (int, error) {
-	if err := input.Texts("program_name", programName, "program_source_code", source); err != nil {
+// ProgramRef names a call's program: its source, or (ByHash) only its
+// hash, which a binding sends once it knows it, so that a long source is
+// not encoded and parsed again at every call. A write by hash is for a
+// program the caller knows is stored (it wrote or read it by this hash
+// before): it does not insert the program row, and fails with
+// KindNoProgram if the row is not there, for the caller to write again
+// with the source.
+type ProgramRef struct {
+	Source, Hash string
+	ByHash       bool
+}
+
+// RecordRef is Record with the program given by a ProgramRef.
+func (s *Store) RecordRef(ctx context.Context, programName string, prog ProgramRef, m Measurement, overwrite bool) (bool, error) {
+	n, err := s.record(ctx, programName, prog, []Measurement{m}, overwrite, false)
+	return n == 1, err
+}
+
+// RecordManyRef is RecordMany with the program given by a ProgramRef.
+func (s *Store) RecordManyRef(ctx context.Context, programName string, prog ProgramRef, ms []Measurement, overwrite bool) (int, error) {
+	return s.record(ctx, programName, prog, ms, overwrite, true)
+}
+
+func (s *Store) record(ctx context.Context, programName string, prog ProgramRef, ms []Measurement, overwrite, many bool) (int, error) {
+	if prog.ByHash {
+		if err := input.Text("program_name", programName); err != nil {
+			return 0, err
+		}
+		if !keys.IsProgramHash(prog.Hash) {
+			return 0, badProgramHash(prog.Hash)
+		}
+	} else if err := input.Texts("program_name", programName, "program_source_code", prog.Source); err != nil {
 		return 0, err
 	}
 	if err := s.CheckWrites(); err != nil {
 		return 0, err
 	}
-	w, bad, err := s.PrepareWrite(programName, source, ms, overwrite)
+	hash := prog.Hash
+	if !prog.ByHash {
+		hash = progHashes.hash(prog.Source)
+	}
+	w, bad, err := s.prepareWrite(programName, hash, prog.Source, ms, overwrite)
 	if err != nil {
 		if many {
 			return 0, apierr.Prefix(fmt.Sprintf("schedules[%d]: ", bad), err)
 		}
 		return 0, err
 	}
-	return s.be.Write(ctx, w)
+	w.ProgramStored = prog.ByHash
+	n, err := s.be.Write(ctx, w)
+	if prog.ByHash && errors.Is(err, storage.ErrNoProgram) {
+		return 0, wrapError(KindNoProgram, err, "%s: program_hash %s is not stored in this database "+
+			"(another database at its path, or the program was removed): nothing was written; "+
+			"write again with program_source_code", s.Path(), prog.Hash)
+	}
+	return n, err
 }
 
 // PrepareWrite validates and keys the measurements of one program into
@@ -68,7 +110,10 @@ func (s *Store) record(ctx context.Context, programName, source string, ms []Mea
 // record and record_many write it at once; an import (core/operator)
 // first compares its rows with what is stored.
 func (s *Store) PrepareWrite(programName, source string, ms []Measurement, overwrite bool) (w *storage.Write, bad int, err error) {
-	hash := progHashes.hash(source)
+	return s.prepareWrite(programName, progHashes.hash(source), source, ms, overwrite)
+}
+
+func (s *Store) prepareWrite(programName, hash, source string, ms []Measurement, overwrite bool) (w *storage.Write, bad int, err error) {
 	rows := make([]storage.Row, len(ms))
 	for i := range ms {
 		if rows[i], err = prepare(hash, &ms[i]); err != nil {

@@ -53,6 +53,7 @@ extern "C" {
 #define TIRASTORE_ERR_MISUSE        13 /* NULL pointer, invalid JSON, unknown method (Python: ValueError) */
 #define TIRASTORE_ERR_FORKED        14 /* called in a child of fork(): this copy's Go runtime is gone (Python: RuntimeError) */
 #define TIRASTORE_ERR_LOCK_LOST     15 /* the lock was broken while the call held it, after a stall (Python: LockLostError) */
+#define TIRASTORE_ERR_NO_PROGRAM    16 /* a write by program_hash whose program is not stored: send the source (Python: ProgramNotStoredError) */
 
 /*
  * tirastore_version returns the library version ("1.2.3"). The string is

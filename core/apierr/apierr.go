@@ -19,8 +19,8 @@ import (
 // Kind classifies an error by what the caller should do about it.
 type Kind int
 
-// The kinds. The engine returns the first twelve; the C layer adds Handle,
-// Misuse and Forked, which only it can detect.
+// The kinds. The engine returns all but Handle, Misuse and Forked, which
+// only the C layer can detect.
 const (
 	KindInternal    Kind = iota // a bug in the engine
 	KindValue                   // a bad value: invalid schedule, NaN, NUL byte
@@ -39,6 +39,10 @@ const (
 	// KindLockLost: the lock was broken while this call held it (the
 	// process stalled past stale_lock_timeout).
 	KindLockLost
+	// KindNoProgram: a write by program_hash whose program is not
+	// stored (another database at the path, or the program was
+	// removed): the caller sends the write again with the source.
+	KindNoProgram
 )
 
 // Entry is one row of the table.
@@ -73,6 +77,7 @@ var Table = []Entry{
 	{KindMisuse, 13, "TIRASTORE_ERR_MISUSE", "ValueError", "NULL pointer, invalid JSON, unknown method"},
 	{KindForked, 14, "TIRASTORE_ERR_FORKED", "RuntimeError", "called in a child of fork(): this copy's Go runtime is gone"},
 	{KindLockLost, 15, "TIRASTORE_ERR_LOCK_LOST", "LockLostError", "the lock was broken while the call held it, after a stall"},
+	{KindNoProgram, 16, "TIRASTORE_ERR_NO_PROGRAM", "ProgramNotStoredError", "a write by program_hash whose program is not stored: send the source"},
 }
 
 // byKind indexes Table.

@@ -207,7 +207,9 @@ func (s *Backend) Write(ctx context.Context, w *storage.Write) (int, error) {
 		defer cancel()
 		b := &pgx.Batch{}
 		local := s.queueLocal(b)
-		b.Queue(insertProgramSQL, w.Hash, w.Name, w.Source)
+		if !w.ProgramStored {
+			b.Queue(insertProgramSQL, w.Hash, w.Name, w.Source)
+		}
 		b.Queue(insert, args...)
 		if len(w.Release) > 0 {
 			k, t := refArrays(w.Release)
@@ -224,9 +226,11 @@ func (s *Backend) Write(ctx context.Context, w *storage.Write) (int, error) {
 				return err
 			}
 		}
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			return err
+		if !w.ProgramStored {
+			if _, err := br.Exec(); err != nil {
+				br.Close()
+				return err
+			}
 		}
 		got := map[string]bool{}
 		r, err := br.Query()

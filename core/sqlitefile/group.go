@@ -334,8 +334,10 @@ func putRequests(db *sqlite.DB, reqs []*writeRequest, at time.Time) ([]int, *cha
 		clear(written)
 		changes = &changelog.Entry{}
 		for i, r := range reqs {
-			if err := tx.PutProgram(storage.Program{Hash: r.Hash, Name: r.Name, Source: r.Source}); err != nil {
-				return err
+			if !r.ProgramStored {
+				if err := tx.PutProgram(storage.Program{Hash: r.Hash, Name: r.Name, Source: r.Source}); err != nil {
+					return err
+				}
 			}
 			for _, p := range r.Rows {
 				rec := &storage.Record{
@@ -343,7 +345,7 @@ func putRequests(db *sqlite.DB, reqs []*writeRequest, at time.Time) ([]int, *cha
 					Hostname: r.Hostname, Username: r.Username, CreationDate: stamp, UpdateDate: stamp,
 					SourceProject: r.SourceProject,
 				}
-				ok, err := tx.PutRecord(rec, r.Overwrite)
+				ok, err := putRecord(tx, rec, r.Overwrite)
 				switch {
 				case err != nil:
 				case ok && r.Overwrite:

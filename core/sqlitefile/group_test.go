@@ -30,6 +30,9 @@ import (
 const (
 	envLaneHolder  = "TIRASTORE_TEST_LANE_HOLDER"  // database path
 	envRecordChild = "TIRASTORE_TEST_RECORD_CHILD" // "<db> <project> <schedule> <lock timeout ms>"
+	// envRecordByHash makes the record child record by the hash of this
+	// source (core.ProgramRef), without sending it.
+	envRecordByHash = "TIRASTORE_TEST_RECORD_BY_HASH"
 )
 
 // TestLaneHolderChild takes the lock of $TIRASTORE_TEST_LANE_HOLDER as a
@@ -78,7 +81,11 @@ func TestRecordChild(t *testing.T) {
 	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 		t.Fatal(err)
 	}
-	ok, err := st.Record(context.Background(), "blur", src, core.Measurement{Schedule: spec[2], IsLegal: true,
+	prog := core.ProgramRef{Source: src}
+	if by, ok := os.LookupEnv(envRecordByHash); ok {
+		prog = core.ProgramRef{Hash: core.ProgramHash(by), ByHash: true}
+	}
+	ok, err := st.RecordRef(context.Background(), "blur", prog, core.Measurement{Schedule: spec[2], IsLegal: true,
 		ExecutionTimes: []pyjson.Number{"1.5"}}, false)
 	var e *core.Error
 	switch {
@@ -283,6 +290,68 @@ func TestGroupCommit(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGroupCommitByHashOfMissingProgram: in one group, a record by the
+// hash of a program the database does not have fails alone, with
+// KindNoProgram and nothing written; the group's other records, one by the
+// hash of a stored program among them, are written. (Were the program
+// row inserted for a write by hash, or the group failed for all, a child
+// would say otherwise.)
+func TestGroupCommitByHashOfMissingProgram(t *testing.T) {
+	db := newGroupDB(t)
+	st, err := core.Open(ctx, db, core.Options{CPUModel: "Test CPU"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Record(ctx, "blur", src, core.Measurement{Schedule: "U(L0,1,comps=['c1'])", IsLegal: true,
+		ExecutionTimes: []pyjson.Number{"1"}}, false); err != nil {
+		t.Fatal(err)
+	}
+	const missing = "void never_stored() {}"
+	kids := []struct {
+		env  []string
+		want string
+	}{
+		{nil, "written true"},
+		{[]string{envRecordByHash + "=" + missing}, "error " + core.KindNoProgram.PythonName()},
+		{[]string{envRecordByHash + "=" + src}, "written true"},
+		{nil, "written true"},
+	}
+	var children []*recordChild
+	for i, k := range kids {
+		children = append(children, startRecordChild(t, k.env, db, fmt.Sprintf("proj%d", i),
+			fmt.Sprintf("U(L0,%d,comps=['c1'])", i+2), time.Minute))
+	}
+	holder := laneHolder(t, db)
+	for i, c := range children {
+		c.record(t)
+		waitBlocked(t, db, i+1)
+	}
+	holder.Close()
+	for i, c := range children {
+		if got := c.result(t); got != kids[i].want {
+			t.Errorf("child %d: %s, want %s", i, got, kids[i].want)
+		}
+	}
+	for i := range kids {
+		sched := fmt.Sprintf("U(L0,%d,comps=['c1'])", i+2)
+		ok, err := st.Contains(ctx, "blur", src, sched)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found, err := st.ContainsByHash(ctx, "blur", core.ProgramHash(missing), sched)
+		if err != nil || found {
+			t.Fatalf("a record by the missing program's hash was written (%v)", err)
+		}
+		if want := kids[i].want == "written true"; ok != want {
+			t.Errorf("child %d's record stored: %v, want %v", i, ok, want)
+		}
+	}
+	if s, err := st.GetProgramSource(ctx, "blur"); err != nil || len(s) != 1 {
+		t.Errorf("programs named blur: %v (%v), want only the stored one", s, err)
 	}
 }
 

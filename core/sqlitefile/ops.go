@@ -229,7 +229,13 @@ type writer struct {
 
 // PutRecord writes r in the transaction.
 func (w writer) PutRecord(r *storage.Record, overwrite bool) (bool, error) {
-	ok, err := w.tx.PutRecord(r, overwrite)
+	return putRecord(w.tx, r, overwrite)
+}
+
+// putRecord writes r in tx; the only constraint a record can fail is its
+// program's foreign key.
+func putRecord(tx *sqlite.Tx, r *storage.Record, overwrite bool) (bool, error) {
+	ok, err := tx.PutRecord(r, overwrite)
 	if sqlite.IsConstraint(err) {
 		return false, fmt.Errorf("%w (%v)", storage.ErrNoProgram, err)
 	}

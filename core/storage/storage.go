@@ -221,6 +221,11 @@ type Write struct {
 	Username      string `json:"username"`
 	SourceProject string `json:"source_project"`
 	Overwrite     bool   `json:"overwrite"`
+	// ProgramStored: the writer knows the program row is stored and sent
+	// no Source (core.ProgramRef). The write does not insert the program;
+	// if the row is not there, it fails with ErrNoProgram and writes
+	// nothing.
+	ProgramStored bool `json:"program_stored,omitempty"`
 	// Release are claims that the write ends (a claimer's record): each
 	// is deleted in the write's transaction if its token still names it.
 	Release []ClaimRef `json:"release,omitempty"`

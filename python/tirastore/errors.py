@@ -23,6 +23,18 @@ class LockLostError(sqlite3.OperationalError):
     """
 
 
+class ProgramNotStoredError(LookupError):
+    """A write by ``program_hash`` found no such program in the database.
+
+    The library's ``record`` and ``record_many`` take a program's hash
+    instead of its source once the program is stored, and write nothing
+    when it is not (another database at the path, the program removed).
+    :class:`~tirastore.TiraStore` then writes again with the source, so its
+    users never see this error; callers of the C ABI get its status,
+    ``TIRASTORE_ERR_NO_PROGRAM``.
+    """
+
+
 class TiraStoreWarning(RuntimeWarning):
     """What a store says when it opens, through :mod:`warnings`.
 

@@ -27,7 +27,7 @@ from typing import IO, Any, Iterator, Optional, Sequence, Union
 
 from tirastore import _native
 from tirastore.claim import Claim, ClaimInfo
-from tirastore.errors import TiraStoreWarning
+from tirastore.errors import ProgramNotStoredError, TiraStoreWarning
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -279,6 +279,7 @@ class TiraStore:
         self._handle = 0
         self._closed = True
         self._copy = _native.lib_copy
+        self._written: set[str] = set()  # see _write
         path = _fspath("TiraStore", "db_path", db_path)
         options = {
             "source_project": source_project,
@@ -379,6 +380,7 @@ class TiraStore:
         self._closed = bool(state["closed"])
         self._handle = 0 if self._closed else -1  # -1: not yet opened here
         self._copy = -1
+        self._written = set()
 
     # -- lookup & record ---------------------------------------------------
 
@@ -402,6 +404,28 @@ class TiraStore:
             h = _native.call(0, "make_program_hash", source=source)
             _program_hashes[source] = h
             _program_hash_bytes[source] = h.encode("ascii")
+
+    def _write(self, method: str, source: Any, **args: Any) -> Any:
+        """A record or record_many: by the program's hash once this store
+        has written the program by its source (the library then skips the
+        source and the program row), else by the source. If the database
+        no longer has the program (another database at the path, the
+        program removed), the library writes nothing and says so, and the
+        write goes again with the source."""
+        h = _program_hashes.get(source) if type(source) is str and source in self._written else None
+        if h is not None:
+            try:
+                return self._call(method, program_hash=h, **args)
+            except ProgramNotStoredError:
+                self._written.discard(source)
+        ref = {"program_source_code": source}
+        out = self._call(method, **args, **ref)
+        self._remember(ref)
+        if type(source) is str and source in _program_hashes:
+            if len(self._written) >= 64:
+                self._written.clear()
+            self._written.add(source)
+        return out
 
     def lookup(self, program_name: str, program_source_code: str, tiralib_schedule_string: str) -> Optional[LookupResult]:
         """Return the stored measurement of a schedule of a program, or None.
@@ -650,10 +674,10 @@ class TiraStore:
         >>> store.record("blur", "void blur() {}", "R(L0,comps=['c1'])", True, [0.05], overwrite=True)
         True
         """
-        return self._call(
+        return self._write(
             "record",
+            program_source_code,
             program_name=program_name,
-            program_source_code=program_source_code,
             tiralib_schedule_string=tiralib_schedule_string,
             is_legal=is_legal,
             execution_times=execution_times,
@@ -686,10 +710,10 @@ class TiraStore:
         ... ])
         2
         """
-        return self._call(
+        return self._write(
             "record_many",
+            program_source_code,
             program_name=program_name,
-            program_source_code=program_source_code,
             schedules=schedules,
             overwrite=overwrite,
         )

@@ -80,13 +80,20 @@ def test_both_paths_agree_on_every_stored_shape(store, fast_calls):
     assert len(fast_calls) == len(MEASUREMENTS) + 1
 
 
-def test_the_first_read_of_a_source_sends_it(store, fast_calls):
+def test_the_first_use_of_a_source_sends_it(store, fast_calls):
+    """A source's first read, or its first record, sends it (the library
+    checks it, the package learns its hash); the reads after it go by
+    hash."""
     source = SRC_BLUR + "// a source no other test reads\n"
-    store.record("blur", source, SCHED_S, True, [1.0])
-    assert store.lookup("blur", source, SCHED_S).execution_times == [1.0]
+    assert store.lookup("blur", source, SCHED_S) is None
     assert fast_calls == []
-    assert store.lookup("blur", source, SCHED_S).execution_times == [1.0]
+    assert store.lookup("blur", source, SCHED_S) is None
     assert len(fast_calls) == 1
+    written = SRC_BLUR + "// a source no other test writes\n"
+    store.record("blur", written, SCHED_S, True, [1.0])
+    assert len(fast_calls) == 1
+    assert store.lookup("blur", written, SCHED_S).execution_times == [1.0]
+    assert len(fast_calls) == 2
 
 
 def test_each_call_returns_a_new_result(store):

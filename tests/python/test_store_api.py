@@ -31,6 +31,7 @@ from conftest import (
     oracle_program_hash,
     raw_programs,
     raw_records,
+    sqlite_only,
 )
 
 from tirastore import LookupResult, TiraStore
@@ -895,6 +896,98 @@ def test_threads_sharing_one_store_and_separate_stores(make_store, db_path):
     assert sorted(wins) == list(range(40))
     assert shared.count() == 8 * 40 + 40
     assert leftover_lock_files(shared) == []
+
+
+def _sent_programs(monkeypatch):
+    """Spy on the library calls: (method, "hash" or "source") of each."""
+    from tirastore import _native
+
+    sent = []
+    real = _native.call
+
+    def spy(handle, method, **args):
+        if "program_hash" in args or "program_source_code" in args:
+            sent.append((method, "hash" if "program_hash" in args else "source"))
+        return real(handle, method, **args)
+
+    monkeypatch.setattr(_native, "call", spy)
+    return sent
+
+
+def test_records_by_program_hash(store, monkeypatch):
+    """Once a store has written a program by its source, its records and
+    record_many send the program's hash instead: a long source is not
+    encoded and parsed again at every write. Another store, or another
+    source, still goes by source first."""
+    from tirastore import _native
+
+    sent = _sent_programs(monkeypatch)
+    src = "void written() { /* " + "x" * 2000 + " */ }"
+    assert store.record("written", src, SCHED_S, True, [1.0])
+    assert store.record("written", src, SCHED_R, False, None)
+    assert store.record_many("written", src, [{"tiralib_schedule_string": SCHED_I, "is_legal": True,
+                                               "execution_times": [2.0]}]) == 1
+    assert not store.record("written", src, SCHED_S, True, [9.0])  # exists
+    assert store.record("written", src, SCHED_S, True, [3.0], overwrite=True)
+    assert sent == [("record", "source")] + [("record", "hash"), ("record_many", "hash")] + [("record", "hash")] * 2
+    assert store.lookup("written", src, SCHED_S).execution_times == [3.0]
+    assert store.lookup("written", src, SCHED_I).execution_times == [2.0]
+    assert [p["source_code"] for p in store.get_program_source("written")] == [src]
+    # Bad input by hash is refused as it is by source.
+    with pytest.raises(ValueError, match="Invalid schedule"):
+        store.record("written", src, "not a schedule", True, [1.0])
+    with pytest.raises(ValueError, match="program_hash must be 64 lowercase"):
+        _native.call(store._handle, "record", program_name="w", program_hash="abc", tiralib_schedule_string=SCHED_S,
+                     is_legal=True, execution_times=[1.0])
+    with pytest.raises(TypeError, match="not both"):
+        _native.call(store._handle, "record", program_name="w", program_hash="a" * 64, program_source_code=src,
+                     tiralib_schedule_string=SCHED_S, is_legal=True, execution_times=[1.0])
+    del sent[:]
+    assert store.record("other", "void other() {}", SCHED_S, True, [1.0])
+    assert sent == [("record", "source")]
+
+
+def test_record_by_hash_of_a_program_not_stored(store):
+    """The C ABI's record by program_hash of a program the database does not
+    have writes nothing and says so, with its own status and class."""
+    import tirastore
+    from tirastore import _native
+    from tirastore.errors import ProgramNotStoredError
+
+    h = tirastore.make_program_hash("void never_stored() {}")
+    for method, args in [("record", {"tiralib_schedule_string": SCHED_S, "is_legal": True, "execution_times": [1.0]}),
+                         ("record_many", {"schedules": [{"tiralib_schedule_string": SCHED_S, "is_legal": True,
+                                                         "execution_times": [1.0]}]})]:
+        with pytest.raises(ProgramNotStoredError, match="program_hash " + h + " is not stored"):
+            _native.call(store._handle, method, program_name="never", program_hash=h, **args)
+    assert store.count() == 0 and store.program_count() == 0
+    assert issubclass(ProgramNotStoredError, LookupError)
+
+
+@sqlite_only
+def test_records_by_hash_after_the_program_was_removed(store, db_path, monkeypatch):
+    """A store that writes by hash a program removed from the database
+    meanwhile (by SQL here; a database replaced at its path is the same)
+    gets the library's refusal and writes again with the source: the record
+    is written, with its program row. (Were the program row not required,
+    the record would be written without it; were the refusal not caught,
+    the call would raise ProgramNotStoredError.)"""
+    import sqlite3
+
+    src = "void removed() {}"
+    assert store.record("removed", src, SCHED_S, True, [1.0])
+    c = sqlite3.connect(db_path)
+    with c:
+        c.execute("DELETE FROM records")
+        c.execute("DELETE FROM programs")
+    c.close()
+    sent = _sent_programs(monkeypatch)
+    assert store.record("removed", src, SCHED_R, True, [2.0])
+    assert sent == [("record", "hash"), ("record", "source")]
+    assert [p["source_code"] for p in store.get_program_source("removed")] == [src]
+    assert store.lookup("removed", src, SCHED_R).execution_times == [2.0]
+    assert store.record("removed", src, SCHED_I, True, [3.0])
+    assert sent[2:] == [("record", "hash")]
 
 
 def test_reads_by_program_hash(store):

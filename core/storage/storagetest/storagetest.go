@@ -32,6 +32,7 @@ func Run(t *testing.T, open Open) {
 	}{
 		{"WriteThenLookup", testWriteThenLookup},
 		{"WriteOverwrite", testWriteOverwrite},
+		{"WriteProgramStored", testWriteProgramStored},
 		{"LookupMany", testLookupMany},
 		{"Contains", testContains},
 		{"Reads", testReads},
@@ -117,6 +118,44 @@ func testWriteOverwrite(t *testing.T, open Open) {
 	}
 	if rec.CreationDate != first.CreationDate || rec.UpdateDate == first.UpdateDate {
 		t.Errorf("overwrite dates %q / %q, first %q: creation kept, update moved", rec.CreationDate, rec.UpdateDate, first.CreationDate)
+	}
+}
+
+// testWriteProgramStored: a write that says its program is stored sends
+// no source; it does not touch the program row, and where the row is
+// missing it fails with ErrNoProgram and writes none of its rows.
+func testWriteProgramStored(t *testing.T, open Open) {
+	b := open(t)
+	h := hashOf('s')
+	write(t, b, h, "stored", false, "S1")
+	byHash := func(hash string, scheds ...string) (int, error) {
+		w := &storage.Write{Hash: hash, Name: "renamed", Hostname: "h", Username: "u", ProgramStored: true}
+		for _, s := range scheds {
+			w.Rows = append(w.Rows, storage.Row{Key: key(hash, s), Schedule: s, ResultJSON: `{"is_legal":false,"execution_times":null}`})
+		}
+		return b.Write(ctx, w)
+	}
+	if n, err := byHash(h, "S2", "S3"); err != nil || n != 2 {
+		t.Fatalf("write by a stored program's hash: %d, %v", n, err)
+	}
+	var progs []storage.Program
+	if err := b.EachProgram(ctx, func(p storage.Program, _ []storage.ScheduleResult) error {
+		progs = append(progs, p)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(progs) != 1 || progs[0].Name != "stored" || progs[0].Source != "src of stored" {
+		t.Fatalf("programs after a write by hash: %+v; want the first write's row untouched", progs)
+	}
+	missing := hashOf('m')
+	if n, err := byHash(missing, "S1", "S2"); !errors.Is(err, storage.ErrNoProgram) || n != 0 {
+		t.Fatalf("write by the hash of a program not stored: %d, %v; want ErrNoProgram", n, err)
+	}
+	for _, s := range []string{"S1", "S2"} {
+		if rec, err := b.Lookup(ctx, missing, key(missing, s)); err != nil || rec != nil {
+			t.Fatalf("a failed write by hash left %+v (%v)", rec, err)
+		}
 	}
 }
 
