@@ -177,14 +177,20 @@ OPS = ["lookup", "record", "lock status", "check"]
 
 def run_op(op: str, db: Path, env: dict, sched: str) -> dict:
     """One operation; a process still running at lock_timeout + 10 s is
-    killed and reported as hung (the failure this test exists for)."""
+    killed and reported as hung (the failure this test exists for), with
+    the command it started (its session: a hung `tirastore check` would
+    otherwise stay blocked in open(2) for good)."""
     cmd = [sys.executable, "-c", OP, op, str(db), str(LOCK_TIMEOUT), TEST_CPU, TEST_SLURM, sched]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         start_new_session=True)
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=LOCK_TIMEOUT + 10)
+        out, err = p.communicate(timeout=LOCK_TIMEOUT + 10)
     except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
         return {"op": op, "hung": True}
-    assert r.stdout.strip(), f"{op}: no output\n{r.stderr}"
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    assert out.strip(), f"{op}: no output\n{err}"
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def planted_names(db: Path) -> dict[str, str]:
