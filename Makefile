@@ -29,7 +29,7 @@ export PIP_USER := 0
 
 LIB := build/libtirastore.so
 
-.PHONY: all build build-failpoints venv install pydeps ejkernel-venv test test-go test-python test-c lint header demo bench fusebed torture clean
+.PHONY: all build build-failpoints venv install pydeps ejkernel-venv test test-go test-python test-c lint header demo bench screenshot fusebed torture clean
 
 all: build
 
@@ -142,6 +142,12 @@ bench: build pydeps
 	@$(MAKE) --no-print-directory ejkernel-venv || echo "make bench: no ejkernel venv: the ejkernel import row will say why it is skipped" >&2
 	$(GO) build -o build/bench/tirastore-bench ./tests/bench
 	./build/bench/tirastore-bench -python $(PYTHON) $(BENCHFLAGS)
+
+# The README's picture of `tirastore dashboard` (docs/dashboard.png): a
+# three-hour search of the demo's programs by four nodes, in headless
+# chromium (tests/python/readme_screenshot.py).
+screenshot: install
+	$(IN_VENV) $(PYTHON) tests/python/readme_screenshot.py
 
 # The Lustre-like FUSE test bed (tests/fusebed/main.go documents it).
 fusebed: ; go build -o build/fusebed ./tests/fusebed
