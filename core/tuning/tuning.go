@@ -193,19 +193,6 @@ const (
 	// would otherwise keep a large source's text until it grew to twice
 	// its live size, and the next large call would add its own to it.
 	LargeRequest = 64 << 20
-	// HostProcs is the Go runtime's GOMAXPROCS in a host process that
-	// loaded libtirastore.so (a Python interpreter, a C program), unless
-	// the host's environment sets GOMAXPROCS. The library's Go code runs
-	// on its callers' threads, and a caller back in its own code between
-	// calls keeps a P: with another P idle, the runtime's monitor thread
-	// does not sleep but polls every 20 µs to 10 ms, starting over each
-	// time it takes back a P left for 10 ms. On a node that many worker
-	// processes share, that is CPU taken from them (docs/performance.md,
-	// "Throughput"). With one P, a P left in C is taken back at once and
-	// the monitor sleeps until Go code runs again. Given up: the CPU
-	// parts of two host threads' calls at once (a lookup's microseconds);
-	// waits (I/O, fsync, the lock) leave the P to other threads.
-	HostProcs = 1
 )
 
 // Large program sources (core, core/keys, core/sqlitefile): what is
