@@ -4,8 +4,8 @@
 // schedules, and the fleet's throughput by host, user and source project.
 //
 // A Board reads the records table through core.Store.RecordsAfter, a chunk
-// of tuning.LoadChunkRows rows per read (one hold of the lock, what a
-// lookup's load of a program holds at most), and folds each chunk into
+// of tuning.DashboardChunkRows rows per read (one hold of the lock, less
+// than a lookup's load of a program holds at most), and folds each chunk into
 // aggregates that are incremental: a refresh reads only the rows inserted
 // since its cursor, and what a page asks for is answered from memory,
 // downsampled to a few thousand points whatever the number of records.
@@ -92,7 +92,7 @@ func (b *Board) Refresh(ctx context.Context, st *core.Store, maxRows int) (added
 	if server {
 		after = max(after-serverWindow, 0)
 	}
-	chunk := tuning.LoadChunkRows
+	chunk := tuning.DashboardChunkRows
 	for {
 		recs, err := st.RecordsAfter(ctx, after, chunk)
 		if err != nil {

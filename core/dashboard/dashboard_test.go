@@ -89,7 +89,7 @@ func TestBoardAggregates(t *testing.T) {
 	}
 }
 
-// TestBoardChunks: a refresh reads tuning.LoadChunkRows rows per read and
+// TestBoardChunks: a refresh reads tuning.DashboardChunkRows rows per read and
 // stops after maxRows; the scatter stays bounded by MaxPoints and keeps the
 // fastest record of every bucket.
 func TestBoardChunks(t *testing.T) {
@@ -102,10 +102,10 @@ func TestBoardChunks(t *testing.T) {
 	record(t, st, "big", ms...)
 	b := New()
 	added, done, err := b.Refresh(ctx, st, 1)
-	if err != nil || added != tuning.LoadChunkRows || done {
-		t.Fatalf("bounded refresh = %d, %v, %v; want one chunk of %d", added, done, err, tuning.LoadChunkRows)
+	if err != nil || added != tuning.DashboardChunkRows || done {
+		t.Fatalf("bounded refresh = %d, %v, %v; want one chunk of %d", added, done, err, tuning.DashboardChunkRows)
 	}
-	if added, done, _ = b.Refresh(ctx, st, 0); added != n-tuning.LoadChunkRows || !done {
+	if added, done, _ = b.Refresh(ctx, st, 0); added != n-tuning.DashboardChunkRows || !done {
 		t.Fatalf("rest = %d, %v", added, done)
 	}
 	v := b.Program(b.Overview(0).Programs[0].Hash)
