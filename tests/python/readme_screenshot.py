@@ -120,6 +120,51 @@ def _as_node(cmd: list[str]) -> list[str]:
     return cmd
 
 
+def shoot(d: Path, out: Path) -> None:
+    """Build the database in d, serve it and take the picture."""
+    build(d / "cache.db", datetime.now(timezone.utc))
+    subprocess.run([sys.executable, "-m", "tirastore", "check", "cache.db"], cwd=d, check=True,
+                   stdout=subprocess.DEVNULL)
+    # One worker measuring a schedule of matmul now: its claim is in flight.
+    matmul = next(p for p in demo.PROGRAMS if p.name == "matmul")
+    worker = subprocess.Popen(_as_node(
+        [sys.executable, "-c",
+         "import sys, tirastore\n"
+         "s = tirastore.TiraStore('cache.db', source_project='beam-search')\n"
+         "c = s.lookup_or_claim('matmul', sys.argv[1], sys.argv[2])\n"
+         "print('claimed', flush=True)\n"
+         "sys.stdin.read()\n",
+         matmul.source, "T2(L0,L1,32,64,comps=['c_upd'])|U(L2,8,comps=['c_upd'])"]),
+        cwd=d, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    server = None
+    try:
+        if worker.stdout.readline().strip() != "claimed":
+            raise RuntimeError("the claiming worker did not start")
+        server = subprocess.Popen([sys.executable, "-m", "tirastore", "dashboard", "cache.db", "--port", "0"],
+                                  cwd=d, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = server.stdout.readline()
+        if " on http" not in line:
+            raise RuntimeError(f"the dashboard did not start: {line!r}")
+        url = line.split(" on ", 1)[1].split(" ")[0]
+        b = chromium.Chromium(width=1280, height=1470)
+        try:
+            b.navigate(url)
+            if not b.wait_for("document.querySelectorAll('#programs tbody tr').length === 4 && "
+                              "document.querySelector('#program-chart canvas') !== null && "
+                              "document.querySelector('#fleet-host canvas') !== null", timeout=30):
+                raise RuntimeError(f"the page did not fill: {b.errors()}")
+            time.sleep(1.0)
+            b.screenshot(out)
+        finally:
+            b.close()
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(10)
+        worker.stdin.close()
+        worker.wait(30)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", nargs="?", default=str(REPO / "docs" / "dashboard.png"), help="the PNG to write")
@@ -128,52 +173,10 @@ def main(argv: list[str] | None = None) -> int:
         print("readme_screenshot: chromium is not installed (apt-get install chromium)", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="tirastore-screenshot-") as tmp:
-        os.chmod(tmp, 0o1777)
-        db = Path(tmp) / "cache.db"
-        shown = _neutral_dir()
-        if shown is not None:  # the page shows the database's path: not a random one
-            tmp, db = str(shown), shown / "cache.db"
-        build(db, datetime.now(timezone.utc))
-        subprocess.run([sys.executable, "-m", "tirastore", "check", "cache.db"], cwd=tmp, check=True,
-                       stdout=subprocess.DEVNULL)
-        # One worker measuring a schedule of matmul now: its claim is in flight.
-        matmul = next(p for p in demo.PROGRAMS if p.name == "matmul")
-        worker = subprocess.Popen(_as_node(
-            [sys.executable, "-c",
-             "import sys, tirastore\n"
-             "s = tirastore.TiraStore('cache.db', source_project='beam-search')\n"
-             "c = s.lookup_or_claim('matmul', sys.argv[1], sys.argv[2])\n"
-             "print('claimed', flush=True)\n"
-             "sys.stdin.read()\n",
-             matmul.source, "T2(L0,L1,32,64,comps=['c_upd'])|U(L2,8,comps=['c_upd'])"]),
-            cwd=tmp, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        server = None
+        shown = _neutral_dir()  # the page shows the database's path: not a random one
         try:
-            if worker.stdout.readline().strip() != "claimed":
-                raise RuntimeError("the claiming worker did not start")
-            server = subprocess.Popen([sys.executable, "-m", "tirastore", "dashboard", "cache.db", "--port", "0"],
-                                      cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            line = server.stdout.readline()
-            if " on http" not in line:
-                raise RuntimeError(f"the dashboard did not start: {line!r}")
-            url = line.split(" on ", 1)[1].split(" ")[0]
-            b = chromium.Chromium(width=1280, height=1470)
-            try:
-                b.navigate(url)
-                if not b.wait_for("document.querySelectorAll('#programs tbody tr').length === 4 && "
-                                  "document.querySelector('#program-chart canvas') !== null && "
-                                  "document.querySelector('#fleet-host canvas') !== null", timeout=30):
-                    raise RuntimeError(f"the page did not fill: {b.errors()}")
-                time.sleep(1.0)
-                b.screenshot(Path(args.out))
-            finally:
-                b.close()
+            shoot(shown or Path(tmp), Path(args.out))
         finally:
-            if server is not None:
-                server.terminate()
-                server.wait(10)
-            worker.stdin.close()
-            worker.wait(30)
             if shown is not None:
                 shutil.rmtree(shown)
     print(f"wrote {args.out}")
