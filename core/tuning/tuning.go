@@ -122,8 +122,8 @@ const (
 	LoadChunkRows = 256
 	// DashboardChunkRows is what one read of `tirastore dashboard` takes
 	// of the records table (core/dashboard): half a load's chunk, so that
-	// its hold of the lock stays within a lookup's although the longest
-	// holds of both stretch by 2x from run to run on a loaded node.
+	// its hold of the lock stays within a lookup's with room to spare when
+	// a loaded node stretches holds of either kind.
 	DashboardChunkRows = LoadChunkRows / 2
 	// AdmitWindow: a program is loaded on a locked miss only if it was
 	// missed before within this window (a program asked about once reads

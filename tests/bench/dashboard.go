@@ -336,10 +336,10 @@ func dashTargets(res *results) []*target {
 			Detail: fmt.Sprintf("median %.2f s from the writer's acknowledgement (the page polls every 2 s, the server reads every 1 s)", d.Visible.Median/1e6)})
 	}
 	if d.ReadHold != nil && d.LoadHold != nil {
-		// The p99, not the longest hold: the longest of either is a hold
-		// the scheduler preempted on a loaded node (4-6 ms in both series
-		// alike, while their p99s are 1-4 ms), and the dashboard makes
-		// three times as many holds, so more draws of that spike.
+		// The p99, not the longest hold: on a loaded node the longest of
+		// either series is a hold the scheduler preempted, far above both
+		// p99s, and the dashboard makes more holds, so more draws of that
+		// spike (docs/performance.md, "Dashboard").
 		ts = append(ts, &target{ID: "dashboard-hold", Name: "issue 31: p99 hold of a dashboard read / of a lookup's load, " + size,
 			Value: fnum(d.ReadHold.P99 / d.LoadHold.P99), Unit: "x", Goal: "<= 1", Met: d.HoldMet,
 			Detail: fmt.Sprintf("%s vs %s µs (medians %s vs %s, longest %s vs %s)", fmtUS(d.ReadHold.P99), fmtUS(d.LoadHold.P99),
