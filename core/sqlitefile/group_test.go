@@ -240,6 +240,22 @@ func newGroupDB(t *testing.T) string {
 	return db
 }
 
+// openAndRecord opens a store on db, closed when the test ends, and
+// records through it one measurement of blur's schedule sched.
+func openAndRecord(t *testing.T, db, sched string) *core.Store {
+	t.Helper()
+	st, err := core.Open(ctx, db, core.Options{CPUModel: "Test CPU"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if _, err := st.Record(ctx, "blur", src, core.Measurement{Schedule: sched, IsLegal: true,
+		ExecutionTimes: []pyjson.Number{"1"}}, false); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 // TestGroupCommit: four processes that record while another write of the
 // node holds the lane are committed in one transaction (the change counter
 // moves once), each with its own source project, and each learns that its
@@ -301,15 +317,7 @@ func TestGroupCommit(t *testing.T) {
 // would say otherwise.)
 func TestGroupCommitByHashOfMissingProgram(t *testing.T) {
 	db := newGroupDB(t)
-	st, err := core.Open(ctx, db, core.Options{CPUModel: "Test CPU"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if _, err := st.Record(ctx, "blur", src, core.Measurement{Schedule: "U(L0,1,comps=['c1'])", IsLegal: true,
-		ExecutionTimes: []pyjson.Number{"1"}}, false); err != nil {
-		t.Fatal(err)
-	}
+	st := openAndRecord(t, db, "U(L0,1,comps=['c1'])")
 	const missing = "void never_stored() {}"
 	kids := []struct {
 		env  []string
@@ -369,15 +377,7 @@ func TestGroupCommitWithdrawOnTimeout(t *testing.T) {
 	}
 	holder.Close()
 	// A writer that now holds the lock commits whatever is handed over.
-	st, err := core.Open(ctx, db, core.Options{CPUModel: "Test CPU"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if _, err := st.Record(ctx, "blur", src, core.Measurement{Schedule: "U(L0,8,comps=['c1'])", IsLegal: true,
-		ExecutionTimes: []pyjson.Number{"1"}}, false); err != nil {
-		t.Fatal(err)
-	}
+	st := openAndRecord(t, db, "U(L0,8,comps=['c1'])")
 	if ok, err := st.Contains(ctx, "blur", src, "U(L0,7,comps=['c1'])"); err != nil || ok {
 		t.Fatalf("the timed-out record was written (contains=%v, %v)", ok, err)
 	}
