@@ -316,11 +316,17 @@ func request(method string, p *C.char) ([]byte, error) {
 	}
 	n := int(C.strlen(p))
 	if n > limits.RequestLimit() {
-		return nil, &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("%s(): the arguments are %d bytes of JSON, "+
-			"more than the %d a call may carry (a text, such as a program source, may have at most %d bytes; docs/limits.md)",
-			displayName(method), n, limits.MaxRequestBytes, limits.MaxTextBytes)}
+		return nil, requestTooLong(method, uint64(n))
 	}
 	return unsafe.Slice((*byte)(unsafe.Pointer(p)), n), nil
+}
+
+// requestTooLong is the error of a call whose arguments are n bytes, more
+// than a call may carry.
+func requestTooLong(method string, n uint64) error {
+	return &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("%s(): the arguments are %d bytes of JSON, "+
+		"more than the %d a call may carry (a text, such as a program source, may have at most %d bytes; docs/limits.md)",
+		displayName(method), n, limits.MaxRequestBytes, limits.MaxTextBytes)}
 }
 
 // tirastore_config_fresh reports whether the answers of the method

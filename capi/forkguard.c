@@ -68,6 +68,16 @@ int tirastore_lookup(uint64_t handle, const char *program_name, size_t program_n
 	                          (char *)schedule, schedule_len, buf, buf_size, reply_len, out);
 }
 
+int tirastore_record(uint64_t handle, const char *program_name, size_t program_name_len, const char *program_hash,
+                     size_t program_hash_len, const char *schedule, size_t schedule_len, int is_legal,
+                     const char *execution_times_json, size_t execution_times_len, int overwrite, int *written,
+                     char **out) {
+	if (tirastore_forked) return tirastore_forked_error(out);
+	return tirastoreGo_record(handle, (char *)program_name, program_name_len, (char *)program_hash, program_hash_len,
+	                          (char *)schedule, schedule_len, is_legal, (char *)execution_times_json,
+	                          execution_times_len, overwrite, written, out);
+}
+
 int tirastore_config_fresh(uint64_t handle, uint64_t stamp) {
 	if (tirastore_forked) return 0; // not fresh: the caller's config_value call then reports the fork
 	return tirastoreGo_config_fresh(handle, stamp);

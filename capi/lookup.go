@@ -46,20 +46,10 @@ func tirastoreGo_lookup(handle C.uint64_t, program_name *C.char, program_name_le
 	if err != nil {
 		return reply(out, nil, err)
 	}
-	var texts [3]string
-	for i, arg := range [3]struct {
-		name string
-		p    *C.char
-		n    C.size_t
-	}{{"program_name", program_name, program_name_len}, {"program_hash", program_hash, program_hash_len},
-		{"tiralib_schedule_string", schedule, schedule_len}} {
-		if arg.p == nil && arg.n != 0 {
-			return reply(out, nil, misuse("tirastore_lookup: %s is NULL with a length of %d", arg.name, arg.n))
-		}
-		if uint64(arg.n) > uint64(limits.TextLimit()) {
-			return reply(out, nil, (&args{method: displayName("lookup")}).tooLong(arg.name, int64(arg.n)))
-		}
-		texts[i] = C.GoStringN(arg.p, C.int(arg.n))
+	texts, err := cTexts("lookup", []cText{{"program_name", program_name, program_name_len},
+		{"program_hash", program_hash, program_hash_len}, {"tiralib_schedule_string", schedule, schedule_len}})
+	if err != nil {
+		return reply(out, nil, err)
 	}
 	rowBuf := rowBufs.Get().(*[]byte)
 	defer rowBufs.Put(rowBuf)
@@ -77,6 +67,32 @@ func tirastoreGo_lookup(handle C.uint64_t, program_name *C.char, program_name_le
 	}
 	*out = (*C.char)(C.CBytes(append(b, 0)))
 	return statusOK
+}
+
+// cText is one text argument of a hot-path entry point: its name in the
+// method's messages, and the caller's pointer and length.
+type cText struct {
+	name string
+	p    *C.char
+	n    C.size_t
+}
+
+// cTexts copies the text arguments of a hot-path entry point (tirastore_lookup,
+// tirastore_record) of method into Go strings, refusing a NULL pointer with a
+// length (misuse) and a text longer than a text may be, as the method's JSON
+// arguments would be refused (tooLong).
+func cTexts(method string, in []cText) ([]string, error) {
+	texts := make([]string, len(in))
+	for i, arg := range in {
+		if arg.p == nil && arg.n != 0 {
+			return nil, misuse("tirastore_%s: %s is NULL with a length of %d", method, arg.name, arg.n)
+		}
+		if uint64(arg.n) > uint64(limits.TextLimit()) {
+			return nil, (&args{method: displayName(method)}).tooLong(arg.name, int64(arg.n))
+		}
+		texts[i] = C.GoStringN(arg.p, C.int(arg.n))
+	}
+	return texts, nil
 }
 
 // rowBufs are the buffers tirastore_lookup writes its replies into before

@@ -138,6 +138,22 @@ int tirastore_config_fresh(uint64_t handle, uint64_t stamp);
 int tirastore_lookup(uint64_t handle, const char *program_name, size_t program_name_len, const char *program_hash, size_t program_hash_len, const char *schedule, size_t schedule_len, void *buf, size_t buf_size, size_t *reply_len, char **out);
 
 /*
+ * tirastore_record is tirastore_call(handle, "record", ...) by program hash
+ * for a binding's hot path: a record of a program the binding has written
+ * before (see "record" by program_hash: a program the database does not
+ * have is TIRASTORE_ERR_NO_PROGRAM, and nothing is written). The texts are
+ * UTF-8 given as pointer and length (a pointer may be NULL only with length
+ * 0); is_legal and overwrite are 0 or not; execution_times_json is the JSON
+ * of that argument (an array of numbers, or null), also by pointer and
+ * length, kept as JSON so that its numbers keep their exact texts. On success
+ * (status TIRASTORE_OK) *written receives 1 if the record was written, 0 if
+ * it existed and overwrite was 0 (the method's true and false), and *out
+ * is NULL: no reply to free. On an error *out receives {"error": ...} as
+ * from tirastore_call (status and message are the method's own).
+ */
+int tirastore_record(uint64_t handle, const char *program_name, size_t program_name_len, const char *program_hash, size_t program_hash_len, const char *schedule, size_t schedule_len, int is_legal, const char *execution_times_json, size_t execution_times_len, int overwrite, int *written, char **out);
+
+/*
  * tirastore_free releases a buffer the library returned through an out
  * parameter. NULL is ignored. Each buffer must be freed exactly once.
  */

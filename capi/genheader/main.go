@@ -57,6 +57,7 @@ var cTypes = map[string]string{
 	"*C.uint64_t":    "uint64_t *",
 	"C.size_t":       "size_t",
 	"*C.size_t":      "size_t *",
+	"*C.int":         "int *",
 	"unsafe.Pointer": "void *",
 }
 

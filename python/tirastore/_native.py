@@ -121,6 +121,7 @@ int tirastore_close(uint64_t handle, char **out);
 int tirastore_call(uint64_t handle, const char *method, const char *args_json, char **out);
 int tirastore_config_fresh(uint64_t handle, uint64_t stamp);
 int tirastore_lookup(uint64_t handle, const char *program_name, size_t program_name_len, const char *program_hash, size_t program_hash_len, const char *schedule, size_t schedule_len, void *buf, size_t buf_size, size_t *reply_len, char **out);
+int tirastore_record(uint64_t handle, const char *program_name, size_t program_name_len, const char *program_hash, size_t program_hash_len, const char *schedule, size_t schedule_len, int is_legal, const char *execution_times_json, size_t execution_times_len, int overwrite, int *written, char **out);
 void tirastore_free(const char *buf);
 """
 
@@ -580,7 +581,8 @@ def config_fresh(handle: int, stamp: int) -> bool:
 
 # Each thread's reply buffer of lookup_by_hash (the library writes a reply
 # that fits there, so that no buffer is allocated and freed per call; the
-# call releases the GIL, so two threads must not share one).
+# call releases the GIL, so two threads must not share one), and its out
+# cells of record_by_hash.
 _REPLY_SIZE = 4096
 _replies = threading.local()
 
@@ -605,6 +607,29 @@ def lookup_by_hash(handle: int, program_name: bytes, program_hash: bytes, schedu
     finally:
         lib.tirastore_free(out[0])
     return _loads(text.decode("utf-8"))
+
+
+def times_json(execution_times: Any) -> bytes:
+    """execution_times as :func:`record_by_hash` sends it: its JSON, as
+    :func:`call` would write it (TypeError or ValueError where that fails)."""
+    return _dumps(execution_times).encode("utf-8")
+
+
+def record_by_hash(handle: int, program_name: bytes, program_hash: bytes, schedule: bytes, is_legal: bool,
+                   execution_times: bytes, overwrite: bool) -> bool:
+    """The method "record" by program hash, through tirastore_record: the
+    texts as UTF-8 bytes, execution_times as :func:`times_json` made it,
+    no reply to decode or free on success; returns whether it wrote."""
+    try:
+        written, out = _replies.record
+    except AttributeError:
+        written, out = _replies.record = (ffi.new("int *"), ffi.new("char **"))
+    status = lib.tirastore_record(handle, program_name, len(program_name), program_hash, len(program_hash),
+                                  schedule, len(schedule), is_legal, execution_times, len(execution_times),
+                                  overwrite, written, out)
+    if status != 0:
+        return _reply(status, out)  # raises the method's error
+    return written[0] != 0
 
 
 def call(handle: int, method: str, **args: Any) -> Any:

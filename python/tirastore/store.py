@@ -427,6 +427,36 @@ class TiraStore:
             self._written.add(source)
         return out
 
+    def _record_by_hash(
+        self, program_name: Any, source: Any, schedule: Any, is_legal: Any, execution_times: Any, overwrite: Any
+    ) -> Any:
+        """The hot path of record: a program this store has written (see
+        _write), texts that are str, flags that are bool, a handle of this
+        process's copy of the library: tirastore_record, with no JSON but
+        execution_times'. Returns whether it wrote, or _NOT_SENT when
+        _write must write (it also says what is wrong with an argument, and
+        sends the source of a program the database no longer has)."""
+        h = _program_hash_bytes.get(source) if type(source) is str and source in self._written else None
+        if (
+            h is None
+            or type(program_name) is not str
+            or type(schedule) is not str
+            or type(is_legal) is not bool
+            or type(overwrite) is not bool
+            or self._copy != _native.lib_copy
+        ):
+            return _NOT_SENT
+        try:
+            name, sched = program_name.encode("utf-8"), schedule.encode("utf-8")
+            times = _native.times_json(execution_times)
+        except (UnicodeEncodeError, TypeError, ValueError):  # a lone surrogate, a circular list, ...
+            return _NOT_SENT
+        try:
+            return _native.record_by_hash(self._handle, name, h, sched, is_legal, times, overwrite)
+        except ProgramNotStoredError:
+            self._written.discard(source)
+            return _NOT_SENT
+
     def lookup(self, program_name: str, program_source_code: str, tiralib_schedule_string: str) -> Optional[LookupResult]:
         """Return the stored measurement of a schedule of a program, or None.
 
@@ -674,6 +704,11 @@ class TiraStore:
         >>> store.record("blur", "void blur() {}", "R(L0,comps=['c1'])", True, [0.05], overwrite=True)
         True
         """
+        written = self._record_by_hash(
+            program_name, program_source_code, tiralib_schedule_string, is_legal, execution_times, overwrite
+        )
+        if written is not _NOT_SENT:
+            return written
         return self._write(
             "record",
             program_source_code,

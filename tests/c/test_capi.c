@@ -279,6 +279,59 @@ int main(void) {
         check(tirastore_lookup(h, "blur", 4, ph, strlen(ph), sc, strlen(sc), buf, sizeof buf, &n, NULL) ==
                   TIRASTORE_ERR_MISUSE, "tirastore_lookup without out is misuse");
     }
+    /* tirastore_record: a record by program hash, texts by length, no reply on success. */
+    {
+        const char *ph = "1cac9ddab509f2765ed4e76030f73a7baddcb9d8b1e1fa4cdb6c018d60d93d22";
+        const char *sc = "S(L0,L1,4,8,comps=['c1'])";
+        const char *times = "[0.5,12345678901234567890]";
+        int written = -1;
+        char *out = (char *)"unset";
+        int st = tirastore_record(h, "blur", 4, ph, strlen(ph), sc, strlen(sc), 1, times, strlen(times), 0, &written,
+                                  &out);
+        check(st == TIRASTORE_OK && written == 0 && out == NULL,
+              "tirastore_record of a key that exists: not written (status %d, written %d)", st, written);
+        st = tirastore_record(h, "blur", 4, ph, strlen(ph), sc, strlen(sc), 1, "[0.042,0.039,0.041]", 19, 1,
+                              &written, &out);
+        check(st == TIRASTORE_OK && written == 1 && out == NULL,
+              "tirastore_record overwrite: written (status %d, written %d)", st, written);
+        st = tirastore_record(h, "blur", 4, ph, strlen(ph), "T(L0,comps=['c1'])", 18, 0, "null", 4, 0, &written, &out);
+        check(st == TIRASTORE_ERR_VALUE && out != NULL && strstr(out, "Invalid schedule") != NULL,
+              "tirastore_record: an invalid schedule is a ValueError (%s)", out ? out : "(null)");
+        tirastore_free(out);
+        st = tirastore_record(h, "blur", 4, ph, strlen(ph), "R(L5,comps=['c1'])", 18, 1, "[\"1\"]", 5, 0, &written,
+                              &out);
+        check(st == TIRASTORE_ERR_TYPE && out != NULL && strstr(out, "execution_times[0] must be int or float") != NULL,
+              "tirastore_record: a str among the times is a TypeError (%s)", out ? out : "(null)");
+        tirastore_free(out);
+        st = tirastore_record(h, "blur", 4, ph, strlen(ph), "R(L5,comps=['c1'])", 18, 1, "[1.0", 4, 0, &written, &out);
+        check(st == TIRASTORE_ERR_MISUSE && out != NULL && strstr(out, "execution_times is not valid JSON") != NULL,
+              "tirastore_record: times that are not JSON are misuse (%s)", out ? out : "(null)");
+        tirastore_free(out);
+        st = tirastore_record(h, "blur", 4, "ab", 2, "R(L5,comps=['c1'])", 18, 0, "null", 4, 0, &written, &out);
+        check(st == TIRASTORE_ERR_VALUE && out != NULL && strstr(out, "program_hash must be 64") != NULL,
+              "tirastore_record: a malformed hash is a ValueError (%s)", out ? out : "(null)");
+        tirastore_free(out);
+        const char *other = "0000000000000000000000000000000000000000000000000000000000000000";
+        st = tirastore_record(h, "blur", 4, other, 64, "R(L5,comps=['c1'])", 18, 0, "null", 4, 0, &written, &out);
+        check(st == TIRASTORE_ERR_NO_PROGRAM && out != NULL && strstr(out, "is not stored") != NULL,
+              "tirastore_record of a program not stored writes nothing (%s)", out ? out : "(null)");
+        tirastore_free(out);
+        st = tirastore_record(h, "blur", 4, ph, strlen(ph), "R(L0\0x", 6, 0, "null", 4, 0, &written, &out);
+        check(st == TIRASTORE_ERR_VALUE && out != NULL && strstr(out, "NUL character at offset 4") != NULL,
+              "tirastore_record: an embedded NUL is a ValueError (%s)", out ? out : "(null)");
+        tirastore_free(out);
+        st = tirastore_record(999999, "blur", 4, ph, strlen(ph), sc, strlen(sc), 0, "null", 4, 0, &written, &out);
+        check(st == TIRASTORE_ERR_HANDLE && out != NULL, "tirastore_record on an unknown handle: %s",
+              out ? out : "(null)");
+        tirastore_free(out);
+        st = tirastore_record(h, "blur", 4, ph, strlen(ph), sc, strlen(sc), 0, NULL, 0, 0, &written, &out);
+        check(st == TIRASTORE_ERR_MISUSE && out != NULL, "tirastore_record: NULL times are misuse (%s)",
+              out ? out : "(null)");
+        tirastore_free(out);
+        check(tirastore_record(h, "blur", 4, ph, strlen(ph), sc, strlen(sc), 0, "null", 4, 0, NULL, &out) ==
+                  TIRASTORE_ERR_MISUSE, "tirastore_record without written is misuse");
+        tirastore_free(out);
+    }
     expect_reply("count after record", call(h, "count", "{}"), "{\"result\":1}");
 
     snprintf(args, sizeof args,

@@ -910,7 +910,14 @@ def _sent_programs(monkeypatch):
             sent.append((method, "hash" if "program_hash" in args else "source"))
         return real(handle, method, **args)
 
+    real_record = _native.record_by_hash
+
+    def spy_record(*args):  # tirastore_record: a record by hash, without JSON
+        sent.append(("record", "hash"))
+        return real_record(*args)
+
     monkeypatch.setattr(_native, "call", spy)
+    monkeypatch.setattr(_native, "record_by_hash", spy_record)
     return sent
 
 
