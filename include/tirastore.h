@@ -154,6 +154,24 @@ int tirastore_lookup(uint64_t handle, const char *program_name, size_t program_n
 int tirastore_record(uint64_t handle, const char *program_name, size_t program_name_len, const char *program_hash, size_t program_hash_len, const char *schedule, size_t schedule_len, int is_legal, const char *execution_times_json, size_t execution_times_len, int overwrite, int *written, char **out);
 
 /*
+ * tirastore_record_many is tirastore_call(handle, "record_many", ...) by
+ * program hash for a binding's hot path, with the measurements as arrays
+ * rather than a JSON list of objects (whose encoding and parsing cost more
+ * than a record in a large batch): count measurements; schedule i is the
+ * next schedule_lens[i] bytes of UTF-8 in schedules (all of them one after
+ * the other); is_legal[i] is 0 or not; execution_times i is None when
+ * times_counts[i] is -1, else the next times_counts[i] numbers of times,
+ * each stored as Python writes that float (a binding sends other numbers,
+ * ints among them, through tirastore_call, which keeps their texts). The
+ * program must be in the database, as for "record_many" by program_hash
+ * (else TIRASTORE_ERR_NO_PROGRAM, nothing written). On success *written
+ * receives how many records were written (the method's result) and *out
+ * is NULL; on an error *out receives {"error": ...} as from tirastore_call.
+ * A pointer may be NULL only when nothing is read through it.
+ */
+int tirastore_record_many(uint64_t handle, const char *program_name, size_t program_name_len, const char *program_hash, size_t program_hash_len, size_t count, const char *schedules, const int64_t *schedule_lens, const char *is_legal, const int64_t *times_counts, const double *times, int overwrite, size_t *written, char **out);
+
+/*
  * tirastore_free releases a buffer the library returned through an out
  * parameter. NULL is ignored. Each buffer must be freed exactly once.
  */

@@ -58,6 +58,8 @@ var cTypes = map[string]string{
 	"C.size_t":       "size_t",
 	"*C.size_t":      "size_t *",
 	"*C.int":         "int *",
+	"*C.int64_t":     "const int64_t *", // input arrays only
+	"*C.double":      "const double *",
 	"unsafe.Pointer": "void *",
 }
 

@@ -457,6 +457,33 @@ class TiraStore:
             self._written.discard(source)
             return _NOT_SENT
 
+    def _record_many_by_hash(self, program_name: Any, source: Any, schedules: Any, overwrite: Any) -> Any:
+        """The hot path of record_many, as _record_by_hash is record's:
+        tirastore_record_many, the entries packed into arrays (see
+        _native.pack_measurements: dicts of a str, a bool and floats).
+        Returns how many it wrote, or _NOT_SENT when _write must write."""
+        h = _program_hash_bytes.get(source) if type(source) is str and source in self._written else None
+        if (
+            h is None
+            or type(program_name) is not str
+            or type(schedules) is not list
+            or type(overwrite) is not bool
+            or self._copy != _native.lib_copy
+        ):
+            return _NOT_SENT
+        packed = _native.pack_measurements(schedules)
+        if packed is None:
+            return _NOT_SENT
+        try:
+            name = program_name.encode("utf-8")
+        except UnicodeEncodeError:
+            return _NOT_SENT
+        try:
+            return _native.record_many_by_hash(self._handle, name, h, packed, overwrite)
+        except ProgramNotStoredError:
+            self._written.discard(source)
+            return _NOT_SENT
+
     def lookup(self, program_name: str, program_source_code: str, tiralib_schedule_string: str) -> Optional[LookupResult]:
         """Return the stored measurement of a schedule of a program, or None.
 
@@ -745,6 +772,9 @@ class TiraStore:
         ... ])
         2
         """
+        written = self._record_many_by_hash(program_name, program_source_code, schedules, overwrite)
+        if written is not _NOT_SENT:
+            return written
         return self._write(
             "record_many",
             program_source_code,

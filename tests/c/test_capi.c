@@ -332,6 +332,55 @@ int main(void) {
                   TIRASTORE_ERR_MISUSE, "tirastore_record without written is misuse");
         tirastore_free(out);
     }
+    /* tirastore_record_many: measurements as arrays, by program hash. */
+    {
+        const char *ph = "1cac9ddab509f2765ed4e76030f73a7baddcb9d8b1e1fa4cdb6c018d60d93d22";
+        const char *scheds = "S(L0,L1,4,8,comps=['c1'])T(L0,comps=['c1'])";
+        const int64_t lens[] = {25, 18};
+        const char legal[] = {1, 0};
+        const int64_t counts[] = {2, -1};
+        const double times[] = {0.5, 1e16};
+        size_t written = 99;
+        char *out = (char *)"unset";
+        int st = tirastore_record_many(h, "blur", 4, ph, strlen(ph), 1, scheds, lens, legal, counts, times, 0,
+                                       &written, &out);
+        check(st == TIRASTORE_OK && written == 0 && out == NULL,
+              "tirastore_record_many of a key that exists: none written (status %d, written %zu)", st, written);
+        st = tirastore_record_many(h, "blur", 4, ph, strlen(ph), 2, scheds, lens, legal, counts, times, 0, &written,
+                                   &out);
+        check(st == TIRASTORE_ERR_VALUE && out != NULL && strstr(out, "Invalid schedule") != NULL,
+              "tirastore_record_many: an invalid schedule is a ValueError, nothing written (%s)", out ? out : "(null)");
+        tirastore_free(out);
+        const double nan_times[] = {0.0 / 0.0};
+        const int64_t one[] = {1};
+        st = tirastore_record_many(h, "blur", 4, ph, strlen(ph), 1, "R(L5,comps=['c1'])", (const int64_t[]){18},
+                                   legal, one, nan_times, 0, &written, &out);
+        check(st == TIRASTORE_ERR_VALUE && out != NULL && strstr(out, "NaN") != NULL,
+              "tirastore_record_many: a NaN time is a ValueError (%s)", out ? out : "(null)");
+        tirastore_free(out);
+        const int64_t bad_counts[] = {-2};
+        st = tirastore_record_many(h, "blur", 4, ph, strlen(ph), 1, scheds, lens, legal, bad_counts, times, 0,
+                                   &written, &out);
+        check(st == TIRASTORE_ERR_MISUSE && out != NULL, "tirastore_record_many: a count below -1 is misuse (%s)",
+              out ? out : "(null)");
+        tirastore_free(out);
+        st = tirastore_record_many(h, "blur", 4, ph, strlen(ph), 1, NULL, lens, legal, counts, times, 0, &written,
+                                   &out);
+        check(st == TIRASTORE_ERR_MISUSE && out != NULL, "tirastore_record_many: NULL schedules with bytes to read (%s)",
+              out ? out : "(null)");
+        tirastore_free(out);
+        const char *other = "0000000000000000000000000000000000000000000000000000000000000000";
+        st = tirastore_record_many(h, "blur", 4, other, 64, 1, "R(L5,comps=['c1'])", (const int64_t[]){18}, legal,
+                                   one, times, 0, &written, &out);
+        check(st == TIRASTORE_ERR_NO_PROGRAM && out != NULL,
+              "tirastore_record_many of a program not stored writes nothing (%s)", out ? out : "(null)");
+        tirastore_free(out);
+        st = tirastore_record_many(h, "blur", 4, ph, strlen(ph), 0, NULL, NULL, NULL, NULL, NULL, 0, &written, &out);
+        check(st == TIRASTORE_OK && written == 0 && out == NULL, "tirastore_record_many of nothing: 0 (status %d)", st);
+        check(tirastore_record_many(h, "blur", 4, ph, strlen(ph), 0, NULL, NULL, NULL, NULL, NULL, 0, NULL, &out) ==
+                  TIRASTORE_ERR_MISUSE, "tirastore_record_many without written is misuse");
+        tirastore_free(out);
+    }
     expect_reply("count after record", call(h, "count", "{}"), "{\"result\":1}");
 
     snprintf(args, sizeof args,

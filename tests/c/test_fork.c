@@ -56,6 +56,12 @@ static int child_guarded(uint64_t h) {
 	ok = ok && tirastore_record(h, "p", 1, "h", 1, "s", 1, 0, "null", 4, 0, &written, &out) == TIRASTORE_ERR_FORKED &&
 	     out;
 	tirastore_free(out);
+	size_t many = 0;
+	out = NULL;
+	ok = ok && tirastore_record_many(h, "p", 1, "h", 1, 0, NULL, NULL, NULL, NULL, NULL, 0, &many, &out) ==
+	               TIRASTORE_ERR_FORKED &&
+	     out;
+	tirastore_free(out);
 	return ok ? 0 : 1;
 }
 

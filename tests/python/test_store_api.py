@@ -916,8 +916,15 @@ def _sent_programs(monkeypatch):
         sent.append(("record", "hash"))
         return real_record(*args)
 
+    real_many = _native.record_many_by_hash
+
+    def spy_many(*args):  # tirastore_record_many: the entries as arrays
+        sent.append(("record_many", "hash"))
+        return real_many(*args)
+
     monkeypatch.setattr(_native, "call", spy)
     monkeypatch.setattr(_native, "record_by_hash", spy_record)
+    monkeypatch.setattr(_native, "record_many_by_hash", spy_many)
     return sent
 
 
