@@ -60,7 +60,8 @@ func tirastoreGo_record(handle C.uint64_t, program_name *C.char, program_name_le
 	a.obj.Set("program_hash", texts[1])
 	a.obj.Set("tiralib_schedule_string", texts[2])
 	a.obj.Set("is_legal", is_legal != 0)
-	times, err := pyjson.Parse(C.GoBytes(unsafe.Pointer(execution_times_json), C.int(execution_times_len)))
+	// Read in place, as tirastore_call's arguments are (see request).
+	times, err := pyjson.Parse(unsafe.Slice((*byte)(unsafe.Pointer(execution_times_json)), int(execution_times_len)))
 	if err != nil {
 		return reply(out, nil, misuse("%s(): execution_times is not valid JSON: %v", a.method, err))
 	}
