@@ -77,10 +77,11 @@ type cText struct {
 	n    C.size_t
 }
 
-// cTexts copies the text arguments of a hot-path entry point (tirastore_lookup,
-// tirastore_record) of method into Go strings, refusing a NULL pointer with a
-// length (misuse) and a text longer than a text may be, as the method's JSON
-// arguments would be refused (tooLong).
+// cTexts copies the text arguments of a hot-path entry point of method
+// (tirastore_lookup, tirastore_record, tirastore_record_many) into Go
+// strings, refusing a NULL pointer with a length (misuse) and a text longer
+// than a text may be, as the method's JSON arguments would be refused
+// (tooLong).
 func cTexts(method string, in []cText) ([]string, error) {
 	texts := make([]string, len(in))
 	for i, arg := range in {

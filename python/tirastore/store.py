@@ -427,6 +427,14 @@ class TiraStore:
             self._written.add(source)
         return out
 
+    def _hash_to_write(self, source: Any) -> Optional[bytes]:
+        """The hash of *source* for a write by hash without JSON: a program
+        this store has written (see _write), with a handle of this
+        process's copy of the library (see _call); else None."""
+        if type(source) is not str or source not in self._written or self._copy != _native.lib_copy:
+            return None
+        return _program_hash_bytes.get(source)
+
     def _record_by_hash(
         self, program_name: Any, source: Any, schedule: Any, is_legal: Any, execution_times: Any, overwrite: Any
     ) -> Any:
@@ -436,14 +444,13 @@ class TiraStore:
         execution_times'. Returns whether it wrote, or _NOT_SENT when
         _write must write (it also says what is wrong with an argument, and
         sends the source of a program the database no longer has)."""
-        h = _program_hash_bytes.get(source) if type(source) is str and source in self._written else None
+        h = self._hash_to_write(source)
         if (
             h is None
             or type(program_name) is not str
             or type(schedule) is not str
             or type(is_legal) is not bool
             or type(overwrite) is not bool
-            or self._copy != _native.lib_copy
         ):
             return _NOT_SENT
         try:
@@ -462,14 +469,8 @@ class TiraStore:
         tirastore_record_many, the entries packed into arrays (see
         _native.pack_measurements: dicts of a str, a bool and floats).
         Returns how many it wrote, or _NOT_SENT when _write must write."""
-        h = _program_hash_bytes.get(source) if type(source) is str and source in self._written else None
-        if (
-            h is None
-            or type(program_name) is not str
-            or type(schedules) is not list
-            or type(overwrite) is not bool
-            or self._copy != _native.lib_copy
-        ):
+        h = self._hash_to_write(source)
+        if h is None or type(program_name) is not str or type(schedules) is not list or type(overwrite) is not bool:
             return _NOT_SENT
         packed = _native.pack_measurements(schedules)
         if packed is None:

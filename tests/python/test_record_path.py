@@ -221,6 +221,27 @@ def test_record_many_both_paths_raise_the_same_error(store, fast_calls, i):
     assert store.count() == 1
 
 
+@pytest.mark.skipif(ON_PG, reason="the program removed by SQL on the file")
+def test_record_many_after_the_program_was_removed(store, db_path, fast_calls):
+    """record_many by hash of a program the database lost: the library
+    refuses it on the fast path, and the package writes again with the
+    source (were the refusal not caught, ProgramNotStoredError would
+    reach the caller)."""
+    import sqlite3
+
+    assert store.record("blur", SRC_BLUR, SCHED_S, True, [1.0])
+    c = sqlite3.connect(db_path)
+    with c:
+        c.execute("DELETE FROM records")
+        c.execute("DELETE FROM programs")
+    c.close()
+    assert store.record_many("blur", SRC_BLUR, _entries(["R(L0,comps=['c1'])"], True, [2.0])) == 1
+    assert len(fast_calls) == 1
+    assert store.lookup("blur", SRC_BLUR, "R(L0,comps=['c1'])").execution_times == [2.0]
+    assert store.record_many("blur", SRC_BLUR, _entries(["R(L1,comps=['c1'])"], True, [3.0])) == 1
+    assert len(fast_calls) == 2  # by hash again: the program is back
+
+
 def test_a_closed_store_says_so_on_both_paths(store):
     store.record("blur", SRC_BLUR, SCHED_S, True, [1.0])
     store.close()
