@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import math
 import threading
+from pathlib import Path
 
 import pytest
 
-from conftest import SCHED_S, SRC_BLUR, ON_PG, create_original_db, original_insert
+from conftest import SCHED_S, SRC_BLUR, ON_PG, create_original_db, original_insert, threads_test_under_shared_replies
 from tirastore import LookupResult, _native
 
 
@@ -197,33 +198,7 @@ def test_threads_negative_control(tmp_path):
     """The threads test catches one buffer shared by every thread: run in
     a child with that fault, it fails (or the child dies of it), at least
     once in three tries."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    here = Path(__file__).resolve().parent
-    child = (
-        "import sys, types, pytest\n"
-        f"sys.path.insert(0, {str(here)!r})\n"
-        "import tirastore._native as n\n"
-        "FAULT\n"
-        f"sys.exit(pytest.main(['-q', '-p', 'no:warnings', '-p', 'no:cacheprovider', {str(Path(__file__))!r},"
-        " '-k', 'threads_each', '--basetemp', sys.argv[1]]))\n"
-    )
-
-    def run(fault, name):
-        code = child.replace("FAULT", fault)
-        return subprocess.run([sys.executable, "-c", code, str(tmp_path / name)], capture_output=True, text=True,
-                              timeout=120)
-
-    clean = run("pass", "clean")
-    assert clean.returncode == 0, clean.stdout + clean.stderr  # the child's test passes without the fault
-    outcomes = []
-    for i in range(3):
-        r = run("n._replies = types.SimpleNamespace()", f"t{i}")
-        outcomes.append(r.returncode)
-        if r.returncode != 0:
-            break
+    outcomes = threads_test_under_shared_replies(Path(__file__), tmp_path, tries=3)
     assert any(rc != 0 for rc in outcomes), outcomes
 
 

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import math
 import threading
+from pathlib import Path
 
 import pytest
 
-from conftest import SCHED_S, SRC_BLUR, ON_PG
+from conftest import SCHED_S, SRC_BLUR, ON_PG, remove_programs, threads_test_under_shared_replies
 from tirastore import _native, make_program_hash
 
 
@@ -227,14 +228,8 @@ def test_record_many_after_the_program_was_removed(store, db_path, fast_calls):
     refuses it on the fast path, and the package writes again with the
     source (were the refusal not caught, ProgramNotStoredError would
     reach the caller)."""
-    import sqlite3
-
     assert store.record("blur", SRC_BLUR, SCHED_S, True, [1.0])
-    c = sqlite3.connect(db_path)
-    with c:
-        c.execute("DELETE FROM records")
-        c.execute("DELETE FROM programs")
-    c.close()
+    remove_programs(db_path)
     assert store.record_many("blur", SRC_BLUR, _entries(["R(L0,comps=['c1'])"], True, [2.0])) == 1
     assert len(fast_calls) == 1
     assert store.lookup("blur", SRC_BLUR, "R(L0,comps=['c1'])").execution_times == [2.0]
@@ -303,31 +298,5 @@ def test_threads_each_get_their_own_answer(store, fast_calls):
 def test_threads_negative_control(tmp_path):
     """The threads test catches out cells shared by every thread: run in a
     child with that fault, it fails, at least once in five tries."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    here = Path(__file__).resolve().parent
-    child = (
-        "import sys, types, pytest\n"
-        f"sys.path.insert(0, {str(here)!r})\n"
-        "import tirastore._native as n\n"
-        "FAULT\n"
-        f"sys.exit(pytest.main(['-q', '-p', 'no:warnings', '-p', 'no:cacheprovider', {str(Path(__file__))!r},"
-        " '-k', 'threads_each', '--basetemp', sys.argv[1]]))\n"
-    )
-
-    def run(fault, name):
-        code = child.replace("FAULT", fault)
-        return subprocess.run([sys.executable, "-c", code, str(tmp_path / name)], capture_output=True, text=True,
-                              timeout=120)
-
-    clean = run("pass", "clean")
-    assert clean.returncode == 0, clean.stdout + clean.stderr  # the child's test passes without the fault
-    outcomes = []
-    for i in range(5):
-        r = run("n._replies = types.SimpleNamespace()", f"t{i}")
-        outcomes.append(r.returncode)
-        if r.returncode != 0:
-            break
+    outcomes = threads_test_under_shared_replies(Path(__file__), tmp_path, tries=5)
     assert any(rc != 0 for rc in outcomes), outcomes

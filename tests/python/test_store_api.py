@@ -31,6 +31,7 @@ from conftest import (
     oracle_program_hash,
     raw_programs,
     raw_records,
+    remove_programs,
     sqlite_only,
 )
 
@@ -986,15 +987,9 @@ def test_records_by_hash_after_the_program_was_removed(store, db_path, monkeypat
     is written, with its program row. (Were the program row not required,
     the record would be written without it; were the refusal not caught,
     the call would raise ProgramNotStoredError.)"""
-    import sqlite3
-
     src = "void removed() {}"
     assert store.record("removed", src, SCHED_S, True, [1.0])
-    c = sqlite3.connect(db_path)
-    with c:
-        c.execute("DELETE FROM records")
-        c.execute("DELETE FROM programs")
-    c.close()
+    remove_programs(db_path)
     sent = _sent_programs(monkeypatch)
     assert store.record("removed", src, SCHED_R, True, [2.0])
     assert sent == [("record", "hash"), ("record", "source")]
