@@ -84,6 +84,11 @@ type handover struct {
 	sp  *spool.Spool
 	req *writeRequest
 	pub *spool.Request // set by Publish
+	// left is the result a committer left, once read: a result is
+	// final (only its requester removes it), so Done's reading serves
+	// handedOverResult too.
+	left    []byte
+	hasLeft bool
 }
 
 // Publish hands the request over (nodequeue.Handover).
@@ -103,13 +108,25 @@ func (h *handover) Publish() bool {
 // Done reports whether another process committed the request
 // (nodequeue.Handover).
 func (h *handover) Done() bool {
-	_, ok, err := h.pub.Result()
+	_, ok, err := h.read()
 	return err == nil && ok
+}
+
+// read is the result a committer left for the published request, if any.
+func (h *handover) read() ([]byte, bool, error) {
+	if h.hasLeft {
+		return h.left, true, nil
+	}
+	b, ok, err := h.pub.Result()
+	if ok && err == nil {
+		h.left, h.hasLeft = b, true
+	}
+	return b, ok, err
 }
 
 // result decodes the outcome a committer left for the published request.
 func (h *handover) result() (writeResult, bool, error) {
-	b, ok, err := h.pub.Result()
+	b, ok, err := h.read()
 	if err != nil || !ok {
 		return writeResult{}, ok, err
 	}

@@ -42,6 +42,7 @@ package nodelocal
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -189,6 +190,84 @@ func (d *Dir) Open(name string, flag int) (*os.File, unix.Stat_t, error) {
 	return f, st, err
 }
 
+// ReadFile returns the content of the regular file name in d, opened and
+// checked as Open's. It reads through the bare descriptor, as many bytes as
+// the checked status gives: a file that is written whole before it gets its
+// name (internal/spool) is read with one read and no fcntl. A missing name
+// is fs.ErrNotExist.
+func (d *Dir) ReadFile(name string) ([]byte, error) {
+	var fd int
+	var st unix.Stat_t
+	err := d.do(false, func(dirfd int) (err error) {
+		fd, st, err = openCheckedFD(dirfd, name, d.Join(name), unix.O_RDONLY, unix.S_IFREG, false, false)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if uint32(st.Mode)&unix.S_IFMT != unix.S_IFREG {
+		// Only with the checks switched off (failpoint SharedDirTrust):
+		// read it as Open's callers would, blocking and to its end.
+		if err := shareddir.SetBlocking(fd); err != nil {
+			unix.Close(fd)
+			return nil, pathError("fcntl", d.Join(name), err)
+		}
+		f := os.NewFile(uintptr(fd), d.Join(name))
+		defer f.Close()
+		return io.ReadAll(f)
+	}
+	defer unix.Close(fd)
+	b := make([]byte, st.Size)
+	for got := 0; got < len(b); {
+		n, err := unix.Read(fd, b[got:])
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return nil, pathError("read", d.Join(name), err)
+		case n == 0:
+			return b[:got], nil
+		}
+		got += n
+	}
+	return b, nil
+}
+
+// WriteNew creates the regular file name in d (it must not exist; mode
+// 0600, checked as Open's) and writes b to it through the bare descriptor.
+// A file it created but could not write whole is removed again.
+func (d *Dir) WriteNew(name string, b []byte) error {
+	var fd int
+	var st unix.Stat_t
+	err := d.do(true, func(dirfd int) (err error) {
+		fd, st, err = openCheckedFD(dirfd, name, d.Join(name), unix.O_WRONLY, unix.S_IFREG, true, true)
+		return err
+	})
+	if err != nil {
+		return err // nothing created
+	}
+	for len(b) > 0 && err == nil {
+		n, werr := unix.Write(fd, b)
+		switch {
+		case werr == unix.EINTR:
+		case werr != nil:
+			err = werr
+		case n == 0:
+			err = io.ErrShortWrite
+		default:
+			b = b[n:]
+		}
+	}
+	if cerr := unix.Close(fd); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		d.remove(name, &st)
+		return pathError("write", d.Join(name), err)
+	}
+	return nil
+}
+
 // Lstat is the status of name in d (a symlink's own).
 func (d *Dir) Lstat(name string) (unix.Stat_t, error) {
 	var st unix.Stat_t
@@ -202,14 +281,21 @@ var errReplaced = errors.New("nodelocal: replaced meanwhile")
 // Remove removes the file name from d; if f is not nil, only while name
 // still is f's file, not one that another process created since.
 func (d *Dir) Remove(name string, f *os.File) error {
-	var want unix.Stat_t
-	if f != nil {
-		if err := control(f, func(fd int) error { return unix.Fstat(fd, &want) }); err != nil {
-			return err
-		}
+	if f == nil {
+		return d.remove(name, nil)
 	}
+	var want unix.Stat_t
+	if err := control(f, func(fd int) error { return unix.Fstat(fd, &want) }); err != nil {
+		return err
+	}
+	return d.remove(name, &want)
+}
+
+// remove removes the file name from d; if want is not nil, only while name
+// is still that file (device and inode).
+func (d *Dir) remove(name string, want *unix.Stat_t) error {
 	return pathError("remove", d.Join(name), d.do(false, func(fd int) error {
-		if f != nil {
+		if want != nil {
 			var st unix.Stat_t
 			if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 				return err
@@ -387,6 +473,20 @@ func control(f *os.File, fn func(fd int) error) error {
 // directory (S_IFDIR), creating it first if create (only a new one if
 // excl), and checks it (see the package comment). path names it in errors.
 func openChecked(dirfd int, name, path string, acc int, typ uint32, create, excl bool) (*os.File, unix.Stat_t, error) {
+	fd, st, err := openCheckedFD(dirfd, name, path, acc, typ, create, excl)
+	if err != nil {
+		return nil, st, err
+	}
+	if err := shareddir.SetBlocking(fd); err != nil {
+		unix.Close(fd)
+		return nil, st, &os.PathError{Op: "fcntl", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), st, nil
+}
+
+// openCheckedFD is openChecked's descriptor before it becomes an *os.File:
+// still O_NONBLOCK, which a read or write of a regular file ignores.
+func openCheckedFD(dirfd int, name, path string, acc int, typ uint32, create, excl bool) (int, unix.Stat_t, error) {
 	var st unix.Stat_t
 	trust := trusting()
 	perm := uint32(filePerm)
@@ -400,11 +500,11 @@ func openChecked(dirfd int, name, path string, acc int, typ uint32, create, excl
 	for attempt := 0; ; attempt++ {
 		fd, created, err := openOrCreate(dirfd, name, flags, perm, typ, create, excl)
 		if err != nil {
-			return nil, st, describe(dirfd, name, path, typ, perm, err)
+			return -1, st, describe(dirfd, name, path, typ, perm, err)
 		}
 		if err := unix.Fstat(fd, &st); err != nil {
 			unix.Close(fd)
-			return nil, st, &os.PathError{Op: "fstat", Path: path, Err: err}
+			return -1, st, &os.PathError{Op: "fstat", Path: path, Err: err}
 		}
 		if !trust {
 			if st.Nlink == 0 {
@@ -414,11 +514,11 @@ func openChecked(dirfd int, name, path string, acc int, typ uint32, create, excl
 				if attempt < 3 {
 					continue
 				}
-				return nil, st, &os.PathError{Op: "open", Path: path, Err: unix.ENOENT}
+				return -1, st, &os.PathError{Op: "open", Path: path, Err: unix.ENOENT}
 			}
 			if what := check(&st, typ, perm, created); what != "" {
 				unix.Close(fd)
-				return nil, st, &Problem{Path: path, What: what}
+				return -1, st, &Problem{Path: path, What: what}
 			}
 			if created && uint32(st.Mode)&0o7777 != perm {
 				// The umask narrowed the mode of what we have just created.
@@ -428,15 +528,11 @@ func openChecked(dirfd int, name, path string, acc int, typ uint32, create, excl
 				}
 				if err != nil {
 					unix.Close(fd)
-					return nil, st, &os.PathError{Op: "fchmod", Path: path, Err: err}
+					return -1, st, &os.PathError{Op: "fchmod", Path: path, Err: err}
 				}
 			}
 		}
-		if err := shareddir.SetBlocking(fd); err != nil {
-			unix.Close(fd)
-			return nil, st, &os.PathError{Op: "fcntl", Path: path, Err: err}
-		}
-		return os.NewFile(uintptr(fd), path), st, nil
+		return fd, st, nil
 	}
 }
 

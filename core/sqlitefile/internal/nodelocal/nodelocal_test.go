@@ -410,6 +410,58 @@ func TestRemoveOnlySameFile(t *testing.T) {
 	}
 }
 
+// TestReadFileWriteNew: the whole-file calls of the spool write a new
+// private file and read it back; they refuse an existing name, read a
+// missing one as fs.ErrNotExist, and refuse planted files without
+// blocking, as Open does (negative control: with the checks off, the
+// symlink's target is read and the FIFO is opened).
+func TestReadFileWriteNew(t *testing.T) {
+	fx := newFixture(t)
+	for _, data := range [][]byte{[]byte(`{"written":3}`), {}, make([]byte, 1<<17)} {
+		fx.dir.Remove("res", nil)
+		must(t, fx.dir.WriteNew("res", data))
+		got, err := fx.dir.ReadFile("res")
+		if err != nil || string(got) != string(data) {
+			t.Fatalf("read %d bytes back (%v), want %d", len(got), err, len(data))
+		}
+		if fi, err := os.Stat(fx.dir.Join("res")); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("mode %v (%v), want 0600", fi.Mode().Perm(), err)
+		}
+	}
+	if err := fx.dir.WriteNew("res", []byte("other")); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("WriteNew over an existing name: %v, want ErrExist", err)
+	}
+	if _, err := fx.dir.ReadFile("missing"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("ReadFile of a missing name: %v, want ErrNotExist", err)
+	}
+
+	must(t, os.Symlink(fx.canary, fx.dir.Join("link")))
+	must(t, unix.Mkfifo(fx.dir.Join("fifo"), 0o600))
+	for _, control := range []bool{false, true} {
+		if control {
+			trust(t)
+		}
+		var got []byte
+		var err error
+		timely(t, func() { got, err = fx.dir.ReadFile("link") })
+		switch {
+		case control && string(got) != canaryText:
+			t.Fatalf("negative control: read %q (%v), want the canary", got, err)
+		case !control:
+			wantProblem(t, err, fx.dir.Join("link"), "a symbolic link, not a regular file")
+		}
+		if !control {
+			timely(t, func() { _, err = fx.dir.ReadFile("fifo") })
+			wantProblem(t, err, fx.dir.Join("fifo"), "a FIFO, not a regular file")
+			err = fx.dir.WriteNew("link", []byte("XX"))
+			wantProblem(t, err, fx.dir.Join("link"), "a symbolic link, not a regular file")
+		}
+	}
+	if b, _ := os.ReadFile(fx.canary); string(b) != canaryText {
+		t.Fatalf("the canary changed: %q", b)
+	}
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {

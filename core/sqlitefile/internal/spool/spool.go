@@ -39,7 +39,6 @@ package spool
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -134,17 +133,10 @@ func (s *Spool) Publish(payload []byte) (*Request, error) {
 // install writes b to a new file tmp and renames it to dst, so that dst
 // appears whole or not at all.
 func (s *Spool) install(tmp, dst string, b []byte) error {
-	f, _, err := s.d.Open(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL)
-	if err != nil {
-		return err // nothing of ours to remove
+	if err := s.d.WriteNew(tmp, b); err != nil {
+		return err // nothing of ours is left
 	}
-	_, err = f.Write(b)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = s.d.Rename(tmp, dst)
-	}
+	err := s.d.Rename(tmp, dst)
 	if err != nil {
 		s.d.Remove(tmp, nil)
 	}
@@ -152,14 +144,7 @@ func (s *Spool) install(tmp, dst string, b []byte) error {
 }
 
 // read returns the content of the spool's file name.
-func (s *Spool) read(name string) ([]byte, error) {
-	f, _, err := s.d.Open(name, os.O_RDONLY)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return io.ReadAll(f)
-}
+func (s *Spool) read(name string) ([]byte, error) { return s.d.ReadFile(name) }
 
 // ID names the request (for messages and tests).
 func (r *Request) ID() string { return r.id }
