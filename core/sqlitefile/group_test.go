@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,7 +21,6 @@ import (
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/sqlitefile/internal/lock"
 	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodequeue"
-	"github.com/tirastore/tirastore/core/sqlitefile/internal/proclocks"
 )
 
 // The group-commit tests run real processes: a holder that keeps the
@@ -189,8 +189,8 @@ func (c *recordChild) result(t *testing.T) string {
 	return l
 }
 
-// waitBlocked waits until n lock requests are blocked on the node queue of
-// db (each queued process blocks on one byte).
+// waitBlocked waits until n waits are asleep in the node queue of db
+// (nodequeue.Sleepers: each queued process sleeps on one byte's word).
 func waitBlocked(t *testing.T, db string, n int) {
 	t.Helper()
 	lp, err := lock.PathFor(db)
@@ -198,15 +198,15 @@ func waitBlocked(t *testing.T, db string, n int) {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		blocked, err := proclocks.Blocked(nodequeue.File(lp))
-		if err != nil {
+		blocked, err := nodequeue.Sleepers(lp)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			t.Skip(err)
 		}
-		if len(blocked) >= n {
+		if blocked >= n {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d processes blocked in the queue, want %d", len(blocked), n)
+			t.Fatalf("%d processes asleep in the queue, want %d", blocked, n)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

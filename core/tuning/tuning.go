@@ -80,6 +80,12 @@ const (
 	// LullPoll is how often a write at the head of the writers' lane
 	// looks whether the queue has emptied (WriteLull).
 	LullPoll = time.Millisecond
+	// QueueWaitSlice bounds each sleep of a wait in the queue on the
+	// calling thread (nodequeue, wake_linux.go): under the 10 ms after
+	// which Go's runtime takes a P back from a thread in a system call,
+	// and how late a waiter sees a byte freed by a process that woke
+	// nobody (one that died, or of an older version).
+	QueueWaitSlice = 5 * time.Millisecond
 	// FairShare and ForeignMemory: after FairShare acquisitions in a row
 	// by this node while another node (or a process outside the queue)
 	// was seen wanting the lock within ForeignMemory, the next head steps

@@ -30,6 +30,9 @@ type sharedGate struct {
 	dir  *nodelocal.Dir
 	name string
 	refs int // under gates.mu
+	// words are the file's wake words (wake_linux.go); nil: waits block
+	// in F_SETLKW on a goroutine of their own.
+	words *wakeWords
 }
 
 // gateRef is one Queue's reference to a sharedGate: ReadAt, WriteAt and Fd
@@ -76,6 +79,7 @@ func acquireGate(lockPath string) (*gateRef, error) {
 		return nil, err
 	}
 	sg := &sharedGate{File: f, dir: dir, name: name, refs: 1}
+	sg.words, _ = mapWakeWords(f)
 	gates.m[name] = sg
 	return &gateRef{sharedGate: sg}, nil
 }
@@ -101,6 +105,8 @@ func (sg *sharedGate) release() {
 		unix.FcntlFlock(fd, unix.F_SETLK, queueLine.all(unix.F_WRLCK)) == nil &&
 		unix.FcntlFlock(fd, unix.F_SETLK, laneLine.all(unix.F_WRLCK)) == nil
 	removed := idle && sg.dir.Remove(sg.name, sg.File) == nil
+	sg.words.unmap()
+	sg.words = nil
 	sg.File.Close()
 	if removed {
 		sg.dir.RemoveIfEmpty()

@@ -33,9 +33,10 @@ import (
 // the lock is free, and each poll is a round trip. So the processes of one
 // node first queue on a node-local file lock, and only the process at the
 // head of that queue runs the link protocol. Waiting in the queue is a
-// blocking fcntl(F_SETLKW) in the kernel: no polling at all, and a release
-// wakes the next waiter at once, in the order they arrived (see "A FIFO of
-// byte locks" below).
+// sleep in the kernel on the waiter's own thread (futex(2): see "Waiting
+// on the calling thread", wake_linux.go), and a release wakes the next
+// waiter at once, in the order they arrived (see "A FIFO of byte locks"
+// below).
 //
 // The queue is only an optimisation. The hard-link lock stays the one that
 // excludes (processes of other nodes, of other containers, old Python
@@ -65,15 +66,18 @@ import (
 //     fork()ed child does not inherit them (open file description locks
 //     would be inherited, and a child living on after its parent was killed
 //     would block the node forever);
-//   - EDEADLK (the kernel's deadlock detector sees two processes each
-//     queued on a database while at the head of another's queue) and any
-//     other error mean: go on without the gate;
+//   - any error of the byte locks means: go on without the gate. A wait
+//     that blocks in F_SETLKW (without the wake words) also gets EDEADLK
+//     when the kernel sees two processes each queued on a database while
+//     at the head of another's queue; a wait on the wake words, which only
+//     tries the byte, leaves such a cycle by its stall check or deadline;
 //   - TIRASTORE_NODE_QUEUE=0 switches it off (for comparisons:
 //     nodelocal.QueueEnabled).
 //
-// Waiting for the gate honours ctx and the Acquire deadline: the blocking
-// call runs on its own goroutine, and one that is abandoned gives its place
-// up as soon as its turn comes. Two Locks of one process on the same
+// Waiting for the gate honours ctx and the Acquire deadline: a wait looks
+// at them between its sleeps (at most tuning.QueueWaitSlice each), and one
+// that is abandoned leaves a blocking call on a goroutine of its own that
+// gives its place up as soon as its turn comes. Two Locks of one process on the same
 // database share one owner (the process), so they pass the gate together;
 // the hard-link lock still orders them.
 
@@ -463,22 +467,18 @@ func (q *Queue) join(ctx context.Context, deadline time.Time, ln line, sc *stall
 // ErrUnavailable nothing was taken.
 func (q *Queue) wait(ctx context.Context, deadline time.Time, at, also int64, sc *stall) error {
 	// The common uncontended case costs one non-blocking call.
-	switch err := unix.FcntlFlock(q.f.Fd(), unix.F_SETLK, byteLock(unix.F_WRLCK, at)); {
+	switch err := q.try(at); {
 	case err == nil:
 		return nil
-	case !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EACCES):
+	case !taken(err):
 		return ErrUnavailable
 	}
-	done := make(chan error, 1)
-	go func() {
-		for {
-			err := unix.FcntlFlock(q.f.Fd(), unix.F_SETLKW, byteLock(unix.F_WRLCK, at))
-			if !errors.Is(err, unix.EINTR) {
-				done <- err
-				return
-			}
+	if q.f.words != nil {
+		if err := q.sleepFor(ctx, deadline, at, also, sc); err != errNoWords {
+			return err
 		}
-	}()
+	}
+	done := q.block(at)
 	timeout, stop := wait.Deadline(deadline)
 	defer stop()
 	poll := time.NewTicker(tuning.CtxPoll)
@@ -515,6 +515,83 @@ func (q *Queue) wait(ctx context.Context, deadline time.Time, at, also int64, sc
 				q.abandon(done, at, also, false)
 				return err
 			}
+		}
+	}
+}
+
+// try takes byte at if it is free (F_SETLK).
+func (q *Queue) try(at int64) error {
+	return unix.FcntlFlock(q.f.Fd(), unix.F_SETLK, byteLock(unix.F_WRLCK, at))
+}
+
+// queueWaitSlice is tuning.QueueWaitSlice, a variable for the tests that
+// show that a waiter gets through because it is woken.
+var queueWaitSlice = tuning.QueueWaitSlice
+
+// errNoWords: the gate file's wake words cannot be used (wake_linux.go).
+var errNoWords = errors.New("nodequeue: no wake words")
+
+// taken reports whether err of a try means that another process holds the
+// byte.
+func taken(err error) bool { return errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES) }
+
+// block takes byte at in F_SETLKW on a goroutine of its own; the channel
+// gets its outcome.
+func (q *Queue) block(at int64) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		for {
+			err := unix.FcntlFlock(q.f.Fd(), unix.F_SETLKW, byteLock(unix.F_WRLCK, at))
+			if !errors.Is(err, unix.EINTR) {
+				done <- err
+				return
+			}
+		}
+	}()
+	return done
+}
+
+// sleepFor is wait on the calling thread (see "Waiting on the calling
+// thread", wake_linux.go): it sleeps on byte at's wake word in slices of
+// tuning.QueueWaitSlice, tries the byte at each wake, and looks at ctx,
+// the deadline and the stall check between slices, abandoning the place
+// as wait does. errNoWords: the words failed before anything was decided,
+// and the caller waits as before.
+func (q *Queue) sleepFor(ctx context.Context, deadline time.Time, at, also int64, sc *stall) error {
+	started := time.Now()
+	var nextCheck time.Time
+	if sc != nil {
+		nextCheck = started.Add(sc.Every)
+	}
+	for {
+		now := time.Now()
+		switch {
+		case ctx.Err() != nil:
+			q.abandon(q.block(at), at, also, false)
+			return ctx.Err()
+		case !deadline.IsZero() && !now.Before(deadline):
+			q.abandon(q.block(at), at, also, false)
+			return ErrTimeout
+		case sc != nil && !now.Before(nextCheck):
+			nextCheck = now.Add(sc.Every)
+			waited := now.Sub(started)
+			if !(at == ticketByte && waited < 16*sc.Every || at != ticketByte && sc.moved(q)) {
+				q.abandon(q.block(at), at, also, true)
+				return ErrStalled
+			}
+		}
+		d := queueWaitSlice
+		if !deadline.IsZero() {
+			d = min(d, deadline.Sub(now))
+		}
+		if sc != nil {
+			d = min(d, nextCheck.Sub(now))
+		}
+		switch err := q.f.words.sleep(at, max(d, time.Microsecond), func() error { return q.try(at) }); {
+		case err == nil, err == errNoWords:
+			return err
+		case !taken(err):
+			return ErrUnavailable
 		}
 	}
 }
@@ -667,6 +744,7 @@ func (q *Queue) Unlock() {
 
 func (q *Queue) unlockByte(at int64) {
 	_ = unix.FcntlFlock(q.f.Fd(), unix.F_SETLK, byteLock(unix.F_UNLCK, at))
+	q.f.words.wake(at)
 }
 
 // laneBusy reports whether another process of this node is in the writers'

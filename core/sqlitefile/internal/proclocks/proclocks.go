@@ -1,6 +1,6 @@
 // Package proclocks reads /proc/locks for the tests that check, across
-// processes, who holds and who waits for a byte of a file (the node queue's
-// order, its lanes, group commit's hand-over).
+// processes, who holds a byte of a file (the node queue's order and its
+// lanes; who waits shows in the queue's wake words: nodequeue.Sleepers).
 package proclocks
 
 import (
@@ -42,19 +42,6 @@ func entries(path string) (lines [][]string, ok bool, err error) {
 		}
 	}
 	return lines, true, nil
-}
-
-// Blocked lists the first byte of every blocked lock request on the file
-// at path (none if the file does not exist).
-func Blocked(path string) ([]string, error) {
-	lines, _, err := entries(path)
-	var starts []string
-	for _, f := range lines {
-		if f[0] == "->" {
-			starts = append(starts, f[6])
-		}
-	}
-	return starts, err
 }
 
 // Holds reports whether process pid holds a lock on the file at path.
