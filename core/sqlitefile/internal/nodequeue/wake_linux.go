@@ -21,8 +21,8 @@ import (
 // library from C (Python), the caller's goroutine is locked to its thread:
 // every such wait then handed the thread's P to another thread and back,
 // and ended by waking the runtime's monitor (sysmon) out of its deep sleep
-// into a millisecond of polling every 20 µs. With 32 processes on 2 cores,
-// that monitor was a seventh of the workers' CPU.
+// into a burst of polling: on a node with more processes than cores, a
+// large share of their CPU (docs/performance.md, "Throughput").
 //
 // So a waiter now sleeps on the calling thread, in futex(2) on a word of
 // the gate file shared by every process that maps it, for at most
@@ -40,8 +40,8 @@ import (
 //   - bytes share words (wakeBuckets per line): a wake of a word wakes all
 //     its sleepers, and those whose byte is still taken sleep again.
 //
-// The words lie past the bytes the queue uses in the file (wakeOffset),
-// which grows to hold them; the file stays of this user and private
+// The words lie after the queue's counters in the file (wakeOffset), which
+// grows to hold them; the file stays of this user and private
 // (internal/nodelocal). A file shrunk under a process that maps it (by
 // this user, since nobody else can write it) faults at the next access of
 // a word: the fault is recovered, and the queue then waits as before.
