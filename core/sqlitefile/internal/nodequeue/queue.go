@@ -77,9 +77,9 @@ import (
 // Waiting for the gate honours ctx and the Acquire deadline: a wait looks
 // at them between its sleeps (at most tuning.QueueWaitSlice each), and one
 // that is abandoned leaves a blocking call on a goroutine of its own that
-// gives its place up as soon as its turn comes. Two Locks of one process on the same
-// database share one owner (the process), so they pass the gate together;
-// the hard-link lock still orders them.
+// gives its place up as soon as its turn comes. Two Locks of one process
+// on the same database share one owner (the process), so they pass the
+// gate together; the hard-link lock still orders them.
 
 // Queue is one Lock's place in its database's node queue: a reference to
 // the process's descriptor of the gate file and the bytes of it that this
