@@ -190,18 +190,24 @@ func (d *Dir) Open(name string, flag int) (*os.File, unix.Stat_t, error) {
 	return f, st, err
 }
 
+// openFD opens the regular file name in d with access acc, creating a new
+// one (O_EXCL) if create, checked as Open's: its bare descriptor (still
+// O_NONBLOCK) and status, for the whole-file calls below.
+func (d *Dir) openFD(name string, acc int, create bool) (fd int, st unix.Stat_t, err error) {
+	err = d.do(create, func(dirfd int) (err error) {
+		fd, st, err = openCheckedFD(dirfd, name, d.Join(name), acc, unix.S_IFREG, create, create)
+		return err
+	})
+	return fd, st, err
+}
+
 // ReadFile returns the content of the regular file name in d, opened and
 // checked as Open's. It reads through the bare descriptor, as many bytes as
 // the checked status gives: a file that is written whole before it gets its
 // name (internal/spool) is read with one read and no fcntl. A missing name
 // is fs.ErrNotExist.
 func (d *Dir) ReadFile(name string) ([]byte, error) {
-	var fd int
-	var st unix.Stat_t
-	err := d.do(false, func(dirfd int) (err error) {
-		fd, st, err = openCheckedFD(dirfd, name, d.Join(name), unix.O_RDONLY, unix.S_IFREG, false, false)
-		return err
-	})
+	fd, st, err := d.openFD(name, unix.O_RDONLY, false)
 	if err != nil {
 		return nil, err
 	}
@@ -237,12 +243,7 @@ func (d *Dir) ReadFile(name string) ([]byte, error) {
 // 0600, checked as Open's) and writes b to it through the bare descriptor.
 // A file it created but could not write whole is removed again.
 func (d *Dir) WriteNew(name string, b []byte) error {
-	var fd int
-	var st unix.Stat_t
-	err := d.do(true, func(dirfd int) (err error) {
-		fd, st, err = openCheckedFD(dirfd, name, d.Join(name), unix.O_WRONLY, unix.S_IFREG, true, true)
-		return err
-	})
+	fd, st, err := d.openFD(name, unix.O_WRONLY, true)
 	if err != nil {
 		return err // nothing created
 	}

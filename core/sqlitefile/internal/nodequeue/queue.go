@@ -215,6 +215,16 @@ func (st *stall) moved(q *Queue) bool {
 	return now.Sub(st.since) < st.Patience
 }
 
+// moving reports, at a check of a wait for byte at that has lasted waited,
+// whether to go on waiting: the ticket byte for up to 16 checks (its holder
+// keeps it for microseconds), a slot while its line moves.
+func (st *stall) moving(q *Queue, at int64, waited time.Duration) bool {
+	if at == ticketByte {
+		return waited < 16*st.Every
+	}
+	return st.moved(q)
+}
+
 // gateDir is where gate files live: this user's private directory on the
 // node (nodelocal.PrivatePath), in /dev/shm (memory, node-local) or else
 // the temporary directory.
@@ -498,8 +508,7 @@ func (q *Queue) wait(ctx context.Context, deadline time.Time, at, also int64, sc
 			}
 			return nil
 		case <-check:
-			waited := time.Since(started)
-			if at == ticketByte && waited < 16*sc.Every || at != ticketByte && sc.moved(q) {
+			if sc.moving(q, at, time.Since(started)) {
 				continue
 			}
 			q.abandon(done, at, also, true)
@@ -574,8 +583,7 @@ func (q *Queue) sleepFor(ctx context.Context, deadline time.Time, at, also int64
 			return ErrTimeout
 		case sc != nil && !now.Before(nextCheck):
 			nextCheck = now.Add(sc.Every)
-			waited := now.Sub(started)
-			if !(at == ticketByte && waited < 16*sc.Every || at != ticketByte && sc.moved(q)) {
+			if !sc.moving(q, at, now.Sub(started)) {
 				q.abandon(q.block(at), at, also, true)
 				return ErrStalled
 			}
