@@ -9,9 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"runtime/debug"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -64,33 +62,12 @@ func TestGateQuietHolderChild(t *testing.T) {
 // it has.
 func quietHolder(t *testing.T, lockPath string) (release func()) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestGateQuietHolderChild$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), envQuietHolder+"="+lockPath)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	sc := bufio.NewScanner(out)
-	until := func(word string) {
-		for sc.Scan() {
-			if strings.TrimSpace(sc.Text()) == word {
-				return
-			}
-		}
-		t.Errorf("quiet holder: no %q", word)
-	}
-	until("held")
+	c := queuechild.Run(t, "TestGateQuietHolderChild", envQuietHolder+"="+lockPath)
 	return func() {
-		io.WriteString(in, "release\n")
-		until("released")
+		io.WriteString(c.In, "release\n")
+		if !c.Await("released") {
+			t.Error("quiet holder: no \"released\"")
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ package queuechild
 
 import (
 	"bufio"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,8 +52,29 @@ func Hold(t *testing.T, hold func(lockPath string) (progress, leave func())) {
 // once the child holds the queue; the test's end kills it.
 func Start(t *testing.T, lockPath string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestGateHolderChild$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), EnvLockPath+"="+lockPath)
+	return Run(t, "TestGateHolderChild", EnvLockPath+"="+lockPath).Cmd
+}
+
+// Child is a child process running one test of the test binary (a helper
+// such as TestGateHolderChild), which the test talks to through its stdin
+// and reads line by line.
+type Child struct {
+	*exec.Cmd
+	In io.WriteCloser // the child's stdin
+	sc *bufio.Scanner // its stdout
+}
+
+// Run starts the test binary's test named test with env added to its
+// environment and returns once it has said "held"; the test's end kills
+// it.
+func Run(t *testing.T, test string, env ...string) *Child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), env...)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -61,14 +83,22 @@ func Start(t *testing.T, lockPath string) *exec.Cmd {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		if strings.TrimSpace(sc.Text()) == "held" {
-			return cmd
+	c := &Child{Cmd: cmd, In: in, sc: bufio.NewScanner(out)}
+	if !c.Await("held") {
+		t.Fatalf("%s did not start", test)
+	}
+	return c
+}
+
+// Await reads the child's output up to a line that is word, and reports
+// whether one came (false: the child's output ended first).
+func (c *Child) Await(word string) bool {
+	for c.sc.Scan() {
+		if strings.TrimSpace(c.sc.Text()) == word {
+			return true
 		}
 	}
-	t.Fatal("queue holder did not start")
-	return nil
+	return false
 }
 
 // PhysTempDir is a temporary directory with symlinks resolved (e.g. macOS
