@@ -237,7 +237,13 @@ func (s *Backend) commitAlone(ctx context.Context, req *writeRequest) (int, erro
 func (s *Backend) commitGroup(db *sqlite.DB, req *writeRequest, sp *spool.Spool) (int, error) {
 	at := time.Now()
 	var taken []*spool.Taken
-	if sp != nil {
+	// Requests are published by writes waiting in the lane, which hold
+	// or wait for a byte of it, and their takers' orphans are waited for
+	// there by their requesters: with nobody else in the lane (one
+	// F_GETLK), the spool's listing is skipped. A write that has
+	// published but not yet taken its place in the lane is then missed:
+	// it commits alone once it reaches the lock.
+	if sp != nil && s.local.queue.WritesWaiting() {
 		// The takes carry the transaction's date: if this process dies
 		// after its COMMIT, the next committer can tell its rows.
 		taken, _ = sp.Take("", tuning.MaxGroup, strconv.FormatInt(at.UnixMicro(), 10))

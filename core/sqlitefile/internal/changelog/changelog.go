@@ -143,6 +143,7 @@ type Own struct {
 	ino   uint64
 	epoch uint64
 	off   int64
+	size  int64 // the frame's
 }
 
 // Append logs e. A failure leaves the log as it was or with a torn tail,
@@ -180,7 +181,7 @@ func (w *Writer) Append(e *Entry) (*Own, error) {
 	if _, err := w.f.WriteAt(frame, size); err != nil {
 		return nil, err
 	}
-	return &Own{Entry: e, ino: w.ino, epoch: epoch, off: size}, nil
+	return &Own{Entry: e, ino: w.ino, epoch: epoch, off: size, size: int64(len(frame))}, nil
 }
 
 // validSize is the log's size (given by the caller's fstat) and epoch if it
@@ -260,9 +261,20 @@ func NewReader(dir *nodelocal.Dir, name string) *Reader { return &Reader{dir: di
 // assume that none of them concerned it. A missing, foreign or unreadable
 // log yields no entries.
 //
-// own, if not nil, is an entry this process appended: where the reader
-// meets it, it returns own.Entry itself rather than decoding the frame.
+// own, if not nil, is an entry this process appended, passed while it
+// still holds the database lock it appended under: where the reader meets
+// it, it returns own.Entry itself rather than decoding the frame, and when
+// the reader stands right at it (nothing else was appended since its last
+// call), Next reads nothing at all.
 func (r *Reader) Next(own *Own) (entries []*Entry, restart bool, err error) {
+	if own != nil && r.f != nil && own.ino == r.ino && own.epoch == r.epoch && own.off == r.off {
+		// The writer appended own where this reader stands, under the
+		// database lock that the caller still holds: the log is the one
+		// this reader has open (its writer checked it was not removed,
+		// and its epoch is this reader's) and nothing follows own.
+		r.off += own.size
+		return []*Entry{own.Entry}, false, nil
+	}
 	var st unix.Stat_t
 	if r.f != nil {
 		if err := unix.Fstat(int(r.f.Fd()), &st); err != nil || st.Nlink == 0 {

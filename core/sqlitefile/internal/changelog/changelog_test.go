@@ -296,6 +296,42 @@ func TestOwnEntry(t *testing.T) {
 	}
 }
 
+// A writer's own entry right where its reader stands comes back without a
+// read: the test spoils the frame on disk after the append, which a read
+// would refuse (and an earlier version returned nothing), and the reader
+// still returns the entry and stands right after it.
+func TestOwnEntryNotRead(t *testing.T) {
+	p, w, r := started(t)
+	mine := entry(2, "b")
+	own, err := w.Append(mine)
+	if err != nil || own == nil {
+		t.Fatal(own, err)
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.WriteAt(make([]byte, own.size), own.off)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if es, _, err := r.Next(own); err != nil || len(es) != 1 || es[0] != mine {
+		t.Fatalf("got %+v, %v", es, err)
+	}
+	if r.off != own.off+own.size {
+		t.Fatalf("reader at %d, want %d", r.off, own.off+own.size)
+	}
+	// The frame it skipped stays spoiled, so the writer starts the log
+	// over; the reader follows.
+	other := writerAt(t, p)
+	defer other.Close()
+	appendOK(t, other, entry(3, "c"))
+	if es, restart := next(t, r); !restart || len(es) != 1 || !reflect.DeepEqual(es[0], entry(3, "c")) {
+		t.Fatalf("after: %+v (restart %v)", es, restart)
+	}
+}
+
 // encodedSize is exactly the frame's size: encode then allocates once.
 // (A size too small would still encode right, only slower: this test is
 // what catches it.)
