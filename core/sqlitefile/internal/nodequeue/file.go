@@ -32,7 +32,25 @@ type sharedGate struct {
 	refs int // under gates.mu
 	// words are the file's wake words (wake_linux.go); nil: waits block
 	// in F_SETLKW on a goroutine of their own.
-	words *wakeWords
+	mapped *gateMap
+}
+
+// ReadAt reads the file's head through the mapping when there is one (see
+// wake_linux.go), else by pread.
+func (sg *sharedGate) ReadAt(b []byte, off int64) (int, error) {
+	if sg.mapped.read(b, off) {
+		return len(b), nil
+	}
+	return sg.File.ReadAt(b, off)
+}
+
+// writeHead writes the fairness state or the progress word through the
+// mapping when there is one, else by pwrite. The ticket counters are
+// written by WriteAt (see wake_linux.go, "The head through the mapping").
+func (sg *sharedGate) writeHead(b []byte, off int64) {
+	if !sg.mapped.write(b, off) {
+		_, _ = sg.File.WriteAt(b, off)
+	}
 }
 
 // gateRef is one Queue's reference to a sharedGate: ReadAt, WriteAt and Fd
@@ -79,7 +97,7 @@ func acquireGate(lockPath string) (*gateRef, error) {
 		return nil, err
 	}
 	sg := &sharedGate{File: f, dir: dir, name: name, refs: 1}
-	sg.words, _ = mapWakeWords(f)
+	sg.mapped, _ = mapGate(f)
 	gates.m[name] = sg
 	return &gateRef{sharedGate: sg}, nil
 }
@@ -105,8 +123,8 @@ func (sg *sharedGate) release() {
 		unix.FcntlFlock(fd, unix.F_SETLK, queueLine.all(unix.F_WRLCK)) == nil &&
 		unix.FcntlFlock(fd, unix.F_SETLK, laneLine.all(unix.F_WRLCK)) == nil
 	removed := idle && sg.dir.Remove(sg.name, sg.File) == nil
-	sg.words.unmap()
-	sg.words = nil
+	sg.mapped.unmap()
+	sg.mapped = nil
 	sg.File.Close()
 	if removed {
 		sg.dir.RemoveIfEmpty()

@@ -483,7 +483,7 @@ func (q *Queue) wait(ctx context.Context, deadline time.Time, at, also int64, sc
 	case !taken(err):
 		return ErrUnavailable
 	}
-	if q.f.words != nil {
+	if q.f.mapped != nil {
 		if err := q.sleepFor(ctx, deadline, at, also, sc); err != errNoWords {
 			return err
 		}
@@ -595,7 +595,7 @@ func (q *Queue) sleepFor(ctx context.Context, deadline time.Time, at, also int64
 		if sc != nil {
 			d = min(d, nextCheck.Sub(now))
 		}
-		switch err := q.f.words.sleep(at, max(d, time.Microsecond), func() error { return q.try(at) }); {
+		switch err := q.f.mapped.sleep(at, max(d, time.Microsecond), func() error { return q.try(at) }); {
 		case err == nil, err == errNoWords:
 			return err
 		case !taken(err):
@@ -639,7 +639,7 @@ func (q *Queue) setState(st gateState) {
 	var b [16]byte
 	binary.LittleEndian.PutUint64(b[:8], st.streak)
 	binary.LittleEndian.PutUint64(b[8:], uint64(st.foreignAt))
-	_, _ = q.f.WriteAt(b[:], stateOffset)
+	q.f.writeHead(b[:], stateOffset)
 }
 
 // progressOffset is where the head of the queue keeps its progress word
@@ -654,7 +654,7 @@ const progressOffset = ticketsOffset + 16
 func (q *Queue) NoteProgress() {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], uint64(mono.Now()))
-	_, _ = q.f.WriteAt(b[:], progressOffset)
+	q.f.writeHead(b[:], progressOffset)
 }
 
 // progress reads the progress word (0 if unreadable).
@@ -752,7 +752,7 @@ func (q *Queue) Unlock() {
 
 func (q *Queue) unlockByte(at int64) {
 	_ = unix.FcntlFlock(q.f.Fd(), unix.F_SETLK, byteLock(unix.F_UNLCK, at))
-	q.f.words.wake(at)
+	q.f.mapped.wake(at)
 }
 
 // laneBusy reports whether another process of this node is in the writers'

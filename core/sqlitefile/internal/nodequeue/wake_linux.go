@@ -45,10 +45,24 @@ import (
 // (internal/nodelocal). A file shrunk under a process that maps it (by
 // this user, since nobody else can write it) faults at the next access of
 // a word: the fault is recovered, and the queue then waits as before.
+//
+// # The head through the mapping
+//
+// The mapping starts at the file's first byte, so that the head of the
+// file (the ticket counters, the fairness state, the progress word) is
+// read, and the state and progress word written, in memory instead of by
+// pread and pwrite: a record reads and writes them about ten times. The
+// mapping and the descriptor see the same pages, so processes of an
+// older version, which use pread and pwrite, see the same values. The
+// ticket counters are still written by pwrite, under the ticket byte:
+// that keeps the file's modification time moving with every ticket, which
+// Sweep reads as a sign of use (through a mapping of a tmpfs file, only
+// the first write to each page changes it). A fault on the head falls
+// back to the descriptor.
 
 const (
-	// wakeOffset is where the words start in the gate file (page-aligned:
-	// the mapping's offset).
+	// wakeOffset is where the words start in the gate file, after the
+	// head (see queue.go), a page into the mapping.
 	wakeOffset = 4096
 	// wakeBuckets is how many words each line has; slot s of a line
 	// uses word s mod wakeBuckets.
@@ -64,14 +78,16 @@ const (
 	futexWake = 1
 )
 
-// wakeWords is the process's mapping of a gate file's words.
-type wakeWords struct {
+// gateMap is the process's mapping of a gate file: its head, then its
+// wake words at wakeOffset.
+type gateMap struct {
 	mem []byte
 }
 
-// mapWakeWords maps f's words, growing f to hold them first (never
-// shrinking it). On an error the queue waits as before (no words).
-func mapWakeWords(f *os.File) (*wakeWords, error) {
+// mapGate maps f's head and words, growing f to hold them first (never
+// shrinking it). On an error the queue waits as before (no words), and
+// reads and writes its head by pread and pwrite.
+func mapGate(f *os.File) (*gateMap, error) {
 	fd := int(f.Fd())
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
@@ -82,22 +98,64 @@ func mapWakeWords(f *os.File) (*wakeWords, error) {
 			return nil, err
 		}
 	}
-	mem, err := unix.Mmap(fd, wakeOffset, wakeMapLen, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	mem, err := unix.Mmap(fd, 0, wakeOffset+wakeMapLen, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, err
 	}
-	return &wakeWords{mem: mem}, nil
+	return &gateMap{mem: mem}, nil
+}
+
+// head is the mapped bytes [off, off+n) of the file's head (off+n at most
+// wakeOffset), or nil without a mapping.
+func (w *gateMap) head(off int64, n int) []byte {
+	if w == nil || off < 0 || off+int64(n) > wakeOffset {
+		return nil
+	}
+	return w.mem[off : off+int64(n)]
+}
+
+// read copies the head's bytes at off into b; false: no mapping, or it
+// faulted (the file shrunk), and the caller reads the file.
+func (w *gateMap) read(b []byte, off int64) (ok bool) {
+	m := w.head(off, len(b))
+	if m == nil {
+		return false
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	copy(b, m)
+	return true
+}
+
+// write copies b into the head at off; false as for read.
+func (w *gateMap) write(b []byte, off int64) (ok bool) {
+	m := w.head(off, len(b))
+	if m == nil {
+		return false
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	copy(m, b)
+	return true
 }
 
 // unmap releases the mapping (the last reference to the gate file).
-func (w *wakeWords) unmap() {
+func (w *gateMap) unmap() {
 	if w != nil {
 		_ = unix.Munmap(w.mem)
 	}
 }
 
 // word is the sequence word of byte at, and its sleepers' count after it.
-func (w *wakeWords) word(at int64) (seq, sleepers *uint32) {
+func (w *gateMap) word(at int64) (seq, sleepers *uint32) {
 	i := int64(0)
 	switch {
 	case at >= laneLine.slots:
@@ -105,14 +163,14 @@ func (w *wakeWords) word(at int64) (seq, sleepers *uint32) {
 	case at >= queueLine.slots:
 		i = 1 + (at-queueLine.slots)%wakeBuckets
 	}
-	p := unsafe.Pointer(&w.mem[i*8])
+	p := unsafe.Pointer(&w.mem[wakeOffset+i*8])
 	return (*uint32)(p), (*uint32)(unsafe.Add(p, 4))
 }
 
 // wake tells the sleepers on byte at (if any) that it was unlocked. A fault
 // on the words (the file shrunk) is ignored: waiters look again at the end
 // of their slice.
-func (w *wakeWords) wake(at int64) {
+func (w *gateMap) wake(at int64) {
 	if w == nil {
 		return
 	}
@@ -129,7 +187,7 @@ func (w *wakeWords) wake(at int64) {
 // most d, on the calling thread. It returns try's outcome (nil: the byte
 // is taken; unix.EAGAIN: still taken after the sleep), or errNoWords when
 // the words could not be used (a fault): the caller then waits as before.
-func (w *wakeWords) sleep(at int64, d time.Duration, try func() error) (err error) {
+func (w *gateMap) sleep(at int64, d time.Duration, try func() error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if recover() != nil {
@@ -159,8 +217,8 @@ func (w *wakeWords) sleep(at int64, d time.Duration, try func() error) (err erro
 func Sleepers(lockPath string) (int, error) {
 	gates.Lock()
 	defer gates.Unlock()
-	if sg := gates.m[nodelocal.Name(nodelocal.GatePrefix, lockPath)]; sg != nil && sg.words != nil {
-		return sg.words.sleepers()
+	if sg := gates.m[nodelocal.Name(nodelocal.GatePrefix, lockPath)]; sg != nil && sg.mapped != nil {
+		return sg.mapped.sleepers()
 	}
 	f, err := os.Open(File(lockPath))
 	if err != nil {
@@ -171,23 +229,23 @@ func Sleepers(lockPath string) (int, error) {
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil || st.Size < wakeOffset+wakeMapLen {
 		return 0, err
 	}
-	mem, err := unix.Mmap(int(f.Fd()), wakeOffset, wakeMapLen, unix.PROT_READ, unix.MAP_SHARED)
+	mem, err := unix.Mmap(int(f.Fd()), 0, wakeOffset+wakeMapLen, unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
 		return 0, err
 	}
 	defer unix.Munmap(mem)
-	return (&wakeWords{mem: mem}).sleepers()
+	return (&gateMap{mem: mem}).sleepers()
 }
 
 // sleepers sums the sleepers' counts of every word.
-func (w *wakeWords) sleepers() (n int, err error) {
+func (w *gateMap) sleepers() (n int, err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if recover() != nil {
 			n, err = 0, errNoWords
 		}
 	}()
-	for i := 0; i+8 <= len(w.mem); i += 8 {
+	for i := wakeOffset; i+8 <= len(w.mem); i += 8 {
 		n += int(atomic.LoadUint32((*uint32)(unsafe.Pointer(&w.mem[i+4]))))
 	}
 	return n, nil

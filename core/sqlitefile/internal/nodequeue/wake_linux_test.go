@@ -5,6 +5,7 @@ package nodequeue
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -94,7 +95,7 @@ func lockBehindChild(t *testing.T, slice, limit time.Duration, how int) error {
 		leave = func() { holder.Process.Kill() }
 	}
 	g := openGate(path)
-	if g == nil || g.f.words == nil {
+	if g == nil || g.f.mapped == nil {
 		t.Skip("no gate with wake words here")
 	}
 	defer g.Close()
@@ -152,7 +153,7 @@ func TestWakeWordsFault(t *testing.T) {
 	path := newTestPath(t)
 	holder := queuechild.Start(t, path)
 	g := openGate(path)
-	if g == nil || g.f.words == nil {
+	if g == nil || g.f.mapped == nil {
 		t.Skip("no gate with wake words here")
 	}
 	defer g.Close()
@@ -163,15 +164,15 @@ func TestWakeWordsFault(t *testing.T) {
 	faulted := func() (f bool) {
 		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 		defer func() { f = recover() != nil }()
-		seq, _ := g.f.words.word(queueLine.slots)
+		seq, _ := g.f.mapped.word(queueLine.slots)
 		atomic.AddUint32(seq, 1)
 		return false
 	}()
 	if !faulted {
 		t.Fatal("negative control: a word of the shrunk file did not fault")
 	}
-	g.f.words.wake(queueLine.slots) // must not crash
-	if err := g.f.words.sleep(queueLine.slots, time.Millisecond, func() error { return unix.EAGAIN }); err != errNoWords {
+	g.f.mapped.wake(queueLine.slots) // must not crash
+	if err := g.f.mapped.sleep(queueLine.slots, time.Millisecond, func() error { return unix.EAGAIN }); err != errNoWords {
 		t.Fatalf("sleep on a shrunk file: %v, want errNoWords", err)
 	}
 	go func() { time.Sleep(100 * time.Millisecond); holder.Process.Kill() }()
@@ -179,4 +180,76 @@ func TestWakeWordsFault(t *testing.T) {
 		t.Fatalf("a wait without usable words: %v", err)
 	}
 	g.Unlock()
+}
+
+// headSink keeps the negative control's read of the head from being
+// optimized away.
+var headSink byte
+
+// TestHeadThroughMapping: the head of the gate file read and written
+// through the mapping is the file's (what pread and pwrite of an older
+// version see, at the same offsets); a ticket still moves the file's
+// modification time, which Sweep reads as a sign of use; and a file shrunk
+// under the mapping falls back to pread (a short read: no state) instead
+// of crashing. Negative control: the shrunk file's head does fault.
+func TestHeadThroughMapping(t *testing.T) {
+	path := newTestPath(t)
+	g := openGate(path)
+	if g == nil || g.f.mapped == nil {
+		t.Skip("no mapped gate here")
+	}
+	defer g.Close()
+	g.setState(gateState{streak: 7, foreignAt: 42})
+	g.NoteProgress()
+	var b [48]byte
+	if _, err := g.f.File.ReadAt(b[:], 0); err != nil {
+		t.Fatal(err)
+	}
+	if st := (gateState{streak: binary.LittleEndian.Uint64(b[stateOffset:]), foreignAt: int64(binary.LittleEndian.Uint64(b[stateOffset+8:]))}); st != (gateState{7, 42}) {
+		t.Fatalf("pread sees state %+v after a mapped write", st)
+	}
+	if p := binary.LittleEndian.Uint64(b[progressOffset:]); p == 0 || p != g.progress() {
+		t.Fatalf("progress word: pread %d, mapping %d", p, g.progress())
+	}
+	binary.LittleEndian.PutUint64(b[:8], 99)
+	if _, err := g.f.File.WriteAt(b[:8], stateOffset); err != nil {
+		t.Fatal(err)
+	}
+	if st := g.state(); st.streak != 99 {
+		t.Fatalf("mapped read sees state %+v after a pwrite", st)
+	}
+
+	// The first write to a page of the mapping moves the time too: a
+	// ticket before the clock is set back has written to every page the
+	// second one writes to.
+	for _, back := range []time.Duration{0, time.Hour} {
+		old := time.Now().Add(-back)
+		if err := os.Chtimes(File(path), old, old); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Lock(context.Background(), time.Now().Add(10*time.Second), false, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		g.Unlock()
+	}
+	if fi, err := os.Stat(File(path)); err != nil || fi.ModTime().Before(time.Now().Add(-time.Minute)) {
+		t.Fatalf("a ticket left the gate's modification time at %v (%v)", fi.ModTime(), err)
+	}
+
+	if err := os.Truncate(File(path), 0); err != nil {
+		t.Fatal(err)
+	}
+	faulted := func() (f bool) {
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		defer func() { f = recover() != nil }()
+		headSink = g.f.mapped.mem[stateOffset]
+		return false
+	}()
+	if !faulted {
+		t.Fatal("negative control: the head of the shrunk file did not fault")
+	}
+	if st := g.state(); st != (gateState{}) {
+		t.Fatalf("state of a shrunk file: %+v", st)
+	}
+	g.NoteAcquired() // falls back to pwrite, which grows the file again
 }
