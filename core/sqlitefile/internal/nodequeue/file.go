@@ -30,8 +30,9 @@ type sharedGate struct {
 	dir  *nodelocal.Dir
 	name string
 	refs int // under gates.mu
-	// words are the file's wake words (wake_linux.go); nil: waits block
-	// in F_SETLKW on a goroutine of their own.
+	// mapped is the process's mapping of the file's head and wake words
+	// (wake_linux.go); nil: waits block in F_SETLKW on a goroutine of
+	// their own, and the head is read and written by pread and pwrite.
 	mapped *gateMap
 }
 

@@ -105,36 +105,17 @@ func mapGate(f *os.File) (*gateMap, error) {
 	return &gateMap{mem: mem}, nil
 }
 
-// head is the mapped bytes [off, off+n) of the file's head (off+n at most
-// wakeOffset), or nil without a mapping.
-func (w *gateMap) head(off int64, n int) []byte {
-	if w == nil || off < 0 || off+int64(n) > wakeOffset {
-		return nil
-	}
-	return w.mem[off : off+int64(n)]
-}
-
 // read copies the head's bytes at off into b; false: no mapping, or it
 // faulted (the file shrunk), and the caller reads the file.
-func (w *gateMap) read(b []byte, off int64) (ok bool) {
-	m := w.head(off, len(b))
-	if m == nil {
-		return false
-	}
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if recover() != nil {
-			ok = false
-		}
-	}()
-	copy(b, m)
-	return true
-}
+func (w *gateMap) read(b []byte, off int64) bool { return w.copyHead(b, off, false) }
 
 // write copies b into the head at off; false as for read.
-func (w *gateMap) write(b []byte, off int64) (ok bool) {
-	m := w.head(off, len(b))
-	if m == nil {
+func (w *gateMap) write(b []byte, off int64) bool { return w.copyHead(b, off, true) }
+
+// copyHead copies between b and the mapped head at off (into the head if
+// store), unless the bytes are not all in the head.
+func (w *gateMap) copyHead(b []byte, off int64, store bool) (ok bool) {
+	if w == nil || off < 0 || off+int64(len(b)) > wakeOffset {
 		return false
 	}
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -143,7 +124,11 @@ func (w *gateMap) write(b []byte, off int64) (ok bool) {
 			ok = false
 		}
 	}()
-	copy(m, b)
+	if m := w.mem[off : off+int64(len(b))]; store {
+		copy(m, b)
+	} else {
+		copy(b, m)
+	}
 	return true
 }
 
