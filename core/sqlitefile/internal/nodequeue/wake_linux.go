@@ -51,14 +51,13 @@ import (
 // The mapping starts at the file's first byte, so that the head of the
 // file (the ticket counters, the fairness state, the progress word) is
 // read, and the state and progress word written, in memory instead of by
-// pread and pwrite: a record reads and writes them about ten times. The
-// mapping and the descriptor see the same pages, so processes of an
-// older version, which use pread and pwrite, see the same values. The
-// ticket counters are still written by pwrite, under the ticket byte:
-// that keeps the file's modification time moving with every ticket, which
-// Sweep reads as a sign of use (through a mapping of a tmpfs file, only
-// the first write to each page changes it). A fault on the head falls
-// back to the descriptor.
+// pread and pwrite: six system calls of a record. The mapping and the
+// descriptor see the same pages, so processes of an older version, which
+// use pread and pwrite, see the same values. The ticket counters are
+// still written by pwrite, under the ticket byte: that keeps the file's
+// modification time moving with every ticket, which Sweep reads as a sign
+// of use (through a mapping of a tmpfs file, only the first write to each
+// page changes it). A fault on the head falls back to the descriptor.
 
 const (
 	// wakeOffset is where the words start in the gate file, after the
