@@ -113,21 +113,31 @@ func (w *gateMap) write(b []byte, off int64) bool { return w.copyHead(b, off, tr
 
 // copyHead copies between b and the mapped head at off (into the head if
 // store), unless the bytes are not all in the head.
-func (w *gateMap) copyHead(b []byte, off int64, store bool) (ok bool) {
+func (w *gateMap) copyHead(b []byte, off int64, store bool) bool {
 	if w == nil || off < 0 || off+int64(len(b)) > wakeOffset {
 		return false
 	}
+	m := w.mem[off : off+int64(len(b))]
+	return faultFree(func() {
+		if store {
+			copy(m, b)
+		} else {
+			copy(b, m)
+		}
+	})
+}
+
+// faultFree runs f, which accesses the mapping, and reports whether it
+// completed: false if an access faulted (the file shrunk under the
+// mapping, which only this user can do), which is recovered.
+func faultFree(f func()) (ok bool) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if recover() != nil {
 			ok = false
 		}
 	}()
-	if m := w.mem[off : off+int64(len(b))]; store {
-		copy(m, b)
-	} else {
-		copy(b, m)
-	}
+	f()
 	return true
 }
 
@@ -158,39 +168,40 @@ func (w *gateMap) wake(at int64) {
 	if w == nil {
 		return
 	}
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() { _ = recover() }()
-	seq, sleepers := w.word(at)
-	atomic.AddUint32(seq, 1)
-	if atomic.LoadUint32(sleepers) != 0 {
-		futex(seq, futexWake, 1<<30, nil)
-	}
+	faultFree(func() {
+		seq, sleepers := w.word(at)
+		atomic.AddUint32(seq, 1)
+		if atomic.LoadUint32(sleepers) != 0 {
+			futex(seq, futexWake, 1<<30, nil)
+		}
+	})
 }
 
 // sleep tries byte at with try, and if it is taken sleeps on its word for at
 // most d, on the calling thread. It returns try's outcome (nil: the byte
 // is taken; unix.EAGAIN: still taken after the sleep), or errNoWords when
 // the words could not be used (a fault): the caller then waits as before.
-func (w *gateMap) sleep(at int64, d time.Duration, try func() error) (err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if recover() != nil {
-			err = errNoWords
+func (w *gateMap) sleep(at int64, d time.Duration, try func() error) error {
+	var err error
+	if !faultFree(func() {
+		seq, sleepers := w.word(at)
+		atomic.AddUint32(sleepers, 1)
+		defer atomic.AddUint32(sleepers, ^uint32(0))
+		// The sleeper is counted, then reads the sequence, then tries:
+		// an unlock after the try bumps the sequence after the read, so
+		// the futex returns at once, and one before it lets the try
+		// through.
+		v := atomic.LoadUint32(seq)
+		if err = try(); err == nil || !taken(err) {
+			return
 		}
-	}()
-	seq, sleepers := w.word(at)
-	atomic.AddUint32(sleepers, 1)
-	defer atomic.AddUint32(sleepers, ^uint32(0))
-	// The sleeper is counted, then reads the sequence, then tries: an
-	// unlock after the try bumps the sequence after the read, so the
-	// futex returns at once, and one before it lets the try through.
-	v := atomic.LoadUint32(seq)
-	if err := try(); err == nil || !taken(err) {
-		return err
+		ts := unix.NsecToTimespec(d.Nanoseconds())
+		futex(seq, futexWait, v, &ts)
+		err = unix.EAGAIN
+	}) {
+		return errNoWords
 	}
-	ts := unix.NsecToTimespec(d.Nanoseconds())
-	futex(seq, futexWait, v, &ts)
-	return unix.EAGAIN
+	return err
 }
 
 // Sleepers is how many waits are asleep on the wake words of the gate file
@@ -222,15 +233,14 @@ func Sleepers(lockPath string) (int, error) {
 }
 
 // sleepers sums the sleepers' counts of every word.
-func (w *gateMap) sleepers() (n int, err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if recover() != nil {
-			n, err = 0, errNoWords
+func (w *gateMap) sleepers() (int, error) {
+	n := 0
+	if !faultFree(func() {
+		for i := wakeOffset; i+8 <= len(w.mem); i += 8 {
+			n += int(atomic.LoadUint32((*uint32)(unsafe.Pointer(&w.mem[i+4]))))
 		}
-	}()
-	for i := wakeOffset; i+8 <= len(w.mem); i += 8 {
-		n += int(atomic.LoadUint32((*uint32)(unsafe.Pointer(&w.mem[i+4]))))
+	}) {
+		return 0, errNoWords
 	}
 	return n, nil
 }
