@@ -2,9 +2,10 @@
 // and the checked opens of the files in it.
 //
 // The node queue's gate files (internal/nodequeue), the group-commit spools
-// (internal/spool) and the change logs (internal/changelog) live in node-local
-// memory, /dev/shm (else os.TempDir()), which every user of the node
-// shares and where fs.protected_symlinks may be 0. Another user can plant
+// (internal/spool) and the change logs (internal/changelog) live in
+// node-local memory, /dev/shm (else os.TempDir(); $TIRASTORE_NODE_DIR
+// moves them), which every user of the node shares and where
+// fs.protected_symlinks may be 0. Another user can plant
 // a predictable name there before we create it: a symlink makes us write
 // into (or change the mode of) some file of ours elsewhere, a file of
 // theirs on which they hold locks stalls our queue until lock_timeout, a
@@ -50,6 +51,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tirastore/tirastore/core/environ"
 	"github.com/tirastore/tirastore/core/failpoint"
 	"github.com/tirastore/tirastore/core/shareddir"
 )
@@ -75,9 +77,25 @@ const (
 // of this package's tests, which replace the function).
 var trusting = func() bool { return failpoint.Enabled(failpoint.NodeLocalTrust) }
 
-// Base is where private directories live: /dev/shm (memory, node-local)
-// if it is a directory, else os.TempDir().
+// EnvBase names the environment variable that moves the private
+// directories out of /dev/shm: to another node-local directory when a
+// stranger squats this user's name there, and for a test run that must
+// share nothing with the other processes of the machine. Every process
+// of a node that shares a database should see the same value (with
+// different values they wait and commit as processes of different nodes
+// do: correct, without the speed-ups between them).
+const EnvBase = "TIRASTORE_NODE_DIR"
+
+// Base is where private directories live: $TIRASTORE_NODE_DIR if set (made
+// absolute), else /dev/shm (memory, node-local) if it is a directory, else
+// os.TempDir().
 func Base() string {
+	if d := environ.Get(EnvBase); d != "" {
+		if abs, err := filepath.Abs(d); err == nil {
+			return abs
+		}
+		return d
+	}
 	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
 		return "/dev/shm"
 	}

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -466,5 +467,30 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBaseFromEnvironment: TIRASTORE_NODE_DIR moves the private directory
+// (relative values are made absolute); unset, it is under /dev/shm.
+func TestBaseFromEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(EnvBase, dir)
+	if got, want := PrivatePath(), filepath.Join(dir, "tirastore-"+strconv.Itoa(os.Geteuid())); got != want {
+		t.Fatalf("PrivatePath = %q, want %q", got, want)
+	}
+	d, err := Private()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Path() != PrivatePath() {
+		t.Fatalf("Private() is at %q, want %q", d.Path(), PrivatePath())
+	}
+	t.Setenv(EnvBase, "rel")
+	if abs, _ := filepath.Abs("rel"); Base() != abs {
+		t.Fatalf("Base with a relative value = %q, want %q", Base(), abs)
+	}
+	t.Setenv(EnvBase, "")
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() && Base() != "/dev/shm" {
+		t.Fatalf("Base with the variable empty = %q, want /dev/shm", Base())
 	}
 }
