@@ -29,7 +29,7 @@ export PIP_USER := 0
 
 LIB := build/libtirastore.so
 
-.PHONY: all build build-failpoints venv install pydeps ejkernel-venv test test-go test-python test-c lint header demo bench screenshot fusebed torture clean
+.PHONY: all build build-failpoints venv install pydeps ejkernel-venv test soak test-go test-python test-c lint header demo bench screenshot fusebed torture clean
 
 all: build
 
@@ -90,19 +90,39 @@ lint:
 	$(GO) run ./capi/genheader -check
 	$(PYTHON3) tests/docs_links.py
 
+# Test tiers (docs/design.md, "Tests and the test bed"). `make test` is the
+# fast tier: every test, each negative control included, with fleets and
+# stress runs at the size that still shows their property (go test -short;
+# pytest -m "not soak"). `make soak` is the long tier: the same fleets at
+# full size and the soaks (go test without -short; pytest -m soak; the
+# benchmark's -quick run is TestQuickRun there). Every test command runs
+# under tests/isolate: a TMPDIR, HOME and node-local directory of the run's
+# own, so that two runs at once, or another user's files in /tmp and
+# /dev/shm, change nothing.
+ISOLATE := tests/isolate
+# pytest-xdist workers: most tests wait (for a lock, a child, a server), so
+# more workers than cores pay; TEST_JOBS=0 runs in one process.
+TEST_JOBS ?= 6
+# The soak tier's tests each load the machine (1,000 forks, sixteen jax
+# processes, 500 PgBouncer clients): two at a time, so that the bounds of
+# the stall tests that run beside them still mean what they say.
+SOAK_JOBS ?= 2
+PYTEST := $(PYTHON) -m pytest -q -rs -p no:cacheprovider
+GOTEST := $(GO) test -race -count=1
+
 # The differential tests compare the Go code with CPython in the venv.
-test-go: install ejkernel-venv
-	$(IN_VENV) $(GO) test -race -count=1 ./...
-	$(IN_VENV) $(GO) test -race -count=1 -tags failpoints ./core/failpoint/
+test-go: install
+	$(IN_VENV) $(ISOLATE) $(GOTEST) -short ./...
+	$(IN_VENV) $(ISOLATE) $(GOTEST) -short -tags failpoints ./core/failpoint/
 
 test-c: build
 	$(CC) -std=c11 -Wall -Wextra -Werror -Iinclude tests/c/test_capi.c -Lbuild -ltirastore -Wl,-rpath,$(CURDIR)/build -o build/test_capi
-	./build/test_capi
+	$(ISOLATE) ./build/test_capi
 	$(CXX) -std=c++17 -Wall -Wextra -Werror -Iinclude examples/harness.cpp -Lbuild -ltirastore -Wl,-rpath,$(CURDIR)/build -o build/harness
-	./build/harness build/harness-test.db
+	$(ISOLATE) sh -c './build/harness "$$TMPDIR/harness-test.db"'
 	$(CC) -std=c11 -Wall -Wextra -Werror -Iinclude tests/c/test_fork.c -Lbuild -ltirastore -Wl,-rpath,$(CURDIR)/build -o build/test_fork
-	./build/test_fork
-	CC="$(CC)" CXX="$(CXX)" tests/c/readme_snippet.sh
+	$(ISOLATE) ./build/test_fork
+	CC="$(CC)" CXX="$(CXX)" $(ISOLATE) tests/c/readme_snippet.sh
 
 # The test variant of the library with failpoints compiled in (crash tests).
 build-failpoints:
@@ -117,12 +137,17 @@ build-failpoints:
 PG_API_TESTS := test_store_api.py test_bad_input.py test_export_backup.py test_claims.py \
 	test_cpu_metadata.py test_config_methods.py test_lookup_path.py
 test-python: install build-failpoints ejkernel-venv
-	$(IN_VENV) $(PYTHON) -m pytest -q -rs tests/python
-	cd tests/python && TIRASTORE_TEST_BACKEND=postgresql $(IN_VENV) $(PYTHON) -m pytest -q -rs $(PG_API_TESTS)
-	$(IN_VENV) $(PYTHON) -m pytest -q --doctest-modules python/tirastore
+	$(IN_VENV) $(ISOLATE) $(PYTEST) -n $(TEST_JOBS) -m "not soak" tests/python
+	cd tests/python && TIRASTORE_TEST_BACKEND=postgresql $(IN_VENV) ../isolate $(PYTEST) -n $(TEST_JOBS) -m "not soak" $(PG_API_TESTS)
+	$(IN_VENV) $(ISOLATE) $(PYTHON) -m pytest -q -p no:cacheprovider --doctest-modules python/tirastore
 
-# Everything CI runs (.ci/run calls exactly this).
+# The fast tier (the README's command; .ci/run runs it, then soak and torture).
 test: lint test-go test-c test-python
+
+# The long tier.
+soak: install build-failpoints ejkernel-venv fusebed
+	$(IN_VENV) $(ISOLATE) $(GOTEST) -timeout 30m ./...
+	$(IN_VENV) $(ISOLATE) $(PYTEST) -n $(SOAK_JOBS) -m soak tests/python
 
 # The main job: an autoscheduler-like workload on ./tirastore-demo/cache.db.
 demo: install
@@ -157,8 +182,8 @@ fusebed: ; go build -o build/fusebed ./tests/fusebed
 # the lock, restarts, exact verification; then the negative control (the lock
 # switched off, smaller), which must fail verification.
 torture: build build-failpoints fusebed pydeps
-	$(IN_VENV) $(PYTHON) tests/multinode/torture.py
-	$(IN_VENV) $(PYTHON) tests/multinode/torture.py --no-lock --expect-failure --nodes 4 --per-node 4 --nrecords 8 --ncontested 6 --kills 5
+	$(IN_VENV) $(ISOLATE) $(PYTHON) tests/multinode/torture.py
+	$(IN_VENV) $(ISOLATE) $(PYTHON) tests/multinode/torture.py --no-lock --expect-failure --nodes 4 --per-node 4 --nrecords 8 --ncontested 6 --kills 5
 
 clean:
 	rm -rf build dist python/tirastore/libtirastore.so tirastore-demo .pytest_cache

@@ -192,7 +192,10 @@ int main(void) {
                  "{\"result\":\"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\"}");
 
     /* --- a store in a temporary directory ------------------------------- */
-    char dir[] = "/tmp/tirastore-capi-XXXXXX";
+    /* in $TMPDIR (the test run's own, tests/isolate), else /tmp */
+    const char *tmp = getenv("TMPDIR");
+    char dir[200];
+    snprintf(dir, sizeof dir, "%s/tirastore-capi-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (mkdtemp(dir) == NULL) {
         perror("mkdtemp");
         return 2;
@@ -532,7 +535,7 @@ int main(void) {
     check(tirastore_config_fresh(h, stamp) == 0, "after a put the old stamp is not fresh");
     expect_ok_with("config_value sees the put", call(h, "config_value", config_key), "{\"result\":[2,");
     snprintf(args, sizeof args, "{\"opname\":\"mm\",\"path\":\"%s/mm.json\"}", dir);
-    char want[1024];
+    char want[2048];
     snprintf(want, sizeof want,
              "{\"result\":{\"db_path\":\"%s/persistent-cache.tirastore.db\",\"json_path\":\"%s/mm.json\","
              "\"namespace\":\"mm\",\"path\":\"%s/mm.json\",\"sharing\":\"private\",\"db_exists\":false,"

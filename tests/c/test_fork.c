@@ -92,7 +92,10 @@ static int child_unguarded(uint64_t h2) {
 
 int main(void) {
 	setvbuf(stdout, NULL, _IONBF, 0); /* no buffered output duplicated into children */
-	char dir[] = "/tmp/tirastore-fork-XXXXXX";
+	/* in $TMPDIR (the test run's own, tests/isolate), else /tmp */
+	const char *tmp = getenv("TMPDIR");
+	char dir[200];
+	snprintf(dir, sizeof dir, "%s/tirastore-fork-XXXXXX", tmp && *tmp ? tmp : "/tmp");
 	if (!mkdtemp(dir)) { perror("mkdtemp"); return 2; }
 	char db[256];
 	snprintf(db, sizeof db, "%s/cache.db", dir);

@@ -434,6 +434,7 @@ def become_node(hostname: str, shm: str) -> None:
     if shm:
         check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
         check(libc.mount(shm.encode(), b"/dev/shm", None, _MS_BIND, None), f"mount --bind {shm} /dev/shm")
+        os.environ.pop("TIRASTORE_NODE_DIR", None)  # the node's own /dev/shm, not the run's directory
     socket.sethostname(hostname)
 
 
@@ -1520,8 +1521,9 @@ def leftovers(shared: Path, node_shm: list = ()) -> dict:
     removed when its last store closes, so there should be none), and in those of the claimers'
     simulated hosts."""
     names = [p.name for p in shared.iterdir()] if shared.is_dir() else []
-    base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-    private = Path(base) / f"tirastore-{os.geteuid()}"
+    # nodelocal.Base: $TIRASTORE_NODE_DIR (the test run's own), else /dev/shm.
+    base = os.environ.get("TIRASTORE_NODE_DIR") or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
+    private = Path(base).absolute() / f"tirastore-{os.geteuid()}"
     local = 0
     for d in [private] + [Path(x) / f"tirastore-{os.geteuid()}" for x in node_shm]:
         try:

@@ -7,11 +7,15 @@ and never call into the library under test, so they can judge it.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
 import re
+import shutil
 import sqlite3
+import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterable, Optional
@@ -74,7 +78,128 @@ sqlite_only = pytest.mark.skipif(ON_PG, reason="about the SQLite file (its lock,
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: long-running test")
+    config.addinivalue_line(
+        "markers", "soak: the long tier (`make soak`): fleets, stress runs and soaks at full size; "
+        "`make test` deselects it (-m 'not soak')")
+
+
+def tiered(fast: Any, soak: Any, name: str = "n") -> list:
+    """The parameters of a test that runs at two sizes: *fast* in `make test`
+    (big enough to show the property, its negative control included) and
+    *soak*, marked soak, in `make soak`."""
+    return [pytest.param(fast, id=f"{name}{fast}"),
+            pytest.param(soak, id=f"{name}{soak}", marks=pytest.mark.soak)]
+
+
+# Modules whose module- or session-scoped fixtures are costly (a wheel
+# built, a browser, a PostgreSQL cluster, a FUSE bed, a fleet's run): under
+# pytest-xdist each runs whole on one worker, so that they are built once,
+# and first, since they hold the longest tests. (A scheduler of our own
+# rather than --dist loadgroup, whose xdist_group marks pytest 9.2 no
+# longer carries to the scheduler.)
+ONE_WORKER_MODULES = ("test_packaging", "test_postgres", "test_pgbouncer", "test_dashboard", "test_examples",
+                      "test_multinode", "test_mixed_fleet", "test_ejkernel", "test_slurm")
+
+
+def _one_worker(nodeid: str) -> bool:
+    return Path(nodeid.split("::", 1)[0]).stem in ONE_WORKER_MODULES
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """With -n (--dist load, the default): each test on the next free
+    worker, but a module of ONE_WORKER_MODULES whole on one."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return nodeid.split("::", 1)[0] if _one_worker(nodeid) else nodeid
+
+    return Scheduling(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """ONE_WORKER_MODULES first: their tests are the longest."""
+    items.sort(key=lambda item: not _one_worker(item.nodeid))
+
+
+# ---------------------------------------------------------------------------
+# Isolation: nothing a test reads or writes is shared with anything outside
+# the test run (docs/design.md, "Tests and the test bed").
+# ---------------------------------------------------------------------------
+
+# The node-local files of the stores (core/sqlitefile/internal/nodelocal):
+# a directory of this run, not the machine's /dev/shm, where another run of
+# the suite, or another user, may have the same names. The Makefile's
+# runner (tests/isolate) sets it for the whole run; a bare `pytest` gets
+# one of its own here, before any store (or worker process) starts.
+NODE_DIR_ENV = "TIRASTORE_NODE_DIR"
+if not os.environ.get(NODE_DIR_ENV):
+    _own_node_dir = tempfile.mkdtemp(prefix="tirastore-node-")
+    os.environ[NODE_DIR_ENV] = _own_node_dir
+    atexit.register(shutil.rmtree, _own_node_dir, True)
+
+
+def node_private_dir() -> Path:
+    """This user's private node-local directory in this run: where the
+    stores keep gate-, spool- and changes- files."""
+    return Path(os.environ[NODE_DIR_ENV]) / f"tirastore-{os.geteuid()}"
+
+
+_OTHER_NODE: Optional[list] = None
+
+
+def other_node_prefix(hostname: str = "stall-node2") -> Optional[list]:
+    """A command prefix that runs a command as on another node of the
+    cluster, or None where it cannot (needs root and unshare): its own host
+    name (a UTS namespace) and its own node-local memory (a mount namespace
+    with a fresh tmpfs on /dev/shm, and TIRASTORE_NODE_DIR unset there), the
+    database's directory shared as on a cluster filesystem."""
+    global _OTHER_NODE
+    import subprocess
+
+    if _OTHER_NODE is None:
+        ok = bool(shutil.which("unshare")) and os.geteuid() == 0 and subprocess.run(
+            ["unshare", "--uts", "--mount", "sh", "-c", "mount -t tmpfs tmpfs /dev/shm && hostname probe-node"],
+            capture_output=True, timeout=20).returncode == 0
+        _OTHER_NODE = [ok]
+    if not _OTHER_NODE[0]:
+        return None
+    return ["unshare", "--uts", "--mount", "sh", "-c",
+            f'mount -t tmpfs tmpfs /dev/shm && hostname {hostname} && exec env -u {NODE_DIR_ENV} "$@"', "sh"]
+
+
+# Where each test's own directories are made: a directory of this process
+# in the run's temporary directory (tests/isolate's, which other users may
+# pass through but not list), removed when the process ends. (Not each
+# test's own at its end: a session's PostgreSQL cluster lives in the
+# TMPDIR of the test that started it.) Short names: a socket path in a
+# test's TMPDIR must stay under 108 bytes.
+_TEST_ENVS = tempfile.mkdtemp(prefix="envs-")
+os.chmod(_TEST_ENVS, 0o711)
+atexit.register(shutil.rmtree, _TEST_ENVS, True)
+
+
+@pytest.fixture(autouse=True)
+def _own_environment(monkeypatch):
+    """Every test runs with a HOME, a TMPDIR and a working directory of its
+    own, empty: nothing it writes by default (~/ejkernel-presistent-cache,
+    ./.ejkernel-presistent-cache, files named after a pid in $TMPDIR) meets
+    another test, another run or another user. They are not in pytest's
+    tmp_path tree (mode 0700): a test may start a process as another user
+    (a PostgreSQL server, a stranger) on a directory it makes in TMPDIR,
+    so TMPDIR and the directories above it let others pass through (0711),
+    never list or create."""
+    env = Path(tempfile.mkdtemp(prefix="e-", dir=_TEST_ENVS))
+    env.chmod(0o711)
+    (env / "home").mkdir(mode=0o700)
+    (env / "tmp").mkdir(mode=0o711)
+    (env / "cwd").mkdir(mode=0o700)
+    monkeypatch.setenv("HOME", str(env / "home"))
+    monkeypatch.setenv("TMPDIR", str(env / "tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", str(env / "tmp"))
+    monkeypatch.chdir(env / "cwd")
 
 
 # ---------------------------------------------------------------------------
@@ -389,6 +514,34 @@ def write_fake_lock(lock: Path, age_seconds: float = 0.0, hostname: str = "other
     lock.write_text(payload, encoding="utf-8")
 
 
+def blocked_opening_a_fifo(pid: int, group: bool = False) -> bool:
+    """Whether a thread of process pid (group: of any process of the
+    process group pid) sleeps in open(2) of a FIFO that nobody has open at
+    the other end (the kernel's wait_for_partner): a hang seen as it
+    happens, not guessed from a timeout."""
+    pids = [pid]
+    if group:
+        pids = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                if int(stat.read_text().rsplit(")", 1)[1].split()[2]) == pid:
+                    pids.append(int(stat.parent.name))
+            except (OSError, ValueError, IndexError):
+                pass
+    for p in pids:
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:  # gone
+            continue
+        for t in tasks:
+            try:
+                if Path(f"/proc/{p}/task/{t}/wchan").read_text().strip() == "wait_for_partner":
+                    return True
+            except OSError:
+                pass
+    return False
+
+
 def rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         resident_pages = int(f.read().split()[1])
@@ -484,7 +637,6 @@ def store(make_store, db_path):
 # ---------------------------------------------------------------------------
 
 import subprocess  # noqa: E402
-import sys  # noqa: E402
 
 _REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(_REPO / "tests" / "multinode"))

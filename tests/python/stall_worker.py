@@ -10,7 +10,7 @@
 Both open the store with stale_lock_timeout=3 and write what happened to OUT
 as JSON lines: {"ack": schedule, "t": time} for every record that returned
 True (flushed before the next one starts), {"start": t} first, and
-{"done": ..., "error": class, "message": ...} last.
+{"done": ..., "error": class, "message": ..., "t": time} last.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def main() -> None:
                 os.environ["TIRASTORE_FAILPOINTS"] = sys.argv[5]
                 _log(out, armed=time.time())
                 n = store.record_many(PROGRAM, SOURCE, entries)
-                _log(out, done=n)
+                _log(out, done=n, t=time.time())
             else:
                 stop, i = sys.argv[4], 0
                 while not os.path.exists(stop):
@@ -63,7 +63,7 @@ def main() -> None:
                 _log(out, done=i)
         except Exception as e:  # noqa: BLE001 - the test judges the class
             _log(out, done=None, error=type(e).__name__, message=str(e),
-                 mro=[c.__name__ for c in type(e).__mro__])
+                 mro=[c.__name__ for c in type(e).__mro__], t=time.time())
         finally:
             store.close()
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_CPU, sqlite_only
+from conftest import TEST_CPU, other_node_prefix, sqlite_only
 from tirastore import Claim, LookupResult, TiraStore
 
 SRC = "void search() { /* the program */ }"
@@ -36,6 +36,7 @@ scheds = [f"S(L0,L1,{i},{j},comps=['c1'])" for i in range(1, 11) for j in range(
 rng = random.Random(wid)
 rng.shuffle(scheds)
 with TiraStore(db, cpu_model=cpu) as s, open(log, "a") as f:
+    Path(log + ".ready").touch()
     while not go.exists():
         time.sleep(0.001)
     for sc in scheds:
@@ -56,14 +57,25 @@ with TiraStore(db, cpu_model=cpu) as s, open(log, "a") as f:
 """
 
 
+def _start_together(procs: list, logs: list, go: Path) -> None:
+    """Let the workers go once each has opened its store (its log's .ready
+    file), so that they all meet the schedules at once, however loaded the
+    machine is."""
+    end = time.monotonic() + 120
+    while not all(Path(f"{log}.ready").exists() for log in logs):
+        assert all(p.poll() is None for p in procs), "a worker ended before it was ready"
+        assert time.monotonic() < end, "the workers did not open their stores"
+        time.sleep(0.01)
+    go.touch()
+
+
 def _fleet(tmp_path: Path, db, mode: str, n: int = 16) -> Counter:
     TiraStore(db, cpu_model=TEST_CPU).close()
     go = tmp_path / "go"
     logs = [tmp_path / f"w{w}.log" for w in range(n)]
     procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(db), str(w), mode, str(logs[w]), str(go), TEST_CPU])
              for w in range(n)]
-    time.sleep(1.0)  # every worker imported and opened its store
-    go.touch()
+    _start_together(procs, logs, go)
     for p in procs:
         assert p.wait(timeout=300) == 0
     measured = Counter(line for log in logs for line in log.read_text().splitlines())
@@ -102,9 +114,7 @@ s.close()
 
 
 def _other_node_prefix() -> list[str] | None:
-    from test_stall import _other_node_prefix as prefix
-
-    return prefix()
+    return other_node_prefix("stall-node2")
 
 
 def _start_holder(tmp_path: Path, db: Path, lease: float, prefix: list[str] = ()) -> tuple[subprocess.Popen, Path]:
@@ -310,6 +320,7 @@ rng = random.Random(1000 + wid)
 rng.shuffle(scheds)
 s = OriginalStore(Path(db), "orig", 600.0)
 with open(log, "a") as f:
+    Path(log + ".ready").touch()
     while not go.exists():
         time.sleep(0.001)
     for sc in scheds:
@@ -345,8 +356,7 @@ def test_mixed_fleet_original_workers_beside_claimers(tmp_path):
         log = tmp_path / f"o{w}.log"
         orig_logs.append(log)
         procs.append(subprocess.Popen([sys.executable, "-c", ORIGINAL, str(db), str(w), str(log), str(go), here]))
-    time.sleep(1.0)
-    go.touch()
+    _start_together(procs, claimer_logs + orig_logs, go)
     for p in procs:
         assert p.wait(timeout=300) == 0
     by_claimers = Counter(line for log in claimer_logs for line in log.read_text().splitlines())

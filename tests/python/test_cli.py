@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_CPU
+from conftest import TEST_CPU, node_private_dir
 from tirastore import TiraStore
 
 SRC = "void blur() {}"
@@ -392,7 +392,7 @@ def test_check_reports_planted_node_local_files(db):
     """A node-local file of the database that fails its checks is a problem (its
     speed-up is off on this node) and is left alone; without it, check is fine."""
     lock_path = str(db.resolve()) + ".lock"
-    gate = Path(f"/dev/shm/tirastore-{os.geteuid()}") / ("gate-" + hashlib.sha256(lock_path.encode()).hexdigest()[:24])
+    gate = node_private_dir() / ("gate-" + hashlib.sha256(lock_path.encode()).hexdigest()[:24])
     rep = json.loads(tirastore("check", db, "--json").stdout)
     roles = {f["role"]: f for f in rep["node_local"]}
     assert rep["ok"] and roles["gate file"]["path"] == str(gate) and roles["private directory"]["problem"] == ""

@@ -11,7 +11,12 @@ and rewrites it whole on every put, loses the puts of all but one worker
 for certain, not by chance of timing: that is the negative control of the
 eight-tuner case.
 
-The tests FAIL, not skip, when the venv is missing: `make test` builds it.
+The eight-tuner run (sixteen ejkernel processes, and eight more for its
+negative control) is in the soak tier (`make soak`); the fast tier runs the
+two-process case of ejkernel's default JSON location.
+
+The tests FAIL, not skip, when the venv is missing: `make test` and
+`make soak` build it.
 """
 
 from __future__ import annotations
@@ -193,6 +198,7 @@ def read_back(home: Path, cache_dir: Path, keys, monkeypatch) -> dict[Coords, An
     return {k: vars(v) for k, v in got.items() if v is not None}
 
 
+@pytest.mark.soak
 def test_eight_tuners_keep_every_config(eight_ours, monkeypatch):
     union = tuned(eight_ours["first"], OURS, 2)
     stored = read_back(eight_ours["home"], eight_ours["cache_dir"], union, monkeypatch)
@@ -201,6 +207,7 @@ def test_eight_tuners_keep_every_config(eight_ours, monkeypatch):
     assert stored == union
 
 
+@pytest.mark.soak
 def test_second_run_finds_every_config(eight_ours):
     first, second = eight_ours["first"], eight_ours["second"]
     union = all_chosen(first)
@@ -211,6 +218,7 @@ def test_second_run_finds_every_config(eight_ours):
     assert all_chosen(second) == union
 
 
+@pytest.mark.soak
 def test_eight_tuners_files(eight_ours):
     check_files(eight_ours["cache_dir"])
     home_default = eight_ours["home"] / DEFAULT_DIR
@@ -223,6 +231,7 @@ def test_eight_tuners_files(eight_ours):
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.soak
 def test_ejkernels_own_class_loses_puts(venv_python, tmp_path, eight_ours, monkeypatch):
     home, cache_dir = tmp_path / "home", tmp_path / "shared-cache"
     home.mkdir()
@@ -238,6 +247,7 @@ def test_ejkernels_own_class_loses_puts(venv_python, tmp_path, eight_ours, monke
     assert len(kept) == len(ours) == len(tuned_keys)
 
 
+@pytest.mark.soak
 def test_ejkernels_class_reads_our_json_export(venv_python, tmp_path, eight_ours, monkeypatch):
     """The other way: ejkernel's own class, unpatched, reads a JSON file that
     our cache exported (export_json) and times nothing."""

@@ -48,7 +48,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_CPU, TEST_SLURM
+from conftest import NODE_DIR_ENV, TEST_CPU, TEST_SLURM
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -250,8 +250,10 @@ def run_scenario(tmp_path: Path, kind: str, where: str, lib: Path | None = None,
     spec = {"work": str(work), "kind": kind, "where": where, "uid": ATTACKER_UID, "attacker": ATTACKER,
             "child": CHILD, "canary_text": CANARY.decode(), "cpu": TEST_CPU, "slurm": TEST_SLURM,
             "lock_timeout": lock_timeout, "single": SINGLE, "procs": PROCS, "each": EACH}
+    # The stores use the namespace's /dev/shm, where the attacker plants.
     env = {k: v for k, v in os.environ.items() if k not in ("TIRASTORE_FAILPOINTS", "TIRASTORE_NODE_QUEUE",
-                                                             "TIRASTORE_GROUP_COMMIT", "TIRASTORE_CHANGE_LOG")}
+                                                             "TIRASTORE_GROUP_COMMIT", "TIRASTORE_CHANGE_LOG",
+                                                             NODE_DIR_ENV)}
     if lib is not None:
         env["TIRASTORE_LIB"] = str(lib)
         env["TIRASTORE_FAILPOINTS"] = "nodelocal-trust=on"

@@ -24,7 +24,7 @@ def _src(p: int) -> str:
     return SRC_BLUR.replace("blur", f"blur{p}")
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 def test_lookup_rss_flat(store, record_property):
     for p in range(N_PROGRAMS):
         n = store.record_many(

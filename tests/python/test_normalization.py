@@ -579,11 +579,30 @@ def test_all_code_points_whitespace_in_one_call():
     assert normalize_program(every) == "".join(ch for ch in every if not ch.isspace())
 
 
-@pytest.mark.slow
-def test_all_code_points_digit_and_word_classes():
-    """Exhaustive: every code point as a loop-level digit, identifier tail and head."""
-    bad = []
+def _class_edges() -> list[int]:
+    """Every code point where str.isdecimal(), the identifier tail class
+    (isalnum or "_") or str.isspace() changes, with its neighbours, and
+    every 61st code point: the classes' edges, where a wrong table would
+    show."""
+    def key(c: str) -> tuple:
+        return (c.isdecimal(), c.isalnum() or c == "_", c.isspace())
+
+    out, prev = set(range(1, 0x80)), key(chr(0))
     for cp in range(1, 0x110000):
+        k = key(chr(cp))
+        if k != prev:
+            out.update((cp - 1, cp, cp + 1))
+        prev = k
+    out.update(range(1, 0x110000, 61))
+    return sorted(cp for cp in out if 0 < cp < 0x110000)
+
+
+@pytest.mark.parametrize("points", [pytest.param("edges"), pytest.param("all", marks=pytest.mark.soak)])
+def test_all_code_points_digit_and_word_classes(points):
+    """Every code point (in the fast tier: the classes' edges and a stride)
+    as a loop-level digit, identifier tail and head."""
+    bad = []
+    for cp in (_class_edges() if points == "edges" else range(1, 0x110000)):
         if 0xD800 <= cp <= 0xDFFF:
             continue
         ch = chr(cp)

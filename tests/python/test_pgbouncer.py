@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_CPU
+from conftest import TEST_CPU, tiered
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "pg"))
 import pgbouncer  # noqa: E402
@@ -137,8 +137,10 @@ def _server_conns(cluster) -> int:
                             "AND application_name = 'tirastore'", db="postgres").strip() or 0)
 
 
-def test_500_workers_through_pgbouncer_with_restarts(tmp_path, pooled):
-    """500 processes through PgBouncer (20 server connections, the server's
+@pytest.mark.parametrize("workers", tiered(40, 500, "workers"))
+def test_a_fleet_through_pgbouncer_with_restarts(tmp_path, pooled, workers):
+    """500 processes (40 in the fast tier: still twice the pool) through
+    PgBouncer (20 server connections, the server's
     max_connections 40): PgBouncer is restarted (SIGTERM: every client cut
     off) while half the fleet is mid-call, then the server (immediate, as
     after a crash). Every call succeeds; every own record is acknowledged
@@ -148,7 +150,7 @@ def test_500_workers_through_pgbouncer_with_restarts(tmp_path, pooled):
     never has more connections of the fleet than the pool."""
     cluster, bouncer = pooled
     _new_db(cluster, "fleet")
-    workers, iterations, contested, claimed = 500, 6, 50, 100
+    iterations, contested, claimed = 6, workers // 10, workers // 5
     peak = [0]
     stop = threading.Event()
 

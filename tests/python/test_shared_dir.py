@@ -45,10 +45,11 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
-from conftest import TEST_CPU, TEST_SLURM, sqlite_only
+from conftest import TEST_CPU, TEST_SLURM, blocked_opening_a_fifo, sqlite_only
 
 REPO = Path(__file__).resolve().parents[2]
 DB_NAME = "persistent-cache.tirastore.db"  # a PersistentCache's database in its directory
@@ -175,20 +176,31 @@ OP = textwrap.dedent("""
 OPS = ["lookup", "record", "lock status", "check"]
 
 
-def run_op(op: str, db: Path, env: dict, sched: str) -> dict:
-    """One operation; a process still running at lock_timeout + 10 s is
-    killed and reported as hung (the failure this test exists for), with
-    the command it started (its session: a hung `tirastore check` would
-    otherwise stay blocked in open(2) for good)."""
-    cmd = [sys.executable, "-c", OP, op, str(db), str(LOCK_TIMEOUT), TEST_CPU, TEST_SLURM, sched]
+def run_hung_or_done(cmd: list, env: dict) -> Optional[tuple[str, str]]:
+    """Run cmd in a session of its own; its (stdout, stderr), or None when
+    it hung (the failure these tests exist for): a process of the session
+    blocked in open(2) of a FIFO, or still running at lock_timeout + 10 s.
+    A hung session is killed, with the command it started (a hung
+    `tirastore check` would otherwise stay blocked in open(2) for good)."""
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                          start_new_session=True)
-    try:
-        out, err = p.communicate(timeout=LOCK_TIMEOUT + 10)
-    except subprocess.TimeoutExpired:
+    end = time.monotonic() + LOCK_TIMEOUT + 10
+    while p.poll() is None and time.monotonic() < end and not blocked_opening_a_fifo(p.pid, group=True):
+        time.sleep(0.02)
+    if p.poll() is None:
         os.killpg(p.pid, signal.SIGKILL)
         p.communicate()
+        return None
+    return p.communicate()
+
+
+def run_op(op: str, db: Path, env: dict, sched: str) -> dict:
+    """One operation in a fresh process (see run_hung_or_done)."""
+    done = run_hung_or_done([sys.executable, "-c", OP, op, str(db), str(LOCK_TIMEOUT), TEST_CPU, TEST_SLURM, sched],
+                            env)
+    if done is None:
         return {"op": op, "hung": True}
+    out, err = done
     assert out.strip(), f"{op}: no output\n{err}"
     return json.loads(out.strip().splitlines()[-1])
 
@@ -343,12 +355,10 @@ def seed_fifo_scenario(shared_dir: Path, env: dict) -> dict:
     """A FIFO at the seed JSON of a PersistentCache, beside its database:
     the first use skips it (not a regular file), import_json() opens it."""
     plant("fifo", shared_dir / "t.json")
-    try:
-        r = subprocess.run([sys.executable, "-c", SEED, str(shared_dir / "t.json"), str(LOCK_TIMEOUT)],
-                           capture_output=True, text=True, env=env, timeout=LOCK_TIMEOUT + 10)
-    except subprocess.TimeoutExpired:
+    done = run_hung_or_done([sys.executable, "-c", SEED, str(shared_dir / "t.json"), str(LOCK_TIMEOUT)], env)
+    if done is None:
         return {"op": "PersistentCache", "hung": True}
-    return {"op": "PersistentCache", **json.loads(r.stdout.strip().splitlines()[-1])}
+    return {"op": "PersistentCache", **json.loads(done[0].strip().splitlines()[-1])}
 
 
 def test_a_fifo_at_a_persistent_cache_seed_blocks_nothing(shared):
@@ -441,10 +451,15 @@ def ctrl_c_scenario(shared_dir: Path, env: dict) -> tuple[str, float]:
         time.sleep(1.5)  # waiting for the lock by now
         p.send_signal(signal.SIGINT)
         t0 = time.monotonic()
-        try:
-            out, _ = p.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
+        # Hung: not interrupted within 10 s, or still blocked in open(2)
+        # of the FIFO 2 s after SIGINT (the bound the guarded store meets).
+        while p.poll() is None and time.monotonic() - t0 < 10:
+            if time.monotonic() - t0 > 2 and blocked_opening_a_fifo(p.pid):
+                break
+            time.sleep(0.02)
+        if p.poll() is None:
             return "hung", time.monotonic() - t0
+        out, _ = p.communicate()
         return out.strip(), time.monotonic() - t0
     finally:
         if p.poll() is None:

@@ -41,6 +41,10 @@ import pytest
 from conftest import expected_key
 from conftest_slurm import slurm_cluster  # noqa: F401  (the fixture)
 
+# Real jobs on a real cluster: the soak tier (`make soak`). The fast tier
+# holds the same stall property without Slurm (test_stall.py).
+pytestmark = pytest.mark.soak
+
 REPO = Path(__file__).resolve().parents[2]
 LAUNCH = REPO / "tests" / "multinode" / "launch_test.sh"
 STALL_JOB = REPO / "tests" / "slurm" / "slurm_stall_job.py"
