@@ -3,6 +3,7 @@ package schedule
 import (
 	"math/rand"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,75 +12,20 @@ import (
 	"github.com/tirastore/tirastore/core/internal/pytest"
 )
 
-// pythonReference is an independent re-implementation of the original's
-// _schedule.py from its documented rules, using Python's own `re` module so
-// that \s, \d, \w, ^, $ and backtracking are the real thing.
-const pythonReference = `
-import json, re, sys
-
-def normalize_schedule(s):
-    if not s:
-        return ""
-    s = re.sub(r"\s+", "", s)
-    def repl(m):
-        items = [x.strip("'\"") for x in m.group(1).split(",")]
-        return "comps=[" + ",".join("'" + x + "'" for x in items) + "]"
-    return re.sub(r"comps=\[([^\]]*)\]", repl, s)
-
-Q = r"""(?:'[^']*'|"[^"]*")"""
-CN = r"(?:" + Q + r"|[A-Za-z_]\w*)"
-COMPS = r"comps=\[" + CN + r"(?:," + CN + r")*\]"
-LX, INT, SINT = r"L\d+", r"\d+", r"-?\d+"
-ARGS = {
-    "S": [LX, LX, SINT, SINT, COMPS],
-    "I": [LX, LX, COMPS],
-    "R": [LX, COMPS],
-    "P": [LX, COMPS],
-    "T2": [LX, LX, INT, INT, COMPS],
-    "T3": [LX, LX, LX, INT, INT, INT, COMPS],
-    "U": [LX, INT, COMPS],
-    "F": [LX, COMPS],
+// referenceScript is testdata/reference.py, the one reference of the
+// schedule and program rules that every test judges the engine by (the
+// Python tests import it too): the original's rules from COMPAT.md, with
+// Python's own re, so that \s, \d, \w, ^, $ and backtracking are the real
+// thing. Run as a program it answers one JSON request (pyIn) per line with
+// one JSON line (pyOut).
+func referenceScript(t testing.TB) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "reference.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
-PATTERNS = {k: re.compile("^" + k + r"\(" + ",".join(v) + r"\)$") for k, v in ARGS.items()}
-
-def validate_schedule(schedule):
-    if not schedule:
-        return True, ""
-    s = re.sub(r"\s+", "", schedule)
-    for token in s.split("|"):
-        if not token:
-            return False, "Empty segment in schedule (leading, trailing, or double '|')."
-        m = re.match(r"^([A-Z][A-Z0-9]*)", token)
-        if not m:
-            return False, f"Unrecognized token (does not start with a transformation name): {token!r}"
-        name = m.group(1)
-        if name not in PATTERNS:
-            return False, f"Unknown transformation: {name!r} in {token!r}"
-        if not PATTERNS[name].match(token):
-            return False, f"Malformed {name} transformation: {token!r}"
-    return True, ""
-
-def normalize_program(source):
-    if not source:
-        return ""
-    s = re.sub(r"/\*.*?\*/", "", source, flags=re.DOTALL)
-    s = re.sub(r"//[^\n]*", "", s)
-    s = re.sub(r'^\s*#\s*include\s*[<"][^>"]*[>"]\s*$', "", s, flags=re.MULTILINE)
-    return re.sub(r"\s+", "", s)
-
-inp = json.load(sys.stdin)
-out = {"norm": [], "valid": [], "normvalid": [], "prog": [], "idem": []}
-for s in inp["schedules"]:
-    n = normalize_schedule(s)
-    out["norm"].append(n)
-    out["valid"].append(list(validate_schedule(s)))
-    out["normvalid"].append(list(validate_schedule(n)))
-    if normalize_schedule(n) != n:
-        out["idem"].append(s)
-for p in inp["programs"]:
-    out["prog"].append(normalize_program(p))
-json.dump(out, sys.stdout)
-`
 
 type pyIn struct {
 	Schedules []string `json:"schedules"`
@@ -399,7 +345,7 @@ func TestDifferentialPython(t *testing.T) {
 	in.Programs = validOnly(in.Programs)
 
 	var out pyOut
-	pytest.RunJSON(t, pythonReference, in, &out)
+	pytest.RunJSON(t, referenceScript(t), in, &out)
 	if len(out.Norm) != len(in.Schedules) || len(out.Prog) != len(in.Programs) {
 		t.Fatalf("python returned %d/%d results for %d/%d inputs", len(out.Norm), len(out.Prog), len(in.Schedules), len(in.Programs))
 	}

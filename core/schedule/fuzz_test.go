@@ -1,129 +1,84 @@
 package schedule
 
 import (
-	"fmt"
-	"regexp"
-	"strings"
+	"bufio"
+	"encoding/json"
+	"io"
 	"sync"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/tirastore/tirastore/core/internal/pytest"
 )
 
-// The fuzz oracles below are Go regexps built from the generated Python
-// character classes. Go's regexp picks the same (leftmost-first, greedy /
-// lazy) match as Python's backtracking engine for these patterns, so they
-// give a second, independent implementation that needs no python3.
-
-// class renders ranges as a regexp character class body.
-func class(table []runeRange) string {
-	var b strings.Builder
-	for _, r := range table {
-		fmt.Fprintf(&b, `\x{%x}-\x{%x}`, r[0], r[1])
-	}
-	return b.String()
-}
-
-type oracles struct {
-	space, comps, block, line, include, name *regexp.Regexp
-	patterns                                 map[string]*regexp.Regexp
+// oracle is testdata/reference.py running beside the fuzzer, asked one input
+// at a time: the same reference as TestDifferentialPython's, so that the
+// rules have one oracle, not a second one in Go.
+type oracle struct {
+	mu  sync.Mutex
+	in  io.WriteCloser
+	out *bufio.Reader
 }
 
 var (
 	oracleOnce sync.Once
-	oracle     oracles
+	theOracle  *oracle
+	oracleErr  error
 )
 
-func getOracles() *oracles {
+// getOracle starts the reference once per test binary (it skips the test
+// where there is no python3, like the differential test).
+func getOracle(t testing.TB) *oracle {
+	t.Helper()
+	pytest.Python(t)
+	script := referenceScript(t)
 	oracleOnce.Do(func() {
-		s := "[" + class(spaceRanges) + "]"
-		d := "[" + class(decimalRanges) + "]"
-		w := "[" + class(wordRanges) + "]"
-		oracle.space = regexp.MustCompile(s + "+")
-		oracle.comps = regexp.MustCompile(`comps=\[([^\]]*)\]`)
-		oracle.block = regexp.MustCompile(`(?s)/\*.*?\*/`)
-		oracle.line = regexp.MustCompile(`//[^\n]*`)
-		oracle.include = regexp.MustCompile(`(?m)^` + s + `*#` + s + `*include` + s + `*[<"][^>"]*[>"]` + s + `*$`)
-		oracle.name = regexp.MustCompile(`^([A-Z][A-Z0-9]*)`)
-		cn := `(?:'[^']*'|"[^"]*"|[A-Za-z_]` + w + `*)`
-		comps := `comps=\[` + cn + `(?:,` + cn + `)*\]`
-		lx, in, sin := `L`+d+`+`, d+`+`, `-?`+d+`+`
-		args := map[string][]string{
-			"S": {lx, lx, sin, sin, comps}, "I": {lx, lx, comps}, "R": {lx, comps},
-			"P": {lx, comps}, "T2": {lx, lx, in, in, comps},
-			"T3": {lx, lx, lx, in, in, in, comps}, "U": {lx, in, comps}, "F": {lx, comps},
+		cmd := pytest.Command(t, script)
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			oracleErr = err
+			return
 		}
-		oracle.patterns = map[string]*regexp.Regexp{}
-		for k, v := range args {
-			oracle.patterns[k] = regexp.MustCompile(`^` + k + `\(` + strings.Join(v, ",") + `\)$`)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			oracleErr = err
+			return
 		}
+		if err = cmd.Start(); err != nil {
+			oracleErr = err
+			return
+		}
+		// It ends when its stdin closes, with this test binary.
+		theOracle = &oracle{in: in, out: bufio.NewReader(out)}
 	})
-	return &oracle
+	if oracleErr != nil {
+		t.Fatalf("starting the reference: %v", oracleErr)
+	}
+	return theOracle
 }
 
-func (o *oracles) normalize(s string) string {
-	if s == "" {
-		return ""
+// ask returns the reference's answer for one schedule and one program (both
+// valid UTF-8: JSON, like a Python str, carries no other).
+func (o *oracle) ask(t testing.TB, schedule, program string) pyOut {
+	t.Helper()
+	req, err := json.Marshal(pyIn{Schedules: []string{schedule}, Programs: []string{program}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	s = o.space.ReplaceAllString(s, "")
-	return o.comps.ReplaceAllStringFunc(s, func(m string) string {
-		items := strings.Split(m[len("comps=["):len(m)-1], ",")
-		for i, it := range items {
-			items[i] = "'" + strings.Trim(it, `'"`) + "'"
-		}
-		return "comps=[" + strings.Join(items, ",") + "]"
-	})
-}
-
-func (o *oracles) validate(s string) (bool, string) {
-	if s == "" {
-		return true, ""
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, err = o.in.Write(append(req, '\n')); err != nil {
+		t.Fatalf("asking the reference: %v", err)
 	}
-	s = o.space.ReplaceAllString(s, "")
-	for _, tok := range strings.Split(s, "|") {
-		if tok == "" {
-			return false, "empty"
-		}
-		name := o.name.FindString(tok)
-		if name == "" {
-			return false, "unrecognized"
-		}
-		p, ok := o.patterns[name]
-		if !ok {
-			return false, "unknown " + name
-		}
-		if !p.MatchString(tok) {
-			return false, "malformed " + name
-		}
+	line, err := o.out.ReadBytes('\n')
+	if err != nil {
+		t.Fatalf("reading the reference's answer: %v", err)
 	}
-	return true, ""
-}
-
-func (o *oracles) normalizeProgram(s string) string {
-	if s == "" {
-		return ""
+	var out pyOut
+	if err = json.Unmarshal(line, &out); err != nil || len(out.Norm) != 1 || len(out.Prog) != 1 {
+		t.Fatalf("the reference's answer %q: %v", line, err)
 	}
-	s = o.block.ReplaceAllString(s, "")
-	s = o.line.ReplaceAllString(s, "")
-	s = o.include.ReplaceAllString(s, "")
-	return o.space.ReplaceAllString(s, "")
-}
-
-// reasonKind maps a Validate reason to the oracle's short form.
-func reasonKind(reason string) string {
-	switch {
-	case reason == "":
-		return ""
-	case strings.HasPrefix(reason, "Empty segment"):
-		return "empty"
-	case strings.HasPrefix(reason, "Unrecognized token"):
-		return "unrecognized"
-	case strings.HasPrefix(reason, "Unknown transformation: "):
-		name := strings.TrimPrefix(reason, "Unknown transformation: '")
-		return "unknown " + name[:strings.IndexByte(name, '\'')]
-	case strings.HasPrefix(reason, "Malformed "):
-		return "malformed " + strings.Fields(reason)[1]
-	}
-	return "?" + reason
+	return out
 }
 
 func FuzzSchedule(f *testing.F) {
@@ -136,70 +91,48 @@ func FuzzSchedule(f *testing.F) {
 	for _, c := range programCases {
 		f.Add(c.in)
 	}
-	o := getOracles()
+	o := getOracle(f)
 	f.Fuzz(func(t *testing.T, s string) {
 		n := Normalize(s)
-		// Idempotence holds for the original (checked against the Python
-		// reference in TestDifferentialPython) and follows from the rules:
-		// rewriting a block never adds or removes a "]" or a "comps=[".
-		// Invalid UTF-8 is excluded: removing a space between two stray
-		// bytes can join them into a new rune (even a space), which no
-		// Python str can exhibit.
-		if nn := Normalize(n); nn != n && utf8.ValidString(s) {
-			t.Fatalf("Normalize not idempotent: %q -> %q -> %q", s, n, nn)
-		}
-		if want := o.normalize(s); n != want {
-			t.Fatalf("Normalize(%q) = %q, oracle %q", s, n, want)
-		}
 		ok, reason := Validate(s)
-		if wok, wr := o.validate(s); ok != wok || reasonKind(reason) != wr {
-			t.Fatalf("Validate(%q) = (%v, %q), oracle (%v, %q)", s, ok, reason, wok, wr)
-		}
 		if ok != (reason == "") {
 			t.Fatalf("Validate(%q) = (%v, %q)", s, ok, reason)
 		}
 		Validate(n)
 		p := NormalizeProgram(s)
-		if want := o.normalizeProgram(s); p != want {
-			t.Fatalf("NormalizeProgram(%q) = %q, oracle %q", s, p, want)
+		if r := Repr(s); !utf8.ValidString(r) {
+			t.Fatalf("Repr(%q) is not valid UTF-8", s)
+		}
+		// Invalid UTF-8 has no Python str to compare with (unit tests cover
+		// it); removing a space between two stray bytes can also join them
+		// into a new rune, so the checks below need valid UTF-8.
+		if !utf8.ValidString(s) {
+			return
+		}
+		// Idempotence holds for the original (the reference checks it too)
+		// and follows from the rules: rewriting a block never adds or
+		// removes a "]" or a "comps=[".
+		if nn := Normalize(n); nn != n {
+			t.Fatalf("Normalize not idempotent: %q -> %q -> %q", s, n, nn)
+		}
+		want := o.ask(t, s, s)
+		if n != want.Norm[0] {
+			t.Fatalf("Normalize(%q) = %q, reference %q", s, n, want.Norm[0])
+		}
+		if ok != want.Valid[0][0] || reason != want.Valid[0][1] {
+			t.Fatalf("Validate(%q) = (%v, %q), reference (%v, %q)", s, ok, reason, want.Valid[0][0], want.Valid[0][1])
+		}
+		if p != want.Prog[0] {
+			t.Fatalf("NormalizeProgram(%q) = %q, reference %q", s, p, want.Prog[0])
 		}
 		// NormalizeProgram is not idempotent in general (removing spaces can
 		// form new comments: "/ * x * /"), so only absence of spaces is checked.
 		for _, out := range []string{n, p} {
-			if !utf8.ValidString(s) {
-				break // stray bytes can join into a space, see above
-			}
 			for _, r := range out {
 				if IsSpace(r) {
 					t.Fatalf("whitespace %U left in %q (input %q)", r, out, s)
 				}
 			}
 		}
-		if r := Repr(s); !utf8.ValidString(r) {
-			t.Fatalf("Repr(%q) is not valid UTF-8", s)
-		}
 	})
-}
-
-// TestOraclesAgree runs the regexp oracles over the differential generator,
-// so the cross-check also runs where python3 is missing.
-func TestOraclesAgree(t *testing.T) {
-	o := getOracles()
-	check := func(s string) {
-		if got, want := Normalize(s), o.normalize(s); got != want {
-			t.Errorf("Normalize(%q) = %q, oracle %q", s, got, want)
-		}
-		ok, reason := Validate(s)
-		if wok, wr := o.validate(s); ok != wok || reasonKind(reason) != wr {
-			t.Errorf("Validate(%q) = (%v, %q), oracle (%v, %q)", s, ok, reason, wok, wr)
-		}
-		if got, want := NormalizeProgram(s), o.normalizeProgram(s); got != want {
-			t.Errorf("NormalizeProgram(%q) = %q, oracle %q", s, got, want)
-		}
-	}
-	g := newGen(7)
-	for i := 0; i < 3000; i++ {
-		check(g.schedule())
-		check(g.program())
-	}
 }

@@ -207,80 +207,15 @@ def _own_environment(monkeypatch):
 # ---------------------------------------------------------------------------
 
 
-def strip_ws(s: str) -> str:
-    """Remove every character for which str.isspace() is true."""
-    return "".join(ch for ch in s if not ch.isspace())
+# The schedule and program rules: the one reference, shared with the Go
+# tests (core/schedule/testdata/reference.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "core" / "schedule" / "testdata"))
+import reference  # noqa: E402
 
-
-_COMPS_BLOCK = re.compile(r"comps=\[([^\]]*)\]")
-
-
-def oracle_normalize_schedule(s: str) -> str:
-    if not s:
-        return ""
-    s = strip_ws(s)
-
-    def _fix(m: re.Match) -> str:
-        items = m.group(1).split(",")
-        return "comps=[" + ",".join("'" + it.strip("'\"") + "'" for it in items) + "]"
-
-    return _COMPS_BLOCK.sub(_fix, s)
-
-
-# Python's re, on str patterns, has exactly the semantics COMPAT.md asks for:
-# \d == str.isdecimal(), \w == "_" or str.isalnum().
-_Q = r"""(?:'[^']*'|"[^"]*")"""
-_ID = r"[A-Za-z_]\w*"
-_CN = rf"(?:{_Q}|{_ID})"
-_COMPS = rf"comps=\[{_CN}(?:,{_CN})*\]"
-_INT = r"\d+"
-_SINT = r"-?\d+"
-_LX = r"L\d+"
-_GRAMMAR = {
-    "S": rf"S\({_LX},{_LX},{_SINT},{_SINT},{_COMPS}\)",
-    "I": rf"I\({_LX},{_LX},{_COMPS}\)",
-    "R": rf"R\({_LX},{_COMPS}\)",
-    "P": rf"P\({_LX},{_COMPS}\)",
-    "T2": rf"T2\({_LX},{_LX},{_INT},{_INT},{_COMPS}\)",
-    "T3": rf"T3\({_LX},{_LX},{_LX},{_INT},{_INT},{_INT},{_COMPS}\)",
-    "U": rf"U\({_LX},{_INT},{_COMPS}\)",
-    "F": rf"F\({_LX},{_COMPS}\)",
-}
-_GRAMMAR_RE = {k: re.compile(v) for k, v in _GRAMMAR.items()}
-_NAME_RE = re.compile(r"[A-Z][A-Z0-9]*")
-
-
-def oracle_validate_schedule(s: str) -> tuple[bool, str]:
-    if not s:
-        return True, ""
-    s = strip_ws(s)
-    for seg in s.split("|"):
-        if not seg:
-            return False, "Empty segment in schedule (leading, trailing, or double '|')."
-        m = _NAME_RE.match(seg)
-        if not m:
-            return (
-                False,
-                f"Unrecognized token (does not start with a transformation name): {seg!r}",
-            )
-        name = m.group(0)
-        rule = _GRAMMAR_RE.get(name)
-        if rule is None:
-            return False, f"Unknown transformation: {name!r} in {seg!r}"
-        if not rule.fullmatch(seg):
-            return False, f"Malformed {name} transformation: {seg!r}"
-    return True, ""
-
-
-def oracle_normalize_program(src: str) -> str:
-    if not src:
-        return ""
-    text = re.sub(r"/\*.*?\*/", "", src, flags=re.DOTALL)
-    text = re.sub(r"//[^\n]*", "", text)
-    text = re.sub(
-        r'^\s*#\s*include\s*[<"][^>"]*[>"]\s*$', "", text, flags=re.MULTILINE
-    )
-    return strip_ws(text)
+strip_ws = reference.strip_ws
+oracle_normalize_schedule = reference.normalize_schedule
+oracle_validate_schedule = reference.validate_schedule
+oracle_normalize_program = reference.normalize_program
 
 
 def oracle_program_hash(src: str) -> str:

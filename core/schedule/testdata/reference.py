@@ -1,0 +1,105 @@
+"""The reference of the schedule and program rules: the one oracle the tests
+judge the engine by (core/schedule's differential and fuzz tests, and
+tests/python through conftest.py).
+
+Written from docs/COMPAT.md, with Python's own `re` on str patterns, whose
+\\s, \\d and \\w are exactly the original's (str.isspace(),
+str.isdecimal(), "_" or str.isalnum()), as are its backtracking, ^ and $.
+It never calls the library under test.
+
+Run as a program it answers requests, one JSON object per line on stdin,
+one JSON line on stdout each:
+  {"schedules": [...], "programs": [...]}  ->  {"norm": [...], "valid":
+      [[ok, reason], ...], "normvalid": [...], "prog": [...], "idem": [...]}
+where idem lists the schedules whose normalization is not idempotent.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+_COMPS_BLOCK = re.compile(r"comps=\[([^\]]*)\]")
+_Q = r"""(?:'[^']*'|"[^"]*")"""
+_CN = r"(?:" + _Q + r"|[A-Za-z_]\w*)"
+_COMPS = r"comps=\[" + _CN + r"(?:," + _CN + r")*\]"
+_LX, _INT, _SINT = r"L\d+", r"\d+", r"-?\d+"
+# Each transformation's arguments, in order.
+GRAMMAR = {
+    "S": [_LX, _LX, _SINT, _SINT, _COMPS],
+    "I": [_LX, _LX, _COMPS],
+    "R": [_LX, _COMPS],
+    "P": [_LX, _COMPS],
+    "T2": [_LX, _LX, _INT, _INT, _COMPS],
+    "T3": [_LX, _LX, _LX, _INT, _INT, _INT, _COMPS],
+    "U": [_LX, _INT, _COMPS],
+    "F": [_LX, _COMPS],
+}
+_PATTERNS = {k: re.compile(k + r"\(" + ",".join(v) + r"\)") for k, v in GRAMMAR.items()}
+_NAME = re.compile(r"[A-Z][A-Z0-9]*")
+
+
+def strip_ws(s: str) -> str:
+    """s without every character for which str.isspace() is true."""
+    return re.sub(r"\s+", "", s)
+
+
+def normalize_schedule(s: str) -> str:
+    if not s:
+        return ""
+    s = strip_ws(s)
+
+    def fix(m: re.Match) -> str:
+        items = m.group(1).split(",")
+        return "comps=[" + ",".join("'" + it.strip("'\"") + "'" for it in items) + "]"
+
+    return _COMPS_BLOCK.sub(fix, s)
+
+
+def validate_schedule(s: str) -> tuple[bool, str]:
+    if not s:
+        return True, ""
+    for seg in strip_ws(s).split("|"):
+        if not seg:
+            return False, "Empty segment in schedule (leading, trailing, or double '|')."
+        m = _NAME.match(seg)
+        if not m:
+            return False, f"Unrecognized token (does not start with a transformation name): {seg!r}"
+        name = m.group(0)
+        rule = _PATTERNS.get(name)
+        if rule is None:
+            return False, f"Unknown transformation: {name!r} in {seg!r}"
+        if not rule.fullmatch(seg):
+            return False, f"Malformed {name} transformation: {seg!r}"
+    return True, ""
+
+
+def normalize_program(src: str) -> str:
+    if not src:
+        return ""
+    text = re.sub(r"/\*.*?\*/", "", src, flags=re.DOTALL)
+    text = re.sub(r"//[^\n]*", "", text)
+    text = re.sub(r'^\s*#\s*include\s*[<"][^>"]*[>"]\s*$', "", text, flags=re.MULTILINE)
+    return strip_ws(text)
+
+
+def answer(req: dict) -> dict:
+    out: dict = {"norm": [], "valid": [], "normvalid": [], "prog": [], "idem": []}
+    for s in req.get("schedules", []):
+        n = normalize_schedule(s)
+        out["norm"].append(n)
+        out["valid"].append(list(validate_schedule(s)))
+        out["normvalid"].append(list(validate_schedule(n)))
+        if normalize_schedule(n) != n:
+            out["idem"].append(s)
+    for p in req.get("programs", []):
+        out["prog"].append(normalize_program(p))
+    return out
+
+
+if __name__ == "__main__":
+    for line in sys.stdin:
+        if line.strip():
+            sys.stdout.write(json.dumps(answer(json.loads(line))) + "\n")
+            sys.stdout.flush()
