@@ -108,7 +108,8 @@ TEST_JOBS ?= 6
 # the stall tests that run beside them still mean what they say.
 SOAK_JOBS ?= 2
 PYTEST := $(PYTHON) -m pytest -q -rs -p no:cacheprovider
-GOTEST := $(GO) test -race -count=1
+# Test binaries at once: like pytest's workers, most Go tests wait, not compute.
+GOTEST := $(GO) test -race -count=1 -p 8
 
 # The differential tests compare the Go code with CPython in the venv.
 test-go: install

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -28,15 +29,25 @@ def tirastore(*args: str, cwd: Path | None = None, timeout: float = 120) -> subp
     )
 
 
-@pytest.fixture
-def db(tmp_path) -> Path:
-    path = tmp_path / "cache.db"
+@pytest.fixture(scope="session")
+def db_template(tmp_path_factory) -> Path:
+    """The subcommands' database, built once per session: six schedules
+    of blur (two illegal), one of sharpen, one kernel config."""
+    path = tmp_path_factory.mktemp("cli-db") / "cache.db"
     with TiraStore(path, cpu_model=TEST_CPU, source_project="proj") as s:
         for i in range(6):
             legal = i % 3 != 0
             s.record("blur", SRC, f"S(L0,L1,{i + 1},8,comps=['c1'])", legal, [0.5 / (i + 1)] if legal else None)
         s.record("sharpen", "void sharpen() {}", "R(L0,comps=['c1'])", True, [1.0])
         s._call("config_put", device="gpu:0", op_id="mm@v1", call_key="m=64", value={"block_m": 64})
+    return path
+
+
+@pytest.fixture
+def db(db_template, tmp_path) -> Path:
+    """A copy of db_template (content and mode) of the test's own."""
+    path = tmp_path / "cache.db"
+    shutil.copy(db_template, path)
     return path
 
 
