@@ -48,6 +48,7 @@ func waitFor(t *testing.T, st *Store) <-chan ClaimOutcome {
 var measured = Measurement{IsLegal: true, ExecutionTimes: []pyjson.Number{"0.5"}}
 
 func TestClaimRecordAndBusy(t *testing.T) {
+	t.Parallel()
 	a, b := twoStores(t)
 	o, err := a.LookupOrClaim(ctx, "blur", src, sched, ClaimOptions{})
 	if err != nil || o.Claim == nil || o.Claim.Lease() != 60*time.Second {
@@ -76,6 +77,7 @@ func TestClaimRecordAndBusy(t *testing.T) {
 }
 
 func TestClaimReleaseHandsOver(t *testing.T) {
+	t.Parallel()
 	a, b := twoStores(t)
 	o, _ := a.LookupOrClaim(ctx, "blur", src, sched, ClaimOptions{})
 	got := waitFor(t, b)
@@ -125,6 +127,7 @@ func plantDeadHolder(t *testing.T, st *Store) int {
 // this host goes to the next caller without waiting for its lease; one of
 // a live process of this host does not.
 func TestDeadHolderOnThisHostTakenOverAtOnce(t *testing.T) {
+	t.Parallel()
 	a, _ := twoStores(t)
 	plantDeadHolder(t, a)
 	start := time.Now()
@@ -145,6 +148,7 @@ func TestDeadHolderOnThisHostTakenOverAtOnce(t *testing.T) {
 // never renewed is taken over after its lease as seen by the waiter,
 // whatever its dates say; renewed, it is not.
 func TestLeaseExpiresOnTheWaitersClock(t *testing.T) {
+	t.Parallel()
 	a, b := twoStores(t)
 	plant(t, a, foreignClaim("elsewhere", 1, liveness.Process{}, 0.5))
 	start := time.Now()
@@ -168,6 +172,7 @@ func TestLeaseExpiresOnTheWaitersClock(t *testing.T) {
 }
 
 func TestClaimValidationAndBatch(t *testing.T) {
+	t.Parallel()
 	a, b := twoStores(t)
 	if _, err := a.LookupOrClaim(ctx, "blur", src, "S(L0", ClaimOptions{}); KindOf(err) != KindValue || !strings.Contains(err.Error(), "Invalid schedule") {
 		t.Fatalf("invalid schedule: %v", err)
@@ -200,6 +205,7 @@ func TestClaimValidationAndBatch(t *testing.T) {
 
 // TestSameScheduleTwiceInABatch: one claim serves both entries.
 func TestSameScheduleTwiceInABatch(t *testing.T) {
+	t.Parallel()
 	a, _ := twoStores(t)
 	out, err := a.LookupManyOrClaim(ctx, "blur", src, []string{sched, " " + sched}, ClaimOptions{})
 	if err != nil || out[0].Claim == nil || out[0].Claim != out[1].Claim {
@@ -276,6 +282,7 @@ func TestClaimKnownAsOwnAfterALostCommit(t *testing.T) {
 // claims run again after its COMMIT's answer was lost finds nothing left
 // to remove, and still reports the claim that the first run removed.
 func TestStaleClaimsRemovedReportedAfterALostCommit(t *testing.T) {
+	t.Parallel()
 	a, _ := twoStores(t)
 	dead := plantDeadHolder(t, a)
 	a.be = &commitAnswerLost{Backend: a.be, lost: 1}

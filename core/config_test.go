@@ -13,6 +13,7 @@ import (
 // A database that only holds records never gets the config table: reads
 // find it empty.
 func TestConfigReadsOfARecordsDatabase(t *testing.T) {
+	t.Parallel()
 	st := openTemp(t, Options{CPUModel: "X"})
 	if e, err := st.ConfigGet(ctx, "", "gpu:0", "matmul@v1", "k"); err != nil || e != nil {
 		t.Fatalf("get: %v, %v", e, err)
@@ -41,6 +42,7 @@ func TestConfigReadsOfARecordsDatabase(t *testing.T) {
 }
 
 func TestConfigPutGetOverwrite(t *testing.T) {
+	t.Parallel()
 	st := openTemp(t, Options{CPUModel: "X"})
 	const v1 = `{"block_m":128,"block_n":64,"score":NaN}`
 	if ok, err := st.ConfigPut(ctx, "", "gpu:0", "matmul@v1", "sig1", v1, true); err != nil || !ok {
@@ -78,6 +80,7 @@ func TestConfigPutGetOverwrite(t *testing.T) {
 }
 
 func TestConfigEntriesDeleteClear(t *testing.T) {
+	t.Parallel()
 	st := openTemp(t, Options{CPUModel: "X"})
 	for _, k := range [][3]string{{"gpu:1", "attn", "b"}, {"gpu:0", "matmul", "a"}, {"gpu:0", "attn", "a"}, {"gpu:0", "attn", "c"}} {
 		if _, err := st.ConfigPut(ctx, "", k[0], k[1], k[2], `true`, true); err != nil {
@@ -119,6 +122,7 @@ func TestConfigEntriesDeleteClear(t *testing.T) {
 // The cross-process version, with the seed's write pattern as its negative
 // control, is in the Python suite.
 func TestConfigConcurrentPutsKeepEverything(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "configs.db")
 	const writers, each = 8, 200
 	stores := make([]*Store, writers)

@@ -14,6 +14,7 @@ import (
 // is skipped, and reports a change of the file; a malformed file writes
 // nothing.
 func TestConfigImportOnceAndExport(t *testing.T) {
+	t.Parallel()
 	st := openTemp(t, Options{CPUModel: "X"})
 	dir := t.TempDir()
 	path := filepath.Join(dir, "mm.json")
@@ -77,6 +78,7 @@ func TestConfigImportOnceAndExport(t *testing.T) {
 // A get answered from one store's cache sees another store's put at once
 // (two stores: two caches, as two processes).
 func TestConfigGetSeesAnotherStoresPut(t *testing.T) {
+	t.Parallel()
 	a := openTemp(t, Options{CPUModel: "X"})
 	b, err := Open(ctx, a.Path(), Options{CPUModel: "X"})
 	if err != nil {
@@ -133,6 +135,7 @@ func TestConfigGetSeesAnotherStoresPut(t *testing.T) {
 // an export writes one namespace, and the error of a bad value names the
 // namespace.
 func TestConfigNamespacesImportExport(t *testing.T) {
+	t.Parallel()
 	st := openTemp(t, Options{CPUModel: "X"})
 	dir := t.TempDir()
 	seed := func(name, body string) string {

@@ -122,6 +122,7 @@ func TestLocateConfigCacheFallsBack(t *testing.T) {
 // caller shares; a private cache refuses another user's database and does
 // not import another user's JSON file.
 func TestLocateConfigCacheSharing(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	yes, no := true, false
 	for _, c := range []struct {

@@ -9,6 +9,7 @@ import (
 // resultJSON writes its document directly; the generic encoder, given the
 // same object, is the reference for every shape and number form.
 func TestResultJSONMatchesMarshal(t *testing.T) {
+	t.Parallel()
 	numbers := [][]pyjson.Number{
 		nil, {}, {"0.1"}, {"1"}, {"-0"}, {"-0.0"}, {"0"}, {"1.50", "1E5", "2e-7", "-3"},
 		{"12345678901234567890"}, {"1e16"}, {"1e-4"}, {"0.00001"}, {"5e-324"}, {"1.7976931348623157e308"},

@@ -9,6 +9,7 @@ import (
 
 // The table in options.go: what each value of the two timeouts becomes.
 func TestOptionsTimeoutTable(t *testing.T) {
+	t.Parallel()
 	d := func(s float64) *time.Duration { return Seconds(s) }
 	for _, c := range []struct {
 		name        string
@@ -38,6 +39,7 @@ func TestOptionsTimeoutTable(t *testing.T) {
 // lock_timeout 0 tries once: with the lock held elsewhere, an operation
 // fails with a timeout at once instead of waiting the default 600 s.
 func TestLockTimeoutZeroTriesOnce(t *testing.T) {
+	t.Parallel()
 	holder := openTemp(t, Options{CPUModel: "X"})
 	st, err := Open(ctx, holder.Path(), Options{CPUModel: "X", LockTimeout: Seconds(0)})
 	if err != nil {

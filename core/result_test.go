@@ -14,6 +14,7 @@ import (
 // must read, in Python, as the general parse and re-encoding would, and the
 // Go fields must be the same. Non-canonical forms take the general path.
 func TestCanonicalResultPassThrough(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		rj        string
 		canonical bool
@@ -87,6 +88,7 @@ func TestCanonicalResultPassThrough(t *testing.T) {
 // A result_json that is not JSON is reported by the general path, also
 // when it starts like a canonical one.
 func TestCanonicalPrefixInvalidJSON(t *testing.T) {
+	t.Parallel()
 	for _, rj := range []string{`{"is_legal":true,"execution_times":[1.5,]}`, `{"is_legal":true,"execution_times":[1.5`} {
 		if _, err := newResult(&storage.Record{Key: "k", ResultJSON: rj}); KindOf(err) != KindValue {
 			t.Errorf("%s: %v, want a ValueError", rj, err)
@@ -161,6 +163,7 @@ func BenchmarkHitReply(b *testing.B) {
 // make_program_hash is ProgramHash) and the later lookups by source find
 // it remembered.
 func TestNewSourceHashedOnce(t *testing.T) {
+	// Not parallel: it counts the process's hash computations.
 	st := openTemp(t, Options{CPUModel: "X"})
 	count := func() int {
 		progHashes.mu.Lock()

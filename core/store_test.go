@@ -36,6 +36,7 @@ const src = "void blur() { /* c */ }"
 const sched = "S(L0,L1,4,8,comps=['c1'])"
 
 func TestRecordLookupRoundTrip(t *testing.T) {
+	t.Parallel()
 	st := openTemp(t, Options{SourceProject: "p1"})
 	wrote, err := st.Record(ctx, "blur", src, Measurement{Schedule: " S( L0, L1,4,8,comps=[\"c1\"])", IsLegal: true,
 		ExecutionTimes: []pyjson.Number{"1", "1.0", "0.042", "1e-05"}}, false)
@@ -72,6 +73,7 @@ func TestRecordLookupRoundTrip(t *testing.T) {
 }
 
 func TestRecordValidation(t *testing.T) {
+	t.Parallel()
 	st := openTemp(t, Options{})
 	cases := []struct {
 		name, prog, source string
@@ -105,6 +107,7 @@ func TestRecordValidation(t *testing.T) {
 }
 
 func TestCPUMismatchDisablesWrites(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "cache.db")
 	a, err := Open(ctx, path, Options{CPUModel: "X", SlurmCPUs: "4"})
 	if err != nil {
@@ -133,6 +136,7 @@ func TestCPUMismatchDisablesWrites(t *testing.T) {
 }
 
 func TestClosedStore(t *testing.T) {
+	t.Parallel()
 	st := openTemp(t, Options{})
 	st.Close()
 	st.Close()
@@ -142,6 +146,7 @@ func TestClosedStore(t *testing.T) {
 }
 
 func TestNotADatabase(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "cache.db")
 	if err := os.WriteFile(path, []byte(strings.Repeat("this is not sqlite ", 100)), 0o644); err != nil {
 		t.Fatal(err)
@@ -191,6 +196,7 @@ func TestURLRefused(t *testing.T) {
 }
 
 func TestNewerSchemaRefused(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "cache.db")
 	st, err := Open(ctx, path, Options{CPUModel: "X"})
 	if err != nil {
@@ -212,6 +218,7 @@ func TestNewerSchemaRefused(t *testing.T) {
 }
 
 func TestCreatesFileModeAndNoLockLeft(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "sub", "dir")
 	st, err := Open(ctx, filepath.Join(dir, "cache.db"), Options{CPUModel: "X"})
 	if err != nil {
@@ -246,6 +253,7 @@ func TestCreatesFileModeAndNoLockLeft(t *testing.T) {
 }
 
 func TestConcurrentGoroutines(t *testing.T) {
+	t.Parallel()
 	st := openTemp(t, Options{})
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
@@ -275,6 +283,7 @@ func TestConcurrentGoroutines(t *testing.T) {
 // (the node queue's writers' lane, see core/sqlitefile/internal/nodequeue), and
 // reads do not.
 func TestWritesQueueAsWrites(t *testing.T) {
+	t.Parallel()
 	st := openTemp(t, Options{})
 	m := Measurement{Schedule: sched, IsLegal: true, ExecutionTimes: Times(1)}
 	ph := keys.ProgramHash(src)
@@ -306,6 +315,7 @@ func TestWritesQueueAsWrites(t *testing.T) {
 // MustExist never creates a database or its directory (an operator's
 // typo in a path).
 func TestMustExistCreatesNothing(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "typo", "cahce.db")
 	if _, err := Open(ctx, path, Options{CPUModel: "X", MustExist: true}); KindOf(err) != KindNotFound {

@@ -6,6 +6,7 @@ import (
 )
 
 func TestDepth(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		in   string
 		want int
@@ -34,6 +35,7 @@ func TestDepth(t *testing.T) {
 // TestDepthMatchesParse: on JSON the parser accepts, Depth is the depth of
 // the value the parser builds.
 func TestDepthMatchesParse(t *testing.T) {
+	t.Parallel()
 	var depthOf func(v any) int
 	depthOf = func(v any) int {
 		d := 0

@@ -6,6 +6,7 @@ import (
 )
 
 func TestFormatFloat(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in   float64
 		want string
@@ -56,6 +57,7 @@ func TestFormatFloat(t *testing.T) {
 }
 
 func TestFormatFloatRoundTrips(t *testing.T) {
+	t.Parallel()
 	for _, f := range []float64{0.1, 1e-5, 1e16, 5e-324, math.MaxFloat64, 123.456, 1 / 3.0} {
 		s := FormatFloat(f)
 		g, err := Number(s).Float64()

@@ -26,6 +26,7 @@ var (
 )
 
 func TestMarshalScalars(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in   any
 		want string
@@ -78,6 +79,7 @@ func TestMarshalScalars(t *testing.T) {
 }
 
 func TestMarshalStrings(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in         string
 		ascii, raw string
@@ -110,6 +112,7 @@ func TestMarshalStrings(t *testing.T) {
 }
 
 func TestMarshalContainers(t *testing.T) {
+	t.Parallel()
 	nested := obj("b", []any{1, "x", obj()}, "a", obj("z", nil, "y", []any{}), "c", 1.5)
 	tests := []struct {
 		in   any
@@ -152,6 +155,7 @@ func TestMarshalContainers(t *testing.T) {
 }
 
 func TestMarshalErrors(t *testing.T) {
+	t.Parallel()
 	self := NewObject()
 	self.Set("me", self)
 	loop := []any{nil}
@@ -208,6 +212,7 @@ func TestMarshalErrors(t *testing.T) {
 }
 
 func TestMarshalSharedNotCircular(t *testing.T) {
+	t.Parallel()
 	// The same container twice (not inside itself) is fine, as in Python.
 	shared := []any{1}
 	o := obj("a", shared, "b", shared)

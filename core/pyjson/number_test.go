@@ -7,6 +7,7 @@ import (
 )
 
 func TestNumberClassification(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		n             Number
 		isInt, finite bool
@@ -74,6 +75,7 @@ func TestNumberClassification(t *testing.T) {
 }
 
 func TestNumberFloat64CorrectlyRounded(t *testing.T) {
+	t.Parallel()
 	// Halfway cases and long mantissas, where a naive parser rounds wrong.
 	tests := []struct {
 		n    Number
@@ -96,6 +98,7 @@ func TestNumberFloat64CorrectlyRounded(t *testing.T) {
 }
 
 func TestNumberFloat64HugeInt(t *testing.T) {
+	t.Parallel()
 	// float(10**400) raises OverflowError; the int itself is finite.
 	n := Number("1" + strings.Repeat("0", 400))
 	if !n.IsInt() || !n.IsFinite() {

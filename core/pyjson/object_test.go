@@ -9,6 +9,7 @@ import (
 )
 
 func TestObjectDictSemantics(t *testing.T) {
+	t.Parallel()
 	o := NewObject()
 	o.Set("b", 1)
 	o.Set("a", 2)
@@ -56,6 +57,7 @@ func TestObjectDictSemantics(t *testing.T) {
 }
 
 func TestObjectZeroAndNil(t *testing.T) {
+	t.Parallel()
 	var z Object
 	z.Set("x", true)
 	if v, ok := z.Get("x"); !ok || v != true || z.Len() != 1 {
@@ -78,6 +80,7 @@ func TestObjectZeroAndNil(t *testing.T) {
 // a plain model with objects growing past smallObject (where the index map
 // appears) and shrinking below it again, with repeated and deleted keys.
 func TestObjectAcrossIndexThreshold(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	for run := 0; run < 200; run++ {
 		o := NewObject()

@@ -13,6 +13,7 @@ import (
 var compactRaw = Options{Indent: -1, ItemSep: ",", KeySep: ":"}
 
 func TestParseValid(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in, want string // want: Marshal(Parse(in), compactRaw)
 	}{
@@ -67,6 +68,7 @@ func TestParseValid(t *testing.T) {
 }
 
 func TestParseTypes(t *testing.T) {
+	t.Parallel()
 	v, err := Parse([]byte(`[null, true, "s", 1.50, 1E5, -0, NaN, [], {}]`))
 	if err != nil {
 		t.Fatal(err)
@@ -90,6 +92,7 @@ func TestParseTypes(t *testing.T) {
 }
 
 func TestParseErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in     string
 		msg    string // prefix of SyntaxError.Msg
@@ -170,6 +173,7 @@ func TestParseErrors(t *testing.T) {
 }
 
 func TestParseLimitsAccepted(t *testing.T) {
+	t.Parallel()
 	// Exactly at the limits is fine.
 	for _, in := range []string{
 		strings.Repeat("9", MaxIntDigits),
@@ -184,6 +188,7 @@ func TestParseLimitsAccepted(t *testing.T) {
 }
 
 func TestSyntaxErrorPosition(t *testing.T) {
+	t.Parallel()
 	// Line and column as JSONDecodeError computes them; column counts
 	// characters, the offset counts bytes.
 	_, err := Parse([]byte("[\"é\",\n  \"ü\" x]"))
@@ -204,6 +209,7 @@ func TestSyntaxErrorPosition(t *testing.T) {
 // built and Long's value stands in its place; one at the limit is built;
 // the rest of the input is parsed (and checked) as usual.
 func TestParseWithMaxString(t *testing.T) {
+	t.Parallel()
 	type long struct{ n int }
 	opts := ParseOptions{MaxString: 8, Long: func(n int) any { return long{n} }}
 	for _, c := range []struct {
@@ -239,6 +245,7 @@ func TestParseWithMaxString(t *testing.T) {
 // TestDecodedLen: decodedLen counts what the parser builds, for strings
 // long enough to be counted before they are decoded.
 func TestDecodedLen(t *testing.T) {
+	t.Parallel()
 	r := newRand(7)
 	pieces := []string{"a", "é", "中", "😀", `\n`, `\"`, `\\`, `\/`, `\u00e9`, `\u4e2d`, `\ud83d\ude00`, `\u0041`, "\t"}
 	for k := 0; k < 500; k++ {
@@ -270,6 +277,7 @@ func TestDecodedLen(t *testing.T) {
 // escapes, control characters, the longest shared length and one past
 // it, repeated keys (one string), and errors at the same offsets.
 func TestParseSharedKeys(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("k", maxSharedKey)
 	doc := `[{"a":1,"b\u00e9":2,"` + long + `":3,"` + long + `x":4},{"a":5,"b\u00e9":6,"` + long + `":7,"` + long + `x":8}]`
 	v, err := Parse([]byte(doc))

@@ -88,6 +88,7 @@ print('\n'.join(out))
 `
 
 func TestPythonFormatFloat(t *testing.T) {
+	t.Parallel()
 	r := newRand(1)
 	var fs []float64
 	for k := -330; k <= 310; k++ { // every power of ten and its neighbours
@@ -139,6 +140,7 @@ print('\n'.join(out))
 `
 
 func TestPythonNumbers(t *testing.T) {
+	t.Parallel()
 	r := newRand(2)
 	var ns []Number
 	for i := 0; i < 20000; i++ {
@@ -217,6 +219,7 @@ print('\n'.join(out))
 `
 
 func TestPythonMarshal(t *testing.T) {
+	t.Parallel()
 	r := newRand(3)
 	const cases = 3000
 	var vals []any
@@ -292,6 +295,7 @@ print('\n'.join(out))
 `
 
 func TestPythonParse(t *testing.T) {
+	t.Parallel()
 	r := newRand(4)
 	var texts [][]byte
 	for i := 0; i < 6000; i++ {

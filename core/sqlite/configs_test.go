@@ -85,6 +85,7 @@ func allConfigs(t *testing.T, db *DB) []string {
 // namespace "", and no read changes it; the first write rebuilds the
 // table into the current layout with every row, as a new database's.
 func TestOldConfigTableReadThenRebuiltByTheFirstWrite(t *testing.T) {
+	t.Parallel()
 	const n = 40
 	db, path := oldConfigDB(t, n)
 	before := allConfigs(t, db)
@@ -187,6 +188,7 @@ func TestOldConfigTableReadThenRebuiltByTheFirstWrite(t *testing.T) {
 // inside its transaction: a write that fails after the rebuild leaves
 // the old table as it was.
 func TestOldConfigTableRebuildIsTheWritesTransaction(t *testing.T) {
+	t.Parallel()
 	const n = 5
 	for _, c := range []struct {
 		name  string
@@ -242,6 +244,7 @@ func TestOldConfigTableRebuildIsTheWritesTransaction(t *testing.T) {
 
 // A database without a config table: a delete or clear creates none.
 func TestConfigDeleteCreatesNoTable(t *testing.T) {
+	t.Parallel()
 	db, _ := newDB(t, "none.db")
 	if err := db.Tx(func(tx *Tx) error {
 		if ok, err := tx.DeleteConfig("", "k"); err != nil || ok {

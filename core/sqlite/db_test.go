@@ -41,6 +41,7 @@ func newDB(t *testing.T, name string) (*DB, string) {
 // database is identical whichever library created it. SQLite drops
 // "IF NOT EXISTS" and the trailing ";\n" when it stores the statement.
 func TestSchemaTextIsTheOriginals(t *testing.T) {
+	t.Parallel()
 	db, _ := newDB(t, "c.db")
 	want := map[string]string{
 		"db_meta":  "CREATE TABLE db_meta (\n    key   TEXT PRIMARY KEY,\n    value TEXT NOT NULL\n)",
@@ -81,6 +82,7 @@ func TestSchemaTextIsTheOriginals(t *testing.T) {
 }
 
 func TestPutRecordOverwriteKeepsCreationDate(t *testing.T) {
+	t.Parallel()
 	db, _ := newDB(t, "c.db")
 	put := func(result, stamp string, overwrite bool) bool {
 		var wrote bool
@@ -119,6 +121,7 @@ func TestPutRecordOverwriteKeepsCreationDate(t *testing.T) {
 // from fn, a COMMIT that fails and a panic in fn must all leave nothing
 // written and the connection outside any transaction, ready for the next.
 func TestTxRollsBack(t *testing.T) {
+	t.Parallel()
 	db, _ := newDB(t, "tx.db")
 	put := func(tx *Tx, key, program string) error {
 		_, err := tx.PutRecord(&storage.Record{Key: key, ProgramHash: program, Schedule: "S", ResultJSON: "{}",
@@ -184,6 +187,7 @@ func TestTxRollsBack(t *testing.T) {
 // Transactions and reads start no goroutine (database/sql's transactions
 // start one each; see Tx): an operation must not wake a second thread.
 func TestTxStartsNoGoroutine(t *testing.T) {
+	t.Parallel()
 	db, _ := newDB(t, "g.db")
 	sample := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
 	created := func() uint64 { metrics.Read(sample); return sample[0].Value.Uint64() }
@@ -208,6 +212,7 @@ func TestTxStartsNoGoroutine(t *testing.T) {
 
 // File names with URI metacharacters must name the file itself.
 func TestOpenOddFileNames(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{"a?b.db", "a#b.db", "a%20b.db", "sp ace.db", "ünï.db"} {
 		_, path := newDB(t, name)
 		if _, err := os.Stat(path); err != nil {
@@ -221,6 +226,7 @@ func TestOpenOddFileNames(t *testing.T) {
 }
 
 func TestNotADatabaseIsClassified(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "x.db")
 	os.WriteFile(path, []byte(strings.Repeat("garbage!", 512)), 0o666)
 	db, err := Open(path, nil)
@@ -239,6 +245,7 @@ func TestNotADatabaseIsClassified(t *testing.T) {
 // only a database written with foreign keys off can hold, is not found by
 // them, as by Get, while Contains, which never joined, finds it).
 func TestLookupReads(t *testing.T) {
+	t.Parallel()
 	db, _ := newDB(t, "l.db")
 	long := strings.Repeat("int x; // a long program source\n", 2000)
 	err := db.Tx(func(tx *Tx) error {
@@ -306,6 +313,7 @@ func TestLookupReads(t *testing.T) {
 // order of its DDL, so that a column added to one and not the other fails
 // here rather than in a statement.
 func TestRecordColumnsAreTheTables(t *testing.T) {
+	t.Parallel()
 	db, _ := newDB(t, "c.db")
 	cols, err := db.strings("SELECT name FROM pragma_table_info('records', 'main') ORDER BY cid")
 	if err != nil {

@@ -73,6 +73,7 @@ const wantIndexRow = "index | idx_records_program_hash_creation_date | records |
 // Init's sqlite_master is the original's plus the index row and nothing
 // else: the tables' rows (and their primary-key autoindexes) are the same.
 func TestSchemaIsTheOriginalsPlusOneIndex(t *testing.T) {
+	t.Parallel()
 	ours, _ := newDB(t, "new.db")
 	orig, _ := newOriginalDB(t, "orig.db")
 	got, base := master(t, ours), master(t, orig)
@@ -90,6 +91,7 @@ func TestSchemaIsTheOriginalsPlusOneIndex(t *testing.T) {
 // one that has it, it writes nothing (the file is byte for byte the same,
 // and it succeeds on a connection that refuses writes).
 func TestEnsureIndexesOnOriginalDB(t *testing.T) {
+	t.Parallel()
 	db, path := newOriginalDB(t, "orig.db")
 	fillPrograms(t, db, 1, 50)
 	before := master(t, db)
@@ -238,6 +240,7 @@ func eachRecordOf(t *testing.T, db *DB, hash string) []*storage.Record {
 // write (rowid) order from all of them, with or without the index: the
 // order the export of the original has.
 func TestEachProgramMatchesPerProgramReads(t *testing.T) {
+	t.Parallel()
 	orig, _ := newOriginalDB(t, "orig.db")
 	ours, _ := newDB(t, "new.db")
 	var outputs [][]programResults
@@ -377,6 +380,7 @@ func mentions(lines []string, s string) bool {
 // ORDER BY terms within one program. Also the old per-program reads find
 // the index once it exists.
 func TestStreamingReadsUseTheIndex(t *testing.T) {
+	t.Parallel()
 	db, _ := newDB(t, "p.db")
 	fillPrograms(t, db, 3, 50)
 	idx := "USING INDEX " + RecordsProgramIndex
@@ -414,6 +418,7 @@ func TestStreamingReadsUseTheIndex(t *testing.T) {
 // (they see its writes), start their own otherwise, and stop at fn's
 // first error, which they return as is.
 func TestStreamingReadsTransactionsAndErrors(t *testing.T) {
+	t.Parallel()
 	db, _ := newDB(t, "t.db")
 	progs, _ := fillPrograms(t, db, 5, 20)
 	stop := errors.New("stop")

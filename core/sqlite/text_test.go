@@ -13,6 +13,7 @@ import (
 // byte; a second program of the same hash keeps the first, as PutProgram
 // does for any source.
 func TestLargeSourceStoredExactly(t *testing.T) {
+	t.Parallel()
 	db, _ := newDB(t, "c.db")
 	src := strings.Repeat("for (int i = 0; i < n; i++) { é = \"x\"; }\n", tuning.UncopiedSource/40+1)
 	if len(src) < tuning.UncopiedSource {
@@ -39,6 +40,7 @@ func TestLargeSourceStoredExactly(t *testing.T) {
 // call tirastore_text (a token names a text only during the engine's own
 // statement, and not even then from a trigger).
 func TestTextFunctionIsDirectOnly(t *testing.T) {
+	t.Parallel()
 	db, _ := newDB(t, "c.db")
 	if _, err := db.exec("CREATE TRIGGER t AFTER INSERT ON records BEGIN SELECT tirastore_text(1); END"); err != nil {
 		t.Fatal(err)

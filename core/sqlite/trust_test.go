@@ -12,6 +12,7 @@ import (
 // files of other users: each case is a journal beside a database, with
 // owners, groups and modes set as root.
 func TestJournalRule(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to make files of other users")
 	}

@@ -133,6 +133,7 @@ func fill(t testing.TB, db *DB, n, size int) {
 }
 
 func TestVFSRegistered(t *testing.T) {
+	t.Parallel()
 	if err := RegisterVFS(); err != nil {
 		t.Fatal(err)
 	}
@@ -154,6 +155,7 @@ func TestVFSRegistered(t *testing.T) {
 // cache into the database file before commit (so that the journal really is
 // what restores the file on rollback), all checked against standard SQLite.
 func TestVFSReadWriteRollback(t *testing.T) {
+	t.Parallel()
 	path := newFile(t)
 	db := openVFS(t, path, VFSName)
 	defer db.Close()
@@ -297,6 +299,7 @@ const helperEnv = "TIRASTORE_VFS_HELPER"
 // TestVFSHelper is not a test: it is the body of the child processes the
 // tests start (crash and syscall workloads). It does nothing otherwise.
 func TestVFSHelper(t *testing.T) {
+	t.Parallel()
 	args := strings.Split(os.Getenv(helperEnv), "|")
 	if len(args) < 3 {
 		t.Skip("helper process only")
@@ -351,6 +354,7 @@ func fileHash(t testing.TB, path string) [32]byte {
 // pairing of writer and recoverer among this VFS and standard SQLite (the old
 // Python workers) is checked.
 func TestVFSCrashRecovery(t *testing.T) {
+	t.Parallel()
 	names := map[string]string{VFSName: VFSName, vfsStandard: "standard"}
 	for _, c := range []struct{ crash, recover string }{
 		{VFSName, VFSName},
@@ -591,6 +595,7 @@ func traceRun(t *testing.T, vfs string, n int) traceCounts {
 // make more (stat of the -wal and of the database, open of the directory),
 // or the test could not fail.
 func TestVFSSyscallCounts(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("strace"); err != nil {
 		t.Skip("strace not installed")
 	}
@@ -651,6 +656,7 @@ func TestVFSSyscallCounts(t *testing.T) {
 // ------------------------------------------------------------- WAL header
 
 func TestCheckHeader(t *testing.T) {
+	t.Parallel()
 	hdr := func(w, r byte) []byte {
 		b := make([]byte, HeaderSize)
 		copy(b, sqliteMagic)
@@ -684,6 +690,7 @@ func TestCheckHeader(t *testing.T) {
 // header check refuses it, and even without that check this VFS fails
 // closed (it cannot open a WAL) instead of reading the stale main file.
 func TestWALDatabaseRefused(t *testing.T) {
+	t.Parallel()
 	path := newFile(t)
 	walDB, err := sql.Open("sqlite3", "file:"+path+"?mode=rw&_journal_mode=WAL")
 	if err != nil {

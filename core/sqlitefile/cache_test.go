@@ -171,6 +171,7 @@ func cachedPrograms(st *core.Store, tooBig bool) map[string]bool {
 // TestProgramTooBigToPrefetch: a program over tuning.PrefetchLimit is read key by
 // key, and still correctly.
 func TestProgramTooBigToPrefetch(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("writes tuning.PrefetchLimit+1 records")
 	}
@@ -233,6 +234,7 @@ func TestNoPrefetchWhileOthersWrite(t *testing.T) {
 // applied whether or not they chain (failpoint changelog-unchained, see
 // tests/python/test_freshness.py), a commit that was not logged is missed.
 func TestFollowLoggedCommits(t *testing.T) {
+	t.Parallel()
 	w, r := twoStores(t)
 	record := func(i int, v float64, overwrite bool) {
 		t.Helper()

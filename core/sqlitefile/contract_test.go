@@ -12,6 +12,7 @@ import (
 
 // The shared-file backend keeps the storage contract.
 func TestStorageContract(t *testing.T) {
+	t.Parallel()
 	storagetest.Run(t, func(t *testing.T) storage.Backend {
 		path := filepath.Join(t.TempDir(), "cache.db")
 		b, _, err := sqlitefile.Open(ctx, path, storage.Config{

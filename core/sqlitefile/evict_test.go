@@ -127,6 +127,7 @@ func TestLoadAdmission(t *testing.T) {
 // chunk is read. It fails with the old policy (the whole program read in
 // the hold of one lookup).
 func TestLoadHoldBounded(t *testing.T) {
+	t.Parallel()
 	w, r := twoStores(t)
 	n := 3*tuning.LoadChunkRows + 10
 	recordProgram(t, w, "big", n)

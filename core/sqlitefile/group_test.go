@@ -39,6 +39,7 @@ const (
 // write (so it holds the lane and the queue), says "held", and releases it
 // when its stdin closes; it does nothing in a normal run.
 func TestLaneHolderChild(t *testing.T) {
+	t.Parallel()
 	db := os.Getenv(envLaneHolder)
 	if db == "" {
 		t.Skip("helper for the group-commit tests")
@@ -66,6 +67,7 @@ func TestLaneHolderChild(t *testing.T) {
 // stdin, and prints "written <ok>" or "error <kind>"; it does nothing in a
 // normal run.
 func TestRecordChild(t *testing.T) {
+	t.Parallel()
 	spec := strings.Fields(os.Getenv(envRecordChild))
 	if len(spec) != 4 {
 		t.Skip("helper for the group-commit tests")
@@ -262,6 +264,7 @@ func openAndRecord(t *testing.T, db, sched string) *core.Store {
 // record was written. With TIRASTORE_GROUP_COMMIT=0 (the negative control)
 // the same four commit one by one.
 func TestGroupCommit(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		env     []string
@@ -316,6 +319,7 @@ func TestGroupCommit(t *testing.T) {
 // row inserted for a write by hash, or the group failed for all, a child
 // would say otherwise.)
 func TestGroupCommitByHashOfMissingProgram(t *testing.T) {
+	t.Parallel()
 	db := newGroupDB(t)
 	st := openAndRecord(t, db, "U(L0,1,comps=['c1'])")
 	const missing = "void never_stored() {}"
@@ -368,6 +372,7 @@ func TestGroupCommitByHashOfMissingProgram(t *testing.T) {
 // and the next committer does not write it. (Without the withdrawal, the
 // parent's record below commits it.)
 func TestGroupCommitWithdrawOnTimeout(t *testing.T) {
+	t.Parallel()
 	db := newGroupDB(t)
 	late := startRecordChild(t, nil, db, "late", "U(L0,7,comps=['c1'])", 300*time.Millisecond)
 	holder := laneHolder(t, db)

@@ -22,6 +22,7 @@ const envLaneWaiter = "TIRASTORE_TEST_LANE_WAITER"
 // $TIRASTORE_TEST_LANE_WAITER's node queue (without the lock), for as long
 // as it lives; it does nothing in a normal run.
 func TestLaneWaiterChild(t *testing.T) {
+	t.Parallel()
 	db := os.Getenv(envLaneWaiter)
 	if db == "" {
 		t.Skip("helper for TestLoadWhileWritesWait")
@@ -48,6 +49,7 @@ func TestLaneWaiterChild(t *testing.T) {
 // old policy (no chunk read while a write waits: every first lookup of a
 // key took the lock).
 func TestLoadWhileWritesWait(t *testing.T) {
+	t.Parallel()
 	w, r := twoStores(t)
 	n := 2*tuning.LoadChunkRows + 10
 	recordProgram(t, w, "big", n)

@@ -314,6 +314,7 @@ func TestBreakerPutsBackHeartbeatedLock(t *testing.T) {
 // is three hours behind writes timestamps that the original rule judges
 // stale at once; it heartbeats, so it must not be broken.
 func TestSkewedRemoteHeartbeatingHolderNotBroken(t *testing.T) {
+	t.Parallel()
 	path, opt := newTestLock(t)
 	opt.StaleTimeout = 2 * time.Second // generous: a stalled fsync must not fake a dead holder
 	opt.Hostname = "farnode"
@@ -346,6 +347,7 @@ func TestSkewedRemoteHeartbeatingHolderNotBroken(t *testing.T) {
 // it is broken once it has stayed unchanged for StaleTimeout as measured
 // here, and not before. The observation survives a timed-out Acquire.
 func TestUnchangedLockBrokenWhateverItsTimestamp(t *testing.T) {
+	t.Parallel()
 	path, opt := newTestLock(t)
 	writeLockFile(t, path, holderJSON("aheadnode", 7, unixSeconds(time.Now())+3600))
 	opt.StaleTimeout = time.Second
@@ -372,6 +374,7 @@ func TestUnchangedLockBrokenWhateverItsTimestamp(t *testing.T) {
 // unchanged for heartbeatGrace; a Python record with the same timestamp is
 // broken at once (the original rule).
 func TestOldTimestampOfHeartbeatingRecordNeedsGrace(t *testing.T) {
+	t.Parallel()
 	path, opt := newTestLock(t)
 	old := unixSeconds(time.Now()) - 120
 	opt.StaleTimeout = time.Minute
@@ -405,6 +408,7 @@ const envHoldDir = "TIRASTORE_LOCK_HOLD_DIR"
 
 // TestLockHolderChild takes the lock, says so, and waits to be killed.
 func TestLockHolderChild(t *testing.T) {
+	t.Parallel()
 	dir := os.Getenv(envHoldDir)
 	if dir == "" {
 		t.Skip("helper for TestDeadHolderBrokenAtOnce")
@@ -420,6 +424,7 @@ func TestLockHolderChild(t *testing.T) {
 // TestDeadHolderBrokenAtOnce: a holder killed on this host is broken at
 // once, without waiting for StaleTimeout; while it lives it is respected.
 func TestDeadHolderBrokenAtOnce(t *testing.T) {
+	t.Parallel()
 	if liveness.Self().BootID == "" || liveness.Self().PIDNS == 0 {
 		t.Skip("no /proc identity on this system: no dead-holder rule")
 	}
@@ -469,6 +474,7 @@ func TestDeadHolderBrokenAtOnce(t *testing.T) {
 // TestSweepSparesWhatItCannotProveDead: tickets of live processes, of other
 // hosts, and Python tickets (no boot id) of dead pids are left alone.
 func TestSweepSparesWhatItCannotProveDead(t *testing.T) {
+	t.Parallel()
 	if liveness.Self().BootID == "" || liveness.Self().PIDNS == 0 {
 		t.Skip("no /proc identity on this system")
 	}
@@ -515,6 +521,7 @@ func TestSweepSparesWhatItCannotProveDead(t *testing.T) {
 // TestDeadHolderRule covers the same-host judgement case by case: which
 // records are broken at once and which are left to staleness.
 func TestDeadHolderRule(t *testing.T) {
+	t.Parallel()
 	me := liveness.Self()
 	if me.BootID == "" || me.PIDNS == 0 || me.StartTime == 0 {
 		t.Skip("no /proc identity on this system")
@@ -613,6 +620,7 @@ func runPyReader(t *testing.T, path string, secs float64) pyReadResult {
 // The negative control rewrites the file the naive way (truncate, write)
 // and the same reader does catch that.
 func TestHeartbeatRewritesInPlace(t *testing.T) {
+	t.Parallel()
 	pytest.Python(t)
 	path, opt := newTestLock(t)
 	opt.HeartbeatInterval = 2 * time.Millisecond
@@ -731,6 +739,7 @@ print(json.dumps({"acquired": False, "broke": broke}))
 // 0.8 s stale timeout does not break a Go holder that works for 1.6 s with
 // heartbeats, and does break it without (the negative control).
 func TestHeartbeatKeepsPythonWaiterAway(t *testing.T) {
+	t.Parallel()
 	pytest.Python(t)
 	for _, hb := range []time.Duration{50 * time.Millisecond, -1} {
 		path, opt := newTestLock(t)
@@ -764,6 +773,7 @@ func TestHeartbeatKeepsPythonWaiterAway(t *testing.T) {
 // content does not change between Release and the next Acquire), there is
 // one heartbeat goroutine per Lock, and Close ends it and removes the ticket.
 func TestReleaseStopsHeartbeat(t *testing.T) {
+	t.Parallel()
 	path, opt := newTestLock(t)
 	opt.HeartbeatInterval = time.Millisecond
 	l := newLock(t, path, opt)
@@ -811,6 +821,7 @@ func TestReleaseStopsHeartbeat(t *testing.T) {
 }
 
 func TestAsideName(t *testing.T) {
+	t.Parallel()
 	dir := queuechild.PhysTempDir(t)
 	short := asideName(filepath.Join(dir, "cache.db.lock"), "node1")
 	if !strings.HasPrefix(filepath.Base(short), "cache.db.lock.stale.node1."+strconv.Itoa(os.Getpid())+".") {
@@ -939,6 +950,7 @@ func TestBreakLockSerializesBreakers(t *testing.T) {
 // (another host's, or unreadable): the abandoned lock behind it is then
 // broken as usual.
 func TestAbandonedBreakLock(t *testing.T) {
+	t.Parallel()
 	dead := exec.Command("true")
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
@@ -1031,6 +1043,7 @@ func TestBreakerOvertakenBeforeBreakLock(t *testing.T) {
 // have stayed unchanged for longer than StaleTimeout; younger ones and any
 // file with a second link (a lock, a break lock) stay.
 func TestSweepRemovesProvablyOldLeftovers(t *testing.T) {
+	t.Parallel()
 	dir := queuechild.PhysTempDir(t)
 	path := filepath.Join(dir, "cache.db.lock")
 	l := newLock(t, path, Options{Hostname: "h1", StaleTimeout: 300 * time.Millisecond})

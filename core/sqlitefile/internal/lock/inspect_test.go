@@ -32,6 +32,7 @@ func thisHostJSON(pid int, start uint64, ts float64) string {
 }
 
 func TestInspectAndBreak(t *testing.T) {
+	t.Parallel()
 	if liveness.Self().BootID == "" {
 		t.Skip("no /proc: the dead-holder rule cannot apply")
 	}
@@ -87,6 +88,7 @@ func TestInspectAndBreak(t *testing.T) {
 // alive: not broken (the negative control of the watch: without it, the
 // overdue timestamp alone would break a holder whose clock is behind).
 func TestBreakWatchesAnOverdueHolder(t *testing.T) {
+	t.Parallel()
 	path, opt := newTestLock(t)
 	opt.StaleTimeout = 2 * time.Second
 	rec := func() string {
@@ -136,6 +138,7 @@ func dir(path string) string {
 // without force, and the advice names the plain break; younger, it needs
 // force and the advice names both.
 func TestOldGarbageIsStale(t *testing.T) {
+	t.Parallel()
 	path, opt := newTestLock(t)
 	opt.StaleTimeout = time.Minute
 	writeLockFile(t, path, "garbage")

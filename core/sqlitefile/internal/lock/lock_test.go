@@ -69,6 +69,7 @@ func holderJSON(host string, pid int, ts float64) string {
 }
 
 func TestAcquireRelease(t *testing.T) {
+	t.Parallel()
 	path, opt := newTestLock(t)
 	l := newLock(t, path, opt)
 	for i := 0; i < 3; i++ {
@@ -118,6 +119,7 @@ func TestAcquireRelease(t *testing.T) {
 // Acquire-hold-Release as measured around the calls, which leaves out the
 // idle time between the holds.
 func TestStatsHeld(t *testing.T) {
+	t.Parallel()
 	path, opt := newTestLock(t)
 	l := newLock(t, path, opt)
 	defer l.Close()
@@ -151,6 +153,7 @@ func TestStatsHeld(t *testing.T) {
 }
 
 func TestTicketNameModeAndContent(t *testing.T) {
+	t.Parallel()
 	path, opt := newTestLock(t)
 	opt.Hostname = "node042"
 	l := newLock(t, path, opt)
@@ -199,6 +202,7 @@ func TestTicketNameModeAndContent(t *testing.T) {
 // padded or not, with the types the original expects, the timestamp to the
 // microsecond and the extras as written.
 func TestContentMatchesPythonJSON(t *testing.T) {
+	t.Parallel()
 	pytest.Python(t)
 	type want struct {
 		Text  string  `json:"text"`
@@ -283,6 +287,7 @@ print(json.dumps(bad))
 }
 
 func TestTimeoutErrorText(t *testing.T) {
+	t.Parallel()
 	e := &TimeoutError{
 		Path:   "/x/cache.db.lock",
 		Holder: &Holder{Hostname: "node042", PID: 1234, Timestamp: unixSeconds(time.Now()) - 8.2},
@@ -304,6 +309,7 @@ func TestTimeoutErrorText(t *testing.T) {
 }
 
 func TestTimeoutWhileHeldByOther(t *testing.T) {
+	t.Parallel()
 	path, opt := newTestLock(t)
 	a := newLock(t, path, opt)
 	if err := a.Acquire(context.Background()); err != nil {
@@ -340,6 +346,7 @@ func TestTimeoutWhileHeldByOther(t *testing.T) {
 }
 
 func TestContextCancel(t *testing.T) {
+	t.Parallel()
 	path, opt := newTestLock(t)
 	a := newLock(t, path, opt)
 	if err := a.Acquire(context.Background()); err != nil {
@@ -381,6 +388,7 @@ func TestContextCancel(t *testing.T) {
 // TestInProcessWait: goroutines sharing one Lock wait on the in-process mutex,
 // which honours ctx and Timeout too.
 func TestInProcessWait(t *testing.T) {
+	t.Parallel()
 	path, opt := newTestLock(t)
 	opt.Timeout = 100 * time.Millisecond
 	l := newLock(t, path, opt)
@@ -416,6 +424,7 @@ func TestInProcessWait(t *testing.T) {
 // TestGoroutinesExclusive: many goroutines, one shared Lock and several
 // separate Locks on the same file; the race detector checks the counter.
 func TestGoroutinesExclusive(t *testing.T) {
+	t.Parallel()
 	var tr tracker
 	path, opt := newTestLock(t)
 	opt.MinBackoff, opt.MaxBackoff = 50*time.Microsecond, time.Millisecond
@@ -468,6 +477,7 @@ func TestGoroutinesExclusive(t *testing.T) {
 }
 
 func TestStaleLockBroken(t *testing.T) {
+	t.Parallel()
 	var tr tracker
 	path, opt := newTestLock(t)
 	now := unixSeconds(time.Now())
@@ -522,6 +532,7 @@ func TestStaleLockBroken(t *testing.T) {
 }
 
 func TestUnparseableLockNeverBroken(t *testing.T) {
+	t.Parallel()
 	var tr tracker
 	for _, content := range []string{
 		"", "garbage", "{", "[]", "{}", `{"hostname": "n", "pid": 1}`,
@@ -552,6 +563,7 @@ func TestUnparseableLockNeverBroken(t *testing.T) {
 }
 
 func TestReleaseKeepsForeignLock(t *testing.T) {
+	t.Parallel()
 	var tr tracker
 	path, opt := newTestLock(t)
 	l := tr.New(t, path, opt)
@@ -594,6 +606,7 @@ func TestReleaseKeepsForeignLock(t *testing.T) {
 // different file that has since taken its name, even with the same content
 // and, often, the same inode number.
 func TestBreakLockChecksInode(t *testing.T) {
+	t.Parallel()
 	path, opt := newTestLock(t)
 	l := newLock(t, path, opt)
 	old := holderJSON("old", 1, 1)
@@ -631,6 +644,7 @@ func TestBreakLockChecksInode(t *testing.T) {
 // TestLinkCountMeansHeld: link() failing although it did link (the lost NFS
 // reply case) must count as success.
 func TestLinkCountMeansHeld(t *testing.T) {
+	t.Parallel()
 	path, _ := newTestLock(t)
 	c, err := newTicket(filepath.Dir(path), &holderRecord{hostname: "h", pid: os.Getpid()}, time.Second)
 	if err != nil {
@@ -652,6 +666,7 @@ func TestLinkCountMeansHeld(t *testing.T) {
 }
 
 func TestAcquireErrors(t *testing.T) {
+	t.Parallel()
 	l := newLock(t, filepath.Join(t.TempDir(), "no", "such", "dir", "x.db.lock"), Options{Timeout: time.Second})
 	err := l.Acquire(context.Background())
 	var te *TimeoutError
@@ -677,6 +692,7 @@ func TestAcquireErrors(t *testing.T) {
 }
 
 func TestBackoffBounds(t *testing.T) {
+	t.Parallel()
 	l := New("/x", Options{MinBackoff: time.Millisecond, MaxBackoff: 300 * time.Millisecond})
 	for attempt := 0; attempt < 100; attempt++ {
 		for _, gated := range []bool{false, true} {
@@ -694,6 +710,7 @@ func TestBackoffBounds(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
+	t.Parallel()
 	l := New("/x", Options{})
 	if l.opt.StaleTimeout != 600*time.Second || l.opt.Timeout != 600*time.Second ||
 		l.opt.MinBackoff != 5*time.Millisecond || l.opt.MaxBackoff != 500*time.Millisecond ||

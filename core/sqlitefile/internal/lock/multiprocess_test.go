@@ -41,6 +41,7 @@ type childStats struct {
 // TestLockChildProcess is the body of one child process; it does nothing in a
 // normal run.
 func TestLockChildProcess(t *testing.T) {
+	t.Parallel()
 	dir := os.Getenv(envChildDir)
 	if dir == "" {
 		t.Skip("helper for the multi-process tests")
@@ -199,6 +200,7 @@ func runChildrenCmds(t *testing.T, dir string, n, cycles int, noLock bool, env, 
 
 // TestMultiProcessMutualExclusion: 8 processes x 200 locked increments.
 func TestMultiProcessMutualExclusion(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
@@ -223,6 +225,7 @@ func TestMultiProcessMutualExclusion(t *testing.T) {
 // finishes, within the Acquire timeout of 5 minutes); the wait figures are
 // reported, not asserted, since they depend on the machine.
 func Test64Contenders(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
@@ -295,6 +298,7 @@ func Test64Contenders(t *testing.T) {
 // TestMultiProcessNegativeControl: the same run without the lock must lose
 // increments; otherwise the test above proves nothing.
 func TestMultiProcessNegativeControl(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
@@ -360,6 +364,7 @@ for _ in range(cycles):
 // TestMixedGoAndPythonWorkers: 4 Go processes and 4 Python processes using
 // the original protocol exclude each other.
 func TestMixedGoAndPythonWorkers(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
@@ -380,6 +385,7 @@ func TestMixedGoAndPythonWorkers(t *testing.T) {
 // TestPythonHeldLock: a lock taken by a Python worker is respected, its
 // holder record is readable, and once stale it is broken by Go.
 func TestPythonHeldLock(t *testing.T) {
+	t.Parallel()
 	pytest.Python(t)
 	dir := queuechild.PhysTempDir(t)
 	path := filepath.Join(dir, "cache.db.lock")
@@ -407,6 +413,9 @@ print(os.getpid())
 	os.Remove(path)
 
 	pytest.Run(t, script, nil, dir, "700")
+	// A generous timeout: breaking takes a few steps, and a busy machine
+	// must not turn "broken" into "timed out".
+	l.opt.Timeout = 30 * time.Second
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatalf("stale Python lock not broken: %v", err)
 	}

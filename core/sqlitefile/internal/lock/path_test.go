@@ -35,6 +35,7 @@ var compatNames = []struct{ in, out string }{
 }
 
 func TestPathForCompatExamples(t *testing.T) {
+	t.Parallel()
 	dir := queuechild.PhysTempDir(t)
 	for _, exist := range []bool{false, true} {
 		for _, c := range compatNames {
@@ -132,6 +133,7 @@ func TestPathForSymlinks(t *testing.T) {
 }
 
 func TestPathForRoot(t *testing.T) {
+	t.Parallel()
 	if _, err := PathFor("/"); err == nil {
 		t.Error(`PathFor("/"): want error (empty name), as Python with_suffix raises`)
 	}
@@ -188,6 +190,7 @@ print(json.dumps(out))
 // NameOf knows every name the protocol makes beside a lock, asideName's
 // shortened ones included, and no other.
 func TestNameOf(t *testing.T) {
+	t.Parallel()
 	for _, lp := range []string{"/d/cache.db.lock", "/d/" + strings.Repeat("x", 240) + ".db.lock"} {
 		names := map[string]string{
 			filepath.Base(lp):                                                 "the lock file",

@@ -34,6 +34,7 @@ func newLock(t testing.TB, path string, opt Options) *Lock {
 // lock itself) for the queue tests (internal/queuechild); it does
 // nothing in a normal run.
 func TestGateHolderChild(t *testing.T) {
+	t.Parallel()
 	queuechild.Hold(t, func(path string) (progress, leave func()) {
 		q, err := nodequeue.Open(path)
 		if q == nil {
@@ -123,6 +124,7 @@ func TestGateLiveHeadIsWaitedFor(t *testing.T) {
 // lock file (no link attempt), times out naming that process, and goes
 // through as soon as the process is killed (the kernel drops its lock).
 func TestGateQueuesAndKilledHolderFreesIt(t *testing.T) {
+	t.Parallel()
 	path, opt := newTestLock(t)
 	holder := queuechild.Start(t, path)
 	opt.Timeout = 200 * time.Millisecond
@@ -186,6 +188,7 @@ func TestGateSwitchedOff(t *testing.T) {
 // elsewhere behind it) is reported as a Problem, not opened: the Lock
 // polls without the queue, and the file behind the link is unchanged.
 func TestPlantedGateNotUsed(t *testing.T) {
+	t.Parallel()
 	path, opt := newTestLock(t)
 	if _, err := nodelocal.Private(); err != nil {
 		t.Skip(err)

@@ -34,6 +34,7 @@ func (f *fakeFence) last() (int64, int, int) {
 // TestTenureFollowsConfirmations: an acquisition starts a tenure of
 // heartbeatGrace/2, the heartbeat renews it, Release ends it (deadline 0).
 func TestTenureFollowsConfirmations(t *testing.T) {
+	t.Parallel()
 	path, opt := newTestLock(t)
 	f := &fakeFence{}
 	opt.StaleTimeout, opt.HeartbeatInterval, opt.Fence = 3*time.Second, 50*time.Millisecond, f
@@ -66,6 +67,7 @@ func TestTenureFollowsConfirmations(t *testing.T) {
 // and Release reports the same. Negative control: while the lock is ours,
 // Confirm succeeds.
 func TestConfirmFindsBrokenLock(t *testing.T) {
+	t.Parallel()
 	path, opt := newTestLock(t)
 	f := &fakeFence{}
 	opt.HeartbeatInterval, opt.Fence = -1, f // no heartbeat: only our calls

@@ -25,6 +25,7 @@ func holdsGate(t *testing.T, path string) bool {
 // control closes a second descriptor of the file, as each Lock had before:
 // the kernel drops the process's locks, and the check sees it.
 func TestGateSharedByLocksOfAProcess(t *testing.T) {
+	t.Parallel()
 	path := newTestPath(t)
 	g1 := openGate(path)
 	if g1 == nil {
@@ -67,6 +68,7 @@ func TestGateSharedByLocksOfAProcess(t *testing.T) {
 // (by another process's last close) is not shared with newcomers, who get
 // the new file; and closing the old one does not remove the new one.
 func TestGateReplacedFileNotRemoved(t *testing.T) {
+	t.Parallel()
 	path := newTestPath(t)
 	g1 := openGate(path)
 	if g1 == nil {
@@ -93,6 +95,7 @@ func TestGateReplacedFileNotRemoved(t *testing.T) {
 // while and unlocked, is removed; one that another process holds a place
 // in, one open in this process, or a recent one are left.
 func TestSweepGate(t *testing.T) {
+	t.Parallel()
 	path := newTestPath(t)
 	dir, err := nodelocal.Private()
 	if err != nil {
@@ -142,6 +145,7 @@ func TestSweepGate(t *testing.T) {
 // (the store then gives its Lock no queue: see internal/lock's test of the
 // same name), and the file behind the link is unchanged.
 func TestPlantedGateNotUsed(t *testing.T) {
+	t.Parallel()
 	path := newTestPath(t)
 	if _, err := nodelocal.Private(); err != nil {
 		t.Skip(err)

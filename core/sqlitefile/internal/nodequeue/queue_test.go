@@ -46,6 +46,7 @@ const envGateChild = queuechild.EnvLockPath
 // itself) for the queue tests (internal/queuechild); it does nothing
 // in a normal run.
 func TestGateHolderChild(t *testing.T) {
+	t.Parallel()
 	queuechild.Hold(t, func(path string) (progress, leave func()) {
 		g := openGate(path)
 		if g == nil {
@@ -67,6 +68,7 @@ const (
 // read or a write, appends its name to a file when it reaches the head,
 // and leaves; it does nothing in a normal run.
 func TestGateOrderChild(t *testing.T) {
+	t.Parallel()
 	spec := strings.Fields(os.Getenv(envGateOrder))
 	if len(spec) != 3 {
 		t.Skip("helper for TestGateWritersLane")
@@ -174,6 +176,7 @@ func holds(t *testing.T, path string, pid int) bool {
 // every waiter blocked on one byte, a release woke them all and the first
 // to run went first, which made a lookup's p99 wait many holds long.)
 func TestGateFIFO(t *testing.T) {
+	t.Parallel()
 	path := newTestPath(t)
 	holder := queuechild.Start(t, path)
 	order := filepath.Join(t.TempDir(), "order")
@@ -204,6 +207,7 @@ func TestGateFIFO(t *testing.T) {
 // same three arrive as reads, the queue is FIFO: W1 W2 R (which also shows
 // that the test sees the order it checks).
 func TestGateWritersLane(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		writes, lull, follower bool
 		want                   string
@@ -256,6 +260,7 @@ func TestGateWritersLane(t *testing.T) {
 // holder is gone. Another write waits in the lane (a follower), so that W
 // waits for a lull at all.
 func TestGateLullBounded(t *testing.T) {
+	t.Parallel()
 	path := newTestPath(t)
 	holder := queuechild.Start(t, path)
 	order := filepath.Join(t.TempDir(), "order")
@@ -301,6 +306,7 @@ func TestGateSwitchedOff(t *testing.T) {
 // lives in the user's private directory (mode 0700), under the name the
 // documented rule gives.
 func TestGateFileMode(t *testing.T) {
+	t.Parallel()
 	path := newTestPath(t)
 	g := openGate(path)
 	if g == nil {
@@ -329,6 +335,7 @@ func TestGateFileMode(t *testing.T) {
 // TestGateFileRemovedWhenIdle: closing the last Queue removes the gate file
 // when nobody is queued, and keeps it while another process is.
 func TestGateFileRemovedWhenIdle(t *testing.T) {
+	t.Parallel()
 	path := newTestPath(t)
 	g := openGate(path)
 	if g == nil {
@@ -358,6 +365,7 @@ func TestGateFileRemovedWhenIdle(t *testing.T) {
 // once queues behind the write waiting in the lane (W1), instead of taking
 // the lane back before W1, woken by the release, gets to run.
 func TestGateLaneTurnstile(t *testing.T) {
+	t.Parallel()
 	path := newTestPath(t)
 	g := openGate(path)
 	if g == nil {
