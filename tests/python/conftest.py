@@ -137,6 +137,7 @@ def pytest_collection_modifyitems(config, items):
 NODE_DIR_ENV = "TIRASTORE_NODE_DIR"
 if not os.environ.get(NODE_DIR_ENV):
     _own_node_dir = tempfile.mkdtemp(prefix="tirastore-node-")
+    os.chmod(_own_node_dir, 0o1777)  # as /dev/shm: every uid a test runs as
     os.environ[NODE_DIR_ENV] = _own_node_dir
     atexit.register(shutil.rmtree, _own_node_dir, True)
 

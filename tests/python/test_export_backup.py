@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import json
 import re
 import sqlite3
@@ -339,6 +340,17 @@ with TiraStore(db, cpu_model=sys.argv[4], allow_cpu_mismatch=True) as s:
 """
 
 
+def _written_since(db, mtime_ns: int, timeout: float) -> bool:
+    """Waits until db's file is modified after mtime_ns (a writer's commit
+    reached it), for at most timeout seconds; True if it was."""
+    deadline = time.monotonic() + timeout
+    while os.stat(db).st_mtime_ns == mtime_ns:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
+    return True
+
+
 def _backups_while_four_write(tmp_path, take) -> list:
     """Backups taken by take(path) while 4 processes record, one record per
     transaction, on a database big enough for several backup steps; returns
@@ -357,9 +369,12 @@ def _backups_while_four_write(tmp_path, take) -> list:
             {"tiralib_schedule_string": f"S(L0,L1,{i},4,comps=['c1'])", "is_legal": True,
              "execution_times": [float(i)] * 40} for i in range(1, 12001)])
     assert db.stat().st_size > 1024 * 4096
+    before = os.stat(db).st_mtime_ns
     writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(db), str(w), "150", TEST_CPU]) for w in range(4)]
     backups = []
     try:
+        # Backups taken before the first commit would prove nothing.
+        assert _written_since(db, before, 120), "no writer wrote within 120 s"
         while any(p.poll() is None for p in writers) and len(backups) < 8:
             backups.append(tmp_path / f"b{len(backups)}.db")
             take(db, backups[-1])
@@ -407,12 +422,17 @@ def test_negative_control_a_copy_in_steps_without_the_lock_is_caught(tmp_path):
     """The same backups taken as a copy of the file in 4 MiB steps with the
     writers' pace between them, neither under the lock nor restarted after a
     write (as `cp` during writes, or a backup step outside the lock, would):
-    the checks above find at least one of them wrong."""
+    the checks above find at least one of them wrong. Each step waits for
+    a commit (up to 2 s), so that every copy spans writes however slowly
+    the writers run on a busy machine."""
 
     def raw_copy(db, path):
         with open(db, "rb") as src, open(path, "wb") as dst:
-            while chunk := src.read(1024 * 4096):
+            while True:
+                seen = os.fstat(src.fileno()).st_mtime_ns
+                if not (chunk := src.read(1024 * 4096)):
+                    break
                 dst.write(chunk)
-                time.sleep(0.005)
+                _written_since(db, seen, 2)
 
     assert _backups_while_four_write(tmp_path, raw_copy) != []
