@@ -147,16 +147,18 @@ def _wait_in_thread(store: TiraStore) -> tuple[threading.Thread, dict]:
 @pytest.mark.parametrize("where", ["same-host", "negative-control-other-node"])
 def test_killed_claimer_is_taken_over_at_once_on_its_host(tmp_path, db_path, where):
     """A claimer killed with SIGKILL mid-measurement: a waiter on its host
-    takes over within 1 s (the dead-process rule). The negative control puts
-    the claimer on another simulated node, where nothing proves it dead: the
-    waiter then waits for the lease (30 s) and has not taken over in 3 s."""
+    takes over at once (the dead-process rule), well before the 30 s lease:
+    within 5 s, a bound that a machine running two test suites on 2 cores
+    keeps (a second is typical). The negative control puts the claimer on
+    another simulated node, where nothing proves it dead: the waiter then
+    waits for the lease and has not taken over in 6 s."""
     prefix = []
     if where != "same-host":
         prefix = _other_node_prefix()
         if prefix is None:
             pytest.skip("cannot simulate another node here: needs root and unshare --uts --mount")
     db = db_path
-    with TiraStore(db, cpu_model=TEST_CPU, lock_timeout=3 if prefix else None) as s:
+    with TiraStore(db, cpu_model=TEST_CPU, lock_timeout=6 if prefix else None) as s:
         holder, _ = _start_holder(tmp_path, db, 30.0, prefix)
         time.sleep(0.3)
         t, got = _wait_in_thread(s)
@@ -168,7 +170,7 @@ def test_killed_claimer_is_taken_over_at_once_on_its_host(tmp_path, db_path, whe
         took = time.monotonic() - killed
         if not prefix:
             assert isinstance(got.get("outcome"), Claim), got
-            assert took < 1.0, f"taken over {took:.2f}s after the kill"
+            assert took < 5.0, f"taken over {took:.2f}s after the kill"
             assert got["outcome"].record(True, [1.0])
         else:
             assert isinstance(got.get("error"), TimeoutError), got
