@@ -188,7 +188,11 @@ func TestGateSwitchedOff(t *testing.T) {
 // elsewhere behind it) is reported as a Problem, not opened: the Lock
 // polls without the queue, and the file behind the link is unchanged.
 func TestPlantedGateNotUsed(t *testing.T) {
-	t.Parallel()
+	// A node directory of its own (so not parallel): in a shared one, the
+	// last store of another process (another package's tests, or this
+	// package's contenders) removes the empty private directory between
+	// Private() and the planting.
+	t.Setenv(nodelocal.EnvBase, t.TempDir())
 	path, opt := newTestLock(t)
 	if _, err := nodelocal.Private(); err != nil {
 		t.Skip(err)
