@@ -62,10 +62,12 @@ const (
 	// so a holder that stalled past stale_lock_timeout goes on writing
 	// after its lock was broken (the negative control of the stall tests).
 	FenceDisabled = "fence-disabled"
-	// DBWrite is a point of the VFS (vfs.c, C code): the first write of
-	// this process to a database file, which SQLite makes after it has
-	// synced the journal and before it deletes it (the commit). Only the
-	// action stop is honoured there.
+	// DBWrite is a point of the VFS (vfs.c, C code): a write of this
+	// process to a database file, which SQLite makes after it has synced
+	// the journal and before it deletes it (the commit). Only the action
+	// stop is honoured there, at the first write, or at the Nth with
+	// "db-write=stop@N" (a database then half-written: N-1 pages of the
+	// commit are in it).
 	DBWrite = "db-write"
 	// SharedDirTrust is a switch: the files of the database's directory
 	// (the database, its journal, the lock, the break lock, lock tickets) are
@@ -81,6 +83,12 @@ const (
 	// rolled back whoever wrote it (the negative control of the
 	// planted-journal tests).
 	JournalTrust = "journal-trust"
+	// JournalModeCached is a switch of the VFS: a connection creates its
+	// journals with the database's mode and owner as they were at its
+	// first journal, not as they are now (the negative control of the
+	// chmod tests: after a chmod of the database, a crashed writer's
+	// journal is then refused as foreign).
+	JournalModeCached = "journal-mode-cached"
 	// OutputTrust is a switch: output paths (export, backup, export_json,
 	// the CLI's conflicts file, plots) are written without the output
 	// check of core/outfile, over the database, its lock or another

@@ -10,8 +10,8 @@
 **   - main database files are unix-none files, wrapped only to carry the
 **     per-connection state below and to close it with the database;
 **   - rollback journals are plain POSIX files implemented here: created with
-**     the database's mode (and owner, as root) remembered from one stat per
-**     connection, and made durable by fsync on a directory descriptor kept
+**     the database's mode (and owner, as root) of the moment, from an fstat
+**     of a descriptor kept per connection, and made durable by fsync on a directory descriptor kept
 **     open with the connection instead of open(dir)+fsync+close each time.
 **
 **   - fencing (fence.go): every write, truncate and sync of the database
@@ -95,12 +95,14 @@ typedef struct TiraDb {
   const char *zJournal;/* the pager's journal name (sqlite3_filename_journal) */
   TiraFence *fence;    /* from the URI parameter "tirafence", or 0: unfenced */
   struct TiraDb *pNext, *pPrev;  /* tiraDbList, for xDelete */
-  int haveInfo;        /* mode, uid, gid, dirMode and dirFd below are set */
+  int haveFds;         /* dbFd and dirFd below were opened */
+  int dbFd;            /* the database file, read-only, for fstat; or -1 */
+  int dirFd;           /* directory of the database, or -1 */
+  /* Read at each journal open (tiraDbLoadInfo): */
   mode_t mode;         /* permission bits of the database file */
   uid_t uid;           /* owner of the database file */
   gid_t gid;           /* group of the database file */
   mode_t dirMode;      /* permission bits of its directory (0777 if unknown) */
-  int dirFd;           /* directory of the database, or -1 */
 } TiraDb;
 
 /* A rollback journal, implemented here with plain POSIX calls. */
@@ -273,21 +275,33 @@ static int tiraOpenDirectory(const char *zPath){
   return fd;
 }
 
-/* The once-per-connection metadata of the database that new journals need:
-** its mode and owner (one stat, where SQLite's findCreateFileMode stats the
-** database for every journal it creates) and a descriptor on its directory
-** (where SQLite's unixSync opens and closes the directory every time). */
+/* The metadata of the database that a journal open needs, as it is now:
+** its mode and owner, and its directory's mode. Two descriptors are opened
+** once per connection, on the database and on its directory (where
+** SQLite's unixSync opens and closes the directory every time), and
+** fstat'ed at each journal open: where SQLite's findCreateFileMode stats
+** the database by name. So a chmod or chown of the database is followed
+** by the next transaction of every connection: a journal never lets more
+** users write it than the database does at that time, and the rule judges
+** a journal by the database's mode of the moment. Without a descriptor on
+** the database (it cannot be opened for reading), the database is stat'ed
+** by name, as SQLite does. */
 static int tiraDbLoadInfo(TiraDb *p){
   struct stat st;
-  if( p->haveInfo ) return SQLITE_OK;
-  if( stat(p->zPath, &st)!=0 ) return SQLITE_IOERR_FSTAT;
+  /* "journal-mode-cached": the mode and owner read once per connection,
+  ** as before (the negative control of the chmod tests). */
+  if( p->haveFds && tiraTrusting("journal-mode-cached") ) return SQLITE_OK;
+  if( !p->haveFds ){
+    p->dbFd = tiraRobustOpen(p->zPath, O_RDONLY|O_NONBLOCK, 0);
+    p->dirFd = tiraOpenDirectory(p->zPath);
+    p->haveFds = 1;
+  }
+  if( p->dbFd>=0 ? fstat(p->dbFd, &st)!=0 : stat(p->zPath, &st)!=0 ) return SQLITE_IOERR_FSTAT;
   p->mode = st.st_mode & 0777;
   p->uid = st.st_uid;
   p->gid = st.st_gid;
-  p->dirFd = tiraOpenDirectory(p->zPath);
   p->dirMode = 0777;   /* unknown: the group case of the journal rule is off */
   if( p->dirFd>=0 && fstat(p->dirFd, &st)==0 ) p->dirMode = st.st_mode & 07777;
-  p->haveInfo = 1;
   return SQLITE_OK;
 }
 
@@ -312,7 +326,8 @@ static int tiraDbClose(sqlite3_file *pFile){
   p->pNext = p->pPrev = 0;
   pthread_mutex_unlock(&tiraDbListMutex);
   if( p->dirFd>=0 ) close(p->dirFd);
-  p->dirFd = -1;
+  if( p->dbFd>=0 ) close(p->dbFd);
+  p->dirFd = p->dbFd = -1;
   return rc;
 }
 
@@ -324,13 +339,19 @@ static int tiraDbRead(sqlite3_file *pFile, void *pBuf, int iAmt, sqlite3_int64 i
 
 #ifdef TIRASTORE_FAILPOINTS
 #include <signal.h>
-/* failpoint.DBWrite ("db-write=stop" in TIRASTORE_FAILPOINTS): SIGSTOP
-** this process at its first write to a database file, once (test builds
-** only; core/failpoint documents the points). */
+/* failpoint.DBWrite ("db-write=stop" or "db-write=stop@N" in
+** TIRASTORE_FAILPOINTS): SIGSTOP this process at its Nth write to a
+** database file (the first by default), once (test builds only;
+** core/failpoint documents the points). */
 static void tiraFailpointDbWrite(void){
   static int done;
+  static long writes;
   const char *z = getenv("TIRASTORE_FAILPOINTS");
-  if( !done && z && strstr(z, "db-write=stop") ){
+  const char *at;
+  long n = 1;
+  if( done || !z || (at = strstr(z, "db-write=stop"))==0 ) return;
+  if( at[13]=='@' ) n = strtol(at+14, 0, 10);
+  if( __atomic_add_fetch(&writes, 1, __ATOMIC_SEQ_CST)>=n ){
     done = 1;
     raise(SIGSTOP);
   }
@@ -438,7 +459,7 @@ static int tiraDbOpen(const char *zName, sqlite3_file *pFile, int flags, int *pO
   memset(p, 0, sizeof(*p));
   p->real = (sqlite3_file*)((char*)p + TIRA_ROUND8(sizeof(TiraDb)));
   p->zPath = zName;
-  p->dirFd = -1;
+  p->dirFd = p->dbFd = -1;
   p->real->pMethods = 0;
   rc = origVfs->xOpen(origVfs, zName, p->real, flags, pOutFlags);
   if( rc!=SQLITE_OK ){
@@ -630,8 +651,8 @@ static const sqlite3_io_methods tiraJrnlMethods = {
 **     whether it made the file; only then does it get the database's mode
 **     whatever the umask (fchmod, only when it differs) and, as root, its
 **     owner (fchown, only when it differs), exactly SQLite's policy, from
-**     the metadata remembered per connection instead of a stat of the
-**     database;
+**     an fstat of a descriptor kept per connection instead of a stat of the
+**     database by name;
 **   - every open adds O_NONBLOCK (a FIFO at the name would block it) and
 **     checks the descriptor: a journal this call did not create (a crashed
 **     writer's hot journal, or something planted at the name) is used only
@@ -655,7 +676,7 @@ static int tiraJrnlOpen(TiraDb *db, const char *zName, sqlite3_file *pFile, int 
   ** create could open another holder's journal: fenced like a write. */
   if( !tiraFenceOk(db->fence) ) return SQLITE_IOERR_LOCK;
   p->fence = db->fence;
-  rc = tiraDbLoadInfo(db);   /* once per connection: the rule needs it too */
+  rc = tiraDbLoadInfo(db);   /* the database's mode now: the rule needs it too */
   if( rc!=SQLITE_OK ) return rc;
   if( db->mode ) mode = db->mode;
 

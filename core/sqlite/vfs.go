@@ -35,14 +35,18 @@
 //     instead of "unable to open database file". This coupling is deliberate:
 //     TiraStore needs journal_mode=DELETE (COMPAT.md), WAL's shared memory
 //     does not work across nodes, and this VFS depends on the header check.
-//   - stat(<db>): the database's mode and owner are read once per connection,
-//     at its first journal (one stat), and kept. A new journal still gets
-//     exactly the database's permission bits whatever the umask (fchmod on the
-//     new descriptor, only when they differ) and, when running as root, the
-//     database's owner and group (fchown, only when they differ): SQLite's own
-//     policy, so that any process that can write the 0666 database can also
-//     roll back and delete a journal left by a crash. A chmod or chown of the
-//     database while a connection stays open is seen by its next connection.
+//   - stat(<db>): the database's mode and owner are read by fstat of a
+//     read-only descriptor on the database that the connection opens at its
+//     first journal and keeps (no name lookup), at every journal open. A new
+//     journal gets exactly the database's permission bits of that moment
+//     whatever the umask (fchmod on the new descriptor, only when they
+//     differ) and, when running as root, the database's owner and group
+//     (fchown, only when they differ): SQLite's own policy, so that any
+//     process that can write the 0666 database can also roll back and delete
+//     a journal left by a crash, and a journal left after the owner tightened
+//     the database to 0644 is no more writable than the database and is
+//     trusted (and rolled back) by the next open. A database that cannot be
+//     opened for reading is stat'ed by name instead.
 //   - open(<dir>)+fsync+close: with synchronous=FULL SQLite fsyncs the
 //     directory once after creating a journal, so that the journal's name
 //     survives a power loss (otherwise a crash could lose the hot journal and

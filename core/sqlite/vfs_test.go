@@ -291,6 +291,62 @@ func TestVFSJournalModeAndOwner(t *testing.T) {
 	}
 }
 
+// A chmod or chown of the database while a connection stays open is
+// followed by that connection's next journal: a worker that opened a 0666
+// database must not go on creating 0666 journals after its owner tightened
+// it to 0644 (the next open would refuse such a journal, left by a crash,
+// as writable by users who cannot write the database). The journal of each
+// transaction is compared with the database's mode and owner at that time.
+func TestVFSJournalFollowsChmod(t *testing.T) {
+	old := syscall.Umask(0o022)
+	defer syscall.Umask(old)
+	path := newFile(t) // 0666
+	db := openVFS(t, path, VFSName)
+	defer db.Close()
+	journalOf := func() (os.FileMode, uint32) {
+		t.Helper()
+		var mode os.FileMode
+		var uid uint32
+		err := db.Tx(func(tx *Tx) error {
+			if _, err := tx.Exec("CREATE TABLE IF NOT EXISTS t (k INTEGER PRIMARY KEY, v BLOB)"); err != nil {
+				return err
+			}
+			if _, err := tx.Exec("INSERT INTO t (v) VALUES (x'01')"); err != nil {
+				return err
+			}
+			fi, err := os.Stat(path + "-journal")
+			if err != nil {
+				return fmt.Errorf("no journal inside the transaction: %v", err)
+			}
+			mode, uid = fi.Mode().Perm(), fi.Sys().(*syscall.Stat_t).Uid
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mode, uid
+	}
+	if m, _ := journalOf(); m != 0o666 {
+		t.Fatalf("first journal mode %v, want 0666", m)
+	}
+	for _, want := range []os.FileMode{0o644, 0o600, 0o664} {
+		if err := os.Chmod(path, want); err != nil {
+			t.Fatal(err)
+		}
+		if m, _ := journalOf(); m != want {
+			t.Errorf("journal mode %v after chmod %v of the open database, want %v", m, want, want)
+		}
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Chown(path, 12345, 23456); err != nil {
+			t.Fatal(err)
+		}
+		if _, uid := journalOf(); uid != 12345 {
+			t.Errorf("journal owner %d after chown of the open database, want 12345", uid)
+		}
+	}
+}
+
 // ------------------------------------------------------------------ crash
 
 // helperEnv makes the test binary act as a helper process (TestVFSHelper).
