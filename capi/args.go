@@ -8,6 +8,7 @@ import (
 
 	"github.com/tirastore/tirastore/core"
 	"github.com/tirastore/tirastore/core/limits"
+	"github.com/tirastore/tirastore/core/operator"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/storage"
 )
@@ -437,4 +438,21 @@ func foreignIn(v any) (*pyjson.Object, bool) {
 		}
 	}
 	return nil, false
+}
+
+// journalChoice is check's journal argument: None, "apply" or "discard"
+// (operator.JournalChoice).
+func (a *args) journalChoice(name string) (operator.JournalChoice, error) {
+	s, err := a.optStr(name)
+	switch {
+	case err != nil:
+		return 0, err
+	case s == "":
+		return operator.JournalReport, nil
+	case s == "apply":
+		return operator.JournalApply, nil
+	case s == "discard":
+		return operator.JournalDiscard, nil
+	}
+	return 0, &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("%s(): %s must be None, 'apply' or 'discard', got %q", a.method, name, s)}
 }

@@ -471,7 +471,7 @@ var methods = map[string]method{
 		}
 		return replyWith(replyLockStatus)(operator.InspectLock(path, opts))
 	}},
-	"check": {false, []string{"db_path", "stale_lock_timeout", "lock_timeout", "repair"}, func(ctx context.Context, _ *core.Store, a *args) (any, error) {
+	"check": {false, []string{"db_path", "stale_lock_timeout", "lock_timeout", "repair", "journal"}, func(ctx context.Context, _ *core.Store, a *args) (any, error) {
 		path, opts, err := lockArgs(a)
 		if err != nil {
 			return nil, err
@@ -483,8 +483,12 @@ var methods = map[string]method{
 		if err != nil {
 			return nil, err
 		}
+		journal, err := a.journalChoice("journal")
+		if err != nil {
+			return nil, err
+		}
 		opts.Interruptible = interruptible
-		return replyWith(replyCheckReport)(operator.CheckDatabase(ctx, path, opts, repair))
+		return replyWith(replyCheckReport)(operator.CheckDatabase(ctx, path, opts, repair, journal))
 	}},
 	"lock_break": {false, []string{"db_path", "stale_lock_timeout", "force"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {
 		path, opts, err := lockArgs(a)

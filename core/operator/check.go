@@ -72,10 +72,30 @@ type CheckReport struct {
 	Notices []string
 }
 
+// JournalChoice is what the operator chose for a journal that the journal
+// rule refuses but that may be a crashed writer's (a hot regular file of
+// one link): --repair never decides that alone, since the database may
+// need it (its pages half-written) as much as it must never apply one
+// that another user planted.
+type JournalChoice int
+
+const (
+	// JournalReport leaves such a journal where it is and says what the
+	// two choices below do.
+	JournalReport JournalChoice = iota
+	// JournalApply adopts it (sqlite.AdoptJournal): the database's owner
+	// vetted it as a crashed writer's, and the check's own open rolls it
+	// back.
+	JournalApply
+	// JournalDiscard moves it aside without applying it: it was planted.
+	JournalDiscard
+)
+
 // CheckDatabase checks the database at path; see "Checking a database".
 // opts' timeouts apply (a lock held by a live process makes the table
-// checks wait for it, up to the lock timeout).
-func CheckDatabase(ctx context.Context, path string, opts core.Options, repair bool) (*CheckReport, error) {
+// checks wait for it, up to the lock timeout). journal is what to do with
+// a refused journal that may be a crashed writer's.
+func CheckDatabase(ctx context.Context, path string, opts core.Options, repair bool, journal JournalChoice) (*CheckReport, error) {
 	if storage.IsServerURL(path) {
 		// A server's database: no lock, no files of this node; the
 		// tables and the claims as below.
@@ -125,7 +145,7 @@ func CheckDatabase(ctx context.Context, path string, opts core.Options, repair b
 	} else if rep.Leftovers = l.Leftovers(); len(rep.Leftovers) > 0 {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("%d leftover lock ticket files of dead processes beside the lock: `%s` removes them", len(rep.Leftovers), c.Repair))
 	}
-	if err := checkJournal(ctx, rep, l, abs, st.Held, repair); err != nil {
+	if err := checkJournal(ctx, rep, l, abs, st.Held, repair, journal); err != nil {
 		return nil, err
 	}
 	rep.Path = abs
@@ -146,16 +166,23 @@ func CheckDatabase(ctx context.Context, path string, opts core.Options, repair b
 
 // checkJournal judges what is at the database's journal name by the journal
 // rule: a crashed writer's journal that the rule trusts is reported (the
-// check's read rolls it back); one it refuses is foreign, never applied,
-// and with repair moved aside under the lock (so that no live writer's
-// journal is ever moved) to <journal>.foreign-<UTC time>.
-func checkJournal(ctx context.Context, rep *CheckReport, l *sqlitefile.Lock, abs string, held, repair bool) error {
+// check's read rolls it back). One it refuses is foreign and never applied
+// unless the operator says so (JournalApply). What cannot be a crashed
+// writer's (not a regular file, a second name of another file, or a
+// journal with nothing to roll back) repair moves aside, under the lock so
+// that no live writer's journal is ever moved, to <journal>.foreign-<UTC
+// time>; a hot journal that may be one is left in place (the database may
+// be half-written without it) until the operator chooses.
+func checkJournal(ctx context.Context, rep *CheckReport, l *sqlitefile.Lock, abs string, held, repair bool, choice JournalChoice) error {
 	j, err := sqlite.InspectJournal(abs)
 	if err != nil {
 		return input.ReadError(err, "journal", sqlite.JournalPath(abs))
 	}
 	switch {
 	case j == nil:
+		if choice != JournalReport {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("there is no journal at %s to %s", sqlite.JournalPath(abs), choiceVerb(choice)))
+		}
 		return nil
 	case j.Trusted():
 		if j.Hot && !held {
@@ -165,7 +192,21 @@ func checkJournal(ctx context.Context, rep *CheckReport, l *sqlitefile.Lock, abs
 		return nil
 	}
 	rep.ForeignJournal = j
-	if !repair {
+	q := sqlitefile.ShellQuote(abs)
+	crashed := j.Hot && (j.Verdict == sqlite.JournalMode || j.Verdict == sqlite.JournalOwner)
+	if choice == JournalApply && !crashed {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("the journal %s cannot be applied: %s", j.Path, cannotApply(j)))
+		return nil
+	}
+	if choice == JournalReport && crashed {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("the journal %s holds a transaction to roll back, and the journal rule refuses it: %s. "+
+			"If it is a crashed writer's (a worker that went on writing after the database was chmod'ed or chown'ed), "+
+			"the database is half-written without it: once its owner has vetted it, `tirastore check --apply-journal %s` "+
+			"rolls it back. If another user planted it, `tirastore check --discard-journal %s` moves it aside. "+
+			"Until then it is left where it is, and the database cannot be used", j.Path, j.Why(), q, q))
+		return nil
+	}
+	if !repair && choice == JournalReport {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("the journal %s is foreign: %s; it is never rolled back, "+
 			"and the database cannot be used while it is there; `%s` moves it aside", j.Path, j.Why(),
 			sqlitefile.LockCommandsFor(abs, l.StaleTimeout()).Repair))
@@ -173,28 +214,62 @@ func checkJournal(ctx context.Context, rep *CheckReport, l *sqlitefile.Lock, abs
 	}
 	aside := fmt.Sprintf("%s.foreign-%s", j.Path, time.Now().UTC().Format("20060102T150405.000000000Z"))
 	if err := l.Acquire(ctx); err != nil {
-		rep.Problems = append(rep.Problems, fmt.Sprintf("the journal %s is foreign (%s) and was not moved aside: "+
-			"cannot take the lock: %v", j.Path, j.Why(), err))
+		rep.Problems = append(rep.Problems, fmt.Sprintf("the journal %s is foreign (%s) and was not %s: "+
+			"cannot take the lock: %v", j.Path, j.Why(), choiceDone(choice), err))
 		return nil
 	}
-	// Moved as the very file judged: a name changed since is left alone.
+	// Moved (or applied) as the very file judged: a name changed since is
+	// left alone.
 	now, err := sqlite.InspectJournal(abs)
-	if err == nil && now != nil && now.Dev == j.Dev && now.Ino == j.Ino && now.Verdict == j.Verdict && now.Size == j.Size {
-		err = os.Rename(j.Path, aside)
-	} else if err == nil {
+	switch {
+	case err != nil:
+	case now == nil || now.Dev != j.Dev || now.Ino != j.Ino || now.Verdict != j.Verdict || now.Size != j.Size:
 		err = fmt.Errorf("it changed while the lock was taken")
+	case choice == JournalApply:
+		err = sqlite.AdoptJournal(abs, j, aside)
+	default:
+		err = os.Rename(j.Path, aside)
 	}
 	if rerr := l.Release(); err == nil && rerr != nil {
 		err = rerr
 	}
 	if err != nil {
-		rep.Problems = append(rep.Problems, fmt.Sprintf("the journal %s is foreign (%s) and could not be moved aside: %v "+
-			"(its owner or root must remove it)", j.Path, j.Why(), err))
+		rep.Problems = append(rep.Problems, fmt.Sprintf("the journal %s is foreign (%s) and could not be %s: %v "+
+			"(its owner or root must remove it)", j.Path, j.Why(), choiceDone(choice), err))
 		return nil
 	}
 	rep.JournalMovedTo = aside
+	if choice == JournalApply {
+		rep.Repaired = append(rep.Repaired, fmt.Sprintf("applied the journal %s (%s), as you vetted it: a trusted copy "+
+			"was rolled back by this check's open; the file itself is kept at %s", j.Path, j.Why(), aside))
+		return nil
+	}
 	rep.Repaired = append(rep.Repaired, fmt.Sprintf("moved the foreign journal %s aside to %s, without applying it (%s)", j.Path, aside, j.Why()))
 	return nil
+}
+
+// cannotApply says why the refused journal j is not one that a crashed
+// writer left.
+func cannotApply(j *sqlite.Journal) string {
+	if !j.Hot && j.Verdict != sqlite.JournalNotRegular && j.Verdict != sqlite.JournalLinks {
+		return "it holds no transaction to roll back (`tirastore check --repair` moves it aside)"
+	}
+	return j.Why() + " (`tirastore check --repair` moves it aside)"
+}
+
+// choiceVerb and choiceDone name what choice does to a journal.
+func choiceVerb(choice JournalChoice) string {
+	if choice == JournalApply {
+		return "apply"
+	}
+	return "discard"
+}
+
+func choiceDone(choice JournalChoice) string {
+	if choice == JournalApply {
+		return "applied"
+	}
+	return "moved aside"
 }
 
 // checkTables opens the database and adds what its tables and claims

@@ -51,11 +51,11 @@ func TestCheckFindsStaleClaims(t *testing.T) {
 	plant(t, a, &storage.Claim{Key: keys.RecordKey(h, other), ProgramHash: h, ProgramName: "blur", Schedule: other,
 		Token: "t-recorded", Hostname: "elsewhere", PID: 7, LeaseSeconds: 60,
 		ClaimedAt: "2026-01-01 00:00:00", RenewedAt: "2026-01-01 00:00:00"})
-	rep, err := CheckDatabase(ctx, a.Path(), core.Options{}, false)
+	rep, err := CheckDatabase(ctx, a.Path(), core.Options{}, false, JournalReport)
 	if err != nil || len(rep.StaleClaims) != 2 || len(rep.Problems) != 2 {
 		t.Fatalf("check: %+v %v", rep, err)
 	}
-	if rep, err = CheckDatabase(ctx, a.Path(), core.Options{}, true); err != nil || len(rep.Repaired) != 2 || len(rep.Problems) != 0 {
+	if rep, err = CheckDatabase(ctx, a.Path(), core.Options{}, true, JournalReport); err != nil || len(rep.Repaired) != 2 || len(rep.Problems) != 0 {
 		t.Fatalf("repair: %+v %v", rep, err)
 	}
 	left, err := a.Claims(ctx)
@@ -78,14 +78,14 @@ func TestCheckLeavesItsSummary(t *testing.T) {
 	plant(t, a, &storage.Claim{Key: keys.RecordKey(keys.ProgramHash(src), sched), ProgramHash: keys.ProgramHash(src),
 		ProgramName: "blur", Schedule: sched, Token: "t", Hostname: "elsewhere", PID: 7, LeaseSeconds: 60,
 		ClaimedAt: "2026-01-01 00:00:00", RenewedAt: "2026-01-01 00:00:00"})
-	if _, err := CheckDatabase(ctx, a.Path(), core.Options{}, false); err != nil {
+	if _, err := CheckDatabase(ctx, a.Path(), core.Options{}, false, JournalReport); err != nil {
 		t.Fatal(err)
 	}
 	sum, err := LastCheck(ctx, a)
 	if err != nil || sum == nil || sum.OK || sum.Problems != 1 || len(sum.First) != 1 || sum.Records != 1 || sum.Date == "" {
 		t.Fatalf("after a check with a problem: %+v %v", sum, err)
 	}
-	if _, err := CheckDatabase(ctx, a.Path(), core.Options{}, true); err != nil {
+	if _, err := CheckDatabase(ctx, a.Path(), core.Options{}, true, JournalReport); err != nil {
 		t.Fatal(err)
 	}
 	if sum, err = LastCheck(ctx, a); err != nil || !sum.OK || sum.Problems != 0 || sum.Repaired != 1 {

@@ -30,8 +30,9 @@ package sqlite
 // Anything else is refused: the open fails with refusedCode, nothing of
 // the file is read, and the store reports a *JournalError naming the file,
 // its owner and mode, and the rule it breaks. tirastore check reports such
-// a journal as foreign, and check --repair moves it aside, never applies
-// it (core/operator/check.go). docs/COMPAT.md and docs/lock-protocol.md state
+// a journal as foreign; check --repair moves aside what cannot be a crashed
+// writer's, and a hot journal is applied (AdoptJournal) or moved aside only
+// when the operator says which (core/operator/check.go). docs/COMPAT.md and docs/lock-protocol.md state
 // the rule for operators.
 
 /*
@@ -169,8 +170,75 @@ func (e *JournalError) Error() string {
 			"(another user may have planted it). `tirastore check --repair %s` moves it aside, or its owner "+
 			"or root removes it", j.Path, j.Kind, identity.Owner(j.UID), e.DBPath)
 	}
+	if j.Hot && (j.Verdict == JournalMode || j.Verdict == JournalOwner) {
+		return fmt.Sprintf("%s was not rolled back into %s: %s. The database was left as it is and cannot be used "+
+			"while the journal is there. If it is a crashed writer's journal (a worker that went on writing after the "+
+			"database was chmod'ed or chown'ed), the database is half-written without it: once the database's owner "+
+			"has vetted it, `tirastore check --apply-journal %s` rolls it back. If another user planted it to rewrite "+
+			"records, `tirastore check --discard-journal %s` moves it aside", j.Path, e.DBPath, j.Why(), e.DBPath, e.DBPath)
+	}
 	return fmt.Sprintf("%s was not rolled back into %s: %s (another user may have planted it to rewrite records). "+
 		"The database was left as it is; `tirastore check --repair %s` moves the journal aside. If it is a crashed "+
 		"writer's journal that you trust, give it to the database's owner (chown) with the database's mode and "+
 		"the next open rolls it back", j.Path, e.DBPath, j.Why(), e.DBPath)
+}
+
+// AdoptJournal makes the journal j that the rule refused (a regular file
+// with one link, judged by InspectJournal) one that it trusts, so that the
+// database's next open rolls it back: what an operator does once the
+// database's owner has vetted it as a crashed writer's journal (a worker
+// of another user that kept writing after a chmod, say). Its bytes are
+// copied into a new journal created by this user with the database's mode
+// (and owner, as root), and the refused file itself is kept at aside. The
+// caller holds the database's lock, so that nothing opens the database
+// between the two renames; a file at the journal's name that is no longer
+// the one judged is left alone (an error).
+func AdoptJournal(dbPath string, j *Journal, aside string) error {
+	if j.Verdict != JournalMode && j.Verdict != JournalOwner {
+		return fmt.Errorf("%s cannot be applied: %s", j.Path, j.Why())
+	}
+	f, st, err := shareddir.Open(j.Path, os.O_RDONLY)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if uint64(st.Dev) != j.Dev || st.Ino != j.Ino || st.Nlink != 1 {
+		return fmt.Errorf("%s changed since it was judged: nothing was applied", j.Path)
+	}
+	var db unix.Stat_t
+	if err := unix.Stat(dbPath, &db); err != nil {
+		return &os.PathError{Op: "stat", Path: dbPath, Err: err}
+	}
+	tmp := fmt.Sprintf("%s.adopting-%d", j.Path, os.Getpid())
+	out, err := shareddir.Create(tmp, os.O_WRONLY, db.Mode&0o777)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, f)
+	if err == nil && os.Geteuid() == 0 && (db.Uid != uint32(os.Geteuid()) || db.Gid != uint32(os.Getegid())) {
+		err = out.Chown(int(db.Uid), int(db.Gid))
+	}
+	if err == nil {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		if err = os.Rename(j.Path, aside); err == nil {
+			if err = os.Rename(tmp, j.Path); err != nil && os.Rename(aside, j.Path) != nil {
+				err = fmt.Errorf("%w; the journal is at %s, its trusted copy at %s", err, aside, tmp)
+				return err
+			}
+		}
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if d, err := os.Open(filepath.Dir(dbPath)); err == nil {
+		d.Sync() // the new journal's name survives a power loss, as SQLite's would
+		d.Close()
+	}
+	return nil
 }

@@ -595,7 +595,13 @@ def _add_stale_lock_timeout(p: argparse.ArgumentParser) -> None:
 def _check_arguments(p: argparse.ArgumentParser) -> None:
     _add_db(p)
     p.add_argument("--repair", action="store_true",
-                   help="break an abandoned lock, remove leftover tickets and stale claims, move a foreign journal aside")
+                   help="break an abandoned lock, remove leftover tickets and stale claims, move aside a foreign journal "
+                        "that cannot be a crashed writer's")
+    journal = p.add_mutually_exclusive_group()
+    journal.add_argument("--apply-journal", dest="journal", action="store_const", const="apply",
+                         help="roll back a refused journal that you vetted as a crashed writer's")
+    journal.add_argument("--discard-journal", dest="journal", action="store_const", const="discard",
+                         help="move a refused journal aside without applying it (another user planted it)")
     _add_stale_lock_timeout(p)
 
 
@@ -605,10 +611,12 @@ def cmd_check(args: argparse.Namespace, out: _Output) -> int:
     not JSON, the schema version, a crashed writer's journal or a foreign one (never rolled back), the lock (holder,
     age, alive?) and its leftover ticket files. Exit 1 on any problem. --repair does what is safe: break an abandoned
     lock (never a live holder's; a lock file that is not a record only once unchanged for the stale timeout), remove
-    the ticket files of dead processes and stale measurement claims, move a foreign journal aside (never applying
-    it); damaged tables are reported, never rewritten."""
+    the ticket files of dead processes and stale measurement claims, move aside a foreign journal that cannot be a
+    crashed writer's (never applying it); damaged tables are reported, never rewritten. A refused journal that may
+    be a crashed writer's is left in place until you choose: --apply-journal rolls it back, --discard-journal moves
+    it aside."""
     rep = _native.call(0, "check", db_path=args.db, stale_lock_timeout=args.stale_lock_timeout,
-                       lock_timeout=args.lock_timeout, repair=args.repair)
+                       lock_timeout=args.lock_timeout, repair=args.repair, journal=args.journal)
 
     def text() -> str:
         t = rep["tables"]

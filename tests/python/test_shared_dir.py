@@ -679,13 +679,19 @@ def test_a_planted_journal_is_never_rolled_back(shared):
     assert res["error"] is not None and res["error"].startswith("DatabaseError"), res
     assert "c.db-journal" in res["error"] and "uid 65534" in res["error"], res
     assert db.read_bytes() == before, "the refused journal changed the database"
-    # check names it as foreign; --repair moves it aside, never applies it.
+    # check names it, with the two choices: it may be a crashed writer's
+    # as well as a forgery. --repair neither applies it nor moves it.
     r = cli("check", "--json", str(db))
     rep = json.loads(r.stdout)
     assert rep["ok"] is False and rep["hot_journal"] is False, rep
     assert rep["foreign_journal"]["owner_uid"] == ATTACKER, rep
-    assert any("foreign" in p for p in rep["problems"]), rep
+    assert any("--discard-journal" in p for p in rep["problems"]), rep
     r = cli("check", "--repair", "--json", str(db))
+    rep = json.loads(r.stdout)
+    assert not rep["foreign_journal"]["moved_to"] and (db.parent / "c.db-journal").exists(), rep
+    assert db.read_bytes() == before
+    # --discard-journal moves it aside, never applies it.
+    r = cli("check", "--discard-journal", "--json", str(db))
     rep = json.loads(r.stdout)
     moved = rep["foreign_journal"]["moved_to"]
     assert moved and Path(moved).exists() and not (db.parent / "c.db-journal").exists(), rep
@@ -693,7 +699,7 @@ def test_a_planted_journal_is_never_rolled_back(shared):
     # Every record as root wrote it (the file itself changed: check leaves
     # its summary in db_meta once the journal is out of the way).
     records = raw_records(db)
-    assert records == records_before, "check --repair applied the journal"
+    assert records == records_before, "check --discard-journal applied the journal"
     assert set(scheds) <= set(records) and "666.0" not in records[scheds[2]], records
 
 
@@ -756,3 +762,164 @@ def test_a_crashed_writer_of_another_user_is_rolled_back_on_a_shared_database(sh
     records = raw_records(db)
     assert f"S(L0,L1,1,{ATTACKER},comps=['c1'])" in records  # acknowledged before the crash
     assert not any(s.startswith("S(L0,L1,100,") for s in records)  # the crashed transaction, rolled back
+
+
+# ---------------------------------------------------------------------------
+# 5. A chmod of the database, then a crash in the middle of a commit
+# ---------------------------------------------------------------------------
+
+# A worker that opened a 0666 database: one acknowledged record, then (once
+# the owner has tightened the database) a commit stopped at its third
+# database write by the failpoint (the test then kills it): the database
+# holds two pages of an uncommitted transaction, the journal all it needs.
+CHMOD_CRASH = textwrap.dedent("""
+    import os, sys, tirastore
+    s = tirastore.TiraStore(sys.argv[1], cpu_model=sys.argv[2], slurm_cpus=sys.argv[3])
+    assert s.record("prog", "void f(){}", "S(L0,L1,1,%d,comps=['c1'])" % os.getuid(), True, [1.0])
+    print("acked", flush=True)
+    assert sys.stdin.readline().strip() == "go"
+    os.environ["TIRASTORE_FAILPOINTS"] = os.environ.get("TIRASTORE_FAILPOINTS", "") + ";db-write=stop@3"
+    s.record_many("prog", "void f(){}", [{"tiralib_schedule_string": "S(L0,L1,%d,9,comps=['c1'])" % (100 + j),
+                                          "is_legal": True, "execution_times": [float(k) for k in range(50)]}
+                                         for j in range(2000)])
+    print("survived", flush=True)
+""")
+
+
+def chmod_crash(d: Path, uid: int, env: dict) -> tuple[Path, dict[str, str]]:
+    """Root's 0666 database in d, a worker of uid written into it, the
+    database chmod'ed 0644, the worker killed in the middle of its next
+    commit. Returns the database and the records committed (read before
+    the crash)."""
+    os.chmod(d, 0o1777)
+    db = d / "c.db"
+    make_db(db)
+    assert db.stat().st_mode & 0o777 == 0o666
+    cmd = [sys.executable, "-c", CHMOD_CRASH, str(db), TEST_CPU, TEST_SLURM]
+    if uid:
+        cmd = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *cmd]
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=env)
+    try:
+        assert p.stdout.readline().strip() == "acked", p.stderr.read()
+        committed = raw_records(db)
+        os.chmod(db, 0o644)
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and p.poll() is None:
+            with open(f"/proc/{p.pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                    break
+            time.sleep(0.02)
+        else:
+            pytest.fail(f"the worker never reached its third database write: {p.stderr.read()}")
+    finally:
+        p.kill()
+        p.wait()
+        p.stdin.close()
+        p.stdout.close()
+        p.stderr.close()
+    journal = d / "c.db-journal"
+    assert journal.stat().st_size > 0 and journal.stat().st_uid == uid
+    return db, committed
+
+
+def integrity(db: Path) -> str:
+    """PRAGMA integrity_check of the file as it is (no journal applied)."""
+    con = sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True)
+    try:
+        return "; ".join(r[0] for r in con.execute("PRAGMA integrity_check"))
+    except sqlite3.DatabaseError as e:
+        return str(e)
+    finally:
+        con.close()
+
+
+def test_a_writer_killed_after_a_chmod_is_rolled_back(shared, failpoints_lib):
+    """The database's owner tightens it (0666 to 0644) while a worker of
+    theirs has it open; the worker is killed in the middle of a commit. Its
+    journal has the database's new mode, so the next open rolls it back:
+    integrity ok, exactly the committed records."""
+    d = shared[0] / "chmod"
+    d.mkdir()
+    db, committed = chmod_crash(d, 0, child_env(failpoints_lib, ""))
+    assert (d / "c.db-journal").stat().st_mode & 0o777 == 0o644
+    res = open_through(db)
+    assert res["error"] is None and res["acked"] is True, res
+    assert not (d / "c.db-journal").exists()
+    records = raw_records(db)  # integrity ok
+    del records["U(L0,4,comps=['c'])"]  # open_through's own record
+    assert records == committed
+
+
+def test_negative_control_a_journal_with_the_old_mode_is_refused(shared, failpoints_lib):
+    """NEGATIVE CONTROL: a worker that keeps the mode it saw at its first
+    journal (journal-mode-cached) leaves a 0666 journal beside a 0644
+    database, which the next open refuses."""
+    d = shared[0] / "chmod"
+    d.mkdir()
+    db, _ = chmod_crash(d, 0, child_env(failpoints_lib, "journal-mode-cached=on"))
+    assert (d / "c.db-journal").stat().st_mode & 0o777 == 0o666
+    res = open_through(db)
+    assert res["error"] is not None and "--apply-journal" in res["error"], res
+
+
+def copy_scenario(d: Path, to: Path) -> Path:
+    """A copy of d's database and journal (modes and owners kept)."""
+    to.mkdir()
+    os.chmod(to, 0o1777)
+    for name in ("c.db", "c.db-journal"):
+        shutil.copy2(d / name, to / name)
+        st = (d / name).stat()
+        os.chown(to / name, st.st_uid, st.st_gid)
+    return to / "c.db"
+
+
+def test_check_applies_another_users_journal_only_when_told(shared, failpoints_lib):
+    """The worker is another user's (the database was 0666): after the chmod
+    its journal is refused (its owner is not the database's). The open
+    names the two commands; `check --repair` leaves the journal where it is
+    (the database is half-written without it), and `check --apply-journal`
+    rolls it back: integrity ok, exactly the committed records. Moving it
+    aside instead (`--discard-journal`, on a copy) leaves a corrupt
+    database: the journal was needed, and nothing discards it unasked."""
+    d = shared[0] / "chmod"
+    d.mkdir()
+    db, committed = chmod_crash(d, ATTACKER, child_env(failpoints_lib, ""))
+    journal = d / "c.db-journal"
+    copy = copy_scenario(d, shared[0] / "copy")
+    before = db.read_bytes()
+    res = open_through(db)
+    assert res["error"] is not None and "--apply-journal" in res["error"] and "--discard-journal" in res["error"], res
+    assert "uid 65534" in res["error"], res
+    r = cli("check", "--repair", "--json", str(db))
+    rep = json.loads(r.stdout)
+    assert r.returncode == 1 and rep["ok"] is False and rep["foreign_journal"]["moved_to"] in ("", None), rep
+    assert any("--apply-journal" in p for p in rep["problems"]), rep
+    assert journal.exists() and db.read_bytes() == before
+    r = cli("check", "--apply-journal", "--json", str(db))
+    rep = json.loads(r.stdout)
+    assert rep["tables"]["integrity"] == ["ok"], rep
+    assert not journal.exists() and Path(rep["foreign_journal"]["moved_to"]).exists(), rep
+    assert raw_records(db) == committed
+    # The same database with the journal discarded: corrupt.
+    r = cli("check", "--discard-journal", "--json", str(copy))
+    rep = json.loads(r.stdout)
+    assert not (copy.parent / "c.db-journal").exists(), rep
+    assert integrity(copy) != "ok"
+
+
+def test_check_apply_journal_refuses_what_no_writer_left(shared):
+    """--apply-journal never applies a journal that cannot be a crashed
+    writer's: a journal planted by another user beside a database it cannot
+    write is applied only if its owner vets it, and one that is a link
+    to another file is refused outright."""
+    db, scheds, _ = journal_scenario(shared[0], child_env())
+    journal = db.parent / "c.db-journal"
+    as_user(ATTACKER, "import os, sys; os.link(sys.argv[1], sys.argv[2])", str(journal), str(db.parent / "second"))
+    before = db.read_bytes()
+    r = cli("check", "--apply-journal", "--json", str(db))
+    rep = json.loads(r.stdout)
+    assert r.returncode == 1 and any("cannot be applied" in p for p in rep["problems"]), rep
+    assert journal.exists() and db.read_bytes() == before
