@@ -99,13 +99,34 @@ func findHandle(h uint64, remove bool) (*core.Store, error) {
 	return st, nil
 }
 
+// warned is a method's result with warnings for the caller: reply sends
+// them beside the result ("warnings"), which Python shows as
+// TiraStoreWarning.
+type warned struct {
+	result   any
+	warnings []string
+}
+
+// withWarnings is a method's result with the engine's warnings, if any.
+func withWarnings(result any, warnings []string) any {
+	if len(warnings) == 0 {
+		return result
+	}
+	return warned{result, warnings}
+}
+
 // reply encodes a result or an error into a library-owned C string and
 // returns the status. out may be NULL when the caller wants the status only.
 func reply(out **C.char, result any, err error) C.int {
 	var b []byte
 	if err == nil {
-		doc := pyjson.NewObjectCap(1)
-		doc.Set("result", result)
+		doc := pyjson.NewObjectCap(2)
+		if w, ok := result.(warned); ok {
+			doc.Set("result", w.result)
+			doc.Set("warnings", replyStrings(w.warnings))
+		} else {
+			doc.Set("result", result)
+		}
 		if b, err = pyjson.Marshal(doc, pyjson.Compact); err != nil {
 			err = apierr.New(apierr.KindInternal, "encode result: %v", err)
 		}

@@ -280,7 +280,11 @@ var methods = map[string]method{
 		if _, given := a.obj.Get("fmt"); !given {
 			f = "json"
 		}
-		return operator.Export(ctx, st, p, f)
+		out, warnings, err := operator.Export(ctx, st, p, f)
+		if err != nil {
+			return nil, err
+		}
+		return withWarnings(out, warnings), nil
 	}},
 	"count": {true, noParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		return st.Count(ctx)
@@ -289,7 +293,11 @@ var methods = map[string]method{
 		return st.ProgramCount(ctx)
 	}},
 	"stats": {true, noParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
-		return replyWith(replyStats)(st.Stats(ctx))
+		stats, err := st.Stats(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return withWarnings(replyStats(stats), stats.Warnings), nil
 	}},
 	"keys": {true, []string{"limit", "offset"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		limit, err := a.integer("limit", 0)

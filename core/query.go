@@ -367,6 +367,18 @@ type Stats struct {
 	TotalRecords, LegalRecords, IllegalRecords, TotalPrograms int64
 	SourceProjects, Users                                     []string
 	CPUModel, SlurmCPUs                                       *string // nil when db_meta lacks the row
+	// Warnings tell what the counts could not include: records whose
+	// result_json is not JSON, in TotalRecords but neither legal nor
+	// illegal (the original's stats() failed on the first of them).
+	Warnings []string
+}
+
+// UnreadableResults is the warning about n records whose result_json is
+// not JSON that what (a stats, an export) skipped or could not count.
+func (s *Store) UnreadableResults(n int64, what string) string {
+	return fmt.Sprintf("%d record(s) of %s have a result_json that cannot be read (not JSON, or not a JSON object; "+
+		"a direct write to the table can leave one): %s. `tirastore check` on the database counts them; delete them or record them again with "+
+		"overwrite", n, s.path, what)
 }
 
 func metaPtr(r storage.Reader, key string) (*string, error) {
@@ -387,6 +399,9 @@ func (s *Store) Stats(ctx context.Context) (*Stats, error) {
 		}
 		st = Stats{TotalRecords: ss.Total, LegalRecords: ss.Legal, IllegalRecords: ss.Illegal,
 			TotalPrograms: ss.Programs, SourceProjects: ss.SourceProjects, Users: ss.Users}
+		if ss.Unreadable > 0 {
+			st.Warnings = []string{s.UnreadableResults(ss.Unreadable, "they are in total_records, neither legal nor illegal")}
+		}
 		if st.CPUModel, err = metaPtr(r, "cpu_model"); err != nil {
 			return err
 		}

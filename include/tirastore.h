@@ -14,6 +14,8 @@
  *    returns a status code and, through "char **out", a JSON document:
  *    {"result": ...} on success, {"error": {"type", "message", "code"}} on
  *    failure. "type" names the Python exception class of the same error.
+ *    A success may carry "warnings": a list of messages the caller should
+ *    show (Python: TiraStoreWarning), e.g. records a read had to skip.
  *  - Ownership: every buffer returned through "out" is allocated by the
  *    library and owned by the caller, who frees it exactly once with
  *    tirastore_free. Input strings stay owned by the caller and are not

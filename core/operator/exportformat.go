@@ -39,27 +39,30 @@ var exportFormats = map[string]bool{"json": true, "jsonl": true}
 // one object, indent 2) or JSON Lines ("jsonl": one program per line), byte
 // for byte as the original did, and returns the absolute path. path must
 // pass the output check (see "Output files": never the database or a file
-// of it, nor another database).
-func Export(ctx context.Context, s *core.Store, path, format string) (string, error) {
+// of it, nor another database). A record whose result_json is not JSON
+// (a direct write to the table can leave one) is left out of the export
+// rather than failing it; warnings then say how many.
+func Export(ctx context.Context, s *core.Store, path, format string) (string, []string, error) {
 	if !exportFormats[format] {
-		return "", apierr.New(apierr.KindValue, "fmt must be 'json' or 'jsonl', got %s", schedule.Repr(format))
+		return "", nil, apierr.New(apierr.KindValue, "fmt must be 'json' or 'jsonl', got %s", schedule.Repr(format))
 	}
 	if err := input.Text("output_path", path); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	out, err := input.Path("export path", path)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if fi, err := os.Stat(out); err == nil && fi.IsDir() {
 		perr := &fs.PathError{Op: "open", Path: out, Err: syscall.EISDIR}
-		return "", apierr.Wrap(apierr.KindOS, perr, "cannot write export: %v", perr)
+		return "", nil, apierr.Wrap(apierr.KindOS, perr, "cannot write export: %v", perr)
 	}
 	if err := s.CheckOutput(outfile.Export, out, nil); err != nil {
-		return "", err
+		return "", nil, err
 	}
+	var ew *exportWriter
 	err = outfile.WriteReplacing(out, func(w *bufio.Writer) error {
-		ew := &exportWriter{w: w, json: format == "json"}
+		ew = &exportWriter{w: w, json: format == "json"}
 		err := s.Backend().EachProgram(ctx, ew.program)
 		if err == nil {
 			err = ew.finish()
@@ -70,9 +73,13 @@ func Export(ctx context.Context, s *core.Store, path, format string) (string, er
 		return err
 	})
 	if err != nil {
-		return "", outfile.WriteError(err, "export", out)
+		return "", nil, outfile.WriteError(err, "export", out)
 	}
-	return out, nil
+	var warnings []string
+	if ew.skipped > 0 {
+		warnings = []string{s.UnreadableResults(ew.skipped, "the export "+out+" leaves them out")}
+	}
+	return out, warnings, nil
 }
 
 // exportWriter writes an export while the backend scans the programs, in
@@ -87,6 +94,8 @@ type exportWriter struct {
 	group []any  // the entries of name, not written yet
 	n     int    // entries written
 	err   error  // the first write error (the scan then stops)
+	// skipped counts the records left out: their result_json is not JSON.
+	skipped int64
 }
 
 // errExportWrite stops the scan after a write error (exportWriter.err).
@@ -110,7 +119,8 @@ func (ew *exportWriter) program(p storage.Program, rs []storage.ScheduleResult) 
 	for _, r := range rs {
 		legal, times, err := core.ParseResult(p.Hash, r.ResultJSON)
 		if err != nil {
-			return err
+			ew.skipped++
+			continue
 		}
 		item := pyjson.NewObjectCap(3)
 		item.Set("schedule_str", r.Schedule)

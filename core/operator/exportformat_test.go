@@ -30,7 +30,7 @@ func TestImportExportRoundTrip(t *testing.T) {
 	}
 	dir := t.TempDir()
 	for _, format := range []string{"json", "jsonl"} {
-		out, err := Export(ctx, src, filepath.Join(dir, "a."+format), format)
+		out, _, err := Export(ctx, src, filepath.Join(dir, "a."+format), format)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,7 +52,7 @@ func TestImportExportRoundTrip(t *testing.T) {
 		if total.Programs != 5 || total.Added != 35 || slices < 3 {
 			t.Fatalf("%s: %d programs, %d added in %d slices", format, total.Programs, total.Added, slices)
 		}
-		back, err := Export(ctx, dst, filepath.Join(dir, "b."+format), format)
+		back, _, err := Export(ctx, dst, filepath.Join(dir, "b."+format), format)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +83,7 @@ func TestImportExportRoundTrip(t *testing.T) {
 	// The exports of an empty database import as nothing.
 	empty := openTemp(t, core.Options{CPUModel: "X"})
 	for _, format := range []string{"json", "jsonl"} {
-		out, err := Export(ctx, empty, filepath.Join(dir, "empty."+format), format)
+		out, _, err := Export(ctx, empty, filepath.Join(dir, "empty."+format), format)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -107,12 +107,12 @@ func TestImportExportRoundTrip(t *testing.T) {
 // as <name>_v1 and <name>_v2, in the original's JSON Lines layout.
 func TestExportFormats(t *testing.T) {
 	st := openTemp(t, core.Options{})
-	if _, err := Export(ctx, st, filepath.Join(t.TempDir(), "x"), "xml"); core.KindOf(err) != core.KindValue || err.Error() != "fmt must be 'json' or 'jsonl', got 'xml'" {
+	if _, _, err := Export(ctx, st, filepath.Join(t.TempDir(), "x"), "xml"); core.KindOf(err) != core.KindValue || err.Error() != "fmt must be 'json' or 'jsonl', got 'xml'" {
 		t.Fatalf("bad format: %v", err)
 	}
 	st.Record(ctx, "é", "a", core.Measurement{Schedule: sched, IsLegal: true, ExecutionTimes: core.Times(1)}, false)
 	st.Record(ctx, "é", "b", core.Measurement{Schedule: sched, IsLegal: false}, false)
-	out, err := Export(ctx, st, filepath.Join(t.TempDir(), "x.jsonl"), "jsonl")
+	out, _, err := Export(ctx, st, filepath.Join(t.TempDir(), "x.jsonl"), "jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}

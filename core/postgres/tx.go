@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/pyjson"
@@ -201,12 +202,90 @@ func legalExpr(col string) string {
 	return fmt.Sprintf(legalOf, col)
 }
 
-// Summary computes the original's stats() counts.
+// notJSON reports whether err is PostgreSQL's refusal of a text that is
+// not JSON (legalOf's cast of a result_json that a direct write left).
+func notJSON(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "22P02" // invalid_text_representation
+}
+
+// withSavepoint runs fn's statements in a savepoint of r's transaction,
+// which stays usable when one of them fails (the failed statement's error
+// is returned).
+func (r *reader) withSavepoint(fn func() error) error {
+	sp, err := r.q.Begin(r.ctx)
+	if err != nil {
+		return err
+	}
+	outer := r.q
+	r.q = sp
+	err = fn()
+	r.q = outer
+	if err != nil {
+		sp.Rollback(r.ctx)
+		return err
+	}
+	return sp.Commit(r.ctx)
+}
+
+// legalOfParsed is legalOf of a result_json that Go parses: 1, 0, or -1
+// (neither; also for a text that is not JSON). Only the scans that step
+// in when a result_json is not JSON use it (see Summary).
+func legalOfParsed(resultJSON string) (legal int, ok bool) {
+	v, err := pyjson.Parse([]byte(resultJSON))
+	if err != nil {
+		return -1, false
+	}
+	obj, isObj := v.(*pyjson.Object)
+	if !isObj {
+		return -1, true
+	}
+	switch l, _ := obj.Get("is_legal"); l := l.(type) {
+	case bool:
+		if l {
+			return 1, true
+		}
+		return 0, true
+	case pyjson.Number:
+		if f, err := l.Float64(); err == nil && (f == 0 || f == 1) {
+			return int(f), true
+		}
+	}
+	return -1, true
+}
+
+// Summary computes the original's stats() counts. PostgreSQL refuses to
+// cast a result_json that is not JSON (a direct write to the table can
+// leave one) and fails the statement: the counts are then made in Go, by
+// a scan of every result, that one counted Unreadable.
 func (r *reader) Summary() (*storage.Summary, error) {
 	var s storage.Summary
-	var err error
-	if _, err = r.row([]any{&s.Total, &s.Legal, &s.Illegal}, `SELECT count(*), count(*) FILTER (WHERE l = 1), count(*) FILTER (WHERE l = 0)
-  FROM (SELECT `+legalExpr("result_json")+` AS l FROM records) x`); err != nil {
+	err := r.withSavepoint(func() error {
+		_, err := r.row([]any{&s.Total, &s.Legal, &s.Illegal}, `SELECT count(*), count(*) FILTER (WHERE l = 1), count(*) FILTER (WHERE l = 0)
+  FROM (SELECT `+legalExpr("result_json")+` AS l FROM records) x`)
+		return err
+	})
+	if notJSON(err) {
+		s = storage.Summary{}
+		err = r.eachRecordPage("SELECT rowid, result_json FROM records", func(rows pgx.Rows) (int64, error) {
+			var id int64
+			var j string
+			if err := rows.Scan(&id, &j); err != nil {
+				return 0, err
+			}
+			s.Total++
+			switch l, ok := legalOfParsed(j); {
+			case !ok:
+				s.Unreadable++
+			case l == 1:
+				s.Legal++
+			case l == 0:
+				s.Illegal++
+			}
+			return id, nil
+		})
+	}
+	if err != nil {
 		return nil, err
 	}
 	if s.Programs, err = r.CountPrograms(); err != nil {
@@ -229,19 +308,47 @@ func (r *reader) Keys(limit, offset int64) ([]string, error) {
 	return r.strings("SELECT key FROM records ORDER BY creation_date, rowid")
 }
 
-// ProgramSummaries counts the records of every program.
+// ProgramSummaries counts the records of every program. As in Summary, a
+// result_json that is not JSON makes the legal counts a scan in Go (that
+// record is not legal).
 func (r *reader) ProgramSummaries() ([]storage.ProgramSummary, error) {
-	out := []storage.ProgramSummary{}
-	err := r.rows(func(rows pgx.Rows) error {
-		var p storage.ProgramSummary
-		err := rows.Scan(&p.Hash, &p.Name, &p.Records, &p.Legal, &p.FirstDate, &p.LastDate)
-		out = append(out, p)
-		return err
-	}, `SELECT p.program_hash, p.program_name, count(r.key),
-       count(*) FILTER (WHERE r.key IS NOT NULL AND `+legalExpr("r.result_json")+` = 1),
+	var out []storage.ProgramSummary
+	summaries := func(legal string) error {
+		out = []storage.ProgramSummary{}
+		return r.rows(func(rows pgx.Rows) error {
+			var p storage.ProgramSummary
+			err := rows.Scan(&p.Hash, &p.Name, &p.Records, &p.Legal, &p.FirstDate, &p.LastDate)
+			out = append(out, p)
+			return err
+		}, `SELECT p.program_hash, p.program_name, count(r.key), `+legal+`,
        coalesce(min(r.creation_date), ''), coalesce(max(r.creation_date), '')
   FROM programs p LEFT JOIN records r ON r.program_hash = p.program_hash
   GROUP BY p.program_hash, p.program_name ORDER BY p.program_name, p.program_hash`)
+	}
+	err := r.withSavepoint(func() error {
+		return summaries(`count(*) FILTER (WHERE r.key IS NOT NULL AND ` + legalExpr("r.result_json") + ` = 1)`)
+	})
+	if !notJSON(err) {
+		return out, err
+	}
+	if err := summaries("0"); err != nil {
+		return nil, err
+	}
+	legal := map[string]int64{}
+	err = r.eachRecordPage("SELECT rowid, program_hash, result_json FROM records", func(rows pgx.Rows) (int64, error) {
+		var id int64
+		var hash, j string
+		if err := rows.Scan(&id, &hash, &j); err != nil {
+			return 0, err
+		}
+		if l, _ := legalOfParsed(j); l == 1 {
+			legal[hash]++
+		}
+		return id, nil
+	})
+	for i := range out {
+		out[i].Legal = legal[out[i].Hash]
+	}
 	return out, err
 }
 

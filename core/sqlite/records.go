@@ -3,6 +3,7 @@ package sqlite
 import (
 	"database/sql"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -418,18 +419,22 @@ func (d *DB) count(query string, args ...any) (n int64, err error) {
 	return n, err
 }
 
-// Summary computes the counts with the original's queries (json_extract on
-// result_json, which SQLite also accepts with NaN/Infinity tokens).
+// legalOf is the original's json_extract(result_json, '$.is_legal') (1, 0
+// or NULL; SQLite accepts the NaN and Infinity tokens of Python's JSON),
+// NULL for a result_json that is not JSON, where json_extract would fail
+// the whole statement. CASE evaluates json_extract only for valid JSON
+// (JSON5, the text json_extract accepts).
+const legalOf = "CASE WHEN json_valid(%[1]s, 2) THEN json_extract(%[1]s, '$.is_legal') END"
+
+// Summary computes the counts with the original's queries, a record whose
+// result_json is not JSON counted as Unreadable.
 func (d *DB) Summary() (*storage.Summary, error) {
 	var s storage.Summary
 	var err error
-	if s.Total, err = d.count("SELECT COUNT(*) FROM records"); err != nil {
-		return nil, err
-	}
-	if s.Legal, err = d.count("SELECT COUNT(*) FROM records WHERE json_extract(result_json, '$.is_legal') = 1"); err != nil {
-		return nil, err
-	}
-	if s.Illegal, err = d.count("SELECT COUNT(*) FROM records WHERE json_extract(result_json, '$.is_legal') = 0"); err != nil {
+	if err = d.queryRow(fmt.Sprintf(`SELECT COUNT(*), COALESCE(SUM(l = 1), 0), COALESCE(SUM(l = 0), 0),
+       COALESCE(SUM(NOT json_valid(result_json, 2)), 0)
+  FROM (SELECT result_json, %s AS l FROM records)`, fmt.Sprintf(legalOf, "result_json"))).Scan(
+		&s.Total, &s.Legal, &s.Illegal, &s.Unreadable); err != nil {
 		return nil, err
 	}
 	if s.Programs, err = d.CountPrograms(); err != nil {
@@ -451,7 +456,7 @@ func (d *DB) ProgramSummaries() ([]storage.ProgramSummary, error) {
 		err = sc.Scan(&p.Hash, &p.Name, &p.Records, &p.Legal, &p.FirstDate, &p.LastDate)
 		return p, err
 	}, `SELECT p.program_hash, p.program_name, COUNT(r.key),
-       COALESCE(SUM(json_extract(r.result_json, '$.is_legal') = 1), 0),
+       COALESCE(SUM(`+fmt.Sprintf(legalOf, "r.result_json")+` = 1), 0),
        COALESCE(MIN(r.creation_date), ''), COALESCE(MAX(r.creation_date), '')
   FROM programs p LEFT JOIN records r ON r.program_hash = p.program_hash
   GROUP BY p.program_hash ORDER BY p.program_name, p.program_hash`)

@@ -164,7 +164,7 @@ type SeqRecord struct {
 // ProgramSummary counts one program's records (stats --by program).
 type ProgramSummary struct {
 	Hash, Name          string
-	Records, Legal      int64
+	Records, Legal      int64  // a record whose result_json is not JSON is not legal
 	FirstDate, LastDate string // creation dates of its oldest and newest record ("" without records)
 }
 
@@ -208,6 +208,10 @@ func (c *TableCheck) CheckDepth(kind, key, text string) {
 type Summary struct {
 	Total, Legal, Illegal, Programs int64
 	SourceProjects, Users           []string
+	// Unreadable counts the records whose result_json is not JSON (a
+	// direct write to the table can leave one): in Total, neither Legal
+	// nor Illegal. The original's stats() failed on the first of them.
+	Unreadable int64
 }
 
 // Write is one record or record_many call: one program's validated rows,

@@ -1,7 +1,8 @@
 """The only module that knows cffi: loads libtirastore.so and calls it.
 
 Every call sends its arguments as one JSON object and gets back
-``{"result": ...}`` or ``{"error": {"type", "message", "code"}}``; errors are
+``{"result": ...}`` (with ``"warnings"``, shown as TiraStoreWarning) or
+``{"error": {"type", "message", "code"}}``; errors are
 raised as the exception class the engine names (the classes the original
 pure-Python TiraStore raised). The library releases the GIL while it works
 (cffi does so for every call), so threads overlap.
@@ -107,6 +108,7 @@ import json
 import os
 import sqlite3
 import threading
+import warnings
 from array import array
 from operator import itemgetter
 from pathlib import Path
@@ -528,6 +530,9 @@ def _reply(status: int, out) -> Any:
         lib.tirastore_free(out[0])
     doc = _loads(text.decode("utf-8"))
     if status == 0:
+        for message in doc.get("warnings", ()):
+            # The user's call: _reply < call < TiraStore._call < the method.
+            warnings.warn(message, _errors.TiraStoreWarning, stacklevel=5)
         return doc["result"]
     err = doc["error"]
     cls = exception_class(err["type"])

@@ -44,6 +44,7 @@ func Run(t *testing.T, open Open) {
 		{"ConfigNamespaces", testConfigNamespaces},
 		{"Claims", testClaims},
 		{"CheckDepths", testCheckDepths},
+		{"UnreadableResults", testUnreadableResults},
 		{"Closed", testClosed},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, open) })
@@ -761,6 +762,40 @@ func testClaims(t *testing.T, open Open) {
 // limits.MaxValueDepth (written past the API layer, as an old writer or a
 // direct SQL write would), records and config entries alike (an entry
 // with its namespace), and only those.
+// A result_json that is not JSON (written past the engine, which
+// validates) is counted Unreadable by Summary, neither legal nor illegal,
+// and is not legal in ProgramSummaries: the other records are counted as
+// ever, where the original's stats() failed on it.
+func testUnreadableResults(t *testing.T, open Open) {
+	b := open(t)
+	w := &storage.Write{Hash: hashOf('u'), Name: "unreadable", Source: "src", Hostname: "h", Username: "u"}
+	for i, result := range []string{`{"is_legal":true,"execution_times":[1.0]}`, `{not json`,
+		`{"is_legal":false,"execution_times":[]}`, `{"is_legal":true,"execution_times":[NaN]}`, `[1, 2`} {
+		w.Rows = append(w.Rows, storage.Row{Key: fmt.Sprintf("u%d", i), Schedule: fmt.Sprintf("U(L0,%d)", i),
+			ResultJSON: result})
+	}
+	if n, err := b.Write(ctx, w); err != nil || n != 5 {
+		t.Fatalf("write: %d, %v", n, err)
+	}
+	var s *storage.Summary
+	var ps []storage.ProgramSummary
+	if err := b.View(ctx, "stats", func(r storage.Reader) (err error) {
+		if s, err = r.Summary(); err != nil {
+			return err
+		}
+		ps, err = r.ProgramSummaries()
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if s.Total != 5 || s.Legal != 2 || s.Illegal != 1 || s.Unreadable != 2 || s.Programs != 1 {
+		t.Errorf("summary %+v, want 5 records: 2 legal, 1 illegal, 2 unreadable", s)
+	}
+	if len(ps) != 1 || ps[0].Records != 5 || ps[0].Legal != 2 {
+		t.Errorf("program summaries %+v, want one of 5 records, 2 legal", ps)
+	}
+}
+
 func testCheckDepths(t *testing.T, open Open) {
 	b := open(t)
 	nest := func(depth int) string {
