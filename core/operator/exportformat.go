@@ -18,6 +18,7 @@ import (
 	"github.com/tirastore/tirastore/core/outfile"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/schedule"
+	"github.com/tirastore/tirastore/core/shareddir"
 	"github.com/tirastore/tirastore/core/storage"
 )
 
@@ -257,17 +258,25 @@ func Import(ctx context.Context, s *core.Store, path string, offset int64, maxRe
 	if err := s.CheckWrites(); err != nil {
 		return nil, err
 	}
-	f, err := os.Open(abs)
+	// Never blocks: a FIFO would hold open(2) until a writer comes, past
+	// Ctrl-C, and a pipe cannot be read in slices by byte offset.
+	f, fi, err := shareddir.Open(abs, os.O_RDONLY)
+	var refused *shareddir.Refused
+	if errors.As(err, &refused) && fi == nil {
+		if st, serr := os.Stat(abs); serr == nil && st.IsDir() {
+			perr := &fs.PathError{Op: "read", Path: abs, Err: syscall.EISDIR}
+			return nil, apierr.Wrap(apierr.KindOS, perr, "cannot read export %s: %v", abs, perr)
+		}
+		return nil, apierr.New(apierr.KindValue, "%s is %s, not a regular file: import reads an export file in "+
+			"slices, by byte offset, which a pipe cannot give; write the stream to a file first (e.g. "+
+			"`zcat export.json.gz > export.json`) and import that", abs, refused.What)
+	}
 	if err != nil {
 		return nil, input.ReadError(err, "export", abs)
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, input.ReadError(err, "export", abs)
-	}
-	res := &TransferResult{Size: fi.Size(), Next: -1}
-	if fi.Size() == 0 {
+	res := &TransferResult{Size: fi.Size, Next: -1}
+	if fi.Size == 0 {
 		return res, nil // the jsonl export of an empty database
 	}
 	er, err := newExportReader(f, offset)

@@ -326,6 +326,53 @@ def test_import_conflicts_and_failures(db, tmp_path):
     assert tirastore("import", other_cpu, dump, "--allow-cpu-mismatch").returncode == 0
 
 
+def _import_from(db: Path, source: Path, env: dict) -> tuple[str, float]:
+    """`tirastore import DB SOURCE` with SIGINT sent after 1 s if it has not
+    ended: "ended <status>" and when, or "hung" (still running 1 s after
+    the SIGINT: Ctrl-C does not stop it)."""
+    import signal
+
+    p = subprocess.Popen([sys.executable, "-m", "tirastore", "import", str(db), str(source), "--allow-cpu-mismatch"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    t0 = time.monotonic()
+    try:
+        try:
+            p.wait(timeout=6)  # a refusal comes at once; startup on a busy machine is slow
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGINT)
+            try:
+                p.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                return "hung", time.monotonic() - t0
+        return f"ended {p.returncode}: {p.stderr.read()}", time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdout.close()
+        p.stderr.close()
+
+
+def test_import_from_a_fifo_is_refused_at_once(db, tmp_path):
+    """A FIFO as the export (a typo, or `<(zcat ...)`) is refused at once,
+    saying why and what to do: it would block open(2) until a writer came,
+    past Ctrl-C, and a pipe cannot be read in slices by offset."""
+    fifo = tmp_path / "export.fifo"
+    os.mkfifo(fifo)
+    out, _ = _import_from(db, fifo, dict(os.environ))
+    assert out.startswith("ended 1:") and "is a FIFO" in out and "write the stream to a file first" in out, out
+
+
+def test_negative_control_import_opening_a_fifo_ignores_ctrl_c(db, tmp_path, failpoints_lib):
+    """NEGATIVE CONTROL: opened as before (shareddir-trust), the FIFO blocks
+    the import in open(2), and Ctrl-C does not end it."""
+    fifo = tmp_path / "export.fifo"
+    os.mkfifo(fifo)
+    env = dict(os.environ, TIRASTORE_LIB=str(failpoints_lib), TIRASTORE_FAILPOINTS="shareddir-trust=on")
+    out, _ = _import_from(db, fifo, env)
+    assert out == "hung", out
+
+
 def test_merge(db, tmp_path):
     other = tmp_path / "clusterB.db"
     with TiraStore(other, cpu_model=TEST_CPU, source_project="B") as s:
