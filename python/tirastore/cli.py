@@ -627,7 +627,10 @@ def cmd_check(args: argparse.Namespace, out: _Output) -> int:
             if t["orphan_records"] >= 0:
                 lines += [f"orphan records  {t['orphan_records']:,}", f"bad results     {t['bad_results']:,}",
                           f"too deep values {t['too_deep_values']:,}"]
-        lines += [f"lock            {_holder_text(rep['lock'])}", f"leftover tickets {len(rep['leftover_claims'])}"]
+        if rep["lock"] is None:  # a server's database: no lock file, no tickets
+            lines.append("lock            none (a server's database: the server serializes writers)")
+        else:
+            lines += [f"lock            {_holder_text(rep['lock'])}", f"leftover tickets {len(rep['leftover_claims'])}"]
         lines.append(f"stale measurement claims {len(rep['stale_measurement_claims'])}")
         for f in rep["node_local"]:
             state = f["problem"] or ("ok" if f["present"] else "absent")

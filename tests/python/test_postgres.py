@@ -573,6 +573,8 @@ def test_cli_merge_both_ways_export_stats_check_backup(pg_cluster, url, tmp_path
     assert [p["program_name"] for p in st["programs"]] == ["blur", "prog"]
     ck = json.loads(_cli("check", url, "--json").stdout)
     assert ck["ok"] and ck["records"] == 7 and ck["lock"] is None and ck["tables"]["orphan_records"] == 0
+    text = _cli("check", url).stdout  # the text form too (it once failed on the missing lock)
+    assert "server's database" in text and text.rstrip().endswith("ok"), text
     bk = json.loads(_cli("backup", url, str(tmp_path / "snap.db"), "--json").stdout)
     assert sqlite3.connect(bk["path"]).execute("SELECT count(*) FROM records").fetchone() == (7,)
     assert json.loads(_cli("claims", url, "--json").stdout) == []
