@@ -32,6 +32,7 @@ import (
 
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/failpoint"
+	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/shareddir"
 	"github.com/tirastore/tirastore/core/sqlite"
 	"github.com/tirastore/tirastore/core/sqlitefile/internal/lock"
@@ -75,6 +76,20 @@ type Backend struct {
 
 var _ storage.Backend = (*Backend)(nil)
 
+// notADirectory refuses a database path that names a directory (a user
+// who gave the folder meant for the database) with IsADirectoryError,
+// saying that a file's path is expected, before anything is created.
+func notADirectory(path string) error {
+	st, err := shareddir.Lstat(path)
+	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil
+	}
+	perr := &fs.PathError{Op: "open", Path: path, Err: syscall.EISDIR}
+	return apierr.Wrap(apierr.KindOS, perr, "cannot open %s: it is a directory owned by %s, and a database is a "+
+		"file: give the path of the database file, e.g. %s", path, identity.Owner(st.Uid),
+		filepath.Join(path, "cache.db"))
+}
+
 // Open opens the database file at path (absolute), creating it and its
 // directory when they do not exist, with cfg.NewMeta in a new db_meta.
 func Open(ctx context.Context, path string, cfg storage.Config) (*Backend, *storage.Opened, error) {
@@ -83,6 +98,9 @@ func Open(ctx context.Context, path string, cfg storage.Config) (*Backend, *stor
 		return nil, nil, apierr.Wrap(apierr.KindOS, err, "cannot derive the lock path of %s: %v", path, err)
 	}
 	s := &Backend{path: path, lockPath: lockPath, cfg: cfg}
+	if err := notADirectory(path); err != nil {
+		return nil, nil, err
+	}
 	if cfg.MustExist {
 		if err := Existing(path); err != nil {
 			return nil, nil, err

@@ -408,3 +408,19 @@ def test_constructor_type_error_messages(tmp_path, kwargs, message):
     with pytest.raises(TypeError) as e:
         TiraStore(**kwargs)
     assert str(e.value) == message
+
+
+def test_a_directory_as_the_database_path_says_a_file_is_expected(tmp_path):
+    """TiraStore("some-dir") with a directory of the caller's: an
+    IsADirectoryError saying a database file's path is expected (with an
+    example), not the advice about files another user planted; nothing is
+    created in it."""
+    from tirastore import TiraStore
+
+    d = tmp_path / "results"
+    d.mkdir()
+    for given in (d, f"{d}/"):
+        with pytest.raises(IsADirectoryError, match="is a directory") as e:
+            TiraStore(given)
+        assert str(d / "cache.db") in str(e.value) and "planted" not in str(e.value)
+    assert list(d.iterdir()) == []
