@@ -109,7 +109,7 @@ func CheckDatabase(ctx context.Context, path string, opts core.Options, repair b
 	rep := &CheckReport{}
 	st, err := l.Inspect()
 	if err != nil {
-		return nil, input.ReadError(err, "lock", l.Path())
+		return nil, lockReadError(err, l, abs)
 	}
 	rep.Lock = statusOf(st, abs, false, repairCmd)
 	c := sqlitefile.LockCommandsFor(abs, st.StaleTimeout)

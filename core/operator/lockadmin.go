@@ -3,6 +3,7 @@ package operator
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 
 	"github.com/tirastore/tirastore/core"
 	"github.com/tirastore/tirastore/core/apierr"
@@ -77,6 +78,19 @@ func operatorLock(dbPath string, opts core.Options) (l *sqlitefile.Lock, abs str
 	return sqlitefile.NewLock(lp, stale, wait), abs, nil
 }
 
+// lockReadError is the error of an operator's command that could not read
+// the lock of the database abs: when this user may not read it, a
+// PermissionError saying whose it is and which commands work, run by whom.
+func lockReadError(err error, l *sqlitefile.Lock, abs string) error {
+	if errors.Is(err, fs.ErrPermission) {
+		c := sqlitefile.LockCommandsFor(abs, l.StaleTimeout())
+		if a := sqlitefile.LockUnreadable(l.Path(), c); a != "" {
+			return apierr.Wrap(apierr.KindPermission, err, "cannot read the lock %s: %s", l.Path(), a)
+		}
+	}
+	return input.ReadError(err, "lock", l.Path())
+}
+
 // InspectLock looks at the lock of the database at dbPath once, without
 // opening the database or changing anything.
 func InspectLock(dbPath string, opts core.Options) (*LockStatus, error) {
@@ -87,7 +101,7 @@ func InspectLock(dbPath string, opts core.Options) (*LockStatus, error) {
 	defer l.Close()
 	st, err := l.Inspect()
 	if err != nil {
-		return nil, input.ReadError(err, "lock", l.Path())
+		return nil, lockReadError(err, l, abs)
 	}
 	return statusOf(st, abs, false, breakCmd), nil
 }
@@ -125,7 +139,7 @@ func BreakLock(dbPath string, opts core.Options, force bool) (*LockStatus, error
 		}
 		return nil, apierr.Wrap(k, err, "%s", msg)
 	case err != nil:
-		return nil, input.ReadError(err, "lock", l.Path())
+		return nil, lockReadError(err, l, abs)
 	}
 	return statusOf(st, abs, broken, breakCmd), nil
 }

@@ -67,6 +67,10 @@ func LockAdvice(st *LockStatus, c LockCommands, remove string) string {
 	return lock.Advice(st, c, remove)
 }
 
+// LockUnreadable says whose the lock file at lockPath is and which of c
+// work, run by whom, when this user cannot read it.
+func LockUnreadable(lockPath string, c LockCommands) string { return lock.Unreadable(lockPath, c) }
+
 // RemovableBy names who can remove the lock file (or another file of the
 // lock's directory) at path when this process cannot; "" when it can. An
 // operator's message that cannot remove a lock says who can.

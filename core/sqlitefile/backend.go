@@ -491,9 +491,14 @@ func (s *Backend) classify(err error, op string) error {
 		// What removes the lock, when one look proves it abandoned (a
 		// break refused: another user's lock) or it is not a record
 		// (waiters never break one): the operator's advice.
-		if st, ierr := s.lk.Inspect(); ierr == nil {
-			c := lock.CommandsFor(s.path, s.lk.StaleTimeout())
+		c := lock.CommandsFor(s.path, s.lk.StaleTimeout())
+		st, ierr := s.lk.Inspect()
+		if ierr == nil {
 			if a := lock.Advice(st, c, c.Break); a != "" {
+				return apierr.Wrap(apierr.KindTimeout, err, "%s: %v; %s", s.path, err, a)
+			}
+		} else if errors.Is(ierr, fs.ErrPermission) {
+			if a := lock.Unreadable(s.lockPath, c); a != "" {
 				return apierr.Wrap(apierr.KindTimeout, err, "%s: %v; %s", s.path, err, a)
 			}
 		}

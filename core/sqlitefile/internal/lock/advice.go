@@ -38,9 +38,9 @@ import (
 // directory, a directory it cannot write), the advice says who can.
 
 // Commands are the command lines an advice names for one database: the
-// plain break, the forced one, and check's repair.
+// status, the plain break, the forced one, and check's repair.
 type Commands struct {
-	Break, Force, Repair string
+	Status, Break, Force, Repair string
 }
 
 // CommandsFor are the commands for the database dbPath, judged with the
@@ -53,6 +53,7 @@ func CommandsFor(dbPath string, stale time.Duration) Commands {
 	}
 	db := " " + ShellQuote(dbPath)
 	return Commands{
+		Status: "tirastore lock status" + opt + db,
 		Break:  "tirastore lock break" + opt + db,
 		Force:  "tirastore lock break --force" + opt + db,
 		Repair: "tirastore check --repair" + opt + db,
@@ -84,6 +85,24 @@ func Advice(s *Status, c Commands, remove string) string {
 		a += " (run by " + who + ")"
 	}
 	return a
+}
+
+// Unreadable says, of a lock file at path that this user cannot read
+// (mode 0000, another user's 0600), whose it is and which commands work,
+// run by whom: reading it is what every judgement of the lock starts with,
+// so both must be run by a user who can. "" when path cannot be stat'ed.
+func Unreadable(path string, c Commands) string {
+	var st unix.Stat_t
+	if unix.Lstat(path, &st) != nil {
+		return ""
+	}
+	who := "its owner " + identity.Owner(st.Uid) + " (after a chmod) or root"
+	if st.Uid == 0 {
+		who = "root"
+	}
+	return fmt.Sprintf("the lock file is owned by %s, mode %04o, and this user cannot read it: `%s`, run by %s, "+
+		"shows its holder, and `%s`, run by them, removes it if its holder is gone",
+		identity.Owner(st.Uid), st.Mode&0o7777, c.Status, who, c.Break)
 }
 
 // RemovableBy names who can remove the file at path when this process

@@ -605,7 +605,9 @@ func (e *TimeoutError) Error() string {
 			return s + fmt.Sprintf(" (holder unknown: the lock file is not a lock record: %v)", e.ReadErr)
 		}
 		if e.ReadErr != nil {
-			return s + fmt.Sprintf(" (holder unknown: cannot read the lock file: %v; remove it as its owner or an administrator if its holder is gone)", e.ReadErr)
+			// The store's error adds whose it is and what works
+			// (Unreadable).
+			return s + fmt.Sprintf(" (holder unknown: cannot read the lock file: %v)", e.ReadErr)
 		}
 		return s + " (holder unknown)"
 	}
