@@ -28,6 +28,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import sqlite3
 import sys
 import time
@@ -45,8 +46,42 @@ from tirastore.store import TiraStore, _output_file
 _PROBLEMS = (OSError, sqlite3.Error, TimeoutError, ValueError, TypeError, LockLostError)
 
 
+# Control characters (C0 but tab, DEL, C1): a database path, a host name,
+# a schedule or a project written by anyone could hold a newline or an ANSI
+# escape, which would forge lines or colours in a terminal.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def _escape(value: Any) -> str:
+    """str(value) with its control characters escaped (\\n, \\x1b), for
+    the text a person reads; --json output escapes them as JSON does."""
+    return _CONTROL.sub(lambda m: {"\n": "\\n", "\r": "\\r"}.get(m[0], f"\\x{ord(m[0]):02x}"), str(value))
+
+
+def _escaped(doc: Any) -> Any:
+    """doc with every string in it escaped (_escape), dicts and lists
+    changed in place, so that a command's text, which reads them, shows
+    them escaped."""
+    if isinstance(doc, str):
+        return _escape(doc)
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            doc[k] = _escaped(v)
+    elif isinstance(doc, list):
+        doc[:] = [_escaped(v) for v in doc]
+    return doc
+
+
+def _message(text: str) -> str:
+    """An error or warning for stderr: control characters escaped but the
+    message's own line breaks, whose continuation lines are indented, so
+    that every line at column 0 is one that tirastore began."""
+    return "\n  ".join(_escape(line) for line in str(text).split("\n"))
+
+
 class _Output:
-    """Prints a command's result: JSON with --json, else the command's text."""
+    """Prints a command's result: JSON with --json, else the command's text,
+    the result's strings escaped (_escaped)."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.json = args.json
@@ -56,13 +91,14 @@ class _Output:
         if self.json:
             print(json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=True))
         else:
+            _escaped(doc)
             out = text()
             if out:
                 print(out)
 
     def warn(self, message: str) -> None:
         if not self.quiet:
-            print(f"tirastore: warning: {message}", file=sys.stderr)
+            print(f"tirastore: warning: {_message(message)}", file=sys.stderr)
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -211,7 +247,8 @@ def cmd_export(args: argparse.Namespace, out: _Output) -> int:
     with _open_store(args) as store:
         path = store.export(args.out, fmt=args.format)
         n = store.count()
-    out.result({"path": str(path), "format": args.format, "records": n}, lambda: f"exported {n:,} records to {path}")
+    doc = {"path": str(path), "format": args.format, "records": n}
+    out.result(doc, lambda: f"exported {n:,} records to {doc['path']}")
     return 0
 
 
@@ -375,7 +412,8 @@ def cmd_backup(args: argparse.Namespace, out: _Output) -> int:
     with _open_store(args) as store:
         path = store.backup(args.path)
     size = os.stat(path).st_size
-    out.result({"path": str(path), "size": size}, lambda: f"backed up to {path} ({size:,} bytes)")
+    doc = {"path": str(path), "size": size}
+    out.result(doc, lambda: f"backed up to {doc['path']} ({size:,} bytes)")
     return 0
 
 
@@ -441,11 +479,14 @@ def cmd_config_list(args: argparse.Namespace, out: _Output) -> int:
                 warnings.warn(r["error"], TiraStoreWarning)
             else:
                 entries.append(_entry_doc(ConfigEntry(**r)))
-    cols = ["device", "op_id", "call_key", "value", "updated"]
-    rows = [(e["device"], e["op_id"], e["call_key"], _value_text(e["value"]), e["update_date"]) for e in entries]
-    if any(e["namespace"] for e in entries):
-        cols, rows = ["namespace", *cols], [(e["namespace"], *r) for e, r in zip(entries, rows)]
-    out.result(entries, lambda: _table(cols, rows) if rows else "(no entries)")
+    def text() -> str:
+        cols = ["device", "op_id", "call_key", "value", "updated"]
+        rows = [(e["device"], e["op_id"], e["call_key"], _value_text(e["value"]), e["update_date"]) for e in entries]
+        if any(e["namespace"] for e in entries):
+            cols, rows = ["namespace", *cols], [(e["namespace"], *r) for e, r in zip(entries, rows)]
+        return _table(cols, rows) if rows else "(no entries)"
+
+    out.result(entries, text)
     return 0
 
 
@@ -467,7 +508,7 @@ def cmd_config_get(args: argparse.Namespace, out: _Output) -> int:
             raise ValueError(rows[0]["error"])
         found = [ConfigEntry(**r) for r in rows]
     if not found:
-        print(f"tirastore: no entry {_key_text(args)} in {args.db}", file=sys.stderr)
+        print(f"tirastore: no entry {_escape(_key_text(args))} in {_escape(args.db)}", file=sys.stderr)
         return 1
     doc = _entry_doc(found[0])
     out.result(doc, lambda: _value_text(doc["value"]))
@@ -482,9 +523,9 @@ def cmd_config_delete(args: argparse.Namespace, out: _Output) -> int:
                                                 op_id=args.op_id, call_key=args.call_key)
     key = _key_text(args)
     out.result({"deleted": deleted, "key": f"{args.device}|{args.op_id}|{args.call_key}", "namespace": args.namespace},
-               lambda: f"deleted {key}" if deleted else "")
+               lambda: f"deleted {_escape(key)}" if deleted else "")
     if not deleted:
-        print(f"tirastore: no entry {key} in {args.db}", file=sys.stderr)
+        print(f"tirastore: no entry {_escape(key)} in {_escape(args.db)}", file=sys.stderr)
     return 0 if deleted else 1
 
 
@@ -524,7 +565,7 @@ def cmd_config_export(args: argparse.Namespace, out: _Output) -> int:
         done = cache._opened("export_json")._call("config_export", namespace=_namespace(args, cache),
                                                   output_path=args.file)
     path, n = done["path"], done["entries"]
-    out.result({"path": str(path), "entries": n}, lambda: f"exported {n:,} entries to {path}")
+    out.result({"path": str(path), "entries": n}, lambda: f"exported {n:,} entries to {_escape(path)}")
     return 0
 
 
@@ -662,8 +703,11 @@ def cmd_lock_status(args: argparse.Namespace, out: _Output) -> int:
     abandoned. Exit 1 when it looks abandoned (its process gone from this host, or stale) or is not a lock record."""
     st = _native.call(0, "lock_status", db_path=args.db, stale_lock_timeout=args.stale_lock_timeout)
     # The advice (the command that removes it) is the library's.
-    hint = f"\n{'looks abandoned: ' if st['abandoned'] else ''}{st['advice']}" if st["advice"] else ""
-    out.result(st, lambda: _holder_text(st) + hint)
+    def text() -> str:
+        hint = f"\n{'looks abandoned: ' if st['abandoned'] else ''}{st['advice']}" if st["advice"] else ""
+        return _holder_text(st) + hint
+
+    out.result(st, text)
     return 1 if st["abandoned"] or (st["held"] and st["holder"] is None) else 0
 
 
@@ -705,7 +749,7 @@ def cmd_plot(args: argparse.Namespace, out: _Output) -> int:
 
     with _open_store(args) as store:
         path = plot_program(store, args.program, args.output, program_hash=args.hash)
-    out.result({"path": str(path)}, lambda: f"wrote {path}")
+    out.result({"path": str(path)}, lambda: f"wrote {_escape(path)}")
     return 0
 
 
@@ -814,10 +858,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print("tirastore: interrupted", file=sys.stderr)
             return 130
         except ModuleNotFoundError as e:  # an optional extra (plot)
-            print(f"tirastore: {e}", file=sys.stderr)
+            print(f"tirastore: {_message(e)}", file=sys.stderr)
             return 1
         except _PROBLEMS as e:
-            print(f"tirastore: error: {e}", file=sys.stderr)
+            print(f"tirastore: error: {_message(e)}", file=sys.stderr)
             status = 1
         finally:
             for w in caught:

@@ -499,3 +499,26 @@ def test_claims_lists_who_measures_what(db):
     text = tirastore("claims", db).stdout
     assert "4242" in text and "dead" in text and "90s" in text, text
     assert tirastore("claims", db.parent / "typo.db").returncode == 1
+
+
+def _forged(text: str) -> list[str]:
+    """Lines of text that a path with control characters forged: one that
+    starts with the text after the path's newline, or any ANSI escape."""
+    return [line for line in text.splitlines() if line.startswith("PROBLEM forged") or "\x1b" in line]
+
+
+def test_control_characters_in_a_path_are_escaped_in_text_output(db_template, tmp_path):
+    """A database path holding a newline and an ANSI escape (another user
+    may name a shared database so) is shown escaped in check's, stats'
+    and lock status's text and in an error: no line is forged, no colour
+    is changed. Control: the same path printed as is forges a line."""
+    evil = tmp_path / "a\nPROBLEM forged \x1b[31mred.db"
+    shutil.copy(db_template, evil)
+    control = subprocess.run([sys.executable, "-c", "import sys; print(sys.argv[1])", str(evil)],
+                             capture_output=True, text=True, timeout=60)
+    assert _forged(control.stdout), "the detector must catch a path printed as is"
+    missing = tmp_path / "no\nPROBLEM forged \x1b[31mred.db"
+    for args in (["check", evil], ["stats", evil], ["lock", "status", evil], ["import", evil, missing]):
+        r = tirastore(*args)
+        assert not _forged(r.stdout) and not _forged(r.stderr), (args, r.stdout, r.stderr)
+        assert "\\nPROBLEM forged \\x1b[31mred.db" in r.stdout + r.stderr, (args, r.stdout, r.stderr)
