@@ -224,19 +224,19 @@ func (a *args) namespace() (string, error) {
 	return s, nil
 }
 
-// sharing is a storage.Sharing by its name ("all", "group", "private");
-// absent or null: the original's, all.
-func (a *args) sharing(name string) (storage.Sharing, error) {
+// sharing is a storage.Sharing by its name ("all", "group", "private"),
+// and whether one was given; absent or null: the original's, all.
+func (a *args) sharing(name string) (storage.Sharing, bool, error) {
 	s, err := a.optStr(name)
 	if err != nil || s == "" {
-		return storage.ShareAll, err
+		return storage.ShareAll, false, err
 	}
 	sh, ok := storage.ParseSharing(s)
 	if !ok {
-		return 0, &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("%s(): %s must be one of %q, got %q",
+		return 0, false, &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("%s(): %s must be one of %q, got %q",
 			a.method, name, storage.SharingNames(), s)}
 	}
-	return sh, nil
+	return sh, true, nil
 }
 
 func (a *args) boolean(name string, def bool) (bool, error) {

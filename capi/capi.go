@@ -195,8 +195,10 @@ var openParams = []string{"source_project", "cpu_model", "slurm_cpus", "allow_cp
 // (bool), create (bool, default true; false: open an existing database
 // only, TIRASTORE_ERR_NOT_FOUND when there is none, creating nothing),
 // sharing ("all", the default: a new file 0666 and a new directory 1777,
-// as the original; "group": 0660; "private": 0600; as config_location
-// chooses for a kernel-config cache), stale_lock_timeout (seconds > 0; null =
+// as the original; "group": 0660; "private": 0600 and a new directory as
+// the umask makes it; as config_location chooses for a kernel-config
+// cache; given "all", a new database in an existing directory that keeps
+// other users out comes with a notice), stale_lock_timeout (seconds > 0; null =
 // 600), lock_timeout (seconds; null = 600, 0 = try once, negative = wait
 // forever). On success *handle is set and *out (if out is not NULL) receives
 // {"result": {"db_path", "lock_path", "server", "source_project",
@@ -235,7 +237,7 @@ func tirastoreGo_open(db_path *C.char, options_json *C.char, handle *C.uint64_t,
 		return reply(out, nil, err)
 	}
 	o.MustExist = !create
-	if o.Sharing, err = a.sharing("sharing"); err != nil {
+	if o.Sharing, o.SharingAsked, err = a.sharing("sharing"); err != nil {
 		return reply(out, nil, err)
 	}
 	if o.StaleLockTimeout, err = a.seconds("stale_lock_timeout"); err != nil {

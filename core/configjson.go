@@ -280,7 +280,7 @@ func (s *Store) ConfigExportJSON(ctx context.Context, namespace, path string) (s
 	var n int64
 	err = s.be.Update(ctx, "config export", func(w storage.Writer) error {
 		n = 0
-		err := outfile.WriteReplacing(out, func(bw *bufio.Writer) error {
+		err := outfile.WriteReplacing(out, outfile.PermFor(s.path), func(bw *bufio.Writer) error {
 			err := w.EachConfig(storage.ConfigFilter{Namespace: namespace}, func(e *storage.ConfigEntry) error {
 				v, err := pyjson.Parse([]byte(e.ValueJSON))
 				if err == nil {

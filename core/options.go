@@ -39,6 +39,9 @@ type Options struct {
 	// value is the original's: everyone); PersistentCache chooses it by
 	// its rules (configplace.go).
 	Sharing storage.Sharing
+	// SharingAsked says that Sharing was chosen rather than left at its
+	// default (storage.Config.SharingAsked).
+	SharingAsked bool
 	// StaleLockTimeout is how long a lock may stay unconfirmed before
 	// other processes count its holder as dead and break it (nil: 600 s,
 	// as in the original; it must be positive).

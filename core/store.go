@@ -83,6 +83,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		Interruptible:    opts.Interruptible,
 		MustExist:        opts.MustExist,
 		Sharing:          opts.Sharing,
+		SharingAsked:     opts.SharingAsked,
 		NewMeta: map[string]string{
 			"cpu_model":  s.localCPU,
 			"slurm_cpus": s.localSlurm,

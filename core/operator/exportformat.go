@@ -62,7 +62,7 @@ func Export(ctx context.Context, s *core.Store, path, format string) (string, []
 		return "", nil, err
 	}
 	var ew *exportWriter
-	err = outfile.WriteReplacing(out, func(w *bufio.Writer) error {
+	err = outfile.WriteReplacing(out, outfile.PermFor(s.Path()), func(w *bufio.Writer) error {
 		ew = &exportWriter{w: w, json: format == "json"}
 		err := s.Backend().EachProgram(ctx, ew.program)
 		if err == nil {

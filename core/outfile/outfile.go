@@ -341,16 +341,32 @@ type Output struct {
 	done bool
 }
 
+// PermFor is the mode of an output made from the databases dbs (file
+// paths; a server's URL counts as shared): 0666 narrowed to what each
+// database file lets others do, so that an export, a conflicts file or a
+// plot of a private (0600) database is private too, whatever the umask.
+// The umask applies on top.
+func PermFor(dbs ...string) uint32 {
+	perm := uint32(0o666)
+	for _, db := range dbs {
+		var st unix.Stat_t
+		if unix.Stat(db, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			perm &= st.Mode & 0o666
+		}
+	}
+	return perm
+}
+
 // Create checks the output path p of kind (Check) and creates its
-// temporary file, mode 0666 less the umask: for a binding that writes the
-// contents itself (the CLI's conflicts file, a plot) through the file's
-// descriptor, then commits or aborts.
+// temporary file, mode PermFor(dbs) less the umask: for a binding that
+// writes the contents itself (the CLI's conflicts file, a plot) through
+// the file's descriptor, then commits or aborts.
 func Create(kind Kind, p string, dbs, inputs []string) (*Output, error) {
 	out, err := Check(kind, p, dbs, inputs)
 	if err != nil {
 		return nil, err
 	}
-	o, err := CreateResolved(out, 0o666, false)
+	o, err := CreateResolved(out, PermFor(dbs...), false)
 	if err != nil {
 		return nil, WriteError(err, outputKinds[kind].label, out)
 	}
@@ -431,11 +447,12 @@ func tempBeside(path string) string {
 }
 
 // WriteReplacing writes the file out through fill, into a temporary file
-// beside it (CreateResolved: mode 0666 less the umask) that is synced and
+// beside it (CreateResolved: mode perm less the umask; PermFor the
+// databases it comes from) that is synced and
 // renamed over out: readers of out see the old file or the whole new one,
 // never a part. The caller has checked out (CheckResolved).
-func WriteReplacing(out string, fill func(w *bufio.Writer) error) error {
-	o, err := CreateResolved(out, 0o666, false)
+func WriteReplacing(out string, perm uint32, fill func(w *bufio.Writer) error) error {
+	o, err := CreateResolved(out, perm, false)
 	if err != nil {
 		return err
 	}

@@ -278,7 +278,9 @@ func (s *Backend) createFile() (bool, error) {
 	}
 	f.Close()
 	if s.cfg.Sharing == storage.ShareAll {
-		s.dirNotice = s.shareDir()
+		if notice := s.shareDir(); s.cfg.SharingAsked {
+			s.dirNotice = notice
+		}
 	}
 	return true, nil
 }

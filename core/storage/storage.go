@@ -269,6 +269,11 @@ type Config struct {
 	// Sharing is who may use a database file this open creates; a
 	// backend without files ignores it.
 	Sharing Sharing
+	// SharingAsked: the caller chose Sharing (the default is the
+	// original's ShareAll). Only then does a new database in a directory
+	// that keeps other users out come with a notice saying so: for a
+	// database nobody asked to share, that is no news.
+	SharingAsked bool
 }
 
 // Sharing says who besides its owner may use a database file that an open

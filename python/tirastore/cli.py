@@ -307,10 +307,16 @@ def _add_conflicts(p: argparse.ArgumentParser) -> None:
     p.add_argument("--conflicts", metavar="FILE", help="write the conflicting records to FILE (JSON Lines), renamed into place when the command succeeds")
 
 
+def _add_private(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--private", dest="shared", action="store_const", const=False, default=None,
+                   help="a database this command creates is yours alone (0600), not every user's (0666, the original's)")
+
+
 def _import_arguments(p: argparse.ArgumentParser) -> None:
     _add_db(p, "the database to import into (created if missing)")
     p.add_argument("input", metavar="IN", help="the export file")
     p.add_argument("--overwrite", action="store_true", help="conflicting records take the file's result")
+    _add_private(p)
     _add_conflicts(p)
     p.add_argument("--allow-cpu-mismatch", action="store_true",
                    help="import although DB was created on another CPU model or SLURM_CPUS_PER_TASK")
@@ -328,7 +334,8 @@ def cmd_import(args: argparse.Namespace, out: _Output) -> int:
     with _conflicts_file(args, [args.db], [args.input]) as (_, conflicts):
         # The one command besides config import-ejkernel that creates a
         # database on purpose: an export is read into a new one.
-        with TiraStore(args.db, allow_cpu_mismatch=args.allow_cpu_mismatch, lock_timeout=args.lock_timeout) as store:
+        with TiraStore(args.db, allow_cpu_mismatch=args.allow_cpu_mismatch, lock_timeout=args.lock_timeout,
+                       shared=args.shared) as store:
             shown = str(store.db_path)
             offset: Optional[int] = 0
             with _progress(out, size, "B", "import") as bar:
@@ -348,6 +355,7 @@ def _merge_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dst", metavar="DST", help="the database to merge into (created if missing)")
     p.add_argument("sources", metavar="SRC", nargs="+", help="databases to read (existing files)")
     p.add_argument("--overwrite", action="store_true", help="conflicting records take the source's result")
+    _add_private(p)
     _add_conflicts(p)
     p.add_argument("--allow-cpu-mismatch", action="store_true", help="merge sources measured on other CPUs")
 
@@ -371,7 +379,8 @@ def cmd_merge(args: argparse.Namespace, out: _Output) -> int:
         if created:  # a new DST takes its first source's CPU metadata
             with TiraStore(args.sources[0], allow_cpu_mismatch=True, lock_timeout=args.lock_timeout, create=False) as s:
                 meta = {"cpu_model": s.cpu_model, "slurm_cpus": s.slurm_cpus}
-        with TiraStore(args.dst, allow_cpu_mismatch=True, lock_timeout=args.lock_timeout, **meta) as dst:
+        with TiraStore(args.dst, allow_cpu_mismatch=True, lock_timeout=args.lock_timeout, shared=args.shared,
+                       **meta) as dst:
             shown = str(dst.db_path)
             for src in args.sources:
                 with TiraStore(src, allow_cpu_mismatch=True, lock_timeout=args.lock_timeout, create=False) as s:

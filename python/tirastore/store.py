@@ -215,6 +215,13 @@ class TiraStore:
     :param bool create: keyword only (new): False opens an existing
         database only, raising :exc:`FileNotFoundError` instead of creating
         it and its directory (for tools, where a typo must not create one)
+    :param shared: keyword only (new), who may use a database file this
+        call creates: None (default) as the original, every user (the file
+        0666 whatever the umask, a directory the call creates 1777); True
+        the same, and a :class:`~tirastore.TiraStoreWarning` when the
+        existing directory keeps other users out; False private (0600, a
+        new directory as the umask makes it), as are its exports
+        and backups. An existing database keeps its mode
     :raises TypeError: an argument has the wrong type
     :raises ValueError: *db_path* contains a NUL character, or a timeout is
         not a finite number
@@ -252,9 +259,13 @@ class TiraStore:
         lock_timeout: Optional[float] = None,
         *,
         create: bool = True,
+        shared: Optional[bool] = None,
     ) -> None:
+        if shared is not None and not isinstance(shared, bool):
+            raise TypeError(f"TiraStore(): shared must be None or a bool, not {type(shared).__name__}")
         self._open(
-            db_path, source_project, cpu_model, slurm_cpus, allow_cpu_mismatch, stale_lock_timeout, lock_timeout, create
+            db_path, source_project, cpu_model, slurm_cpus, allow_cpu_mismatch, stale_lock_timeout, lock_timeout, create,
+            None if shared is None else "all" if shared else "private",
         )
 
     def _open(

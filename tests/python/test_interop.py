@@ -394,15 +394,18 @@ def test_db_file_mode_and_parent_dir(tmp_path):
 def test_existing_parent_dir_keeps_its_mode(tmp_path, mode):
     """COMPAT's 1777 is only for a directory the library creates: an existing
     directory keeps its mode, and when other users could not create lock ticket
-    files in it, one TiraStoreWarning (a RuntimeWarning) names it. (Negative control: a directory
+    files in it and the caller asked to share (shared=True), one
+    TiraStoreWarning (a RuntimeWarning) names it; unasked, a personal
+    database's directory is no news. (Negative control: a directory
     the library creates does get 1777, test_db_file_mode_and_parent_dir.)"""
     d = tmp_path / "project"
     d.mkdir()
     os.chmod(d, mode)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        TiraStore(d / "cache.db", cpu_model=TEST_CPU, slurm_cpus=TEST_SLURM).close()
-        TiraStore(d / "cache.db", cpu_model=TEST_CPU, slurm_cpus=TEST_SLURM).close()  # not created: silent
+        TiraStore(d / "mine.db", cpu_model=TEST_CPU, slurm_cpus=TEST_SLURM).close()  # not asked: silent
+        TiraStore(d / "cache.db", cpu_model=TEST_CPU, slurm_cpus=TEST_SLURM, shared=True).close()
+        TiraStore(d / "cache.db", cpu_model=TEST_CPU, slurm_cpus=TEST_SLURM, shared=True).close()  # not created
     assert stat.S_IMODE(d.stat().st_mode) == mode
     about = [w for w in caught if "does not let other users" in str(w.message)]
     if mode & 0o002:

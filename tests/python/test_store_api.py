@@ -1026,3 +1026,63 @@ def test_reads_by_program_hash(store):
         assert store.lookup("hashed", src, sched).execution_times == [1.5]
         assert store.contains("hashed", src, sched)
         assert store.lookup("hashed", src, "R(L0,comps=[c])") is None
+
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+@sqlite_only
+def test_who_may_use_a_new_database(tmp_path, umask_022):
+    """shared=None (the default) makes a new database as the original did,
+    0666 whatever the umask, a directory it creates 1777, and says nothing
+    of an existing 0755 directory; shared=True says that others cannot use
+    it there; shared=False makes it 0600 (a new directory as the umask
+    makes it), and its export and backup are 0600 too. The default's 0666
+    is the control: the same calls without shared=False leave others in."""
+    import subprocess
+    import sys
+    import warnings
+
+    from tirastore import TiraStoreWarning
+
+    tmp_path.chmod(0o755)
+
+    def make(path, **kw):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with TiraStore(path, cpu_model=TEST_CPU, **kw) as s:
+                s.record("blur", SRC_BLUR, SCHED_S, True, [1.0])
+                s.export(path.with_suffix(".json"))
+                s.backup(path.with_suffix(".bak"))
+        return [str(w.message) for w in caught if w.category is TiraStoreWarning]
+
+    def mode(p):
+        return p.stat().st_mode & 0o7777
+
+    assert make(tmp_path / "default.db") == []
+    assert (mode(tmp_path / "default.db"), mode(tmp_path / "default.json"), mode(tmp_path / "default.bak")) == (
+        0o666, 0o644, 0o666)
+    [said] = make(tmp_path / "shared.db", shared=True)
+    assert "chmod 1777" in said and "shared.db" in said
+    assert make(tmp_path / "new" / "private.db", shared=False) == []
+    private = tmp_path / "new" / "private.db"
+    assert (mode(private), mode(private.with_suffix(".json")), mode(private.with_suffix(".bak"))) == (
+        0o600, 0o600, 0o600)
+    assert mode(private.parent) == 0o755
+    make(tmp_path / "made" / "default.db")
+    assert mode(tmp_path / "made") == 0o1777
+    with pytest.raises(TypeError, match="shared must be None or a bool"):
+        TiraStore(tmp_path / "x.db", shared="no")
+    # The command line's targets: --private.
+    for args in (["import", tmp_path / "imported.db", private.with_suffix(".json"), "--private"],
+                 ["merge", "--private", tmp_path / "merged.db", private]):
+        r = subprocess.run([sys.executable, "-m", "tirastore", *map(str, args), "--allow-cpu-mismatch"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+    assert mode(tmp_path / "imported.db") == mode(tmp_path / "merged.db") == 0o600
