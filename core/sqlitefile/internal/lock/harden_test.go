@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -679,11 +680,15 @@ func TestHeartbeatRewritesInPlace(t *testing.T) {
 	naive := filepath.Join(filepath.Dir(path), "naive")
 	content := []byte(holderJSON("n", 1, 1.5))
 	os.WriteFile(naive, content, 0o644)
-	done := make(chan struct{})
+	done, stopNaive := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		end := time.Now().Add(600 * time.Millisecond)
-		for time.Now().Before(end) {
+		for { // until the reader is done: it may take long to start
+			select {
+			case <-stopNaive:
+				return
+			default:
+			}
 			f, err := os.OpenFile(naive, os.O_WRONLY|os.O_TRUNC, 0)
 			if err != nil {
 				return
@@ -694,6 +699,7 @@ func TestHeartbeatRewritesInPlace(t *testing.T) {
 		}
 	}()
 	nr := runPyReader(t, naive, 0.5)
+	close(stopNaive)
 	<-done
 	t.Logf("naive rewrite: %+v", nr)
 	if nr.Fails == 0 {
@@ -710,6 +716,7 @@ d = os.path.dirname(lock_path)
 host = socket.gethostname()
 end = time.monotonic() + budget
 broke = False
+print("started", flush=True)
 while time.monotonic() < end:
     fd, tmp = tempfile.mkstemp(prefix=".lock_%s_%d_" % (host, os.getpid()), dir=d)
     with os.fdopen(fd, "w") as f:
@@ -736,8 +743,10 @@ print(json.dumps({"acquired": False, "broke": broke}))
 `
 
 // TestHeartbeatKeepsPythonWaiterAway: an original-protocol waiter with a
-// 0.8 s stale timeout does not break a Go holder that works for 1.6 s with
-// heartbeats, and does break it without (the negative control).
+// 0.8 s stale timeout does not break a Go holder that works for 1.6 s
+// after the waiter started with heartbeats, and does break it without (the
+// negative control, which holds until the lock file is no longer its own:
+// timed from the waiter's start, on a loaded machine too).
 func TestHeartbeatKeepsPythonWaiterAway(t *testing.T) {
 	t.Parallel()
 	pytest.Python(t)
@@ -748,19 +757,36 @@ func TestHeartbeatKeepsPythonWaiterAway(t *testing.T) {
 		if err := l.Acquire(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		cmd := pytest.Command(t, pyWaiter, path, "0.8", "10")
-		var out strings.Builder
-		cmd.Stdout = &out
+		held, _ := lstatStamp(path)
+		cmd := pytest.Command(t, pyWaiter, path, "0.8", "30")
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(1600 * time.Millisecond)
+		lines := bufio.NewReader(stdout)
+		if first, err := lines.ReadString('\n'); err != nil || first != "started\n" {
+			t.Fatalf("the waiter did not start: %q, %v", first, err)
+		}
+		if hb > 0 {
+			time.Sleep(1600 * time.Millisecond)
+		} else {
+			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				if now, err := lstatStamp(path); err != nil || now.id != held.id {
+					break // broken (and perhaps taken again by the waiter)
+				}
+			}
+		}
 		rerr := l.Release()
+		rest, _ := io.ReadAll(lines)
 		if err := cmd.Wait(); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("heartbeat %v: python %s, Go Release: %v", hb, strings.TrimSpace(out.String()), rerr)
-		if hb > 0 && (rerr != nil || strings.Contains(out.String(), `"broke": true`)) {
+		out := string(rest)
+		t.Logf("heartbeat %v: python %s, Go Release: %v", hb, strings.TrimSpace(out), rerr)
+		if hb > 0 && (rerr != nil || strings.Contains(out, `"broke": true`)) {
 			t.Errorf("heartbeating holder was broken by the Python waiter")
 		}
 		if hb < 0 && !errors.Is(rerr, ErrLockLost) {
