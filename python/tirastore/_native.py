@@ -371,9 +371,28 @@ def _restore_sigint_if_dead_runtime() -> None:
                 pass
 
 
-def _after_fork_in_child() -> None:
-    global lib, lib_copy, reopen_lock
+def _reset_inherited_locks() -> None:
+    """New locks for the child in place of the ones it inherited.
+
+    Only the forking thread exists in a child: a lock that another thread of
+    the parent held at the fork stays held forever. cffi's FFI object, kept
+    for the fresh copy (its cdata types are the ones the stores' buffers
+    have), serializes dlopen and the first use of each library function
+    with its ``_lock``: a parent thread making its first call of some
+    function while another thread forks left children that hung in the
+    fresh copy's dlopen (tests/python/test_fork.py).
+    """
+    global reopen_lock
     reopen_lock = threading.RLock()
+    if type(ffi) is not _LoadOnFirstUse and hasattr(ffi, "_lock"):
+        import _thread
+
+        ffi._lock = _thread.allocate_lock()
+
+
+def _after_fork_in_child() -> None:
+    global lib, lib_copy
+    _reset_inherited_locks()
     lib_copy += 1
     lib = _LoadOnFirstUse("lib")
     _restore_sigint_if_dead_runtime()

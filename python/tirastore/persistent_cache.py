@@ -20,8 +20,10 @@ Namespace(block_m=128, num_warps=4)
 
 from __future__ import annotations
 
+import os
 import threading
 import warnings
+import weakref
 from argparse import Namespace
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
@@ -44,6 +46,27 @@ _MISSING = object()
 # lock options, create, the library copy): [store, number of caches].
 _open_dbs: dict[tuple[Any, ...], list[Any]] = {}
 _open_dbs_lock = threading.Lock()
+
+# Every cache of this process, for _after_fork_in_child.
+_caches: "weakref.WeakSet[PersistentCache[Any]]" = weakref.WeakSet()
+
+
+def _reset_inherited_locks() -> None:
+    """New locks in a forked child: one that another thread of the parent
+    held at the fork would stay held forever (only the forking thread
+    exists in the child), and the child's first get would hang."""
+    global _open_dbs_lock
+    _open_dbs_lock = threading.Lock()
+    for cache in list(_caches):
+        cache._open_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    _reset_inherited_locks()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @dataclass
@@ -181,6 +204,7 @@ class PersistentCache(Generic[Cfg]):
         self._memory: Optional[dict[tuple[str, str, str], Any]] = None
         self._told: set[str] = set()
         self._open_lock = threading.Lock()
+        _caches.add(self)
         # Recent gets: (encoded arguments, stamp, value) by coordinates. An
         # autotuner asks for the same few keys again and again; while the
         # library says a stamp is fresh (one fstat and one header read, no
@@ -594,6 +618,7 @@ class PersistentCache(Generic[Cfg]):
         self._memo_copy = -1  # never a library copy: the first get starts afresh
         self._key = None  # the unpickled store is this cache's own
         self._open_lock = threading.Lock()
+        _caches.add(self)
 
     # -- lifetime ----------------------------------------------------------
 

@@ -588,3 +588,64 @@ def test_ctrl_c_in_child_forked_during_a_lock_wait(tmp_path):
         capture_output=True, text=True, timeout=60, start_new_session=True,
     )
     assert out.stdout.strip() == "CHILD 0", (out.stdout, out.stderr)
+
+
+# ---------------------------------------------------------------------------
+# A lock another thread of the parent held at the fork
+# ---------------------------------------------------------------------------
+
+
+def _fork_while_held(lock, child_fn, timeout: float):
+    """Fork while another thread holds lock; the child runs child_fn. The
+    child's status (0, an exit code, or "hung")."""
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with lock:
+            held.set()
+            release.wait(60)
+
+    t = threading.Thread(target=holder, daemon=True)
+    t.start()
+    assert held.wait(30)
+    try:
+        pid = in_child(child_fn)
+    finally:
+        release.set()
+        t.join(60)
+    return wait_all([pid], timeout)[pid]
+
+
+def _ffi_lock_scenario(tmp_path, timeout):
+    store = new_store(tmp_path / "cache.db")
+    store.record(PROGRAM, SRC, sched(1), True, times(1))
+    # cffi's lock: what a parent thread holds while it makes its first call
+    # of a library function (the soak's 1,000 forks caught it so).
+    return _fork_while_held(_native.ffi._lock, lambda: store.lookup(PROGRAM, SRC, sched(1)) is not None, timeout)
+
+
+def _cache_lock_scenario(tmp_path, timeout):
+    from tirastore import PersistentCache, persistent_cache
+
+    PersistentCache("a", path=str(tmp_path / "a.json")).put("cpu", "op", "k", {"x": 1})
+    return _fork_while_held(persistent_cache._open_dbs_lock,
+                            lambda: PersistentCache("b", path=str(tmp_path / "b.json")).put("cpu", "op", "k", {"x": 2}),
+                            timeout)
+
+
+@pytest.mark.parametrize("scenario", [_ffi_lock_scenario, _cache_lock_scenario], ids=["cffi", "cache"])
+def test_a_lock_held_by_another_thread_at_the_fork(tmp_path, scenario):
+    """A child forked while another thread of the parent held a lock of the
+    package (cffi's, which the child's load of its fresh copy takes; the
+    caches' table of open databases) gets a new one, and works."""
+    assert scenario(tmp_path, CHILD_TIMEOUT) == 0
+
+
+@pytest.mark.parametrize("module,scenario", [("_native", _ffi_lock_scenario), ("persistent_cache", _cache_lock_scenario)],
+                         ids=["cffi", "cache"])
+def test_negative_control_an_inherited_lock_hangs_the_child(tmp_path, monkeypatch, module, scenario):
+    """NEGATIVE CONTROL: without the new locks, the same child hangs."""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module(f"tirastore.{module}"), "_reset_inherited_locks", lambda: None)
+    assert scenario(tmp_path, 10) == "hung"
