@@ -58,6 +58,11 @@ this module makes forked children load their own copy of the library:
   never calls the dead copy (the parent still owns that handle).
   ``TiraStore`` is picklable (path + options; the copy re-opens on first
   use), so stores passed to ``spawn``/``forkserver`` workers work too.
+* Locks: only the forking thread exists in the child, so a lock another
+  thread of the parent held at that moment would stay held. The hook gives
+  the child new ones: cffi's FFI lock (which the fresh copy's dlopen and
+  the first use of each function take), :data:`reopen_lock`, and
+  PersistentCache's (see :func:`_reset_inherited_locks`).
 * The parent is untouched: it keeps its library and its handles.
   Grandchildren work the same way (each level loads one more copy).
 * ``TIRASTORE_FORK_RELOAD=0`` (read at import) disables all this, for the
