@@ -72,8 +72,10 @@ const char *tirastore_version(void);
  * (bool), create (bool, default true; false: open an existing database
  * only, TIRASTORE_ERR_NOT_FOUND when there is none, creating nothing),
  * sharing ("all", the default: a new file 0666 and a new directory 1777,
- * as the original; "group": 0660; "private": 0600; as config_location
- * chooses for a kernel-config cache), stale_lock_timeout (seconds > 0; null =
+ * as the original; "group": 0660; "private": 0600 and a new directory as
+ * the umask makes it; as config_location chooses for a kernel-config
+ * cache; given "all", a new database in an existing directory that keeps
+ * other users out comes with a notice), stale_lock_timeout (seconds > 0; null =
  * 600), lock_timeout (seconds; null = 600, 0 = try once, negative = wait
  * forever). On success *handle is set and *out (if out is not NULL) receives
  * {"result": {"db_path", "lock_path", "server", "source_project",
