@@ -188,15 +188,17 @@ class Dashboard:
 
     # -- what the handlers answer ----------------------------------------------
 
-    def overview(self, since: int) -> dict[str, Any]:
-        doc = self.store._call("dashboard_overview", since=since)
+    def overview(self, since: int, selected: Optional[dict[str, str]] = None) -> dict[str, Any]:
+        """The engine's summary of the records *selected* picks (``host``,
+        ``user``, ``project``; any when absent), with the health and claims."""
+        doc = self.store._call("dashboard_overview", since=since, **(selected or {}))
         with self._lock:
             doc["health"], doc["claims"], doc["error"] = self._health, self._claims, self._error
         doc["now"] = time.time()
         return doc
 
-    def program(self, program_hash: str) -> Any:
-        return self.store._call("dashboard_program", program_hash=program_hash)
+    def program(self, program_hash: str, selected: Optional[dict[str, str]] = None) -> Any:
+        return self.store._call("dashboard_program", program_hash=program_hash, **(selected or {}))
 
 
 class _Server(http.server.ThreadingHTTPServer):
@@ -209,6 +211,11 @@ class _Server(http.server.ThreadingHTTPServer):
 
 class _Server6(_Server):
     address_family = socket.AF_INET6
+
+
+def _selected(query: dict[str, list[str]]) -> dict[str, str]:
+    """The filter a page asks for: host, user and project, those given."""
+    return {k: query[k][0] for k in ("host", "user", "project") if k in query}
 
 
 def _cookies(header: str) -> SimpleCookie:
@@ -247,7 +254,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self, head: bool = False) -> None:
         url = urlsplit(self.path)
-        query = parse_qs(url.query)
+        query = parse_qs(url.query, keep_blank_values=True)  # project= selects records without a project
         if not self._allowed(query):
             return
         try:
@@ -259,9 +266,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self._send_file(name, _ASSETS[name], head)
             elif url.path == "/api/overview":
                 since = int(query.get("since", ["0"])[0])
-                self._send_json(self.server.dashboard.overview(since), head)
+                self._send_json(self.server.dashboard.overview(since, _selected(query)), head)
             elif url.path == "/api/program":
-                self._send_json(self.server.dashboard.program(query.get("hash", [""])[0]), head)
+                self._send_json(self.server.dashboard.program(query.get("hash", [""])[0], _selected(query)), head)
             else:
                 self._send_error(HTTPStatus.NOT_FOUND, "no such page")
         except ValueError as e:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -22,7 +23,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from datetime import datetime, timezone
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -250,6 +253,240 @@ def test_negative_control_the_payload_runs_as_html(browser, served):
     assert browser.evaluate("window.__pwned === undefined")
     assert any("Content Security Policy" in e for e in browser.errors()[n:]), browser.errors()
     browser.evaluate("document.querySelector('body > img').remove()")
+
+
+# -- the page's time axis, dates, log scale and filters ---------------------------------------
+
+#: The fleet's search (the README picture's: tests/python/readme_screenshot.py)
+#: ends at this instant: its records span the three hours before.
+FLEET_END = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+#: The browser's time zone in these tests: not UTC, and not a whole hour off.
+TZ = "Asia/Kolkata"
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    """The fleet's database (four hosts of two users, two projects, three
+    hours), its records as (program, host, user, project, date, legal), and
+    its dashboard."""
+    import sqlite3
+
+    import readme_screenshot
+
+    db = tmp_path_factory.mktemp("fleet") / "cache.db"
+    readme_screenshot.build(db, FLEET_END)
+    subprocess.run([sys.executable, "-m", "tirastore", "check", str(db)], check=True, capture_output=True, timeout=120)
+    c = sqlite3.connect(db)
+    rows = c.execute("SELECT p.program_name, r.hostname, r.username, r.source_project, r.creation_date, "
+                     "json_extract(r.result_json, '$.is_legal') FROM records r JOIN programs p USING (program_hash)"
+                     ).fetchall()
+    c.close()
+    s = Served(db)
+    s.rows = rows
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def in_tz(browser):
+    """The browser in the time zone TZ for the test."""
+    browser.send("Emulation.setTimezoneOverride", {"timezoneId": TZ}, session=browser.session)
+    yield ZoneInfo(TZ)
+    browser.send("Emulation.setTimezoneOverride", {"timezoneId": ""}, session=browser.session)
+
+
+def _local(iso, tz):
+    return datetime.fromisoformat(iso).astimezone(tz).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _fleet_axes(browser):
+    return browser.evaluate(
+        "Object.fromEntries(['host', 'user', 'project'].map(d => { const u = tirastoreDashboard.charts['fleet-' + d]; "
+        "return [d, {min: u.scales.x.min, max: u.scales.x.max, ticks: u.axes[0]._values, splits: u.axes[0]._splits, "
+        "names: u.series.slice(1).map(s => s.label), xs: u.data[0]}]; }))")
+
+
+def _open(browser, url, rows):
+    browser.navigate(url)
+    assert browser.wait_for(f"document.querySelectorAll('#programs tbody tr.prog').length === {rows} && "
+                            "document.querySelector('#fleet-host canvas') !== null && "
+                            "document.querySelector('#program-chart canvas') !== null"), browser.errors()
+
+
+def test_throughput_axis_spans_the_data(browser, fleet, in_tz):
+    """The three throughput charts' time axis runs around the records'
+    three hours (not years around them), its ticks are 24-hour times of the
+    browser's time zone, the first with its date, and the bins are of a
+    clock's width."""
+    n = len(browser.errors())  # those of the tests before are theirs
+    _open(browser, fleet.url, 4)
+    dates = [datetime.fromisoformat(r[4]) for r in fleet.rows]
+    first, last = min(dates).timestamp(), max(dates).timestamp()
+    for dim, a in _fleet_axes(browser).items():
+        assert a["min"] <= first and a["max"] >= last, (dim, a["min"], a["max"], first, last)
+        assert a["max"] - a["min"] <= 1.2 * (last - first) + 3600, (dim, a["max"] - a["min"])
+        step = a["xs"][1] - a["xs"][0]
+        assert step in (60, 120, 300, 600, 900, 1800, 3600) and a["xs"][1] % step == 0, step
+        ticks = a["ticks"]
+        assert len(ticks) >= 3, ticks
+        for split, label in zip(a["splits"], ticks):
+            local = datetime.fromtimestamp(split, in_tz)
+            assert label.split("\n")[0] == local.strftime("%H:%M"), (split, label)
+        assert ticks[0].split("\n")[1] == datetime.fromtimestamp(a["splits"][0], in_tz).strftime("%Y-%m-%d"), ticks
+    tz = browser.evaluate("document.getElementById('tz').textContent")
+    assert tz.startswith("times in Asia/") and tz.endswith(" (UTC+05:30)"), tz  # Kolkata, or ICU's Calcutta
+    assert browser.errors()[n:] == []
+
+
+def test_one_minute_of_records(browser, tmp_path):
+    """What `make demo` leaves: every record within a minute or two. The
+    axis is minutes around them (it was two years), the counts per minute."""
+    db = tmp_path / "cache.db"
+    _write(db, "blur", _schedules(40))
+    s = Served(db)
+    try:
+        _open(browser, s.url, 1)
+        doc = json.loads(s.get("/api/overview?since=0")[2])
+        f = doc["fleet"]["host"]
+        assert f["step"] == 60 and sum(map(sum, f["counts"])) == 40, f
+        a = _fleet_axes(browser)["host"]
+        end = f["start"] + len(f["counts"][0]) * 60
+        assert a["min"] <= f["start"] and a["max"] >= end and a["max"] - a["min"] <= 15 * 60, a
+        assert all(":" in t for t in a["ticks"]), a["ticks"]
+    finally:
+        s.stop()
+
+
+def test_dates_are_readable(browser, fleet, in_tz):
+    """Dates on the page are YYYY-MM-DD HH:MM:SS of the browser's time zone
+    (as stored in the tooltip): the programs' last records, the fastest
+    schedules' records, the last check."""
+    _open(browser, fleet.url, 4)
+    last = {}
+    for name, _, _, _, date, _ in fleet.rows:
+        last[name] = max(last.get(name, date), date)
+    cells = browser.evaluate("[...document.querySelectorAll('#programs tbody tr')].map(tr => "
+                             "[tr.cells[0].textContent, tr.cells[7].textContent, tr.cells[7].title])")
+    for name, shown, title in cells:
+        assert shown == _local(last[name], in_tz) and title == "as stored: " + last[name], (name, shown, title)
+    assert browser.wait_for("document.querySelectorAll('#spread tbody tr').length === 10")
+    recorded = browser.evaluate("[...document.querySelectorAll('#spread tbody tr')].map(tr => tr.cells[8].textContent)")
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", d) for d in recorded), recorded
+    health = browser.evaluate("document.getElementById('health').textContent")
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d \(\d+ (s|min|h|days) ago\) by ", health), health
+    page = browser.evaluate("document.querySelector('main').textContent")
+    assert not re.search(r"\d{4}-\d\d-\d\dT\d\d:|:\d\d\.\d{6}|\+00:00", page), "a raw ISO date is shown"
+
+
+def _programs_shown(browser):
+    return browser.evaluate("Object.fromEntries([...document.querySelectorAll('#programs tbody tr.prog')].map(tr => "
+                            "[tr.cells[0].textContent, [+tr.cells[2].textContent.replace(/,/g, ''), "
+                            "+tr.cells[4].textContent.replace(/,/g, '')]]))")
+
+
+def _choose(browser, dim, value):
+    """Choose value (None: any) in the filter of dim, as a reader does."""
+    v = "*" if value is None else "=" + value
+    browser.evaluate(f"(() => {{ const s = document.getElementById('filter-{dim}'); s.value = {json.dumps(v)}; "
+                     "s.dispatchEvent(new Event('change')); })()")
+
+
+def test_filters(browser, fleet):
+    """Choosing a project, a host, a user shows the records they select:
+    the programs (counts as the database has them), the throughput's
+    series, the number selected; the choice stays in the address (a
+    reload keeps it); a choice selecting nothing says so."""
+    n = len(browser.errors())  # those of the tests before are theirs
+    _open(browser, fleet.url, 4)
+
+    def expected(**want):
+        out = {}
+        for name, host, user, project, _, legal in fleet.rows:
+            if all(dict(host=host, user=user, project=project)[k] == v for k, v in want.items()):
+                n, ill = out.get(name, (0, 0))
+                out[name] = (n + 1, ill + (not legal))
+        return {k: list(v) for k, v in out.items()}
+
+    assert _programs_shown(browser) == expected()
+    _choose(browser, "project", "mcts")
+    want = expected(project="mcts")
+    assert browser.wait_for(f"document.getElementById('filter-matched').textContent.startsWith("
+                            f"'{sum(n for n, _ in want.values()):,} of {len(fleet.rows):,} records selected')")
+    assert _programs_shown(browser) == want  # drawn in the same task as the count above
+    assert browser.wait_for("tirastoreDashboard.charts['fleet-project'].series.length === 2")
+    axes = _fleet_axes(browser)
+    assert axes["project"]["names"] == ["mcts"] and set(axes["host"]["names"]) == {"node031", "node032"}, axes
+    assert axes["user"]["names"] == ["mbaghdadi"]
+    selected = browser.evaluate("document.getElementById('program-name').textContent")
+    summary = browser.evaluate("document.getElementById('program-summary').textContent")
+    assert summary.startswith(f"{want[selected][0]} records selected"), (selected, summary)
+    assert "project=mcts" in browser.evaluate("location.hash")
+    # Two dimensions at once; then a reload keeps them.
+    _choose(browser, "host", "node032")
+    want = expected(project="mcts", host="node032")
+    assert browser.wait_for(f"document.getElementById('filter-matched').textContent.startsWith("
+                            f"'{sum(n for n, _ in want.values()):,} of')")
+    assert _programs_shown(browser) == want
+    href = browser.evaluate("location.href")
+    browser.navigate("about:blank")  # a new document, not a move within this one
+    assert browser.wait_for("location.href === 'about:blank'")
+    browser.navigate(href)
+    assert browser.wait_for(f"document.getElementById('filter-matched').textContent.startsWith("
+                            f"'{sum(n for n, _ in want.values()):,} of')")
+    assert browser.evaluate("document.getElementById('filter-host').value") == "=node032"
+    # A user who never worked on that project: nothing selected, said so.
+    _choose(browser, "user", "aliyu")
+    assert browser.wait_for("document.getElementById('filter-matched').textContent.startsWith('0 of')")
+    assert browser.wait_for("document.querySelector('#programs tbody').textContent === 'no records selected' && "
+                            "document.getElementById('program-summary').textContent === 'no records selected' && "
+                            "document.getElementById('fleet-host').textContent === 'no dated records selected'")
+    # All records again.
+    browser.evaluate("document.getElementById('filter-clear').click()")
+    assert browser.wait_for("document.getElementById('filter-matched').textContent.startsWith('all ')")
+    assert browser.wait_for("document.querySelectorAll('#programs tbody tr.prog').length === 4")
+    assert _programs_shown(browser) == expected() and browser.evaluate("location.hash") == ""
+    assert browser.errors()[n:] == []
+
+
+def test_log_scale_toggle(browser, fleet):
+    """The program chart's time axis: logarithmic when the times span more
+    than 20x (automatic), linear when the reader unticks the box, and the
+    choice holds for the next program shown."""
+    n = len(browser.errors())  # those of the tests before are theirs
+    _open(browser, fleet.url, 4)
+    distr = "tirastoreDashboard.charts.program.scales.y.distr"
+    assert browser.evaluate("document.getElementById('log-scale').checked") is True
+    assert browser.evaluate(distr) == 3  # uPlot's logarithmic distribution
+    browser.evaluate("document.getElementById('log-scale').click()")
+    assert browser.wait_for(f"{distr} === 1")
+    assert browser.evaluate("tirastoreDashboard.charts.program.axes[1].label") == "time (s)"
+    ticks = browser.evaluate("tirastoreDashboard.charts.program.axes[1]._values")
+    browser.evaluate("[...document.querySelectorAll('#programs tbody tr.prog')]"
+                     ".find(tr => tr.cells[0].textContent === 'blur').click()")
+    assert browser.wait_for("document.getElementById('program-name').textContent === 'blur'")
+    assert browser.wait_for(f"{distr} === 1") and not browser.evaluate("document.getElementById('log-scale').checked")
+    browser.evaluate("document.getElementById('log-scale').click()")
+    assert browser.wait_for(f"{distr} === 3")
+    assert browser.evaluate("tirastoreDashboard.charts.program.axes[1].label") == "time (s), log scale"
+    assert ticks != browser.evaluate("tirastoreDashboard.charts.program.axes[1]._values")
+    assert browser.errors()[n:] == []
+
+
+def test_filter_api(fleet):
+    """The server passes the filter to the engine: project= (empty) selects
+    the records without a project; a filter the page does not know is an
+    error, not a crash."""
+    base = json.loads(fleet.get("/api/overview?since=0")[2])
+    assert base["matched"] == len(fleet.rows) and {c["name"] for c in base["choices"]["project"]} == {"beam-search", "mcts"}
+    none = json.loads(fleet.get("/api/overview?since=0&project=")[2])
+    assert none["matched"] == 0 and none["programs"] == [] and none["records"] == len(fleet.rows)
+    one = json.loads(fleet.get("/api/overview?since=0&host=node017")[2])
+    assert one["matched"] == sum(r[1] == "node017" for r in fleet.rows)
+    assert fleet.get("/api/overview?since=x")[0] == 400
+    h = one["programs"][0]["program_hash"]
+    view = json.loads(fleet.get(f"/api/program?hash={h}&host=node017")[2])
+    assert {t["hostname"] for t in view["top"]} == {"node017"}
+    assert json.loads(fleet.get(f"/api/program?hash={h}&host=nowhere")[2]) is None
 
 
 def test_screenshot(browser, served):
