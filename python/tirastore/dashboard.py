@@ -1,14 +1,16 @@
 """``tirastore dashboard``: a live, read-only web view of a database.
 
-    tirastore dashboard cache.db                  # http://127.0.0.1:8050/
-    ssh -L 8050:127.0.0.1:8050 login-node         # then open it on your laptop
+    tirastore dashboard cache.db                  # http://127.0.0.1:8050/?token=...
+    ssh -L 8050:127.0.0.1:8050 login-node         # then open that URL on your laptop
 
 The page shows, per program, the best time found so far, the measured and
 illegal counts and the spread of the repeated times of the fastest
 schedules; the fleet's throughput by host, user and source project; the
 claims in flight; and the database's health. It polls a JSON endpoint
 every two seconds, so records written by other processes appear without a
-reload.
+reload. A project, a host and a user can be chosen: the endpoints pass
+them on (``host``, ``user``, ``project``) and the engine answers of the
+records they select.
 
 All aggregation is the engine's (``core/dashboard``, through the C methods
 ``dashboard_refresh``, ``dashboard_overview`` and ``dashboard_program``):

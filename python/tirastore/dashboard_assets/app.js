@@ -71,11 +71,11 @@
     return Date.parse(s);
   }
   const pad = (n) => String(n).padStart(2, "0");
-  // YYYY-MM-DD HH:MM[:SS] in the browser's time zone.
+  // YYYY-MM-DD HH:MM[:SS] in the browser's time zone (uPlot's formatter,
+  // as on the charts' axes).
+  const DATE_S = uPlot.fmtDate("{YYYY}-{MM}-{DD} {HH}:{mm}:{ss}"), DATE_M = uPlot.fmtDate("{YYYY}-{MM}-{DD} {HH}:{mm}");
   function showDate(ms, seconds) {
-    const d = new Date(ms);
-    return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " + pad(d.getHours()) + ":" +
-      pad(d.getMinutes()) + (seconds === false ? "" : ":" + pad(d.getSeconds()));
+    return (seconds === false ? DATE_M : DATE_S)(new Date(ms));
   }
   // A table cell of a date: readable, the date as stored in its tooltip.
   function dateCell(iso) {
@@ -410,12 +410,11 @@
       let lo = s.start - s.step, hi = s.start + (n + 1) * s.step;
       const wide = 10 * s.step;
       if (hi - lo < wide) { const mid = (lo + hi) / 2; lo = mid - wide / 2; hi = mid + wide / 2; }
-      const fmt = uPlot.fmtDate("{YYYY}-{MM}-{DD} {HH}:{mm}");
       chart("fleet-" + dim, box, {
         height: 170,
         scales: { x: { time: true, range: () => [lo, hi] }, y: { range: (u, min, max) => [0, Math.max(max, 1) * 1.08] } },
         axes: [{ values: TIME_TICKS, space: 60 }, { size: 44 }],
-        series: [{ label: "time", value: (u, x) => (x === null || x === undefined ? "–" : fmt(new Date(x * 1000)) +
+        series: [{ label: "time", value: (u, x) => (x === null || x === undefined ? "–" : showDate(x * 1000, false) +
             " (+" + duration(s.step) + ")") },
           ...s.names.map((name, i) => ({ label: nameOf(dim, name), stroke: PALETTE[i % PALETTE.length], width: 1.5,
             paths: uPlot.paths.stepped({ align: 1 }), points: { show: false },
