@@ -724,8 +724,8 @@ def _dashboard_arguments(p: argparse.ArgumentParser) -> None:
     _add_db(p)
     p.add_argument("--port", type=_port, default=8050, help="the port to listen on (default 8050; 0: any free port)")
     p.add_argument("--host", default="127.0.0.1", metavar="ADDR",
-                   help="the address to listen on (default 127.0.0.1, or ::1: reach it with ssh -L "
-                        "8050:127.0.0.1:8050 login-node)")
+                   help="the address to listen on (default 127.0.0.1, reached with ssh -L "
+                        "8050:127.0.0.1:8050 login-node; ::1 for IPv6's loopback)")
     who = p.add_mutually_exclusive_group()
     who.add_argument("--token", nargs="?", const="", default=None, metavar="TOKEN",
                      help="the token every request must carry (default: $TIRASTORE_DASHBOARD_TOKEN, else a random "
