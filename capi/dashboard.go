@@ -41,7 +41,8 @@ func dropBoard(st *core.Store) {
 // dashboardMethods: dashboard_refresh reads what is new (at most about
 // max_rows records; 0: up to the end), dashboard_overview answers the
 // summary (only the programs changed since the version since), and
-// dashboard_program one program's curves (null when unknown).
+// dashboard_program one program's curves (null when unknown); both of
+// the records of a host, user and project (each absent or null: any).
 var dashboardMethods = map[string]method{
 	"dashboard_refresh": {true, []string{"max_rows"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		limit, err := a.integer("max_rows", 0)
@@ -57,19 +58,27 @@ var dashboardMethods = map[string]method{
 		o.Set("caught_up", done)
 		return o, nil
 	}},
-	"dashboard_overview": {true, []string{"since"}, func(_ context.Context, st *core.Store, a *args) (any, error) {
+	"dashboard_overview": {true, []string{"since", "host", "user", "project"}, func(_ context.Context, st *core.Store, a *args) (any, error) {
 		since, err := a.integer("since", 0)
 		if err != nil {
 			return nil, err
 		}
-		return replyOverview(boardOf(st).Overview(since)), nil
+		f, err := boardFilter(a)
+		if err != nil {
+			return nil, err
+		}
+		return replyOverview(boardOf(st).Overview(since, f)), nil
 	}},
-	"dashboard_program": {true, []string{"program_hash"}, func(_ context.Context, st *core.Store, a *args) (any, error) {
+	"dashboard_program": {true, []string{"program_hash", "host", "user", "project"}, func(_ context.Context, st *core.Store, a *args) (any, error) {
 		hash, err := a.str("program_hash")
 		if err != nil {
 			return nil, err
 		}
-		if v := boardOf(st).Program(hash); v != nil {
+		f, err := boardFilter(a)
+		if err != nil {
+			return nil, err
+		}
+		if v := boardOf(st).Program(hash, f); v != nil {
 			return replyProgramView(v), nil
 		}
 		return nil, nil
@@ -99,6 +108,27 @@ var dashboardMethods = map[string]method{
 	"last_check": {true, noParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		return replyWith(replyCheckSummary)(operator.LastCheck(ctx, st))
 	}},
+}
+
+// boardFilter is the host, user and project arguments: each a str, or
+// absent or null for any ("" is a value: records without a project).
+func boardFilter(a *args) (dashboard.Filter, error) {
+	var f dashboard.Filter
+	for _, dim := range []struct {
+		name string
+		to   **string
+	}{{"host", &f.Host}, {"user", &f.User}, {"project", &f.Project}} {
+		v, ok := a.get(dim.name)
+		if !ok || v == nil {
+			continue
+		}
+		s, ok := v.(string)
+		if !ok {
+			return f, a.typeErr(dim.name, "str or None", v)
+		}
+		*dim.to = &s
+	}
+	return f, nil
 }
 
 func init() {
@@ -132,7 +162,7 @@ func replyProgramRow(p *dashboard.ProgramRow) *pyjson.Object {
 }
 
 func replyOverview(ov *dashboard.Overview) any {
-	o := pyjson.NewObjectCap(12)
+	o := pyjson.NewObjectCap(14)
 	o.Set("version", ov.Version)
 	o.Set("cursor", ov.Cursor)
 	o.Set("caught_up", ov.CaughtUp)
@@ -140,6 +170,7 @@ func replyOverview(ov *dashboard.Overview) any {
 	o.Set("legal", ov.Legal)
 	o.Set("illegal", ov.Illegal)
 	o.Set("untimed", ov.Untimed)
+	o.Set("matched", ov.Matched)
 	o.Set("program_count", ov.ProgramCount)
 	progs := make([]*pyjson.Object, len(ov.Programs))
 	for i := range ov.Programs {
@@ -161,6 +192,18 @@ func replyOverview(ov *dashboard.Overview) any {
 		fleet.Set(dim, so)
 	}
 	o.Set("fleet", fleet)
+	choices := pyjson.NewObjectCap(3)
+	for i, dim := range dashboard.Dimensions {
+		list := make([]*pyjson.Object, len(ov.Choices[i]))
+		for j, c := range ov.Choices[i] {
+			e := pyjson.NewObjectCap(2)
+			e.Set("name", c.Name)
+			e.Set("records", c.Records)
+			list[j] = e
+		}
+		choices.Set(dim, list)
+	}
+	o.Set("choices", choices)
 	return o
 }
 

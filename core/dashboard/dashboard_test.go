@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/tirastore/tirastore/core"
 	"github.com/tirastore/tirastore/core/keys"
+	"github.com/tirastore/tirastore/core/storage"
 	"github.com/tirastore/tirastore/core/tuning"
 )
 
@@ -51,7 +54,7 @@ func TestBoardAggregates(t *testing.T) {
 	if err != nil || added != 5 || !done {
 		t.Fatalf("refresh = %d, %v, %v; want 5, true", added, done, err)
 	}
-	o := b.Overview(0)
+	o := b.Overview(0, Filter{})
 	if o.Records != 5 || o.Legal != 4 || o.Illegal != 1 || o.Untimed != 0 || o.ProgramCount != 2 || len(o.Programs) != 2 {
 		t.Fatalf("overview counts %+v", o)
 	}
@@ -59,7 +62,7 @@ func TestBoardAggregates(t *testing.T) {
 		t.Fatalf("programs %+v", o.Programs)
 	}
 	hash := o.Programs[1].Hash
-	v := b.Program(hash)
+	v := b.Program(hash, Filter{})
 	if fmt.Sprint(v.Steps) != "[{0 0.5} {2 0.3}]" || v.BestSchedule != "U(L0,4,comps=['c1'])" {
 		t.Fatalf("steps %v best %q", v.Steps, v.BestSchedule)
 	}
@@ -73,18 +76,18 @@ func TestBoardAggregates(t *testing.T) {
 
 	// Nothing new: no change, no version; then one record of blur: only
 	// blur is listed as changed since the version the page had.
-	if added, _, _ := b.Refresh(ctx, st, 0); added != 0 || b.Overview(0).Version != o.Version {
+	if added, _, _ := b.Refresh(ctx, st, 0); added != 0 || b.Overview(0, Filter{}).Version != o.Version {
 		t.Fatalf("an idle refresh added %d", added)
 	}
 	record(t, st, "blur", timed(7, 0.1))
 	if added, _, _ := b.Refresh(ctx, st, 0); added != 1 {
 		t.Fatalf("refresh added %d, want 1", added)
 	}
-	o2 := b.Overview(o.Version)
+	o2 := b.Overview(o.Version, Filter{})
 	if len(o2.Programs) != 1 || o2.Programs[0].Name != "blur" || o2.Programs[0].Best != 0.1 || o2.Records != 6 {
 		t.Fatalf("incremental overview %+v", o2)
 	}
-	if math.IsNaN(o2.Programs[0].Best) || b.Program("no such hash") != nil {
+	if math.IsNaN(o2.Programs[0].Best) || b.Program("no such hash", Filter{}) != nil {
 		t.Fatal("program lookups")
 	}
 }
@@ -108,7 +111,7 @@ func TestBoardChunks(t *testing.T) {
 	if added, done, _ = b.Refresh(ctx, st, 0); added != n-tuning.DashboardChunkRows || !done {
 		t.Fatalf("rest = %d, %v", added, done)
 	}
-	v := b.Program(b.Overview(0).Programs[0].Hash)
+	v := b.Program(b.Overview(0, Filter{}).Programs[0].Hash, Filter{})
 	if len(v.Scatter) > MaxPoints || v.Width < 2 {
 		t.Fatalf("scatter of %d records: %d points, width %d", n, len(v.Scatter), v.Width)
 	}
@@ -139,17 +142,45 @@ func TestDownsampleBounded(t *testing.T) {
 	}
 }
 
-func TestSeriesOthers(t *testing.T) {
-	byName := map[string]map[int64]int64{}
-	for i := 0; i < FleetNames+3; i++ {
-		byName[fmt.Sprintf("node%02d", i)] = map[int64]int64{100: int64(i + 1), 100 + 10*FleetBins: 1}
+// board returns a board of recs folded in order (Seq from 1).
+func board(recs ...storage.Record) *Board {
+	b := New()
+	seq := make([]storage.SeqRecord, len(recs))
+	for i, r := range recs {
+		seq[i] = storage.SeqRecord{Seq: int64(i + 1), Record: r}
 	}
-	s := series(byName)
+	b.mu.Lock()
+	b.fold(seq, false)
+	b.version++
+	b.mu.Unlock()
+	return b
+}
+
+// rec is a record of prog by host, user and project at date; t < 0: illegal.
+func rec(prog, host, user, project, date string, i int, t float64) storage.Record {
+	result := fmt.Sprintf(`{"is_legal": true, "execution_times": [%v]}`, t)
+	if t < 0 {
+		result = `{"is_legal": false, "execution_times": null}`
+	}
+	return storage.Record{ProgramHash: "h-" + prog, ProgramName: prog, Schedule: fmt.Sprintf("U(L0,%d,comps=['c'])", i),
+		ResultJSON: result, Hostname: host, Username: user, SourceProject: project, CreationDate: date}
+}
+
+func TestSeriesOthers(t *testing.T) {
+	var recs []storage.Record
+	for i := 0; i < FleetNames+3; i++ {
+		host := fmt.Sprintf("node%02d", i)
+		for k := 0; k <= i; k++ {
+			recs = append(recs, rec("p", host, "u", "", "1970-01-01T01:40:00Z", k, 1)) // minute 100
+		}
+		recs = append(recs, rec("p", host, "u", "", time.Unix((100+10*FleetBins)*60, 0).UTC().Format(time.RFC3339), 99, 1))
+	}
+	s := board(recs...).series(0, Filter{})
 	if len(s.Names) != FleetNames+1 || s.Names[FleetNames] != Others || s.Names[0] != fmt.Sprintf("node%02d", FleetNames+2) {
 		t.Fatalf("names %v", s.Names)
 	}
-	if len(s.Counts[0]) > FleetBins || s.Start != 100*60 {
-		t.Fatalf("bins %d start %d", len(s.Counts[0]), s.Start)
+	if len(s.Counts[0]) > FleetBins || s.Start > 100*60 || s.Start%s.Step != 0 || s.Step != 15*60 {
+		t.Fatalf("bins %d start %d step %d", len(s.Counts[0]), s.Start, s.Step)
 	}
 	var sum int64
 	for _, c := range s.Counts {
@@ -159,6 +190,142 @@ func TestSeriesOthers(t *testing.T) {
 	}
 	if want := int64((FleetNames+3)*(FleetNames+4)/2 + FleetNames + 3); sum != want {
 		t.Fatalf("sum %d, want %d", sum, want)
+	}
+}
+
+// TestFleetSteps: the bins are of a width a clock reads, aligned on its
+// multiples, at most FleetBins of them, and no wider than needed; records
+// of one minute are one bin of a minute.
+func TestFleetSteps(t *testing.T) {
+	for _, c := range []struct{ first, last, step int64 }{
+		{1000, 1000, 1}, {1000, 1119, 1}, {1000, 1120, 2}, {1000, 1000 + 60*5, 5}, {0, 24 * 60 * 3, 60},
+		{7, 7 + 30*24*60, 720}, {0, 400 * 24 * 60, 10080}, {0, 1000 * 24 * 60, 2 * 10080}, {-1441, 1440, 30},
+	} {
+		step, start := fleetStep(c.first, c.last)
+		if step != c.step || start%step != 0 || start > c.first || start+step <= c.first ||
+			(c.last-start)/step+1 > FleetBins {
+			t.Errorf("fleetStep(%d, %d) = %d, %d; want a step of %d", c.first, c.last, step, start, c.step)
+		}
+	}
+	// The demo's workload: 240 records within one minute.
+	var recs []storage.Record
+	for i := 0; i < 240; i++ {
+		recs = append(recs, rec("blur", "vm", "root", "demo", fmt.Sprintf("2026-12-06T03:34:%02d.5+00:00", i%60), i, 1))
+	}
+	s := board(recs...).series(0, Filter{})
+	if s.Step != 60 || s.Start != time.Date(2026, 12, 6, 3, 34, 0, 0, time.UTC).Unix() || fmt.Sprint(s.Counts) != "[[240]]" {
+		t.Fatalf("one minute of records: %+v", s)
+	}
+}
+
+// TestFilter: a filter selects the records of a host, a user and a
+// project: the programs listed and their counts, best and last record,
+// the throughput, a program's steps, scatter and fastest records; the
+// choices list every name.
+func TestFilter(t *testing.T) {
+	b := board(
+		rec("blur", "n1", "ann", "beam", "2026-01-01T10:00:00Z", 0, 0.9),
+		rec("blur", "n2", "bob", "mcts", "2026-01-01T10:01:00Z", 1, 0.5),
+		rec("blur", "n1", "ann", "beam", "2026-01-01T10:02:00Z", 2, 0.7),
+		rec("blur", "n2", "bob", "mcts", "2026-01-01T10:03:00Z", 3, -1),
+		rec("blur", "n1", "ann", "", "2026-01-01T10:04:00Z", 4, 0.6),
+		rec("blur", "n1", "ann", "beam", "2026-01-01T10:05:00Z", 5, 0.4),
+		rec("matmul", "n2", "bob", "mcts", "2026-01-01T12:00:00Z", 0, 2),
+	)
+	str := func(s string) *string { return &s }
+	all := b.Overview(0, Filter{})
+	if all.Matched != 7 || all.ProgramCount != 2 || all.Programs[0].Records != 6 || all.Programs[0].Best != 0.4 {
+		t.Fatalf("no filter: %+v", all)
+	}
+	if fmt.Sprint(all.Choices) != "[[{n1 4} {n2 3}] [{ann 4} {bob 3}] [{ 1} {beam 3} {mcts 3}]]" {
+		t.Fatalf("choices %v", all.Choices)
+	}
+	beam := Filter{Project: str("beam")}
+	o := b.Overview(0, beam)
+	if o.Matched != 3 || o.ProgramCount != 1 || len(o.Programs) != 1 || o.Records != 7 {
+		t.Fatalf("project beam: %+v", o)
+	}
+	if r := o.Programs[0]; r.Records != 3 || r.Legal != 3 || r.Best != 0.4 || r.LastRecord != "2026-01-01T10:05:00Z" ||
+		r.BestSchedule != "U(L0,5,comps=['c'])" {
+		t.Fatalf("blur of beam: %+v", r)
+	}
+	if s := o.Fleet[0]; fmt.Sprint(s.Names, s.Counts) != "[n1] [[1 0 1 0 0 1]]" || s.Step != 60 {
+		t.Fatalf("throughput of beam by host: %+v", s)
+	}
+	if o := b.Overview(0, Filter{Project: str("")}); o.Matched != 1 || o.Programs[0].Best != 0.6 {
+		t.Fatalf("no project: %+v", o)
+	}
+	bob := Filter{User: str("bob")}
+	if o := b.Overview(0, bob); o.Matched != 3 || o.ProgramCount != 2 || o.Programs[0].Illegal != 1 ||
+		o.Programs[0].Best != 0.5 || o.Programs[1].Name != "matmul" {
+		t.Fatalf("user bob: %+v", o)
+	}
+	if o := b.Overview(0, Filter{Host: str("n2"), User: str("ann")}); o.Matched != 0 || len(o.Programs) != 0 ||
+		len(o.Fleet[0].Names) != 0 {
+		t.Fatalf("nobody: %+v", o)
+	}
+	hash := all.Programs[0].Hash
+	v := b.Program(hash, Filter{})
+	if fmt.Sprint(v.Steps) != "[{0 0.9} {1 0.5} {5 0.4}]" || len(v.Scatter) != 5 || len(v.Top) != 5 || v.Top[0].Time != 0.4 {
+		t.Fatalf("blur: steps %v scatter %v top %+v", v.Steps, v.Scatter, v.Top)
+	}
+	v = b.Program(hash, Filter{Host: str("n1")})
+	if fmt.Sprint(v.Steps) != "[{0 0.9} {2 0.7} {4 0.6} {5 0.4}]" || fmt.Sprint(v.Scatter) != "[{0 0.9} {2 0.7} {4 0.6} {5 0.4}]" ||
+		v.Records != 4 || v.Top[1].Time != 0.6 || len(v.Top) != 4 {
+		t.Fatalf("blur of n1: %+v", v)
+	}
+	if b.Program(hash, Filter{Project: str("none")}) != nil {
+		t.Fatal("a program without a selected record has no view")
+	}
+}
+
+// TestMergedScatter: the parts' scatters merge into the scatter of their
+// union: bounded, in position order, each bucket's fastest and slowest
+// record of the selected ones; with one part, that part's own.
+func TestMergedScatter(t *testing.T) {
+	var recs []storage.Record
+	n := 3 * MaxPoints
+	for i := 0; i < n; i++ {
+		host := []string{"a", "b", "c"}[(i*7)%3]
+		recs = append(recs, rec("p", host, "u", "", "2026-01-01T10:00:00Z", i, 1+float64((i*7919)%n)))
+	}
+	b := board(recs...)
+	str := func(s string) *string { return &s }
+	for _, f := range []Filter{{}, {Host: str("b")}} {
+		v := b.Program("h-p", f)
+		if len(v.Scatter) > MaxPoints || v.Width < 2 || len(v.Scatter) < MaxPoints/4 {
+			t.Fatalf("%v: %d points, width %d", f, len(v.Scatter), v.Width)
+		}
+		for i := 1; i < len(v.Scatter); i++ {
+			if v.Scatter[i].X <= v.Scatter[i-1].X {
+				t.Fatalf("out of order at %d", i)
+			}
+		}
+		// Every bucket's extremes, recomputed from the records.
+		lo, hi := map[int64]float64{}, map[int64]float64{}
+		for i, r := range recs {
+			if f.Host != nil && r.Hostname != *f.Host {
+				continue
+			}
+			y := 1 + float64((i*7919)%n)
+			k := int64(i) / v.Width
+			if l, ok := lo[k]; !ok || y < l {
+				lo[k] = y
+			}
+			if h, ok := hi[k]; !ok || y > h {
+				hi[k] = y
+			}
+		}
+		got := map[int64][]float64{}
+		for _, pt := range v.Scatter {
+			got[pt.X/v.Width] = append(got[pt.X/v.Width], pt.Y)
+		}
+		for k := range lo {
+			ys := got[k]
+			if len(ys) == 0 || slices.Min(ys) != lo[k] || slices.Max(ys) != hi[k] {
+				t.Fatalf("%v: bucket %d has %v, want %v..%v", f, k, ys, lo[k], hi[k])
+			}
+		}
 	}
 }
 

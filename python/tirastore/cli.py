@@ -762,15 +762,30 @@ def cmd_plot(args: argparse.Namespace, out: _Output) -> int:
     return 0
 
 
+def _port(text: str) -> int:
+    """--port: a port number, 0 to 65535 (a usage error otherwise)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (0 to 65535; 0: any free port)")
+    return port
+
+
 def _dashboard_arguments(p: argparse.ArgumentParser) -> None:
     _add_db(p)
-    p.add_argument("--port", type=int, default=8050, help="the port to listen on (default 8050; 0: any free port)")
+    p.add_argument("--port", type=_port, default=8050, help="the port to listen on (default 8050; 0: any free port)")
     p.add_argument("--host", default="127.0.0.1", metavar="ADDR",
-                   help="the address to listen on (default 127.0.0.1: reach it with ssh -L 8050:127.0.0.1:8050 "
-                        "login-node); any other address needs --token")
-    p.add_argument("--token", nargs="?", const="", default=None, metavar="TOKEN",
-                   help="require this token of every request (without a value: a random one, printed in the URL; "
-                        "or from $TIRASTORE_DASHBOARD_TOKEN)")
+                   help="the address to listen on (default 127.0.0.1, reached with ssh -L "
+                        "8050:127.0.0.1:8050 login-node; ::1 for IPv6's loopback)")
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("--token", nargs="?", const="", default=None, metavar="TOKEN",
+                     help="the token every request must carry (default: $TIRASTORE_DASHBOARD_TOKEN, else a random "
+                          "one; the printed URL carries it); at least 16 letters, digits or . _ ~ -")
+    who.add_argument("--no-token", action="store_true",
+                     help="no token, on a loopback address only: every user of this machine can then read the "
+                          "page (for a single-user machine)")
     _add_stale_lock_timeout(p)
 
 
@@ -779,22 +794,23 @@ def cmd_dashboard(args: argparse.Namespace, out: _Output) -> int:
     """Serve a live, read-only web page of DB until interrupted: per program the best time so far, the counts and
     the spread of the repeated times of the fastest schedules; throughput by host, user and project; the claims in
     flight; the database's health (size, records, lock, the last check). Records written by other processes appear
-    within seconds. It listens on 127.0.0.1 unless --host says otherwise, which needs --token."""
+    within seconds. It listens on 127.0.0.1 unless --host says otherwise, and every request must carry a token
+    (random unless given; the printed URL carries it): every local user can connect to 127.0.0.1."""
     from tirastore import dashboard  # noqa: PLC0415 - only this command needs the server
 
-    token = args.token
-    if token == "":
-        token = os.environ.get("TIRASTORE_DASHBOARD_TOKEN") or dashboard.new_token()
-    elif token is None:
-        token = os.environ.get("TIRASTORE_DASHBOARD_TOKEN") or None
+    if args.no_token:
+        token = None
+    else:
+        token = args.token or os.environ.get("TIRASTORE_DASHBOARD_TOKEN") or dashboard.new_token()
     try:
         dashboard.check_bind(args.host, token)
     except dashboard.TokenRequired as e:
         print(f"tirastore: error: {e}", file=sys.stderr)
         return 2
 
-    def announce(url: str) -> None:
-        out.result({"url": url}, lambda: f"serving {args.db} on {url} (Ctrl-C stops)")
+    def announce(url: str, shown: str) -> None:
+        # shown: the store's db_path, a server's URL without its password.
+        out.result({"url": url, "db_path": shown}, lambda: f"serving {shown} on {url} (Ctrl-C stops)")
 
     dashboard.serve(args.db, host=args.host, port=args.port, token=token, lock_timeout=args.lock_timeout,
                     stale_lock_timeout=args.stale_lock_timeout, announce=announce)

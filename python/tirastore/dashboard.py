@@ -1,14 +1,16 @@
 """``tirastore dashboard``: a live, read-only web view of a database.
 
-    tirastore dashboard cache.db                  # http://127.0.0.1:8050/
-    ssh -L 8050:127.0.0.1:8050 login-node         # then open it on your laptop
+    tirastore dashboard cache.db                  # http://127.0.0.1:8050/?token=...
+    ssh -L 8050:127.0.0.1:8050 login-node         # then open that URL on your laptop
 
 The page shows, per program, the best time found so far, the measured and
 illegal counts and the spread of the repeated times of the fastest
 schedules; the fleet's throughput by host, user and source project; the
 claims in flight; and the database's health. It polls a JSON endpoint
 every two seconds, so records written by other processes appear without a
-reload.
+reload. A project, a host and a user can be chosen: the endpoints pass
+them on (``host``, ``user``, ``project``) and the engine answers of the
+records they select.
 
 All aggregation is the engine's (``core/dashboard``, through the C methods
 ``dashboard_refresh``, ``dashboard_overview`` and ``dashboard_program``):
@@ -22,25 +24,32 @@ The server is the standard library's :class:`http.server.ThreadingHTTPServer`
 package only (the page, its script and style, and the vendored uPlot
 charting library), answers GET and HEAD only (no endpoint writes), and
 sends a strict Content-Security-Policy: no inline script or style, no
-other origin. It binds 127.0.0.1 unless told otherwise; any other address
-needs a token, which every request must carry (``?token=`` once, then a
-cookie). On the loopback address, requests must name it in their Host
-header (a page of another site cannot reach the server by DNS rebinding).
+other origin. It binds 127.0.0.1 unless told otherwise, and every request
+must carry a token (``?token=`` once, then a cookie): every local user can
+connect to the loopback address, and the page shows what the database's
+permissions may keep from them. Without a token (``--no-token``, loopback
+only) whoever can connect reads the page. On a loopback address, requests
+must name it in their Host header (a page of another site cannot reach the
+server by DNS rebinding).
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import hmac
 import http.server
 import ipaddress
 import json
 import os
+import re
 import secrets
+import socket
 import sys
 import threading
 import time
 from http import HTTPStatus
-from http.cookies import SimpleCookie
+from http.cookies import CookieError, SimpleCookie
 from pathlib import Path
 from typing import Any, Callable, Optional
 from urllib.parse import parse_qs, urlsplit
@@ -62,8 +71,6 @@ _ASSETS = {
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
-_COOKIE = "tirastore_dashboard"
-
 #: Seconds between two refreshes of the board, and of the claims, lock
 #: and size (the page polls every 2 s: a record appears within ~3 s).
 REFRESH_INTERVAL = 1.0
@@ -76,7 +83,18 @@ REFRESH_SLICE = 25_000
 
 
 class TokenRequired(ValueError):
-    """A non-loopback address was asked for without a token."""
+    """A non-loopback address was asked for without a token, or a token is unfit."""
+
+
+class ListenError(OSError):
+    """The server cannot listen on the address and port asked for."""
+
+
+#: A token goes into a URL and a cookie as it is: these characters only,
+#: and long enough that it cannot be guessed by trying (every local user
+#: can make requests to the loopback address as fast as they like).
+TOKEN_CHARS = re.compile(r"[A-Za-z0-9._~-]+")
+MIN_TOKEN_LENGTH = 16
 
 
 def is_loopback(host: str) -> bool:
@@ -89,13 +107,31 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def check_token(token: str) -> None:
+    """Refuse a token that does not fit in a URL and a cookie as it is, or is short enough to guess."""
+    if not TOKEN_CHARS.fullmatch(token):
+        raise TokenRequired("the token may hold letters, digits and . _ ~ - only (it goes into a URL and a cookie)")
+    if len(token) < MIN_TOKEN_LENGTH:
+        raise TokenRequired(f"the token is {len(token)} characters long: give at least {MIN_TOKEN_LENGTH} "
+                            f"(--token alone generates one)")
+
+
 def check_bind(host: str, token: Optional[str]) -> None:
     """Refuse to serve a database's contents on a non-loopback address without a token."""
-    if not is_loopback(host) and not token:
+    if token is not None:
+        check_token(token)
+    elif not is_loopback(host):
         raise TokenRequired(
-            f"refusing to listen on {host}: the page shows the database's contents to whoever reaches that "
-            f"address. Use the default 127.0.0.1 with SSH port forwarding (ssh -L 8050:127.0.0.1:8050 "
-            f"login-node), or give --token (a token is generated and printed) or --token TOKEN")
+            f"refusing to listen on {host} without a token: the page shows the database's contents to whoever "
+            f"reaches that address (--no-token is for a loopback address only). Use the default 127.0.0.1 with "
+            f"SSH port forwarding (ssh -L 8050:127.0.0.1:8050 login-node), or keep the token (the default; "
+            f"--token TOKEN names one)")
+
+
+def cookie_name(token: str) -> str:
+    """The cookie that carries *token*: named after it, so that two dashboards
+    open in one browser (on other ports or hosts) do not replace each other's."""
+    return "tirastore_dashboard_" + hashlib.sha256(token.encode()).hexdigest()[:12]
 
 
 class Dashboard:
@@ -154,22 +190,51 @@ class Dashboard:
 
     # -- what the handlers answer ----------------------------------------------
 
-    def overview(self, since: int) -> dict[str, Any]:
-        doc = self.store._call("dashboard_overview", since=since)
+    def overview(self, since: int, selected: Optional[dict[str, str]] = None) -> dict[str, Any]:
+        """The engine's summary of the records *selected* picks (``host``,
+        ``user``, ``project``; any when absent), with the health and claims."""
+        doc = self.store._call("dashboard_overview", since=since, **(selected or {}))
         with self._lock:
             doc["health"], doc["claims"], doc["error"] = self._health, self._claims, self._error
         doc["now"] = time.time()
         return doc
 
-    def program(self, program_hash: str) -> Any:
-        return self.store._call("dashboard_program", program_hash=program_hash)
+    def program(self, program_hash: str, selected: Optional[dict[str, str]] = None) -> Any:
+        return self.store._call("dashboard_program", program_hash=program_hash, **(selected or {}))
 
 
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     dashboard: Dashboard
     token: Optional[str]
+    cookie: str
     loopback: bool
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+def _selected(query: dict[str, list[str]]) -> dict[str, str]:
+    """The filter a page asks for: host, user and project, those given."""
+    return {k: query[k][0] for k in ("host", "user", "project") if k in query}
+
+
+def _cookies(header: str) -> SimpleCookie:
+    """The Cookie header's cookies (a malformed one: none)."""
+    jar: SimpleCookie = SimpleCookie()
+    try:
+        jar.load(header)
+    except CookieError:
+        pass
+    return jar
+
+
+def _host_of(header: str) -> str:
+    """The host of a Host header: name:port, [v6]:port, or without a port."""
+    if header.startswith("["):
+        return header[1:header.find("]")] if "]" in header else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -191,7 +256,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self, head: bool = False) -> None:
         url = urlsplit(self.path)
-        query = parse_qs(url.query)
+        query = parse_qs(url.query, keep_blank_values=True)  # project= selects records without a project
         if not self._allowed(query):
             return
         try:
@@ -203,9 +268,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self._send_file(name, _ASSETS[name], head)
             elif url.path == "/api/overview":
                 since = int(query.get("since", ["0"])[0])
-                self._send_json(self.server.dashboard.overview(since), head)
+                self._send_json(self.server.dashboard.overview(since, _selected(query)), head)
             elif url.path == "/api/program":
-                self._send_json(self.server.dashboard.program(query.get("hash", [""])[0]), head)
+                self._send_json(self.server.dashboard.program(query.get("hash", [""])[0], _selected(query)), head)
             else:
                 self._send_error(HTTPStatus.NOT_FOUND, "no such page")
         except ValueError as e:
@@ -214,22 +279,24 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send_error(HTTPStatus.SERVICE_UNAVAILABLE, f"{type(e).__name__}: {e}")
 
     def _allowed(self, query: dict[str, list[str]]) -> bool:
-        """The token (with one), else a Host header naming the loopback address."""
+        """The token (with one: from the query, else its cookie), and on a
+        loopback address a Host header naming the loopback address."""
         token = self.server.token
         if token is not None:
             given = query.get("token", [None])[0]
             if given is None:
-                morsel = SimpleCookie(self.headers.get("Cookie", "")).get(_COOKIE)
+                morsel = _cookies(self.headers.get("Cookie", "")).get(self.server.cookie)
                 given = morsel.value if morsel else None
+            # compare_digest: the time taken does not tell how much of it matched.
             if given is None or not hmac.compare_digest(given.encode(), token.encode()):
                 self._send_error(HTTPStatus.FORBIDDEN, "a valid token is required: open the URL that "
                                  "`tirastore dashboard` printed (…/?token=…)")
                 return False
-            return True
-        host = (self.headers.get("Host") or "").rsplit(":", 1)[0]
-        if not is_loopback(host):
-            self._send_error(HTTPStatus.FORBIDDEN, f"Host {host!r} is not this machine's loopback address")
-            return False
+        if self.server.loopback:
+            host = _host_of(self.headers.get("Host") or "")
+            if not is_loopback(host):
+                self._send_error(HTTPStatus.FORBIDDEN, f"Host {host!r} is not this machine's loopback address")
+                return False
         return True
 
     def _headers(self, status: int, ctype: str, length: int, cache: bool = False) -> None:
@@ -246,7 +313,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         body = (ASSETS_DIR / name).read_bytes()
         self._headers(HTTPStatus.OK, ctype, len(body), cache=name != "index.html")
         if set_cookie:
-            self.send_header("Set-Cookie", f"{_COOKIE}={self.server.token}; Path=/; HttpOnly; SameSite=Strict")
+            self.send_header("Set-Cookie", f"{self.server.cookie}={self.server.token}; Path=/; HttpOnly; "
+                             f"SameSite=Strict")
         self.end_headers()
         if not head:
             self.wfile.write(body)
@@ -268,38 +336,76 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(body)
 
 
-def make_server(dashboard: Dashboard, host: str = "127.0.0.1", port: int = 8050,
+def make_server(dashboard: Optional[Dashboard], host: str = "127.0.0.1", port: int = 8050,
                 token: Optional[str] = None) -> _Server:
-    """Bind the page's server (not yet serving); refuses a non-loopback *host* without *token*."""
+    """Bind the page's server (not yet serving); refuses a non-loopback *host* without *token*.
+
+    :raises ValueError: *port* is not a port number (0: any free port).
+    :raises ListenError: the address is not this machine's, the port is in use or not allowed.
+    """
     check_bind(host, token)
-    server = _Server((host, port), _Handler)
-    server.dashboard, server.token, server.loopback = dashboard, token, is_loopback(host)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {port} is not a port number (0 to 65535; 0: any free port)")
+    addr = host.strip("[]")
+    shown = f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
+    try:
+        family = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+        server = (_Server6 if family == socket.AF_INET6 else _Server)((addr, port), _Handler)
+    except socket.gaierror as e:
+        raise ListenError(f"cannot listen on {host}: {e.strerror} (give an address of this machine, "
+                          f"or 127.0.0.1)") from None
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            why = f"{shown} is already in use (another dashboard?): choose another port with --port N, " \
+                  f"or --port 0 for any free one"
+        elif e.errno == errno.EACCES:
+            why = f"not allowed to listen on {shown} (ports below 1024 need privileges): choose another port " \
+                  f"with --port N"
+        elif e.errno == errno.EADDRNOTAVAIL:
+            why = f"cannot listen on {shown}: {host} is not an address of this machine"
+        else:
+            why = f"cannot listen on {shown}: {e.strerror or e}"
+        err = ListenError(why)
+        err.errno = e.errno
+        raise err from None
+    server.dashboard, server.token, server.loopback = dashboard, token, is_loopback(addr)  # type: ignore[assignment]
+    server.cookie = cookie_name(token) if token is not None else ""
     return server
 
 
 def new_token() -> str:
-    """A random token for a non-loopback address."""
+    """A random token (32 characters of the URL-safe alphabet)."""
     return secrets.token_urlsafe(24)
+
+
+def url_of(server: _Server) -> str:
+    """The URL to open: the server's address and port, with its token."""
+    host, port = server.server_address[:2]
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}/"
+    if server.token:
+        url += f"?token={server.token}"
+    return url
 
 
 def serve(db: str, host: str = "127.0.0.1", port: int = 8050, token: Optional[str] = None,
           lock_timeout: Optional[float] = None, stale_lock_timeout: Optional[float] = None,
-          announce: Callable[[str], None] = print) -> None:
-    """Serve the dashboard of *db* until interrupted; *announce* gets the URL to open."""
-    check_bind(host, token)  # before opening anything
-    dashboard = Dashboard(db, lock_timeout=lock_timeout, stale_lock_timeout=stale_lock_timeout)
+          announce: Callable[[str, str], None] = lambda url, shown: print(f"serving {shown} on {url}")) -> None:
+    """Serve the dashboard of *db* until interrupted.
+
+    *announce* gets the URL to open (with the token) and the database's
+    location as the page shows it (a server's URL without its password).
+    """
+    server = make_server(None, host, port, token)  # before opening anything: a taken port fails at once
     try:
-        server = make_server(dashboard, host, port, token)
-        dashboard.start()
-        shown = f"[{host}]" if ":" in host else host
-        url = f"http://{shown}:{server.server_address[1]}/"
-        if token:
-            url += f"?token={token}"
-        announce(url)
-        sys.stdout.flush()
+        dashboard = Dashboard(db, lock_timeout=lock_timeout, stale_lock_timeout=stale_lock_timeout)
         try:
+            server.dashboard = dashboard
+            dashboard.start()
+            announce(url_of(server), str(dashboard.store.db_path))
+            sys.stdout.flush()
             server.serve_forever(poll_interval=0.5)
         finally:
-            server.server_close()
+            dashboard.close()
     finally:
-        dashboard.close()
+        server.server_close()

@@ -146,7 +146,7 @@ def shoot(d: Path, out: Path) -> None:
         if " on http" not in line:
             raise RuntimeError(f"the dashboard did not start: {line!r}")
         url = line.split(" on ", 1)[1].split(" ")[0]
-        b = chromium.Chromium(width=1280, height=1470)
+        b = chromium.Chromium(width=1280, height=1610)
         try:
             b.navigate(url)
             if not b.wait_for("document.querySelectorAll('#programs tbody tr').length === 4 && "
