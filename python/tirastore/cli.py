@@ -810,7 +810,7 @@ def cmd_dashboard(args: argparse.Namespace, out: _Output) -> int:
 
     def announce(url: str, shown: str) -> None:
         # shown: the store's db_path, a server's URL without its password.
-        out.result({"url": url, "db_path": shown}, lambda: f"serving {shown} on {url} (Ctrl-C stops)")
+        out.result({"url": url, "db_path": shown}, lambda: f"serving {_escape(shown)} on {url} (Ctrl-C stops)")
 
     dashboard.serve(args.db, host=args.host, port=args.port, token=token, lock_timeout=args.lock_timeout,
                     stale_lock_timeout=args.stale_lock_timeout, announce=announce)
