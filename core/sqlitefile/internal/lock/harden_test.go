@@ -577,11 +577,14 @@ func TestDeadHolderRule(t *testing.T) {
 // json.load) and reports what it saw.
 const pyReader = `
 import json, sys, time
-path, secs = sys.argv[1], float(sys.argv[2])
-end = time.monotonic() + secs
+path, secs, want = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+start = time.monotonic()
+end, limit = start + secs, start + 30
 reads = fails = 0
 beats, sizes, bad = set(), set(), []
-while time.monotonic() < end:
+# secs, and on until want heartbeats and 10 reads per heartbeat were seen
+# (a loaded machine gives a reader few turns), 30 s at most.
+while time.monotonic() < end or (len(beats) < want or reads < 10 * want) and time.monotonic() < limit:
     try:
         with open(path) as f:
             s = f.read()
@@ -608,10 +611,10 @@ type pyReadResult struct {
 	Bad                 []string
 }
 
-func runPyReader(t *testing.T, path string, secs float64) pyReadResult {
+func runPyReader(t *testing.T, path string, secs float64, wantBeats int) pyReadResult {
 	t.Helper()
 	var r pyReadResult
-	pytest.RunJSON(t, pyReader, nil, &r, path, strconv.FormatFloat(secs, 'f', -1, 64))
+	pytest.RunJSON(t, pyReader, nil, &r, path, strconv.FormatFloat(secs, 'f', -1, 64), strconv.Itoa(wantBeats))
 	return r
 }
 
@@ -653,7 +656,7 @@ func TestHeartbeatRewritesInPlace(t *testing.T) {
 			}
 		}
 	}()
-	r := runPyReader(t, path, 1.0)
+	r := runPyReader(t, path, 1.0, 10)
 	close(stop)
 	wg.Wait()
 	after, _ := lstatStamp(path)
@@ -698,7 +701,7 @@ func TestHeartbeatRewritesInPlace(t *testing.T) {
 			f.Close()
 		}
 	}()
-	nr := runPyReader(t, naive, 0.5)
+	nr := runPyReader(t, naive, 0.5, 0)
 	close(stopNaive)
 	<-done
 	t.Logf("naive rewrite: %+v", nr)
