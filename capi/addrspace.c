@@ -91,10 +91,12 @@
 // PROCS_PER_THREAD Ps of the runtime (GOMAXPROCS: its environment
 // variable, else the CPUs the process may use). Measured: the room needed
 // matches 8 stacks with GOMAXPROCS=2 and 14 with 64 (4 to 9 threads alive
-// after the first calls); the figure counts 9 and 16. More threads come
-// with concurrent calls (docs/limits.md).
+// after the first calls), and with more Ps the runtime's own allocations
+// grow too (single runs needed 850 MiB with 32 and 64 Ps, against 772
+// with 2); the figure counts 9 stacks with 2 Ps, 16 with 32, 24 with 64.
+// More threads come with concurrent calls (docs/limits.md).
 #define TIRASTORE_AS_THREADS 8
-#define TIRASTORE_AS_PROCS_PER_THREAD 8
+#define TIRASTORE_AS_PROCS_PER_THREAD 4
 // OPTIONAL: the scavenger index the runtime reserves when it fits, 512 MiB
 // ((1 << 48) / 4 MiB chunks * 8 bytes); also the size of the low region in
 // which its pages land when it does not.
