@@ -256,6 +256,19 @@ const headerTop = `/*
  *    TIRASTORE_ERR_INTERRUPTED (leaving no lock ticket file), the host's own
  *    SIGINT disposition is restored, and SIGINT is raised again so the host
  *    reacts as it would have. An ignored SIGINT stays ignored.
+ *  - Address space: the library's Go runtime starts from the library's
+ *    constructors (while dlopen runs, or before main for a program linked
+ *    with -ltirastore) and reserves about 0.85 GiB of address space beyond
+ *    the process's own, 1.35 GiB where it can, little of it touched. Under
+ *    an address-space limit (RLIMIT_AS, ulimit -v) too small for that, the
+ *    runtime aborts the process, and nothing can make the load fail
+ *    instead: the library's own constructor, which runs first, writes to
+ *    stderr why and the limit the process needs ("libtirastore: the
+ *    address-space limit ..."). Under any such limit that constructor also
+ *    caps glibc's malloc arenas at one (mallopt M_ARENA_MAX), unless
+ *    MALLOC_ARENA_MAX or the tunable glibc.malloc.arena_max is set. A
+ *    program that dlopens the library can check before, as the Python
+ *    package does: docs/limits.md, "Address space".
  */
 #ifndef TIRASTORE_H
 #define TIRASTORE_H

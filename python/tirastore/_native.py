@@ -20,9 +20,21 @@ which parses :data:`CDEF`, loads the library named by ``$TIRASTORE_LIB`` (or
 the copy next to this file) as it is at that moment, and puts the real
 objects in their place: later calls go straight to them. A library that
 cannot be loaded is reported by that first call (and by each later one
-until it can be): ImportError naming the missing file, or OSError from
-dlopen. ``tirastore.__version__`` is asked of the library when it is first
-read (the engine owns the version).
+until it can be): ImportError naming the missing file, MemoryError where
+the address-space limit leaves its Go runtime too little room (below), or
+OSError from dlopen. ``tirastore.__version__`` is asked of the library
+when it is first read (the engine owns the version).
+
+Address space
+-------------
+Under an address-space limit (``ulimit -v``, RLIMIT_AS) too small for it,
+the Go runtime aborts the process as it starts, which no caller can catch.
+So each load (the first, and a forked child's fresh copy, which needs as
+much again beside its parent's) is preceded by
+:func:`tirastore._address_space.check`, which compares the limit with
+the figures the library file states and raises MemoryError, naming the
+limit, the need and how to raise the limit, instead of loading
+(docs/limits.md, "Address space").
 
 Fork safety
 -----------
@@ -119,6 +131,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+from tirastore import _address_space
 from tirastore import errors as _errors
 
 # Declarations of include/tirastore.h (tests/python/test_native.py checks that
@@ -189,6 +202,12 @@ _FORK_RELOAD = os.environ.get("TIRASTORE_FORK_RELOAD", "1").strip().lower() not 
 # Serializes the loads and the stores' re-opens (recreated in each child).
 reopen_lock = threading.RLock()
 
+# Run before each load of the library, the first and a forked child's:
+# MemoryError where its Go runtime would not fit under the address-space
+# limit (see "Address space" above). A name of its own so that the
+# negative control of tests/python/test_address_space.py can load without it.
+_preflight = _address_space.check
+
 
 def _load() -> None:
     """Put the real ``ffi`` and ``lib`` in place of their placeholders.
@@ -208,6 +227,7 @@ def _load() -> None:
         if type(lib) is not _LoadOnFirstUse:
             return
         if _mapped:
+            _preflight(library_path(), forked=True)
             handle, where = _load_fresh_copy()
         else:
             path = library_path()
@@ -216,6 +236,7 @@ def _load() -> None:
                     f"tirastore: the native library {path} is missing; build it with "
                     f"'make build' (or 'pip install .'), or point TIRASTORE_LIB at it"
                 )
+            _preflight(path)
             _mapped = True  # before dlopen: a fork from another thread meanwhile may inherit the copy
             try:
                 handle = ffi.dlopen(str(path))
