@@ -258,28 +258,13 @@ func TestVFSJournalModeAndOwner(t *testing.T) {
 		db := openVFS(t, path, VFSName)
 		defer db.Close()
 		for i := 0; i < 2; i++ { // the first journal, and one from the remembered mode
-			err := db.Tx(func(tx *Tx) error {
-				if _, err := tx.Exec("CREATE TABLE IF NOT EXISTS t (k INTEGER PRIMARY KEY, v BLOB)"); err != nil {
-					return err
-				}
-				if _, err := tx.Exec("INSERT INTO t (v) VALUES (x'01')"); err != nil {
-					return err
-				}
-				fi, err := os.Stat(path + "-journal")
-				if err != nil {
-					return fmt.Errorf("no journal inside the transaction: %v", err)
-				}
-				if fi.Mode().Perm() != wantMode {
-					t.Errorf("journal mode %v, want %v (umask 022)", fi.Mode().Perm(), wantMode)
-				}
-				st := fi.Sys().(*syscall.Stat_t)
-				if wantUID >= 0 && (int(st.Uid) != wantUID || int(st.Gid) != wantGID) {
-					t.Errorf("journal owner %d:%d, want %d:%d", st.Uid, st.Gid, wantUID, wantGID)
-				}
-				return nil
-			})
-			if err != nil {
-				t.Fatal(err)
+			fi := journalOfTx(t, db, path)
+			if fi.Mode().Perm() != wantMode {
+				t.Errorf("journal mode %v, want %v (umask 022)", fi.Mode().Perm(), wantMode)
+			}
+			st := fi.Sys().(*syscall.Stat_t)
+			if wantUID >= 0 && (int(st.Uid) != wantUID || int(st.Gid) != wantGID) {
+				t.Errorf("journal owner %d:%d, want %d:%d", st.Uid, st.Gid, wantUID, wantGID)
 			}
 			noJournal(t, path)
 		}
@@ -289,6 +274,30 @@ func TestVFSJournalModeAndOwner(t *testing.T) {
 	if os.Geteuid() == 0 {
 		check(0o666, 12345, 23456)
 	}
+}
+
+// journalOfTx runs a write transaction on db (the database file path) and
+// returns the journal's FileInfo as it was inside it.
+func journalOfTx(t *testing.T, db *DB, path string) os.FileInfo {
+	t.Helper()
+	var fi os.FileInfo
+	err := db.Tx(func(tx *Tx) error {
+		if _, err := tx.Exec("CREATE TABLE IF NOT EXISTS t (k INTEGER PRIMARY KEY, v BLOB)"); err != nil {
+			return err
+		}
+		if _, err := tx.Exec("INSERT INTO t (v) VALUES (x'01')"); err != nil {
+			return err
+		}
+		var err error
+		if fi, err = os.Stat(path + "-journal"); err != nil {
+			return fmt.Errorf("no journal inside the transaction: %v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi
 }
 
 // A chmod or chown of the database while a connection stays open is
@@ -305,26 +314,8 @@ func TestVFSJournalFollowsChmod(t *testing.T) {
 	defer db.Close()
 	journalOf := func() (os.FileMode, uint32) {
 		t.Helper()
-		var mode os.FileMode
-		var uid uint32
-		err := db.Tx(func(tx *Tx) error {
-			if _, err := tx.Exec("CREATE TABLE IF NOT EXISTS t (k INTEGER PRIMARY KEY, v BLOB)"); err != nil {
-				return err
-			}
-			if _, err := tx.Exec("INSERT INTO t (v) VALUES (x'01')"); err != nil {
-				return err
-			}
-			fi, err := os.Stat(path + "-journal")
-			if err != nil {
-				return fmt.Errorf("no journal inside the transaction: %v", err)
-			}
-			mode, uid = fi.Mode().Perm(), fi.Sys().(*syscall.Stat_t).Uid
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return mode, uid
+		fi := journalOfTx(t, db, path)
+		return fi.Mode().Perm(), fi.Sys().(*syscall.Stat_t).Uid
 	}
 	if m, _ := journalOf(); m != 0o666 {
 		t.Fatalf("first journal mode %v, want 0666", m)

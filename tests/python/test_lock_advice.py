@@ -204,10 +204,10 @@ def test_a_foreign_journal(db):
         assert s.count() == 1
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: setpriv to another uid")
-def test_another_users_lock_in_a_sticky_directory():
-    """The advice says who may remove a lock this user may not; the advised
-    command run by another user fails (the negative control), by them works."""
+@pytest.fixture
+def sticky_db():
+    """A database with one record in a sticky 1777 directory that every
+    user can reach (pytest's tmp_path is root's alone)."""
     top = Path(tempfile.mkdtemp(prefix="tirastore-advice-"))
     try:
         top.chmod(0o755)
@@ -217,59 +217,57 @@ def test_another_users_lock_in_a_sticky_directory():
         db = shared / "cache.db"
         with TiraStore(db, cpu_model=TEST_CPU) as s:
             s.record("blur", "void blur() {}", "R(L0,comps=['c1'])", True, [1.0])
-        lock = lock_of(db)
-        lock.write_text(json.dumps({"hostname": "node17", "pid": 4242, "timestamp": time.time() - 3600}))
-        lock.chmod(0o644)
-        st = tirastore("lock", "status", db, as_uid=NOBODY)
-        assert st.returncode == 1 and "run by root" in st.stdout and "sticky" in st.stdout, st.stdout + st.stderr
-        [cmd] = advised(st.stdout)
-        r = follow(cmd, as_uid=NOBODY)
-        assert r.returncode == 1 and lock.exists(), r.stdout + r.stderr
-        assert "cannot remove the lock" in r.stderr and "run by root" in r.stderr, r.stderr
-        r = follow(cmd)  # as root, whom the advice names
-        assert r.returncode == 0 and not lock.exists(), r.stdout + r.stderr
+        yield db
     finally:
         subprocess.run(["rm", "-rf", str(top)], check=False)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root: setpriv to another uid")
+def test_another_users_lock_in_a_sticky_directory(sticky_db):
+    """The advice says who may remove a lock this user may not; the advised
+    command run by another user fails (the negative control), by them works."""
+    db = sticky_db
+    lock = lock_of(db)
+    lock.write_text(json.dumps({"hostname": "node17", "pid": 4242, "timestamp": time.time() - 3600}))
+    lock.chmod(0o644)
+    st = tirastore("lock", "status", db, as_uid=NOBODY)
+    assert st.returncode == 1 and "run by root" in st.stdout and "sticky" in st.stdout, st.stdout + st.stderr
+    [cmd] = advised(st.stdout)
+    r = follow(cmd, as_uid=NOBODY)
+    assert r.returncode == 1 and lock.exists(), r.stdout + r.stderr
+    assert "cannot remove the lock" in r.stderr and "run by root" in r.stderr, r.stderr
+    r = follow(cmd)  # as root, whom the advice names
+    assert r.returncode == 0 and not lock.exists(), r.stdout + r.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: setpriv to another uid")
 @pytest.mark.parametrize("command", [("lock", "status"), ("lock", "break"), ("check", "--repair")])
-def test_a_lock_this_user_cannot_read(command):
+def test_a_lock_this_user_cannot_read(sticky_db, command):
     """A lock file of root's with mode 0000: lock status, lock break and
     check --repair run by another user fail with a PermissionError naming
     the owner, the mode and the commands that work, run by whom (not just
     "[Errno 13]"); so does a store's timeout. The advised commands, run by
     the user the advice names, show the holder and remove the lock."""
-    top = Path(tempfile.mkdtemp(prefix="tirastore-advice-"))
-    try:
-        top.chmod(0o755)
-        shared = top / "shared"
-        shared.mkdir()
-        shared.chmod(0o1777)
-        db = shared / "cache.db"
-        with TiraStore(db, cpu_model=TEST_CPU) as s:
-            s.record("blur", "void blur() {}", "R(L0,comps=['c1'])", True, [1.0])
-        dead = subprocess.Popen(["true"])
-        dead.wait()
-        lock = lock_of(db)
-        lock.write_text(json.dumps({"hostname": socket.gethostname(), "pid": dead.pid, "timestamp": time.time() - 3600}))
-        lock.chmod(0)
-        r = tirastore(*command, db, as_uid=NOBODY)
-        assert r.returncode == 1 and "PermissionError" not in r.stderr, r.stderr  # no traceback
-        assert "owned by uid 0 (root), mode 0000" in r.stderr and "run by root" in r.stderr, r.stderr
-        status, brk = advised(r.stderr)
-        assert status == ["lock", "status", str(db)] and brk == ["lock", "break", str(db)], r.stderr
-        code = ("import sys, tirastore\n"
-                "try:\n"
-                "    tirastore.TiraStore(sys.argv[1], cpu_model=sys.argv[2], lock_timeout=1).count()\n"
-                "except TimeoutError as e:\n"
-                "    print(e)\n")
-        t = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable,
-                            "-c", code, str(db), TEST_CPU], capture_output=True, text=True, timeout=120)
-        assert [status, brk] == advised(t.stdout), t.stdout + t.stderr
-        r = follow(status)  # as root, whom the advice names
-        assert r.returncode == 1 and f"pid {dead.pid}" in r.stdout and "looks abandoned" in r.stdout, r.stdout + r.stderr
-        r = follow(brk)
-        assert r.returncode == 0 and not lock.exists(), r.stdout + r.stderr
-    finally:
-        subprocess.run(["rm", "-rf", str(top)], check=False)
+    db = sticky_db
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    lock = lock_of(db)
+    lock.write_text(json.dumps({"hostname": socket.gethostname(), "pid": dead.pid, "timestamp": time.time() - 3600}))
+    lock.chmod(0)
+    r = tirastore(*command, db, as_uid=NOBODY)
+    assert r.returncode == 1 and "PermissionError" not in r.stderr, r.stderr  # no traceback
+    assert "owned by uid 0 (root), mode 0000" in r.stderr and "run by root" in r.stderr, r.stderr
+    status, brk = advised(r.stderr)
+    assert status == ["lock", "status", str(db)] and brk == ["lock", "break", str(db)], r.stderr
+    code = ("import sys, tirastore\n"
+            "try:\n"
+            "    tirastore.TiraStore(sys.argv[1], cpu_model=sys.argv[2], lock_timeout=1).count()\n"
+            "except TimeoutError as e:\n"
+            "    print(e)\n")
+    t = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable,
+                        "-c", code, str(db), TEST_CPU], capture_output=True, text=True, timeout=120)
+    assert [status, brk] == advised(t.stdout), t.stdout + t.stderr
+    r = follow(status)  # as root, whom the advice names
+    assert r.returncode == 1 and f"pid {dead.pid}" in r.stdout and "looks abandoned" in r.stdout, r.stdout + r.stderr
+    r = follow(brk)
+    assert r.returncode == 0 and not lock.exists(), r.stdout + r.stderr
