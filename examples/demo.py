@@ -43,6 +43,8 @@ import multiprocessing as mp
 import os
 import queue
 import random
+import shlex
+import shutil
 import sqlite3
 import sys
 import time
@@ -525,7 +527,31 @@ def main(argv: list[str] | None = None) -> int:
                   "its result instead of measuring it again.")
         print(f"'measurement saved': simulated compile-and-run time the cache hits avoided "
               f"(pass 1 spent {rows[0]['measure_s']:.2f} s measuring).")
+        print()
+        print_next_commands(db_path)
     return 0
+
+
+def print_next_commands(db_path: Path) -> None:
+    """Name what to try next on the demo's database, runnable as printed."""
+    # The command of this Python's environment (under `make demo`, the
+    # project's venv, which is often not on PATH).
+    beside = Path(sys.executable).with_name("tirastore")
+    if shutil.which("tirastore") == str(beside):
+        cmd = "tirastore"
+    elif beside.is_file():
+        rel = os.path.relpath(beside)
+        cmd = shlex.quote(str(beside) if rel.startswith("..") else rel)
+    else:
+        cmd = f"{shlex.quote(sys.executable)} -m tirastore"
+    db = shlex.quote(str(db_path))
+    lines = [(f"{cmd} stats {db}", "what the database holds"),
+             (f"{cmd} dashboard {db}", "the search as a live web page"),
+             (f"{cmd} --help", "every command")]
+    width = max(len(c) for c, _ in lines)
+    print("Next, try:")
+    for command, why in lines:
+        print(f"  {command:<{width}}  # {why}")
 
 
 if __name__ == "__main__":

@@ -6,9 +6,11 @@
 Useful where only the shared library is at hand (a Jupyter kernel on a login
 node, a foreign Python): it needs libtirastore.so and the standard library,
 nothing else. The library is taken from $TIRASTORE_LIB, else
-python/tirastore/libtirastore.so, else build/libtirastore.so (both relative
-to the repository). Without DB_PATH the database goes into a temporary
-directory.
+python/tirastore/libtirastore.so, else build/libtirastore.so, in the
+repository of this file (pasted into a notebook cell: of the current
+directory or one of its parents). Without DB_PATH the database goes into a
+temporary directory; in a notebook kernel the script ignores the kernel's
+command line (examples/notebook.ipynb is the same walk, cell by cell).
 
 The one trap: a buffer the library hands over (every "char **out") must be
 declared and read as a c_void_p, never as a c_char_p. ctypes converts a
@@ -29,7 +31,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+# Pasted into a notebook cell, the script has no __file__: the checkout is
+# then looked for from the current directory up.
+_FILE = globals().get("__file__")
+SEARCH = [Path(_FILE).resolve().parent.parent] if _FILE else [Path.cwd(), *Path.cwd().parents]
 
 # Status codes of include/tirastore.h (the ones this script names).
 TIRASTORE_OK = 0
@@ -39,9 +44,10 @@ def find_library() -> Path:
     env = os.environ.get("TIRASTORE_LIB")
     if env:
         return Path(env)
-    for candidate in (REPO / "python" / "tirastore" / "libtirastore.so", REPO / "build" / "libtirastore.so"):
-        if candidate.exists():
-            return candidate
+    for repo in SEARCH:
+        for candidate in (repo / "python" / "tirastore" / "libtirastore.so", repo / "build" / "libtirastore.so"):
+            if candidate.is_file():
+                return candidate
     raise SystemExit("notebook_ctypes: libtirastore.so not found; run ./build.sh or set TIRASTORE_LIB")
 
 
@@ -99,12 +105,13 @@ def call(lib: ctypes.CDLL, handle: int, method: str, **args: Any) -> Any:
     return take_reply(lib, status, out)
 
 
-def main(argv: list[str]) -> int:
+def main(args: list[str]) -> int:
+    """Record one measurement and look it up in *args*[0], else in a temporary database."""
     lib = load(find_library())
     print(f"libtirastore {lib.tirastore_version().decode()} via ctypes")
 
     with tempfile.TemporaryDirectory(prefix="tirastore-notebook-") as tmp:
-        db_path = argv[1] if len(argv) > 1 else os.path.join(tmp, "cache.db")
+        db_path = args[0] if args else os.path.join(tmp, "cache.db")
 
         handle = ctypes.c_uint64(0)
         out = ctypes.c_void_p()
@@ -136,9 +143,17 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def in_notebook_kernel() -> bool:
+    """True in a Jupyter kernel, where __name__ is "__main__" too but sys.argv is the kernel's own."""
+    return "ipykernel" in sys.modules
+
+
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv))
-    except TiraStoreError as e:
-        print(f"notebook_ctypes: {e}", file=sys.stderr)
-        sys.exit(1)
+    if in_notebook_kernel():
+        main([])          # no sys.exit: it would only print a SystemExit in the notebook
+    else:
+        try:
+            sys.exit(main(sys.argv[1:]))
+        except TiraStoreError as e:
+            print(f"notebook_ctypes: {e}", file=sys.stderr)
+            sys.exit(1)

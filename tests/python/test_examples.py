@@ -7,13 +7,16 @@ without the built library).
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -104,6 +107,143 @@ def test_notebook_ctypes_bad_library(tmp_path):
 
 
 # ---------------------------------------------------------------------------
+# In a Jupyter kernel: notebook.ipynb, notebook_ctypes.py pasted into a cell,
+# and README.md's ctypes snippet. Each runs in a fresh kernel of this Python
+# (ipykernel), started by nbclient as Jupyter would, over Unix sockets in the
+# test's own directory (no TCP port to share with anything else).
+# ---------------------------------------------------------------------------
+
+
+def run_in_kernel(cells: list[str] | None, cwd: Path, env: dict, notebook: Path | None = None,
+                  allow_errors: bool = False) -> list[str]:
+    """Execute a notebook (or *cells* as one) in a new kernel in *cwd*; return each code cell's output text.
+
+    A cell that raises fails the test with the kernel's traceback, unless *allow_errors*.
+    """
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    from jupyter_client.manager import AsyncKernelManager
+
+    if notebook is not None:
+        nb = nbformat.read(notebook, as_version=4)
+    else:
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells or []])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    # A socket path must fit in 107 bytes: a short directory of the run's TMPDIR.
+    sockets = tempfile.mkdtemp(prefix="nb-")
+    km = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(sockets, "k"))
+    client = nbclient.NotebookClient(nb, km=km, timeout=120, startup_timeout=120, allow_errors=allow_errors,
+                                     resources={"metadata": {"path": str(cwd)}})
+    try:
+        client.execute(env=env)
+    except nbclient.exceptions.CellExecutionError as e:
+        pytest.fail(f"a cell raised in the kernel:\n{e}")
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
+    texts = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        parts = []
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "stream":
+                parts.append(o["text"])
+            elif o.get("output_type") == "error":
+                parts.append(f"{o['ename']}: {o['evalue']}")
+            elif "text/plain" in o.get("data", {}):
+                parts.append(o["data"]["text/plain"])
+        texts.append("".join(parts))
+    return texts
+
+
+def kernel_env(tmp_path: Path, with_lib: bool = True) -> dict:
+    (tmp_path / "home").mkdir(exist_ok=True)
+    env = dict(os.environ, HOME=str(tmp_path / "home"), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+               JUPYTER_PLATFORM_DIRS="1")
+    env.pop("TIRASTORE_LIB", None)
+    if with_lib:
+        env["TIRASTORE_LIB"] = str(_native.library_path().resolve())
+    return env
+
+
+def test_notebook_runs_in_a_fresh_kernel(tmp_path):
+    """examples/notebook.ipynb, as is, from its own directory: it finds the checkout's library itself."""
+    lib = REPO / "python" / "tirastore" / "libtirastore.so"
+    if not lib.is_file() and not BUILD_LIB.is_file():
+        pytest.skip("the library is not built in this checkout (./build.sh)")
+    # The kernel gets no TIRASTORE_LIB: the notebook's own search is under test.
+    outputs = run_in_kernel(None, EXAMPLES, kernel_env(tmp_path, with_lib=False), notebook=EXAMPLES / "notebook.ipynb")
+    text = "\n".join(outputs)
+    assert f"libtirastore {tirastore.__version__}" in text
+    assert "record -> True" in text
+    assert "execution_times  [1.25, 1.21, 1.23]" in text
+    assert "source_project   notebook" in text
+    assert "count -> 1" in text
+    assert outputs[-1].strip() == "closed"
+    # The notebook wrote into a temporary directory, nothing beside itself.
+    assert not list(EXAMPLES.glob("*.db*"))
+
+
+def notebook_script_cells(hide_kernel: bool) -> list[str]:
+    src = (EXAMPLES / "notebook_ctypes.py").read_text()
+    if not hide_kernel:
+        return [src]
+    # The negative control: the script cannot tell it runs in a kernel, so it
+    # reads the kernel's command line (["...ipykernel_launcher.py", "-f", ...]).
+    return ["import sys\n_ipk = sys.modules.pop('ipykernel')", src, "sys.modules['ipykernel'] = _ipk"]
+
+
+@pytest.mark.parametrize("hide_kernel", [False, True], ids=["pasted", "negative-control-argv-read"])
+def test_notebook_ctypes_pasted_into_a_cell(tmp_path, hide_kernel):
+    """The script pasted into a cell: no __file__, and the kernel's argv is not a database path."""
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    cells = notebook_script_cells(hide_kernel)
+    if not hide_kernel:
+        (out,) = run_in_kernel(cells, cwd, kernel_env(tmp_path))
+        assert "record -> True" in out and "count -> 1" in out and out.rstrip().endswith("closed")
+        assert "SystemExit" not in out
+        assert list(cwd.iterdir()) == [], "the pasted script wrote into the kernel's directory"
+        return
+    run_in_kernel(cells, cwd, kernel_env(tmp_path), allow_errors=True)
+    # What the guard prevents: a database named after the kernel's "-f" flag.
+    assert (cwd / "-f").exists(), sorted(p.name for p in cwd.iterdir())
+
+
+def readme_ctypes_snippet() -> str:
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("### Python with ctypes only"):]
+    m = re.search(r"```python\n(.*?)```", section, re.S)
+    assert m, "no ```python block under README.md's '### Python with ctypes only'"
+    return m.group(1)
+
+
+def test_readme_ctypes_snippet_runs_in_a_kernel(tmp_path):
+    """README.md's ctypes snippet, pasted into a cell as a reader would."""
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    (out,) = run_in_kernel([readme_ctypes_snippet()], cwd, kernel_env(tmp_path))
+    assert "'is_legal': True" in out and "'execution_times': [0.5]" in out, out
+    with tirastore.TiraStore(cwd / "cache.db") as store:
+        r = store.lookup("blur", "void blur(){}", "U(L0,4,comps=['c1'])")
+    assert r is not None and r.source_project == "nb"
+
+
+def test_readme_lists_every_subcommand():
+    """The README's `tirastore` block names every subcommand, one line each."""
+    from tirastore import cli
+
+    parser = cli._parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## The `tirastore` command"):]
+    block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+    listed = [line.split()[1] for line in block.splitlines() if line.startswith("tirastore ")]
+    assert sorted(set(listed)) == sorted(sub.choices), (listed, sorted(sub.choices))
+    assert len(listed) == len(set(listed)), "a subcommand listed twice"
+
+
+# ---------------------------------------------------------------------------
 # demo.py
 # ---------------------------------------------------------------------------
 
@@ -151,6 +291,13 @@ def test_demo_rerun_is_all_hits_and_table_output(tmp_path):
     assert row[0] == "1"
     lookups, hits, misses, written = map(int, row[1:5])
     assert (hits, misses, written) == (lookups, 0, 0)
+    # It ends naming the next commands, runnable as printed.
+    nxt = lines[lines.index("Next, try:") + 1:]
+    commands = [shlex.split(line.split("  #")[0]) for line in nxt]
+    assert [c[-2] for c in commands[:2]] == ["stats", "dashboard"] and commands[2][-1] == "--help"
+    assert all(c[-1] == str(db) for c in commands[:2])
+    stats = run(commands[0], timeout=60).stdout
+    assert "records" in stats
 
 
 def test_demo_bad_arguments(tmp_path):
