@@ -107,7 +107,11 @@ type config struct {
 	Sections                    map[string]bool
 	TPClients                   map[string]bool // clients of the throughput section
 	Keep, Raw                   bool
-	log                         io.Writer
+	// Real are the realistic section's sizes; WorkerEnv is added to the
+	// environment of every worker process (the switches it runs).
+	Real      realisticSizes
+	WorkerEnv []string
+	log       io.Writer
 }
 
 func (c *config) dbDir() string  { return filepath.Join(append([]string{c.Dir}, dbSubdirs...)...) }
@@ -220,8 +224,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.Dash.Starts, "dash-starts", 3, "starts of the dashboard's server timed to the page's first paint")
 	fs.IntVar(&cfg.Dash.Rounds, "dash-rounds", 5, "record_many calls of another process timed until the dashboard's page shows them")
 	fs.IntVar(&cfg.Dash.New, "dash-new", 1000, "records of each of those record_many calls")
-	sections := fs.String("sections", "latency,python,config,claim,ejkernel,syscalls,throughput,postgres,cliff,dashboard", "sections to run (config: the kernel-config cache rows; claim: lookup_or_claim against lookup, from Go and Python; ejkernel: the import cost of the released ejkernel with tirastore's PersistentCache, in the venv of make ejkernel-venv; postgres: a throwaway PostgreSQL cluster beside the SQLite file; cliff: lookups over a working set 4x the result cache, a neighbour's records beside them, and a lookup-heavy process's memory; dashboard: tirastore dashboard on a large database, in headless Chromium, and the holds of its reads against a lookup's)")
+	sections := fs.String("sections", "latency,python,config,claim,ejkernel,syscalls,throughput,postgres,cliff,dashboard,realistic", "sections to run (realistic: Tiramisu-like beam workers measuring for seconds, with each of the backend's switches off; config: the kernel-config cache rows; claim: lookup_or_claim against lookup, from Go and Python; ejkernel: the import cost of the released ejkernel with tirastore's PersistentCache, in the venv of make ejkernel-venv; postgres: a throwaway PostgreSQL cluster beside the SQLite file; cliff: lookups over a working set 4x the result cache, a neighbour's records beside them, and a lookup-heavy process's memory; dashboard: tirastore dashboard on a large database, in headless Chromium, and the holds of its reads against a lookup's)")
 	tpClients := fs.String("tp-clients", implEngine+","+implBaseline+","+implPython, "clients of the throughput section (issue 29's target needs python and baseline-go)")
+	realProcs := fs.String("realistic-procs", "8,32,64", "worker counts of the realistic section")
+	realDirs := fs.String("realistic-dirs", "", "comma-separated directories of the realistic section, e.g. a FUSE mount of tests/fusebed (default: the bench directory)")
+	fs.IntVar(&cfg.Real.Steps, "realistic-steps", 6, "search steps per beam worker of the realistic section")
+	fs.IntVar(&cfg.Real.Space, "realistic-space", 4000, "schedules of the realistic section's shared candidate space")
+	fs.IntVar(&cfg.Real.Preload, "realistic-preload", 1000, "of them recorded before each realistic run")
+	fs.Float64Var(&cfg.Real.MinMeasure, "realistic-min-measure", 0.5, "seconds of a simulated measurement, at least")
+	fs.Float64Var(&cfg.Real.MaxMeasure, "realistic-max-measure", 5, "seconds of a simulated measurement, at most")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the bench directory afterwards")
 	fs.BoolVar(&cfg.Raw, "raw", false, "also write every single duration (and every throughput worker's report) into the JSON")
 	if err := fs.Parse(args); err != nil {
@@ -291,6 +302,18 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	if cfg.PGProcs, err = parseProcs(*pgProcs); err != nil {
 		return err
+	}
+	if cfg.Real.Procs, err = parseProcs(*realProcs); err != nil {
+		return err
+	}
+	for _, d := range strings.Split(*realDirs, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			cfg.Real.Dirs = append(cfg.Real.Dirs, d)
+		}
+	}
+	cfg.Real.MinBurst, cfg.Real.MaxBurst, cfg.Real.PerStep = 10, 200, 2
+	if cfg.Quick {
+		cfg.Real.Steps, cfg.Real.MinMeasure, cfg.Real.MaxMeasure = 1, 0.01, 0.05
 	}
 	cfg.Reps, cfg.Rounds, cfg.EjkernelRuns = max(cfg.Reps, 1), max(cfg.Rounds, 1), max(cfg.EjkernelRuns, 1)
 	cfg.Sections = map[string]bool{}
@@ -369,6 +392,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if cfg.Sections["cliff"] {
 		res.Cliff = cliffSection(cfg, res)
 	}
+	if cfg.Sections["realistic"] {
+		res.Realistic = realisticSection(cfg, res)
+	}
 	if cfg.Sections["dashboard"] {
 		dashboardSection(cfg, res)
 	}
@@ -408,7 +434,7 @@ func isSet(fs *flag.FlagSet, name string) bool {
 // workerCmd is a command that runs this program as a worker on spec.
 func workerCmd(cfg *config, specPath string) *exec.Cmd {
 	cmd := exec.Command(cfg.Exe)
-	cmd.Env = append(os.Environ(), workerEnv+"="+specPath)
+	cmd.Env = append(append(os.Environ(), cfg.WorkerEnv...), workerEnv+"="+specPath)
 	return cmd
 }
 

@@ -54,7 +54,9 @@ type results struct {
 	Cliff *cliffResults `json:"cliff,omitempty"`
 	// Dashboard is the dashboard section's figures (dashboard.go), nil
 	// when it did not run or failed (Skipped["dashboard"] says why).
-	Dashboard *dashResults      `json:"dashboard,omitempty"`
+	Dashboard *dashResults `json:"dashboard,omitempty"`
+	// Realistic is the realistic section's runs (realistic.go).
+	Realistic []*realRun        `json:"realistic,omitempty"`
 	Skipped   map[string]string `json:"skipped"`
 	ElapsedS  float64           `json:"elapsed_s"`
 }
@@ -431,6 +433,7 @@ func writeReport(w io.Writer, cfg *config, res *results) {
 	writeDashboard(w, res)
 	writeSyscalls(w, res)
 	writeThroughput(w, cfg, res)
+	writeRealistic(w, res.Realistic)
 	writeTargets(w, res)
 	writeReference(w, res)
 	writePostgres(w, cfg, res)

@@ -12,11 +12,12 @@ import (
 
 // workerSpec is what a worker process is told to do.
 type workerSpec struct {
-	Role  string  `json:"role"` // "plan" (run Steps) or "throughput"
-	Impl  string  `json:"impl"`
-	DB    string  `json:"db"`
-	Steps []step  `json:"steps,omitempty"`
-	TP    *tpSpec `json:"tp,omitempty"`
+	Role  string    `json:"role"` // "plan" (run Steps) or "throughput"
+	Impl  string    `json:"impl"`
+	DB    string    `json:"db"`
+	Steps []step    `json:"steps,omitempty"`
+	TP    *tpSpec   `json:"tp,omitempty"`
+	Beam  *beamSpec `json:"beam,omitempty"`
 }
 
 // tpSpec is one throughput worker's share: Ops operations, a fraction
@@ -90,6 +91,13 @@ func workerMain(specPath string) int {
 		out = runPlan(c, spec.Steps)
 	case "throughput":
 		out = throughputWorker(c, spec.TP)
+	case "beam":
+		ec, ok := c.(*engineClient)
+		if !ok {
+			fmt.Fprintln(os.Stderr, "worker: beam workers run the engine")
+			return 2
+		}
+		out = beamWorker(ec.st, spec.Beam)
 	default:
 		fmt.Fprintln(os.Stderr, "worker: unknown role", spec.Role)
 		return 2
