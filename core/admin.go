@@ -13,7 +13,6 @@ import (
 	"github.com/tirastore/tirastore/core/internal/input"
 	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/outfile"
-	"github.com/tirastore/tirastore/core/postgres"
 	"github.com/tirastore/tirastore/core/pypath"
 	"github.com/tirastore/tirastore/core/storage"
 )
@@ -83,8 +82,8 @@ func (s *Store) Backup(ctx context.Context, dest string) (string, error) {
 	// A server's database is backed up into a SQLite file named after it,
 	// in the working directory (it is beside no file).
 	dir, base := filepath.Dir(s.path), filepath.Base(s.path)
-	if s.IsServer() {
-		dir, base = ".", postgres.DatabaseName(s.path)+".db"
+	if srv, ok := s.be.(storage.OnServer); ok {
+		dir, base = ".", srv.DatabaseName()+".db"
 	}
 	if dest == "" {
 		stamp := time.Now().UTC().Format("20060102T150405Z")

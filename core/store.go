@@ -170,7 +170,7 @@ func (s *Store) Path() string { return s.path }
 // IsServer reports whether the database is on a server (Path is a URL),
 // not in a file.
 func (s *Store) IsServer() bool {
-	_, ok := s.be.(*postgres.Backend)
+	_, ok := s.be.(storage.OnServer)
 	return ok
 }
 
@@ -195,7 +195,7 @@ func (s *Store) WritesAllowed() bool { return s.writesAllowed }
 func (s *Store) Warning() string { return s.warning }
 
 // Backend is the store's storage backend, for tools and tests that need
-// what only it knows (a *sqlitefile.Backend's lock, say).
+// what only it knows (through the optional interfaces of package storage).
 func (s *Store) Backend() storage.Backend { return s.be }
 
 // Notices are warnings found when the store opened, for the caller to show
@@ -217,7 +217,7 @@ func (s *Store) CheckWrites() error {
 // LockPath is the hard-link lock's path (COMPAT: <db>.with_suffix(".db.lock")),
 // or "" for a backend without one.
 func (s *Store) LockPath() string {
-	if l, ok := s.be.(interface{ LockPath() string }); ok {
+	if l, ok := s.be.(storage.LinkLocked); ok {
 		return l.LockPath()
 	}
 	return ""
@@ -227,11 +227,9 @@ func (s *Store) LockPath() string {
 // backend without one): Links per Acquired is how many link() attempts an
 // acquisition cost; Held per Acquired is the mean time an operation kept
 // everyone else waiting.
-func (s *Store) LockStats() sqlitefile.LockCounters {
-	if l, ok := s.be.(interface {
-		LockStats() sqlitefile.LockCounters
-	}); ok {
+func (s *Store) LockStats() storage.LockCounters {
+	if l, ok := s.be.(storage.LinkLocked); ok {
 		return l.LockStats()
 	}
-	return sqlitefile.LockCounters{}
+	return storage.LockCounters{}
 }

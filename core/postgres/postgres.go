@@ -309,6 +309,10 @@ func optionWords(options string) []optionWord {
 // Location is the URL without its password.
 func (s *Backend) Location() string { return s.loc }
 
+// DatabaseName is the name of the database on the server (storage.OnServer):
+// a backup of it is a file of that name.
+func (s *Backend) DatabaseName() string { return DatabaseName(s.loc) }
+
 // Close waits for the calls in flight, then closes the pool.
 func (s *Backend) Close() error {
 	s.mu.Lock()

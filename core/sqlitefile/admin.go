@@ -5,6 +5,7 @@ import (
 
 	"github.com/tirastore/tirastore/core/sqlitefile/internal/lock"
 	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodelocal"
+	"github.com/tirastore/tirastore/core/storage"
 )
 
 // # What the layers above see of the file backend's files
@@ -38,7 +39,7 @@ type LockRefusedError = lock.RefusedError
 
 // LockCounters are the counters of a store's lock (Store.LockStats), which
 // make bench reports.
-type LockCounters = lock.Counters
+type LockCounters = storage.LockCounters
 
 // LockBreakSuffix ends the name of the lock's break lock (<lock>.break),
 // a file of the lock protocol that no output may replace.

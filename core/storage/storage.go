@@ -248,6 +248,36 @@ type Row struct {
 	ResultJSON string `json:"result_json"`
 }
 
+// OnServer is implemented by a backend whose database lives on a server,
+// not in a file: tools that make a file from the database (a backup) name
+// it after DatabaseName, and replies say "server".
+type OnServer interface {
+	DatabaseName() string
+}
+
+// LinkLocked is implemented by a backend that serializes writers with a
+// hard-link lock file beside the database (the original's protocol): its
+// path, for tools that show or break it, and its counters.
+type LinkLocked interface {
+	LockPath() string
+	LockStats() LockCounters
+}
+
+// LockCounters are a hard-link lock's counters since the store opened:
+// Links per Acquired is what an acquisition cost in link() attempts, Held
+// per Acquired the mean time an operation kept everyone else waiting.
+type LockCounters struct {
+	Acquired, Links, Breaks int64
+	Held                    time.Duration
+	// Writes counts the acquisitions that queued as writes, included in
+	// Acquired; HandedOver the writes that another process of the node
+	// did instead (group commit), not included.
+	Writes, HandedOver int64
+	// Bypassed counts the acquisitions that left the node queue because
+	// it did not move (a stopped or hung process ahead).
+	Bypassed int64
+}
+
 // Config is what the API layer tells a backend when it opens one.
 type Config struct {
 	// StaleLockTimeout (positive) and LockTimeout (positive, TryOnce or

@@ -34,6 +34,7 @@ import (
 	"github.com/tirastore/tirastore/core/liveness"
 	"github.com/tirastore/tirastore/core/sqlitefile/internal/mono"
 	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodequeue"
+	"github.com/tirastore/tirastore/core/storage"
 	"github.com/tirastore/tirastore/core/tuning"
 )
 
@@ -151,18 +152,7 @@ type stats struct {
 // mean critical section; Held summed over every process of a database and
 // divided by the elapsed time is how busy the lock was, which is what
 // bounds the throughput of all of them together.
-type Counters struct {
-	Acquired, Links, Breaks int64
-	Held                    time.Duration
-	// Writes counts the acquisitions that queued as writes (AcquireWrite),
-	// included in Acquired; HandedOver the writes that another process of
-	// the node did instead (AcquireWriteHandover), not included.
-	Writes, HandedOver int64
-	// Bypassed counts the acquisitions that left the node queue because it
-	// did not move (a stopped or hung process ahead: see internal/nodequeue,
-	// "Stalled places").
-	Bypassed int64
-}
+type Counters = storage.LockCounters
 
 // Counters returns the counters since New; safe to call at any time.
 func (l *Lock) Counters() Counters {
