@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -33,9 +34,13 @@ import (
 // Each mechanism that has a switch runs with it off, alone, and all of
 // them off at once, at 8, 32 and 64 workers (-realistic-procs), in every
 // directory of -realistic-dirs (the bench directory by default; a FUSE
-// mount of tests/fusebed for a Lustre-like filesystem). Beside each
-// realistic run, the micro mix (200 back-to-back operations per worker)
-// runs in the same configuration. The search's figure is its throughput:
+// mount of tests/fusebed for a Lustre-like filesystem). The workers are
+// one node, or are spread over several (-realistic-nodes; a node count n
+// runs at P >= 4n): each node's workers get a node-local directory of their
+// own ($TIRASTORE_NODE_DIR), so that the node queue, the spool and the
+// change log serve each node's processes only, as on a cluster. Beside each
+// one-node realistic run, the micro mix (200 back-to-back operations per
+// worker) runs in the same configuration. The search's figure is its throughput:
 // measurements per minute of the fleet, and the share of the workers' time
 // spent in store calls.
 
@@ -60,6 +65,7 @@ var mechanisms = []mechanism{
 // realisticSizes are the section's knobs (flags -realistic-*).
 type realisticSizes struct {
 	Procs      []int
+	Nodes      []int
 	Dirs       []string
 	Steps      int     // search steps per worker
 	Space      int     // schedules of the shared candidate space
@@ -105,6 +111,7 @@ type realRun struct {
 	Dir          string   `json:"dir"`
 	Mechanism    string   `json:"mechanism"`
 	Procs        int      `json:"procs"`
+	Nodes        int      `json:"nodes"`
 	WallS        float64  `json:"wall_s"`
 	Measurements int      `json:"measurements"`
 	PerMinute    float64  `json:"measurements_per_min"`
@@ -117,7 +124,7 @@ type realRun struct {
 	Errors       int      `json:"errors"`
 	FirstError   string   `json:"first_error,omitempty"`
 	Failed       string   `json:"harness_failure,omitempty"`
-	Micro        *tpRun   `json:"micro"` // the throughput section's mix, same configuration
+	Micro        *tpRun   `json:"micro,omitempty"` // the throughput section's mix, same configuration (one node)
 }
 
 // tagSpace tags the shared candidate space's schedules.
@@ -208,16 +215,24 @@ func realisticSection(cfg *config, res *results) []*realRun {
 	for _, dir := range dirs {
 		cfg.Dir = dir
 		for _, p := range cfg.Real.Procs {
-			// Configurations alternate within a P, so that a drift of the
-			// machine weighs on all of them alike.
-			for _, mech := range mechanisms {
-				cfg.WorkerEnv = mech.Env
-				r := realisticRun(cfg, dir, mech.Name, p)
-				r.Micro = throughputRun(cfg, implEngine, p, cfg.dbPath(), cfg.fresh)
-				cfg.logf("realistic %s P=%-2d %-16s %6.1f measurements/min, store %4.1f%%, lookup p99 %.1f ms, lost %d, errors %d%s; micro %7.0f ops/s",
-					dir, p, mech.Name, r.PerMinute, 100*float64(r.StoreShare), p99ms(r.Lookup), r.Lost, r.Errors, failedNote(r.Failed),
-					r.Micro.OpsPerS)
-				out = append(out, r)
+			for _, nodes := range cfg.Real.Nodes {
+				if nodes > 1 && p < 4*nodes {
+					continue
+				}
+				// Configurations alternate within a (P, nodes), so that a
+				// drift of the machine weighs on all of them alike.
+				for _, mech := range mechanisms {
+					cfg.WorkerEnv = mech.Env
+					r := realisticRun(cfg, dir, mech.Name, p, nodes)
+					micro := 0.0
+					if nodes == 1 {
+						r.Micro = throughputRun(cfg, implEngine, p, cfg.dbPath(), cfg.fresh)
+						micro = r.Micro.OpsPerS
+					}
+					cfg.logf("realistic %s P=%-2d nodes=%d %-16s %6.1f measurements/min, store %5.2f%%, lookup p99 %.1f ms, lost %d, errors %d%s; micro %7.0f ops/s",
+						dir, p, nodes, mech.Name, r.PerMinute, 100*float64(r.StoreShare), p99ms(r.Lookup), r.Lost, r.Errors, failedNote(r.Failed), micro)
+					out = append(out, r)
+				}
 			}
 		}
 	}
@@ -239,8 +254,8 @@ func failedNote(f string) string {
 }
 
 // realisticRun is one run of P beam workers in cfg's configuration.
-func realisticRun(cfg *config, dir, mech string, procs int) *realRun {
-	r := &realRun{Dir: dir, Mechanism: mech, Procs: procs}
+func realisticRun(cfg *config, dir, mech string, procs, nodes int) *realRun {
+	r := &realRun{Dir: dir, Mechanism: mech, Procs: procs, Nodes: nodes}
 	if err := cfg.fresh(); err != nil {
 		r.Failed = err.Error()
 		return r
@@ -284,6 +299,14 @@ func realisticRun(cfg *config, dir, mech string, procs int) *realRun {
 			return r
 		}
 		cmd := workerCmd(cfg, spec)
+		if nodes > 1 {
+			node := filepath.Join(cfg.Dir, fmt.Sprintf("node-%d", w%nodes))
+			if err := os.MkdirAll(node, 0o700); err != nil {
+				r.Failed = err.Error()
+				return r
+			}
+			cmd.Env = append(cmd.Env, "TIRASTORE_NODE_DIR="+node)
+		}
 		stdin, _ := cmd.StdinPipe()
 		stdout, _ := cmd.StdoutPipe()
 		stderr := &bytes.Buffer{}
@@ -373,23 +396,23 @@ func writeRealistic(w io.Writer, runs []*realRun) {
 	fmt.Fprintf(w, "\nREALISTIC: beam workers (bursts of lookups, lookup_or_claim, 0.5-5 s measurements), each switch off; micro: the throughput mix\n")
 	fmt.Fprintf(w, "   meas/min: the fleet's measurements per minute (same seeds in every configuration); store: share of the workers' time in store calls;\n")
 	fmt.Fprintf(w, "   vs on: the change against \"all on\" at the same P (negative: slower without the mechanism)\n")
-	t := newTable("llrrrrrrrrrr", "dir", "P", "configuration", "meas/min", "vs on", "store %", "lookup p50", "lookup p99", "claim p99", "record p99",
+	t := newTable("lrrlrrrrrrrrr", "dir", "P", "nodes", "configuration", "meas/min", "vs on", "store %", "lookup p50", "lookup p99", "claim p99", "record p99",
 		"micro ops/s", "vs on")
 	base := map[string]*realRun{}
 	for _, r := range runs {
 		if r.Mechanism == "all on" {
-			base[fmt.Sprint(r.Dir, r.Procs)] = r
+			base[fmt.Sprint(r.Dir, r.Procs, r.Nodes)] = r
 		}
 	}
 	for _, r := range runs {
-		b := base[fmt.Sprint(r.Dir, r.Procs)]
+		b := base[fmt.Sprint(r.Dir, r.Procs, r.Nodes)]
 		vs, microVs := "-", "-"
 		if b != nil && b != r && b.PerMinute > 0 {
 			vs = fmt.Sprintf("%+.1f%%", 100*(r.PerMinute/b.PerMinute-1))
 		}
-		microOps := 0.0
+		microOps := "-"
 		if r.Micro != nil {
-			microOps = r.Micro.OpsPerS
+			microOps = fmt.Sprintf("%.0f", r.Micro.OpsPerS)
 			if b != nil && b != r && b.Micro != nil && b.Micro.OpsPerS > 0 {
 				microVs = fmt.Sprintf("%+.1f%%", 100*(r.Micro.OpsPerS/b.Micro.OpsPerS-1))
 			}
@@ -398,9 +421,9 @@ func writeRealistic(w io.Writer, runs []*realRun) {
 		if r.Failed != "" || r.Lost != 0 || r.Errors != 0 {
 			name += " (!)"
 		}
-		t.add(shortDir(r.Dir), fmt.Sprint(r.Procs), name, fmt.Sprintf("%.1f", r.PerMinute), vs,
+		t.add(shortDir(r.Dir), fmt.Sprint(r.Procs), fmt.Sprint(r.Nodes), name, fmt.Sprintf("%.1f", r.PerMinute), vs,
 			fmt.Sprintf("%.2f", 100*float64(r.StoreShare)), msCell(r.Lookup, false), msCell(r.Lookup, true),
-			msCell(r.Claim, true), msCell(r.Record, true), fmt.Sprintf("%.0f", microOps), microVs)
+			msCell(r.Claim, true), msCell(r.Record, true), microOps, microVs)
 	}
 	t.write(w, "   ")
 }
