@@ -83,7 +83,7 @@ func replyStoreInfo(st *core.Store) map[string]any {
 		"source_project": st.SourceProject(),
 		"writes_allowed": st.WritesAllowed(),
 		"warning":        st.Warning(),
-		"notices":        st.Notices(), // node-local files that failed their checks (Python: RuntimeWarning)
+		"notices":        st.Notices(), // a directory others cannot use (Python: TiraStoreWarning)
 	}
 }
 
@@ -440,18 +440,6 @@ func replyCheckReport(r *operator.CheckReport) any {
 	}
 	o.Set("records", r.Records)
 	o.Set("programs", r.Programs)
-	nl := make([]any, len(r.NodeLocal))
-	for i, f := range r.NodeLocal {
-		fo := pyjson.NewObjectCap(6)
-		fo.Set("role", f.Role)
-		fo.Set("path", f.Path)
-		fo.Set("present", f.Present)
-		fo.Set("problem", f.Problem)
-		fo.Set("serves", f.Serves)
-		fo.Set("entries", f.Entries)
-		nl[i] = fo
-	}
-	o.Set("node_local", nl)
 	sc := make([]any, len(r.StaleClaims))
 	for i, c := range r.StaleClaims {
 		co := claimHolderObject(c)

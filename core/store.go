@@ -200,8 +200,7 @@ func (s *Store) Backend() storage.Backend { return s.be }
 
 // Notices are warnings found when the store opened, for the caller to show
 // the way its language shows warnings (Python: a TiraStoreWarning): a
-// node-local file that failed its checks (and which speed-up is off
-// because of it), or a database other users cannot use.
+// database other users cannot use, or an ignored password file.
 func (s *Store) Notices() []string { return append([]string(nil), s.notices...) }
 
 // CheckWrites is the error of a write to a store whose CPU check failed at

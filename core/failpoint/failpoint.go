@@ -49,15 +49,6 @@ const (
 	// without comparing the database header (the negative control of the
 	// cache tests).
 	CacheTrust = "cache-trust"
-	// ChangeLogUnchained is a switch: a cache applies every logged commit
-	// of its database file, whether or not it starts from the cache's
-	// generation (the negative control of the change log's tests).
-	ChangeLogUnchained = "changelog-unchained"
-	// NodeLocalTrust is a switch: node-local files
-	// (core/sqlitefile/internal/nodelocal: the private directory, gate files,
-	// spools, change logs) are opened following symlinks and used without their
-	// fstat checks (the negative control of the hostile-neighbour tests).
-	NodeLocalTrust = "nodelocal-trust"
 	// FenceDisabled is a switch: connections are opened without a fence,
 	// so a holder that stalled past stale_lock_timeout goes on writing
 	// after its lock was broken (the negative control of the stall tests).

@@ -37,7 +37,7 @@ import (
 // abandoned lock (the race-free way, never a live holder's) and remove
 // the lock ticket files of dead processes; a damaged table is reported, never
 // "repaired" (restore a backup, or export what is readable). A database
-// on a PostgreSQL server has no lock and no node-local files: its check
+// on a PostgreSQL server has no lock: its check
 // is the tables' (orphans, results that are not JSON; the server checks
 // its own pages) and the stale measurement claims'.
 
@@ -58,17 +58,12 @@ type CheckReport struct {
 	SchemaVersion     string
 	Tables            *storage.TableCheck
 	Records, Programs int64
-	// NodeLocal is this node's files of the database
-	// (sqlitefile.InspectNodeLocal),
-	// as found before the check opened it; a name that fails its checks is
-	// also a problem (its speed-up is off here until its owner removes it).
-	NodeLocal []sqlitefile.NodeLocalFile
 	// StaleClaims are measurement claims (lookup_or_claim) that nobody
 	// will end: their holder died on this host, or their schedule is
 	// recorded; --repair removes them.
 	StaleClaims []*core.ClaimHolder
-	// Notices are the open's warnings (node-local files that failed their
-	// checks, a directory other users cannot use).
+	// Notices are the open's warnings (a directory other users cannot
+	// use).
 	Notices []string
 }
 
@@ -149,12 +144,6 @@ func CheckDatabase(ctx context.Context, path string, opts core.Options, repair b
 		return nil, err
 	}
 	rep.Path = abs
-	rep.NodeLocal = sqlitefile.InspectNodeLocal(l.Path())
-	for _, f := range rep.NodeLocal {
-		if f.Problem != "" {
-			rep.Problems = append(rep.Problems, fmt.Sprintf("the node-local %s %s is %s: the %s is off on this node until its owner (or root) removes it", f.Role, f.Path, f.Problem, f.Serves))
-		}
-	}
 	if stuck {
 		// Taking the lock to read the tables would wait behind it (or
 		// break it): only --repair may break it.

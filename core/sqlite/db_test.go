@@ -277,15 +277,6 @@ func TestLookupReads(t *testing.T) {
 	if err := db.Read(func() (err error) { inTx, err = db.Lookup("k1"); return err }); err != nil || inTx == nil || *inTx != want {
 		t.Fatalf("Reader.Lookup = %+v, %v; want %+v", inTx, err, want)
 	}
-	recs, _, err := db.ProgramChunk("h", StartOfProgram, 10)
-	if err != nil || len(recs) != 2 {
-		t.Fatalf("ProgramChunk = %v, %v", recs, err)
-	}
-	for _, r := range recs {
-		if r.ProgramName != "" || r.SourceCode != "" || r.ProgramHash != "h" || r.Schedule != "S-"+r.Key {
-			t.Fatalf("ProgramChunk row %+v", r)
-		}
-	}
 
 	// An orphan record: its program row is gone.
 	if err := db.Pragma("PRAGMA foreign_keys=OFF"); err != nil {
@@ -299,9 +290,6 @@ func TestLookupReads(t *testing.T) {
 	}
 	if r, err := db.Lookup("k3"); err != nil || r != nil {
 		t.Fatalf("Lookup of an orphan: %+v, %v; want nil", r, err)
-	}
-	if recs, _, err := db.ProgramChunk("gone", StartOfProgram, 10); err != nil || len(recs) != 0 {
-		t.Fatalf("ProgramChunk of a missing program: %v, %v; want none", recs, err)
 	}
 	if ok, err := db.Contains("k3"); err != nil || !ok {
 		t.Fatalf("Contains of an orphan: %v, %v; want true", ok, err)

@@ -4,7 +4,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 
@@ -74,11 +73,6 @@ var (
 	// with every entry of the store's result cache.
 	selectLookup = "SELECT " + recordColumnsOfR + ", '', ''" + joinPrograms
 	lookupSQL    = selectLookup + " WHERE r.key = ?"
-	// programChunkSQL is ProgramChunk's read: the next rows of a program
-	// in the order of the program_hash index, which it seeks to.
-	programChunkSQL = "SELECT " + recordColumnsOfR + ", '', '', r.rowid" + joinPrograms + `
-  WHERE r.program_hash = ? AND (r.creation_date, r.rowid) > (?, ?)
-  ORDER BY r.creation_date, r.rowid LIMIT ?`
 	// recordsOfSQL is EachRecordOf's read of a program's records.
 	recordsOfSQL = "SELECT " + recordColumnsOfR + `
   FROM records r WHERE r.program_hash = ? ORDER BY r.creation_date, r.rowid`
@@ -143,58 +137,6 @@ func (d *DB) Contains(key string) (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
-}
-
-// ProgramPos is a place in a program's records, in the order of the
-// program_hash index (creation_date, rowid): where a load in chunks
-// (ProgramChunk) goes on. An overwrite keeps a record's creation_date and
-// rowid, so it keeps its place.
-type ProgramPos struct {
-	CreationDate string
-	Rowid        int64
-}
-
-// StartOfProgram is the place before a program's first record.
-var StartOfProgram = ProgramPos{Rowid: math.MinInt64}
-
-// ProgramChunk returns up to limit records of a program after pos, as
-// Lookup reads them, in the order of the program_hash index, and the
-// place after the last one; fewer than limit: the program ends there. One
-// chunk reads limit rows whatever the program's size (the index is
-// sought to pos), so a load in chunks bounds what each hold of the lock
-// reads.
-func (d *DB) ProgramChunk(programHash string, pos ProgramPos, limit int) ([]*storage.Record, ProgramPos, error) {
-	st, err := d.stmt(programChunkSQL)
-	if err != nil {
-		return nil, pos, err
-	}
-	rows, err := st.Query(programHash, pos.CreationDate, pos.Rowid, limit)
-	if err != nil {
-		return nil, pos, err
-	}
-	defer rows.Close()
-	out := []*storage.Record{}
-	for rows.Next() {
-		var r storage.Record
-		if err := rows.Scan(append(RecordFields(&r), &r.ProgramName, &r.SourceCode, &pos.Rowid)...); err != nil {
-			return nil, pos, err
-		}
-		pos.CreationDate = r.CreationDate
-		out = append(out, &r)
-	}
-	return out, pos, rows.Err()
-}
-
-// ProgramSize counts a program's records, up to limit (it reads at most
-// limit entries of the program_hash index).
-func (d *DB) ProgramSize(programHash string, limit int) (int, error) {
-	st, err := d.stmt("SELECT count(*) FROM (SELECT 1 FROM records WHERE program_hash = ? LIMIT ?)")
-	if err != nil {
-		return 0, err
-	}
-	var n int
-	err = st.QueryRow(programHash, limit).Scan(&n)
-	return n, err
 }
 
 // ProgramsAfter lists up to limit programs that come after (name, hash)
@@ -371,12 +313,6 @@ var (
 	upsertRecord = "INSERT INTO records (" + recordColumns + ") VALUES (" + recordParams + `)
   ON CONFLICT(key) DO UPDATE SET ` + recordOverwrite
 	recordParams = strings.Repeat("?, ", len(RecordColumns)-1) + "?"
-	// hasRecordSQL counts the rows equal to a record in every column but
-	// creation_date (at creationDateAt), which an overwrite keeps from the
-	// row it replaced (HasRecord).
-	creationDateAt = slices.Index(RecordColumns, "creation_date")
-	hasRecordSQL   = "SELECT COUNT(*) FROM records WHERE " +
-		strings.Join(slices.Delete(slices.Clone(RecordColumns), creationDateAt, creationDateAt+1), " = ? AND ") + " = ?"
 )
 
 // PutRecord inserts r, or with overwrite replaces an existing row's
@@ -389,18 +325,6 @@ func (tx *Tx) PutRecord(r *storage.Record, overwrite bool) (bool, error) {
 		q = upsertRecord
 	}
 	return tx.changed(q, RecordValues(r)...)
-}
-
-// HasRecord reports whether the record r.Key exists with exactly r's
-// program, schedule, result, writer (host, user, source project) and
-// update date: a write that found its key present learns whether the row
-// is the one written on its behalf by a transaction of that date, whose
-// process died before saying so.
-func (tx *Tx) HasRecord(r *storage.Record) (bool, error) {
-	var n int
-	args := slices.Delete(RecordValues(r), creationDateAt, creationDateAt+1)
-	err := tx.d.queryRow(hasRecordSQL, args...).Scan(&n)
-	return n > 0, err
 }
 
 // DeleteRecord removes a record and reports whether it existed.

@@ -4,21 +4,18 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/sqlitefile/internal/lock"
-	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodelocal"
 	"github.com/tirastore/tirastore/core/storage"
 )
 
 // # What the layers above see of the file backend's files
 //
-// The hard-link lock (internal/lock) and the node-local files
-// (internal/nodelocal) are this backend's own: the API layer (core), the
+// The hard-link lock (internal/lock) is this backend's own: the API layer (core), the
 // operator's tools (core/operator) and the output check (core/outfile) never
 // import them. What they need to know of them is exported here, by name, with
 // why: the lock's path and the names of its files (so that no output is written
 // over one), one look at the lock and its break (tirastore lock status, lock
-// break, check), the advice naming the command that removes a stuck lock, what
-// is at the node-local names of a database (check), and the lock's counters
-// (make bench).
+// break, check), the advice naming the command that removes a stuck lock, and
+// the lock's counters (make bench).
 
 // Lock is a database's hard-link lock as an operator's command handles
 // it without opening the database (opening takes the lock, which may be
@@ -50,8 +47,7 @@ const LockBreakSuffix = lock.BreakSuffix
 // command finds the lock, and a name the output check refuses.
 func LockPathFor(db string) (string, error) { return lock.PathFor(db) }
 
-// NewLock is the lock at lockPath for an operator's command: no node
-// queue, this host's name, judged with the stale timeout stale and waited
+// NewLock is the lock at lockPath for an operator's command: this host's name, judged with the stale timeout stale and waited
 // for up to wait (when check --repair takes it).
 func NewLock(lockPath string, stale, wait time.Duration) *Lock {
 	return lock.New(lockPath, lock.Options{StaleTimeout: stale, Timeout: wait})
@@ -86,11 +82,3 @@ func ShellQuote(s string) string { return lock.ShellQuote(s) }
 // lock moved aside by a breaker", "a lock ticket file"), or "": the output
 // check refuses these names.
 func LockNameOf(lockPath, base string) string { return lock.NameOf(lockPath, base) }
-
-// NodeLocalFile is what check found at one node-local name of a database
-// (its role, path, and the problem that switches its speed-up off).
-type NodeLocalFile = nodelocal.FileState
-
-// InspectNodeLocal looks at this node's files of the database whose lock
-// is at lockPath, without opening or changing any: check's report.
-func InspectNodeLocal(lockPath string) []NodeLocalFile { return nodelocal.Inspect(lockPath) }

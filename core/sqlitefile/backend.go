@@ -4,16 +4,17 @@
 // in the original library, so that old Python workers and this engine can
 // share one database during a migration.
 //
-// Its speed-up layers are invisible above the storage interface
-// (docs/design.md draws them as one pipeline):
+// Every operation takes the lock, runs one transaction on the connection
+// and releases the lock: there is no node-local state, nothing in /dev/shm
+// or /tmp, and nothing another process of the node could plant or stall.
+// Two speed-ups stay, because they pay on a realistic workload (see
+// docs/performance.md), and one safety net:
 //   - conn.go: one SQLite connection kept across operations, used only
-//     under the lock;
-//   - cache.go: repeated lookups answered without the lock while a header
+//     under the lock (on NFS, or with TIRASTORE_CONNECTION=fresh, a new
+//     one per operation, as the original did);
+//   - cache.go: a repeated lookup answered without the lock while a header
 //     read proves the database unchanged;
-//   - local.go: the node-local files (node queue, spool, change log) in
-//     this user's private directory on the node (internal/nodelocal);
-//   - group.go: writes of one node's processes committed together;
-//   - fence.go of core/sqlite: a stalled holder's writes refused once its
+//   - the fence of core/sqlite: a stalled holder's writes refused once its
 //     lock may have been broken.
 package sqlitefile
 
@@ -36,7 +37,6 @@ import (
 	"github.com/tirastore/tirastore/core/shareddir"
 	"github.com/tirastore/tirastore/core/sqlite"
 	"github.com/tirastore/tirastore/core/sqlitefile/internal/lock"
-	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodequeue"
 	"github.com/tirastore/tirastore/core/storage"
 )
 
@@ -65,10 +65,6 @@ type Backend struct {
 	// conn is the kept connection; used and replaced only under the lock.
 	conn  *conn
 	cache resultCache
-
-	// local: the node-local files (the node queue, the spool, the change
-	// log), their directory and the notices about them (local.go).
-	local localFiles
 
 	mu     sync.RWMutex // held shared by operations, exclusively by Close
 	closed bool
@@ -116,12 +112,10 @@ func Open(ctx context.Context, path string, cfg storage.Config) (*Backend, *stor
 		s.madeDir = true
 	}
 	s.fresh = freshConnections(dir)
-	s.openLocal() // the node queue, the spool, the change log (local.go)
 	lopts := lock.Options{
 		StaleTimeout: cfg.StaleLockTimeout,
 		Timeout:      cfg.LockTimeout,
 		Hostname:     cfg.Hostname,
-		Queue:        s.local.queue, // nil: none, the lock is polled as from another node
 	}
 	// The negative controls run without a fence: fence-disabled, and
 	// lock-disabled (no lock at all, so nothing a fence could confirm).
@@ -134,11 +128,14 @@ func Open(ctx context.Context, path string, cfg storage.Config) (*Backend, *stor
 	if err != nil {
 		s.dropConn()
 		s.lk.Close()
-		s.closeLocal() // after the Lock, which waits in the queue
 		s.freeFence()
 		return nil, nil, err
 	}
-	return s, &storage.Opened{Meta: meta, Notices: s.notices()}, nil
+	var notices []string
+	if s.dirNotice != "" {
+		notices = append(notices, s.dirNotice)
+	}
+	return s, &storage.Opened{Meta: meta, Notices: notices}, nil
 }
 
 // Existing is the error of opening path as an existing database: nil for
@@ -176,9 +173,9 @@ func (s *Backend) LockPath() string { return s.lockPath }
 // Acquired is the mean time an operation kept everyone else waiting.
 func (s *Backend) LockStats() lock.Counters { return s.lk.Counters() }
 
-// CacheCounters are the counters of this store's result cache: whether
-// lookups load programs under the lock, and how much (make bench's cliff
-// section reports them beside LockStats).
+// CacheCounters are the counters of this store's result cache: how many
+// lookups read their key under the lock, and how many entries were evicted
+// (make bench's cliff section reports them beside LockStats).
 func (s *Backend) CacheCounters() CacheCounters { return s.cache.Counters() }
 
 // renewTenure is the fence's renewal (a write found the tenure over, after a
@@ -205,7 +202,7 @@ var metaKeys = []string{"cpu_model", "slurm_cpus"}
 // initOrValidate creates a missing database or checks the schema of an
 // existing one, under the lock, and reads its metadata.
 func (s *Backend) initOrValidate(ctx context.Context) (meta map[string]string, err error) {
-	release, err := s.acquire(ctx, false, nil)
+	release, err := s.acquire(ctx)
 	if err != nil {
 		return nil, s.classify(err, "open")
 	}
@@ -235,16 +232,14 @@ func (s *Backend) initOrValidate(ctx context.Context) (meta map[string]string, e
 		if err := db.Init(m["cpu_model"], m["slurm_cpus"], m["created_at"]); err != nil {
 			return nil, s.classify(err, "initialise the database")
 		}
-		s.cache.setIndexed(true)
 	} else if err = s.checkSchema(db); err != nil {
 		return nil, err
 	} else {
 		// A database of the original's schema gets the index the ordered
-		// scans use (export, get_program_records, prefetch); one that
+		// scans use (export, get_program_records); one that
 		// cannot be given it (a read-only file, say) works without, and a
 		// refusal by the fence is reported by fenced.
-		_, err := db.EnsureIndexes()
-		s.cache.setIndexed(err == nil)
+		_, _ = db.EnsureIndexes()
 	}
 	meta = map[string]string{}
 	for _, k := range metaKeys {
@@ -335,40 +330,19 @@ func (s *Backend) closeLocked() error {
 	s.closed = true
 	s.dropConn()
 	err := s.lk.Close()
-	s.closeLocal() // after the Lock, which waits in the queue
 	s.freeFence()
 	return err
 }
 
 // withDB runs fn on the kept connection (see conn.go) while holding the
 // lock.
-func (s *Backend) withDB(ctx context.Context, op string, fn func(db *sqlite.DB) error) error {
-	return s.locked(ctx, op, false, nil, fn)
-}
-
-// withWriteDB is withDB for an operation that writes: it queues for the
-// lock as a write (lock.AcquireWrite), behind reads.
-func (s *Backend) withWriteDB(ctx context.Context, op string, fn func(db *sqlite.DB) error) error {
-	return s.locked(ctx, op, true, nil, fn)
-}
-
-// lockedHandover is withWriteDB for a write that can be handed over to
-// another process of this node (h, see group.go): it returns
-// nodequeue.ErrHandedOver, as such, when that process did it.
-func (s *Backend) lockedHandover(ctx context.Context, op string, h nodequeue.Handover, fn func(db *sqlite.DB) error) error {
-	return s.locked(ctx, op, true, h, fn)
-}
-
-func (s *Backend) locked(ctx context.Context, op string, write bool, h nodequeue.Handover, fn func(db *sqlite.DB) error) (err error) {
+func (s *Backend) withDB(ctx context.Context, op string, fn func(db *sqlite.DB) error) (err error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
 		return apierr.ErrClosed
 	}
-	release, err := s.acquire(ctx, write, h)
-	if errors.Is(err, nodequeue.ErrHandedOver) {
-		return err
-	}
+	release, err := s.acquire(ctx)
 	if err != nil {
 		return s.classify(err, op)
 	}
@@ -440,10 +414,10 @@ func (s *Backend) endOp(errp *error) {
 	failpoint.Inject(failpoint.BeforeRelease)
 }
 
-// acquire takes the hard-link lock, as a write if write, and returns its
-// release. Only a failpoint build can switch the lock off, for the negative
-// controls of the concurrency tests.
-func (s *Backend) acquire(ctx context.Context, write bool, h nodequeue.Handover) (release func() error, err error) {
+// acquire takes the hard-link lock and returns its release. Only a
+// failpoint build can switch the lock off, for the negative controls of the
+// concurrency tests.
+func (s *Backend) acquire(ctx context.Context) (release func() error, err error) {
 	if failpoint.Enabled(failpoint.LockDisabled) {
 		return func() error { return nil }, nil
 	}
@@ -452,14 +426,7 @@ func (s *Backend) acquire(ctx context.Context, write bool, h nodequeue.Handover)
 		ctx, stop = s.cfg.Interruptible(ctx)
 		defer stop()
 	}
-	take := s.lk.Acquire
-	switch {
-	case h != nil:
-		take = func(ctx context.Context) error { return s.lk.AcquireWriteHandover(ctx, h) }
-	case write:
-		take = s.lk.AcquireWrite
-	}
-	if err := take(ctx); err != nil {
+	if err := s.lk.Acquire(ctx); err != nil {
 		return nil, err
 	}
 	failpoint.Inject(failpoint.LockAcquired)

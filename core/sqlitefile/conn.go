@@ -1,7 +1,6 @@
 package sqlitefile
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -14,8 +13,6 @@ import (
 	"github.com/tirastore/tirastore/core/failpoint"
 	"github.com/tirastore/tirastore/core/shareddir"
 	"github.com/tirastore/tirastore/core/sqlite"
-	"github.com/tirastore/tirastore/core/sqlitefile/internal/changelog"
-	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodelocal"
 )
 
 // # The kept connection
@@ -52,9 +49,18 @@ import (
 // connection for every operation, as the original did, and never serves
 // lookups from its cache without the lock.
 type conn struct {
-	db   *sqlite.DB
-	hdr  *os.File         // read-only descriptor for header reads (cache validation)
-	file changelog.FileID // hdr's file, named in the change log's entries
+	db  *sqlite.DB
+	hdr *os.File // read-only descriptor for header reads (cache validation)
+}
+
+// linked reports whether f's file still has a name (link count > 0): a
+// database replaced by rename or removed and recreated has none.
+func linked(f *os.File) (bool, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return false, err
+	}
+	return st.Nlink > 0, nil
 }
 
 // Filesystem magic numbers (statfs f_type) of filesystems whose clients
@@ -103,14 +109,6 @@ func (h *header) generation() (g generation) {
 	return g
 }
 
-// pages is the database size in pages that the header records (offset 28),
-// which is valid only when its version-valid-for number (offset 92) equals
-// the change counter (offset 24), as every SQLite since 3.7.0 writes it.
-func (g generation) pages() (n uint32, ok bool) {
-	counter, validFor := binary.BigEndian.Uint32(g[0:4]), binary.BigEndian.Uint32(g[20:24])
-	return binary.BigEndian.Uint32(g[4:8]), counter == validFor
-}
-
 // readHeader reads the database header through f. A file shorter than a
 // header (a database being created) reads as zeros after its end.
 func readHeader(f *os.File) (*header, error) {
@@ -126,7 +124,7 @@ func readHeader(f *os.File) (*header, error) {
 // new one. The caller holds the lock.
 func (s *Backend) connect() (*conn, error) {
 	if c := s.conn; c != nil {
-		ok, err := nodelocal.Linked(c.hdr)
+		ok, err := linked(c.hdr)
 		if err == nil && ok && !s.fresh {
 			if err := s.checkConn(c); err != nil {
 				return nil, err
@@ -159,19 +157,14 @@ func (s *Backend) connect() (*conn, error) {
 		}
 	}
 	c := &conn{db: db, hdr: hdr}
-	var st unix.Stat_t
-	if err := unix.Fstat(int(hdr.Fd()), &st); err != nil {
-		db.Close()
-		hdr.Close()
-		return nil, err
-	}
-	c.file = changelog.FileID{Dev: uint64(st.Dev), Ino: st.Ino}
 	var writes func() uint64
 	if s.fence != nil {
 		writes = s.fence.Writes
 	}
 	s.conn = c
-	s.cache.setFile(hdr, c.file, s.local.changeReader, writes)
+	if !s.fresh {
+		s.cache.setFile(hdr, writes)
+	}
 	if err := s.checkConn(c); err != nil {
 		s.dropConn()
 		return nil, err
@@ -201,7 +194,7 @@ func (s *Backend) checkConn(c *conn) error {
 func (s *Backend) dropConn() {
 	if c := s.conn; c != nil {
 		s.conn = nil
-		s.cache.setFile(nil, changelog.FileID{}, nil, nil)
+		s.cache.setFile(nil, nil)
 		c.db.Close()
 		c.hdr.Close()
 	}

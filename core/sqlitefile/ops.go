@@ -3,9 +3,11 @@ package sqlitefile
 import (
 	"context"
 	"fmt"
+	"time"
+
+	"github.com/tirastore/tirastore/core/identity"
 
 	"github.com/tirastore/tirastore/core/sqlite"
-	"github.com/tirastore/tirastore/core/sqlitefile/internal/changelog"
 	"github.com/tirastore/tirastore/core/storage"
 	"github.com/tirastore/tirastore/core/tuning"
 )
@@ -22,7 +24,7 @@ func (s *Backend) Lookup(ctx context.Context, progHash, key string) (*storage.Re
 	}
 	var rec *storage.Record
 	err := s.withDB(ctx, "lookup", func(db *sqlite.DB) (err error) {
-		rec, err = s.cache.Load(db, progHash, key, s.local.queue.WritesWaiting)
+		rec, err = s.cache.Load(db, key)
 		return err
 	})
 	return rec, err
@@ -35,7 +37,7 @@ func (s *Backend) cached(progHash, key string) (*storage.Record, bool) {
 	if s.closed {
 		return nil, false // the locked path reports it
 	}
-	return s.cache.Get(progHash, key)
+	return s.cache.Get(key)
 }
 
 // ConfigGet returns the config entry of (namespace, key), from the cache
@@ -89,7 +91,7 @@ func (s *Backend) LookupMany(ctx context.Context, progHash string, keys []string
 		return recs, nil
 	}
 	err := s.withDB(ctx, "lookup_many", func(db *sqlite.DB) error {
-		return s.cache.LoadMany(db, progHash, keys, missing, recs)
+		return s.cache.LoadMany(db, keys, missing, recs)
 	})
 	if err != nil {
 		return nil, err
@@ -117,10 +119,53 @@ func (s *Backend) Contains(ctx context.Context, progHash, key string) (bool, err
 // can prove it current.
 func (s *Backend) Peek(progHash, key string) (*storage.Record, bool) { return s.cached(progHash, key) }
 
-// Write commits w, handed over to another writer of this node when one is
-// ahead (group.go).
+// Write commits w in one transaction: its program unless stored, its rows,
+// and the claims it releases or renews, all or nothing. It returns how many
+// rows were written.
 func (s *Backend) Write(ctx context.Context, w *storage.Write) (int, error) {
-	return s.writeRecords(ctx, &writeRequest{Write: *w})
+	written := 0
+	err := s.withDB(ctx, "record", func(db *sqlite.DB) error {
+		return db.Tx(func(tx *sqlite.Tx) (err error) {
+			written, err = putWrite(tx, w, identity.NowISO(time.Now()))
+			return err
+		})
+	})
+	return written, err
+}
+
+// putWrite writes w in tx, dated stamp, and returns how many rows it wrote.
+func putWrite(tx *sqlite.Tx, w *storage.Write, stamp string) (int, error) {
+	if !w.ProgramStored {
+		if err := tx.PutProgram(storage.Program{Hash: w.Hash, Name: w.Name, Source: w.Source}); err != nil {
+			return 0, err
+		}
+	}
+	written := 0
+	for _, p := range w.Rows {
+		rec := &storage.Record{
+			Key: p.Key, ProgramHash: w.Hash, Schedule: p.Schedule, ResultJSON: p.ResultJSON,
+			Hostname: w.Hostname, Username: w.Username, CreationDate: stamp, UpdateDate: stamp,
+			SourceProject: w.SourceProject,
+		}
+		ok, err := putRecord(tx, rec, w.Overwrite)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			written++
+		}
+	}
+	for _, c := range w.Release {
+		if _, err := tx.DeleteClaim(c.Key, c.Token); err != nil {
+			return 0, err
+		}
+	}
+	if len(w.Renew) > 0 {
+		if _, err := tx.RenewClaims(w.Renew, stamp); err != nil {
+			return 0, err
+		}
+	}
+	return written, nil
 }
 
 // View runs fn under the lock: nobody else writes meanwhile, so its reads
@@ -135,27 +180,17 @@ func (s *Backend) Reread(ctx context.Context, op string, fn func(storage.Reader)
 	return s.View(ctx, op, fn)
 }
 
-// Update runs fn in one transaction under the lock, queued as a write.
+// Update runs fn in one transaction under the lock.
 func (s *Backend) Update(ctx context.Context, op string, fn func(storage.Writer) error) error {
-	return s.withWriteDB(ctx, op, func(db *sqlite.DB) error {
+	return s.withDB(ctx, op, func(db *sqlite.DB) error {
 		return db.Tx(func(tx *sqlite.Tx) error { return fn(writer{reader{db}, tx}) })
 	})
 }
 
-// UpdateClaims is Update for a transaction that writes claims only. Its
-// commit is logged as one that changed no record (internal/changelog), so the
-// node's caches follow it instead of starting over: claims are not cached,
-// and a claimer's renewals would otherwise empty every cache of the node.
+// UpdateClaims is Update for a transaction that writes claims only.
 func (s *Backend) UpdateClaims(ctx context.Context, op string, fn func(storage.ClaimWriter) error) error {
-	return s.withWriteDB(ctx, op, func(db *sqlite.DB) error {
-		before, logged := s.generationNow()
-		if err := db.Tx(func(tx *sqlite.Tx) error { return fn(writer{reader{db}, tx}) }); err != nil {
-			return err
-		}
-		if logged {
-			s.logCommit(before, &changelog.Entry{})
-		}
-		return nil
+	return s.withDB(ctx, op, func(db *sqlite.DB) error {
+		return db.Tx(func(tx *sqlite.Tx) error { return fn(writer{reader{db}, tx}) })
 	})
 }
 

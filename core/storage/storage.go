@@ -269,13 +269,6 @@ type LinkLocked interface {
 type LockCounters struct {
 	Acquired, Links, Breaks int64
 	Held                    time.Duration
-	// Writes counts the acquisitions that queued as writes, included in
-	// Acquired; HandedOver the writes that another process of the node
-	// did instead (group commit), not included.
-	Writes, HandedOver int64
-	// Bypassed counts the acquisitions that left the node queue because
-	// it did not move (a stopped or hung process ahead).
-	Bypassed int64
 }
 
 // Config is what the API layer tells a backend when it opens one.

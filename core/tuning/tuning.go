@@ -55,15 +55,11 @@ const (
 // The hard-link lock (core/sqlitefile/internal/lock).
 const (
 	// MinBackoff and MaxBackoff bound the full-jitter backoff between two
-	// link() attempts of a waiter that is not queued on its node: every
+	// link() attempts of a waiter: every
 	// attempt is a metadata operation on the shared filesystem, so a busy
 	// lock is polled ever more slowly, up to MaxBackoff.
 	MinBackoff = 5 * time.Millisecond
 	MaxBackoff = 500 * time.Millisecond
-	// QueuedMaxBackoff caps the backoff of the head of a node's queue: it
-	// polls for the whole node (one poller per node, not one per
-	// process), so it may poll more often.
-	QueuedMaxBackoff = 100 * time.Millisecond
 	// MaxHeartbeat caps the default heartbeat interval of a holder,
 	// min(stale timeout / 4, MaxHeartbeat): a heartbeat is one write and
 	// one lstat of the lock file.
@@ -75,94 +71,19 @@ const (
 	CtxPoll = 100 * time.Millisecond
 )
 
-// The node queue (core/sqlitefile/internal/nodequeue).
-const (
-	// LullPoll is how often a write at the head of the writers' lane
-	// looks whether the queue has emptied (WriteLull).
-	LullPoll = time.Millisecond
-	// QueueWaitSlice bounds each sleep of a wait in the queue on the
-	// calling thread (nodequeue, wake_linux.go): under the 10 ms after
-	// which Go's runtime takes a P back from a thread in a system call,
-	// and how late a waiter sees a byte freed by a process that woke
-	// nobody (one that died, or of an older version).
-	QueueWaitSlice = 5 * time.Millisecond
-	// FairShare and ForeignMemory: after FairShare acquisitions in a row
-	// by this node while another node (or a process outside the queue)
-	// was seen wanting the lock within ForeignMemory, the next head steps
-	// back once, so that a node does not keep the lock to itself.
-	FairShare     = 8
-	ForeignMemory = 2 * time.Second
-	// StaleGateAge is how long a gate file must have been unchanged (every
-	// ticket drawn writes it) before a sweep may remove it.
-	StaleGateAge = 10 * time.Second
-)
-
-// WriteLull bounds how long a write at the head of the writers' lane waits
-// for the queue to empty before it joins it anyway, so that reads do not
-// queue behind several writes; a variable for tests.
-var WriteLull = 100 * time.Millisecond
-
-// Group commit (core/sqlitefile, group.go).
-const (
-	// MaxGroup bounds how many handed-over requests one transaction
-	// takes, so that a committer's hold on the lock stays short.
-	MaxGroup = 64
-	// HandoverWaitPoll is how often a requester whose wait ended checks
-	// for the outcome of a transaction that already holds its request,
-	// and HandoverWaitLimit how long it waits for it at most (a committer
-	// holds the lock and only commits).
-	HandoverWaitPoll  = time.Millisecond
-	HandoverWaitLimit = time.Minute
-)
-
 // The result cache (core/sqlitefile, cache.go).
 const (
-	// PrefetchLimit bounds a program load: a program found to have more
-	// records is read key by key (its loaded rows stay, as single entries).
-	PrefetchLimit = 10000
-	// LoadChunkRows is what one locked operation reads of a program
-	// load: a load goes on over the program's next locked misses, a chunk
-	// each, so that no hold of the lock reads more than this (about a
-	// millisecond, the hold of a few point reads) and neighbours' writes
-	// never wait behind a whole program.
-	LoadChunkRows = 256
 	// DashboardChunkRows is what one read of `tirastore dashboard` takes
-	// of the records table (core/dashboard): half a load's chunk, so that
-	// its hold of the lock stays within a lookup's with room to spare when
-	// a loaded node stretches holds of either kind.
-	DashboardChunkRows = LoadChunkRows / 2
-	// AdmitWindow: a program is loaded on a locked miss only if it was
-	// missed before within this window (a program asked about once reads
-	// one key, not all of them).
-	AdmitWindow = 2 * time.Second
-	// LoadPayback: a load paid if the program answered at least one
-	// lookup from memory per LoadPayback rows loaded before it was
-	// evicted (a locked point read costs about as much as reading some
-	// tens of rows in a load). A program whose load did not pay is read
-	// key by key for AdmitMemory: with a working set larger than the
-	// cache, loads would only evict each other.
-	LoadPayback = 32
-	// AdmitMemory is how long the cache remembers a program's misses and
-	// its last load's payback, and MaxAdmitHistory how many programs it
-	// remembers (when full it forgets them all).
-	AdmitMemory     = time.Minute
-	MaxAdmitHistory = 4096
-	// QuietBeforePrefetch is how long the database must have stayed
-	// unchanged, as seen by a store's locked operations, before it loads
-	// a program: while others write (a commit every few milliseconds
-	// under load) it never does.
-	QuietBeforePrefetch = 20 * time.Millisecond
-	// FollowQuiet: how long after a commit that was not logged a program
-	// is loaded only in a quiet phase: where such commits are frequent
-	// (old Python workers, other nodes), loads would be emptied soon.
-	FollowQuiet = 10 * time.Second
+	// of the records table (core/dashboard), so that its hold of the lock
+	// stays within a few point reads' (about a millisecond) and writers
+	// never wait behind a whole table.
+	DashboardChunkRows = 128
 	// MaxCachedBytes bounds the cache's entries in bytes (an estimate of
 	// each record's memory: records differ a lot in size), as MaxCached
 	// does in number. A process's resident memory grows by up to about
 	// twice it (Go's heap grows to twice its live data before it
 	// collects), in each of a node's tens of processes: 16 MiB holds some
-	// 25,000 records of a few hundred bytes, a program of PrefetchLimit
-	// records with room to spare.
+	// 25,000 records of a few hundred bytes.
 	MaxCachedBytes = 16 << 20
 	// BackupStepPages is what a backup copies per hold of the lock: 1,024
 	// pages (4 MiB with 4 KiB pages), a few milliseconds of copying, the
@@ -175,16 +96,9 @@ const (
 )
 
 // MaxCached bounds the result cache's entries (and, separately, its
-// configs); when full, it evicts the least recently used program's entries,
-// never configs. A variable for tests.
+// configs); when full, it evicts the least recently used entry, never a
+// config. A variable for tests.
 var MaxCached = 1 << 16
-
-// PrefetchMaxPages bounds the database a prefetch may scan when records has
-// no index on program_hash (a database of the original's schema that could
-// not be given one): loading one program then reads the whole table under
-// the lock, so above 4,096 pages (16 MiB with 4 KiB pages) lookups go key
-// by key; a variable for tests.
-var PrefetchMaxPages uint32 = 4096
 
 // The API layer (core).
 const (
@@ -215,12 +129,6 @@ const (
 	// as the map's key, and hashing a source this long again costs less
 	// than a millisecond.
 	MaxRememberedSource = 1 << 20
-	// MaxHandoverSource is the longest source a write hands over to
-	// another writer of its node (group commit): a larger one commits
-	// alone, since the spool would copy it into the node's memory
-	// (/dev/shm) and decode it again in the committer, for a speed-up
-	// that a write of that size does not need.
-	MaxHandoverSource = 1 << 20
 	// ScratchInMemoryMap is the size from which the normalization of a
 	// program source works in memory mapped for it and unmapped at once
 	// (core/keys), not on the Go heap, which would keep the pages until

@@ -682,11 +682,6 @@ def cmd_check(args: argparse.Namespace, out: _Output) -> int:
         else:
             lines += [f"lock            {_holder_text(rep['lock'])}", f"leftover tickets {len(rep['leftover_claims'])}"]
         lines.append(f"stale measurement claims {len(rep['stale_measurement_claims'])}")
-        for f in rep["node_local"]:
-            state = f["problem"] or ("ok" if f["present"] else "absent")
-            if f["entries"]:
-                state += f", {f['entries']} entries"
-            lines.append(f"node-local      {f['role']} {f['path']}: {state}")
         lines += [f"notice          {n}" for n in rep["notices"]]
         lines += [f"repaired        {r}" for r in rep["repaired"]]
         lines += [f"PROBLEM         {p}" for p in rep["problems"]]

@@ -45,9 +45,8 @@ class TiraStoreWarning(RuntimeWarning):
       model or ``SLURM_CPUS_PER_TASK``, so this store can read but not
       write (the original printed this banner to stdout; it is the same
       text);
-    * node-local notices: a file of the node-local speed-ups failed its
-      checks (planted by another user, say) and is not used, or the
-      database directory does not let other users create lock ticket files.
+    * notices: the database directory does not let other users create lock
+      ticket files, or a password file was ignored.
 
     A subclass of :class:`RuntimeWarning`, which the notices were before.
     Python shows it on stderr once per calling line; filter it like any

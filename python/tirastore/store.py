@@ -314,9 +314,8 @@ class TiraStore:
         self._writes_allowed = bool(info["writes_allowed"])
         # Said through warnings (stderr by default, filterable), pointing at
         # the caller's TiraStore(...) line: the CPU-mismatch banner (the
-        # original printed it to stdout) and the notices (a node-local file
-        # that failed its checks, planted by another user, say, so the store
-        # works without the speed-up it serves; a directory others cannot use).
+        # original printed it to stdout) and the notices (a directory others
+        # cannot use, an ignored password file).
         if info["warning"]:
             warnings.warn(info["warning"], TiraStoreWarning, stacklevel=stacklevel)
         for notice in info.get("notices") or ():

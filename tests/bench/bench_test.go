@@ -187,7 +187,7 @@ func TestQuickRun(t *testing.T) {
 	switch d := res.Dashboard; {
 	case d == nil:
 		t.Errorf("dashboard section missing (skipped: %q)", res.Skipped["dashboard"])
-	case d.ReadHold == nil || d.LoadHold == nil || d.ReadHold.N < 2:
+	case d.ReadHold == nil || d.RecordHold == nil || d.ReadHold.N < 2:
 		t.Errorf("dashboard hold rows incomplete: %+v", d)
 	case d.Page == nil && res.Skipped["dashboard/page"] == "":
 		t.Error("dashboard page rows: neither measured nor skipped")

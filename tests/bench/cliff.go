@@ -92,8 +92,8 @@ type cliffRow struct {
 	Ratio    fnum     `json:"thrash_median_per_hit"`
 	Problems string   `json:"problems,omitempty"`
 	// Go only: over the thrash row, the lock's acquisitions and the
-	// cache's counters (sqlitefile.CacheCounters: program loads, chunks
-	// and rows read under the lock, point reads). The row's longest lookup
+	// cache's counters (sqlitefile.CacheCounters: keys read under the
+	// lock, entries evicted). The row's longest lookup
 	// (Thrash.Max) bounds its longest hold of the lock: each lookup takes
 	// the lock at most once, and nobody else uses it.
 	Lock  *lockStats       `json:"lock,omitempty"`
@@ -342,7 +342,7 @@ func cliffGo(db string, steps []step) (*cliffRow, error) {
 // engineLockStats are st's lock counters as the bench keeps them.
 func engineLockStats(st *core.Store) lockStats {
 	c := st.LockStats()
-	return lockStats{Acquired: c.Acquired, Links: c.Links, Breaks: c.Breaks, HeldNS: int64(c.Held), HandedOver: c.HandedOver}
+	return lockStats{Acquired: c.Acquired, Links: c.Links, Breaks: c.Breaks, HeldNS: int64(c.Held)}
 }
 
 // cacheCounters are the counters of st's result cache
@@ -466,7 +466,7 @@ func cliffTargets(res *results) []*target {
 	if r := c.Rows[implEngine]; r != nil && r.Thrash != nil && r.Hit != nil {
 		d := fmt.Sprintf("median %s µs (p90 %s) vs hit %s µs; longest lookup (bounds the hold) %s µs", fmtUS(r.Thrash.Median), fmtUS(r.ThrashP9), fmtUS(r.Hit.Median), fmtUS(r.Thrash.Max))
 		if r.Cache != nil {
-			d += fmt.Sprintf("; under the lock: %d loads, %d chunks, %d rows, %d point reads", r.Cache["Loads"], r.Cache["Chunks"], r.Cache["ChunkRows"], r.Cache["PointReads"])
+			d += fmt.Sprintf("; under the lock: %d point reads, %d evicted", r.Cache["PointReads"], r.Cache["Evicted"])
 		}
 		ts = append(ts, &target{ID: "cliff-lookup/engine-go", Name: "issue 29: lookup median over 4x the result cache / cached hit, engine-go",
 			Value: r.Ratio, Unit: "x", Goal: "report", Detail: d})
@@ -498,20 +498,20 @@ func writeCliff(w io.Writer, res *results) {
 	if c != nil {
 		fmt.Fprintf(w, "   %d programs x %d records (the cache holds %d entries and %d MiB); thrash: random (program, schedule) pairs over all of them;\n", c.Sizes.Programs, c.Sizes.Records, c.CacheBound, c.CacheBytes>>20)
 		fmt.Fprintf(w, "   hit: the same over %d programs. ratio = thrash median / hit median, same process.\n", min(max(cliffHitRecords/c.Sizes.Records, 1), c.Sizes.Programs))
-		t := newTable("ll", "client", "hit median", "thrash median", "thrash p90", "thrash max", "ratio", "lock acq.", "loads", "rows read", "point reads", "failed")
+		t := newTable("ll", "client", "hit median", "thrash median", "thrash p90", "thrash max", "ratio", "lock acq.", "point reads", "evicted", "failed")
 		for _, impl := range []string{implPython, implEngine} {
 			r := c.Rows[impl]
 			if r == nil || r.Hit == nil || r.Thrash == nil {
 				continue
 			}
-			acq, loads, rows, points := "-", "-", "-", "-"
+			acq, points, evicted := "-", "-", "-"
 			if r.Lock != nil {
 				acq = fmt.Sprint(r.Lock.Acquired)
 			}
 			if r.Cache != nil {
-				loads, rows, points = fmt.Sprint(r.Cache["Loads"]), fmt.Sprint(r.Cache["ChunkRows"]), fmt.Sprint(r.Cache["PointReads"])
+				points, evicted = fmt.Sprint(r.Cache["PointReads"]), fmt.Sprint(r.Cache["Evicted"])
 			}
-			t.add(impl, fmtUS(r.Hit.Median), fmtUS(r.Thrash.Median), fmtUS(r.ThrashP9), fmtUS(r.Thrash.Max), fmtX(float64(r.Ratio)), acq, loads, rows, points, r.Problems)
+			t.add(impl, fmtUS(r.Hit.Median), fmtUS(r.Thrash.Median), fmtUS(r.ThrashP9), fmtUS(r.Thrash.Max), fmtX(float64(r.Ratio)), acq, points, evicted, r.Problems)
 		}
 		t.write(w, "  ")
 		if c.Alone != nil && c.Beside != nil {

@@ -31,7 +31,7 @@ import (
 //
 // Per transaction it runs BEGIN IMMEDIATE, one prepared INSERT per record
 // (the program row exists: the preload wrote it), COMMIT. Nothing else: no
-// lock, no program upsert, no change log, no key computation (the keys of
+// lock, no program upsert, no key computation (the keys of
 // its plan are computed before it runs), no JSON (every row carries the
 // result_json, host, user and project of a preloaded row, so the rows are
 // the engine's rows byte for byte but for key, schedule and dates). It is

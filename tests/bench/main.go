@@ -224,10 +224,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.Dash.Starts, "dash-starts", 3, "starts of the dashboard's server timed to the page's first paint")
 	fs.IntVar(&cfg.Dash.Rounds, "dash-rounds", 5, "record_many calls of another process timed until the dashboard's page shows them")
 	fs.IntVar(&cfg.Dash.New, "dash-new", 1000, "records of each of those record_many calls")
-	sections := fs.String("sections", "latency,python,config,claim,ejkernel,syscalls,throughput,postgres,cliff,dashboard,realistic", "sections to run (realistic: Tiramisu-like beam workers measuring for seconds, with each of the backend's switches off; config: the kernel-config cache rows; claim: lookup_or_claim against lookup, from Go and Python; ejkernel: the import cost of the released ejkernel with tirastore's PersistentCache, in the venv of make ejkernel-venv; postgres: a throwaway PostgreSQL cluster beside the SQLite file; cliff: lookups over a working set 4x the result cache, a neighbour's records beside them, and a lookup-heavy process's memory; dashboard: tirastore dashboard on a large database, in headless Chromium, and the holds of its reads against a lookup's)")
+	sections := fs.String("sections", "latency,python,config,claim,ejkernel,syscalls,throughput,postgres,cliff,dashboard,realistic", "sections to run (realistic: Tiramisu-like beam workers measuring for seconds, with a kept and a fresh connection; config: the kernel-config cache rows; claim: lookup_or_claim against lookup, from Go and Python; ejkernel: the import cost of the released ejkernel with tirastore's PersistentCache, in the venv of make ejkernel-venv; postgres: a throwaway PostgreSQL cluster beside the SQLite file; cliff: lookups over a working set 4x the result cache, a neighbour's records beside them, and a lookup-heavy process's memory; dashboard: tirastore dashboard on a large database, in headless Chromium, and the holds of its reads against a lookup's)")
 	tpClients := fs.String("tp-clients", implEngine+","+implBaseline+","+implPython, "clients of the throughput section (issue 29's target needs python and baseline-go)")
 	realProcs := fs.String("realistic-procs", "8,32,64", "worker counts of the realistic section")
-	realNodes := fs.String("realistic-nodes", "1,8", "node counts of the realistic section (workers spread over simulated nodes; n nodes run at P >= 4n)")
 	realDirs := fs.String("realistic-dirs", "", "comma-separated directories of the realistic section, e.g. a FUSE mount of tests/fusebed (default: the bench directory)")
 	fs.IntVar(&cfg.Real.Steps, "realistic-steps", 6, "search steps per beam worker of the realistic section")
 	fs.IntVar(&cfg.Real.Space, "realistic-space", 4000, "schedules of the realistic section's shared candidate space")
@@ -305,9 +304,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if cfg.Real.Procs, err = parseProcs(*realProcs); err != nil {
-		return err
-	}
-	if cfg.Real.Nodes, err = parseProcs(*realNodes); err != nil {
 		return err
 	}
 	for _, d := range strings.Split(*realDirs, ",") {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -31,18 +30,15 @@ import (
 // the same seed in every configuration, so that two configurations differ
 // only by what the store does.
 //
-// Each mechanism that has a switch runs with it off, alone, and all of
-// them off at once, at 8, 32 and 64 workers (-realistic-procs), in every
-// directory of -realistic-dirs (the bench directory by default; a FUSE
-// mount of tests/fusebed for a Lustre-like filesystem). The workers are
-// one node, or are spread over several (-realistic-nodes; a node count n
-// runs at P >= 4n): each node's workers get a node-local directory of their
-// own ($TIRASTORE_NODE_DIR), so that the node queue, the spool and the
-// change log serve each node's processes only, as on a cluster. Beside each
-// one-node realistic run, the micro mix (200 back-to-back operations per
-// worker) runs in the same configuration. The search's figure is its throughput:
-// measurements per minute of the fleet, and the share of the workers' time
-// spent in store calls.
+// The one switch of the backend, the kept connection (with the lock-free
+// result cache it carries) against a fresh connection per operation, runs
+// both ways at 8, 32 and 64 workers (-realistic-procs), in every directory
+// of -realistic-dirs (the bench directory by default; a FUSE mount of
+// tests/fusebed for a Lustre-like filesystem). Beside each realistic run,
+// the micro mix (200 back-to-back operations per worker) runs in the same
+// configuration. The search's figure is its throughput: measurements per
+// minute of the fleet, and the share of the workers' time spent in store
+// calls.
 
 // mechanism is one configuration of the realistic section: the
 // environment its workers run with.
@@ -51,21 +47,16 @@ type mechanism struct {
 	Env  []string `json:"env"`
 }
 
-// mechanisms are the configurations: everything on, each switch off alone,
-// everything off.
+// mechanisms are the configurations: the default first (the base of the
+// report's comparisons), then the switch off.
 var mechanisms = []mechanism{
-	{"all on", nil},
-	{"node queue off", []string{"TIRASTORE_NODE_QUEUE=0"}},
-	{"group commit off", []string{"TIRASTORE_GROUP_COMMIT=0"}},
-	{"change log off", []string{"TIRASTORE_CHANGE_LOG=0"}},
+	{"kept connection", nil},
 	{"fresh connection", []string{"TIRASTORE_CONNECTION=fresh"}},
-	{"all off", []string{"TIRASTORE_NODE_QUEUE=0", "TIRASTORE_GROUP_COMMIT=0", "TIRASTORE_CHANGE_LOG=0", "TIRASTORE_CONNECTION=fresh"}},
 }
 
 // realisticSizes are the section's knobs (flags -realistic-*).
 type realisticSizes struct {
 	Procs      []int
-	Nodes      []int
 	Dirs       []string
 	Steps      int     // search steps per worker
 	Space      int     // schedules of the shared candidate space
@@ -111,7 +102,6 @@ type realRun struct {
 	Dir          string   `json:"dir"`
 	Mechanism    string   `json:"mechanism"`
 	Procs        int      `json:"procs"`
-	Nodes        int      `json:"nodes"`
 	WallS        float64  `json:"wall_s"`
 	Measurements int      `json:"measurements"`
 	PerMinute    float64  `json:"measurements_per_min"`
@@ -215,24 +205,15 @@ func realisticSection(cfg *config, res *results) []*realRun {
 	for _, dir := range dirs {
 		cfg.Dir = dir
 		for _, p := range cfg.Real.Procs {
-			for _, nodes := range cfg.Real.Nodes {
-				if nodes > 1 && p < 4*nodes {
-					continue
-				}
-				// Configurations alternate within a (P, nodes), so that a
-				// drift of the machine weighs on all of them alike.
-				for _, mech := range mechanisms {
-					cfg.WorkerEnv = mech.Env
-					r := realisticRun(cfg, dir, mech.Name, p, nodes)
-					micro := 0.0
-					if nodes == 1 {
-						r.Micro = throughputRun(cfg, implEngine, p, cfg.dbPath(), cfg.fresh)
-						micro = r.Micro.OpsPerS
-					}
-					cfg.logf("realistic %s P=%-2d nodes=%d %-16s %6.1f measurements/min, store %5.2f%%, lookup p99 %.1f ms, lost %d, errors %d%s; micro %7.0f ops/s",
-						dir, p, nodes, mech.Name, r.PerMinute, 100*float64(r.StoreShare), p99ms(r.Lookup), r.Lost, r.Errors, failedNote(r.Failed), micro)
-					out = append(out, r)
-				}
+			// Configurations alternate within a P, so that a drift of
+			// the machine weighs on all of them alike.
+			for _, mech := range mechanisms {
+				cfg.WorkerEnv = mech.Env
+				r := realisticRun(cfg, dir, mech.Name, p)
+				r.Micro = throughputRun(cfg, implEngine, p, cfg.dbPath(), cfg.fresh)
+				cfg.logf("realistic %s P=%-2d %-16s %6.1f measurements/min, store %5.2f%%, lookup p99 %.1f ms, lost %d, errors %d%s; micro %7.0f ops/s",
+					dir, p, mech.Name, r.PerMinute, 100*float64(r.StoreShare), p99ms(r.Lookup), r.Lost, r.Errors, failedNote(r.Failed), r.Micro.OpsPerS)
+				out = append(out, r)
 			}
 		}
 	}
@@ -254,8 +235,8 @@ func failedNote(f string) string {
 }
 
 // realisticRun is one run of P beam workers in cfg's configuration.
-func realisticRun(cfg *config, dir, mech string, procs, nodes int) *realRun {
-	r := &realRun{Dir: dir, Mechanism: mech, Procs: procs, Nodes: nodes}
+func realisticRun(cfg *config, dir, mech string, procs int) *realRun {
+	r := &realRun{Dir: dir, Mechanism: mech, Procs: procs}
 	if err := cfg.fresh(); err != nil {
 		r.Failed = err.Error()
 		return r
@@ -299,14 +280,6 @@ func realisticRun(cfg *config, dir, mech string, procs, nodes int) *realRun {
 			return r
 		}
 		cmd := workerCmd(cfg, spec)
-		if nodes > 1 {
-			node := filepath.Join(cfg.Dir, fmt.Sprintf("node-%d", w%nodes))
-			if err := os.MkdirAll(node, 0o700); err != nil {
-				r.Failed = err.Error()
-				return r
-			}
-			cmd.Env = append(cmd.Env, "TIRASTORE_NODE_DIR="+node)
-		}
 		stdin, _ := cmd.StdinPipe()
 		stdout, _ := cmd.StdoutPipe()
 		stderr := &bytes.Buffer{}
@@ -393,19 +366,19 @@ func writeRealistic(w io.Writer, runs []*realRun) {
 	if len(runs) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\nREALISTIC: beam workers (bursts of lookups, lookup_or_claim, 0.5-5 s measurements), each switch off; micro: the throughput mix\n")
+	fmt.Fprintf(w, "\nREALISTIC: beam workers (bursts of lookups, lookup_or_claim, 0.5-5 s measurements), kept against fresh connection; micro: the throughput mix\n")
 	fmt.Fprintf(w, "   meas/min: the fleet's measurements per minute (same seeds in every configuration); store: share of the workers' time in store calls;\n")
-	fmt.Fprintf(w, "   vs on: the change against \"all on\" at the same P (negative: slower without the mechanism)\n")
-	t := newTable("lrrlrrrrrrrrr", "dir", "P", "nodes", "configuration", "meas/min", "vs on", "store %", "lookup p50", "lookup p99", "claim p99", "record p99",
-		"micro ops/s", "vs on")
+	fmt.Fprintf(w, "   vs kept: the change against the kept connection at the same P (negative: slower without it)\n")
+	t := newTable("lrlrrrrrrrrr", "dir", "P", "configuration", "meas/min", "vs on", "store %", "lookup p50", "lookup p99", "claim p99", "record p99",
+		"micro ops/s", "vs kept")
 	base := map[string]*realRun{}
 	for _, r := range runs {
-		if r.Mechanism == "all on" {
-			base[fmt.Sprint(r.Dir, r.Procs, r.Nodes)] = r
+		if r.Mechanism == mechanisms[0].Name {
+			base[fmt.Sprint(r.Dir, r.Procs)] = r
 		}
 	}
 	for _, r := range runs {
-		b := base[fmt.Sprint(r.Dir, r.Procs, r.Nodes)]
+		b := base[fmt.Sprint(r.Dir, r.Procs)]
 		vs, microVs := "-", "-"
 		if b != nil && b != r && b.PerMinute > 0 {
 			vs = fmt.Sprintf("%+.1f%%", 100*(r.PerMinute/b.PerMinute-1))
@@ -421,7 +394,7 @@ func writeRealistic(w io.Writer, runs []*realRun) {
 		if r.Failed != "" || r.Lost != 0 || r.Errors != 0 {
 			name += " (!)"
 		}
-		t.add(shortDir(r.Dir), fmt.Sprint(r.Procs), fmt.Sprint(r.Nodes), name, fmt.Sprintf("%.1f", r.PerMinute), vs,
+		t.add(shortDir(r.Dir), fmt.Sprint(r.Procs), name, fmt.Sprintf("%.1f", r.PerMinute), vs,
 			fmt.Sprintf("%.2f", 100*float64(r.StoreShare)), msCell(r.Lookup, false), msCell(r.Lookup, true),
 			msCell(r.Claim, true), msCell(r.Record, true), microOps, microVs)
 	}

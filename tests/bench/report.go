@@ -645,7 +645,7 @@ func writeThroughput(w io.Writer, cfg *config, res *results) {
 		return
 	}
 	t := newTable("rl", "P", "client", "ops/s", "vs base", "ready s", "lookup p50", "lookup p99", "p99/base", "p99.9", "mean", "record p50", "record p99", "all p99", "worst op", "CPU µs/op",
-		"fastest", "slowest", "slow/fast", "links/lock", "lock busy", "hold µs", "handed over", "records exp/found", "lost", "failed ops", "timeouts")
+		"fastest", "slowest", "slow/fast", "links/lock", "lock busy", "hold µs", "records exp/found", "lost", "failed ops", "timeouts")
 	for _, p := range cfg.Procs {
 		var b *tpRun
 		for _, x := range res.Throughput[implBaseline] {
@@ -688,7 +688,7 @@ func writeThroughput(w io.Writer, cfg *config, res *results) {
 			}
 			t.add(fmt.Sprint(p), impl, fmt.Sprintf("%.0f", r.OpsPerS), vs, fmtNum(r.ReadyS), lp50, lp99, p99vs, lp999, lmean, rp50, rp99, allp99, fmtNum(r.WorstMS), fmtUS(float64(r.CPUPerOpUS)),
 				fmtNum(r.FastestS), fmtNum(r.SlowestS), fmtNum(float64(r.SlowFast)), fmtNum(float64(r.LinksPerLock)),
-				fmtPct(float64(r.LockBusy)), fmtUS(float64(r.MeanHoldUS)), fmtPct(float64(r.HandedOverPct)/100),
+				fmtPct(float64(r.LockBusy)), fmtUS(float64(r.MeanHoldUS)),
 				fmt.Sprintf("%d/%d", r.Expected, r.Found), fmt.Sprint(r.Lost), fmt.Sprint(r.Errors+r.Wrong), fmt.Sprint(r.Timeouts))
 		}
 	}

@@ -51,9 +51,6 @@ type tpRun struct {
 	// limits throughput. MeanHoldUS is the mean critical section.
 	LockBusy   fnum `json:"lock_busy"`
 	MeanHoldUS fnum `json:"mean_hold_us"`
-	// HandedOverPct is the share of acknowledged records that another
-	// process of the node committed (group commit).
-	HandedOverPct fnum `json:"records_handed_over_pct"`
 
 	Preloaded    int  `json:"preloaded"`
 	Acked        int  `json:"acked_new_records"`
@@ -219,13 +216,12 @@ func aggregate(reps []*tpRun) *tpRun {
 func (r *tpRun) setLockFigures(wallS float64) {
 	if r.Impl == implPython {
 		nan := fnum(math.NaN())
-		r.LinksPerLock, r.LockBusy, r.MeanHoldUS, r.HandedOverPct = nan, nan, nan, nan
+		r.LinksPerLock, r.LockBusy, r.MeanHoldUS = nan, nan, nan
 		return
 	}
 	r.LinksPerLock = fnum(ratio(float64(r.Lock.Links), float64(r.Lock.Acquired)))
 	r.LockBusy = fnum(ratio(float64(r.Lock.HeldNS)/1e9, wallS))
 	r.MeanHoldUS = fnum(ratio(float64(r.Lock.HeldNS)/1e3, float64(r.Lock.Acquired)))
-	r.HandedOverPct = fnum(100 * ratio(float64(r.Lock.HandedOver), float64(r.Acked)))
 }
 
 // median of a few values (the mean of the middle two for an even count).

@@ -72,14 +72,10 @@ type lockStats struct {
 	Links    int64 `json:"links"`
 	Breaks   int64 `json:"breaks"`
 	HeldNS   int64 `json:"held_ns"` // total time held
-	// HandedOver: writes that another process of the node committed
-	// (group commit; the engine only), not counted in Acquired.
-	HandedOver int64 `json:"handed_over"`
 }
 
 func (a lockStats) sub(b lockStats) lockStats {
-	return lockStats{a.Acquired - b.Acquired, a.Links - b.Links, a.Breaks - b.Breaks, a.HeldNS - b.HeldNS,
-		a.HandedOver - b.HandedOver}
+	return lockStats{a.Acquired - b.Acquired, a.Links - b.Links, a.Breaks - b.Breaks, a.HeldNS - b.HeldNS}
 }
 
 // add sums b into a.
@@ -88,7 +84,6 @@ func (a *lockStats) add(b lockStats) {
 	a.Links += b.Links
 	a.Breaks += b.Breaks
 	a.HeldNS += b.HeldNS
-	a.HandedOver += b.HandedOver
 }
 
 // client is what the benchmark does with a store, implemented by the
@@ -156,7 +151,7 @@ func (c *engineClient) RecordMany(scheds []string, overwrite bool) (int, error) 
 
 func (c *engineClient) LockStats() lockStats {
 	s := c.st.LockStats()
-	return lockStats{Acquired: s.Acquired, Links: s.Links, Breaks: s.Breaks, HeldNS: int64(s.Held), HandedOver: s.HandedOver}
+	return lockStats{Acquired: s.Acquired, Links: s.Links, Breaks: s.Breaks, HeldNS: int64(s.Held)}
 }
 
 func (c *engineClient) Close() error { return c.st.Close() }

@@ -20,7 +20,6 @@ import (
 
 	"github.com/tirastore/tirastore/core/internal/pytest"
 	"github.com/tirastore/tirastore/core/liveness"
-	"github.com/tirastore/tirastore/core/sqlitefile/internal/queuechild"
 )
 
 // goRecord is the record a Go holder with the given identity would write.
@@ -112,7 +111,7 @@ func TestTwoBreakersFreshLockSurvives(t *testing.T) {
 			path, opt := newTestLock(t)
 			writeLockFile(t, path, holderJSON("deadnode", 1, unixSeconds(time.Now())-10000))
 			opt.Hostname = "breakerB"
-			b := newLock(t, path, opt)
+			b := New(path, opt)
 			_, judged, err := readHolder(path)
 			if err != nil {
 				t.Fatal(err)
@@ -130,7 +129,7 @@ func TestTwoBreakersFreshLockSurvives(t *testing.T) {
 			}
 			<-p.paused
 			opt.Hostname = "breakerA"
-			a := newLock(t, path, opt)
+			a := New(path, opt)
 			if err := a.Acquire(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -182,14 +181,14 @@ func TestBreakerRecheckSeesReplacement(t *testing.T) {
 	path, opt := newTestLock(t)
 	writeLockFile(t, path, holderJSON("deadnode", 1, 1))
 	opt.Timeout = 200 * time.Millisecond
-	b := newLock(t, path, opt)
+	b := New(path, opt)
 	p := newPauser(b)
 	setHook(t, &testHookBeforeCheck, p.hook)
 	errc := make(chan error, 1)
 	go func() { errc <- b.Acquire(context.Background()) }()
 	<-p.paused
 	opt.Hostname = "fresh"
-	a := newLock(t, path, opt)
+	a := New(path, opt)
 	if err := a.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +216,7 @@ func TestPutBackLosesToNewcomer(t *testing.T) {
 	path, opt := newTestLock(t)
 	writeLockFile(t, path, holderJSON("deadnode", 1, 1))
 	_, judged, _ := readHolder(path)
-	b := newLock(t, path, opt)
+	b := New(path, opt)
 	p1, p2 := newPauser(b), newPauser(b)
 	setHook(t, &testHookBeforeRename, p1.hook)
 	setHook(t, &testHookBeforePutBack, p2.hook)
@@ -225,14 +224,14 @@ func TestPutBackLosesToNewcomer(t *testing.T) {
 	go func() { res <- b.breakLock(judged) }()
 	<-p1.paused
 	opt.Hostname = "fresh"
-	fresh := newLock(t, path, opt)
+	fresh := New(path, opt)
 	if err := fresh.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	close(p1.resumed)
 	<-p2.paused // fresh's lock is now aside: the lock path is free
 	opt.Hostname = "newcomer"
-	newcomer := newLock(t, path, opt)
+	newcomer := New(path, opt)
 	if err := newcomer.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -264,11 +263,11 @@ func TestBreakerPutsBackHeartbeatedLock(t *testing.T) {
 	path, opt := newTestLock(t)
 	opt.HeartbeatInterval = 100 * time.Millisecond
 	opt.Hostname = "holder"
-	h := newLock(t, path, opt)
+	h := New(path, opt)
 	if err := h.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	b := newLock(t, path, Options{Hostname: "breaker"})
+	b := New(path, Options{Hostname: "breaker"})
 	var judged lockState
 	confirmed := func() int64 {
 		h.mu.Lock()
@@ -320,7 +319,7 @@ func TestSkewedRemoteHeartbeatingHolderNotBroken(t *testing.T) {
 	opt.StaleTimeout = 2 * time.Second // generous: a stalled fsync must not fake a dead holder
 	opt.Hostname = "farnode"
 	opt.HeartbeatInterval = 20 * time.Millisecond
-	holder := newLock(t, path, opt)
+	holder := New(path, opt)
 	holder.clock = func() time.Time { return time.Now().Add(-3 * time.Hour) }
 	if err := holder.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
@@ -332,7 +331,7 @@ func TestSkewedRemoteHeartbeatingHolderNotBroken(t *testing.T) {
 	opt.Hostname = "here"
 	opt.HeartbeatInterval = -1
 	opt.Timeout = 3 * time.Second // 1.5 x StaleTimeout
-	w := newLock(t, path, opt)
+	w := New(path, opt)
 	te := mustTimeout(t, w, "skewed heartbeating holder")
 	if te.Holder == nil || te.Holder.Hostname != "farnode" || te.Unchanged >= opt.StaleTimeout {
 		t.Errorf("timeout error %v", te)
@@ -353,7 +352,7 @@ func TestUnchangedLockBrokenWhateverItsTimestamp(t *testing.T) {
 	writeLockFile(t, path, holderJSON("aheadnode", 7, unixSeconds(time.Now())+3600))
 	opt.StaleTimeout = time.Second
 	opt.Timeout = 100 * time.Millisecond
-	w := newLock(t, path, opt)
+	w := New(path, opt)
 	first := time.Now()
 	te := mustTimeout(t, w, "young unchanged lock")
 	if te.Unchanged <= 0 || te.Unchanged >= opt.StaleTimeout {
@@ -382,7 +381,7 @@ func TestOldTimestampOfHeartbeatingRecordNeedsGrace(t *testing.T) {
 	opt.Timeout = 200 * time.Millisecond
 
 	writeLockFile(t, path, holderJSON("pynode", 7, old))
-	w := newLock(t, path, opt)
+	w := New(path, opt)
 	if err := w.Acquire(context.Background()); err != nil {
 		t.Fatalf("old Python record not broken at once: %v", err)
 	}
@@ -391,7 +390,7 @@ func TestOldTimestampOfHeartbeatingRecordNeedsGrace(t *testing.T) {
 	every := 100 * time.Millisecond
 	grace := heartbeatGrace(every, opt.StaleTimeout)
 	writeLockFile(t, path, goRecord(t, "gonode", 7, old, liveness.Process{}, every))
-	w = newLock(t, path, opt)
+	w = New(path, opt)
 	first := time.Now()
 	mustTimeout(t, w, "old heartbeating record before its grace")
 	w.opt.Timeout = 20 * time.Second // well under StaleTimeout
@@ -414,7 +413,7 @@ func TestLockHolderChild(t *testing.T) {
 	if dir == "" {
 		t.Skip("helper for TestDeadHolderBrokenAtOnce")
 	}
-	l := newLock(t, filepath.Join(dir, "cache.db.lock"), Options{})
+	l := New(filepath.Join(dir, "cache.db.lock"), Options{})
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +428,7 @@ func TestDeadHolderBrokenAtOnce(t *testing.T) {
 	if liveness.Self().BootID == "" || liveness.Self().PIDNS == 0 {
 		t.Skip("no /proc identity on this system: no dead-holder rule")
 	}
-	dir := queuechild.PhysTempDir(t)
+	dir := physTempDir(t)
 	path := filepath.Join(dir, "cache.db.lock")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestLockHolderChild$", "-test.count=1")
 	cmd.Env = append(os.Environ(), envHoldDir+"="+dir)
@@ -446,7 +445,7 @@ func TestDeadHolderBrokenAtOnce(t *testing.T) {
 		t.Fatalf("child said %q", line)
 	}
 	opt := Options{StaleTimeout: time.Hour, Timeout: 200 * time.Millisecond, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
-	w := newLock(t, path, opt)
+	w := New(path, opt)
 	if te := mustTimeout(t, w, "live holder"); te.Holder == nil || te.Holder.PID != cmd.Process.Pid {
 		t.Fatalf("timeout names %+v, want pid %d", te.Holder, cmd.Process.Pid)
 	}
@@ -479,9 +478,9 @@ func TestSweepSparesWhatItCannotProveDead(t *testing.T) {
 	if liveness.Self().BootID == "" || liveness.Self().PIDNS == 0 {
 		t.Skip("no /proc identity on this system")
 	}
-	dir := queuechild.PhysTempDir(t)
+	dir := physTempDir(t)
 	path := filepath.Join(dir, "cache.db.lock")
-	l := newLock(t, path, Options{Hostname: "h1"})
+	l := New(path, Options{Hostname: "h1"})
 	dead := exec.Command("true")
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
@@ -556,7 +555,7 @@ func TestDeadHolderRule(t *testing.T) {
 			opt.StaleTimeout = time.Hour
 			opt.Timeout = 100 * time.Millisecond
 			writeLockFile(t, path, c.record)
-			w := newLock(t, path, opt)
+			w := New(path, opt)
 			err := w.Acquire(context.Background())
 			if c.dead {
 				if err != nil {
@@ -628,7 +627,7 @@ func TestHeartbeatRewritesInPlace(t *testing.T) {
 	pytest.Python(t)
 	path, opt := newTestLock(t)
 	opt.HeartbeatInterval = 2 * time.Millisecond
-	l := newLock(t, path, opt)
+	l := New(path, opt)
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -756,7 +755,7 @@ func TestHeartbeatKeepsPythonWaiterAway(t *testing.T) {
 	for _, hb := range []time.Duration{50 * time.Millisecond, -1} {
 		path, opt := newTestLock(t)
 		opt.HeartbeatInterval = hb
-		l := newLock(t, path, opt)
+		l := New(path, opt)
 		if err := l.Acquire(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -805,7 +804,7 @@ func TestReleaseStopsHeartbeat(t *testing.T) {
 	t.Parallel()
 	path, opt := newTestLock(t)
 	opt.HeartbeatInterval = time.Millisecond
-	l := newLock(t, path, opt)
+	l := New(path, opt)
 	var first *heartbeat
 	for i := 0; i < 20; i++ {
 		if err := l.Acquire(context.Background()); err != nil {
@@ -851,7 +850,7 @@ func TestReleaseStopsHeartbeat(t *testing.T) {
 
 func TestAsideName(t *testing.T) {
 	t.Parallel()
-	dir := queuechild.PhysTempDir(t)
+	dir := physTempDir(t)
 	short := asideName(filepath.Join(dir, "cache.db.lock"), "node1")
 	if !strings.HasPrefix(filepath.Base(short), "cache.db.lock.stale.node1."+strconv.Itoa(os.Getpid())+".") {
 		t.Errorf("aside name %q", short)
@@ -863,7 +862,7 @@ func TestAsideName(t *testing.T) {
 		t.Fatalf("aside name of %d bytes: %q", n, a)
 	}
 	// And a lock with such a name can be broken.
-	l := newLock(t, long, Options{Hostname: strings.Repeat("h", 64), Timeout: 5 * time.Second})
+	l := New(long, Options{Hostname: strings.Repeat("h", 64), Timeout: 5 * time.Second})
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatalf("stale lock with a long name not broken: %v", err)
 	}
@@ -895,7 +894,7 @@ func pausedBreaker(t *testing.T, path string, opt Options, hook *func(*Lock)) (b
 		t.Fatal(err)
 	}
 	opt.Hostname = "breakerB"
-	b = newLock(t, path, opt)
+	b = New(path, opt)
 	p = newPauser(b)
 	setHook(t, hook, p.hook)
 	r := make(chan bool, 1)
@@ -923,7 +922,7 @@ func TestBreakLockSerializesBreakers(t *testing.T) {
 			b, p, judged, res := pausedBreaker(t, path, opt, &testHookBeforeRename)
 			opt.Hostname = "breakerA"
 			opt.Timeout = 300 * time.Millisecond
-			a := newLock(t, path, opt)
+			a := New(path, opt)
 			aErr := a.Acquire(context.Background())
 			if withBreakLock {
 				var te *TimeoutError
@@ -1015,7 +1014,7 @@ func TestAbandonedBreakLock(t *testing.T) {
 			if !tc.needsID {
 				o := opt
 				o.StaleTimeout, o.Timeout = time.Hour, 200*time.Millisecond
-				w := newLock(t, path, o)
+				w := New(path, o)
 				mustTimeout(t, w, "break lock within its grace")
 				w.Close()
 				if _, err := os.Lstat(path + BreakSuffix); err != nil {
@@ -1023,7 +1022,7 @@ func TestAbandonedBreakLock(t *testing.T) {
 				}
 			}
 			opt.Timeout = 10 * time.Second
-			w := newLock(t, path, opt)
+			w := New(path, opt)
 			if err := w.Acquire(context.Background()); err != nil {
 				t.Fatalf("abandoned break lock not removed: %v", err)
 			}
@@ -1045,7 +1044,7 @@ func TestBreakerOvertakenBeforeBreakLock(t *testing.T) {
 	dir := filepath.Dir(path)
 	b, p, _, res := pausedBreaker(t, path, opt, &testHookBeforeBreakLock)
 	opt.Hostname = "breakerA"
-	a := newLock(t, path, opt)
+	a := New(path, opt)
 	if err := a.Acquire(context.Background()); err != nil {
 		t.Fatalf("A: %v", err)
 	}
@@ -1073,9 +1072,9 @@ func TestBreakerOvertakenBeforeBreakLock(t *testing.T) {
 // file with a second link (a lock, a break lock) stay.
 func TestSweepRemovesProvablyOldLeftovers(t *testing.T) {
 	t.Parallel()
-	dir := queuechild.PhysTempDir(t)
+	dir := physTempDir(t)
 	path := filepath.Join(dir, "cache.db.lock")
-	l := newLock(t, path, Options{Hostname: "h1", StaleTimeout: 300 * time.Millisecond})
+	l := New(path, Options{Hostname: "h1", StaleTimeout: 300 * time.Millisecond})
 	old := map[string]string{
 		".lock_h2_7_otherhost":           `{"hostname": "h2", "pid": 7, "timestamp": 1.0}`,
 		".lock_h1_8_python":              `{"hostname": "h1", "pid": 8, "timestamp": 1.0}`,

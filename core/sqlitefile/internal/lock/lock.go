@@ -12,9 +12,8 @@
 // clock skew cannot break a live Go holder; dead holders on the same host
 // broken at once; breaking by rename-and-verify under a break lock, so that
 // a breaker only ever removes the very file it judged abandoned; a tenure
-// that fences a holder stalled past its waiters' patience (tenure.go); and,
-// if the caller gives one (Options.Queue), the node's FIFO queue in front
-// of the file protocol (internal/nodequeue). The protocol step by step, the
+// that fences a holder stalled past its waiters' patience (tenure.go). The
+// protocol step by step, the
 // argument for each guarantee and the remaining holes are in
 // docs/lock-protocol.md.
 package lock
@@ -33,7 +32,6 @@ import (
 	"github.com/tirastore/tirastore/core/internal/wait"
 	"github.com/tirastore/tirastore/core/liveness"
 	"github.com/tirastore/tirastore/core/sqlitefile/internal/mono"
-	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodequeue"
 	"github.com/tirastore/tirastore/core/storage"
 	"github.com/tirastore/tirastore/core/tuning"
 )
@@ -73,12 +71,6 @@ type Options struct {
 	// Fence, if set, receives the holder's tenure (tenure.go): the deadline
 	// until which it may write without confirming the lock again.
 	Fence Fence
-	// Queue, if set, is this node's queue for the lock (internal/nodequeue),
-	// in which Acquire waits before it runs the file protocol, so that one
-	// process per node polls; nil: no queue, the lock is polled as from
-	// another node. It belongs to the caller, who opens it
-	// (nodequeue.Open) and closes it after Close; it serves this Lock only.
-	Queue *nodequeue.Queue
 }
 
 // Lock is the hard-link lock on one lock path. One Lock is meant to be shared
@@ -91,9 +83,6 @@ type Lock struct {
 	clock func() time.Time
 
 	sem chan struct{} // in-process mutex; a channel so waiting honours ctx
-	// gated: the current holder holds its place at the head of the node
-	// queue (Options.Queue). Owned by the sem holder.
-	gated bool
 
 	mu        sync.Mutex // guards ticket, heldSince, confirmedAt and lost, and the ticket's record while held
 	ticket    *ticket    // non-nil while held
@@ -107,10 +96,8 @@ type Lock struct {
 
 	// own is this process's ticket file, created by the first Acquire and
 	// reused by every later one until Close; it belongs to whoever holds
-	// sem, and so does queue, the node queue in front of the file protocol
-	// (Options.Queue; nil: none).
-	own   *ticket
-	queue *nodequeue.Queue
+	// sem.
+	own *ticket
 
 	// The rest belongs to whoever holds sem (the one goroutine running
 	// acquireFile).
@@ -139,11 +126,6 @@ type stats struct {
 	displaced atomic.Int64 // ... of which the lock path had been taken meanwhile
 	swept     atomic.Int64 // dead processes' tickets removed by sweepTickets
 	heldNS    atomic.Int64 // total time held, Acquire's return to Release
-	writes    atomic.Int64 // AcquireWrite successes
-	// handedOver counts AcquireWriteHandover calls that another process did.
-	handedOver atomic.Int64
-	// bypassed counts acquisitions that left a stalled node queue.
-	bypassed atomic.Int64
 }
 
 // Counters is a snapshot of a Lock's counters. Links per Acquired is how hard
@@ -157,8 +139,7 @@ type Counters = storage.LockCounters
 // Counters returns the counters since New; safe to call at any time.
 func (l *Lock) Counters() Counters {
 	return Counters{Acquired: l.stats.acquired.Load(), Links: l.stats.links.Load(), Breaks: l.stats.breaks.Load(),
-		Held: time.Duration(l.stats.heldNS.Load()), Writes: l.stats.writes.Load(),
-		HandedOver: l.stats.handedOver.Load(), Bypassed: l.stats.bypassed.Load()}
+		Held: time.Duration(l.stats.heldNS.Load())}
 }
 
 // New returns a Lock for lockPath (normally PathFor(dbPath)); nothing is
@@ -196,7 +177,7 @@ func New(lockPath string, opt Options) *Lock {
 		rec.every = opt.HeartbeatInterval
 	}
 	return &Lock{path: lockPath, opt: opt, rec: rec, clock: time.Now, sem: make(chan struct{}, 1),
-		tenure: tenureFor(opt, rec.every), queue: opt.Queue}
+		tenure: tenureFor(opt, rec.every)}
 }
 
 // Path returns the lock file path, for messages.
@@ -210,25 +191,7 @@ func (l *Lock) StaleTimeout() time.Duration { return l.opt.StaleTimeout }
 // I/O failures that retrying will not fix, such as a missing directory.
 // Like sync.Mutex it is not reentrant: a goroutine that already holds the
 // lock and calls Acquire again waits for itself until Timeout.
-func (l *Lock) Acquire(ctx context.Context) error { return l.acquire(ctx, false, nil) }
-
-// AcquireWrite is Acquire for an operation that will write: in the node
-// queue it waits in the writers' lane first (internal/nodequeue), so that reads
-// do not queue behind several writes. The lock it takes is the same.
-func (l *Lock) AcquireWrite(ctx context.Context) error { return l.acquire(ctx, true, nil) }
-
-// AcquireWriteHandover is AcquireWrite for a write that can be handed over
-// (h, see nodequeue.Handover): when other writes of this node are ahead, it
-// is published, and if one of them does it meanwhile, AcquireWriteHandover
-// returns nodequeue.ErrHandedOver without taking the lock. Without the node
-// queue h is not called. If the queue fails after h.Publish (it falls back
-// to polling), the lock is taken as by AcquireWrite, and the caller must
-// look under the lock whether its published write was done.
-func (l *Lock) AcquireWriteHandover(ctx context.Context, h nodequeue.Handover) error {
-	return l.acquire(ctx, true, h)
-}
-
-func (l *Lock) acquire(ctx context.Context, write bool, h nodequeue.Handover) error {
+func (l *Lock) Acquire(ctx context.Context) error {
 	start := time.Now()
 	var deadline time.Time
 	if l.opt.Timeout > 0 {
@@ -240,34 +203,8 @@ func (l *Lock) acquire(ctx context.Context, write bool, h nodequeue.Handover) er
 	if err := l.lockLocal(ctx, start, deadline); err != nil {
 		return err
 	}
-	if l.queue != nil {
-		switch err := l.queue.Lock(ctx, deadline, write, h, l.stallCheck()); {
-		case err == nil:
-			l.gated = true
-		case errors.Is(err, nodequeue.ErrHandedOver):
-			l.stats.handedOver.Add(1)
-			<-l.sem
-			return err
-		case errors.Is(err, nodequeue.ErrTimeout):
-			<-l.sem
-			h, _ := ReadHolder(l.path)
-			return &TimeoutError{Path: l.path, Holder: h, Waited: time.Since(start), now: l.clock(),
-				Queue: l.queue.Holder()}
-		case errors.Is(err, nodequeue.ErrStalled):
-			l.stats.bypassed.Add(1) // the line does not move: go around it
-		case errors.Is(err, nodequeue.ErrUnavailable):
-			// e.g. EDEADLK: proceed without the queue; it only orders.
-		default:
-			<-l.sem
-			return err
-		}
-	}
 	c, wrote, err := l.acquireFile(ctx, start, deadline)
 	if err != nil {
-		if l.gated {
-			l.gated = false
-			l.queue.Unlock()
-		}
 		<-l.sem
 		return err
 	}
@@ -277,9 +214,6 @@ func (l *Lock) acquire(ctx context.Context, write bool, h nodequeue.Handover) er
 	if !l.swept {
 		l.swept = true
 		l.sweepTickets()
-	}
-	if write {
-		l.stats.writes.Add(1)
 	}
 	l.mu.Lock()
 	l.ticket, l.heldSince = c, time.Now()
@@ -316,11 +250,6 @@ func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (*tic
 	if err != nil {
 		return nil, 0, err
 	}
-	if l.gated {
-		if err := l.queue.YieldIfDue(ctx, l.opt.MaxBackoff); err != nil {
-			return nil, 0, err
-		}
-	}
 	var (
 		last      *Holder
 		readErr   error
@@ -333,9 +262,6 @@ func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (*tic
 			return nil, 0, err
 		}
 		wrote := mono.Now()
-		if l.gated {
-			l.queue.NoteProgress()
-		}
 		if err := c.write(l.clock()); err != nil {
 			return nil, 0, err
 		}
@@ -356,15 +282,7 @@ func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (*tic
 		if held {
 			l.stats.acquired.Add(1)
 			l.seen.valid = false
-			if l.gated {
-				l.queue.NoteAcquired()
-			}
 			return c, wrote, nil
-		}
-		if l.gated {
-			// The holder is not queued with us: another node (or a
-			// process that does not use the queue) wants the lock too.
-			l.queue.NoteForeign()
 		}
 		retryNow := false
 		h, st, rerr := readHolder(l.path)
@@ -394,7 +312,7 @@ func (l *Lock) acquireFile(ctx context.Context, start, deadline time.Time) (*tic
 			continue
 		}
 		quick = 0
-		d := l.backoff(attempt, l.gated)
+		d := l.backoff(attempt)
 		if !deadline.IsZero() {
 			d = min(d, deadline.Sub(now))
 		}
@@ -418,14 +336,9 @@ func (l *Lock) ownTicket() (*ticket, error) {
 }
 
 // backoff is "full jitter": uniform in [0, min(MaxBackoff, MinBackoff*2^n)],
-// so that 64 waiters spread out instead of retrying in lockstep. The head of
-// a node's queue polls for the whole node, so it polls at least every
-// tuning.QueuedMaxBackoff: one poller per node, not one per process.
-func (l *Lock) backoff(attempt int, gated bool) time.Duration {
+// so that 64 waiters spread out instead of retrying in lockstep.
+func (l *Lock) backoff(attempt int) time.Duration {
 	ceil := l.opt.MaxBackoff
-	if gated {
-		ceil = min(ceil, tuning.QueuedMaxBackoff)
-	}
 	if attempt < 30 {
 		if d := l.opt.MinBackoff << attempt; d > 0 && d < ceil {
 			ceil = d
@@ -493,10 +406,6 @@ func (l *Lock) Release() error {
 	}
 	defer func() {
 		l.stats.heldNS.Add(int64(time.Since(since)))
-		if l.gated {
-			l.gated = false
-			l.queue.Unlock()
-		}
 		<-l.sem
 	}()
 	// Unlink the lock path only if it is still our inode. This must look
@@ -528,8 +437,7 @@ func (l *Lock) Release() error {
 // Close removes this Lock's ticket file and closes its descriptors. The Lock
 // must not be held; a later Acquire starts over with a new ticket. Processes
 // that exit without Close leave their ticket behind: sweepTickets removes it
-// at the next Acquire of a process on the same host. The node queue
-// (Options.Queue) is the caller's to close, after Close.
+// at the next Acquire of a process on the same host.
 func (l *Lock) Close() error {
 	l.sem <- struct{}{}
 	defer func() { <-l.sem }()
@@ -573,10 +481,6 @@ type TimeoutError struct {
 	// BreakErr why it was judged abandoned but could not be removed: both
 	// typically "permission denied" for another user's lock.
 	ReadErr, BreakErr error
-	// Queue is the pid of the process of this node that was ahead of us in
-	// the node-local queue when we gave up waiting there (0 if we got
-	// through it, or if unknown).
-	Queue int
 
 	now time.Time // wall clock when it was made; zero: time.Now()
 }
@@ -585,9 +489,6 @@ type TimeoutError struct {
 // timestamp, and how long the lock had not changed.
 func (e *TimeoutError) Error() string {
 	s := fmt.Sprintf("timed out after %.1fs waiting for lock %s", e.Waited.Seconds(), e.Path)
-	if e.Queue > 0 {
-		s += fmt.Sprintf(" (queued behind pid %d of this host, which waits for or holds the lock)", e.Queue)
-	}
 	if e.Holder == nil {
 		if e.ReadErr != nil && isParseError(e.ReadErr) {
 			// Waiters never break it; the store's error adds what does

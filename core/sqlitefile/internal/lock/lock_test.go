@@ -16,17 +16,13 @@ import (
 
 	"github.com/tirastore/tirastore/core/internal/pytest"
 	"github.com/tirastore/tirastore/core/liveness"
-	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodequeue"
-	"github.com/tirastore/tirastore/core/sqlitefile/internal/queuechild"
-	"github.com/tirastore/tirastore/core/tuning"
 )
 
 // newTestLock returns a lock path in a fresh directory and fast options.
 func newTestLock(t *testing.T) (string, Options) {
 	t.Helper()
-	dir := queuechild.PhysTempDir(t)
+	dir := physTempDir(t)
 	path := filepath.Join(dir, "cache.db.lock")
-	t.Cleanup(func() { os.Remove(nodequeue.File(path)) })
 	return path, Options{MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
 }
 
@@ -71,7 +67,7 @@ func holderJSON(host string, pid int, ts float64) string {
 func TestAcquireRelease(t *testing.T) {
 	t.Parallel()
 	path, opt := newTestLock(t)
-	l := newLock(t, path, opt)
+	l := New(path, opt)
 	for i := 0; i < 3; i++ {
 		if err := l.Acquire(context.Background()); err != nil {
 			t.Fatal(err)
@@ -121,7 +117,7 @@ func TestAcquireRelease(t *testing.T) {
 func TestStatsHeld(t *testing.T) {
 	t.Parallel()
 	path, opt := newTestLock(t)
-	l := newLock(t, path, opt)
+	l := New(path, opt)
 	defer l.Close()
 	if h := l.Counters().Held; h != 0 {
 		t.Fatalf("Held before any Acquire = %v", h)
@@ -156,7 +152,7 @@ func TestTicketNameModeAndContent(t *testing.T) {
 	t.Parallel()
 	path, opt := newTestLock(t)
 	opt.Hostname = "node042"
-	l := newLock(t, path, opt)
+	l := New(path, opt)
 	before := unixSeconds(time.Now())
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
@@ -246,7 +242,7 @@ func TestContentMatchesPythonJSON(t *testing.T) {
 	}
 	// A live lock file too.
 	path, opt := newTestLock(t)
-	l := newLock(t, path, opt)
+	l := New(path, opt)
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -311,14 +307,14 @@ func TestTimeoutErrorText(t *testing.T) {
 func TestTimeoutWhileHeldByOther(t *testing.T) {
 	t.Parallel()
 	path, opt := newTestLock(t)
-	a := newLock(t, path, opt)
+	a := New(path, opt)
 	if err := a.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	defer a.Release()
 	opt.Timeout = 150 * time.Millisecond
 	opt.Hostname = "other"
-	b := newLock(t, path, opt)
+	b := New(path, opt)
 	start := time.Now()
 	err := b.Acquire(context.Background())
 	var te *TimeoutError
@@ -348,14 +344,14 @@ func TestTimeoutWhileHeldByOther(t *testing.T) {
 func TestContextCancel(t *testing.T) {
 	t.Parallel()
 	path, opt := newTestLock(t)
-	a := newLock(t, path, opt)
+	a := New(path, opt)
 	if err := a.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	defer a.Release()
 	// Long backoff: cancellation must not wait for it.
 	opt.MinBackoff, opt.MaxBackoff = 30*time.Second, 60*time.Second
-	b := newLock(t, path, opt)
+	b := New(path, opt)
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)
 	start := time.Now()
@@ -391,7 +387,7 @@ func TestInProcessWait(t *testing.T) {
 	t.Parallel()
 	path, opt := newTestLock(t)
 	opt.Timeout = 100 * time.Millisecond
-	l := newLock(t, path, opt)
+	l := New(path, opt)
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -608,7 +604,7 @@ func TestReleaseKeepsForeignLock(t *testing.T) {
 func TestBreakLockChecksInode(t *testing.T) {
 	t.Parallel()
 	path, opt := newTestLock(t)
-	l := newLock(t, path, opt)
+	l := New(path, opt)
 	old := holderJSON("old", 1, 1)
 	writeLockFile(t, path, old)
 	_, st, err := readHolder(path)
@@ -667,7 +663,7 @@ func TestLinkCountMeansHeld(t *testing.T) {
 
 func TestAcquireErrors(t *testing.T) {
 	t.Parallel()
-	l := newLock(t, filepath.Join(t.TempDir(), "no", "such", "dir", "x.db.lock"), Options{Timeout: time.Second})
+	l := New(filepath.Join(t.TempDir(), "no", "such", "dir", "x.db.lock"), Options{Timeout: time.Second})
 	err := l.Acquire(context.Background())
 	var te *TimeoutError
 	if err == nil || errors.As(err, &te) || !errors.Is(err, os.ErrNotExist) {
@@ -675,7 +671,7 @@ func TestAcquireErrors(t *testing.T) {
 	}
 	// The in-process mutex must have been released.
 	dir := t.TempDir()
-	l = newLock(t, filepath.Join(dir, "x.db.lock"), Options{})
+	l = New(filepath.Join(dir, "x.db.lock"), Options{})
 	if err := os.Chmod(dir, 0o500); err != nil {
 		t.Fatal(err)
 	}
@@ -695,15 +691,10 @@ func TestBackoffBounds(t *testing.T) {
 	t.Parallel()
 	l := New("/x", Options{MinBackoff: time.Millisecond, MaxBackoff: 300 * time.Millisecond})
 	for attempt := 0; attempt < 100; attempt++ {
-		for _, gated := range []bool{false, true} {
-			ceil := min(300*time.Millisecond, time.Millisecond<<min(attempt, 20))
-			if gated {
-				ceil = min(ceil, tuning.QueuedMaxBackoff)
-			}
-			for i := 0; i < 50; i++ {
-				if d := l.backoff(attempt, gated); d < 0 || d > ceil {
-					t.Fatalf("backoff(%d, gated %v) = %v, want [0, %v]", attempt, gated, d, ceil)
-				}
+		ceil := min(300*time.Millisecond, time.Millisecond<<min(attempt, 20))
+		for i := 0; i < 50; i++ {
+			if d := l.backoff(attempt); d < 0 || d > ceil {
+				t.Fatalf("backoff(%d) = %v, want [0, %v]", attempt, d, ceil)
 			}
 		}
 	}
@@ -743,7 +734,7 @@ func TestDefaults(t *testing.T) {
 type tracker []*Lock
 
 func (tr *tracker) New(t testing.TB, path string, opt Options) *Lock {
-	l := newLock(t, path, opt)
+	l := New(path, opt)
 	*tr = append(*tr, l)
 	return l
 }

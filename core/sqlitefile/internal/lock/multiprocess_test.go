@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/internal/pytest"
-	"github.com/tirastore/tirastore/core/sqlitefile/internal/queuechild"
 )
 
 // Environment of the child processes started by runChildren.
@@ -53,7 +52,7 @@ func TestLockChildProcess(t *testing.T) {
 	if withStats {
 		opt = Options{Timeout: 5 * time.Minute} // production backoff
 	}
-	l := newLock(t, filepath.Join(dir, "cache.db.lock"), opt)
+	l := New(filepath.Join(dir, "cache.db.lock"), opt)
 	var st childStats
 	if withStats {
 		// Start together: report ready, wait for the parent's "go".
@@ -204,7 +203,7 @@ func TestMultiProcessMutualExclusion(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
-	dir := queuechild.PhysTempDir(t)
+	dir := physTempDir(t)
 	start := time.Now()
 	got := runChildren(t, dir, 8, 200, false)
 	if got != 1600 {
@@ -230,7 +229,7 @@ func Test64Contenders(t *testing.T) {
 		t.Skip("multi-process test")
 	}
 	const procs, contendCycles = 64, 10
-	dir := queuechild.PhysTempDir(t)
+	dir := physTempDir(t)
 	var views []string
 	if v := os.Getenv(envTestDirs); v != "" {
 		// One directory seen through several mounts ("nodes"): the children
@@ -302,7 +301,7 @@ func TestMultiProcessNegativeControl(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
-	dir := queuechild.PhysTempDir(t)
+	dir := physTempDir(t)
 	got := runChildren(t, dir, 8, 200, true)
 	t.Logf("without locking: counter = %d of 1600", got)
 	if got >= 1600 {
@@ -369,7 +368,7 @@ func TestMixedGoAndPythonWorkers(t *testing.T) {
 		t.Skip("multi-process test")
 	}
 	pytest.Python(t)
-	dir := queuechild.PhysTempDir(t)
+	dir := physTempDir(t)
 	var extra []*exec.Cmd
 	for i := 0; i < 4; i++ {
 		extra = append(extra, pytest.Command(t, pyWorker, dir, "150"))
@@ -387,7 +386,7 @@ func TestMixedGoAndPythonWorkers(t *testing.T) {
 func TestPythonHeldLock(t *testing.T) {
 	t.Parallel()
 	pytest.Python(t)
-	dir := queuechild.PhysTempDir(t)
+	dir := physTempDir(t)
 	path := filepath.Join(dir, "cache.db.lock")
 	script := `
 import json, os, socket, sys, tempfile, time
@@ -400,7 +399,7 @@ print(os.getpid())
 `
 	out := pytest.Run(t, script, nil, dir, "0")
 	pypid, _ := strconv.Atoi(strings.TrimSpace(string(out)))
-	l := newLock(t, path, Options{Timeout: 100 * time.Millisecond, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
+	l := New(path, Options{Timeout: 100 * time.Millisecond, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
 	err := l.Acquire(context.Background())
 	var te *TimeoutError
 	if !errors.As(err, &te) || te.Holder == nil || te.Holder.PID != pypid {

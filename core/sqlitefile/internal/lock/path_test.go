@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/tirastore/tirastore/core/internal/pytest"
-	"github.com/tirastore/tirastore/core/sqlitefile/internal/queuechild"
 )
 
 // chdir changes directory for one (non-parallel) test.
@@ -36,7 +35,7 @@ var compatNames = []struct{ in, out string }{
 
 func TestPathForCompatExamples(t *testing.T) {
 	t.Parallel()
-	dir := queuechild.PhysTempDir(t)
+	dir := physTempDir(t)
 	for _, exist := range []bool{false, true} {
 		for _, c := range compatNames {
 			p := filepath.Join(dir, c.in)
@@ -57,7 +56,7 @@ func TestPathForCompatExamples(t *testing.T) {
 }
 
 func TestPathForRelative(t *testing.T) {
-	dir := queuechild.PhysTempDir(t)
+	dir := physTempDir(t)
 	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +83,7 @@ func TestPathForRelative(t *testing.T) {
 }
 
 func TestPathForSymlinks(t *testing.T) {
-	dir := queuechild.PhysTempDir(t)
+	dir := physTempDir(t)
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -142,7 +141,7 @@ func TestPathForRoot(t *testing.T) {
 // TestPathForMatchesPython compares with pathlib itself on one tree.
 func TestPathForMatchesPython(t *testing.T) {
 	pytest.Python(t)
-	dir := queuechild.PhysTempDir(t)
+	dir := physTempDir(t)
 	for _, s := range [][2]string{{"real", "link"}, {"real/deep", "linkdeep"}, {"../..", "up"}, {"loop2", "loop1"}, {"loop1", "loop2"}, {"nowhere", "dangling"}, {"/", "rootlink"}} {
 		if strings.HasPrefix(s[0], "real") {
 			os.MkdirAll(filepath.Join(dir, s[0]), 0o755)

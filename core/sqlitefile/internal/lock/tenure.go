@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/tirastore/tirastore/core/sqlitefile/internal/mono"
-	"github.com/tirastore/tirastore/core/sqlitefile/internal/nodequeue"
 )
 
 // # The holder's tenure
@@ -178,7 +177,6 @@ func (l *Lock) confirmLocked() error {
 		return l.lost
 	}
 	t := mono.Now()
-	l.noteProgress()
 	if err := c.beat(l.clock()); err != nil {
 		return l.lostError(fmt.Errorf("rewriting the lock file failed: %w", err))
 	}
@@ -195,41 +193,5 @@ func (l *Lock) confirmLocked() error {
 		return l.lost
 	default:
 		return l.lostError(fmt.Errorf("checking the lock file failed: %w", err))
-	}
-}
-
-// stallCheck is how this Lock's waits in the node queue notice a line that
-// does not move (see "Stalled places" in internal/nodequeue): every
-// StaleTimeout/16 (20 ms to 5 s) the wait compares the queue's progress
-// word with what it read before, and leaves the line once it has stayed
-// unchanged for StaleTimeout; nil when locks are never broken.
-func (l *Lock) stallCheck() *nodequeue.StallCheck {
-	if l.opt.StaleTimeout < 0 || testNoStallCheck {
-		return nil
-	}
-	return &nodequeue.StallCheck{
-		Every:    min(max(l.opt.StaleTimeout/16, 20*time.Millisecond), 5*time.Second),
-		Patience: l.opt.StaleTimeout,
-		// The line has not moved since the last check: watch the lock
-		// file too, so that once out of the queue this waiter can judge
-		// it at once (its count of how long the lock stayed unchanged
-		// starts now, not when it leaves). It runs in the waiting
-		// goroutine, which holds sem.
-		Watch: func(now time.Time) {
-			if _, st, err := readHolder(l.path); err == nil {
-				l.seen.observe(st, now)
-			}
-		},
-	}
-}
-
-// testNoStallCheck switches the stall check off (the negative control of
-// the queue's stall tests).
-var testNoStallCheck bool
-
-// noteProgress is the holder's sign of life in the node queue (l.mu held).
-func (l *Lock) noteProgress() {
-	if l.gated {
-		l.queue.NoteProgress()
 	}
 }

@@ -38,7 +38,7 @@ func TestTenureFollowsConfirmations(t *testing.T) {
 	path, opt := newTestLock(t)
 	f := &fakeFence{}
 	opt.StaleTimeout, opt.HeartbeatInterval, opt.Fence = 3*time.Second, 50*time.Millisecond, f
-	l := newLock(t, path, opt)
+	l := New(path, opt)
 	defer l.Close()
 	before := mono.Now()
 	if err := l.Acquire(context.Background()); err != nil {
@@ -71,7 +71,7 @@ func TestConfirmFindsBrokenLock(t *testing.T) {
 	path, opt := newTestLock(t)
 	f := &fakeFence{}
 	opt.HeartbeatInterval, opt.Fence = -1, f // no heartbeat: only our calls
-	l := newLock(t, path, opt)
+	l := New(path, opt)
 	defer l.Close()
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatal(err)
