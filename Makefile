@@ -96,9 +96,8 @@ lint:
 # pytest -m "not soak"). `make soak` is the long tier: the same fleets at
 # full size and the soaks (go test without -short; pytest -m soak; the
 # benchmark's -quick run is TestQuickRun there). Every test command runs
-# under tests/isolate: a TMPDIR, HOME and node-local directory of the run's
-# own, so that two runs at once, or another user's files in /tmp and
-# /dev/shm, change nothing.
+# under tests/isolate: a TMPDIR and HOME of the run's own, so that two runs
+# at once, or another user's files in /tmp, change nothing.
 ISOLATE := tests/isolate
 # pytest-xdist workers: most tests wait (for a lock, a child, a server), so
 # more workers than cores pay; TEST_JOBS=0 runs in one process.

@@ -94,8 +94,8 @@ const char *tirastore_version(void);
  * {"result": {"db_path", "lock_path", "server", "source_project",
  * "writes_allowed", "warning", "notices"}} (server: db_path is a server's URL,
  * without its password, and lock_path is ""), notices being a list of warnings
- * about node-local files that failed their checks, about a database directory
- * other users cannot use, and about an ignored password file. On error *out
+ * about a database directory other users cannot use, and about an ignored
+ * password file. On error *out
  * receives {"error": {"type", "message", "code"}}. *out is owned by the caller:
  * free it with tirastore_free.
  */

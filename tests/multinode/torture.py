@@ -64,10 +64,9 @@ make namespaces) the claimers of the even nodes run as hosts of their own
 before the library loads), so that only their node-mates can prove them
 dead: the others must wait out the lease; the claimers of the odd nodes
 stay on this host, where the dead-process rule takes their claims over at
-once. They share this host's node-local memory (/dev/shm: the node queue,
-the change log), an optimisation only; --claim-hosts node-shm gives each
-simulated host its own (a mount namespace), faithful but slower: every
-commit of theirs is then another node's for everyone else. The killer kills
+once. They share this host's /dev/shm (the engine keeps nothing there);
+--claim-hosts node-shm gives each simulated host its own (a mount
+namespace) as well. The killer kills
 claimers like everyone (and the odd nodes' self-kill failpoints land
 inside claims too); a fraction --claim-bias of its kills is aimed at a
 claimer that holds a claim at that moment, if one does (by its log, read
@@ -419,8 +418,7 @@ def become_node(hostname: str, shm: str) -> None:
     namespace, shared by the claimers of one simulated node). The lock's
     and the claims' dead-process rule then holds only among the processes
     of one simulated node; others judge its claims by their lease. Without
-    shm it shares this host's node-local memory (the node queue, the change
-    log): an optimisation only, which keeps the run's pace."""
+    shm it shares this host's /dev/shm."""
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
@@ -434,7 +432,6 @@ def become_node(hostname: str, shm: str) -> None:
     if shm:
         check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
         check(libc.mount(shm.encode(), b"/dev/shm", None, _MS_BIND, None), f"mount --bind {shm} /dev/shm")
-        os.environ.pop("TIRASTORE_NODE_DIR", None)  # the node's own /dev/shm, not the run's directory
     socket.sethostname(hostname)
 
 
@@ -1496,9 +1493,9 @@ def main(argv=None) -> int:
           f"{summary.get('p50_call_seconds', float('nan')):.3f} s, p99 "
           f"{summary.get('p99_call_seconds', float('nan')):.3f} s)")
     print(f"  fleet time:               {res.elapsed:.1f} s; total {time.monotonic() - t0:.1f} s")
-    left = leftovers(backing / "shared", list(shm_dirs.values()))
+    left = leftovers(backing / "shared")
     print(f"  left behind:              {left['tickets']} lock ticket files of killed processes, "
-          f"{left['asides']} aside files, {left['node-local']} node-local entries in {left['private']}")
+          f"{left['asides']} aside files")
     if res.failed:
         print(f"  workers that exited nonzero: {res.failed[:20]}")
     print(f"  verification:             records {'PASS' if vr.returncode == 0 else 'FAIL'}"
@@ -1514,25 +1511,12 @@ def main(argv=None) -> int:
     return finish(ok)
 
 
-def leftovers(shared: Path, node_shm: list = ()) -> dict:
+def leftovers(shared: Path) -> dict:
     """What the run left: the lock's ticket and aside files beside the
-    database (the verifier fails on any other), and entries in this user's
-    node-local private directory (core/sqlitefile/internal/nodelocal: it is
-    removed when its last store closes, so there should be none), and in those of the claimers'
-    simulated hosts."""
+    database (the verifier fails on any other)."""
     names = [p.name for p in shared.iterdir()] if shared.is_dir() else []
-    # nodelocal.Base: $TIRASTORE_NODE_DIR (the test run's own), else /dev/shm.
-    base = os.environ.get("TIRASTORE_NODE_DIR") or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
-    private = Path(base).absolute() / f"tirastore-{os.geteuid()}"
-    local = 0
-    for d in [private] + [Path(x) / f"tirastore-{os.geteuid()}" for x in node_shm]:
-        try:
-            local += len(list(d.iterdir()))
-        except OSError:
-            pass
     return {"tickets": sum(n.startswith(".lock_") for n in names),
-            "asides": sum(".lock.stale." in n or ".lock.break.stale." in n for n in names),
-            "node-local": local, "private": private}
+            "asides": sum(".lock.stale." in n or ".lock.break.stale." in n for n in names)}
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ sqlite3 module only (read-only) and recomputes every key with hashlib/json
   a schedule measured more than once only because every measurer but the
   last was killed inside its claim (an earlier measurer that acknowledged
   its record, True or False, is a failure; the last may be told False, by
-  a killed holder's record committed after its death by group commit); a
+  a killed holder's record that reached the database before its death); a
   claim of a killed claimer taken over from another host no sooner than
   --claim-lease after it was asked for; no row in the claims table but
   claims of killed runs; no claimer error, every claimer done.

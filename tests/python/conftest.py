@@ -129,25 +129,6 @@ def pytest_collection_modifyitems(config, items):
 # the test run (docs/design.md, "Tests and the test bed").
 # ---------------------------------------------------------------------------
 
-# The node-local files of the stores (core/sqlitefile/internal/nodelocal):
-# a directory of this run, not the machine's /dev/shm, where another run of
-# the suite, or another user, may have the same names. The Makefile's
-# runner (tests/isolate) sets it for the whole run; a bare `pytest` gets
-# one of its own here, before any store (or worker process) starts.
-NODE_DIR_ENV = "TIRASTORE_NODE_DIR"
-if not os.environ.get(NODE_DIR_ENV):
-    _own_node_dir = tempfile.mkdtemp(prefix="tirastore-node-")
-    os.chmod(_own_node_dir, 0o1777)  # as /dev/shm: every uid a test runs as
-    os.environ[NODE_DIR_ENV] = _own_node_dir
-    atexit.register(shutil.rmtree, _own_node_dir, True)
-
-
-def node_private_dir() -> Path:
-    """This user's private node-local directory in this run: where the
-    stores keep gate-, spool- and changes- files."""
-    return Path(os.environ[NODE_DIR_ENV]) / f"tirastore-{os.geteuid()}"
-
-
 _OTHER_NODE: Optional[list] = None
 
 
@@ -155,8 +136,8 @@ def other_node_prefix(hostname: str = "stall-node2") -> Optional[list]:
     """A command prefix that runs a command as on another node of the
     cluster, or None where it cannot (needs root and unshare): its own host
     name (a UTS namespace) and its own node-local memory (a mount namespace
-    with a fresh tmpfs on /dev/shm, and TIRASTORE_NODE_DIR unset there), the
-    database's directory shared as on a cluster filesystem."""
+    with a fresh tmpfs on /dev/shm), the database's directory shared as on a
+    cluster filesystem."""
     global _OTHER_NODE
     import subprocess
 
@@ -168,7 +149,7 @@ def other_node_prefix(hostname: str = "stall-node2") -> Optional[list]:
     if not _OTHER_NODE[0]:
         return None
     return ["unshare", "--uts", "--mount", "sh", "-c",
-            f'mount -t tmpfs tmpfs /dev/shm && hostname {hostname} && exec env -u {NODE_DIR_ENV} "$@"', "sh"]
+            f'mount -t tmpfs tmpfs /dev/shm && hostname {hostname} && exec "$@"', "sh"]
 
 
 # Where each test's own directories are made: a directory of this process

@@ -4,7 +4,6 @@ usage), --json and --help."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_CPU, node_private_dir
+from conftest import TEST_CPU
 from tirastore import TiraStore
 
 SRC = "void blur() {}"
@@ -444,26 +443,6 @@ def test_check_and_repair(db, tmp_path):
     rep = json.loads(tirastore("check", db, "--repair", "--json").stdout)
     assert not rep["ok"] and rep["tables"]["orphan_records"] == 1 and rep["tables"]["bad_results"] == 1
     assert tirastore("check", tmp_path / "typo.db").returncode == 1
-
-
-def test_check_reports_planted_node_local_files(db):
-    """A node-local file of the database that fails its checks is a problem (its
-    speed-up is off on this node) and is left alone; without it, check is fine."""
-    lock_path = str(db.resolve()) + ".lock"
-    gate = node_private_dir() / ("gate-" + hashlib.sha256(lock_path.encode()).hexdigest()[:24])
-    rep = json.loads(tirastore("check", db, "--json").stdout)
-    roles = {f["role"]: f for f in rep["node_local"]}
-    assert rep["ok"] and roles["gate file"]["path"] == str(gate) and roles["private directory"]["problem"] == ""
-    gate.parent.mkdir(mode=0o700, exist_ok=True)
-    gate.symlink_to("/etc/passwd")
-    try:
-        r = tirastore("check", db)
-        assert r.returncode == 1, r.stdout + r.stderr
-        assert f"node-local gate file {gate} is a symbolic link, not a regular file: the node queue is off" in r.stdout
-        assert gate.is_symlink()
-    finally:
-        gate.unlink()
-    assert tirastore("check", db).returncode == 0
 
 
 def test_check_a_corrupt_database(tmp_path):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_CPU, node_private_dir
+from conftest import TEST_CPU
 
 REPO = Path(__file__).resolve().parents[2]
 FP_LIB = REPO / "build" / "failpoints" / "libtirastore.so"
@@ -140,87 +140,6 @@ def test_killed_while_creating_the_database(tmp_path):
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert dict(conn.execute("SELECT key, value FROM db_meta"))["schema_version"] == "2"
-
-
-GROUP_CHILD = textwrap.dedent("""
-    import os, sys, tirastore
-    db, sched, fps = sys.argv[1], sys.argv[2], sys.argv[3]
-    s = tirastore.TiraStore(db, cpu_model=%r, source_project="p" + sched[5])
-    print("open", flush=True)
-    sys.stdin.readline()
-    if fps:
-        os.environ["TIRASTORE_FAILPOINTS"] = fps
-    print("recorded", s.record("prog", "void f(){}", sched, True, [1.5]), flush=True)
-""") % TEST_CPU
-
-
-def _spool_dir(db: Path) -> Path:
-    """The engine's spool for db's writers on this node (nodelocal.Name with
-    SpoolPrefix, core/sqlitefile/internal/nodelocal)."""
-    import hashlib
-
-    # <base>/tirastore-<euid>/spool-<first 24 hex digits of sha256(lock path)>
-    # (core/sqlitefile/internal/nodelocal, nodelocal.Name).
-    lock = str(db.resolve().with_suffix(".db.lock"))
-    h = hashlib.sha256(lock.encode()).hexdigest()[:24]
-    return node_private_dir() / f"spool-{h}"
-
-
-@pytest.mark.parametrize("point", ["after-commit", "before-commit"])
-def test_group_committer_killed(tmp_path, point):
-    """Group commit: the process committing three other processes' records
-    with its own is killed after its COMMIT (or just before it), before it
-    hands the results back. The three neither hang nor lose anything: the
-    next of them to hold the lock commits the orphaned requests again. A
-    row that the dead committer wrote for a requester counts as written
-    (True); the row of the second requester existed before, written
-    earlier by another call with the very same values, so that requester
-    gets False, as for any key that existed (found by the torture run: a
-    restarted worker re-recording its own earlier record got True)."""
-    from tirastore import TiraStore
-
-    db = tmp_path / "cache.db"
-    with TiraStore(db, cpu_model=TEST_CPU, source_project="p2") as s:
-        assert s.record("prog", "void f(){}", "U(L0,2,comps=['c'])", True, [1.5])
-    env = dict(os.environ, TIRASTORE_LIB=str(FP_LIB))
-    env.pop("TIRASTORE_FAILPOINTS", None)
-
-    def start(sched: str, fps: str) -> subprocess.Popen:
-        p = subprocess.Popen([sys.executable, "-c", GROUP_CHILD, str(db), sched, fps], env=env,
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert p.stdout.readline().strip() == "open"
-        return p
-
-    leader = start("U(L0,1,comps=['c'])", f"lock-acquired=sleep(2000);{point}=kill")
-    others = [start(f"U(L0,{i},comps=['c'])", "") for i in (2, 3, 4)]
-    try:
-        leader.stdin.write("go\n")
-        leader.stdin.flush()
-        lock = tmp_path / "cache.db.lock"
-        deadline = time.monotonic() + 30
-        while not lock.exists():  # the leader holds the lock (and sleeps in it)
-            assert time.monotonic() < deadline, "the leader never took the lock"
-            time.sleep(0.01)
-        for p in others:
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        spool = _spool_dir(db)
-        while len(list(spool.glob("*.req"))) < 3:  # handed over, waiting in the lane
-            assert time.monotonic() < deadline, "the records were not handed over"
-            time.sleep(0.01)
-        assert leader.wait(timeout=60) == -signal.SIGKILL
-        outs = [p.communicate(timeout=120)[0] for p in others]
-    finally:
-        for p in [leader, *others]:
-            p.kill()
-            p.wait()
-    assert [o.strip() for o in outs] == ["recorded False", "recorded True", "recorded True"], outs
-    with sqlite3.connect(db) as conn:
-        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        rows = sorted(conn.execute("SELECT schedule, source_project FROM records"))
-    committed = point == "after-commit"
-    assert rows == [(f"U(L0,{i},comps=['c'])", f"p{i}") for i in (1, 2, 3, 4) if i != 1 or committed]
-    assert not list(spool.glob("*")), sorted(p.name for p in spool.glob("*"))
 
 
 SHIPPED_CHILD = textwrap.dedent("""

@@ -50,7 +50,7 @@ from typing import Optional
 
 import pytest
 
-from conftest import NODE_DIR_ENV, TEST_CPU, TEST_SLURM, blocked_opening_a_fifo, sqlite_only
+from conftest import TEST_CPU, TEST_SLURM, blocked_opening_a_fifo, sqlite_only
 
 REPO = Path(__file__).resolve().parents[2]
 DB_NAME = "persistent-cache.tirastore.db"  # a PersistentCache's database in its directory
@@ -105,7 +105,7 @@ def plant(what: str, path: Path, target: str = "") -> None:
 
 
 def child_env(lib: Path | None = None, failpoints: str = "") -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TIRASTORE_") or k == NODE_DIR_ENV}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIRASTORE_")}
     env["PYTHONPATH"] = str(REPO / "python")
     if lib is not None:
         env["TIRASTORE_LIB"] = str(lib)

@@ -9,9 +9,7 @@
   resumed right after C's first acknowledgement. Afterwards: PRAGMA
   integrity_check is ok, every acknowledged record of C and D is there,
   and A's 30,000 are all there or none (A either raised, expected
-  tirastore.LockLostError, or succeeded and then all are there). Once
-  with the node queue off (TIRASTORE_NODE_QUEUE=0) and once on (the
-  default; A, C and D share the node, so they share its queue).
+  tirastore.LockLostError, or succeeded and then all are there).
 * The negative control: the same scenario with the failpoints build and
   fence-disabled=on (a holder that stalled goes on writing after its lock
   was broken) must break one of the data checks. The fault is a race, so
@@ -414,12 +412,10 @@ def run_conclusive(cluster, root: Path, label: str, lib: Path, **extra) -> Stall
     pytest.fail(f"the stall scenario could not be set up:\n{res.summary()}")
 
 
-@pytest.mark.parametrize("queue", ["queue-off", "queue-on"])
-def test_stall_suspended_holder(slurm_cluster, tmp_path, queue):  # noqa: F811
+def test_stall_suspended_holder(slurm_cluster, tmp_path):  # noqa: F811
     """A holder suspended by Slurm past stale_lock_timeout must neither block
     the others (beyond the stale timeout) nor write once its lock is gone."""
-    node_queue = "0" if queue == "queue-off" else None  # None: the default (on)
-    res = run_conclusive(slurm_cluster, tmp_path, queue, NORMAL_LIB, TIRASTORE_NODE_QUEUE=node_queue)
+    res = run_conclusive(slurm_cluster, tmp_path, "stall", NORMAL_LIB)
     assert not res.violations, res.summary()
 
 
@@ -430,7 +426,7 @@ def test_stall_negative_control_fence_disabled(slurm_cluster, failpoints_lib, tm
     deadline = time.monotonic() + 150
     for i in range(CONTROL_TRIES):
         res = run_conclusive(slurm_cluster, tmp_path / f"control{i}", "negative-control fence-disabled",
-                             failpoints_lib, TIRASTORE_FAILPOINTS="fence-disabled=on", TIRASTORE_NODE_QUEUE="0")
+                             failpoints_lib, TIRASTORE_FAILPOINTS="fence-disabled=on")
         seen.append(res)
         if res.classes() & set(DATA_CLASSES):
             print(f"NEGATIVE CONTROL OK: the stall test caught the fence-less engine on try {i + 1}: "

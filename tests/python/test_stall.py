@@ -9,8 +9,7 @@ schedules one at a time; after C's first acknowledgement A gets SIGCONT,
 and C goes on until A has logged its outcome and C has had one more
 acknowledgement after it (events, not fixed sleeps: every wait of the
 test is for a process's state or a line it logged). C runs on the same
-node (with and without
-the node queue) or on a simulated other node (own UTS and mount namespaces:
+node or on a simulated other node (own UTS and mount namespaces:
 its own host name and a private tmpfs on /dev/shm). Then: integrity_check
 is ok, every record C acknowledged is present, A's call raised
 LockLostError and its rows are all or nothing, and C got its first
@@ -111,9 +110,7 @@ def _run_scenario(tmp_path: Path, lib: Path, moment: str, placement: str, fence:
     a = subprocess.Popen([sys.executable, str(WORKER), "batch", str(db), str(a_out), str(N), a_fps], env=env)
     c_env = dict(env)
     prefix: list[str] = []
-    if placement == "same-node-no-queue":
-        c_env["TIRASTORE_NODE_QUEUE"] = "0"
-    elif placement == "other-node":
+    if placement == "other-node":
         prefix = _other_node_prefix() or []
     c = None
     try:
@@ -193,13 +190,13 @@ def _problems(r: dict) -> list[str]:
     return out
 
 
-PLACEMENTS = ["same-node", "same-node-no-queue", "other-node"]
+PLACEMENTS = ["same-node", "other-node"]
 
 
 def _matrix() -> list:
-    """Every moment at every placement: in the fast tier each moment and
-    each placement once (the diagonal), the other cases in the soak tier."""
-    return [pytest.param(m, p, id=f"{m}-{p}", marks=() if i == j else pytest.mark.soak)
+    """Every moment at every placement: in the fast tier each moment once,
+    the placements taking turns, the other cases in the soak tier."""
+    return [pytest.param(m, p, id=f"{m}-{p}", marks=() if j == i % len(PLACEMENTS) else pytest.mark.soak)
             for i, m in enumerate(MOMENTS) for j, p in enumerate(PLACEMENTS)]
 
 
@@ -223,7 +220,7 @@ def test_resumed_holder_writes_nothing(tmp_path, failpoints_lib, moment, fence):
     a byte of the database or its journal. With the fence switched off (the
     negative control) A commits after its lock was broken, and this test, like
     the scenario's checks, catches it."""
-    r = _run_scenario(tmp_path, failpoints_lib, moment, "same-node-no-queue", fence=fence, quiet=True)
+    r = _run_scenario(tmp_path, failpoints_lib, moment, "same-node", fence=fence, quiet=True)
     assert r["acked"], f"C acknowledged nothing: {r['c_result']}"
     if fence:
         assert not r["changed_by_a"], "the resumed holder wrote to the database after its lock was broken"

@@ -102,8 +102,8 @@ def test_gil_released_while_waiting_for_the_lock(tmp_path, record_property):
 
         def one():
             try:
-                # A key the store has not seen: its own record is in its
-                # cache (the change log), and would be answered at once.
+                # A key the store has not read: a cached one would be
+                # answered at once, without the lock.
                 store.lookup("p", SRC, _sched(0, 1))
             except TimeoutError as e:
                 errs.append(e)

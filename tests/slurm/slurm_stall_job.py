@@ -85,8 +85,7 @@ def main() -> int:
 
     ev = Events(args.run / f"{args.role}.jsonl", args.role)
     ev.log("start", pid=os.getpid(), host=socket.gethostname(), job=os.environ.get("SLURM_JOB_ID"),
-           lib=os.environ.get("TIRASTORE_LIB"), failpoints=os.environ.get("TIRASTORE_FAILPOINTS"),
-           node_queue=os.environ.get("TIRASTORE_NODE_QUEUE"))
+           lib=os.environ.get("TIRASTORE_LIB"), failpoints=os.environ.get("TIRASTORE_FAILPOINTS"))
     import tirastore
 
     try:
