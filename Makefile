@@ -90,7 +90,7 @@ lint:
 	$(GO) run ./capi/genheader -check
 	$(PYTHON3) tests/docs_links.py
 
-# Test tiers (docs/design.md, "Tests and the test bed"). `make test` is the
+# Test tiers (docs/design.md, "Tests and tiers"). `make test` is the
 # fast tier: every test, each negative control included, with fleets and
 # stress runs at the size that still shows their property (go test -short;
 # pytest -m "not soak"). `make soak` is the long tier: the same fleets at

@@ -126,7 +126,7 @@ def pytest_collection_modifyitems(config, items):
 
 # ---------------------------------------------------------------------------
 # Isolation: nothing a test reads or writes is shared with anything outside
-# the test run (docs/design.md, "Tests and the test bed").
+# the test run (docs/design.md, "Tests and tiers").
 # ---------------------------------------------------------------------------
 
 _OTHER_NODE: Optional[list] = None
