@@ -74,7 +74,7 @@ pydeps: $(PYTHON)
 	@$(PYTHON) -c 'import cffi' 2>/dev/null || $(MAKE) --no-print-directory install
 
 # The released ejkernel with CPU jax, for tests/python/test_ejkernel.py and
-# the bench's import row (issue 27): a venv of its own,
+# the bench's import row: a venv of its own,
 # build/ejkernel-venv-<key>, keyed by the pins of pyproject.toml's extra
 # ejkernel-test (read there, the one place they are written); nothing is done
 # when that venv is complete. It needs CPython >= 3.11 (jax), made from
@@ -153,12 +153,12 @@ soak: install build-failpoints ejkernel-venv fusebed
 demo: install
 	$(PYTHON) examples/demo.py --db tirastore-demo/cache.db
 
-# Issue 5's benchmark: the engine from Go, Python and ctypes against the
+# The benchmark: the engine from Go, Python and ctypes against the
 # original's per-operation protocol (tests/bench/baseline), same run, same
 # disk: a table on stdout and build/bench/results.{json,txt}. Python rows use
 # this tree's package and library (PYTHONPATH/TIRASTORE_LIB set by the tool);
 # only cffi must be importable in the venv, so `make install` runs only when
-# it is not. The ejkernel import row (issue 27) runs in the venv of
+# it is not. The ejkernel import row runs in the venv of
 # `make ejkernel-venv`, made here when missing; if it cannot be made, the
 # row says so and the rest runs.
 # BENCHFLAGS: e.g. -quick, -dir /lustre/scratch/me/bench, -procs 1,8,64.

@@ -49,7 +49,7 @@ func TestQuickRun(t *testing.T) {
 		Claims     map[string]map[string]map[string]any `json:"claims"`
 		Ejkernel   *ejkImport                           `json:"ejkernel_import"`
 		Skipped    map[string]string                    `json:"skipped"`
-		Reference  map[string]any                       `json:"reference_original_issue5"`
+		Reference  map[string]any                       `json:"reference_original"`
 		Cliff      *cliffResults                        `json:"cliff"`
 		Dashboard  *dashResults                         `json:"dashboard"`
 		Paired     map[string]map[string]*pairedRow     `json:"paired_floor"`

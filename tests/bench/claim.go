@@ -10,7 +10,7 @@ import (
 	"github.com/tirastore/tirastore/core"
 )
 
-// Claims with leases (issue 18): what lookup_or_claim costs over lookup,
+// Claims with leases: what lookup_or_claim costs over lookup,
 // on a hit (target: within 10%) and on a miss, from Go (the engine) and
 // from Python (the tirastore package). Section "claim" of -sections.
 //
@@ -48,7 +48,7 @@ const (
 	clClaimRepeat   = "lookup_or_claim_hit_repeat" // claiming worker: the same keys again
 	clClaimRelease  = "lookup_or_claim_release"    // claiming worker: miss claimed, then released
 	clClaimRecord   = "lookup_or_claim_record"     // claiming worker: miss claimed, then recorded through the claim
-	claimHitTarget  = 1.10                         // lookup_or_claim / lookup on a hit, medians (issue 18)
+	claimHitTarget  = 1.10                         // target: lookup_or_claim / lookup on a hit, medians
 	claimWarm       = 50                           // warm-up operations per kind
 	tagClaimMiss    = 11                           // never written: the lookup worker's misses
 	tagClaimPlain   = 12                           // lookup miss + record
@@ -313,7 +313,7 @@ func (res *results) claimMedian(impl, label string) float64 {
 	return math.NaN()
 }
 
-// claimTargets are issue 18's hit target, per client: lookup_or_claim's
+// claimTargets are the hit target, per client: lookup_or_claim's
 // median over lookup's, on keys not read before and on the same keys
 // again, each worker alone; and the same ratio from the lookup worker's
 // pairs (the calls side by side, the cache in the same state: the
@@ -372,7 +372,7 @@ func writeClaims(w io.Writer, res *results) {
 	if res.Claims == nil && !pySkipped {
 		return
 	}
-	fmt.Fprintf(w, "\n   Claims (issue 18): lookup_or_claim against lookup (µs), two workers on their own fresh database, each its own process:\n")
+	fmt.Fprintf(w, "\n   Claims: lookup_or_claim against lookup (µs), two workers on their own fresh database, each its own process:\n")
 	fmt.Fprintf(w, "   the lookup worker (lookup, record) and the claiming worker (lookup_or_claim only). ratio = this median / the median of the row it\n")
 	fmt.Fprintf(w, "   is compared with (the one above it in its group), same client; target: lookup_or_claim within 10%% of lookup on a hit.\n")
 	t := newTable("lll", "operation", "client", "call", "n", "median", "p99", "mean", "ratio", "target", "met?", "failed")

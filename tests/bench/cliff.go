@@ -20,7 +20,7 @@ import (
 	"github.com/tirastore/tirastore/core/tuning"
 )
 
-// The cliff section (issue 29, targets 4 and 5): lookups over a working set
+// The cliff section: lookups over a working set
 // larger than a store's result cache, and the memory of a lookup-heavy
 // process. The database holds cliffSizes.Programs programs of
 // cliffSizes.Records records each (by default 4 x tuning.MaxCached records
@@ -37,7 +37,7 @@ import (
 //   - memory: the same Python process's VmRSS after its warm-up, after the
 //     thrash rows (the cache full) and after Memory lookups in all (the
 //     rest: hits and misses over cliffFitRecords records' programs, which
-//     fit the cache). Target 5: no growth once the cache is full
+//     fit the cache). Target: no growth once the cache is full
 //     (cliffRSSPlateau); the growth from the warm-up is shown beside the
 //     cache's byte bound.
 //   - (b) a neighbour Python process recording new keys one at a time,
@@ -72,14 +72,13 @@ const (
 	cliffHitRecords   = 8192  // records of the cached-hit row's programs
 	cliffFitRecords   = 16384 // records of the memory row's fitting programs
 	cliffHitLookups   = 20000
-	cliffLookupTarget = 10.0 // thrash median / hit median (issue 29, target 4)
-	cliffNeighbourMax = 1.5  // neighbour record p50 beside / alone (issue 29)
+	cliffLookupTarget = 10.0 // target: thrash median / hit median
+	cliffNeighbourMax = 1.5  // target: neighbour record p50 beside / alone
 )
 
-// cliffRSSPlateau is the memory row's target (issue 29, target 5: memory
-// stays bounded): once the cache is full (after the thrash rows), the
-// rest of the million lookups may grow the Python process's VmRSS by this
-// many MiB at most (Go's heap size and the allocator's spans move a
+// cliffRSSPlateau is the memory row's target (memory stays bounded):
+// once the cache is full (after the thrash rows), the rest of the million
+// lookups may grow the Python process's VmRSS by this many MiB at most (Go's heap size and the allocator's spans move a
 // little between collections).
 const cliffRSSPlateau = 8.0
 
@@ -445,7 +444,8 @@ func cliffNeighbour(cfg *config, z cliffSizes, run int, busy []step) (records, l
 	return r.NS, t.NS, nil
 }
 
-// cliffTargets are issue 29's targets 4 and 5 on the section's figures.
+// cliffTargets are the section's targets (the lookup ratio, the neighbour,
+// memory) on its figures.
 func cliffTargets(res *results) []*target {
 	c := res.Cliff
 	if c == nil {
@@ -460,7 +460,7 @@ func cliffTargets(res *results) []*target {
 		ts = append(ts, t)
 	}
 	if r := c.Rows[implPython]; r != nil && r.Thrash != nil && r.Hit != nil {
-		judge("cliff-lookup/python", "issue 29: lookup median over 4x the result cache / cached hit, python", float64(r.Ratio), cliffLookupTarget, "x",
+		judge("cliff-lookup/python", "lookup median over 4x the result cache / cached hit, python", float64(r.Ratio), cliffLookupTarget, "x",
 			fmt.Sprintf("median %s µs (p90 %s) vs hit %s µs", fmtUS(r.Thrash.Median), fmtUS(r.ThrashP9), fmtUS(r.Hit.Median)))
 	}
 	if r := c.Rows[implEngine]; r != nil && r.Thrash != nil && r.Hit != nil {
@@ -468,7 +468,7 @@ func cliffTargets(res *results) []*target {
 		if r.Cache != nil {
 			d += fmt.Sprintf("; under the lock: %d point reads, %d evicted", r.Cache["PointReads"], r.Cache["Evicted"])
 		}
-		ts = append(ts, &target{ID: "cliff-lookup/engine-go", Name: "issue 29: lookup median over 4x the result cache / cached hit, engine-go",
+		ts = append(ts, &target{ID: "cliff-lookup/engine-go", Name: "lookup median over 4x the result cache / cached hit, engine-go",
 			Value: r.Ratio, Unit: "x", Goal: "report", Detail: d})
 	}
 	if c.Alone != nil && c.Beside != nil {
@@ -476,10 +476,10 @@ func cliffTargets(res *results) []*target {
 		if c.BesideHits != nil {
 			d += fmt.Sprintf("; beside a process doing cached hits (its CPU, no lock) %s µs", fmtUS(c.BesideHits.Median))
 		}
-		judge("cliff-neighbour", "issue 29: neighbour's record p50 beside the thrashing process / alone", float64(c.BesideRatio), cliffNeighbourMax, "x", d)
+		judge("cliff-neighbour", "neighbour's record p50 beside the thrashing process / alone", float64(c.BesideRatio), cliffNeighbourMax, "x", d)
 	}
 	if c.RSSEndMiB > 0 {
-		judge("memory", fmt.Sprintf("issue 29: RSS growth of a Python process once its cache is full, over %s lookups", fmtCount(float64(c.FullLookups))),
+		judge("memory", fmt.Sprintf("RSS growth of a Python process once its cache is full, over %s lookups", fmtCount(float64(c.FullLookups))),
 			c.RSSEndMiB-c.RSSFullMiB, cliffRSSPlateau, "MiB",
 			fmt.Sprintf("%.1f MiB after its warm-up, %.1f with the cache full, %.1f after %s lookups in all (peak %.1f; cache bound %d MiB)",
 				c.RSSWarmMiB, c.RSSFullMiB, c.RSSEndMiB, fmtCount(float64(c.MemLookups)), c.HWMMiB, c.CacheBytes>>20))
@@ -494,7 +494,7 @@ func writeCliff(w io.Writer, res *results) {
 	if c == nil && !skipped {
 		return
 	}
-	fmt.Fprintf(w, "\n   Lookups past the result cache (issue 29, targets 4 and 5), µs.\n")
+	fmt.Fprintf(w, "\n   Lookups past the result cache, µs.\n")
 	if c != nil {
 		fmt.Fprintf(w, "   %d programs x %d records (the cache holds %d entries and %d MiB); thrash: random (program, schedule) pairs over all of them;\n", c.Sizes.Programs, c.Sizes.Records, c.CacheBound, c.CacheBytes>>20)
 		fmt.Fprintf(w, "   hit: the same over %d programs. ratio = thrash median / hit median, same process.\n", min(max(cliffHitRecords/c.Sizes.Records, 1), c.Sizes.Programs))

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// The kernel-config cache (issue 16): tirastore.PersistentCache, ejKernel's
+// The kernel-config cache: tirastore.PersistentCache, ejKernel's
 // PersistentCache on a TiraStore database, beside SeedPersistentCache of
 // tests/python/seed_cache.py, the seed's own pattern (the whole JSON file
 // loaded by the constructor, every put rewriting the whole file through a
@@ -51,7 +51,7 @@ const (
 	tagConfigNew     = 9  // new keys of the 10,000-entry put row
 	tagConfigWarmNew = 10 // warm-up puts of the 10,000-entry cache
 
-	configGetHitTarget = 10.0 // µs, median of a PersistentCache get hit (issue 16)
+	configGetHitTarget = 10.0 // µs, median of a PersistentCache get hit
 )
 
 // configValue is every entry's configuration, "trial" aside.
@@ -150,7 +150,7 @@ func writeConfigCache(w io.Writer, res *results) {
 	if !shown {
 		return
 	}
-	fmt.Fprintf(w, "\n   Kernel-config cache (issue 16), from Python (µs): tirastore.PersistentCache against SeedPersistentCache (tests/python/seed_cache.py:\n")
+	fmt.Fprintf(w, "\n   Kernel-config cache, from Python (µs): tirastore.PersistentCache against SeedPersistentCache (tests/python/seed_cache.py:\n")
 	fmt.Fprintf(w, "   the seed's pattern, whole JSON file loaded once, every put rewrites it). speedup = seed-cache median / this median, same run, same disk.\n")
 	t := newTable("ll", "operation", "client", "n", "median", "p99", "mean", "speedup", "target", "met?", "failed")
 	for _, op := range configOps {

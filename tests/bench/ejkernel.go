@@ -15,8 +15,8 @@ import (
 )
 
 // The import cost of the released ejkernel with tirastore's PersistentCache
-// in place of its own (issue 27: "import ejkernel with our class adds at
-// most 30 ms over ejkernel's own"). ejkernel builds 39 caches while it is
+// in place of its own (target: import ejkernel with our class adds at most
+// 30 ms over ejkernel's own). ejkernel builds 39 caches while it is
 // imported, so whatever a construction costs is paid by every program that
 // imports ejkernel, tuning or not. Fresh interpreters of the ejkernel venv
 // (make ejkernel-venv, tests/python/ejkernel_env.py) run
@@ -29,7 +29,7 @@ import (
 // part measured inside the patched processes, which is far less noisy. Section
 // "ejkernel" of -sections; results.json: ejkernel_import.
 
-// ejkTargetMS is issue 27's bound on what the patch adds to import ejkernel.
+// ejkTargetMS is the bound on what the patch adds to import ejkernel.
 const ejkTargetMS = 30.0
 
 // ejkImport is the row's figures. Summaries are in µs, as everywhere in
@@ -280,7 +280,7 @@ func writeEjkernel(w io.Writer, res *results) {
 	if r == nil && !skipped {
 		return
 	}
-	fmt.Fprintf(w, "\n   import ejkernel (issue 27), fresh interpreters of the ejkernel venv, ejkernel's own class and tirastore.patch_ejkernel() alternating (ms):\n")
+	fmt.Fprintf(w, "\n   import ejkernel, fresh interpreters of the ejkernel venv, ejkernel's own class and tirastore.patch_ejkernel() alternating (ms):\n")
 	if r == nil {
 		fmt.Fprintf(w, "   SKIPPED: %s\n", why)
 		return

@@ -1,4 +1,4 @@
-"""One fresh interpreter's ``import ejkernel``, for the benchmark's import-cost row (issue 27).
+"""One fresh interpreter's ``import ejkernel``, for the benchmark's import-cost row.
 
     <ejkernel venv>/bin/python tests/bench/ejkernel_import.py own|patched
 

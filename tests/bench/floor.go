@@ -15,7 +15,7 @@ import (
 	"github.com/tirastore/tirastore/core/keys"
 )
 
-// # The durable-transaction floor (issue 29)
+// # The durable-transaction floor
 //
 // implFloor is raw SQLite doing what a record must at least do: one durable
 // write transaction per call, on the engine's database (its schema and
@@ -172,7 +172,7 @@ func latencyFloor(cfg *config, round int) (map[string]*stepResult, error) {
 	return runLatencyPlan(cfg, implFloor, round, implEngine, pool, steps, func() (client, error) { return openFloor(cfg.dbPath(), steps) })
 }
 
-// floorOps are the rows judged against the floor, with issue 29's limit on
+// floorOps are the rows judged against the floor, with the limit on
 // client / floor of the medians (record_many(100) is shown, not judged).
 var floorOps = []struct {
 	op    string

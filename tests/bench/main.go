@@ -1,5 +1,4 @@
-// Command bench is TiraStore's benchmark (issue 5, "fewer metadata round
-// trips, and benchmarks side by side"): it measures the engine and, in the
+// Command bench is TiraStore's benchmark: it measures the engine and, in the
 // same run on the same disk, a baseline that follows the original Python
 // library's per-operation protocol (package baseline), so that every figure
 // has a ratio beside it.
@@ -20,16 +19,16 @@
 //     directory and its ancestors = the shared filesystem, or node-local);
 //  4. aggregate throughput of 1..32 worker processes on an 80/20
 //     lookup/record mix, with the exact set of records checked afterwards;
-//  5. the kernel-config cache (issue 16): tirastore.PersistentCache beside
+//  5. the kernel-config cache: tirastore.PersistentCache beside
 //     the seed's whole-file JSON pattern (tests/python/seed_cache.py), get
 //     hit and put with 10 and 10,000 entries stored, printed with the
 //     latency rows (configcache.go);
-//  6. claims with leases (issue 18): lookup_or_claim against lookup on a
+//  6. claims with leases: lookup_or_claim against lookup on a
 //     hit and on a miss (claim + record against lookup + record, and the
 //     claim alone), from Go and Python, printed with the latency rows
 //     (claim.go);
 //  7. the import cost of the released ejkernel with tirastore's
-//     PersistentCache in place of its own (issue 27), in fresh interpreters
+//     PersistentCache in place of its own, in fresh interpreters
 //     of the ejkernel venv (ejkernel.go), printed after the latency rows;
 //  8. PostgreSQL beside the SQLite file (postgres.go): a throwaway cluster
 //     (tests/pg/pgcluster.py) on this machine, reached on its Unix socket;
@@ -40,12 +39,12 @@
 //     64, 256 and 1,000 clients through PgBouncer and directly
 //     (pooler.go); skipped with the reason when no cluster can be
 //     started;
-//  9. tirastore dashboard (issue 31) on a database of 200,000 records
+//  9. tirastore dashboard on a database of 200,000 records
 //     (dashboard.go): the holds of its reads against a lookup's, and in
 //     headless Chromium its first paint and how soon another process's
 //     records show.
 //
-// It prints one table per section, then which of the issue's targets hold,
+// It prints one table per section, then which of the targets hold,
 // and writes every raw figure as JSON. The exit code is 0 even when targets
 // are missed: this is a measurement, not a test (a harness failure, e.g. a
 // lost record, is reported in the tables and the JSON).
@@ -225,7 +224,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.Dash.Rounds, "dash-rounds", 5, "record_many calls of another process timed until the dashboard's page shows them")
 	fs.IntVar(&cfg.Dash.New, "dash-new", 1000, "records of each of those record_many calls")
 	sections := fs.String("sections", "latency,python,config,claim,ejkernel,syscalls,throughput,postgres,cliff,dashboard,realistic", "sections to run (realistic: Tiramisu-like beam workers measuring for seconds, with a kept and a fresh connection; config: the kernel-config cache rows; claim: lookup_or_claim against lookup, from Go and Python; ejkernel: the import cost of the released ejkernel with tirastore's PersistentCache, in the venv of make ejkernel-venv; postgres: a throwaway PostgreSQL cluster beside the SQLite file; cliff: lookups over a working set 4x the result cache, a neighbour's records beside them, and a lookup-heavy process's memory; dashboard: tirastore dashboard on a large database, in headless Chromium, and the holds of its reads against a lookup's)")
-	tpClients := fs.String("tp-clients", implEngine+","+implBaseline+","+implPython, "clients of the throughput section (issue 29's target needs python and baseline-go)")
+	tpClients := fs.String("tp-clients", implEngine+","+implBaseline+","+implPython, "clients of the throughput section (the python-worker throughput target needs python and baseline-go)")
 	realProcs := fs.String("realistic-procs", "8,32,64", "worker counts of the realistic section")
 	realDirs := fs.String("realistic-dirs", "", "comma-separated directories of the realistic section, e.g. a FUSE mount of tests/fusebed (default: the bench directory)")
 	fs.IntVar(&cfg.Real.Steps, "realistic-steps", 6, "search steps per beam worker of the realistic section")

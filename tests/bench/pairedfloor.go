@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// # The floor, paired (issue 29)
+// # The floor, paired
 //
 // The latency section measures the floor (floor.go) first and last in
 // every round, and each client in between, each on a database of its own
@@ -25,7 +25,7 @@ import (
 // preloaded alike in the same directory, which both plans grow alike. The
 // order within a pair alternates (the first of two writes is not
 // favoured), and what is judged is the median of the pairs' ratios, each
-// of two writes a moment apart. Issue 29's floor targets are judged on
+// of two writes a moment apart. The floor targets are judged on
 // these rows; the unpaired ratios stay in the latency table for reference.
 //
 // The engine-go client is in this process. The python client is

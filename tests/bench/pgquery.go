@@ -33,7 +33,7 @@ const (
 var pgQueryOps = []string{qCurrentHit, qCurrentMiss, qJoinedHit, qJoinedMiss}
 
 // joinedLookupSQL is a bench-only reference, not the engine's: the
-// lookup statement as it was before issue 30, the records row joined with
+// lookup statement as it once was, the records row joined with
 // its programs row (the engine's statement with the join put back).
 var joinedLookupSQL = strings.Replace(postgres.LookupStatement(), " FROM records r ",
 	" FROM records r JOIN programs p ON r.program_hash = p.program_hash ", 1)
@@ -121,7 +121,7 @@ func writeHitMiss(w io.Writer, pr *pgResults) {
 		return
 	}
 	fmt.Fprintf(w, "   The lookup statement alone (µs), one pgx connection, prepared, the four rows interleaved on the same keys; REFERENCE:\n")
-	fmt.Fprintf(w, "   the statement of before issue 30 (records joined with programs), a bench-only string the engine no longer runs.\n")
+	fmt.Fprintf(w, "   the former statement (records joined with programs), a bench-only string the engine no longer runs.\n")
 	t := newTable("l", "statement", "hit median", "miss median", "hit - miss", "hit p99", "miss p99", "failed")
 	for _, pair := range [][3]string{{"engine's (records row alone)", qCurrentHit, qCurrentMiss}, {"REFERENCE old, joined", qJoinedHit, qJoinedMiss}} {
 		h, m := lat[pair[1]], lat[pair[2]]

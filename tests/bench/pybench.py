@@ -20,8 +20,8 @@ Implementations:
   protocol (lock, fresh sqlite3 connection per operation). It has no
   contains() and no record_many(): those rows are left out, and its pool is
   preloaded through the engine;
-* ``persistent-cache`` and ``seed-cache``: the kernel-config caches of issue
-  16, ``tirastore.PersistentCache`` and ``SeedPersistentCache`` of
+* ``persistent-cache`` and ``seed-cache``: the kernel-config caches,
+  ``tirastore.PersistentCache`` and ``SeedPersistentCache`` of
   tests/python/seed_cache.py (the seed's pattern: the whole JSON file loaded
   by the constructor, every put rewriting it). They run only the config_*
   steps: ``config_open`` writes a seed JSON file of ``batch`` entries in the
@@ -30,8 +30,8 @@ Implementations:
   ``<label>``: core/configplace.go), then
   ``config_get`` and ``config_put`` use that cache.
 
-The ``python`` client also runs the claim section's ops (issue 18,
-tests/bench/claim.go): ``lookup_or_claim`` (expect: a LookupResult),
+The ``python`` client also runs the claim section's ops
+(tests/bench/claim.go): ``lookup_or_claim`` (expect: a LookupResult),
 ``lookup_record`` (a lookup miss, then record), ``claim_record``
 (lookup_or_claim returning a Claim, then ``claim.record``) and
 ``claim_release`` (a Claim, then ``claim.release``), ``lookup_pair`` (a
@@ -104,7 +104,7 @@ class PackageClient:
     def record_many(self, entries: list, overwrite: bool) -> int:
         return self.store.record_many(self.name, self.src, entries, overwrite)
 
-    # Claims (issue 18; the claim section, tests/bench/claim.go).
+    # Claims (the claim section, tests/bench/claim.go).
 
     def lookup_or_claim(self, s: str) -> Any:
         return self.store.lookup_or_claim(self.name, self.src, s)

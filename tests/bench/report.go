@@ -33,16 +33,16 @@ type results struct {
 	Throughput map[string][]*tpRun             `json:"throughput"`
 	Targets    []*target                       `json:"targets"`
 	// Claims are the claim section's rows (claim.go), by client and row;
-	// ClaimTargets issue 18's hit target on them.
+	// ClaimTargets the claim section's hit target on them.
 	Claims map[string]map[string]*opResult `json:"claims,omitempty"`
-	// FloorRatios are issue 29's ratios (floor.go): client / floor of the
+	// FloorRatios are the floor ratios (floor.go): client / floor of the
 	// medians, by client and row.
 	FloorRatios map[string]map[string]fnum `json:"floor_ratios,omitempty"`
 	// Paired are the paired floor rows (pairedfloor.go), by client and
-	// row: issue 29's floor targets are judged on them.
+	// row: the floor targets are judged on them.
 	Paired       map[string]map[string]*pairedRow `json:"paired_floor,omitempty"`
 	ClaimTargets []*target                        `json:"claim_targets,omitempty"`
-	Reference    reference                        `json:"reference_original_issue5"`
+	Reference    reference                        `json:"reference_original"`
 	// Postgres is the postgres section's figures (postgres.go), nil when
 	// it did not run or no cluster could be started (Skipped says why).
 	Postgres *pgResults `json:"postgres,omitempty"`
@@ -74,8 +74,8 @@ func configJSON(cfg *config) map[string]any {
 	}
 }
 
-// reference holds the original library's figures as issue 5 quotes them
-// (measured elsewhere, DB path 5 components deep, ext4). They are context
+// reference holds the original library's quoted figures (measured
+// elsewhere, DB path 5 components deep, ext4). They are context
 // for judging how faithful the Go baseline is, never used in a ratio.
 type reference struct {
 	Note                   string  `json:"note"`
@@ -92,13 +92,13 @@ type reference struct {
 }
 
 var originalReference = reference{
-	Note:              "quoted from issue 5 (the original Python library on a comparable machine), not measured by this run",
+	Note:              "quoted: the original Python library, measured elsewhere on a comparable machine, not by this run",
 	LookupHitMedianUS: 449, RecordNewMedianUS: 1528, RecordMany1000PerRecUS: 28,
 	SyscallsPerLookup: 49, MetadataPerLookup: 24,
 	Throughput32: 980, P99Lookup32MS: 72.6, WorstOp32S: 21.4, FastestWorker32S: 2, SlowestWorker32S: 22,
 }
 
-// target is one of issue 5's targets, judged on this run.
+// target is one of the bench's targets, judged on this run.
 type target struct {
 	ID     string `json:"id"`
 	Name   string `json:"name"`
@@ -238,7 +238,7 @@ func evaluateTargets(cfg *config, res *results) []*target {
 				detail = fmt.Sprintf("median of %d pairs' ratios; medians %s vs floor %s µs (%s); unpaired %s", p.Pairs,
 					fmtUS(p.Client.Median), fmtUS(p.Floor.Median), fmtX(float64(p.MediansRatio)), fmtX(res.overFloor(impl, f.op)))
 			}
-			atMost("floor-"+f.op+"/"+impl, "issue 29: "+opTitles[f.op]+" from "+impl+" / the floor, paired", r, f.limit, "x", detail)
+			atMost("floor-"+f.op+"/"+impl, opTitles[f.op]+" from "+impl+" / the floor, paired", r, f.limit, "x", detail)
 		}
 	}
 
@@ -295,7 +295,7 @@ func evaluateTargets(cfg *config, res *results) []*target {
 	ts = append(ts, integrity)
 	atMost("worst-op", "worst single operation (engine, every P)", worst/1e3, 1, "s", "")
 
-	// Issue 29's target 2: Python worker processes (the tirastore package)
+	// The Python-worker target: Python worker processes (the tirastore package)
 	// against the baseline at the same P (the most processes of the run).
 	py := res.tpAt(implPython)
 	pyTput, pyD, pyP := math.NaN(), "not measured", "P=max"
@@ -314,7 +314,7 @@ func evaluateTargets(cfg *config, res *results) []*target {
 			pyD = fmt.Sprintf("%.0f vs %.0f ops/s", py.OpsPerS, pb.OpsPerS)
 		}
 	}
-	atLeast("throughput-python", "issue 29: aggregate throughput at "+pyP+", python workers vs baseline", pyTput, 10, "x", pyD)
+	atLeast("throughput-python", "aggregate throughput at "+pyP+", python workers vs baseline", pyTput, 10, "x", pyD)
 
 	links := &target{ID: "link-attempts", Name: "link() attempts per acquired lock at " + p, Unit: "per lock", Goal: "report", Value: fnum(math.NaN())}
 	if e != nil && e.Failed == "" {
@@ -408,7 +408,7 @@ func metStr(m *bool) string {
 	return "NO"
 }
 
-// latencyTargets are the issue's per-operation targets, by (op, impl).
+// latencyTargets are the per-operation targets, by (op, impl).
 var latencyTargets = map[[2]string]float64{
 	{opLookupHit, implPython}: 10,
 	{opRecordNew, implEngine}: 2,
@@ -419,7 +419,7 @@ var latencyTargets = map[[2]string]float64{
 
 func writeReport(w io.Writer, cfg *config, res *results) {
 	m := res.Machine
-	fmt.Fprintf(w, "TiraStore benchmark (issue 5)   %s\n", m.Date)
+	fmt.Fprintf(w, "TiraStore benchmark   %s\n", m.Date)
 	fmt.Fprintf(w, "machine   %s, %d cores, %s, host %s\n", m.CPUModel, m.Cores, m.Kernel, m.Hostname)
 	fmt.Fprintf(w, "disk      %s (%s, statfs magic %s); database %s (%d components below the bench dir)\n", m.BenchDir, m.FSType, m.FSMagic, m.DBPath, m.DBDepth)
 	fmt.Fprintf(w, "software  %s, Python %s, engine %s (commit %s)\n", m.GoVersion, m.PythonVersion, m.Engine, m.GitCommit)
@@ -508,11 +508,11 @@ func (res *results) paired(impl, op string) *pairedRow {
 	return p
 }
 
-// writeFloor prints issue 29's ratios: each client's median over the
+// writeFloor prints the floor ratios: each client's median over the
 // floor's, for the writes, paired (judged) and unpaired, with the targets.
 func writeFloor(w io.Writer, res *results) {
 	if res.Paired != nil {
-		fmt.Fprintf(w, "\n   Issue 29: the engine over the durable-transaction floor, paired (client and floor in turns, one write each, same directory;\n")
+		fmt.Fprintf(w, "\n   The engine over the durable-transaction floor, paired (client and floor in turns, one write each, same directory;\n")
 		fmt.Fprintf(w, "   µs per record; client / floor = the median of the pairs' ratios, judged; medians' = the ratio of the two medians)\n")
 		t := newTable("ll", "operation", "client", "pairs", "median", "floor", "client / floor", "medians'", "target", "met?")
 		for _, f := range floorOps {
@@ -696,7 +696,7 @@ func writeThroughput(w io.Writer, cfg *config, res *results) {
 }
 
 func writeTargets(w io.Writer, res *results) {
-	fmt.Fprintf(w, "\n4. Issue 5 targets, judged on this run (the engine against the baseline measured alongside), and issue 29's (the floor, python workers)\n")
+	fmt.Fprintf(w, "\n4. Targets, judged on this run (the engine against the baseline measured alongside, the floor ratios, python workers)\n")
 	t := newTable("llrll")
 	t.rows = nil
 	held, missed, na := 0, 0, 0
@@ -732,8 +732,8 @@ func writeTargets(w io.Writer, res *results) {
 }
 
 func writeReference(w io.Writer, res *results) {
-	fmt.Fprintf(w, "\n5. The original as issue 5 quotes it (another run; context for the baseline's fidelity, never used in a ratio)\n")
-	t := newTable("l", "figure", "original (issue 5)", "baseline-go here", "engine-go here")
+	fmt.Fprintf(w, "\n5. The original's quoted figures (another run; context for the baseline's fidelity, never used in a ratio)\n")
+	t := newTable("l", "figure", "original", "baseline-go here", "engine-go here")
 	ref := res.Reference
 	medUS := func(impl, op string) string { return fmtUS(res.median(impl, op)) }
 	perRec := func(impl string) string {

@@ -1,7 +1,7 @@
 """The virtualenv with the released ejkernel that the ejkernel tests and bench row run.
 
-Issue 27 proves tirastore.PersistentCache with the ejkernel users install
-from PyPI, not with a copy of it. That needs ejkernel, CPU jax and
+The ejkernel tests prove tirastore.PersistentCache with the ejkernel users
+install from PyPI, not with a copy of it. That needs ejkernel, CPU jax and
 tirastore's runtime dependencies in a virtualenv of their own (ejkernel
 pins numpy, jax and pydantic versions that the project's .venv must not be
 tied to). The pins live in ONE place, pyproject.toml's optional-dependency

@@ -1,5 +1,5 @@
 """The kernel-config cache's C methods (config_*), through the binding's
-native layer: what the PersistentCache class (issue 16) is built on."""
+native layer: what the PersistentCache class is built on."""
 from __future__ import annotations
 
 import math

@@ -1,4 +1,4 @@
-"""`tirastore dashboard` (issue 31), in a real browser.
+"""`tirastore dashboard`, in a real browser.
 
 The dashboard runs as its own process (`python -m tirastore dashboard`);
 Debian's headless Chromium, driven over the DevTools protocol

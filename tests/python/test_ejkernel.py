@@ -1,4 +1,4 @@
-"""tirastore.PersistentCache in the released ejkernel, proven with ejkernel itself (issue 27).
+"""tirastore.PersistentCache in the released ejkernel, proven with ejkernel itself.
 
 Every case runs real ejkernel (the PyPI release, with CPU jax, in the venv
 that `make ejkernel-venv` builds: tests/python/ejkernel_env.py) in worker

@@ -1,4 +1,4 @@
-"""Issue 26, item 5: every piece of advice about the lock, claims and check
+"""Every piece of advice about the lock, claims and check
 names a command that works, and that command then does it.
 
 Each test reads the advice from what the library says (lock status, check,

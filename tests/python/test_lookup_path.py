@@ -2,7 +2,7 @@
 
 A lookup of a program whose hash the package knows (after one read that
 sent the source) goes through tirastore_lookup: texts by length, no JSON
-but the result's, as an array (issue 29). Every other lookup goes through
+but the result's, as an array. Every other lookup goes through
 tirastore_call's JSON. These tests ask both paths the same questions and
 compare: results of every stored shape, errors of every kind, threads,
 and that the fast path is the one taken when it should be. Runs on both

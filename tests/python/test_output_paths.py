@@ -1,4 +1,4 @@
-"""Issue 26, item 4: a typo in an output path never destroys a database.
+"""A typo in an output path never destroys a database.
 
 Every output (TiraStore.export in both formats, backup,
 PersistentCache.export_json, plot_program, and the CLI's export, backup,

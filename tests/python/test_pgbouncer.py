@@ -1,7 +1,7 @@
 """Thousands of workers on one PostgreSQL: PgBouncer in transaction
 pooling mode in front of a server of max_connections 40, a pool of 20
 server connections, 500 worker processes with pool_mode=transaction in
-their URL (tests/pg/pgbouncer.py starts Debian's pgbouncer; issue 30).
+their URL (tests/pg/pgbouncer.py starts Debian's pgbouncer).
 
 The fleet (pgbouncer_fleet.py, forked from one interpreter) records its
 own schedules, contested schedules and claimed schedules while PgBouncer

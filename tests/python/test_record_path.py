@@ -2,7 +2,7 @@
 
 A record of a program its store has written before goes through
 tirastore_record: texts by length, execution_times as JSON, no reply to
-decode (issue 29); a record_many of such a program whose entries are dicts
+decode; a record_many of such a program whose entries are dicts
 of a str, a bool and floats goes through tirastore_record_many, the entries
 as arrays. Every other write goes through tirastore_call's JSON.
 These tests ask both paths the same things and compare: rows of every

@@ -3,7 +3,7 @@
 The directory of a database is often mode 1777 (the original made it so,
 and users keep it so to share the database), and fs.protected_symlinks and
 fs.protected_fifos may be 0: anyone can create any name there that does
-not exist yet. Three attacks of issue 26, each run for real by uid 65534
+not exist yet. Three attacks, each run for real by uid 65534
 against root's stores (setpriv), each with a negative control on the
 failpoints build that switches the guard off and shows that the test
 catches the old behaviour:
