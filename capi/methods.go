@@ -386,19 +386,19 @@ var methods = map[string]method{
 		}
 		return nil, core.CheckConfigRef(ns, d, op, ck)
 	}},
-	// config_value is config_get's fast form for bindings: [value, stamp]
-	// on a hit (a stored null stays distinguishable), null on a miss,
-	// without the entry's who and when.
+	// config_value is config_get's fast form for bindings: [value] on a
+	// hit (a stored null stays distinguishable), null on a miss, without
+	// the entry's who and when.
 	"config_value": {true, configParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		ns, d, op, ck, err := configArgs(a)
 		if err != nil {
 			return nil, err
 		}
-		e, stamp, err := st.ConfigValue(ctx, ns, d, op, ck)
+		e, err := st.ConfigValue(ctx, ns, d, op, ck)
 		if e == nil || err != nil {
 			return nil, err
 		}
-		return replyConfigValue(e, stamp), nil
+		return replyConfigValue(e), nil
 	}},
 	"config_put": {true, []string{"namespace", "device", "op_id", "call_key", "value", "overwrite"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		ns, d, op, ck, err := configArgs(a)

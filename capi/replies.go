@@ -269,10 +269,10 @@ func replyConfigEntry(e *core.ConfigEntry) any {
 	return o
 }
 
-// replyConfigValue is config_value's [value, stamp] (a stored null stays
+// replyConfigValue is config_value's [value] (a stored null stays
 // distinguishable from a miss, which is null).
-func replyConfigValue(e *core.ConfigEntry, stamp uint64) any {
-	return []any{pyjson.Raw(e.ValueJSON), stamp}
+func replyConfigValue(e *core.ConfigEntry) any {
+	return []any{pyjson.Raw(e.ValueJSON)}
 }
 
 // replyConfigExport is config_export's {path, entries}.

@@ -4,7 +4,6 @@ import (
 	"container/list"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/tirastore/tirastore/core/failpoint"
@@ -14,11 +13,6 @@ import (
 	"github.com/tirastore/tirastore/core/storage"
 	"github.com/tirastore/tirastore/core/tuning"
 )
-
-// stamps numbers the config-entry sets of every cache of the process
-// (resultCache.stamp): unique, so that a stamp of one store never names
-// another's.
-var stamps atomic.Uint64
 
 // resultCache serves repeated lookups of one process without the lock.
 //
@@ -83,7 +77,7 @@ var stamps atomic.Uint64
 // When full, the cache evicts the least recently used program's entries,
 // all of them (a complete program, or the keys read one by one), until the
 // new ones fit; configs are never evicted with them (they have their own
-// bound), so their stamp does not move.
+// bound).
 //
 // # Following the node's commits
 //
@@ -113,11 +107,6 @@ type resultCache struct {
 	// keeps them; a config write is a commit that was not logged and starts the
 	// cache over.
 	configs map[configKey]*storage.ConfigEntry
-	// stamp names the cache's current set of config entries: a new one
-	// (from stamps) whenever entries may be dropped or replaced, never when
-	// one is added, so that an answer stamped stamp holds while stamp is
-	// still the cache's and the entries are current (Fresh).
-	stamp uint64
 	// tooBig: programs found to have more than tuning.PrefetchLimit records at
 	// gen.
 	tooBig map[string]bool
@@ -192,7 +181,6 @@ func (c *resultCache) reset() {
 	c.entries, c.progs, c.tooBig, c.configs = nil, nil, nil, nil
 	c.lru.Init()
 	c.bytes = 0
-	c.stamp = stamps.Add(1)
 }
 
 // entry is what the cache knows of one key.
@@ -281,60 +269,44 @@ func (c *resultCache) Get(progHash, key string) (rec *storage.Record, ok bool) {
 // entries.
 type configKey struct{ namespace, key string }
 
-// GetConfig is Get for the config entry of key, with the stamp of the
-// answer (see Fresh).
-func (c *resultCache) GetConfig(key configKey) (e *storage.ConfigEntry, stamp uint64, ok bool) {
+// GetConfig is Get for the config entry of key. Logged commits, which
+// the cache follows, never change a config row.
+func (c *resultCache) GetConfig(key configKey) (e *storage.ConfigEntry, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok = c.configs[key]; !ok || c.hdr == nil {
-		return nil, 0, false
+		return nil, false
 	}
 	if !failpoint.Enabled(failpoint.CacheTrust) && !c.current() {
-		return nil, 0, false
+		return nil, false
 	}
 	e, ok = c.configs[key]
-	return e, c.stamp, ok
-}
-
-// Fresh reports whether the config answers stamped stamp still hold: the
-// stamp is the cache's (no entry was dropped or replaced since) and the
-// entries are current. Logged commits, which the cache follows, never
-// change a config row.
-func (c *resultCache) Fresh(stamp uint64) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if stamp == 0 || stamp != c.stamp || c.hdr == nil {
-		return false
-	}
-	return failpoint.Enabled(failpoint.CacheTrust) || c.current()
+	return e, ok
 }
 
 // LoadConfig is Load for the config entry of key (no prefetch: an
-// autotuner asks for few keys, each many times), with the stamp of the
-// answer (0: not cached).
-func (c *resultCache) LoadConfig(db *sqlite.DB, key configKey) (*storage.ConfigEntry, uint64, error) {
+// autotuner asks for few keys, each many times).
+func (c *resultCache) LoadConfig(db *sqlite.DB, key configKey) (*storage.ConfigEntry, error) {
 	c.mu.Lock()
 	e, ok := c.configs[key]
-	stamp := c.stamp
 	c.mu.Unlock()
 	if ok && c.hdr != nil {
-		return e, stamp, nil
+		return e, nil
 	}
 	e, err := db.GetConfig(key.namespace, key.key)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.hdr == nil {
-		return e, 0, nil
+		return e, nil
 	}
 	if c.configs == nil || len(c.configs) >= tuning.MaxCached {
 		c.configs = make(map[configKey]*storage.ConfigEntry)
-		c.stamp = stamps.Add(1)
 	}
 	c.configs[key] = e
-	return e, c.stamp, nil
+	return e, nil
 }
 
 // lookup is what the entries say of key (the caller holds c.mu).

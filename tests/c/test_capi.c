@@ -457,10 +457,10 @@ int main(void) {
                  "{\"device\":\"gpu:0\",\"op_id\":\"mm@v1\",\"call_key\":\"m=64\",\"value\":1,\"overwrite\":false}"),
                  "{\"result\":false}");
     const char *config_key = "{\"device\":\"gpu:0\",\"op_id\":\"mm@v1\",\"call_key\":\"m=64\"}";
-    expect_ok_with("config_value hit: [value, stamp]", call(h, "config_value", config_key),
-                   "{\"result\":[{\"bm\":64,\"s\":NaN},");
-    expect_ok_with("config_value again, from the cache", call(h, "config_value", config_key),
-                   "{\"result\":[{\"bm\":64,\"s\":NaN},");
+    expect_reply("config_value hit: [value]", call(h, "config_value", config_key),
+                 "{\"result\":[{\"bm\":64,\"s\":NaN}]}");
+    expect_reply("config_value again, from the cache", call(h, "config_value", config_key),
+                 "{\"result\":[{\"bm\":64,\"s\":NaN}]}");
     expect_ok_with("config_get has who and when", call(h, "config_get", config_key), "\"creation_date\":");
     expect_reply("config_value miss", call(h, "config_value", "{\"device\":\"gpu:0\",\"op_id\":\"mm@v1\",\"call_key\":\"x\"}"),
                  "{\"result\":null}");
@@ -470,7 +470,7 @@ int main(void) {
     expect_reply("config_len", call(h, "config_len", NULL), "{\"result\":1}");
     expect_reply("config_put of another value", call(h, "config_put",
                  "{\"device\":\"gpu:0\",\"op_id\":\"mm@v1\",\"call_key\":\"m=64\",\"value\":2}"), "{\"result\":true}");
-    expect_ok_with("config_value sees the put", call(h, "config_value", config_key), "{\"result\":[2,");
+    expect_reply("config_value sees the put", call(h, "config_value", config_key), "{\"result\":[2]}");
     snprintf(args, sizeof args, "{\"opname\":\"mm\",\"path\":\"%s/mm.json\"}", dir);
     char want[2048];
     snprintf(want, sizeof want,
