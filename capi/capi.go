@@ -118,6 +118,18 @@ func withWarnings(result any, warnings []string) any {
 // reply encodes a result or an error into a library-owned C string and
 // returns the status. out may be NULL when the caller wants the status only.
 func reply(out **C.char, result any, err error) C.int {
+	b, status := replyJSON(result, err)
+	if out != nil {
+		// One malloc and copy, NUL included (C.CString(string(b)) would
+		// copy twice). The reply never contains a NUL: JSON escapes it.
+		*out = (*C.char)(C.CBytes(append(b, 0)))
+	}
+	return C.int(status)
+}
+
+// replyJSON is reply's document, {"result": ...} or {"error": ...}, and
+// its status.
+func replyJSON(result any, err error) ([]byte, int) {
 	var b []byte
 	if err == nil {
 		doc := pyjson.NewObjectCap(2)
@@ -152,12 +164,7 @@ func reply(out **C.char, result any, err error) C.int {
 				internal.PythonName(), status)
 		}
 	}
-	if out != nil {
-		// One malloc and copy, NUL included (C.CString(string(b)) would
-		// copy twice). The reply never contains a NUL: JSON escapes it.
-		*out = (*C.char)(C.CBytes(append(b, 0)))
-	}
-	return C.int(status)
+	return b, status
 }
 
 // guard turns a panic anywhere below into TIRASTORE_ERR_INTERNAL: the host
@@ -318,15 +325,22 @@ func tirastoreGo_call(handle C.uint64_t, method *C.char, args_json *C.char, out 
 		// over, so that they do not add to those of the next one.
 		defer debug.FreeOSMemory()
 	}
+	res, err := runCall(name, m, st, req)
+	return reply(out, res, err)
+}
+
+// runCall is tirastore_call's work once its C arguments are read: the
+// method m, named name, on st (nil for a utility) with the arguments of
+// the JSON object req.
+func runCall(name string, m method, st *core.Store, req []byte) (any, error) {
 	a, err := parseArgs(name, req)
 	if err != nil {
-		return reply(out, nil, err)
+		return nil, err
 	}
 	if err := a.check(m.params); err != nil {
-		return reply(out, nil, err)
+		return nil, err
 	}
-	res, err := m.run(context.Background(), st, a)
-	return reply(out, res, err)
+	return m.run(context.Background(), st, a)
 }
 
 // request is the caller's args_json, read in place (valid until the call
@@ -350,28 +364,6 @@ func requestTooLong(method string, n uint64) error {
 	return &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("%s(): the arguments are %d bytes of JSON, "+
 		"more than the %d a call may carry (a text, such as a program source, may have at most %d bytes; docs/limits.md)",
 		displayName(method), n, limits.MaxRequestBytes, limits.MaxTextBytes)}
-}
-
-// tirastore_config_fresh reports whether the answers of the method
-// "config_value" that carried stamp still hold: 1 if the same calls would
-// return the same values now, 0 if they may not (then call config_value
-// again), also for an unknown or closed handle. It takes no lock, makes no
-// allocation a caller sees and costs one fstat and one header read, so
-// that a binding may keep the values it decoded and serve a repeated get
-// without a JSON round trip.
-//
-//export tirastoreGo_config_fresh
-func tirastoreGo_config_fresh(handle C.uint64_t, stamp C.uint64_t) (fresh C.int) {
-	defer func() {
-		if recover() != nil {
-			fresh = 0
-		}
-	}()
-	st, err := findHandle(uint64(handle), false)
-	if err != nil || !st.ConfigFresh(uint64(stamp)) {
-		return 0
-	}
-	return 1
 }
 
 func main() {}

@@ -60,40 +60,6 @@ int tirastore_call(uint64_t handle, const char *method, const char *args_json, c
 	return tirastoreGo_call(handle, (char *)method, (char *)args_json, out);
 }
 
-int tirastore_lookup(uint64_t handle, const char *program_name, size_t program_name_len, const char *program_hash,
-                     size_t program_hash_len, const char *schedule, size_t schedule_len, void *buf, size_t buf_size,
-                     size_t *reply_len, char **out) {
-	if (tirastore_forked) return tirastore_forked_error(out);
-	return tirastoreGo_lookup(handle, (char *)program_name, program_name_len, (char *)program_hash, program_hash_len,
-	                          (char *)schedule, schedule_len, buf, buf_size, reply_len, out);
-}
-
-int tirastore_record(uint64_t handle, const char *program_name, size_t program_name_len, const char *program_hash,
-                     size_t program_hash_len, const char *schedule, size_t schedule_len, int is_legal,
-                     const char *execution_times_json, size_t execution_times_len, int overwrite, int *written,
-                     char **out) {
-	if (tirastore_forked) return tirastore_forked_error(out);
-	return tirastoreGo_record(handle, (char *)program_name, program_name_len, (char *)program_hash, program_hash_len,
-	                          (char *)schedule, schedule_len, is_legal, (char *)execution_times_json,
-	                          execution_times_len, overwrite, written, out);
-}
-
-int tirastore_record_many(uint64_t handle, const char *program_name, size_t program_name_len,
-                          const char *program_hash, size_t program_hash_len, size_t count, const char *schedules,
-                          const int64_t *schedule_lens, const char *is_legal, const int64_t *times_counts,
-                          const double *times, int overwrite, size_t *written, char **out) {
-	if (tirastore_forked) return tirastore_forked_error(out);
-	return tirastoreGo_record_many(handle, (char *)program_name, program_name_len, (char *)program_hash,
-	                               program_hash_len, count, (char *)schedules, (int64_t *)schedule_lens,
-	                               (char *)is_legal, (int64_t *)times_counts, (double *)times, overwrite, written,
-	                               out);
-}
-
-int tirastore_config_fresh(uint64_t handle, uint64_t stamp) {
-	if (tirastore_forked) return 0; // not fresh: the caller's config_value call then reports the fork
-	return tirastoreGo_config_fresh(handle, stamp);
-}
-
 void tirastore_free(const char *buf) {
 	// Replies are allocated with malloc (C.CBytes in Go, strdup above):
 	// free() releases them without entering Go, also in a forked child.

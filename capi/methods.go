@@ -245,7 +245,19 @@ var methods = map[string]method{
 		return st.RecordRef(ctx, name, prog, m, overwrite)
 	}},
 	"record_many": {true, []string{"program_name", "program_source_code", "program_hash", "schedules", "overwrite"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
-		return recordMany(ctx, st, a, func() ([]core.Measurement, error) { return a.schedules("schedules") })
+		name, prog, _, err := readArgs(a, false)
+		if err != nil {
+			return nil, err
+		}
+		ms, err := a.schedules("schedules")
+		if err != nil {
+			return nil, err
+		}
+		overwrite, err := a.boolean("overwrite", false)
+		if err != nil {
+			return nil, err
+		}
+		return st.RecordManyRef(ctx, name, prog, ms, overwrite)
 	}},
 	"get_program_source": {true, []string{"program_name"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		name, err := a.str("program_name")
@@ -374,20 +386,19 @@ var methods = map[string]method{
 		}
 		return nil, core.CheckConfigRef(ns, d, op, ck)
 	}},
-	// config_value is config_get's fast form for bindings: [value, stamp]
-	// on a hit (a stored null stays distinguishable), null on a miss,
-	// without the entry's who and when; while tirastore_config_fresh(stamp)
-	// returns 1, the same call would return the same value.
+	// config_value is config_get's fast form for bindings: [value] on a
+	// hit (a stored null stays distinguishable), null on a miss, without
+	// the entry's who and when.
 	"config_value": {true, configParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		ns, d, op, ck, err := configArgs(a)
 		if err != nil {
 			return nil, err
 		}
-		e, stamp, err := st.ConfigValue(ctx, ns, d, op, ck)
+		e, err := st.ConfigValue(ctx, ns, d, op, ck)
 		if e == nil || err != nil {
 			return nil, err
 		}
-		return replyConfigValue(e, stamp), nil
+		return replyConfigValue(e), nil
 	}},
 	"config_put": {true, []string{"namespace", "device", "op_id", "call_key", "value", "overwrite"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		ns, d, op, ck, err := configArgs(a)
@@ -650,26 +661,6 @@ func readArgs(a *args, withSched bool) (name string, prog core.ProgramRef, sched
 		sched, err = a.str("tiralib_schedule_string")
 	}
 	return
-}
-
-// recordMany is the method record_many with its measurements read by
-// measurements (from the JSON argument schedules, or from the arrays of
-// tirastore_record_many), after the program's arguments, as the method
-// reads them.
-func recordMany(ctx context.Context, st *core.Store, a *args, measurements func() ([]core.Measurement, error)) (int, error) {
-	name, prog, _, err := readArgs(a, false)
-	if err != nil {
-		return 0, err
-	}
-	ms, err := measurements()
-	if err != nil {
-		return 0, err
-	}
-	overwrite, err := a.boolean("overwrite", false)
-	if err != nil {
-		return 0, err
-	}
-	return st.RecordManyRef(ctx, name, prog, ms, overwrite)
 }
 
 func optional(p *string, err error) (any, error) {

@@ -115,52 +115,21 @@ func replyLimits() any {
 	return o
 }
 
-// resultFieldNames are a result's fields in the order of the original's
-// LookupResult: the keys of replyResult, the positions of appendResultRow.
-var resultFieldNames = [8]string{"is_legal", "execution_times", "schedule", "hostname",
-	"username", "creation_date", "update_date", "source_project"}
-
-// resultFields are r's values in the order of resultFieldNames: the
-// stored JSON values untouched (a stored list of numbers in its compact
-// text: core.Result.Stored), then the texts.
-func resultFields(r *core.Result) (legal, times any, texts [6]string) {
-	legal, times = r.Stored()
-	return legal, times, [6]string{r.Schedule, r.Hostname, r.Username, r.CreationDate, r.UpdateDate, r.SourceProject}
-}
-
 // replyResult is a result as an object of the original's LookupResult
-// fields, in their order.
+// fields, in their order: the stored JSON values untouched (a stored list
+// of numbers in its compact text: core.Result.Stored), then the texts.
 func replyResult(r *core.Result) any {
-	legal, times, texts := resultFields(r)
-	o := pyjson.NewObjectCap(len(resultFieldNames))
-	o.Set(resultFieldNames[0], legal)
-	o.Set(resultFieldNames[1], times)
-	for i, t := range texts {
-		o.Set(resultFieldNames[2+i], t)
-	}
+	legal, times := r.Stored()
+	o := pyjson.NewObjectCap(8)
+	o.Set("is_legal", legal)
+	o.Set("execution_times", times)
+	o.Set("schedule", r.Schedule)
+	o.Set("hostname", r.Hostname)
+	o.Set("username", r.Username)
+	o.Set("creation_date", r.CreationDate)
+	o.Set("update_date", r.UpdateDate)
+	o.Set("source_project", r.SourceProject)
 	return o
-}
-
-// appendResultRow appends tirastore_lookup's reply of r to dst: null for
-// a miss, else the values of replyResult in its order, as an array (a
-// binding builds its result from the positions). Written field by field
-// into one buffer: it is the reply of the hot path.
-func appendResultRow(dst []byte, r *core.Result) ([]byte, error) {
-	if r == nil {
-		return append(dst, "null"...), nil
-	}
-	legal, times, texts := resultFields(r)
-	b, err := pyjson.Append(append(dst, '['), legal, pyjson.Compact)
-	if err == nil {
-		b, err = pyjson.Append(append(b, ','), times, pyjson.Compact)
-	}
-	for _, t := range texts {
-		if err != nil {
-			break
-		}
-		b, err = pyjson.AppendString(append(b, ','), t, pyjson.Compact)
-	}
-	return append(b, ']'), err
 }
 
 // replyResults is lookup_many's list: a result, or null for a miss.
@@ -300,10 +269,10 @@ func replyConfigEntry(e *core.ConfigEntry) any {
 	return o
 }
 
-// replyConfigValue is config_value's [value, stamp] (a stored null stays
+// replyConfigValue is config_value's [value] (a stored null stays
 // distinguishable from a miss, which is null).
-func replyConfigValue(e *core.ConfigEntry, stamp uint64) any {
-	return []any{pyjson.Raw(e.ValueJSON), stamp}
+func replyConfigValue(e *core.ConfigEntry) any {
+	return []any{pyjson.Raw(e.ValueJSON)}
 }
 
 // replyConfigExport is config_export's {path, entries}.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tirastore/tirastore/core"
@@ -57,41 +58,44 @@ func TestReplyResultShape(t *testing.T) {
 	}
 }
 
-// tirastore_lookup's array is the lookup object's values in its order.
-func TestLookupRowIsTheReplysValues(t *testing.T) {
-	ctx := context.Background()
+// call runs a method as tirastore_call does, from the JSON of its
+// arguments to the JSON of its reply, with its status.
+func call(t testing.TB, st *core.Store, name, req string) (string, int) {
+	t.Helper()
+	m, ok := methods[name]
+	if !ok {
+		t.Fatalf("no method %q", name)
+	}
+	b, status := replyJSON(runCall(name, m, st, []byte(req)))
+	return string(b), status
+}
+
+// The method lookup by program_hash (a schedule spelled otherwise
+// included) replies what it replies by source: the same object, null for
+// a miss.
+func TestLookupByHashRepliesAsBySource(t *testing.T) {
 	st := storeWithBlur(t, "p\"1")
-	const src, sched = blurSource, blurSchedule
-	h := core.ProgramHash(src)
-	row, err := lookupRow(nil, st, "blur", h, " S( L0,L1,4,8,comps=[\"c1\"])")
-	if err != nil {
-		t.Fatal(err)
+	h := core.ProgramHash(blurSource)
+	bySource, status := call(t, st, "lookup", `{"program_name":"blur","program_source_code":"void blur() { /* c */ }",`+
+		`"tiralib_schedule_string":"S(L0,L1,4,8,comps=['c1'])"}`)
+	if status != statusOK || !strings.HasPrefix(bySource, `{"result":{"is_legal":true,`) {
+		t.Fatalf("by source: %d %s", status, bySource)
 	}
-	r, err := st.Lookup(ctx, "blur", src, sched)
-	if err != nil || r == nil {
-		t.Fatal(r, err)
+	byHash, status := call(t, st, "lookup", `{"program_name":"blur","program_hash":"`+h+`",`+
+		`"tiralib_schedule_string":" S( L0,L1,4,8,comps=[\"c1\"])"}`)
+	if status != statusOK || byHash != bySource {
+		t.Fatalf("by hash: %d %s\nwant %s", status, byHash, bySource)
 	}
-	obj, err := pyjson.Marshal(replyResult(r), pyjson.Compact)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := pyjson.Parse(row)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, _ := pyjson.Parse(obj)
-	var values []any
-	want.(*pyjson.Object).Range(func(_ string, v any) bool { values = append(values, v); return true })
-	again, _ := pyjson.Marshal(values, pyjson.Compact)
-	if string(row) != string(again) || len(got.([]any)) != 8 {
-		t.Fatalf("row %s\nwant %s", row, again)
-	}
-	if miss, err := lookupRow(nil, st, "blur", h, "R(L0,comps=['c1'])"); err != nil || string(miss) != "null" {
-		t.Fatalf("miss: %s, %v", miss, err)
+	miss, status := call(t, st, "lookup", `{"program_name":"blur","program_hash":"`+h+`","tiralib_schedule_string":"R(L0,comps=['c1'])"}`)
+	if status != statusOK || miss != `{"result":null}` {
+		t.Fatalf("miss: %d %s", status, miss)
 	}
 }
 
-func BenchmarkLookupRow(b *testing.B) {
+// BenchmarkLookupByHash is a binding's repeated lookup through the JSON
+// method: the arguments parsed, the lookup (from the cache), the reply
+// written.
+func BenchmarkLookupByHash(b *testing.B) {
 	ctx := context.Background()
 	st, err := core.Open(ctx, filepath.Join(b.TempDir(), "cache.db"), core.Options{CPUModel: "Test CPU"})
 	if err != nil {
@@ -111,11 +115,14 @@ func BenchmarkLookupRow(b *testing.B) {
 		b.Fatal(err)
 	}
 	h := core.ProgramHash(src)
-	buf := make([]byte, 0, 512)
+	reqs := make([]string, len(scheds))
+	for i, s := range scheds {
+		reqs[i] = `{"program_name":"blur","tiralib_schedule_string":"` + s + `","program_hash":"` + h + `"}`
+	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := lookupRow(buf, st, "blur", h, scheds[i%len(scheds)]); err != nil {
-			b.Fatal(err)
+		if r, status := call(b, st, "lookup", reqs[i%len(reqs)]); status != statusOK {
+			b.Fatal(r)
 		}
 	}
 }

@@ -61,34 +61,27 @@ func CheckConfigRef(namespace, device, opID, callKey string) error {
 // nested deeper than limits.MaxValueDepth is returned (its reply carries an
 // error in its place, TooDeep: see "Limits of stored values").
 func (s *Store) ConfigGet(ctx context.Context, namespace, device, opID, callKey string) (*ConfigEntry, error) {
-	e, _, err := s.configGet(ctx, namespace, device, opID, callKey)
-	return e, err
+	if err := checkConfigRef(namespace, device, opID, callKey); err != nil {
+		return nil, err
+	}
+	e, err := s.be.ConfigGet(ctx, namespace, ConfigKey(device, opID, callKey))
+	if err != nil || e == nil {
+		return nil, err
+	}
+	return (*ConfigEntry)(e), nil
 }
 
-// ConfigValue is ConfigGet with the stamp of the answer: while
-// ConfigFresh(stamp) holds, the same call would return the same entry, so
-// a binding may keep what it decoded (0: no such promise). It is the get
-// of the bindings, which decode the value: one stored nested deeper than
-// limits.MaxValueDepth is a KindValue error naming the entry.
-func (s *Store) ConfigValue(ctx context.Context, namespace, device, opID, callKey string) (*ConfigEntry, uint64, error) {
-	e, stamp, err := s.configGet(ctx, namespace, device, opID, callKey)
+// ConfigValue is ConfigGet for the bindings, which decode the value: one
+// stored nested deeper than limits.MaxValueDepth is a KindValue error
+// naming the entry.
+func (s *Store) ConfigValue(ctx context.Context, namespace, device, opID, callKey string) (*ConfigEntry, error) {
+	e, err := s.ConfigGet(ctx, namespace, device, opID, callKey)
 	if e != nil {
 		if msg := e.TooDeep(); msg != "" {
-			return nil, 0, newError(KindValue, "%s", msg)
+			return nil, newError(KindValue, "%s", msg)
 		}
 	}
-	return e, stamp, err
-}
-
-func (s *Store) configGet(ctx context.Context, namespace, device, opID, callKey string) (*ConfigEntry, uint64, error) {
-	if err := checkConfigRef(namespace, device, opID, callKey); err != nil {
-		return nil, 0, err
-	}
-	e, stamp, err := s.be.ConfigGet(ctx, namespace, ConfigKey(device, opID, callKey))
-	if err != nil || e == nil {
-		return nil, stamp, err
-	}
-	return (*ConfigEntry)(e), stamp, nil
+	return e, err
 }
 
 // TooDeep is the message about e's value when it is stored nested deeper
@@ -101,10 +94,6 @@ func (e *ConfigEntry) TooDeep() string {
 	}
 	return tooDeepStored("config "+e.name()+": the value", d, "delete the entry or put a new value")
 }
-
-// ConfigFresh reports whether answers of ConfigValue stamped stamp still
-// hold; it takes no lock and costs one fstat and one header read.
-func (s *Store) ConfigFresh(stamp uint64) bool { return s.be.ConfigFresh(stamp) }
 
 // ConfigPut stores valueJSON (one JSON value) for (device, opID, callKey)
 // in namespace in one transaction and reports whether it wrote: with

@@ -50,17 +50,11 @@ func main() {
 // cTypes maps the cgo types used in exported signatures to C. A *C.char
 // parameter is always an input string in this ABI, hence const.
 var cTypes = map[string]string{
-	"*C.char":        "const char *",
-	"**C.char":       "char **",
-	"C.int":          "int",
-	"C.uint64_t":     "uint64_t",
-	"*C.uint64_t":    "uint64_t *",
-	"C.size_t":       "size_t",
-	"*C.size_t":      "size_t *",
-	"*C.int":         "int *",
-	"*C.int64_t":     "const int64_t *", // input arrays only
-	"*C.double":      "const double *",
-	"unsafe.Pointer": "void *",
+	"*C.char":     "const char *",
+	"**C.char":    "char **",
+	"C.int":       "int",
+	"C.uint64_t":  "uint64_t",
+	"*C.uint64_t": "uint64_t *",
 }
 
 // Generate renders the header for the capi package in dir.

@@ -158,19 +158,16 @@ func (s *Backend) Contains(ctx context.Context, _, key string) (bool, error) {
 }
 
 // ConfigGet reads the config entry of (namespace, key); nothing is
-// cached (stamp 0).
-func (s *Backend) ConfigGet(ctx context.Context, namespace, key string) (*storage.ConfigEntry, uint64, error) {
+// cached.
+func (s *Backend) ConfigGet(ctx context.Context, namespace, key string) (*storage.ConfigEntry, error) {
 	var e *storage.ConfigEntry
 	err := s.one(ctx, "config get", func(ctx context.Context) error {
 		var err error
 		e, err = getConfig(ctx, s.pool, namespace, key)
 		return err
 	})
-	return e, 0, err
+	return e, err
 }
-
-// ConfigFresh is false: no answer is cached.
-func (s *Backend) ConfigFresh(uint64) bool { return false }
 
 // Peek cannot answer without a round trip.
 func (s *Backend) Peek(string, string) (*storage.Record, bool) { return nil, false }

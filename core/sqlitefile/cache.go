@@ -4,18 +4,12 @@ import (
 	"container/list"
 	"os"
 	"sync"
-	"sync/atomic"
 
 	"github.com/tirastore/tirastore/core/failpoint"
 	"github.com/tirastore/tirastore/core/sqlite"
 	"github.com/tirastore/tirastore/core/storage"
 	"github.com/tirastore/tirastore/core/tuning"
 )
-
-// stamps numbers the config-entry sets of every cache of the process
-// (resultCache.stamp): unique, so that a stamp of one store never names
-// another's.
-var stamps atomic.Uint64
 
 // resultCache serves repeated lookups of one process without the lock.
 //
@@ -46,8 +40,7 @@ var stamps atomic.Uint64
 //
 // The entries are bounded by tuning.MaxCached and tuning.MaxCachedBytes;
 // when full, the least recently used entry goes. Configs have their own
-// bound and are never evicted with records, so that their stamp does not
-// move.
+// bound and are never evicted with records.
 type resultCache struct {
 	mu  sync.Mutex
 	hdr *os.File // nil: no lock-free reads (no kept connection)
@@ -64,11 +57,6 @@ type resultCache struct {
 	// configs are kernel-config entries by (namespace, key) (nil value:
 	// known to be absent), valid at gen as entries are.
 	configs map[configKey]*storage.ConfigEntry
-	// stamp names the cache's current set of config entries: a new one
-	// (from stamps) whenever entries may be dropped or replaced, never when
-	// one is added, so that an answer stamped stamp holds while stamp is
-	// still the cache's and the entries are current (Fresh).
-	stamp uint64
 	// counters count the work done under the lock (CacheCounters).
 	counters CacheCounters
 	// writes is the fence's count of database writes (nil: no fence), and
@@ -108,7 +96,6 @@ func (c *resultCache) reset() {
 	c.entries, c.configs, c.known = nil, nil, false
 	c.lru.Init()
 	c.bytes = 0
-	c.stamp = stamps.Add(1)
 }
 
 // entry is what the cache knows of one key.
@@ -164,30 +151,17 @@ func (c *resultCache) Get(key string) (rec *storage.Record, ok bool) {
 // entries.
 type configKey struct{ namespace, key string }
 
-// GetConfig is Get for the config entry of key, with the stamp of the
-// answer (see Fresh).
-func (c *resultCache) GetConfig(key configKey) (e *storage.ConfigEntry, stamp uint64, ok bool) {
+// GetConfig is Get for the config entry of key.
+func (c *resultCache) GetConfig(key configKey) (e *storage.ConfigEntry, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok = c.configs[key]; !ok || c.hdr == nil {
-		return nil, 0, false
+		return nil, false
 	}
 	if !failpoint.Enabled(failpoint.CacheTrust) && !c.current() {
-		return nil, 0, false
+		return nil, false
 	}
-	return e, c.stamp, true
-}
-
-// Fresh reports whether the config answers stamped stamp still hold: the
-// stamp is the cache's (no entry was dropped or replaced since) and the
-// entries are current.
-func (c *resultCache) Fresh(stamp uint64) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if stamp == 0 || stamp != c.stamp || c.hdr == nil {
-		return false
-	}
-	return failpoint.Enabled(failpoint.CacheTrust) || c.current()
+	return e, true
 }
 
 // current reports whether the entries are the database's current content:
@@ -292,31 +266,28 @@ func (c *resultCache) LoadMany(db *sqlite.DB, keys []string, missing []int, recs
 	return nil
 }
 
-// LoadConfig is Load for the config entry of key, with the stamp of the
-// answer (0: not cached).
-func (c *resultCache) LoadConfig(db *sqlite.DB, key configKey) (*storage.ConfigEntry, uint64, error) {
+// LoadConfig is Load for the config entry of key.
+func (c *resultCache) LoadConfig(db *sqlite.DB, key configKey) (*storage.ConfigEntry, error) {
 	c.mu.Lock()
 	e, ok := c.configs[key]
-	stamp := c.stamp
 	c.mu.Unlock()
 	if ok && c.hdr != nil {
-		return e, stamp, nil
+		return e, nil
 	}
 	e, err := db.GetConfig(key.namespace, key.key)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.hdr == nil {
-		return e, 0, nil
+		return e, nil
 	}
 	if c.configs == nil || len(c.configs) >= tuning.MaxCached {
 		c.configs = make(map[configKey]*storage.ConfigEntry)
-		c.stamp = stamps.Add(1)
 	}
 	c.configs[key] = e
-	return e, c.stamp, nil
+	return e, nil
 }
 
 // put remembers what a locked read returned for key (nil: absent),

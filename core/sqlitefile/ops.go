@@ -42,37 +42,28 @@ func (s *Backend) cached(progHash, key string) (*storage.Record, bool) {
 
 // ConfigGet returns the config entry of (namespace, key), from the cache
 // when it is provably current, else under the lock (see
-// resultCache.LoadConfig), with the cache's stamp (see ConfigFresh).
-func (s *Backend) ConfigGet(ctx context.Context, namespace, key string) (*storage.ConfigEntry, uint64, error) {
+// resultCache.LoadConfig).
+func (s *Backend) ConfigGet(ctx context.Context, namespace, key string) (*storage.ConfigEntry, error) {
 	ck := configKey{namespace, key}
-	if e, stamp, ok := s.cachedConfig(ck); ok {
-		return e, stamp, nil
+	if e, ok := s.cachedConfig(ck); ok {
+		return e, nil
 	}
 	var e *storage.ConfigEntry
-	var stamp uint64
 	err := s.withDB(ctx, "config get", func(db *sqlite.DB) (err error) {
-		e, stamp, err = s.cache.LoadConfig(db, ck)
+		e, err = s.cache.LoadConfig(db, ck)
 		return err
 	})
-	return e, stamp, err
+	return e, err
 }
 
 // cachedConfig is the lock-free path of ConfigGet.
-func (s *Backend) cachedConfig(key configKey) (*storage.ConfigEntry, uint64, bool) {
+func (s *Backend) cachedConfig(key configKey) (*storage.ConfigEntry, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return nil, 0, false // the locked path reports it
+		return nil, false // the locked path reports it
 	}
 	return s.cache.GetConfig(key)
-}
-
-// ConfigFresh reports whether the config answers stamped stamp still hold
-// (resultCache.Fresh): one fstat and one header read, no lock.
-func (s *Backend) ConfigFresh(stamp uint64) bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return !s.closed && s.cache.Fresh(stamp)
 }
 
 // LookupMany looks the keys up under one acquisition of the lock and in

@@ -390,14 +390,8 @@ type Backend interface {
 	Contains(ctx context.Context, programHash, key string) (bool, error)
 	// ConfigGet returns the config entry of (namespace, key), or nil.
 	// Like Lookup, it is a hot path that a backend may answer from a
-	// cache it can prove current. stamp names the state of that cache the
-	// answer came from (0: none, the answer was not cached).
-	ConfigGet(ctx context.Context, namespace, key string) (e *ConfigEntry, stamp uint64, err error)
-	// ConfigFresh reports whether every ConfigGet answer stamped stamp is
-	// still what ConfigGet would answer, as cheaply as the cache can tell
-	// (no lock), so that a binding may keep the decoded values of its
-	// answers; false when in doubt, and always for stamp 0.
-	ConfigFresh(stamp uint64) bool
+	// cache it can prove current.
+	ConfigGet(ctx context.Context, namespace, key string) (*ConfigEntry, error)
 	// Peek is Lookup answered without a round trip to the database (a
 	// cache the backend can prove current): ok false when it cannot
 	// tell, and the caller asks Lookup or a transaction.

@@ -126,8 +126,6 @@ import os
 import sqlite3
 import threading
 import warnings
-from array import array
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -141,10 +139,6 @@ const char *tirastore_version(void);
 int tirastore_open(const char *db_path, const char *options_json, uint64_t *handle, char **out);
 int tirastore_close(uint64_t handle, char **out);
 int tirastore_call(uint64_t handle, const char *method, const char *args_json, char **out);
-int tirastore_config_fresh(uint64_t handle, uint64_t stamp);
-int tirastore_lookup(uint64_t handle, const char *program_name, size_t program_name_len, const char *program_hash, size_t program_hash_len, const char *schedule, size_t schedule_len, void *buf, size_t buf_size, size_t *reply_len, char **out);
-int tirastore_record(uint64_t handle, const char *program_name, size_t program_name_len, const char *program_hash, size_t program_hash_len, const char *schedule, size_t schedule_len, int is_legal, const char *execution_times_json, size_t execution_times_len, int overwrite, int *written, char **out);
-int tirastore_record_many(uint64_t handle, const char *program_name, size_t program_name_len, const char *program_hash, size_t program_hash_len, size_t count, const char *schedules, const int64_t *schedule_lens, const char *is_legal, const int64_t *times_counts, const double *times, int overwrite, size_t *written, char **out);
 void tirastore_free(const char *buf);
 """
 
@@ -614,140 +608,20 @@ def close_store(handle: int) -> None:
     _reply(lib.tirastore_close(handle, out), out)
 
 
-def encode_args(where: str, **args: Any) -> bytes:
-    """The JSON payload of a call's arguments, for :func:`call_encoded`."""
-    return _encode(where, args)
-
-
-def call_encoded(handle: int, method: bytes, payload: bytes) -> Any:
-    """:func:`call` with the method name and the arguments already encoded
-    (:func:`encode_args`), for a hot path that sends the same arguments
-    again and again (``PersistentCache.get``)."""
-    out = ffi.new("char **")
-    return _reply(lib.tirastore_call(handle, method, payload, out), out)
-
-
-def config_fresh(handle: int, stamp: int) -> bool:
-    """Whether config_value answers stamped *stamp* still hold (no JSON, no lock)."""
-    return lib.tirastore_config_fresh(handle, stamp) == 1
-
-
-# Each thread's reply buffer of lookup_by_hash (the library writes a reply
-# that fits there, so that no buffer is allocated and freed per call; the
-# call releases the GIL, so two threads must not share one), and its out
-# cells of record_by_hash and record_many_by_hash.
-_REPLY_SIZE = 4096
-_replies = threading.local()
-
-
-def lookup_by_hash(handle: int, program_name: bytes, program_hash: bytes, schedule: bytes) -> Any:
-    """The method "lookup" by program hash, through tirastore_lookup: the
-    texts as UTF-8 bytes, no JSON either way but the result's; returns
-    None or the list of LookupResult's fields in their order."""
-    try:
-        buf, size, out = _replies.bufs
-    except AttributeError:
-        buf, size, out = _replies.bufs = (ffi.new("char[]", _REPLY_SIZE), ffi.new("size_t *"), ffi.new("char **"))
-    status = lib.tirastore_lookup(handle, program_name, len(program_name), program_hash, len(program_hash),
-                                  schedule, len(schedule), buf, _REPLY_SIZE, size, out)
-    if status != 0:
-        return _reply(status, out)  # raises the method's error
-    n = size[0]
-    if n <= _REPLY_SIZE:  # in buf (a longer one is in out)
-        return _loads(ffi.unpack(buf, n).decode("utf-8"))
-    try:
-        text = ffi.unpack(out[0], n)
-    finally:
-        lib.tirastore_free(out[0])
-    return _loads(text.decode("utf-8"))
-
-
-def times_json(execution_times: Any) -> bytes:
-    """execution_times as :func:`record_by_hash` sends it: its JSON, as
-    :func:`call` would write it (TypeError or ValueError where that fails)."""
-    return _dumps(execution_times).encode("utf-8")
-
-
-def record_by_hash(handle: int, program_name: bytes, program_hash: bytes, schedule: bytes, is_legal: bool,
-                   execution_times: bytes, overwrite: bool) -> bool:
-    """The method "record" by program hash, through tirastore_record: the
-    texts as UTF-8 bytes, execution_times as :func:`times_json` made it,
-    no reply to decode or free on success; returns whether it wrote."""
-    try:
-        written, out = _replies.record
-    except AttributeError:
-        written, out = _replies.record = (ffi.new("int *"), ffi.new("char **"))
-    status = lib.tirastore_record(handle, program_name, len(program_name), program_hash, len(program_hash),
-                                  schedule, len(schedule), is_legal, execution_times, len(execution_times),
-                                  overwrite, written, out)
-    if status != 0:
-        return _reply(status, out)  # raises the method's error
-    return written[0] != 0
-
-
-_schedule_of = itemgetter("tiralib_schedule_string")
-_legal_of = itemgetter("is_legal")
-_times_of = itemgetter("execution_times")
-
-
-def pack_measurements(entries: list) -> tuple | None:
-    """record_many's entries as :func:`record_many_by_hash` sends them: the
-    count, the schedules' UTF-8 one after the other and their lengths, the
-    is_legal bytes, each entry's number of times (-1: None) and all the
-    times; or None unless there are entries and every one is a dict of just
-    a str schedule, a bool is_legal and a list of floats or None (the JSON
-    path then sends them: it keeps an int's text, and says what is wrong
-    with an entry)."""
-    # Exactly the three keys: another key is one the JSON path may refuse
-    # (a tuple, say), so it sends those entries.
-    if set(map(type, entries)) != {dict} or set(map(len, entries)) != {3}:
-        return None
-    try:
-        scheds = list(map(_schedule_of, entries))
-        legal = list(map(_legal_of, entries))
-        times = list(map(_times_of, entries))
-        texts = [s.encode("utf-8") for s in scheds]  # AttributeError: not a str
-    except (KeyError, AttributeError, UnicodeEncodeError):
-        return None
-    if not all(type(s) is str for s in scheds) or not all(type(x) is bool for x in legal):
-        return None
-    counts = array("q")
-    for t in times:
-        if t is None:
-            counts.append(-1)
-        elif type(t) is list:
-            counts.append(len(t))
-        else:
-            return None
-    flat = [x for t in times if t is not None for x in t]
-    if not all(type(x) is float for x in flat):
-        return None
-    return len(entries), b"".join(texts), array("q", map(len, texts)), bytes(legal), counts, array("d", flat)
-
-
-def record_many_by_hash(handle: int, program_name: bytes, program_hash: bytes, packed: tuple, overwrite: bool) -> int:
-    """The method "record_many" by program hash, through
-    tirastore_record_many, with the entries as :func:`pack_measurements`
-    packed them: no JSON either way; returns how many it wrote."""
-    try:
-        written, out = _replies.record_many
-    except AttributeError:
-        written, out = _replies.record_many = (ffi.new("size_t *"), ffi.new("char **"))
-    count, texts, lens, legal, counts, times = packed
-    status = lib.tirastore_record_many(handle, program_name, len(program_name), program_hash, len(program_hash),
-                                       count, texts, ffi.from_buffer("int64_t[]", lens), legal,
-                                       ffi.from_buffer("int64_t[]", counts), ffi.from_buffer("double[]", times),
-                                       overwrite, written, out)
-    if status != 0:
-        return _reply(status, out)  # raises the method's error
-    return int(written[0])
-
-
 def call(handle: int, method: str, **args: Any) -> Any:
     """Run one library method; handle 0 for the standalone utilities."""
     out = ffi.new("char **")
     # Named as the library's own messages name it (capi/args.go, displayName).
     where = f"TiraStore.{method}" if handle else method
+    status = lib.tirastore_call(handle, method.encode("ascii"), _encode(where, args), out)
+    return _reply(status, out)
+
+
+def call_as(where: str, handle: int, method: str, args: dict[str, Any]) -> Any:
+    """:func:`call` of a method that serves another class's (the library's
+    messages name ``config_value`` ``PersistentCache.get``): *where* names
+    it in the errors found here, before the call, as the library's do."""
+    out = ffi.new("char **")
     status = lib.tirastore_call(handle, method.encode("ascii"), _encode(where, args), out)
     return _reply(status, out)
 

@@ -35,9 +35,6 @@ from tirastore.store import PathLike, TiraStore, _fspath, _is_url
 
 Cfg = TypeVar("Cfg")
 
-# The most recent gets a cache remembers (see PersistentCache.get).
-_MEMO = 4096
-
 _MISSING = object()
 
 # The databases open in this process, shared by the caches that use them:
@@ -205,12 +202,6 @@ class PersistentCache(Generic[Cfg]):
         self._told: set[str] = set()
         self._open_lock = threading.Lock()
         _caches.add(self)
-        # Recent gets: (encoded arguments, stamp, value) by coordinates. An
-        # autotuner asks for the same few keys again and again; while the
-        # library says a stamp is fresh (one fstat and one header read, no
-        # lock, no JSON), its value is what a get would decode again.
-        self._memo: dict[tuple[str, str, str], tuple[bytes, int, Any]] = {}
-        self._memo_copy = _native.lib_copy
 
     # -- the place, found at first use -------------------------------------
 
@@ -348,11 +339,11 @@ class PersistentCache(Generic[Cfg]):
         a dict result then becomes ``cfg_type(**d)``, or an
         :class:`argparse.Namespace` when *cfg_type* is None. A stored None
         (JSON null) reads as a miss. A repeated get is answered without the
-        lock and without decoding again, once the library has checked that
-        nothing committed since (one header read); a ``put`` of any other
-        process is seen at once. As with the seed, the stored value's
-        containers are shared between gets (and with the loader): do not
-        change them in place.
+        lock, from the library's cache of the entries, once it has checked
+        that nothing committed since (one header read); a ``put`` of any
+        other process is seen at once. As with the seed, do not change a
+        returned value's containers in place: a cache that keeps its
+        entries in this process (see above) shares them between gets.
 
         :param str device: the device fingerprint (``"gpu:0"``, ``"tpu:v4"``)
         :param str op_id: the operation with its version (``"matmul@v1"``)
@@ -368,36 +359,15 @@ class PersistentCache(Generic[Cfg]):
             self._check("config_value", device, op_id, call_key)
             raw = None if self._memory is None else self._memory.get((device, op_id, call_key))
         else:
-            raw = self._value(store, device, op_id, call_key)
+            found = store._call_as("PersistentCache.get", "config_value", {
+                "device": device, "op_id": op_id, "call_key": call_key, "namespace": self._place["namespace"]})
+            raw = None if found is None else found[0]
         if raw is None:
             return None
         out = self.loader(raw) if self.loader is not None else raw
         if isinstance(out, dict):
             out = Namespace(**out) if self.cfg_type is None else self.cfg_type(**out)
         return out
-
-    def _value(self, store: TiraStore, device: str, op_id: str, call_key: str) -> Any:
-        """The stored value of the coordinates (None for a miss), from the memo while it is fresh."""
-        if self._memo_copy != _native.lib_copy:  # forked or unpickled: stamps of another library copy
-            self._memo.clear()
-            self._memo_copy = _native.lib_copy
-        coords = (device, op_id, call_key)
-        try:
-            memo = self._memo.get(coords)
-        except TypeError:  # an unhashable argument: the library names it
-            memo = None
-        if memo is not None and memo[1] and _native.config_fresh(store._handle, memo[1]):
-            return memo[2]  # what the library answered, and would answer again now
-        payload = memo[0] if memo is not None else _native.encode_args(
-            "PersistentCache.get", device=device, op_id=op_id, call_key=call_key, namespace=self._place["namespace"]
-        )
-        found = store._call_encoded(b"config_value", payload)
-        raw, stamp = (None, 0) if found is None else found
-        if type(device) is str and type(op_id) is str and type(call_key) is str:
-            if memo is None and len(self._memo) >= _MEMO:
-                self._memo.clear()
-            self._memo[coords] = (payload, stamp, raw)
-        return raw
 
     def put(self, device: str, op_id: str, call_key: str, cfg: Cfg, overwrite: bool = True) -> bool:
         """Store a configuration for the coordinates, in one small transaction.
@@ -609,13 +579,11 @@ class PersistentCache(Generic[Cfg]):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_memo"] = {}  # stamps mean something in this process only
         del state["_open_lock"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._memo_copy = -1  # never a library copy: the first get starts afresh
         self._key = None  # the unpickled store is this cache's own
         self._open_lock = threading.Lock()
         _caches.add(self)

@@ -150,11 +150,6 @@ def _output_file(purpose: str, path: str, databases: Sequence[str] = (), inputs:
 # Program hashes of recently used sources (computed by the library), shared
 # by the stores of this process: see TiraStore._program.
 _program_hashes: dict[str, str] = {}
-# The same hashes as ASCII bytes, as tirastore_lookup takes them.
-_program_hash_bytes: dict[str, bytes] = {}
-
-# What TiraStore._lookup_by_hash returns when the lookup must go by JSON.
-_NOT_SENT = object()
 
 # Stores open in this process, for the exit handler below.
 _open_stores: "weakref.WeakSet[TiraStore]" = weakref.WeakSet()
@@ -337,11 +332,11 @@ class TiraStore:
             self._reopen()
         return _native.call(self._handle, method, **args)
 
-    def _call_encoded(self, method: bytes, payload: bytes) -> Any:
-        """:meth:`_call` with arguments from :func:`tirastore._native.encode_args`."""
+    def _call_as(self, where: str, method: str, args: dict[str, Any]) -> Any:
+        """:meth:`_call` through :func:`tirastore._native.call_as`."""
         if self._copy != _native.lib_copy:
             self._reopen()
-        return _native.call_encoded(self._handle, method, payload)
+        return _native.call_as(where, self._handle, method, args)
 
     def _reopen(self) -> None:
         """Open this store's handle in the library copy of the current process.
@@ -410,10 +405,7 @@ class TiraStore:
         if type(source) is str and source not in _program_hashes:
             if len(_program_hashes) >= 64:
                 _program_hashes.clear()
-                _program_hash_bytes.clear()
-            h = _native.call(0, "make_program_hash", source=source)
-            _program_hashes[source] = h
-            _program_hash_bytes[source] = h.encode("ascii")
+            _program_hashes[source] = _native.call(0, "make_program_hash", source=source)
 
     def _write(self, method: str, source: Any, **args: Any) -> Any:
         """A record or record_many: by the program's hash once this store
@@ -436,64 +428,6 @@ class TiraStore:
                 self._written.clear()
             self._written.add(source)
         return out
-
-    def _hash_to_write(self, source: Any) -> Optional[bytes]:
-        """The hash of *source* for a write by hash without JSON: a program
-        this store has written (see _write), with a handle of this
-        process's copy of the library (see _call); else None."""
-        if type(source) is not str or source not in self._written or self._copy != _native.lib_copy:
-            return None
-        return _program_hash_bytes.get(source)
-
-    def _record_by_hash(
-        self, program_name: Any, source: Any, schedule: Any, is_legal: Any, execution_times: Any, overwrite: Any
-    ) -> Any:
-        """The hot path of record: a program this store has written (see
-        _write), texts that are str, flags that are bool, a handle of this
-        process's copy of the library: tirastore_record, with no JSON but
-        execution_times'. Returns whether it wrote, or _NOT_SENT when
-        _write must write (it also says what is wrong with an argument, and
-        sends the source of a program the database no longer has)."""
-        h = self._hash_to_write(source)
-        if (
-            h is None
-            or type(program_name) is not str
-            or type(schedule) is not str
-            or type(is_legal) is not bool
-            or type(overwrite) is not bool
-        ):
-            return _NOT_SENT
-        try:
-            name, sched = program_name.encode("utf-8"), schedule.encode("utf-8")
-            times = _native.times_json(execution_times)
-        except (UnicodeEncodeError, TypeError, ValueError):  # a lone surrogate, a circular list, ...
-            return _NOT_SENT
-        try:
-            return _native.record_by_hash(self._handle, name, h, sched, is_legal, times, overwrite)
-        except ProgramNotStoredError:
-            self._written.discard(source)
-            return _NOT_SENT
-
-    def _record_many_by_hash(self, program_name: Any, source: Any, schedules: Any, overwrite: Any) -> Any:
-        """The hot path of record_many, as _record_by_hash is record's:
-        tirastore_record_many, the entries packed into arrays (see
-        _native.pack_measurements: dicts of a str, a bool and floats).
-        Returns how many it wrote, or _NOT_SENT when _write must write."""
-        h = self._hash_to_write(source)
-        if h is None or type(program_name) is not str or type(schedules) is not list or type(overwrite) is not bool:
-            return _NOT_SENT
-        packed = _native.pack_measurements(schedules)
-        if packed is None:
-            return _NOT_SENT
-        try:
-            name = program_name.encode("utf-8")
-        except UnicodeEncodeError:
-            return _NOT_SENT
-        try:
-            return _native.record_many_by_hash(self._handle, name, h, packed, overwrite)
-        except ProgramNotStoredError:
-            self._written.discard(source)
-            return _NOT_SENT
 
     def lookup(self, program_name: str, program_source_code: str, tiralib_schedule_string: str) -> Optional[LookupResult]:
         """Return the stored measurement of a schedule of a program, or None.
@@ -520,28 +454,10 @@ class TiraStore:
         >>> store.lookup("blur", "void blur() {}", "U(L0,8,comps=['c1'])") is None
         True
         """
-        row = self._lookup_by_hash(program_name, program_source_code, tiralib_schedule_string)
-        if row is not _NOT_SENT:
-            return None if row is None else LookupResult(*row)
         ref = self._program(program_source_code)
         found = self._call("lookup", program_name=program_name, tiralib_schedule_string=tiralib_schedule_string, **ref)
         self._remember(ref)
         return None if found is None else LookupResult(**found)
-
-    def _lookup_by_hash(self, program_name: Any, source: Any, schedule: Any) -> Any:
-        """The hot path of the lookups: a program whose hash is known, texts
-        that are str, a handle of this process's copy of the library (see
-        _call): tirastore_lookup, with no JSON but the result's. Returns
-        its row (None: a miss), or _NOT_SENT when the JSON path must answer
-        (it also says what is wrong with an argument)."""
-        h = _program_hash_bytes.get(source) if type(source) is str else None
-        if h is None or type(program_name) is not str or type(schedule) is not str or self._copy != _native.lib_copy:
-            return _NOT_SENT
-        try:
-            name, sched = program_name.encode("utf-8"), schedule.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate
-            return _NOT_SENT
-        return _native.lookup_by_hash(self._handle, name, h, sched)
 
     def lookup_many(
         self, program_name: str, program_source_code: str, schedules: list[str]
@@ -620,12 +536,6 @@ class TiraStore:
         >>> store.lookup_or_claim("blur", "void blur() {}", "U(L0,4,comps=['c1'])").execution_times
         [0.5]
         """
-        if lease is None and wait is True:
-            # A hit is a lookup's: its hot path first (with a lease or wait
-            # given, the library judges them first, hit or not).
-            row = self._lookup_by_hash(program_name, program_source_code, tiralib_schedule_string)
-            if row is not None and row is not _NOT_SENT:
-                return LookupResult(*row)
         ref = self._program(program_source_code)
         if lease is not None:  # the defaults are the library's: not sent
             ref["lease"] = lease
@@ -742,11 +652,6 @@ class TiraStore:
         >>> store.record("blur", "void blur() {}", "R(L0,comps=['c1'])", True, [0.05], overwrite=True)
         True
         """
-        written = self._record_by_hash(
-            program_name, program_source_code, tiralib_schedule_string, is_legal, execution_times, overwrite
-        )
-        if written is not _NOT_SENT:
-            return written
         return self._write(
             "record",
             program_source_code,
@@ -783,9 +688,6 @@ class TiraStore:
         ... ])
         2
         """
-        written = self._record_many_by_hash(program_name, program_source_code, schedules, overwrite)
-        if written is not _NOT_SENT:
-            return written
         return self._write(
             "record_many",
             program_source_code,

@@ -260,40 +260,6 @@ def remove_programs(db: Path) -> None:
     conn.close()
 
 
-def threads_test_under_shared_replies(test_file: Path, tmp_path: Path, tries: int) -> list[int]:
-    """The negative control of a threads test of the package's hot paths:
-    runs test_file's test named threads_each in a child, first as it is
-    (it must pass), then up to tries times with tirastore._native's
-    per-thread replies made one namespace that every thread shares,
-    stopping at the first failure; returns those runs' exit codes."""
-    import subprocess
-    import sys
-
-    child = (
-        "import sys, types, pytest\n"
-        f"sys.path.insert(0, {str(test_file.resolve().parent)!r})\n"
-        "import tirastore._native as n\n"
-        "FAULT\n"
-        f"sys.exit(pytest.main(['-q', '-p', 'no:warnings', '-p', 'no:cacheprovider', {str(test_file)!r},"
-        " '-k', 'threads_each', '--basetemp', sys.argv[1]]))\n"
-    )
-
-    def run(fault: str, name: str) -> subprocess.CompletedProcess:
-        code = child.replace("FAULT", fault)
-        return subprocess.run([sys.executable, "-c", code, str(tmp_path / name)], capture_output=True, text=True,
-                              timeout=120)
-
-    clean = run("pass", "clean")
-    assert clean.returncode == 0, clean.stdout + clean.stderr  # the child's test passes without the fault
-    outcomes = []
-    for i in range(tries):
-        r = run("n._replies = types.SimpleNamespace()", f"t{i}")
-        outcomes.append(r.returncode)
-        if r.returncode != 0:
-            break
-    return outcomes
-
-
 def raw_query(db: Path, sql: str, params: tuple = ()) -> list[dict]:
     """Rows of sql on the database, read by sqlite3, or by psql for a
     test cluster's URL (params are then not supported)."""

@@ -119,7 +119,7 @@ def test_namespaces_keep_entries_apart(handle, tmp_path):
     assert get(h, (d, op, ck))["value"] == "default"  # no namespace: ""
     e = call("config_get", namespace="flash-attn", device=d, op_id=op, call_key=ck)
     assert (e["namespace"], e["value"]) == ("flash-attn", {"bm": 64})
-    assert call("config_value", namespace="flash-attn", device=d, op_id=op, call_key=ck)[0] == {"bm": 64}
+    assert call("config_value", namespace="flash-attn", device=d, op_id=op, call_key=ck) == [{"bm": 64}]
     assert call("config_get", namespace="other", device=d, op_id=op, call_key=ck) is None
     lens = [call("config_len", **kw) for kw in ({}, {"namespace": ""}, {"namespace": "flash-attn"}, {"namespace": "x"})]
     assert lens == [1, 1, 1, 0]

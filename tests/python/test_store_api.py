@@ -911,21 +911,7 @@ def _sent_programs(monkeypatch):
             sent.append((method, "hash" if "program_hash" in args else "source"))
         return real(handle, method, **args)
 
-    real_record = _native.record_by_hash
-
-    def spy_record(*args):  # tirastore_record: a record by hash, without JSON
-        sent.append(("record", "hash"))
-        return real_record(*args)
-
-    real_many = _native.record_many_by_hash
-
-    def spy_many(*args):  # tirastore_record_many: the entries as arrays
-        sent.append(("record_many", "hash"))
-        return real_many(*args)
-
     monkeypatch.setattr(_native, "call", spy)
-    monkeypatch.setattr(_native, "record_by_hash", spy_record)
-    monkeypatch.setattr(_native, "record_many_by_hash", spy_many)
     return sent
 
 
@@ -963,8 +949,9 @@ def test_records_by_program_hash(store, monkeypatch):
 
 
 def test_record_by_hash_of_a_program_not_stored(store):
-    """The C ABI's record by program_hash of a program the database does not
-    have writes nothing and says so, with its own status and class."""
+    """The methods record and record_many by program_hash of a program the
+    database does not have write nothing and say so, with their own status
+    and class."""
     import tirastore
     from tirastore import _native
     from tirastore.errors import ProgramNotStoredError
@@ -996,7 +983,7 @@ def test_records_by_hash_after_the_program_was_removed(store, db_path, monkeypat
     assert [p["source_code"] for p in store.get_program_source("removed")] == [src]
     assert store.lookup("removed", src, SCHED_R).execution_times == [2.0]
     assert store.record("removed", src, SCHED_I, True, [3.0])
-    assert sent[2:] == [("record", "hash")]
+    assert sent[2:] == [("lookup", "hash"), ("record", "hash")]
 
 
 def test_reads_by_program_hash(store):

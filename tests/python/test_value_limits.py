@@ -415,8 +415,15 @@ def test_long_text_marker(tirastore_mod, tmp_path):
     with pytest.raises(ValueError, match=rf"^make_program_hash\(\): source is {MAX_TEXT + 2} bytes of UTF-8"):
         tirastore_mod.make_program_hash(text)
     del text
+    native = tirastore_mod._native
+
+    def raw_call(method: bytes, request: bytes):
+        """tirastore_call with the request as a C caller writes it."""
+        out = native.ffi.new("char **")
+        return native._reply(native.lib.tirastore_call(0, method, request, out), out)
+
     request = b'{"source": "' + b"y" * (MAX_TEXT + 1) + b'"}'
     with pytest.raises(ValueError, match=rf"^make_program_hash\(\): source is {MAX_TEXT + 1} bytes of UTF-8"):
-        tirastore_mod._native.call_encoded(0, b"make_program_hash", request)
+        raw_call(b"make_program_hash", request)
     request = b'{"source": "' + b"\\n" * (MAX_TEXT // 2) + b'xx"}'
-    assert tirastore_mod._native.call_encoded(0, b"make_program_hash", request) == conftest.oracle_program_hash("xx")
+    assert raw_call(b"make_program_hash", request) == conftest.oracle_program_hash("xx")
