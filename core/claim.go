@@ -60,7 +60,7 @@ import (
 //
 // A waiter does not hammer the shared filesystem: every tuning.ClaimProbe
 // it asks the result cache, lock-free, whether the result is there (a
-// commit of this node reaches it through the change log at once) and
+// read of the database's header tells whether anyone committed since) and
 // looks, locally, whether a holder of this host died; it reads the claims
 // under the lock only with a full-jitter backoff from tuning.ClaimMinPoll
 // to tuning.ClaimMaxPoll, when a holder of this host died, or when a

@@ -1,8 +1,7 @@
 // Package liveness answers "is the process that wrote this record still
 // running?" for records written by processes of this host: the holder of
 // the hard-link lock (core/sqlitefile/internal/lock, whose tickets carry a
-// holder record), the claims on measurements (core/claim.go) and the requests
-// that group commit hands over (core/sqlitefile/internal/spool). A process
+// holder record) and the claims on measurements (core/claim.go). A process
 // records who it is (Process) beside its host name and pid; a process of the
 // same host, under the same kernel and in the same pid namespace, can later
 // prove it dead by /proc (the dead-holder rule of docs/lock-protocol.md, "Dead
@@ -39,18 +38,6 @@ func OnThisHost(localHost, host string, p Process) bool {
 // or now belongs to a process that started at another time (Gone).
 func GoneFromThisHost(localHost, host string, pid int, p Process) bool {
 	return OnThisHost(localHost, host, p) && Gone(pid, p.StartTime)
-}
-
-// ProcessGone reports whether the process that had pid, and pidNS and
-// startTime as its Self, is provably gone: it ran in our pid namespace,
-// and its pid is free or belongs to a process started at another time
-// (the dead-holder rule without host and boot, which node-local memory
-// such as /dev/shm implies). Anything it cannot prove counts as alive.
-func ProcessGone(pid int, pidNS, startTime uint64) bool {
-	if pidNS == 0 || startTime == 0 || pidNS != self().PIDNS {
-		return false
-	}
-	return Gone(pid, startTime)
 }
 
 // Gone reports whether pid, in our pid namespace, is gone, or now belongs

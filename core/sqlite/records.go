@@ -73,6 +73,9 @@ var (
 	// with every entry of the store's result cache.
 	selectLookup = "SELECT " + recordColumnsOfR + ", '', ''" + joinPrograms
 	lookupSQL    = selectLookup + " WHERE r.key = ?"
+	// lookupProgramSQL is LookupProgram's read: every record of a program
+	// as lookup reads each (the inner join, no name or source).
+	lookupProgramSQL = selectLookup + " WHERE r.program_hash = ?"
 	// recordsOfSQL is EachRecordOf's read of a program's records.
 	recordsOfSQL = "SELECT " + recordColumnsOfR + `
   FROM records r WHERE r.program_hash = ? ORDER BY r.creation_date, r.rowid`
@@ -123,6 +126,19 @@ func (d *DB) getRecord(query, key string) (*storage.Record, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// LookupProgram calls fn for every record of a program, each as Lookup
+// returns it (none when the program row is missing), in one read.
+func (d *DB) LookupProgram(programHash string, fn func(*storage.Record) error) error {
+	return d.inRead(func() error {
+		return eachRow(d, scanJoined, fn, lookupProgramSQL, programHash)
+	})
+}
+
+// CountRecordsOf counts a program's records (from the program_hash index).
+func (d *DB) CountRecordsOf(programHash string) (int64, error) {
+	return d.count("SELECT COUNT(*) FROM records WHERE program_hash = ?", programHash)
 }
 
 // Contains reports whether a record exists (no join, as in the original).

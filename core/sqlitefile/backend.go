@@ -13,7 +13,8 @@
 //     under the lock (on NFS, or with TIRASTORE_CONNECTION=fresh, a new
 //     one per operation, as the original did);
 //   - cache.go: a repeated lookup answered without the lock while a header
-//     read proves the database unchanged;
+//     read proves the database unchanged, and a burst's program read whole
+//     once its locked lookups have cost as long as that read;
 //   - the fence of core/sqlite: a stalled holder's writes refused once its
 //     lock may have been broken.
 package sqlitefile

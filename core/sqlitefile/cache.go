@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/tirastore/tirastore/core/failpoint"
 	"github.com/tirastore/tirastore/core/sqlite"
@@ -38,6 +39,20 @@ import (
 // Backend on a filesystem that needs fresh connections (NFS) never uses it
 // (see conn).
 //
+// A burst looks up many schedules of one program that this process has
+// not read yet, each of which would take the lock. On a cluster
+// filesystem a hold of the lock costs metadata round trips (link, stat,
+// unlink), milliseconds in all, while reading a record costs about a
+// microsecond once a transaction is open. So once the locked lookups of
+// a program since the last commit have cost as long as reading the whole
+// program would (its rows, counted once, times tuning.LoadRowCost), the
+// next one reads every record of the program in that hold, and the
+// program is "whole": a key of it that is not in the entries is known to
+// be absent. On a local disk a hold costs tens of microseconds and a
+// program of thousands of records is read whole only after a long burst;
+// on a Lustre-like filesystem after one or two lookups. A program that
+// would not fit in the room the entries have left is never read whole.
+//
 // The entries are bounded by tuning.MaxCached and tuning.MaxCachedBytes;
 // when full, the least recently used entry goes. Configs have their own
 // bound and are never evicted with records.
@@ -54,6 +69,11 @@ type resultCache struct {
 	entries map[string]*list.Element
 	lru     list.List
 	bytes   int
+	// programs is what the cache knows of each program at gen (see
+	// programState); rows remembers programs' record counts across
+	// generations, an estimate of what reading each whole costs.
+	programs map[string]*programState
+	rows     map[string]int64
 	// configs are kernel-config entries by (namespace, key) (nil value:
 	// known to be absent), valid at gen as entries are.
 	configs map[configKey]*storage.ConfigEntry
@@ -93,16 +113,24 @@ func (c *resultCache) forgetAll() {
 // reset forgets every entry and the generation they were read at (the
 // caller holds c.mu).
 func (c *resultCache) reset() {
-	c.entries, c.configs, c.known = nil, nil, false
+	c.entries, c.programs, c.configs, c.known = nil, nil, nil, false
 	c.lru.Init()
 	c.bytes = 0
 }
 
 // entry is what the cache knows of one key.
 type entry struct {
-	key  string
-	rec  *storage.Record // nil: known to be absent
-	size int             // entrySize
+	key, program string
+	rec          *storage.Record // nil: known to be absent
+	size         int             // entrySize
+}
+
+// programState is what the cache knows of one program at its generation:
+// what its locked lookups cost (spent), and whether every record of the
+// program is among the entries (whole).
+type programState struct {
+	spent time.Duration
+	whole bool
 }
 
 // CacheCounters count what a result cache did under the lock
@@ -111,8 +139,9 @@ type entry struct {
 // working set larger than the cache made it evict.
 type CacheCounters struct {
 	// PointReads: keys a locked lookup read from the database; Evicted:
-	// entries evicted to make room.
-	PointReads, Evicted int64
+	// entries evicted to make room; ProgramReads and RowsRead: programs
+	// read whole, and their records.
+	PointReads, Evicted, ProgramReads, RowsRead int64
 }
 
 // entryOverhead is what entrySize counts for an entry beside its strings
@@ -133,18 +162,28 @@ func entrySize(key string, rec *storage.Record) int {
 // Get returns the entry for key if the database is provably unchanged
 // since it was read; ok is false otherwise (take the lock). It needs no
 // lock: one fstat and one header read prove the entry current.
-func (c *resultCache) Get(key string) (rec *storage.Record, ok bool) {
+func (c *resultCache) Get(program, key string) (rec *storage.Record, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.entries[key]
-	if !ok || c.hdr == nil {
+	if c.hdr == nil || !ok && !c.whole(program) {
 		return nil, false
 	}
 	if !failpoint.Enabled(failpoint.CacheTrust) && !c.current() {
 		return nil, false
 	}
+	if !ok {
+		return nil, true // absent from a whole program
+	}
 	c.lru.MoveToFront(el)
 	return el.Value.(*entry).rec, true
+}
+
+// whole reports whether every record of program is among the entries
+// (the caller holds c.mu).
+func (c *resultCache) whole(program string) bool {
+	p := c.programs[program]
+	return p != nil && p.whole
 }
 
 // configKey names a config entry: the same key in two namespaces is two
@@ -218,18 +257,44 @@ func (c *resultCache) End() {
 	}
 }
 
-// Load answers a lookup of key (program progHash) under the lock: from
-// the entries if they have it, else from db, and remembers what it read.
-// c.mu is not held during the query: only the lock's holder changes the
-// entries, and lock-free Gets of other goroutines go on meanwhile.
-func (c *resultCache) Load(db *sqlite.DB, key string) (*storage.Record, error) {
+// Load answers a lookup of key (program program) under the lock: from
+// the entries if they have it, else from db, a point read or the whole
+// program (see resultCache), and remembers what it read. c.mu is not
+// held during the queries: only the lock's holder changes the entries,
+// and lock-free Gets of other goroutines go on meanwhile.
+func (c *resultCache) Load(db *sqlite.DB, program, key string) (*storage.Record, error) {
 	c.mu.Lock()
 	if el, ok := c.entries[key]; ok && c.hdr != nil {
 		c.lru.MoveToFront(el)
 		c.mu.Unlock()
 		return el.Value.(*entry).rec, nil
 	}
+	if c.hdr != nil && c.whole(program) {
+		c.mu.Unlock()
+		return nil, nil
+	}
+	p := c.programs[program]
+	spent, rows, counted := time.Duration(0), int64(0), false
+	if p != nil {
+		spent = p.spent
+		rows, counted = c.rows[program]
+	}
 	c.mu.Unlock()
+	if spent > 0 && c.hdr != nil {
+		if !counted {
+			n, err := db.CountRecordsOf(program)
+			if err != nil {
+				return nil, err
+			}
+			rows = n
+			c.mu.Lock()
+			c.setRows(program, n)
+			c.mu.Unlock()
+		}
+		if spent >= time.Duration(rows)*tuning.LoadRowCost && c.room() >= rows {
+			return c.loadProgram(db, program, key)
+		}
+	}
 	rec, err := db.Lookup(key)
 	if err != nil {
 		return nil, err
@@ -237,13 +302,91 @@ func (c *resultCache) Load(db *sqlite.DB, key string) (*storage.Record, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.counters.PointReads++
-	c.put(key, rec)
+	c.put(program, key, rec)
 	return rec, nil
+}
+
+// setRows remembers program's record count (the caller holds c.mu).
+func (c *resultCache) setRows(program string, n int64) {
+	if c.rows == nil || len(c.rows) >= tuning.MaxCached {
+		c.rows = map[string]int64{}
+	}
+	c.rows[program] = n
+}
+
+// room is how many entries the cache can take without evicting one.
+func (c *resultCache) room() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return int64(tuning.MaxCached - len(c.entries))
+}
+
+// loadProgram reads every record of program into the entries, marks the
+// program whole, and returns key's record (nil: absent).
+func (c *resultCache) loadProgram(db *sqlite.DB, program, key string) (*storage.Record, error) {
+	var recs []*storage.Record
+	err := db.LookupProgram(program, func(r *storage.Record) error {
+		recs = append(recs, r)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counters.ProgramReads++
+	c.counters.RowsRead += int64(len(recs))
+	c.setRows(program, int64(len(recs)))
+	var found *storage.Record
+	for _, r := range recs {
+		if r.Key == key {
+			found = r
+		}
+		c.put(program, r.Key, r)
+	}
+	if c.programs == nil {
+		c.programs = map[string]*programState{}
+	}
+	if p := c.programs[program]; p != nil {
+		p.whole = true
+	} else {
+		c.programs[program] = &programState{whole: true}
+	}
+	return found, nil
+}
+
+// Spent adds what a locked lookup of program cost (d, the lock's wait
+// and hold) to the program's account at the current generation: what
+// reading it whole would have saved.
+func (c *resultCache) Spent(program string, d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hdr == nil || !c.known {
+		return
+	}
+	if c.programs == nil {
+		c.programs = map[string]*programState{}
+	}
+	p := c.programs[program]
+	if p == nil {
+		if len(c.programs) >= tuning.MaxCached {
+			return
+		}
+		p = &programState{}
+		c.programs[program] = p
+	}
+	p.spent += d
 }
 
 // LoadMany is Load for several keys, read key by key in one read
 // transaction; recs receives the records at the indexes missing lists.
-func (c *resultCache) LoadMany(db *sqlite.DB, keys []string, missing []int, recs []*storage.Record) error {
+func (c *resultCache) LoadMany(db *sqlite.DB, program string, keys []string, missing []int, recs []*storage.Record) error {
+	c.mu.Lock()
+	whole := c.hdr != nil && c.whole(program)
+	c.mu.Unlock()
+	if whole {
+		return nil // recs[i] stay nil: absent from a whole program
+	}
 	err := db.Read(func() error {
 		for _, i := range missing {
 			rec, err := db.Lookup(keys[i])
@@ -261,7 +404,7 @@ func (c *resultCache) LoadMany(db *sqlite.DB, keys []string, missing []int, recs
 	defer c.mu.Unlock()
 	c.counters.PointReads += int64(len(missing))
 	for _, i := range missing {
-		c.put(keys[i], recs[i])
+		c.put(program, keys[i], recs[i])
 	}
 	return nil
 }
@@ -293,7 +436,7 @@ func (c *resultCache) LoadConfig(db *sqlite.DB, key configKey) (*storage.ConfigE
 // put remembers what a locked read returned for key (nil: absent),
 // evicting the least recently used entries to make room. The caller holds
 // the lock and c.mu.
-func (c *resultCache) put(key string, rec *storage.Record) {
+func (c *resultCache) put(program, key string, rec *storage.Record) {
 	if c.hdr == nil {
 		return
 	}
@@ -308,15 +451,19 @@ func (c *resultCache) put(key string, rec *storage.Record) {
 	if c.entries == nil {
 		c.entries = map[string]*list.Element{}
 	}
-	c.entries[key] = c.lru.PushFront(&entry{key: key, rec: rec, size: size})
+	c.entries[key] = c.lru.PushFront(&entry{key: key, program: program, rec: rec, size: size})
 	c.bytes += size
 }
 
-// remove drops the entry el (the caller holds c.mu).
+// remove drops the entry el (the caller holds c.mu); its program is no
+// longer whole.
 func (c *resultCache) remove(el *list.Element) {
 	e := c.lru.Remove(el).(*entry)
 	delete(c.entries, e.key)
 	c.bytes -= e.size
+	if p := c.programs[e.program]; p != nil {
+		p.whole = false
+	}
 }
 
 // Counters returns the cache's counters.

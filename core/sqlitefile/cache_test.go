@@ -129,3 +129,120 @@ func TestEvictLeastRecentlyUsed(t *testing.T) {
 		t.Fatalf("%d lock acquisitions for an evicted key, want 1", n)
 	}
 }
+
+func recordN(t *testing.T, st *core.Store, source string, from, to int) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		if _, err := st.Record(ctx, "p", source, core.Measurement{Schedule: schedN(i), IsLegal: true, ExecutionTimes: core.Times(float64(i))}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestABurstReadsTheProgramWhole: lookups of keys of one program that
+// this store has not read take the lock until they have cost as long as
+// reading the program whole (a few microseconds per record: here one
+// locked lookup of a 10-record program), then one hold reads every
+// record, and the rest of the burst, hits and misses, takes no lock. It
+// fails if every new key takes the lock (20 acquisitions). A commit by
+// another store ends it: a key absent from the whole program is read
+// again, and found.
+func TestABurstReadsTheProgramWhole(t *testing.T) {
+	w, r := twoStores(t)
+	recordN(t, w, src, 0, 10)
+	before := r.LockStats().Acquired
+	for i := 0; i < 20; i++ { // 10 hits, 10 misses
+		got := lookupTimes(t, r, i)
+		if (got != nil) != (i < 10) || got != nil && got[0] != float64(i) {
+			t.Fatalf("lookup %d = %v", i, got)
+		}
+	}
+	if n := r.LockStats().Acquired - before; n > 3 {
+		t.Fatalf("%d lock acquisitions for 20 new keys of a 10-record program, want at most 3", n)
+	}
+	if c := sqlitefile.Counters(r.Backend()); c.ProgramReads != 1 || c.RowsRead != 10 {
+		t.Fatalf("counters %+v, want one program of 10 rows read whole", c)
+	}
+	recordN(t, w, src, 15, 16)
+	if got := lookupTimes(t, r, 15); len(got) != 1 || got[0] != 15 {
+		t.Fatalf("lookup after the other's record = %v, want [15]", got)
+	}
+}
+
+// TestAnEvictedEntryEndsAWholeProgram: once an entry of a program read
+// whole is evicted, a key missing from the entries is no longer "absent":
+// it is read again, and found. It fails if eviction leaves the program
+// whole (the evicted record would be reported absent).
+func TestAnEvictedEntryEndsAWholeProgram(t *testing.T) {
+	t.Cleanup(sqlitefile.SetMaxCached(30))
+	const other = "void other() {}"
+	w, r := twoStores(t)
+	recordN(t, w, src, 0, 10)
+	recordN(t, w, other, 0, 25)
+	for i := 0; i < 10; i++ {
+		lookupTimes(t, r, i)
+	}
+	if c := sqlitefile.Counters(r.Backend()); c.ProgramReads != 1 {
+		t.Fatalf("counters %+v, want the first program read whole", c)
+	}
+	for i := 0; i < 25; i++ { // 25 more entries in a cache of 30: evicts the oldest
+		res, err := r.Lookup(ctx, "p", other, schedN(i))
+		if err != nil || res == nil {
+			t.Fatalf("lookup of the other program's %d = %v, %v", i, res, err)
+		}
+	}
+	if c := sqlitefile.Counters(r.Backend()); c.Evicted == 0 || c.ProgramReads != 1 {
+		t.Fatalf("counters %+v, want evictions and no other program read whole", c)
+	}
+	for i := 0; i < 10; i++ {
+		if got := lookupTimes(t, r, i); len(got) != 1 || got[0] != float64(i) {
+			t.Fatalf("lookup %d after evictions = %v, want [%d]", i, got, i)
+		}
+	}
+}
+
+// BenchmarkReadWhole measures what the result cache's rule weighs against
+// a burst's locked lookups: reading a program of 10,000 records whole
+// under the lock (ns/row: tuning.LoadRowCost), beside a locked point read
+// of one key (a lookup that misses the cache).
+func BenchmarkReadWhole(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "cache.db")
+	st, err := core.Open(ctx, path, core.Options{CPUModel: "X"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	const rows = 10000
+	ms := make([]core.Measurement, rows)
+	for i := range ms {
+		ms[i] = core.Measurement{Schedule: schedN(i), IsLegal: true, ExecutionTimes: core.Times(0.5, 0.25)}
+	}
+	if _, err := st.RecordMany(ctx, "p", src, ms, false); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("whole", func(b *testing.B) {
+		b.ResetTimer()
+		for range b.N {
+			if n, err := sqlitefile.ReadWhole(st.Backend(), core.ProgramHash(src)); err != nil || n != rows {
+				b.Fatal(n, err)
+			}
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/rows, "ns/row")
+	})
+	b.Run("point", func(b *testing.B) {
+		defer sqlitefile.SetMaxCached(rows / 2)() // no room for the whole program
+		reader, err := core.Open(ctx, path, core.Options{CPUModel: "X"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer reader.Close()
+		b.ResetTimer()
+		for i := range b.N {
+			// A key not read before: each lookup takes the lock.
+			if _, err := reader.Lookup(ctx, "p", src, schedN(rows+i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,6 +1,9 @@
 package sqlitefile
 
 import (
+	"context"
+
+	"github.com/tirastore/tirastore/core/sqlite"
 	"github.com/tirastore/tirastore/core/storage"
 	"github.com/tirastore/tirastore/core/tuning"
 )
@@ -17,3 +20,14 @@ func SetMaxCached(n int) (restore func()) {
 
 // Counters are b's cache counters.
 func Counters(b storage.Backend) CacheCounters { return b.(*Backend).CacheCounters() }
+
+// ReadWhole reads program whole into b's cache, under the lock, as a
+// burst's lookup does (resultCache.loadProgram), and returns its rows.
+func ReadWhole(b storage.Backend, program string) (int, error) {
+	s := b.(*Backend)
+	err := s.withDB(context.Background(), "read whole", func(db *sqlite.DB) error {
+		_, err := s.cache.loadProgram(db, program, "")
+		return err
+	})
+	return int(s.cache.rows[program]), err
+}

@@ -23,10 +23,14 @@ func (s *Backend) Lookup(ctx context.Context, progHash, key string) (*storage.Re
 		return rec, nil
 	}
 	var rec *storage.Record
+	start := time.Now()
 	err := s.withDB(ctx, "lookup", func(db *sqlite.DB) (err error) {
-		rec, err = s.cache.Load(db, key)
+		rec, err = s.cache.Load(db, progHash, key)
 		return err
 	})
+	if err == nil {
+		s.cache.Spent(progHash, time.Since(start))
+	}
 	return rec, err
 }
 
@@ -37,7 +41,7 @@ func (s *Backend) cached(progHash, key string) (*storage.Record, bool) {
 	if s.closed {
 		return nil, false // the locked path reports it
 	}
-	return s.cache.Get(key)
+	return s.cache.Get(progHash, key)
 }
 
 // ConfigGet returns the config entry of (namespace, key), from the cache
@@ -82,7 +86,7 @@ func (s *Backend) LookupMany(ctx context.Context, progHash string, keys []string
 		return recs, nil
 	}
 	err := s.withDB(ctx, "lookup_many", func(db *sqlite.DB) error {
-		return s.cache.LoadMany(db, keys, missing, recs)
+		return s.cache.LoadMany(db, progHash, keys, missing, recs)
 	})
 	if err != nil {
 		return nil, err

@@ -5,9 +5,9 @@
 //
 // There are two backends: the shared SQLite file (core/sqlitefile), one
 // file on a cluster filesystem, serialized by the hard-link lock, with
-// its speed-up layers (node queue, group commit, change log, result cache)
-// all behind this interface; and a PostgreSQL server (core/postgres),
-// with row-level concurrency and no global lock.
+// its kept connection and result cache behind this interface; and a
+// PostgreSQL server (core/postgres), with row-level concurrency and no
+// global lock.
 //
 // Adding a table: its row types go here, its reads on Reader and its
 // writes on Writer (or, for an operation a backend serves faster than a

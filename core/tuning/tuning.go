@@ -39,8 +39,8 @@ const (
 	MinClaimLease = 100 * time.Millisecond
 	MaxClaimLease = 24 * time.Hour
 	// ClaimProbe is how often a waiter asks its cache, lock-free, whether
-	// the result has been recorded (a commit of this node is seen through
-	// the change log at once) and whether a holder on this host died.
+	// the result has been recorded (the cache checks the database's
+	// header first) and whether a holder on this host died.
 	ClaimProbe = 20 * time.Millisecond
 	// ClaimMinPoll and ClaimMaxPoll bound the full-jitter backoff between
 	// a waiter's reads of the claims under the lock, which are what
@@ -78,6 +78,13 @@ const (
 	// stays within a few point reads' (about a millisecond) and writers
 	// never wait behind a whole table.
 	DashboardChunkRows = 128
+	// LoadRowCost is what reading one record into the result cache costs
+	// when a program is read whole under the lock: the cache reads a
+	// program whole once its locked lookups since the last commit have
+	// cost as long as its rows times this (core/sqlitefile, cache.go), so
+	// that a burst never spends more than twice what the better of the
+	// two ways would have.
+	LoadRowCost = 4 * time.Microsecond
 	// MaxCachedBytes bounds the cache's entries in bytes (an estimate of
 	// each record's memory: records differ a lot in size), as MaxCached
 	// does in number. A process's resident memory grows by up to about

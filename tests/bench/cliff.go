@@ -466,7 +466,7 @@ func cliffTargets(res *results) []*target {
 	if r := c.Rows[implEngine]; r != nil && r.Thrash != nil && r.Hit != nil {
 		d := fmt.Sprintf("median %s µs (p90 %s) vs hit %s µs; longest lookup (bounds the hold) %s µs", fmtUS(r.Thrash.Median), fmtUS(r.ThrashP9), fmtUS(r.Hit.Median), fmtUS(r.Thrash.Max))
 		if r.Cache != nil {
-			d += fmt.Sprintf("; under the lock: %d point reads, %d evicted", r.Cache["PointReads"], r.Cache["Evicted"])
+			d += fmt.Sprintf("; under the lock: %d point reads, %d programs read whole (%d rows), %d evicted", r.Cache["PointReads"], r.Cache["ProgramReads"], r.Cache["RowsRead"], r.Cache["Evicted"])
 		}
 		ts = append(ts, &target{ID: "cliff-lookup/engine-go", Name: "lookup median over 4x the result cache / cached hit, engine-go",
 			Value: r.Ratio, Unit: "x", Goal: "report", Detail: d})
@@ -498,20 +498,21 @@ func writeCliff(w io.Writer, res *results) {
 	if c != nil {
 		fmt.Fprintf(w, "   %d programs x %d records (the cache holds %d entries and %d MiB); thrash: random (program, schedule) pairs over all of them;\n", c.Sizes.Programs, c.Sizes.Records, c.CacheBound, c.CacheBytes>>20)
 		fmt.Fprintf(w, "   hit: the same over %d programs. ratio = thrash median / hit median, same process.\n", min(max(cliffHitRecords/c.Sizes.Records, 1), c.Sizes.Programs))
-		t := newTable("ll", "client", "hit median", "thrash median", "thrash p90", "thrash max", "ratio", "lock acq.", "point reads", "evicted", "failed")
+		t := newTable("ll", "client", "hit median", "thrash median", "thrash p90", "thrash max", "ratio", "lock acq.", "point reads", "whole reads", "evicted", "failed")
 		for _, impl := range []string{implPython, implEngine} {
 			r := c.Rows[impl]
 			if r == nil || r.Hit == nil || r.Thrash == nil {
 				continue
 			}
-			acq, points, evicted := "-", "-", "-"
+			acq, points, whole, evicted := "-", "-", "-", "-"
 			if r.Lock != nil {
 				acq = fmt.Sprint(r.Lock.Acquired)
 			}
 			if r.Cache != nil {
 				points, evicted = fmt.Sprint(r.Cache["PointReads"]), fmt.Sprint(r.Cache["Evicted"])
+				whole = fmt.Sprintf("%d (%d rows)", r.Cache["ProgramReads"], r.Cache["RowsRead"])
 			}
-			t.add(impl, fmtUS(r.Hit.Median), fmtUS(r.Thrash.Median), fmtUS(r.ThrashP9), fmtUS(r.Thrash.Max), fmtX(float64(r.Ratio)), acq, points, evicted, r.Problems)
+			t.add(impl, fmtUS(r.Hit.Median), fmtUS(r.Thrash.Median), fmtUS(r.ThrashP9), fmtUS(r.Thrash.Max), fmtX(float64(r.Ratio)), acq, points, whole, evicted, r.Problems)
 		}
 		t.write(w, "  ")
 		if c.Alone != nil && c.Beside != nil {

@@ -212,7 +212,7 @@ func realisticSection(cfg *config, res *results) []*realRun {
 				r := realisticRun(cfg, dir, mech.Name, p)
 				r.Micro = throughputRun(cfg, implEngine, p, cfg.dbPath(), cfg.fresh)
 				cfg.logf("realistic %s P=%-2d %-16s %6.1f measurements/min, store %5.2f%%, lookup p99 %.1f ms, lost %d, errors %d%s; micro %7.0f ops/s",
-					dir, p, mech.Name, r.PerMinute, 100*float64(r.StoreShare), p99ms(r.Lookup), r.Lost, r.Errors, failedNote(r.Failed), r.Micro.OpsPerS)
+					dir, p, mech.Name, r.PerMinute, 100*float64(r.StoreShare), p99ms(r.Lookup), r.Lost, r.Errors, failedNote(r.Failed, r.FirstError), r.Micro.OpsPerS)
 				out = append(out, r)
 			}
 		}
@@ -227,11 +227,14 @@ func p99ms(s *summary) float64 {
 	return s.P99 / 1e3
 }
 
-func failedNote(f string) string {
-	if f == "" {
-		return ""
+func failedNote(f, firstError string) string {
+	switch {
+	case f != "":
+		return " FAILED: " + f
+	case firstError != "":
+		return " (first error: " + firstError + ")"
 	}
-	return " FAILED: " + f
+	return ""
 }
 
 // realisticRun is one run of P beam workers in cfg's configuration.

@@ -1,5 +1,5 @@
-// Package wait holds the waiting helpers that the lock and the node queue
-// share.
+// Package wait holds the waiting helpers that the lock, the claims' wait
+// and the PostgreSQL backend's retries share.
 package wait
 
 import (

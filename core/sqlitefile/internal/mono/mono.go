@@ -1,6 +1,5 @@
 // Package mono is CLOCK_MONOTONIC in nanoseconds: the clock of the lock
-// holder's tenure, which the VFS reads in C, and of the node queue's
-// progress word, which other processes of the node compare.
+// holder's tenure, which the VFS reads in C.
 package mono
 
 import (
