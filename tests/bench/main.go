@@ -227,6 +227,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	tpClients := fs.String("tp-clients", implEngine+","+implBaseline+","+implPython, "clients of the throughput section (the python-worker throughput target needs python and baseline-go)")
 	realProcs := fs.String("realistic-procs", "8,32,64", "worker counts of the realistic section")
 	realDirs := fs.String("realistic-dirs", "", "comma-separated directories of the realistic section, e.g. a FUSE mount of tests/fusebed (default: the bench directory)")
+	fs.BoolVar(&cfg.Real.Fresh, "realistic-fresh", true, "also run the realistic section with a fresh connection per operation (false: the kept connection alone, for a slow filesystem)")
 	fs.IntVar(&cfg.Real.Steps, "realistic-steps", 6, "search steps per beam worker of the realistic section")
 	fs.IntVar(&cfg.Real.Space, "realistic-space", 4000, "schedules of the realistic section's shared candidate space")
 	fs.IntVar(&cfg.Real.Preload, "realistic-preload", 1000, "of them recorded before each realistic run")

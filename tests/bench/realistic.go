@@ -57,6 +57,7 @@ var mechanisms = []mechanism{
 // realisticSizes are the section's knobs (flags -realistic-*).
 type realisticSizes struct {
 	Procs      []int
+	Fresh      bool // also run with a fresh connection per operation
 	Dirs       []string
 	Steps      int     // search steps per worker
 	Space      int     // schedules of the shared candidate space
@@ -208,6 +209,9 @@ func realisticSection(cfg *config, res *results) []*realRun {
 			// Configurations alternate within a P, so that a drift of
 			// the machine weighs on all of them alike.
 			for _, mech := range mechanisms {
+				if !cfg.Real.Fresh && mech.Env != nil {
+					continue
+				}
 				cfg.WorkerEnv = mech.Env
 				r := realisticRun(cfg, dir, mech.Name, p)
 				r.Micro = throughputRun(cfg, implEngine, p, cfg.dbPath(), cfg.fresh)
