@@ -51,7 +51,8 @@ import (
 // be absent. On a local disk a hold costs tens of microseconds and a
 // program of thousands of records is read whole only after a long burst;
 // on a Lustre-like filesystem after one or two lookups. A program that
-// would not fit in the room the entries have left is never read whole.
+// would not fit in the room the entries have left (in number and in
+// bytes) is never read whole, so whole reads never evict.
 //
 // The entries are bounded by tuning.MaxCached and tuning.MaxCachedBytes;
 // when full, the least recently used entry goes. Configs have their own
@@ -291,7 +292,7 @@ func (c *resultCache) Load(db *sqlite.DB, program, key string) (*storage.Record,
 			c.setRows(program, n)
 			c.mu.Unlock()
 		}
-		if spent >= time.Duration(rows)*tuning.LoadRowCost && c.room() >= rows {
+		if spent >= time.Duration(rows)*tuning.LoadRowCost && c.fits(rows) {
 			return c.loadProgram(db, program, key)
 		}
 	}
@@ -314,11 +315,22 @@ func (c *resultCache) setRows(program string, n int64) {
 	c.rows[program] = n
 }
 
-// room is how many entries the cache can take without evicting one.
-func (c *resultCache) room() int64 {
+// fits reports whether rows more entries fit in the cache without
+// evicting one, by its bound on entries and, at the entries' mean size,
+// on bytes: a program read whole that evicted others would make them
+// read whole again, and a working set larger than the cache would be
+// read whole over and over.
+func (c *resultCache) fits(rows int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return int64(tuning.MaxCached - len(c.entries))
+	if rows > int64(tuning.MaxCached-len(c.entries)) {
+		return false
+	}
+	mean := int64(entryOverhead + 256)
+	if n := len(c.entries); n > 0 {
+		mean = int64(c.bytes / n)
+	}
+	return rows*mean <= int64(tuning.MaxCachedBytes-c.bytes)
 }
 
 // loadProgram reads every record of program into the entries, marks the
@@ -343,6 +355,13 @@ func (c *resultCache) loadProgram(db *sqlite.DB, program, key string) (*storage.
 			found = r
 		}
 		c.put(program, r.Key, r)
+	}
+	// fits judged by the entries' mean size: larger records may have
+	// made the program evict some of its own, and then it is not whole.
+	for _, r := range recs {
+		if _, ok := c.entries[r.Key]; !ok {
+			return found, nil
+		}
 	}
 	if c.programs == nil {
 		c.programs = map[string]*programState{}

@@ -201,6 +201,37 @@ func TestAnEvictedEntryEndsAWholeProgram(t *testing.T) {
 	}
 }
 
+// TestWholeReadsNeverEvict: a program is read whole only if its records
+// fit in the room the cache has left, in bytes as in number, so that
+// whole reads never evict one another. Here the byte bound holds some 25
+// entries of about 600 bytes: a program of 30 records is read key by key
+// and fills the cache, and then a 20-record program whose locked lookups
+// have cost more than its read is read key by key too. It fails if the
+// room is counted in entries alone (the second program is read whole,
+// evicting).
+func TestWholeReadsNeverEvict(t *testing.T) {
+	t.Cleanup(sqlitefile.SetMaxCachedBytes(25 * 600))
+	const other = "void other() {}"
+	w, r := twoStores(t)
+	recordN(t, w, other, 0, 30)
+	recordN(t, w, src, 0, 20)
+	for i := 0; i < 30; i++ { // a program too large to be read whole: point reads
+		if res, err := r.Lookup(ctx, "p", other, schedN(i)); err != nil || res == nil {
+			t.Fatalf("lookup of the other program's %d = %v, %v", i, res, err)
+		}
+	}
+	for i := 0; i < 10; i++ {
+		lookupTimes(t, r, i)
+	}
+	c := sqlitefile.Counters(r.Backend())
+	if c.ProgramReads != 0 {
+		t.Fatalf("counters %+v: a program read whole where it did not fit", c)
+	}
+	if c.PointReads != 40 {
+		t.Fatalf("counters %+v, want 40 point reads", c)
+	}
+}
+
 // BenchmarkReadWhole measures what the result cache's rule weighs against
 // a burst's locked lookups: reading a program of 10,000 records whole
 // under the lock (ns/row: tuning.LoadRowCost), beside a locked point read

@@ -18,6 +18,13 @@ func SetMaxCached(n int) (restore func()) {
 	return func() { tuning.MaxCached = old }
 }
 
+// SetMaxCachedBytes is SetMaxCached for the cache's bound on bytes.
+func SetMaxCachedBytes(n int) (restore func()) {
+	old := tuning.MaxCachedBytes
+	tuning.MaxCachedBytes = n
+	return func() { tuning.MaxCachedBytes = old }
+}
+
 // Counters are b's cache counters.
 func Counters(b storage.Backend) CacheCounters { return b.(*Backend).CacheCounters() }
 

@@ -85,13 +85,6 @@ const (
 	// that a burst never spends more than twice what the better of the
 	// two ways would have.
 	LoadRowCost = 4 * time.Microsecond
-	// MaxCachedBytes bounds the cache's entries in bytes (an estimate of
-	// each record's memory: records differ a lot in size), as MaxCached
-	// does in number. A process's resident memory grows by up to about
-	// twice it (Go's heap grows to twice its live data before it
-	// collects), in each of a node's tens of processes: 16 MiB holds some
-	// 25,000 records of a few hundred bytes.
-	MaxCachedBytes = 16 << 20
 	// BackupStepPages is what a backup copies per hold of the lock: 1,024
 	// pages (4 MiB with 4 KiB pages), a few milliseconds of copying, the
 	// hold of a record_many of some hundred records.
@@ -104,8 +97,16 @@ const (
 
 // MaxCached bounds the result cache's entries (and, separately, its
 // configs); when full, it evicts the least recently used entry, never a
-// config. A variable for tests.
+// config. Variables for tests.
 var MaxCached = 1 << 16
+
+// MaxCachedBytes bounds the cache's entries in bytes (an estimate of
+// each record's memory: records differ a lot in size), as MaxCached
+// does in number. A process's resident memory grows by up to about
+// twice it (Go's heap grows to twice its live data before it
+// collects), in each of a node's tens of processes: 16 MiB holds some
+// 25,000 records of a few hundred bytes.
+var MaxCachedBytes = 16 << 20
 
 // The API layer (core).
 const (
