@@ -376,7 +376,7 @@ func writeRealistic(w io.Writer, runs []*realRun) {
 	fmt.Fprintf(w, "\nREALISTIC: beam workers (bursts of lookups, lookup_or_claim, 0.5-5 s measurements), kept against fresh connection; micro: the throughput mix\n")
 	fmt.Fprintf(w, "   meas/min: the fleet's measurements per minute (same seeds in every configuration); store: share of the workers' time in store calls;\n")
 	fmt.Fprintf(w, "   vs kept: the change against the kept connection at the same P (negative: slower without it)\n")
-	t := newTable("lrlrrrrrrrrr", "dir", "P", "configuration", "meas/min", "vs on", "store %", "lookup p50", "lookup p99", "claim p99", "record p99",
+	t := newTable("lrlrrrrrrrrr", "dir", "P", "configuration", "meas/min", "vs kept", "store %", "lookup p50", "lookup p99", "claim p99", "record p99",
 		"micro ops/s", "vs kept")
 	base := map[string]*realRun{}
 	for _, r := range runs {
