@@ -81,6 +81,23 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "soak: the long tier (`make soak`): fleets, stress runs and soaks at full size; "
         "`make test` deselects it (-m 'not soak')")
+    if os.geteuid() == 0:
+        closed = _closed_to_others(Path(__file__).resolve().parents[2])
+        if closed is not None:
+            raise pytest.UsageError(
+                f"{closed} is mode {closed.stat().st_mode & 0o777:04o}: the tests that run as another user "
+                f"(uid 65534, the hostile neighbour) cannot reach this checkout through it and would fail "
+                f"with 'No module named tirastore'; clone into a directory other users can traverse, "
+                f"or give it o+x")
+
+
+def _closed_to_others(path: Path) -> Path | None:
+    """The first directory from / down to *path* that users other than its
+    owner and group cannot traverse (no o+x), or None."""
+    for d in reversed([path, *path.parents]):
+        if not d.stat().st_mode & 0o001:
+            return d
+    return None
 
 
 def tiered(fast: Any, soak: Any, name: str = "n") -> list:
