@@ -42,8 +42,8 @@ import (
 // A burst looks up many schedules of one program that this process has
 // not read yet, each of which would take the lock. On a cluster
 // filesystem a hold of the lock costs metadata round trips (link, stat,
-// unlink), milliseconds in all, while reading a record costs about a
-// microsecond once a transaction is open. So once the locked lookups of
+// unlink), milliseconds in all, while reading a record costs a few
+// microseconds once a transaction is open. So once the locked lookups of
 // a program since the last commit have cost as long as reading the whole
 // program would (its rows, counted once, times tuning.LoadRowCost), the
 // next one reads every record of the program in that hold, and the
@@ -270,7 +270,8 @@ func (c *resultCache) Load(db *sqlite.DB, program, key string) (*storage.Record,
 		c.mu.Unlock()
 		return el.Value.(*entry).rec, nil
 	}
-	if c.hdr != nil && c.whole(program) {
+	caching := c.hdr != nil
+	if caching && c.whole(program) {
 		c.mu.Unlock()
 		return nil, nil
 	}
@@ -281,7 +282,7 @@ func (c *resultCache) Load(db *sqlite.DB, program, key string) (*storage.Record,
 		rows, counted = c.rows[program]
 	}
 	c.mu.Unlock()
-	if spent > 0 && c.hdr != nil {
+	if spent > 0 && caching {
 		if !counted {
 			n, err := db.CountRecordsOf(program)
 			if err != nil {
@@ -363,13 +364,8 @@ func (c *resultCache) loadProgram(db *sqlite.DB, program, key string) (*storage.
 			return found, nil
 		}
 	}
-	if c.programs == nil {
-		c.programs = map[string]*programState{}
-	}
-	if p := c.programs[program]; p != nil {
+	if p := c.program(program); p != nil {
 		p.whole = true
-	} else {
-		c.programs[program] = &programState{whole: true}
 	}
 	return found, nil
 }
@@ -383,18 +379,27 @@ func (c *resultCache) Spent(program string, d time.Duration) {
 	if c.hdr == nil || !c.known {
 		return
 	}
+	if p := c.program(program); p != nil {
+		p.spent += d
+	}
+}
+
+// program is the state of program at the current generation, created
+// if absent; nil when the cache already tracks tuning.MaxCached programs
+// (the caller holds c.mu).
+func (c *resultCache) program(program string) *programState {
+	if p := c.programs[program]; p != nil {
+		return p
+	}
 	if c.programs == nil {
 		c.programs = map[string]*programState{}
 	}
-	p := c.programs[program]
-	if p == nil {
-		if len(c.programs) >= tuning.MaxCached {
-			return
-		}
-		p = &programState{}
-		c.programs[program] = p
+	if len(c.programs) >= tuning.MaxCached {
+		return nil
 	}
-	p.spent += d
+	p := &programState{}
+	c.programs[program] = p
+	return p
 }
 
 // LoadMany is Load for several keys, read key by key in one read
