@@ -285,6 +285,23 @@ func (a *args) seconds(name string) (*time.Duration, error) {
 	return core.Seconds(f), nil
 }
 
+// number is an optional finite number: nil when absent or null.
+func (a *args) number(name string) (*float64, error) {
+	v, ok := a.get(name)
+	if !ok || v == nil {
+		return nil, nil
+	}
+	n, ok := v.(pyjson.Number)
+	if !ok {
+		return nil, a.typeErr(name, "float", v)
+	}
+	f, err := n.Float64()
+	if err != nil || !n.IsFinite() {
+		return nil, &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("%s(): %s must be a finite number, got %s", a.method, name, n)}
+	}
+	return &f, nil
+}
+
 // times is execution_times: null, or a list of numbers.
 func (a *args) times(obj *pyjson.Object, prefix string) ([]pyjson.Number, error) {
 	v, _ := obj.Get("execution_times")

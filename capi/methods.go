@@ -111,6 +111,29 @@ var methods = map[string]method{
 		}
 		return replyResult(r), nil
 	}},
+	"noise_policy": {true, noParams, func(_ context.Context, st *core.Store, a *args) (any, error) {
+		return replyNoisePolicy(st.NoisePolicy()), nil
+	}},
+	// set_noise_policy changes the fields given, keeping the others.
+	"set_noise_policy": {true, []string{"max_spread", "max_remeasures"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		p := st.NoisePolicy()
+		f, err := a.number("max_spread")
+		if err != nil {
+			return nil, err
+		}
+		if f != nil {
+			p.MaxSpread = *f
+		}
+		n, err := a.integer("max_remeasures", int64(p.MaxRemeasures))
+		if err != nil {
+			return nil, err
+		}
+		p.MaxRemeasures = int(n)
+		if err := st.SetNoisePolicy(ctx, p); err != nil {
+			return nil, err
+		}
+		return replyNoisePolicy(p), nil
+	}},
 	"close_if_idle": {true, nil, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		return st.CloseIfIdle()
 	}},

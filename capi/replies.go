@@ -117,10 +117,11 @@ func replyLimits() any {
 
 // replyResult is a result as an object of the original's LookupResult
 // fields, in their order: the stored JSON values untouched (a stored list
-// of numbers in its compact text: core.Result.Stored), then the texts.
+// of numbers in its compact text: core.Result.Stored), then the texts;
+// then "stats" (replyTimingStats).
 func replyResult(r *core.Result) any {
 	legal, times := r.Stored()
-	o := pyjson.NewObjectCap(8)
+	o := pyjson.NewObjectCap(9)
 	o.Set("is_legal", legal)
 	o.Set("execution_times", times)
 	o.Set("schedule", r.Schedule)
@@ -129,6 +130,32 @@ func replyResult(r *core.Result) any {
 	o.Set("creation_date", r.CreationDate)
 	o.Set("update_date", r.UpdateDate)
 	o.Set("source_project", r.SourceProject)
+	o.Set("stats", replyTimingStats(r))
+	return o
+}
+
+// replyTimingStats is {count, median, mad, min, spread, stable} of r's
+// finite times (core/timing, judged by the store's noise policy), or null
+// when it has none.
+func replyTimingStats(r *core.Result) any {
+	if r.Stats.Count == 0 {
+		return nil
+	}
+	o := pyjson.NewObjectCap(6)
+	o.Set("count", r.Stats.Count)
+	o.Set("median", r.Stats.Median)
+	o.Set("mad", r.Stats.MAD)
+	o.Set("min", r.Stats.Min)
+	o.Set("spread", r.Stats.Spread)
+	o.Set("stable", !r.Unstable)
+	return o
+}
+
+// replyNoisePolicy is {max_spread, max_remeasures}.
+func replyNoisePolicy(p core.NoisePolicy) any {
+	o := pyjson.NewObjectCap(2)
+	o.Set("max_spread", p.MaxSpread)
+	o.Set("max_remeasures", p.MaxRemeasures)
 	return o
 }
 

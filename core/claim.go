@@ -320,7 +320,7 @@ func (s *Store) peekOne(hash, sched string, opts ClaimOptions) (ClaimOutcome, bo
 	if !ok || rec == nil {
 		return ClaimOutcome{}, false, nil
 	}
-	r, err := newResult(rec)
+	r, err := s.newResult(rec)
 	return ClaimOutcome{Result: r}, true, err
 }
 

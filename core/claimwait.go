@@ -188,7 +188,7 @@ func (s *Store) peekResults(hash string, pend []*pendingClaim, out []ClaimOutcom
 			left = append(left, p)
 			continue
 		}
-		r, err := newResult(rec)
+		r, err := s.newResult(rec)
 		if err != nil {
 			return nil, err
 		}
@@ -224,7 +224,7 @@ func (s *Store) readResults(ctx context.Context, hash string, pend []*pendingCla
 			left = append(left, p)
 			continue
 		}
-		r, err := newResult(recs[i])
+		r, err := s.newResult(recs[i])
 		if err != nil {
 			return nil, err
 		}
@@ -284,7 +284,7 @@ func (s *Store) claimPass(ctx context.Context, programName, hash, source string,
 				return err
 			}
 			if rec != nil {
-				res, err := newResult(rec)
+				res, err := s.newResult(rec)
 				if err != nil {
 					return err
 				}

@@ -13,6 +13,7 @@ import (
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/storage"
+	"github.com/tirastore/tirastore/core/timing"
 	"github.com/tirastore/tirastore/core/tuning"
 )
 
@@ -28,6 +29,11 @@ type Result struct {
 	CreationDate   string
 	UpdateDate     string
 	SourceProject  string
+	// Stats summarize ExecutionTimes (core/timing); Count 0 when it has
+	// no finite time (an illegal schedule, null times).
+	Stats timing.Stats
+	// Unstable: the times break the store's noise policy (noise.go).
+	Unstable bool
 
 	legal any // the stored is_legal value
 	times any // the stored execution_times value
@@ -56,12 +62,13 @@ func ParseResult(key, resultJSON string) (legal, times any, err error) {
 	return legal, times, nil
 }
 
-func newResult(rec *storage.Record) (*Result, error) {
+func resultOf(rec *storage.Record) (*Result, error) {
 	r := &Result{
 		Schedule: rec.Schedule, Hostname: rec.Hostname, Username: rec.Username,
 		CreationDate: rec.CreationDate, UpdateDate: rec.UpdateDate, SourceProject: rec.SourceProject,
 	}
 	if r.fromCanonical(rec.ResultJSON) {
+		r.Stats, _ = timing.Summarize(r.ExecutionTimes)
 		return r, nil
 	}
 	if d, over := limits.TooDeep(rec.ResultJSON); over {
@@ -89,6 +96,7 @@ func newResult(rec *storage.Record) (*Result, error) {
 			}
 		}
 	}
+	r.Stats, _ = timing.Summarize(r.ExecutionTimes)
 	return r, nil
 }
 
@@ -215,7 +223,7 @@ func (s *Store) LookupByHash(ctx context.Context, programName, programHash, sche
 	if err != nil || rec == nil {
 		return nil, err
 	}
-	return newResult(rec)
+	return s.newResult(rec)
 }
 
 // checkProgramRef validates the arguments of the ByHash methods.
@@ -266,7 +274,7 @@ func (s *Store) LookupManyByHash(ctx context.Context, programName, hash string, 
 		if rec == nil {
 			continue
 		}
-		r, err := newResult(rec)
+		r, err := s.newResult(rec)
 		if err != nil {
 			return nil, err
 		}
@@ -328,7 +336,7 @@ func (s *Store) GetProgramRecords(ctx context.Context, programName, source strin
 	err := s.be.View(ctx, "get_program_records", func(r storage.Reader) error {
 		out = out[:0]
 		return r.EachRecordOf(hash, func(rec *storage.Record) error {
-			res, err := newResult(rec)
+			res, err := s.newResult(rec)
 			if err == nil {
 				out = append(out, res)
 			}
@@ -493,4 +501,4 @@ func (s *Store) RecordsAfter(ctx context.Context, after int64, limit int) (recs 
 
 // ResultOf reads a record's stored result as a lookup does: for readers
 // that follow the table (core/dashboard) and so hold rows, not keys.
-func ResultOf(rec *storage.Record) (*Result, error) { return newResult(rec) }
+func ResultOf(rec *storage.Record) (*Result, error) { return resultOf(rec) }

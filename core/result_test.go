@@ -32,7 +32,7 @@ func TestCanonicalResultPassThrough(t *testing.T) {
 		{`{"is_legal":true,"execution_times":[1.5],"x":1}`, false},
 	} {
 		rec := &storage.Record{Key: "k", ResultJSON: c.rj}
-		got, err := newResult(rec)
+		got, err := resultOf(rec)
 		if err != nil {
 			t.Fatalf("%s: %v", c.rj, err)
 		}
@@ -90,7 +90,7 @@ func TestCanonicalResultPassThrough(t *testing.T) {
 func TestCanonicalPrefixInvalidJSON(t *testing.T) {
 	t.Parallel()
 	for _, rj := range []string{`{"is_legal":true,"execution_times":[1.5,]}`, `{"is_legal":true,"execution_times":[1.5`} {
-		if _, err := newResult(&storage.Record{Key: "k", ResultJSON: rj}); KindOf(err) != KindValue {
+		if _, err := resultOf(&storage.Record{Key: "k", ResultJSON: rj}); KindOf(err) != KindValue {
 			t.Errorf("%s: %v, want a ValueError", rj, err)
 		}
 	}
@@ -145,7 +145,7 @@ func BenchmarkHitReply(b *testing.B) {
 		ResultJSON: `{"is_legal":true,"execution_times":[1.234567,1.2345678,1.23456789,1.2,1.25]}`}
 	b.Run("pass-through", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			r, _ := newResult(rec)
+			r, _ := resultOf(rec)
 			_, _ = pyjson.Marshal(r, pyjson.Compact)
 		}
 	})

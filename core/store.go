@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tirastore/tirastore/core/cpu"
@@ -45,6 +46,9 @@ type Store struct {
 	// claims this store holds and has seen (claim.go).
 	lockWait time.Duration
 	claims   claimState
+
+	noiseMu sync.Mutex
+	noise   NoisePolicy // noise.go
 }
 
 // Open connects to the database at path, creating it (and its directory)
@@ -96,6 +100,13 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	s.be, s.path, s.notices = be, be.Location(), opened.Notices
 	s.checkCPU(opened.Meta)
+	s.noise = DefaultNoisePolicy
+	if text, ok := opened.Meta[storage.NoisePolicyKey]; ok {
+		var err error
+		if s.noise, err = parseNoisePolicy(text); err != nil {
+			s.notices = append(s.notices, fmt.Sprintf("%s: %v", s.path, err))
+		}
+	}
 	return s, nil
 }
 

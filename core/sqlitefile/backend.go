@@ -197,8 +197,9 @@ func (s *Backend) freeFence() {
 	}
 }
 
-// metaKeys are the db_meta rows Open reports (the API layer's CPU check).
-var metaKeys = []string{"cpu_model", "slurm_cpus"}
+// metaKeys are the db_meta rows Open reports (the API layer's CPU check
+// and noise policy).
+var metaKeys = []string{"cpu_model", "slurm_cpus", storage.NoisePolicyKey}
 
 // initOrValidate creates a missing database or checks the schema of an
 // existing one, under the lock, and reads its metadata.

@@ -363,7 +363,7 @@ const (
 // Opened is what a backend's Open learnt about the database.
 type Opened struct {
 	// Meta holds the db_meta rows the API layer checks (cpu_model,
-	// slurm_cpus), absent rows left out.
+	// slurm_cpus, NoisePolicyKey), absent rows left out.
 	Meta map[string]string
 	// Notices are warnings for the caller to show: a speed-up switched off
 	// by a file that failed its checks, a database other users cannot use.
@@ -534,6 +534,11 @@ type Writer interface {
 // LastCheckKey is the db_meta row where `tirastore check` leaves the
 // summary of its last run (a JSON object), which the dashboard shows.
 const LastCheckKey = "tirastore_last_check"
+
+// NoisePolicyKey is the db_meta row of the database's noise policy (a
+// JSON object, core/noise.go), which every backend's Open reports in
+// Opened.Meta.
+const NoisePolicyKey = "tirastore_noise_policy"
 
 // ErrNoProgram is Writer.PutRecord's error for a record whose program row
 // does not exist.

@@ -15,7 +15,7 @@ from tirastore.claim import Claim, ClaimInfo
 from tirastore.ejkernel_patch import patch_ejkernel
 from tirastore.errors import LockLostError, TiraStoreWarning
 from tirastore.persistent_cache import ConfigEntry, PersistentCache
-from tirastore.store import LookupResult, TiraStore
+from tirastore.store import LookupResult, TimingStats, TiraStore
 
 
 def __getattr__(name: str) -> str:
@@ -38,6 +38,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "TiraStore",
     "LookupResult",
+    "TimingStats",
     "Claim",
     "ClaimInfo",
     "PersistentCache",

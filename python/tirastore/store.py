@@ -23,13 +23,34 @@ import warnings
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Iterator, Optional, Sequence, Union
+from typing import IO, Any, Iterator, NamedTuple, Optional, Sequence, Union
 
 from tirastore import _native
 from tirastore.claim import Claim, ClaimInfo
 from tirastore.errors import ProgramNotStoredError, TiraStoreWarning
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+
+class TimingStats(NamedTuple):
+    """Statistics of a record's finite execution times, computed by the engine.
+
+    * ``count``: how many finite times (NaN and infinities take no part);
+    * ``median`` and ``mad`` (the median absolute deviation from it, unscaled);
+    * ``min``: the fastest time;
+    * ``spread``: PolyBench's rule: with five or more times the fastest and
+      slowest fifth are dropped, then the largest deviation from the mean
+      of the rest, relative to that mean (0.05 is 5%; 0 for one time);
+    * ``stable``: whether ``spread`` is within the database's noise policy
+      (:meth:`TiraStore.noise_policy`).
+    """
+
+    count: int
+    median: float
+    mad: float
+    min: float
+    spread: float
+    stable: bool
 
 
 @dataclass
@@ -47,11 +68,16 @@ class LookupResult:
       ``2026-02-21T15:30:12.123456+00:00``;
     * ``source_project`` (str): the ``source_project`` of the writing store.
 
-    >>> store.record("blur", "void blur() {}", "R(L0,comps=[c1])", True, [0.04])
+    and the engine's statistics of the times, ``stats`` (a
+    :class:`TimingStats`, or None without a finite time), also as the
+    properties ``median``, ``mad``, ``min``, ``count``, ``spread`` and
+    ``stable`` (None without times). ``to_dict()`` keeps the original's keys.
+
+    >>> store.record("blur", "void blur() {}", "R(L0,comps=[c1])", True, [0.041, 0.04, 0.04, 0.043, 0.04])
     True
     >>> r = store.lookup("blur", "void blur() {}", "R(L0,comps=[c1])")
-    >>> r.is_legal, r.execution_times, r.schedule
-    (True, [0.04], "R(L0,comps=['c1'])")
+    >>> r.is_legal, r.schedule, r.median, r.min, r.count, r.stable
+    (True, "R(L0,comps=['c1'])", 0.04, 0.04, 5, True)
     """
 
     is_legal: bool
@@ -62,6 +88,41 @@ class LookupResult:
     creation_date: str
     update_date: str
     source_project: str
+    stats: Optional[TimingStats] = None
+
+    def __post_init__(self) -> None:
+        if self.stats is not None and not isinstance(self.stats, TimingStats):
+            self.stats = TimingStats(**self.stats)
+
+    @property
+    def median(self) -> Optional[float]:
+        """The median of the finite times (None without)."""
+        return None if self.stats is None else self.stats.median
+
+    @property
+    def mad(self) -> Optional[float]:
+        """The median absolute deviation of the finite times (None without)."""
+        return None if self.stats is None else self.stats.mad
+
+    @property
+    def min(self) -> Optional[float]:
+        """The fastest finite time (None without)."""
+        return None if self.stats is None else self.stats.min
+
+    @property
+    def count(self) -> int:
+        """How many finite times the record holds."""
+        return 0 if self.stats is None else self.stats.count
+
+    @property
+    def spread(self) -> Optional[float]:
+        """The relative spread of the times by PolyBench's rule (None without)."""
+        return None if self.stats is None else self.stats.spread
+
+    @property
+    def stable(self) -> Optional[bool]:
+        """Whether the times meet the database's noise policy (None without)."""
+        return None if self.stats is None else self.stats.stable
 
     def to_dict(self) -> dict[str, Any]:
         """Return the fields as a plain dict, keyed as the original's ``to_dict()``.
@@ -73,7 +134,7 @@ class LookupResult:
         >>> store.record("blur", "void blur() {}", "R(L0,comps=['c1'])", False, None)
         True
         >>> d = store.lookup("blur", "void blur() {}", "R(L0,comps=['c1'])").to_dict()
-        >>> d["is_legal"], d["execution_times"], sorted(d) == sorted(vars(LookupResult(**d)))
+        >>> d["is_legal"], d["execution_times"], LookupResult(**d).to_dict() == d
         (False, None, True)
         """
         return {
@@ -917,6 +978,45 @@ class TiraStore:
         (1, 1, ['doctest'])
         """
         return self._call("stats")
+
+    def noise_policy(self) -> dict[str, Any]:
+        """Return the database's noise policy (new).
+
+        :return: ``{"max_spread": float, "max_remeasures": int}``: a record
+            whose times spread more than ``max_spread`` (a fraction, by
+            PolyBench's rule: see :class:`TimingStats`) is unstable, and
+            ``lookup_or_claim(..., remeasure_unstable=True)`` hands it out to
+            be measured again, at most ``max_remeasures`` times. A database
+            that never set one follows PolyBench's 5% and 3 re-measurements.
+
+        >>> store.noise_policy()
+        {'max_spread': 0.05, 'max_remeasures': 3}
+        """
+        return self._call("noise_policy")
+
+    def set_noise_policy(self, max_spread: Optional[float] = None, max_remeasures: Optional[int] = None) -> dict[str, Any]:
+        """Store a new noise policy in the database (new); omitted fields keep their value.
+
+        Every store opened on the database afterwards follows it; open
+        stores keep the policy they read when they opened, this one excepted.
+
+        :param max_spread: the largest relative spread of a stable record,
+            above 0 and at most 10 (0.05 is 5%)
+        :param max_remeasures: how many more runs an unstable record may get
+            (0 to 100)
+        :return: the policy now stored
+        :raises ValueError: a value out of bounds
+        :raises PermissionError: writes are disabled (CPU metadata mismatch)
+
+        >>> store.set_noise_policy(max_spread=0.1)
+        {'max_spread': 0.1, 'max_remeasures': 3}
+        """
+        args: dict[str, Any] = {}
+        if max_spread is not None:
+            args["max_spread"] = max_spread
+        if max_remeasures is not None:
+            args["max_remeasures"] = max_remeasures
+        return self._call("set_noise_policy", **args)
 
     def program_stats(self) -> list[dict[str, Any]]:
         """Count the records of every program (new; ``tirastore stats --by program``).

@@ -1,0 +1,364 @@
+// Package runctx captures the context in which a measurement was taken.
+//
+// A cached execution time is only as trustworthy as the conditions it was
+// measured under: the same program runs at different speeds on another CPU,
+// with fewer cores, under the powersave governor or on a loaded node. Every
+// measurement therefore carries its run context, so that users can judge
+// measurements and filter out those taken under conditions they distrust.
+//
+// The context has two parts. Static holds what stays the same across a
+// process's measurements (host, CPU, cores, Slurm allocation, governor, tool
+// versions); it is stored once per distinct value, named by its Fingerprint.
+// Run holds what changes with every measurement (load, clock frequency,
+// date) and refers to its Static by that fingerprint.
+package runctx
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/klauspost/cpuid/v2"
+
+	"github.com/tirastore/tirastore/core/cpu"
+	"github.com/tirastore/tirastore/core/environ"
+	"github.com/tirastore/tirastore/core/identity"
+)
+
+// Static is the part of a run's context that stays the same across a
+// process's measurements. It is stored once per distinct value, named by its
+// Fingerprint, so that millions of measurements do not repeat it.
+type Static struct {
+	// Host is the store's host name, so measurements of one node can be
+	// told apart from another's.
+	Host string `json:"host"`
+	// CPUModel is the brand string the database's metadata uses, so both
+	// can be compared as text.
+	CPUModel string `json:"cpu_model"`
+	// CPUVendor is the CPUID vendor string, "" when unknown (non-x86).
+	CPUVendor string `json:"cpu_vendor"`
+	// CPUFamily is the CPUID family number; with CPUModelID it names a
+	// microarchitecture even when brand strings are vague.
+	CPUFamily int `json:"cpu_family"`
+	// CPUModelID is the CPUID model number.
+	CPUModelID int `json:"cpu_model_id"`
+	// CPUFlags are the CPU's features (vector extensions matter for
+	// generated code), sorted, deduplicated, never nil.
+	CPUFlags []string `json:"cpu_flags"`
+	// Cores is how many CPUs this process may run on, which bounds the
+	// parallelism of a measured program.
+	Cores int `json:"cores"`
+	// SlurmCPUsPerTask is SLURM_CPUS_PER_TASK, "" outside Slurm: the
+	// allocation the scheduler granted, which may differ from Cores.
+	SlurmCPUsPerTask string `json:"slurm_cpus_per_task"`
+	// Governor is the cpufreq scaling governor of the first CPU this
+	// process may run on, "" when unreadable; powersave slows every run.
+	Governor string `json:"governor"`
+	// Tools are the versions of the compilers and libraries the caller
+	// used, because they change the generated code. Never nil.
+	Tools map[string]string `json:"tools"`
+}
+
+// Run is the part of a run's context that changes with every measurement,
+// so that a measurement taken on a busy or throttled node can be recognised.
+type Run struct {
+	// Count is how many times this run was added, so that repeated
+	// measurements share one record.
+	Count int `json:"n"`
+	// Context is the Fingerprint of the run's Static.
+	Context string `json:"context"`
+	// SlurmJobID is SLURM_JOB_ID, so a run can be traced to its job.
+	SlurmJobID string `json:"job,omitempty"`
+	// LoadAvg is the 1-minute load average when the run was recorded, -1
+	// when unreadable; a high value means the run competed for the CPU.
+	LoadAvg float64 `json:"load"`
+	// MHz is the current frequency of the first CPU this process may run
+	// on, -1 when unreadable; a low value means throttling or power saving.
+	MHz float64 `json:"mhz"`
+	// At is the UTC ISO 8601 date of recording, in the shape the database
+	// stores every date.
+	At string `json:"at"`
+}
+
+// MaxTools bounds how many tool versions a context may carry, because the
+// caller's map is stored in a shared database that other users read.
+const MaxTools = 32
+
+// Limits on one tool entry, in bytes, for the same reason as MaxTools.
+const (
+	maxToolName  = 64
+	maxToolValue = 256
+)
+
+// maxReadBytes caps reads of kernel files: they are tiny, and a cap keeps a
+// surprising file from costing memory.
+const maxReadBytes = 4 << 10
+
+// Sources, replaceable by tests.
+var (
+	// readFile reads a small file under /proc or /sys.
+	readFile = readSmall
+	// now is the clock used for Run.At.
+	now = time.Now
+)
+
+// readSmall reads at most maxReadBytes of a file.
+func readSmall(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, maxReadBytes))
+}
+
+// readTrimmed reads a file and trims surrounding whitespace; ok is false
+// when it cannot be read.
+func readTrimmed(path string) (string, bool) {
+	b, err := readFile(path)
+	if err != nil {
+		return "", false
+	}
+	return strings.TrimSpace(string(b)), true
+}
+
+// cpuStatic is the part of Static that cannot change while a process runs.
+type cpuStatic struct {
+	model, vendor   string
+	family, modelID int
+	flags           []string
+}
+
+var (
+	cpuOnce  sync.Once
+	cpuValue cpuStatic
+)
+
+func cpuInfo() cpuStatic {
+	cpuOnce.Do(func() {
+		cpuValue = cpuStatic{
+			model:   cpu.Model(),
+			vendor:  cpuid.CPU.VendorString,
+			family:  cpuid.CPU.Family,
+			modelID: cpuid.CPU.Model,
+			flags:   sortedSet(cpuid.CPU.FeatureSet()),
+		}
+	})
+	return cpuValue
+}
+
+func cpufreqPath(n int, name string) string {
+	return "/sys/devices/system/cpu/cpu" + strconv.Itoa(n) + "/cpufreq/" + name
+}
+
+// CaptureStatic reads the static context of this process on this host, so
+// that it can be stored with the process's measurements. host is the
+// store's host name; tools is copied, nil means none. The CPU identity is
+// read once per process; cores, governor and Slurm allocation are read on
+// every call because they may change. Callers should check tools with
+// CheckTools before storing.
+func CaptureStatic(host string, tools map[string]string) Static {
+	c := cpuInfo()
+	cores, first := affinity()
+	governor, _ := readTrimmed(cpufreqPath(first, "scaling_governor"))
+	t := make(map[string]string, len(tools))
+	for k, v := range tools {
+		t[k] = v
+	}
+	return Static{
+		Host:             host,
+		CPUModel:         c.model,
+		CPUVendor:        c.vendor,
+		CPUFamily:        c.family,
+		CPUModelID:       c.modelID,
+		CPUFlags:         append([]string{}, c.flags...),
+		Cores:            cores,
+		SlurmCPUsPerTask: environ.Get("SLURM_CPUS_PER_TASK"),
+		Governor:         governor,
+		Tools:            t,
+	}
+}
+
+// CaptureRun reads the dynamic context now, for a run added count times
+// under the static context whose fingerprint is fp.
+func CaptureRun(fp string, count int) Run {
+	_, first := affinity()
+	return Run{
+		Count:      count,
+		Context:    fp,
+		SlurmJobID: environ.Get("SLURM_JOB_ID"),
+		LoadAvg:    loadAvg(),
+		MHz:        curMHz(first),
+		At:         identity.NowISO(now()),
+	}
+}
+
+// loadAvg returns the 1-minute load average, -1 when unreadable.
+func loadAvg() float64 {
+	s, ok := readTrimmed("/proc/loadavg")
+	if !ok {
+		return -1
+	}
+	fields := strings.Fields(s)
+	if len(fields) == 0 {
+		return -1
+	}
+	return nonNegative(fields[0], 1)
+}
+
+// curMHz returns the current frequency of CPU n in MHz, -1 when unreadable.
+func curMHz(n int) float64 {
+	s, ok := readTrimmed(cpufreqPath(n, "scaling_cur_freq"))
+	if !ok {
+		return -1
+	}
+	return nonNegative(s, 1000)
+}
+
+// nonNegative parses s as a finite, non-negative number divided by div, or
+// returns -1. NaN and infinities are refused because JSON cannot hold them.
+func nonNegative(s string, div float64) float64 {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+		return -1
+	}
+	return f / div
+}
+
+// sortedSet returns the distinct strings of in, sorted, never nil.
+func sortedSet(in []string) []string {
+	out := append([]string{}, in...)
+	sort.Strings(out)
+	j := 0
+	for i, s := range out {
+		if i == 0 || s != out[j-1] {
+			out[j] = s
+			j++
+		}
+	}
+	return out[:j]
+}
+
+// JSON returns s as canonical JSON: keys sorted at every level, no spaces,
+// CPUFlags sorted and deduplicated, nil lists and maps as empty ones, so
+// that equal contexts give equal text and therefore equal fingerprints.
+func (s Static) JSON() string {
+	tools := s.Tools
+	if tools == nil {
+		tools = map[string]string{}
+	}
+	// encoding/json writes a map's keys sorted, and a struct's fields in
+	// declaration order; a map makes the order independent of the struct.
+	m := map[string]any{
+		"host":                s.Host,
+		"cpu_model":           s.CPUModel,
+		"cpu_vendor":          s.CPUVendor,
+		"cpu_family":          s.CPUFamily,
+		"cpu_model_id":        s.CPUModelID,
+		"cpu_flags":           sortedSet(s.CPUFlags),
+		"cores":               s.Cores,
+		"slurm_cpus_per_task": s.SlurmCPUsPerTask,
+		"governor":            s.Governor,
+		"tools":               tools,
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		// Only strings, ints and string collections: cannot fail.
+		panic("runctx: encoding a context: " + err.Error())
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// Fingerprint returns the first 32 hex digits of the SHA-256 of s.JSON():
+// the name under which the database stores a context, equal for equal
+// contexts.
+func (s Static) Fingerprint() string {
+	sum := sha256.Sum256([]byte(s.JSON()))
+	return hex.EncodeToString(sum[:16])
+}
+
+// ParseStatic reads a context stored by JSON. It ignores unknown keys,
+// because a newer writer may add fields; missing Tools and CPUFlags become
+// empty, never nil.
+func ParseStatic(text string) (Static, error) {
+	trimmed := strings.TrimSpace(text)
+	if !strings.HasPrefix(trimmed, "{") {
+		if json.Valid([]byte(trimmed)) {
+			return Static{}, errors.New("runctx: run context is not a JSON object")
+		}
+		return Static{}, errors.New("runctx: run context is not valid JSON")
+	}
+	var s Static
+	if err := json.Unmarshal([]byte(trimmed), &s); err != nil {
+		return Static{}, fmt.Errorf("runctx: run context is not valid: %w", err)
+	}
+	if s.CPUFlags == nil {
+		s.CPUFlags = []string{}
+	}
+	if s.Tools == nil {
+		s.Tools = map[string]string{}
+	}
+	return s, nil
+}
+
+// CheckTools returns an error naming the first bad entry (in name order),
+// or nil, because tool versions come from the caller and are stored in a
+// shared database: at most MaxTools entries; names non-empty and at most
+// 64 bytes; values at most 256 bytes; both valid UTF-8 without control
+// characters.
+func CheckTools(tools map[string]string) error {
+	if len(tools) > MaxTools {
+		return fmt.Errorf("tools: %d entries, at most %d allowed", len(tools), MaxTools)
+	}
+	names := make([]string, 0, len(tools))
+	for name := range tools {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		value := tools[name]
+		switch {
+		case name == "":
+			return fmt.Errorf("tools[%q]: empty name", name)
+		case len(name) > maxToolName:
+			return fmt.Errorf("tools[%q]: name is %d bytes, at most %d allowed", name, len(name), maxToolName)
+		case len(value) > maxToolValue:
+			return fmt.Errorf("tools[%q]: value is %d bytes, at most %d allowed", name, len(value), maxToolValue)
+		}
+		if err := checkText(name); err != nil {
+			return fmt.Errorf("tools[%q]: name %v", name, err)
+		}
+		if err := checkText(value); err != nil {
+			return fmt.Errorf("tools[%q]: value %v", name, err)
+		}
+	}
+	return nil
+}
+
+// checkText refuses invalid UTF-8 and control characters.
+func checkText(s string) error {
+	if !utf8.ValidString(s) {
+		return errors.New("is not valid UTF-8")
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("contains control character %U", r)
+		}
+	}
+	return nil
+}
