@@ -285,6 +285,28 @@ func (a *args) seconds(name string) (*time.Duration, error) {
 	return core.Seconds(f), nil
 }
 
+// strMap is an optional object of strings (absent or null: nil).
+func (a *args) strMap(name string) (map[string]string, error) {
+	v, ok := a.get(name)
+	if !ok || v == nil {
+		return nil, nil
+	}
+	obj, ok := v.(*pyjson.Object)
+	if !ok {
+		return nil, a.typeErr(name, "dict of str", v)
+	}
+	out := make(map[string]string, obj.Len())
+	for _, k := range obj.Keys() {
+		x, _ := obj.Get(k)
+		s, ok := x.(string)
+		if !ok {
+			return nil, a.typeErr(fmt.Sprintf("%s[%q]", name, k), "str", x)
+		}
+		out[k] = s
+	}
+	return out, nil
+}
+
 // number is an optional finite number: nil when absent or null.
 func (a *args) number(name string) (*float64, error) {
 	v, ok := a.get(name)

@@ -111,6 +111,24 @@ var methods = map[string]method{
 		}
 		return replyResult(r), nil
 	}},
+	"runs": {true, readParams[:len(readParams):len(readParams)], func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		name, prog, sched, err := readArgs(a, true)
+		if err != nil {
+			return nil, err
+		}
+		if prog.ByHash {
+			return nil, &core.Error{Kind: core.KindValue, Message: a.method + "(): give program_source_code"}
+		}
+		runs, err := st.Runs(ctx, name, prog.Source, sched)
+		if err != nil || runs == nil {
+			return nil, err
+		}
+		out := make([]any, len(runs))
+		for i := range runs {
+			out[i] = replyRun(&runs[i])
+		}
+		return out, nil
+	}},
 	"noise_policy": {true, noParams, func(_ context.Context, st *core.Store, a *args) (any, error) {
 		return replyNoisePolicy(st.NoisePolicy()), nil
 	}},

@@ -151,6 +151,38 @@ func replyTimingStats(r *core.Result) any {
 	return o
 }
 
+// replyRun is one run of a record: {count, times, context, fingerprint,
+// slurm_job_id, load_avg, mhz, date}, the context as stored (an object;
+// null when unknown), load_avg and mhz null when they were unreadable.
+func replyRun(r *core.MeasurementRun) any {
+	o := pyjson.NewObjectCap(8)
+	o.Set("count", r.Count)
+	times := make([]any, len(r.Times))
+	for i, t := range r.Times {
+		times[i] = t
+	}
+	o.Set("times", times)
+	if r.Context != nil {
+		o.Set("context", pyjson.Raw(r.Context.JSON()))
+	} else {
+		o.Set("context", nil)
+	}
+	o.Set("fingerprint", r.Run.Context)
+	o.Set("slurm_job_id", r.SlurmJobID)
+	o.Set("load_avg", nullIfNegative(r.LoadAvg))
+	o.Set("mhz", nullIfNegative(r.MHz))
+	o.Set("date", r.At)
+	return o
+}
+
+// nullIfNegative is f, or null for the -1 of a value that was unreadable.
+func nullIfNegative(f float64) any {
+	if f < 0 {
+		return nil
+	}
+	return f
+}
+
 // replyNoisePolicy is {max_spread, max_remeasures}.
 func replyNoisePolicy(p core.NoisePolicy) any {
 	o := pyjson.NewObjectCap(2)

@@ -213,6 +213,7 @@ func (c *Claim) Record(ctx context.Context, m Measurement) (bool, error) {
 	if w.Rows[0].Key != c.ref.Key {
 		return false, newError(KindInternal, "the claim's key %s is not the record's %s", c.ref.Key, w.Rows[0].Key)
 	}
+	c.s.stampRuns(w, []Measurement{m})
 	w.Release = []storage.ClaimRef{c.ref}
 	w.Renew = c.s.claims.renewable(c.ref.Token)
 	n, err := c.s.be.Write(ctx, w)

@@ -56,6 +56,10 @@ type Options struct {
 	// that a Python caller blocked on a contended lock gets
 	// KeyboardInterrupt instead of waiting out the lock timeout.
 	Interruptible func(ctx context.Context) (context.Context, func())
+	// Tools are the versions of the caller's tools (a compiler, Tiramisu)
+	// stored in the run context of every record this store writes
+	// (core/runctx; at most runctx.MaxTools).
+	Tools map[string]string
 }
 
 // Seconds is a convenience for the optional durations of Options.

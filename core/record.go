@@ -8,6 +8,7 @@ import (
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/internal/input"
 	"github.com/tirastore/tirastore/core/keys"
+	"github.com/tirastore/tirastore/core/runctx"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/storage"
 )
@@ -95,6 +96,7 @@ func (s *Store) record(ctx context.Context, programName string, prog ProgramRef,
 		return 0, err
 	}
 	w.ProgramStored = prog.ByHash
+	s.stampRuns(w, ms)
 	n, err := s.be.Write(ctx, w)
 	if prog.ByHash && errors.Is(err, storage.ErrNoProgram) {
 		return 0, wrapError(KindNoProgram, err, "%s: program_hash %s is not stored in this database "+
@@ -104,9 +106,23 @@ func (s *Store) record(ctx context.Context, programName string, prog ProgramRef,
 	return n, err
 }
 
+// stampRuns gives each row of w, the measurements ms, one run: taken
+// now, in this process's run context (storage "Runs").
+func (s *Store) stampRuns(w *storage.Write, ms []Measurement) {
+	st := runctx.CaptureStatic(s.hostname, s.opts.Tools)
+	fp := st.Fingerprint()
+	w.Contexts = []storage.RunContext{{Fingerprint: fp, JSON: st.JSON()}}
+	run := runctx.CaptureRun(fp, 0)
+	for i := range w.Rows {
+		run.Count = len(ms[i].ExecutionTimes)
+		w.Rows[i].Runs = runctx.EncodeRuns([]runctx.Run{run})
+	}
+}
+
 // PrepareWrite validates and keys the measurements of one program into
 // the Write that stores them as this store's (its host, user and
-// source_project); on an error, bad is the index of the measurement.
+// source_project), without runs; on an error, bad is the index of the
+// measurement.
 // record and record_many write it at once; an import (core/operator)
 // first compares its rows with what is stored.
 func (s *Store) PrepareWrite(programName, source string, ms []Measurement, overwrite bool) (w *storage.Write, bad int, err error) {

@@ -10,6 +10,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/internal/input"
 	"github.com/tirastore/tirastore/core/postgres"
+	"github.com/tirastore/tirastore/core/runctx"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/sqlitefile"
 	"github.com/tirastore/tirastore/core/storage"
@@ -49,6 +51,8 @@ type Store struct {
 
 	noiseMu sync.Mutex
 	noise   NoisePolicy // noise.go
+
+	contexts contextCache // runs.go
 }
 
 // Open connects to the database at path, creating it (and its directory)
@@ -65,6 +69,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := runctx.CheckTools(opts.Tools); err != nil {
+		return nil, newError(KindValue, "%v", err)
+	}
+	opts.Tools = maps.Clone(opts.Tools)
 	s := &Store{
 		opts:          opts,
 		hostname:      identity.Hostname(),

@@ -37,8 +37,8 @@ var (
 	// not a miss, a probe of programs' index and heap, and every
 	// statement a plan of two tables where the query mode plans each one
 	// (transaction pooling's cache_describe).
-	lookupSQL     = "SELECT " + recordColumnsOfR + ` FROM records r WHERE r.key = $1`
-	lookupManySQL = "SELECT " + recordColumnsOfR + ` FROM records r WHERE r.key = ANY($1)`
+	lookupSQL     = "SELECT " + recordColumnsOfR + ", " + runsOfR + ` FROM records r WHERE r.key = $1`
+	lookupManySQL = "SELECT " + recordColumnsOfR + ", " + runsOfR + ` FROM records r WHERE r.key = ANY($1)`
 
 	// The rows of one write from arrays, in their order (so that rowid
 	// follows it), one statement whatever their number.
@@ -64,6 +64,19 @@ const (
 	ownRowsSQL = `SELECT r.key FROM records r
   JOIN unnest($1::text[], $7::text[], $8::text[]) AS t(k, s, res) ON r.key = t.k AND r.schedule = t.s AND r.result_json = t.res
   WHERE r.program_hash = $2 AND r.hostname = $3 AND r.username = $4 AND r.update_date = $5 AND r.source_project = $6`
+	// runsOfR is the runs of the record r (storage "Runs"): those of its
+	// record_runs row if that describes it (the same update_date).
+	runsOfR = "coalesce((SELECT u.runs_json FROM record_runs u WHERE u.key = r.key AND u.update_date = r.update_date), '')"
+	// putRunsSQL stores the runs of the rows of a write that it wrote
+	// (dated $2): the first row of each key, as the insert keeps it (an
+	// overwrite's rows are one per key already).
+	putRunsSQL = `INSERT INTO record_runs (key, update_date, runs_json)
+  SELECT DISTINCT ON (t.k) t.k, $2, t.u FROM unnest($1::text[], $3::text[]) WITH ORDINALITY AS t(k, u, n)
+    JOIN records rec ON rec.key = t.k AND rec.update_date = $2
+    WHERE t.u <> '' ORDER BY t.k, t.n
+  ON CONFLICT (key) DO UPDATE SET update_date = excluded.update_date, runs_json = excluded.runs_json`
+	putContextsSQL = `INSERT INTO run_contexts (fingerprint, context_json)
+  SELECT * FROM unnest($1::text[], $2::text[]) ON CONFLICT (fingerprint) DO NOTHING`
 	releaseSQL = `DELETE FROM claims c USING unnest($1::text[], $2::text[]) AS t(k, tok)
   WHERE c.key = t.k AND c.token = t.tok`
 	renewSQL = `UPDATE claims c SET renewals = c.renewals + 1, renewed_at = ` + serverNow + `
@@ -78,9 +91,10 @@ func LookupStatement() string { return lookupSQL }
 // claim's dates, by which the server judges its lease.
 const serverNow = `(to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') || '+00:00')`
 
+// scanRecord reads a row of the record columns and its runs.
 func scanRecord(row pgx.Row) (*storage.Record, error) {
 	var r storage.Record
-	err := row.Scan(sqlite.RecordFields(&r)...)
+	err := row.Scan(append(sqlite.RecordFields(&r), &r.Runs)...)
 	return &r, err
 }
 
@@ -189,8 +203,11 @@ func (s *Backend) Write(ctx context.Context, w *storage.Write) (int, error) {
 	keys := make([]string, len(rows))
 	scheds := make([]string, len(rows))
 	results := make([]string, len(rows))
+	runs := make([]string, len(rows))
+	anyRuns := false
 	for i, r := range rows {
-		keys[i], scheds[i], results[i] = r.Key, r.Schedule, r.ResultJSON
+		keys[i], scheds[i], results[i], runs[i] = r.Key, r.Schedule, r.ResultJSON, r.Runs
+		anyRuns = anyRuns || r.Runs != ""
 	}
 	stamp := identity.NowISO(time.Now())
 	args := []any{keys, w.Hash, w.Hostname, w.Username, stamp, w.SourceProject, scheds, results}
@@ -208,6 +225,16 @@ func (s *Backend) Write(ctx context.Context, w *storage.Write) (int, error) {
 			b.Queue(insertProgramSQL, w.Hash, w.Name, w.Source)
 		}
 		b.Queue(insert, args...)
+		if anyRuns {
+			b.Queue(putRunsSQL, keys, stamp, runs)
+		}
+		if len(w.Contexts) > 0 {
+			fps, texts := make([]string, len(w.Contexts)), make([]string, len(w.Contexts))
+			for i, c := range w.Contexts {
+				fps[i], texts[i] = c.Fingerprint, c.JSON
+			}
+			b.Queue(putContextsSQL, fps, texts)
+		}
 		if len(w.Release) > 0 {
 			k, t := refArrays(w.Release)
 			b.Queue(releaseSQL, k, t)

@@ -34,8 +34,8 @@ const (
 	// SchemaVersion is db_meta's schema_version this engine knows.
 	SchemaVersion = 2
 	// LayoutVersion is db_meta's postgres_schema this engine writes: 2
-	// since config entries have a namespace.
-	LayoutVersion = 2
+	// since config entries have a namespace, 3 since records have runs.
+	LayoutVersion = 3
 )
 
 // schemaLock is the advisory lock (a transaction-scoped one) that
@@ -111,12 +111,27 @@ var schemaDDL = []string{
     claimed_at     TEXT COLLATE "C" NOT NULL,
     renewed_at     TEXT COLLATE "C" NOT NULL
 )`,
+	createRunsTable,
+	createContextsTable,
 }
 
 // createConfigIndex serves the listings of one namespace's config entries
 // of a device or operation.
 const createConfigIndex = `CREATE INDEX IF NOT EXISTS idx_config_entries_namespace_device_op_id
     ON config_entries (namespace, device, op_id)`
+
+// The runs tables (storage "Runs").
+const (
+	createRunsTable = `CREATE TABLE IF NOT EXISTS record_runs (
+    key          TEXT COLLATE "C" PRIMARY KEY,
+    update_date  TEXT COLLATE "C" NOT NULL,
+    runs_json    TEXT COLLATE "C" NOT NULL
+)`
+	createContextsTable = `CREATE TABLE IF NOT EXISTS run_contexts (
+    fingerprint  TEXT COLLATE "C" PRIMARY KEY,
+    context_json TEXT COLLATE "C" NOT NULL
+)`
+)
 
 // migrations[v] brings a layout of version v up to v+1, in the schema
 // lock's transaction (all or nothing).
@@ -131,6 +146,8 @@ var migrations = map[int][]string{
 		`DROP INDEX IF EXISTS idx_config_entries_device_op_id`,
 		createConfigIndex,
 	},
+	// 2 -> 3: records have runs (storage "Runs").
+	2: {createRunsTable, createContextsTable},
 }
 
 // init checks the server and the schema and creates or migrates the

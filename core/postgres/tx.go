@@ -96,13 +96,13 @@ func (r *reader) Meta(key string) (string, bool, error) {
 	return v, ok, err
 }
 
-var getSQL = "SELECT " + recordColumnsOfR + `, p.program_name, p.source_code
+var getSQL = "SELECT " + recordColumnsOfR + `, p.program_name, p.source_code, ` + runsOfR + `
   FROM records r JOIN programs p ON r.program_hash = p.program_hash WHERE r.key = $1`
 
 // Get is a record joined with its program, or nil.
 func (r *reader) Get(key string) (*storage.Record, error) {
 	var rec storage.Record
-	ok, err := r.row(append(sqlite.RecordFields(&rec), &rec.ProgramName, &rec.SourceCode), getSQL, key)
+	ok, err := r.row(append(sqlite.RecordFields(&rec), &rec.ProgramName, &rec.SourceCode, &rec.Runs), getSQL, key)
 	if !ok {
 		return nil, err
 	}
@@ -143,7 +143,7 @@ func (r *reader) EachRecordOf(programHash string, fn func(*storage.Record) error
 		rec, err := scanRecord(rows)
 		rec.ProgramName, rec.SourceCode = name, source
 		return rec, err
-	}, fn, "SELECT "+recordColumnsOfR+" FROM records r WHERE r.program_hash = $1 ORDER BY r.creation_date, r.rowid", programHash)
+	}, fn, "SELECT "+recordColumnsOfR+", "+runsOfR+" FROM records r WHERE r.program_hash = $1 ORDER BY r.creation_date, r.rowid", programHash)
 }
 
 // RecordsAfter lists up to limit records after the rowid after, by rowid
@@ -578,10 +578,39 @@ func (w *writer) PutRecord(r *storage.Record, overwrite bool) (bool, error) {
 	return n > 0, nil
 }
 
-// DeleteRecord removes a record.
+// DeleteRecord removes a record and its runs.
 func (w *writer) DeleteRecord(key string) (bool, error) {
+	if _, err := w.exec("DELETE FROM record_runs WHERE key = $1", key); err != nil {
+		return false, err
+	}
 	n, err := w.exec("DELETE FROM records WHERE key = $1", key)
 	return n > 0, err
+}
+
+// PutRuns stores the runs of the record of key dated updateDate.
+func (w *writer) PutRuns(key, updateDate, runs string) error {
+	_, err := w.exec(`INSERT INTO record_runs (key, update_date, runs_json) VALUES ($1, $2, $3)
+  ON CONFLICT (key) DO UPDATE SET update_date = excluded.update_date, runs_json = excluded.runs_json`, key, updateDate, runs)
+	return err
+}
+
+// PutContext stores a run context unless its fingerprint is stored.
+func (w *writer) PutContext(c storage.RunContext) error {
+	_, err := w.exec("INSERT INTO run_contexts (fingerprint, context_json) VALUES ($1, $2) ON CONFLICT (fingerprint) DO NOTHING",
+		c.Fingerprint, c.JSON)
+	return err
+}
+
+// Contexts returns the context JSON of those fingerprints that are stored.
+func (r *reader) Contexts(fingerprints []string) (map[string]string, error) {
+	out := map[string]string{}
+	err := r.rows(func(rows pgx.Rows) error {
+		var f, j string
+		err := rows.Scan(&f, &j)
+		out[f] = j
+		return err
+	}, "SELECT fingerprint, context_json FROM run_contexts WHERE fingerprint = ANY($1)", fingerprints)
+	return out, err
 }
 
 // PutConfig inserts e, or replaces the entry of its (namespace, key) if

@@ -362,3 +362,33 @@ func checkText(s string) error {
 	}
 	return nil
 }
+
+// EncodeRuns is runs as a record's runs are stored (storage "Runs"): a
+// JSON list, in the order of the times they added.
+func EncodeRuns(runs []Run) string {
+	if runs == nil {
+		runs = []Run{}
+	}
+	b, err := json.Marshal(runs)
+	if err != nil {
+		// Only a non-finite float fails, and CaptureRun makes none: a
+		// caller's own Run must be as finite.
+		panic(fmt.Sprintf("runctx: encode runs: %v", err))
+	}
+	return string(b)
+}
+
+// ParseRuns reads a record's stored runs (lenient about unknown keys, as
+// ParseStatic), naming what is wrong with text that is not a list of runs.
+func ParseRuns(text string) ([]Run, error) {
+	var runs []Run
+	if err := json.Unmarshal([]byte(text), &runs); err != nil {
+		return nil, fmt.Errorf("runctx: record runs are not a JSON list of runs: %v", err)
+	}
+	for i, r := range runs {
+		if r.Count < 0 {
+			return nil, fmt.Errorf("runctx: record runs: run %d counts %d times", i, r.Count)
+		}
+	}
+	return runs, nil
+}

@@ -76,6 +76,9 @@ type DB struct {
 	// stmts are the prepared statements of the hot paths, prepared once per
 	// connection (a sqlitefile.Backend keeps its connection across operations).
 	stmts map[string]*sql.Stmt
+
+	// runsTables: the runs tables were seen (runs.go).
+	runsTables bool
 }
 
 // uriPath escapes the characters that end or alter the path part of an
@@ -353,6 +356,7 @@ func (d *DB) Tx(fn func(tx *Tx) error) error {
 			// Also a COMMIT that failed can leave the transaction open
 			// (SQLITE_BUSY, some I/O errors).
 			d.rollback()
+			d.runsTables = false // it may have created them (runs.go)
 		}
 	}()
 	if err := fn(&Tx{d: d}); err != nil {

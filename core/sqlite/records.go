@@ -65,20 +65,21 @@ const joinPrograms = `
   FROM records r JOIN programs p ON r.program_hash = p.program_hash`
 
 var (
-	selectJoined = "SELECT " + recordColumnsOfR + ", p.program_name, p.source_code" + joinPrograms
+	selectJoined = withRuns("SELECT " + recordColumnsOfR + ", p.program_name, p.source_code, %s" + joinPrograms)
 	// selectLookup keeps the inner join, which the programs table's key
 	// index alone answers, but not the program's name and source: a lookup
 	// returns neither, and a source (often tens of kilobytes, in overflow
 	// pages) would otherwise be read and copied for every record, and kept
-	// with every entry of the store's result cache.
-	selectLookup = "SELECT " + recordColumnsOfR + ", '', ''" + joinPrograms
-	lookupSQL    = selectLookup + " WHERE r.key = ?"
+	// with every entry of the store's result cache. It reads the record's
+	// runs (runs.go), which the cache keeps with it.
+	selectLookup = withRuns("SELECT " + recordColumnsOfR + ", '', '', %s" + joinPrograms)
+	lookupSQL    = selectLookup.where(" WHERE r.key = ?")
 	// lookupProgramSQL is LookupProgram's read: every record of a program
 	// as lookup reads each (the inner join, no name or source).
-	lookupProgramSQL = selectLookup + " WHERE r.program_hash = ?"
+	lookupProgramSQL = selectLookup.where(" WHERE r.program_hash = ?")
 	// recordsOfSQL is EachRecordOf's read of a program's records.
-	recordsOfSQL = "SELECT " + recordColumnsOfR + `
-  FROM records r WHERE r.program_hash = ? ORDER BY r.creation_date, r.rowid`
+	recordsOfSQL = withRuns("SELECT " + recordColumnsOfR + `, %s
+  FROM records r WHERE r.program_hash = ? ORDER BY r.creation_date, r.rowid`)
 )
 
 // recordsAfterSQL is RecordsAfter's read: the next rows by rowid, which
@@ -97,23 +98,42 @@ func (d *DB) RecordsAfter(after int64, limit int) ([]storage.SeqRecord, error) {
 
 func scanJoined(sc scanner) (*storage.Record, error) {
 	var r storage.Record
-	err := sc.Scan(append(RecordFields(&r), &r.ProgramName, &r.SourceCode)...)
+	err := sc.Scan(append(RecordFields(&r), &r.ProgramName, &r.SourceCode, &r.Runs)...)
 	return &r, err
 }
 
-// GetRecordSQL reads one record joined with its program (inner join, as in
-// the original), by key: what get returns, and the original's lookup read.
-var GetRecordSQL = selectJoined + " WHERE r.key = ?"
+// getRecordSQL reads one record joined with its program (inner join, as in
+// the original), by key: what get returns, and the original's lookup read,
+// with the record's runs.
+var getRecordSQL = selectJoined.where(" WHERE r.key = ?")
 
 // Get returns the record with its program, or nil when there is none.
-func (d *DB) Get(key string) (*storage.Record, error) { return d.getRecord(GetRecordSQL, key) }
+func (d *DB) Get(key string) (*storage.Record, error) { return d.getRecord(getRecordSQL, key) }
 
 // Lookup is Get without the program's name and source (see selectLookup):
 // nil when the record or its program row is missing.
 func (d *DB) Lookup(key string) (*storage.Record, error) { return d.getRecord(lookupSQL, key) }
 
-// getRecord runs query, one of the by-key reads, for key.
-func (d *DB) getRecord(query, key string) (*storage.Record, error) {
+// getRecord runs q, one of the by-key reads, for key: at once on a
+// database known to have the runs tables, else in one read transaction
+// with the look for them (pick), so that the read costs one transaction
+// either way.
+func (d *DB) getRecord(q runsSQL, key string) (rec *storage.Record, err error) {
+	if d.runsTables {
+		return d.getRecordBy(q[1], key)
+	}
+	err = d.inRead(func() error {
+		query, err := d.pick(q)
+		if err == nil {
+			rec, err = d.getRecordBy(query, key)
+		}
+		return err
+	})
+	return rec, err
+}
+
+// getRecordBy runs query for key.
+func (d *DB) getRecordBy(query, key string) (*storage.Record, error) {
 	st, err := d.stmt(query)
 	if err != nil {
 		return nil, err
@@ -132,7 +152,11 @@ func (d *DB) getRecord(query, key string) (*storage.Record, error) {
 // returns it (none when the program row is missing), in one read.
 func (d *DB) LookupProgram(programHash string, fn func(*storage.Record) error) error {
 	return d.inRead(func() error {
-		return eachRow(d, scanJoined, fn, lookupProgramSQL, programHash)
+		query, err := d.pick(lookupProgramSQL)
+		if err != nil {
+			return err
+		}
+		return eachRow(d, scanJoined, fn, query, programHash)
 	})
 }
 
@@ -286,10 +310,14 @@ func (d *DB) EachRecordOf(programHash string, fn func(*storage.Record) error) er
 		if err != nil {
 			return err
 		}
+		query, err := d.pick(recordsOfSQL)
+		if err != nil {
+			return err
+		}
 		return eachRow(d, func(sc scanner) (*storage.Record, error) {
 			r := &storage.Record{ProgramName: name, SourceCode: source}
-			return r, sc.Scan(RecordFields(r)...)
-		}, fn, recordsOfSQL, programHash)
+			return r, sc.Scan(append(RecordFields(r), &r.Runs)...)
+		}, fn, query, programHash)
 	})
 }
 
@@ -343,8 +371,16 @@ func (tx *Tx) PutRecord(r *storage.Record, overwrite bool) (bool, error) {
 	return tx.changed(q, RecordValues(r)...)
 }
 
-// DeleteRecord removes a record and reports whether it existed.
+// DeleteRecord removes a record, and its runs, and reports whether it
+// existed.
 func (tx *Tx) DeleteRecord(key string) (bool, error) {
+	if ok, err := tx.d.hasRuns(); err != nil {
+		return false, err
+	} else if ok {
+		if _, err := tx.exec(deleteRuns, key); err != nil {
+			return false, err
+		}
+	}
 	return tx.changed(deleteRecord, key)
 }
 

@@ -155,7 +155,8 @@ func entrySize(key string, rec *storage.Record) int {
 	n := entryOverhead + len(key)
 	if rec != nil {
 		n += len(rec.ProgramHash) + len(rec.Schedule) + len(rec.ResultJSON) + len(rec.Hostname) + len(rec.Username) +
-			len(rec.CreationDate) + len(rec.UpdateDate) + len(rec.SourceProject) + len(rec.ProgramName) + len(rec.SourceCode)
+			len(rec.CreationDate) + len(rec.UpdateDate) + len(rec.SourceProject) + len(rec.ProgramName) + len(rec.SourceCode) +
+			len(rec.Runs)
 	}
 	return n
 }

@@ -148,6 +148,19 @@ func putWrite(tx *sqlite.Tx, w *storage.Write, stamp string) (int, error) {
 		}
 		if ok {
 			written++
+			if p.Runs != "" {
+				if err := tx.PutRuns(p.Key, stamp, p.Runs); err != nil {
+					return 0, err
+				}
+			}
+		}
+	}
+	for _, c := range w.Contexts {
+		if written == 0 {
+			break // no runs name them
+		}
+		if err := tx.PutContext(c.Fingerprint, c.JSON); err != nil {
+			return 0, err
 		}
 	}
 	for _, c := range w.Release {
@@ -308,3 +321,11 @@ func (w writer) PutConfigImport(im *storage.ConfigImport) error { return w.tx.Pu
 
 // PutMeta writes a db_meta row in the transaction.
 func (w writer) PutMeta(key, value string) error { return w.tx.PutMeta(key, value) }
+
+// PutRuns writes a record's runs in the transaction.
+func (w writer) PutRuns(key, updateDate, runs string) error {
+	return w.tx.PutRuns(key, updateDate, runs)
+}
+
+// PutContext writes a run context in the transaction unless present.
+func (w writer) PutContext(c storage.RunContext) error { return w.tx.PutContext(c.Fingerprint, c.JSON) }

@@ -40,6 +40,33 @@ type Record struct {
 	SourceProject string
 	ProgramName   string
 	SourceCode    string
+	// Runs is the record's measurement runs (the runs_json of its
+	// record_runs row: see "Runs"), "" when it has none that describes
+	// it: written by the original library, or overwritten by it since.
+	Runs string
+}
+
+// # Runs
+//
+// A record's times may come from several runs (a first measurement,
+// re-measurements of a noisy record, a merge of two databases), each
+// taken in a run context: the host and CPU, cores, Slurm allocation,
+// governor (a core/runctx.Static, stored once per distinct value in the
+// run_contexts table under its fingerprint), and the load, frequency,
+// job and date of the run itself (a core/runctx.Run). A record's runs are
+// one row of the record_runs table, a JSON list of runctx.Run in the
+// order their times appear in execution_times, with the update_date of
+// the record they describe: an original worker that overwrites the
+// record leaves the row, which no longer matches and is ignored. Neither
+// table is known to the original library, whose readers and writers go
+// on as before. A backend reads a record's runs with the record (Runs),
+// in lookups too, so that a cache holds both.
+
+// RunContext is one row of the run_contexts table: a context's JSON
+// (core/runctx.Static.JSON) under its fingerprint.
+type RunContext struct {
+	Fingerprint string `json:"fingerprint"`
+	JSON        string `json:"context"`
 }
 
 // Program is one row of the programs table.
@@ -238,14 +265,19 @@ type Write struct {
 	// claimer's records keep its other claims alive when the lock is too
 	// busy for its renewals.
 	Renew []ClaimRef `json:"renew,omitempty"`
+	// Contexts are the run contexts its rows' runs name, stored unless
+	// present.
+	Contexts []RunContext `json:"contexts,omitempty"`
 }
 
 // Row is one validated record of a Write: its key, normalized schedule and
-// result_json as the original wrote them.
+// result_json as the original wrote them, and its runs (see "Runs"),
+// stored with the row's update_date when the row is written ("" : none).
 type Row struct {
 	Key        string `json:"key"`
 	Schedule   string `json:"schedule"`
 	ResultJSON string `json:"result_json"`
+	Runs       string `json:"runs,omitempty"`
 }
 
 // OnServer is implemented by a backend whose database lives on a server,
@@ -481,6 +513,10 @@ type Reader interface {
 	// ConfigImported is the import record of the JSON file path, or nil.
 	ConfigImported(path string) (*ConfigImport, error)
 
+	// Contexts returns the run contexts of those fingerprints that are
+	// stored: their JSON, by fingerprint.
+	Contexts(fingerprints []string) (map[string]string, error)
+
 	// GetClaims returns the claims of those keys that have one, by key.
 	GetClaims(keys []string) (map[string]*Claim, error)
 	// EachClaim calls fn for every claim, oldest first.
@@ -511,8 +547,14 @@ type Writer interface {
 	// (keeping its creation date); it reports whether it wrote. The
 	// program must exist: ErrNoProgram otherwise.
 	PutRecord(r *Record, overwrite bool) (bool, error)
-	// DeleteRecord removes a record and reports whether it existed.
+	// DeleteRecord removes a record (and its runs) and reports whether
+	// it existed.
 	DeleteRecord(key string) (bool, error)
+	// PutRuns stores the runs of the record of key whose update_date is
+	// updateDate (see "Runs"), replacing any.
+	PutRuns(key, updateDate, runs string) error
+	// PutContext stores c unless its fingerprint is stored.
+	PutContext(c RunContext) error
 
 	// PutConfig inserts e, or replaces the entry of its (namespace, key)
 	// if overwrite (keeping its creation date); it reports whether it

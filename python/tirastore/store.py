@@ -278,6 +278,11 @@ class TiraStore:
         existing directory keeps other users out; False private (0600, a
         new directory as the umask makes it), as are its exports
         and backups. An existing database keeps its mode
+    :param tools: keyword only (new), the versions of the tools that
+        measured, such as ``{"tiramisu": "0.3.1", "gcc": "13.2"}``: stored,
+        with the host, CPU, cores, Slurm allocation, governor, load and
+        date, in the run context of every record this store writes (see
+        :meth:`runs`); at most 32, names up to 64 bytes, values up to 256
     :raises TypeError: an argument has the wrong type
     :raises ValueError: *db_path* contains a NUL character, or a timeout is
         not a finite number
@@ -316,12 +321,13 @@ class TiraStore:
         *,
         create: bool = True,
         shared: Optional[bool] = None,
+        tools: Optional[dict[str, str]] = None,
     ) -> None:
         if shared is not None and not isinstance(shared, bool):
             raise TypeError(f"TiraStore(): shared must be None or a bool, not {type(shared).__name__}")
         self._open(
             db_path, source_project, cpu_model, slurm_cpus, allow_cpu_mismatch, stale_lock_timeout, lock_timeout, create,
-            None if shared is None else "all" if shared else "private",
+            None if shared is None else "all" if shared else "private", tools=tools,
         )
 
     def _open(
@@ -336,6 +342,7 @@ class TiraStore:
         create: bool = True,
         sharing: Optional[str] = None,
         stacklevel: int = 3,
+        tools: Optional[dict[str, str]] = None,
     ) -> None:
         """The constructor's work, for it and for classes built on a store
         (PersistentCache), so that the open's warnings point at the line of
@@ -360,6 +367,8 @@ class TiraStore:
             options["create"] = create
         if sharing is not None:  # PersistentCache's choice (the library's config_location)
             options["sharing"] = sharing
+        if tools is not None:
+            options["tools"] = tools
         self._handle, info = _native.open_store(path, options)
         self._closed = False
         _open_stores.add(self)
@@ -978,6 +987,36 @@ class TiraStore:
         (1, 1, ['doctest'])
         """
         return self._call("stats")
+
+    def runs(self, program_name: str, program_source_code: str, tiralib_schedule_string: str) -> Optional[list[dict[str, Any]]]:
+        """Return the measurement runs of a record, oldest first (new).
+
+        A record's ``execution_times`` may come from several runs (its first
+        measurement, re-measurements of a noisy record, a merge); each run
+        is a dict ``{"count", "times", "context", "fingerprint",
+        "slurm_job_id", "load_avg", "mhz", "date"}``: its part of the times,
+        the context it was taken in (a dict of ``host``, ``cpu_model``,
+        ``cpu_vendor``, ``cpu_family``, ``cpu_model_id``, ``cpu_flags``,
+        ``cores``, ``slurm_cpus_per_task``, ``governor`` and ``tools``, named
+        by ``fingerprint``; None for a record written by the original
+        library, which keeps none), and the 1-minute load average, CPU
+        frequency (None where unreadable) and date of the run.
+
+        :return: the list, or None when the schedule has no record
+
+        >>> store = TiraStore("runs.db", tools={"gcc": "13.2"})
+        >>> store.record("blur", "void blur() {}", "R(L0,comps=['c1'])", True, [0.04, 0.041])
+        True
+        >>> [run] = store.runs("blur", "void blur() {}", "R(L0,comps=['c1'])")
+        >>> run["times"], run["context"]["tools"]
+        ([0.04, 0.041], {'gcc': '13.2'})
+        """
+        return self._call(
+            "runs",
+            program_name=program_name,
+            program_source_code=program_source_code,
+            tiralib_schedule_string=tiralib_schedule_string,
+        )
 
     def noise_policy(self) -> dict[str, Any]:
         """Return the database's noise policy (new).

@@ -227,6 +227,11 @@ func checkSchedule(sched string) (string, error) {
 	return norm, nil
 }
 
+// getRecordSQL is the original's read of one record, joined with its
+// program.
+var getRecordSQL = "SELECT r." + strings.Join(sqlite.RecordColumns, ", r.") + `, p.program_name, p.source_code
+  FROM records r JOIN programs p ON r.program_hash = p.program_hash WHERE r.key = ?`
+
 // Lookup returns the record for (program, schedule), or nil.
 func (s *Store) Lookup(name, source, sched string) (*Result, error) {
 	key := keys.RecordKey(keys.ProgramHash(source), sched)
@@ -234,7 +239,7 @@ func (s *Store) Lookup(name, source, sched string) (*Result, error) {
 	err := s.op(func(db *sql.DB) error {
 		var k, ph, pname, psrc string
 		var x Result
-		err := db.QueryRow(sqlite.GetRecordSQL, key).Scan(&k, &ph, &x.Schedule, &x.ResultJSON, &x.Hostname,
+		err := db.QueryRow(getRecordSQL, key).Scan(&k, &ph, &x.Schedule, &x.ResultJSON, &x.Hostname,
 			&x.Username, &x.CreationDate, &x.UpdateDate, &x.SourceProject, &pname, &psrc)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil

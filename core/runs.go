@@ -1,0 +1,135 @@
+package core
+
+import (
+	"context"
+	"sync"
+
+	"github.com/tirastore/tirastore/core/internal/input"
+	"github.com/tirastore/tirastore/core/keys"
+	"github.com/tirastore/tirastore/core/runctx"
+	"github.com/tirastore/tirastore/core/storage"
+)
+
+// MeasurementRun is one run of a record (storage "Runs"): its part of the
+// record's execution times, with the context it was taken in.
+type MeasurementRun struct {
+	runctx.Run
+	// Times are the run's part of the record's execution_times.
+	Times []float64
+	// Context is the run's static context; nil when the database does not
+	// hold it (a run of a record written by the original library, which
+	// keeps none, has Run.Context "" too).
+	Context *runctx.Static
+}
+
+// contextCache remembers the run contexts a store has read: a context is
+// named by the hash of its content, so an entry never goes stale.
+type contextCache struct {
+	mu sync.Mutex
+	m  map[string]*runctx.Static
+}
+
+// maxCachedContexts bounds a store's contextCache; contexts are few (one
+// per host, allocation and tool versions), so this is never reached in
+// practice but by a database crafted to make it grow.
+const maxCachedContexts = 4096
+
+// resolve returns the contexts of fps, reading those it does not hold
+// with r; a fingerprint the database lacks, or whose JSON does not
+// parse, is missing from the result.
+func (c *contextCache) resolve(r storage.Reader, fps []string) (map[string]*runctx.Static, error) {
+	out := make(map[string]*runctx.Static, len(fps))
+	var missing []string
+	c.mu.Lock()
+	for _, fp := range fps {
+		if st, ok := c.m[fp]; ok {
+			out[fp] = st
+		} else if fp != "" {
+			missing = append(missing, fp)
+		}
+	}
+	c.mu.Unlock()
+	if len(missing) == 0 {
+		return out, nil
+	}
+	texts, err := r.Contexts(missing)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxCachedContexts {
+		c.m = make(map[string]*runctx.Static)
+	}
+	for fp, text := range texts {
+		st, err := runctx.ParseStatic(text)
+		if err != nil || st.Fingerprint() != fp {
+			continue // not what its name says: no context rather than a wrong one
+		}
+		c.m[fp], out[fp] = &st, &st
+	}
+	return out, nil
+}
+
+// runsOf splits rec's times into its runs; a record without stored runs
+// (or whose runs do not add up to its times: written by another tool)
+// is one run of unknown context.
+func runsOf(rec *storage.Record, r *Result) []MeasurementRun {
+	times := r.ExecutionTimes
+	if rec.Runs != "" {
+		if runs, err := runctx.ParseRuns(rec.Runs); err == nil && len(runs) > 0 {
+			total := 0
+			for _, run := range runs {
+				total += run.Count
+			}
+			if total == len(times) {
+				out := make([]MeasurementRun, len(runs))
+				for i, run := range runs {
+					out[i] = MeasurementRun{Run: run, Times: times[:run.Count:run.Count]}
+					times = times[run.Count:]
+				}
+				return out
+			}
+		}
+	}
+	return []MeasurementRun{{Run: runctx.Run{Count: len(times), LoadAvg: -1, MHz: -1, At: rec.UpdateDate}, Times: times}}
+}
+
+// Runs returns the runs of the record of (program, schedule), oldest
+// first, each with its context; nil when there is no record.
+func (s *Store) Runs(ctx context.Context, programName, source, sched string) ([]MeasurementRun, error) {
+	if err := input.Texts("program_name", programName, "program_source_code", source); err != nil {
+		return nil, err
+	}
+	hash := progHashes.hash(source)
+	if err := checkProgramRef(programName, hash, sched); err != nil {
+		return nil, err
+	}
+	key := keys.RecordKey(hash, sched)
+	var out []MeasurementRun
+	err := s.be.View(ctx, "runs", func(r storage.Reader) error {
+		out = nil
+		rec, err := r.Get(key)
+		if err != nil || rec == nil {
+			return err
+		}
+		res, err := s.newResult(rec)
+		if err != nil {
+			return err
+		}
+		out = runsOf(rec, res)
+		fps := make([]string, 0, len(out))
+		for _, run := range out {
+			fps = append(fps, run.Run.Context)
+		}
+		found, err := s.contexts.resolve(r, fps)
+		if err != nil {
+			return err
+		}
+		for i := range out {
+			out[i].Context = found[out[i].Run.Context]
+		}
+		return nil
+	})
+	return out, err
+}
