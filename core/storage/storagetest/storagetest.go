@@ -43,6 +43,7 @@ func Run(t *testing.T, open Open) {
 		{"Configs", testConfigs},
 		{"ConfigNamespaces", testConfigNamespaces},
 		{"Claims", testClaims},
+		{"Runs", testRuns},
 		{"CheckDepths", testCheckDepths},
 		{"UnreadableResults", testUnreadableResults},
 		{"Closed", testClosed},
@@ -825,5 +826,125 @@ func testCheckDepths(t *testing.T, open Open) {
 	}
 	if c.DeepCount != 4 || !slices.Equal(c.DeepValues, want) {
 		t.Fatalf("check found %d too deep: %q; want %q", c.DeepCount, c.DeepValues, want)
+	}
+}
+
+// testRuns: a written row's runs come back with the record, by lookup,
+// lookup_many, get and a program's records, until a write without runs
+// (the original library's overwrite) replaces the record; contexts are
+// stored once each; a deleted record takes its runs along.
+func testRuns(t *testing.T, open Open) {
+	b := open(t)
+	h := hashOf('r')
+	ctxA := storage.RunContext{Fingerprint: "fa", JSON: `{"host":"a"}`}
+	w := &storage.Write{Hash: h, Name: "prog", Source: "src", Hostname: "h", Username: "u",
+		Contexts: []storage.RunContext{ctxA},
+		Rows: []storage.Row{
+			{Key: key(h, "S1"), Schedule: "S1", ResultJSON: `{"is_legal":true,"execution_times":[1]}`, Runs: `[{"n":1,"context":"fa"}]`},
+			{Key: key(h, "S2"), Schedule: "S2", ResultJSON: `{"is_legal":true,"execution_times":[2]}`},
+		}}
+	if n, err := b.Write(ctx, w); err != nil || n != 2 {
+		t.Fatalf("write: %d, %v", n, err)
+	}
+	runsOf := func(k string) string {
+		t.Helper()
+		rec, err := b.Lookup(ctx, h, k)
+		if err != nil || rec == nil {
+			t.Fatalf("lookup %s: %v, %v", k, rec, err)
+		}
+		many, err := b.LookupMany(ctx, h, []string{k})
+		if err != nil || many[0] == nil || many[0].Runs != rec.Runs {
+			t.Fatalf("lookup_many %s: %+v, %v; lookup's runs %q", k, many, err, rec.Runs)
+		}
+		err = b.View(ctx, "test", func(r storage.Reader) error {
+			got, err := r.Get(k)
+			if err != nil || got == nil || got.Runs != rec.Runs {
+				return fmt.Errorf("get %s: %+v, %v; lookup's runs %q", k, got, err, rec.Runs)
+			}
+			return r.EachRecordOf(h, func(o *storage.Record) error {
+				if o.Key == k && o.Runs != rec.Runs {
+					return fmt.Errorf("program's record %s has runs %q; lookup's %q", k, o.Runs, rec.Runs)
+				}
+				return nil
+			})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.Runs
+	}
+	if got := runsOf(key(h, "S1")); got != `[{"n":1,"context":"fa"}]` {
+		t.Errorf("runs of S1 %q", got)
+	}
+	if got := runsOf(key(h, "S2")); got != "" {
+		t.Errorf("runs of S2, written without, %q", got)
+	}
+	// A second write naming the same context stores it once, and what is
+	// stored under a fingerprint stays.
+	w2 := &storage.Write{Hash: h, Name: "prog", Source: "src", Hostname: "h", Username: "u",
+		Contexts: []storage.RunContext{{Fingerprint: "fa", JSON: `{"host":"other"}`}, {Fingerprint: "fb", JSON: `{"host":"b"}`}},
+		Rows:     []storage.Row{{Key: key(h, "S3"), Schedule: "S3", ResultJSON: `{"is_legal":true,"execution_times":[3]}`, Runs: `[{"n":1,"context":"fb"}]`}}}
+	if _, err := b.Write(ctx, w2); err != nil {
+		t.Fatal(err)
+	}
+	err := b.View(ctx, "test", func(r storage.Reader) error {
+		got, err := r.Contexts([]string{"fa", "fb", "missing"})
+		if err != nil {
+			return err
+		}
+		if len(got) != 2 || got["fa"] != ctxA.JSON || got["fb"] != `{"host":"b"}` {
+			return fmt.Errorf("contexts %v", got)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The original's overwrite: a new row, without runs: the old runs no
+	// longer describe it.
+	time.Sleep(2 * time.Millisecond)
+	over := &storage.Write{Hash: h, Name: "prog", Source: "src", Hostname: "old", Username: "u", Overwrite: true,
+		Rows: []storage.Row{{Key: key(h, "S1"), Schedule: "S1", ResultJSON: `{"is_legal":true,"execution_times":[9]}`}}}
+	if _, err := b.Write(ctx, over); err != nil {
+		t.Fatal(err)
+	}
+	if got := runsOf(key(h, "S1")); got != "" {
+		t.Errorf("runs of S1 after an overwrite without runs %q, want none", got)
+	}
+	// PutRuns dates runs with the record they describe; DeleteRecord
+	// takes them along.
+	var s3Date string
+	err = b.Update(ctx, "test", func(w storage.Writer) error {
+		rec, err := w.Get(key(h, "S3"))
+		if err != nil {
+			return err
+		}
+		s3Date = rec.UpdateDate
+		if err := w.PutRuns(key(h, "S3"), rec.UpdateDate, `[{"n":1,"context":"fa"}]`); err != nil {
+			return err
+		}
+		return w.PutContext(storage.RunContext{Fingerprint: "fc", JSON: `{"host":"c"}`})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := runsOf(key(h, "S3")); got != `[{"n":1,"context":"fa"}]` {
+		t.Errorf("runs of S3 after PutRuns %q", got)
+	}
+	err = b.Update(ctx, "test", func(w storage.Writer) error {
+		if ok, err := w.DeleteRecord(key(h, "S3")); err != nil || !ok {
+			return fmt.Errorf("delete: %v, %v", ok, err)
+		}
+		// Put back with the same date: the old runs must not come back.
+		rec := &storage.Record{Key: key(h, "S3"), ProgramHash: h, Schedule: "S3", ResultJSON: `{"is_legal":false,"execution_times":null}`,
+			Hostname: "h", Username: "u", CreationDate: s3Date, UpdateDate: s3Date}
+		_, err := w.PutRecord(rec, false)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := runsOf(key(h, "S3")); got != "" {
+		t.Errorf("runs of a deleted and rewritten record %q", got)
 	}
 }
