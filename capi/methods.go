@@ -178,7 +178,7 @@ var methods = map[string]method{
 	// Claims (core/claim.go): lookup_or_claim answers {"result": ...},
 	// {"claim": {...}} or {"busy": holder}; the claim's token names it in
 	// claim_record and claim_release.
-	"lookup_or_claim": {true, append(readParams[:len(readParams):len(readParams)], "lease", "wait"), func(ctx context.Context, st *core.Store, a *args) (any, error) {
+	"lookup_or_claim": {true, append(readParams[:len(readParams):len(readParams)], "lease", "wait", "remeasure_unstable"), func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		name, prog, sched, err := readArgs(a, true)
 		if err != nil {
 			return nil, err
@@ -198,7 +198,7 @@ var methods = map[string]method{
 		}
 		return replyClaimOutcome(out), nil
 	}},
-	"lookup_many_or_claim": {true, []string{"program_name", "program_source_code", "program_hash", "schedules", "lease", "wait"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+	"lookup_many_or_claim": {true, []string{"program_name", "program_source_code", "program_hash", "schedules", "lease", "wait", "remeasure_unstable"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		name, prog, _, err := readArgs(a, false)
 		if err != nil {
 			return nil, err
@@ -750,7 +750,10 @@ func claimOptions(a *args, waitDefault bool) (core.ClaimOptions, error) {
 		}
 		o.Lease = *d
 	}
-	o.Wait, err = a.boolean("wait", waitDefault)
+	if o.Wait, err = a.boolean("wait", waitDefault); err != nil {
+		return o, err
+	}
+	o.Remeasure, err = a.boolean("remeasure_unstable", false)
 	return o, err
 }
 

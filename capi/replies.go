@@ -281,13 +281,14 @@ func claimHolderObject(h *core.ClaimHolder) *pyjson.Object {
 
 // replyClaim is this caller's claim, as a dict.
 func replyClaim(c *core.Claim) any {
-	o := pyjson.NewObjectCap(6)
+	o := pyjson.NewObjectCap(7)
 	o.Set("token", c.Token())
 	o.Set("key", c.Key())
 	o.Set("program_name", c.ProgramName())
 	o.Set("program_hash", c.ProgramHash())
 	o.Set("tiralib_schedule_string", c.Schedule())
 	o.Set("lease", c.Lease().Seconds())
+	o.Set("remeasure", c.Remeasure())
 	return o
 }
 

@@ -77,6 +77,9 @@ type ClaimOptions struct {
 	// result is recorded (returned) or its claim ends without one (then
 	// claimed for this caller); false: return at once.
 	Wait bool
+	// Remeasure: a record that the noise policy calls unstable, under its
+	// cap of runs, is claimed to be measured again (remeasure.go).
+	Remeasure bool
 }
 
 // lease resolves o.Lease.
@@ -139,6 +142,9 @@ type Claim struct {
 	mu           sync.Mutex
 	source       string // "" until known (a claim made by hash)
 	ended, taken bool
+	// remeasure: a claim on an unstable record, whose Record appends
+	// (remeasure.go).
+	remeasure bool
 }
 
 // Token names the claim (the C ABI's and Python's handle on it).
@@ -149,6 +155,11 @@ func (c *Claim) Key() string { return c.ref.Key }
 
 // Lease is the claim's lease.
 func (c *Claim) Lease() time.Duration { return c.lease }
+
+// Remeasure reports whether the claim is on a recorded but unstable
+// schedule, whose Record appends a run (see "Re-measuring an unstable
+// record").
+func (c *Claim) Remeasure() bool { return c.remeasure }
 
 // Schedule is the schedule as the caller gave it.
 func (c *Claim) Schedule() string { return c.schedule }
@@ -198,6 +209,12 @@ func (c *Claim) Record(ctx context.Context, m Measurement) (bool, error) {
 	c.mu.Unlock()
 	if ended {
 		return false, newError(KindValue, "the claim on %s has ended (recorded or released)", schedule.Repr(c.schedule))
+	}
+	if c.remeasure {
+		if err := c.s.CheckWrites(); err != nil {
+			return false, err
+		}
+		return c.recordRemeasure(ctx, m, source)
 	}
 	if source == "" {
 		return false, newError(KindValue, "the claim on %s was made by program hash: give the program's source to record", schedule.Repr(c.schedule))
@@ -322,6 +339,9 @@ func (s *Store) peekOne(hash, sched string, opts ClaimOptions) (ClaimOutcome, bo
 		return ClaimOutcome{}, false, nil
 	}
 	r, err := s.newResult(rec)
+	if err == nil && opts.Remeasure && s.remeasurable(rec, r) {
+		return ClaimOutcome{}, false, nil // to claim
+	}
 	return ClaimOutcome{Result: r}, true, err
 }
 

@@ -90,6 +90,9 @@ type pendingClaim struct {
 	given  string         // as the caller gave it: what Record stores
 	holder *storage.Claim // the last claim of another worker seen on it
 	due    time.Time      // when its lease is due, if it stays unchanged
+	// remeasure: the schedule is recorded, and the claim is to measure
+	// it again (remeasure.go).
+	remeasure bool
 	// token is this call's claim token for the schedule, made by the
 	// first pass that claims it (not before: a hit needs none) and the
 	// same in every later pass: a pass that finds it on the claim knows
@@ -124,7 +127,7 @@ func (s *Store) lookupOrClaim(ctx context.Context, programName, hash, source str
 	// proves current, else under the lock (which loads the cache, so that
 	// the next lookups of the program are lock-free too); only what is
 	// still missing takes the claims transaction.
-	if pend, err = s.readResults(ctx, hash, pend, out); err != nil || len(pend) == 0 {
+	if pend, err = s.readResults(ctx, hash, pend, out, opts.Remeasure); err != nil || len(pend) == 0 {
 		return out, err
 	}
 	if err := s.CheckWrites(); err != nil {
@@ -145,7 +148,7 @@ func (s *Store) lookupOrClaim(ctx context.Context, programName, hash, source str
 		// as a write only when something may be taken (the first pass
 		// always: a miss usually is one).
 		take := first || s.someoneGone(pend, time.Now())
-		if pend, err = s.claimPass(ctx, programName, hash, source, lease, pend, out, take); err != nil {
+		if pend, err = s.claimPass(ctx, programName, hash, source, lease, pend, out, take, opts.Remeasure); err != nil {
 			return nil, s.claimWaitError(ctx, err, pend)
 		}
 		if len(pend) == 0 || !opts.Wait {
@@ -199,8 +202,9 @@ func (s *Store) peekResults(hash string, pend []*pendingClaim, out []ClaimOutcom
 }
 
 // readResults is peekResults through the backend's lookup or lookup_many
-// (under the lock unless the cache answers).
-func (s *Store) readResults(ctx context.Context, hash string, pend []*pendingClaim, out []ClaimOutcome) ([]*pendingClaim, error) {
+// (under the lock unless the cache answers); with remeasure, a record to
+// measure again stays pending.
+func (s *Store) readResults(ctx context.Context, hash string, pend []*pendingClaim, out []ClaimOutcome, remeasure bool) ([]*pendingClaim, error) {
 	keyList := make([]string, len(pend))
 	for i, p := range pend {
 		keyList[i] = p.key
@@ -228,6 +232,10 @@ func (s *Store) readResults(ctx context.Context, hash string, pend []*pendingCla
 		if err != nil {
 			return nil, err
 		}
+		if remeasure && s.remeasurable(recs[i], r) {
+			left = append(left, p)
+			continue
+		}
 		out[p.i].Result = r
 		s.claims.forget(p.key)
 	}
@@ -251,7 +259,7 @@ func (s *Store) someoneGone(pend []*pendingClaim, now time.Time) bool {
 // schedule that is free, or whose claim may be taken over), fills out for
 // those it resolved and returns the others, each with its holder.
 func (s *Store) claimPass(ctx context.Context, programName, hash, source string, lease time.Duration,
-	pend []*pendingClaim, out []ClaimOutcome, take bool) ([]*pendingClaim, error) {
+	pend []*pendingClaim, out []ClaimOutcome, take, remeasure bool) ([]*pendingClaim, error) {
 	var mine []*Claim
 	var results map[int]*Result
 	var left []*pendingClaim
@@ -283,14 +291,17 @@ func (s *Store) claimPass(ctx context.Context, programName, hash, source string,
 			if err != nil {
 				return err
 			}
+			var res *Result
 			if rec != nil {
-				res, err := s.newResult(rec)
-				if err != nil {
+				if res, err = s.newResult(rec); err != nil {
 					return err
 				}
-				results[p.i] = res
-				continue
+				if !remeasure || !s.remeasurable(rec, res) {
+					results[p.i] = res
+					continue
+				}
 			}
+			p.remeasure = res != nil
 			if claimedNow[p.key] {
 				continue // the same schedule twice in one batch: one claim
 			}
@@ -304,6 +315,10 @@ func (s *Store) claimPass(ctx context.Context, programName, hash, source string,
 			}
 			if c != nil {
 				takeable, _, due := s.claims.look(s, c, now)
+				if res != nil && !takeable {
+					results[p.i] = res // being measured again: the record as it stands
+					continue
+				}
 				if !takeable || w == nil {
 					p.holder, p.due = c, due
 					left = append(left, p)
@@ -373,7 +388,7 @@ func newClaimToken() string {
 // claimOf is the caller's Claim of row c, this store's claim on p.
 func (s *Store) claimOf(c *storage.Claim, p *pendingClaim, lease time.Duration, source string) *Claim {
 	return &Claim{s: s, ref: storage.ClaimRef{Key: c.Key, Token: c.Token}, programName: c.ProgramName,
-		programHash: c.ProgramHash, schedule: p.given, lease: lease, source: source}
+		programHash: c.ProgramHash, schedule: p.given, lease: lease, source: source, remeasure: p.remeasure}
 }
 
 // freshTokenPerPass is for a test's negative control only: each pass

@@ -42,10 +42,13 @@ class Claim:
     in a child made by ``fork()`` it cannot be recorded or released.
 
     Attributes: ``program_name``, ``tiralib_schedule_string`` (as given),
-    ``lease`` (seconds), ``token`` (the claim's name in the database).
+    ``lease`` (seconds), ``token`` (the claim's name in the database),
+    ``remeasure`` (True for a claim on a recorded but unstable schedule,
+    made with ``remeasure_unstable=True``: its :meth:`record` appends the
+    new times to the record's, as a new run, and must be a legal result).
     """
 
-    __slots__ = ("_store", "_copy", "_source", "program_name", "tiralib_schedule_string", "lease", "token", "_ended")
+    __slots__ = ("_store", "_copy", "_source", "program_name", "tiralib_schedule_string", "lease", "token", "remeasure", "_ended")
 
     def __init__(self, store: "TiraStore", source: str, reply: dict[str, Any]) -> None:
         self._store = store
@@ -55,6 +58,7 @@ class Claim:
         self.tiralib_schedule_string: str = reply["tiralib_schedule_string"]
         self.lease: float = reply["lease"]
         self.token: str = reply["token"]
+        self.remeasure: bool = reply["remeasure"]
         self._ended = False
 
     def _check(self, what: str) -> None:
@@ -68,7 +72,9 @@ class Claim:
         :param execution_times: the measured times (as for
             :meth:`TiraStore.record`)
         :return: True if written; False if someone recorded the schedule
-            meanwhile (possible only after the claim expired)
+            meanwhile (possible only after the claim expired), or, for a
+            re-measurement, if the record became stable or reached its cap
+            meanwhile
         :raises ValueError: the claim has ended (recorded or released), or
             the result is invalid (no times for a legal schedule, NaN, ...)
         :raises PermissionError: writes are disabled by the CPU check

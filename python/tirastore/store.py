@@ -564,6 +564,7 @@ class TiraStore:
         tiralib_schedule_string: str,
         lease: Optional[float] = None,
         wait: bool = True,
+        remeasure_unstable: bool = False,
     ) -> Union[LookupResult, Claim, None]:
         """Look a schedule up, or claim it for this worker to measure (new).
 
@@ -588,6 +589,13 @@ class TiraStore:
             holder stopped or dead on another host) before taking it over
             (None: 60; it renews itself every third of it while held)
         :param bool wait: whether to wait for another worker's claim
+        :param bool remeasure_unstable: a recorded schedule whose times
+            break the database's noise policy (:meth:`noise_policy`; the
+            result's ``stable`` is False) is claimed to be measured again,
+            until it is stable or has had ``max_remeasures`` more runs: the
+            claim's :meth:`~tirastore.Claim.record` appends its times to the
+            record's (``claim.remeasure`` is True). While another worker
+            measures it again, the record is returned as it stands
         :return: a :class:`LookupResult`, a :class:`~tirastore.Claim`, or
             None (claimed by another worker, *wait* False)
         :raises ValueError: an invalid schedule or lease, a NUL character or
@@ -611,6 +619,8 @@ class TiraStore:
             ref["lease"] = lease
         if wait is not True:
             ref["wait"] = wait
+        if remeasure_unstable is not False:
+            ref["remeasure_unstable"] = remeasure_unstable
         out = self._call(
             "lookup_or_claim", program_name=program_name, tiralib_schedule_string=tiralib_schedule_string, **ref
         )
@@ -624,6 +634,7 @@ class TiraStore:
         schedules: list[str],
         lease: Optional[float] = None,
         wait: bool = False,
+        remeasure_unstable: bool = False,
     ) -> list[Union[LookupResult, Claim, None]]:
         """:meth:`lookup_or_claim` for several schedules of one program, taking
         the lock once (new).
@@ -640,6 +651,7 @@ class TiraStore:
         :param schedules: a list of schedule strings
         :param lease: as for :meth:`lookup_or_claim`
         :param bool wait: whether to wait for other workers' claims
+        :param bool remeasure_unstable: as for :meth:`lookup_or_claim`
         :return: a list with one outcome per schedule
         :raises ValueError: as for :meth:`lookup_or_claim`, naming the
             entry (``schedules[i]: ...``); nothing is claimed then
@@ -654,6 +666,8 @@ class TiraStore:
         [True, True]
         """
         ref = self._program(program_source_code)
+        if remeasure_unstable is not False:
+            ref["remeasure_unstable"] = remeasure_unstable
         out = self._call(
             "lookup_many_or_claim", program_name=program_name, schedules=schedules, lease=lease, wait=wait, **ref
         )

@@ -1,0 +1,140 @@
+package core
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/tirastore/tirastore/core/identity"
+	"github.com/tirastore/tirastore/core/pyjson"
+	"github.com/tirastore/tirastore/core/runctx"
+	"github.com/tirastore/tirastore/core/schedule"
+	"github.com/tirastore/tirastore/core/storage"
+)
+
+// # Re-measuring an unstable record
+//
+// LookupOrClaim with ClaimOptions.Remeasure treats a recorded schedule
+// whose times break the noise policy (noise.go) as not yet measured well
+// enough: while it has had fewer than 1 + MaxRemeasures runs, it is
+// claimed like a miss, and the claimer's Record appends its times to the
+// record's (a new run: storage "Runs") instead of replacing them, in the
+// transaction that ends the claim. Another worker that reaches the record
+// meanwhile gets the record as it stands, at once: a re-measurement
+// improves a result that exists, so nobody waits for it, and the claim
+// keeps two workers from measuring it at the same time. A legal, stable
+// record, an illegal one, and one at its cap are hits as before.
+
+// remeasurable reports whether rec, read as r, is to be measured again
+// under the store's policy.
+func (s *Store) remeasurable(rec *storage.Record, r *Result) bool {
+	p := s.NoisePolicy()
+	return r.IsLegal && p.Unstable(r.Stats) && len(runsOf(rec, r)) < 1+p.MaxRemeasures
+}
+
+// appendedResult is the result_json of rec with the times of newRJ (a
+// legal measurement's result_json, as resultJSON writes it) appended.
+func appendedResult(r *Result, newRJ string) (string, error) {
+	add := strings.TrimSuffix(strings.TrimPrefix(newRJ, `{"is_legal":true,"execution_times":`), "}")
+	_, old := r.Stored()
+	var oldText string
+	switch t := old.(type) {
+	case nil:
+		oldText = "[]"
+	case pyjson.Raw:
+		oldText = string(t)
+	default:
+		b, err := pyjson.Marshal(t, pyjson.Compact)
+		if err != nil {
+			return "", wrapError(KindInternal, err, "encode result_json: %v", err)
+		}
+		oldText = string(b)
+	}
+	merged := add
+	if oldText != "[]" {
+		merged = oldText[:len(oldText)-1] + "," + add[1:]
+	}
+	return `{"is_legal":true,"execution_times":` + merged + `}`, nil
+}
+
+// recordRemeasure is Record of a claim on an unstable record: m's times
+// are appended as a new run if the record is still to be measured again
+// (see "Re-measuring an unstable record"); it reports whether it wrote.
+func (c *Claim) recordRemeasure(ctx context.Context, m Measurement, source string) (bool, error) {
+	s := c.s
+	if !m.IsLegal || len(m.ExecutionTimes) == 0 {
+		return false, newError(KindValue, "the claim on %s is a re-measurement of a legal record: record is_legal True "+
+			"with its execution_times, or release the claim", schedule.Repr(c.schedule))
+	}
+	m.Schedule = c.schedule
+	w, _, err := s.prepareWrite(c.programName, c.programHash, source, []Measurement{m}, false)
+	if err != nil {
+		return false, err
+	}
+	row := w.Rows[0]
+	if row.Key != c.ref.Key {
+		return false, newError(KindInternal, "the claim's key %s is not the record's %s", c.ref.Key, row.Key)
+	}
+	st := runctx.CaptureStatic(s.hostname, s.opts.Tools)
+	fp := st.Fingerprint()
+	run := runctx.CaptureRun(fp, len(m.ExecutionTimes))
+	renew := s.claims.renewable(c.ref.Token)
+	wrote := false
+	err = s.be.Update(ctx, "record", func(wr storage.Writer) error {
+		wrote = false
+		if _, err := wr.DeleteClaim(c.ref.Key, c.ref.Token); err != nil {
+			return err
+		}
+		if len(renew) > 0 {
+			if _, err := wr.RenewClaims(renew, identity.NowISO(time.Now())); err != nil {
+				return err
+			}
+		}
+		rec, err := wr.Get(row.Key)
+		if err != nil {
+			return err
+		}
+		stamp := identity.NowISO(time.Now())
+		out := &storage.Record{Key: row.Key, ProgramHash: c.programHash, Schedule: row.Schedule, ResultJSON: row.ResultJSON,
+			Hostname: s.hostname, Username: s.username, CreationDate: stamp, UpdateDate: stamp, SourceProject: s.opts.SourceProject}
+		runs := []runctx.Run{run}
+		if rec != nil {
+			res, err := s.newResult(rec)
+			if err != nil {
+				return err
+			}
+			if !s.remeasurable(rec, res) {
+				return nil // stable or at its cap meanwhile (a late record)
+			}
+			if out.ResultJSON, err = appendedResult(res, row.ResultJSON); err != nil {
+				return err
+			}
+			old := runsOf(rec, res)
+			runs = make([]runctx.Run, 0, len(old)+1)
+			for _, r := range old {
+				runs = append(runs, r.Run)
+			}
+			runs = append(runs, run)
+		} else if source == "" {
+			return nil // deleted meanwhile, and the program row may be gone too: nothing to add to
+		} else if err := wr.PutProgram(storage.Program{Hash: c.programHash, Name: c.programName, Source: source}); err != nil {
+			return err
+		}
+		if _, err := wr.PutRecord(out, true); err != nil {
+			return err
+		}
+		if err := wr.PutContext(storage.RunContext{Fingerprint: fp, JSON: st.JSON()}); err != nil {
+			return err
+		}
+		if err := wr.PutRuns(row.Key, stamp, runctx.EncodeRuns(runs)); err != nil {
+			return err
+		}
+		wrote = true
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	c.end()
+	return wrote, nil
+}
