@@ -10,6 +10,7 @@ import (
 	"github.com/tirastore/tirastore/core/operator"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/storage"
+	"github.com/tirastore/tirastore/core/timing"
 )
 
 // method is one entry of the call table. Methods with store == false are
@@ -79,6 +80,24 @@ var methods = map[string]method{
 	// quotes, from the one place that defines them.
 	"limits": {false, noParams, func(_ context.Context, _ *core.Store, a *args) (any, error) {
 		return replyLimits(), nil
+	}},
+	// timing_stats are the statistics a result's times get (core/timing),
+	// for a binding that shows them: a lookup's reply carries only
+	// "stable", so that a hit does not pay for five numbers it may not
+	// read.
+	"timing_stats": {false, []string{"execution_times"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {
+		nums, err := a.times(a.obj, "")
+		if err != nil {
+			return nil, err
+		}
+		times := make([]float64, len(nums))
+		for i, n := range nums {
+			if times[i], err = n.Float64(); err != nil {
+				return nil, &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("%s(): execution_times[%d] is not a number: %s", a.method, i, n)}
+			}
+		}
+		st, _ := timing.Summarize(times)
+		return replyTimingStats(st), nil
 	}},
 	"make_record_key": {false, []string{"program_hash", "tiralib_schedule_string"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {
 		h, err := a.str("program_hash")

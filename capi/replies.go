@@ -9,6 +9,7 @@ import (
 	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/operator"
 	"github.com/tirastore/tirastore/core/pyjson"
+	"github.com/tirastore/tirastore/core/timing"
 )
 
 // # The shapes of the replies
@@ -118,7 +119,7 @@ func replyLimits() any {
 // replyResult is a result as an object of the original's LookupResult
 // fields, in their order: the stored JSON values untouched (a stored list
 // of numbers in its compact text: core.Result.Stored), then the texts;
-// then "stats" (replyTimingStats).
+// then "stable" (replyStable).
 func replyResult(r *core.Result) any {
 	legal, times := r.Stored()
 	o := pyjson.NewObjectCap(9)
@@ -130,25 +131,35 @@ func replyResult(r *core.Result) any {
 	o.Set("creation_date", r.CreationDate)
 	o.Set("update_date", r.UpdateDate)
 	o.Set("source_project", r.SourceProject)
-	o.Set("stats", replyTimingStats(r))
+	o.Set("stable", replyStable(r))
 	return o
 }
 
-// replyTimingStats is {count, median, mad, min, spread, stable} of r's
-// finite times (core/timing, judged by the store's noise policy), or null
-// when it has none.
-func replyTimingStats(r *core.Result) any {
+// replyTimingStats is {count, median, mad, min, spread} of st, or null
+// for no finite time (core/timing).
+func replyTimingStats(st timing.Stats) any {
+	if st.Count == 0 {
+		return nil
+	}
+	o := pyjson.NewObjectCap(5)
+	o.Set("count", st.Count)
+	o.Set("median", st.Median)
+	o.Set("mad", st.MAD)
+	o.Set("min", st.Min)
+	o.Set("spread", st.Spread)
+	return o
+}
+
+// replyStable is whether r's times meet the store's noise policy, null
+// without a finite time. A lookup's reply carries this alone, not the
+// statistics (timing_stats computes those from the times it returns):
+// five numbers more in every hit's reply cost a Python reader more than
+// the tenth of the call that the statistics may add.
+func replyStable(r *core.Result) any {
 	if r.Stats.Count == 0 {
 		return nil
 	}
-	o := pyjson.NewObjectCap(6)
-	o.Set("count", r.Stats.Count)
-	o.Set("median", r.Stats.Median)
-	o.Set("mad", r.Stats.MAD)
-	o.Set("min", r.Stats.Min)
-	o.Set("spread", r.Stats.Spread)
-	o.Set("stable", !r.Unstable)
-	return o
+	return !r.Unstable
 }
 
 // replyRun is one run of a record: {count, times, context, fingerprint,

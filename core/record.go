@@ -109,10 +109,8 @@ func (s *Store) record(ctx context.Context, programName string, prog ProgramRef,
 // stampRuns gives each row of w, the measurements ms, one run: taken
 // now, in this process's run context (storage "Runs").
 func (s *Store) stampRuns(w *storage.Write, ms []Measurement) {
-	st := runctx.CaptureStatic(s.hostname, s.opts.Tools)
-	fp := st.Fingerprint()
-	w.Contexts = []storage.RunContext{{Fingerprint: fp, JSON: st.JSON()}}
-	run := runctx.CaptureRun(fp, 0)
+	fp, js, run := s.capture.Capture(0)
+	w.Contexts = []storage.RunContext{{Fingerprint: fp, JSON: js}}
 	for i := range w.Rows {
 		run.Count = len(ms[i].ExecutionTimes)
 		w.Rows[i].Runs = runctx.EncodeRuns([]runctx.Run{run})

@@ -75,9 +75,7 @@ func (c *Claim) recordRemeasure(ctx context.Context, m Measurement, source strin
 	if row.Key != c.ref.Key {
 		return false, newError(KindInternal, "the claim's key %s is not the record's %s", c.ref.Key, row.Key)
 	}
-	st := runctx.CaptureStatic(s.hostname, s.opts.Tools)
-	fp := st.Fingerprint()
-	run := runctx.CaptureRun(fp, len(m.ExecutionTimes))
+	fp, js, run := s.capture.Capture(len(m.ExecutionTimes))
 	renew := s.claims.renewable(c.ref.Token)
 	wrote := false
 	err = s.be.Update(ctx, "record", func(wr storage.Writer) error {
@@ -123,7 +121,7 @@ func (c *Claim) recordRemeasure(ctx context.Context, m Measurement, source strin
 		if _, err := wr.PutRecord(out, true); err != nil {
 			return err
 		}
-		if err := wr.PutContext(storage.RunContext{Fingerprint: fp, JSON: st.JSON()}); err != nil {
+		if err := wr.PutContext(storage.RunContext{Fingerprint: fp, JSON: js}); err != nil {
 			return err
 		}
 		if err := wr.PutRuns(row.Key, stamp, runctx.EncodeRuns(runs)); err != nil {

@@ -52,7 +52,8 @@ type Store struct {
 	noiseMu sync.Mutex
 	noise   NoisePolicy // noise.go
 
-	contexts contextCache // runs.go
+	contexts contextCache     // runs.go
+	capture  *runctx.Capturer // the context of this store's writes
 }
 
 // Open connects to the database at path, creating it (and its directory)
@@ -82,6 +83,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		writesAllowed: true,
 		lockWait:      wait,
 	}
+	s.capture = runctx.NewCapturer(s.hostname, opts.Tools)
 	if s.localCPU == "" {
 		s.localCPU = cpu.Model()
 	}

@@ -19,6 +19,10 @@ func FormatFloat(f float64) string {
 	return string(appendFloat(nil, f))
 }
 
+// AppendFloat appends FormatFloat(f) to dst, for an encoder that writes
+// numbers into a buffer of its own.
+func AppendFloat(dst []byte, f float64) []byte { return appendFloat(dst, f) }
+
 // appendFloat appends FormatFloat(f) to dst.
 func appendFloat(dst []byte, f float64) []byte {
 	switch {

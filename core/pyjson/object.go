@@ -16,8 +16,9 @@ type Object struct {
 
 // smallObject is the size up to which keys are found by a linear scan and
 // no index map is kept: records, replies and lock files are objects of 1 to
-// 8 keys, for which building a map cost more than the rest of encoding.
-const smallObject = 8
+// 16 keys (a lookup's reply has 9), for which building a map cost more than
+// the rest of encoding.
+const smallObject = 16
 
 // find returns the position of key.
 func (o *Object) find(key string) (int, bool) {

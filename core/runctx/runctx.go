@@ -364,18 +364,53 @@ func checkText(s string) error {
 }
 
 // EncodeRuns is runs as a record's runs are stored (storage "Runs"): a
-// JSON list, in the order of the times they added.
+// JSON list, in the order of the times they added, each run as
+// encoding/json writes a Run (ParseRuns reads it so). It is written by
+// hand: a record_many of thousands of rows encodes one per row.
 func EncodeRuns(runs []Run) string {
-	if runs == nil {
-		runs = []Run{}
+	b := make([]byte, 0, 128*len(runs)+2)
+	b = append(b, '[')
+	for i, r := range runs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendRun(b, &r)
 	}
-	b, err := json.Marshal(runs)
-	if err != nil {
-		// Only a non-finite float fails, and CaptureRun makes none: a
-		// caller's own Run must be as finite.
-		panic(fmt.Sprintf("runctx: encode runs: %v", err))
+	return string(append(b, ']'))
+}
+
+// appendRun appends r as a JSON object (finite numbers: CaptureRun makes
+// no other, and a caller's own Run must be as finite).
+func appendRun(b []byte, r *Run) []byte {
+	b = append(b, `{"n":`...)
+	b = strconv.AppendInt(b, int64(r.Count), 10)
+	b = append(b, `,"context":`...)
+	b = appendJSONString(b, r.Context)
+	if r.SlurmJobID != "" {
+		b = append(b, `,"job":`...)
+		b = appendJSONString(b, r.SlurmJobID)
 	}
-	return string(b)
+	b = append(b, `,"load":`...)
+	b = strconv.AppendFloat(b, r.LoadAvg, 'f', -1, 64)
+	b = append(b, `,"mhz":`...)
+	b = strconv.AppendFloat(b, r.MHz, 'f', -1, 64)
+	b = append(b, `,"at":`...)
+	b = appendJSONString(b, r.At)
+	return append(b, '}')
+}
+
+// appendJSONString appends s as a JSON string: plain text as it is, any
+// other through encoding/json.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // ParseRuns reads a record's stored runs (lenient about unknown keys, as
@@ -391,4 +426,51 @@ func ParseRuns(text string) ([]Run, error) {
 		}
 	}
 	return runs, nil
+}
+
+// RefreshEvery is how long a Capturer reuses what it read: the kernel
+// updates the load average every five seconds, and a governor, an
+// allocation or an affinity mask changes far more rarely than a
+// measurement takes; read at every record they cost more than the write
+// of a record that exists already.
+const RefreshEvery = time.Second
+
+// Capturer captures the context of one store's writes, reading the system
+// at most once per RefreshEvery. Safe for concurrent use.
+type Capturer struct {
+	host  string
+	tools map[string]string
+
+	mu      sync.Mutex
+	read    time.Time // monotonic; zero: never
+	static  Static
+	fp, js  string
+	dynamic Run
+}
+
+// NewCapturer captures for a store of host whose caller's tools are tools
+// (copied; checked by CheckTools beforehand).
+func NewCapturer(host string, tools map[string]string) *Capturer {
+	t := make(map[string]string, len(tools))
+	for k, v := range tools {
+		t[k] = v
+	}
+	return &Capturer{host: host, tools: t}
+}
+
+// Capture returns the current context: its fingerprint and JSON, and a run
+// of count times in it, dated now.
+func (c *Capturer) Capture(count int) (fp, contextJSON string, run Run) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := now()
+	if c.read.IsZero() || t.Sub(c.read) >= RefreshEvery || t.Before(c.read) {
+		c.static = CaptureStatic(c.host, c.tools)
+		c.fp, c.js = c.static.Fingerprint(), c.static.JSON()
+		c.dynamic = CaptureRun(c.fp, 0)
+		c.read = t
+	}
+	run = c.dynamic
+	run.Count, run.At = count, identity.NowISO(t)
+	return c.fp, c.js, run
 }

@@ -431,3 +431,67 @@ func TestReadSmallCaps(t *testing.T) {
 		t.Error("missing file read")
 	}
 }
+
+// EncodeRuns writes what encoding/json writes for the values a capture
+// makes, and ParseRuns reads it back.
+func TestEncodeRunsAsEncodingJSON(t *testing.T) {
+	runs := []Run{
+		{Count: 5, Context: "0123456789abcdef0123456789abcdef", LoadAvg: 0.52, MHz: 2400, At: "2026-12-06T22:40:30.056054+00:00"},
+		{Count: 0, Context: "", SlurmJobID: "12345", LoadAvg: -1, MHz: -1, At: "x"},
+		{Count: 3, Context: "a\"b\\c<d>&\u00e9\n", SlurmJobID: "j\x01", LoadAvg: 123.25, MHz: 0.001, At: ""},
+	}
+	want, err := json.Marshal(runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := EncodeRuns(runs); got != string(want) {
+		t.Errorf("EncodeRuns:\n got %s\nwant %s", got, want)
+	}
+	back, err := ParseRuns(EncodeRuns(runs))
+	if err != nil || len(back) != len(runs) {
+		t.Fatal(back, err)
+	}
+	for i := range runs {
+		if back[i] != runs[i] {
+			t.Errorf("run %d: %+v, want %+v", i, back[i], runs[i])
+		}
+	}
+	if got := EncodeRuns(nil); got != "[]" {
+		t.Errorf("no runs: %s", got)
+	}
+	for _, bad := range []string{"", "{}", "[1]", `[{"n":-1}]`} {
+		if _, err := ParseRuns(bad); err == nil {
+			t.Errorf("ParseRuns(%q) accepted", bad)
+		}
+	}
+}
+
+// A Capturer reads the system once per RefreshEvery, and dates every run.
+func TestCapturerRefreshes(t *testing.T) {
+	reads := 0
+	old, oldNow := readFile, now
+	t.Cleanup(func() { readFile, now = old, oldNow })
+	readFile = func(path string) ([]byte, error) {
+		if path == "/proc/loadavg" {
+			reads++
+		}
+		return nil, errors.New("unreadable")
+	}
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now = func() time.Time { return clock }
+	c := NewCapturer("h", map[string]string{"gcc": "13"})
+	fp, js, run := c.Capture(5)
+	if run.Count != 5 || run.Context != fp || !strings.Contains(js, `"gcc":"13"`) || reads != 1 {
+		t.Fatalf("first capture: %s %s %+v, %d reads", fp, js, run, reads)
+	}
+	clock = clock.Add(RefreshEvery / 2)
+	_, _, run2 := c.Capture(2)
+	if reads != 1 || run2.Count != 2 || run2.At == run.At {
+		t.Fatalf("within RefreshEvery: %d reads, run %+v", reads, run2)
+	}
+	clock = clock.Add(RefreshEvery)
+	c.Capture(1)
+	if reads != 2 {
+		t.Fatalf("after RefreshEvery: %d reads, want 2", reads)
+	}
+}

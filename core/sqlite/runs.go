@@ -9,7 +9,9 @@ import (
 // this engine wrote, and run_contexts, one row per distinct run context.
 // The first write of runs creates both (as the first claim creates the
 // claims table): until then a database has the original's schema, and
-// its reads find no runs.
+// its reads find no runs. Both are WITHOUT ROWID: one b-tree each, where
+// a rowid table keyed by text keeps two, so that a record's write
+// journals one page more, not two.
 const (
 	RunsTable       = "record_runs"
 	ContextsTable   = "run_contexts"
@@ -17,11 +19,11 @@ const (
     key          TEXT PRIMARY KEY,
     update_date  TEXT NOT NULL,
     runs_json    TEXT NOT NULL
-)`
+) WITHOUT ROWID`
 	createContextsTable = `CREATE TABLE IF NOT EXISTS run_contexts (
     fingerprint  TEXT PRIMARY KEY,
     context_json TEXT NOT NULL
-)`
+) WITHOUT ROWID`
 	upsertRuns = `INSERT INTO record_runs (key, update_date, runs_json) VALUES (?, ?, ?)
   ON CONFLICT(key) DO UPDATE SET update_date = excluded.update_date, runs_json = excluded.runs_json`
 	insertContext = "INSERT OR IGNORE INTO run_contexts (fingerprint, context_json) VALUES (?, ?)"
@@ -103,6 +105,7 @@ func (tx *Tx) ensureRuns() error {
 			return err
 		}
 	}
+	tx.d.runsTables = true // until a rollback (Tx)
 	return nil
 }
 

@@ -46,12 +46,13 @@ func Summarize(times []float64) (st Stats, ok bool) {
 	slices.Sort(xs)
 	st.Count, st.Min, st.Median = len(xs), xs[0], median(xs)
 	st.Spread = spread(xs)
-	dev := make([]float64, len(xs))
+	// The deviations overwrite the sorted times, which are not needed
+	// any more (a lookup computes this at every hit: no second buffer).
 	for i, x := range xs {
-		dev[i] = math.Abs(x - st.Median)
+		xs[i] = math.Abs(x - st.Median)
 	}
-	slices.Sort(dev)
-	st.MAD = median(dev)
+	slices.Sort(xs)
+	st.MAD = median(xs)
 	return st, true
 }
 

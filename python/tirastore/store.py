@@ -42,7 +42,8 @@ class TimingStats(NamedTuple):
       slowest fifth are dropped, then the largest deviation from the mean
       of the rest, relative to that mean (0.05 is 5%; 0 for one time);
     * ``stable``: whether ``spread`` is within the database's noise policy
-      (:meth:`TiraStore.noise_policy`).
+      (:meth:`TiraStore.noise_policy`); None for a result not read from a
+      store.
     """
 
     count: int
@@ -51,6 +52,9 @@ class TimingStats(NamedTuple):
     min: float
     spread: float
     stable: bool
+
+
+_UNSET = object()
 
 
 @dataclass
@@ -68,10 +72,12 @@ class LookupResult:
       ``2026-02-21T15:30:12.123456+00:00``;
     * ``source_project`` (str): the ``source_project`` of the writing store.
 
-    and the engine's statistics of the times, ``stats`` (a
-    :class:`TimingStats`, or None without a finite time), also as the
-    properties ``median``, ``mad``, ``min``, ``count``, ``spread`` and
-    ``stable`` (None without times). ``to_dict()`` keeps the original's keys.
+    and (new) ``stable`` (bool, None without a finite time): whether the
+    times meet the database's noise policy (:meth:`TiraStore.noise_policy`);
+    the statistics of the times, ``stats`` (a :class:`TimingStats`, or None
+    without a finite time), also as the properties ``median``, ``mad``,
+    ``min``, ``count`` and ``spread``. ``to_dict()`` keeps the original's
+    keys.
 
     >>> store.record("blur", "void blur() {}", "R(L0,comps=[c1])", True, [0.041, 0.04, 0.04, 0.043, 0.04])
     True
@@ -88,11 +94,18 @@ class LookupResult:
     creation_date: str
     update_date: str
     source_project: str
-    stats: Optional[TimingStats] = None
+    stable: Optional[bool] = None
 
-    def __post_init__(self) -> None:
-        if self.stats is not None and not isinstance(self.stats, TimingStats):
-            self.stats = TimingStats(**self.stats)
+    @property
+    def stats(self) -> Optional[TimingStats]:
+        """The statistics of the finite times (None without), computed by the
+        library when first asked for (a hit's reply carries only ``stable``)."""
+        st = self.__dict__.get("_stats", _UNSET)
+        if st is _UNSET:
+            got = _native.call(0, "timing_stats", execution_times=self.execution_times)
+            st = None if got is None else TimingStats(stable=self.stable, **got)
+            self.__dict__["_stats"] = st
+        return st
 
     @property
     def median(self) -> Optional[float]:
@@ -118,11 +131,6 @@ class LookupResult:
     def spread(self) -> Optional[float]:
         """The relative spread of the times by PolyBench's rule (None without)."""
         return None if self.stats is None else self.stats.spread
-
-    @property
-    def stable(self) -> Optional[bool]:
-        """Whether the times meet the database's noise policy (None without)."""
-        return None if self.stats is None else self.stats.stable
 
     def to_dict(self) -> dict[str, Any]:
         """Return the fields as a plain dict, keyed as the original's ``to_dict()``.

@@ -169,11 +169,11 @@ def test_two_stores_on_same_file_see_each_other(make_store, db_path):
 
 
 def test_lookup_result_dataclass_fields():
-    # The original's fields, in its order, then the engine's statistics
-    # (with a default: LookupResult(**to_dict()) still works).
+    # The original's fields, in its order, then whether the times meet the
+    # noise policy (with a default: LookupResult(**to_dict()) still works).
     assert dataclasses.is_dataclass(LookupResult)
-    assert [f.name for f in dataclasses.fields(LookupResult)] == RESULT_FIELDS + ["stats"]
-    assert LookupResult(**{f: None for f in RESULT_FIELDS}).stats is None
+    assert [f.name for f in dataclasses.fields(LookupResult)] == RESULT_FIELDS + ["stable"]
+    assert LookupResult(**{f: None for f in RESULT_FIELDS}).stable is None
 
 
 def test_lookup_result_to_dict(store):
