@@ -9,28 +9,42 @@ import (
 // this engine wrote, and run_contexts, one row per distinct run context.
 // The first write of runs creates both (as the first claim creates the
 // claims table): until then a database has the original's schema, and
-// its reads find no runs. Both are WITHOUT ROWID: one b-tree each, where
-// a rowid table keyed by text keeps two, so that a record's write
-// journals one page more, not two.
+// its reads find no runs.
+//
+// A record's runs row is keyed by the record's rowid, not by its key: the
+// rowids of new records grow, so a record_many appends its runs at the
+// end of the table's b-tree, where rows keyed by the records' random keys
+// went to a random page each, and a batch of a thousand journaled and
+// rewrote hundreds of pages (twice the time of the records themselves).
+// The row also holds the key and update_date of the record it describes,
+// and a read takes it only if both match: an overwrite keeps the rowid
+// and changes the date; a VACUUM by another tool may renumber the
+// records' rowids (the table has no INTEGER PRIMARY KEY), which detaches
+// runs (they are no longer found) but never attaches them to another
+// record.
 const (
 	RunsTable       = "record_runs"
 	ContextsTable   = "run_contexts"
 	createRunsTable = `CREATE TABLE IF NOT EXISTS record_runs (
-    key          TEXT PRIMARY KEY,
+    rec          INTEGER PRIMARY KEY,
+    key          TEXT NOT NULL,
     update_date  TEXT NOT NULL,
     runs_json    TEXT NOT NULL
-) WITHOUT ROWID`
+)`
 	createContextsTable = `CREATE TABLE IF NOT EXISTS run_contexts (
     fingerprint  TEXT PRIMARY KEY,
     context_json TEXT NOT NULL
 ) WITHOUT ROWID`
-	upsertRuns = `INSERT INTO record_runs (key, update_date, runs_json) VALUES (?, ?, ?)
-  ON CONFLICT(key) DO UPDATE SET update_date = excluded.update_date, runs_json = excluded.runs_json`
+	// upsertRuns stores runs (?1) for the record of key ?2 dated ?3, at
+	// its rowid.
+	upsertRuns = `INSERT INTO record_runs (rec, key, update_date, runs_json)
+  SELECT rowid, key, update_date, ?1 FROM records WHERE key = ?2 AND update_date = ?3
+  ON CONFLICT(rec) DO UPDATE SET key = excluded.key, update_date = excluded.update_date, runs_json = excluded.runs_json`
 	insertContext = "INSERT OR IGNORE INTO run_contexts (fingerprint, context_json) VALUES (?, ?)"
-	deleteRuns    = "DELETE FROM record_runs WHERE key = ?"
+	deleteRuns    = "DELETE FROM record_runs WHERE rec = (SELECT rowid FROM records WHERE key = ?)"
 	// runsOfR is the runs of the record r: those of its record_runs row
-	// if that describes it (the same update_date), else ''.
-	runsOfR = "coalesce((SELECT u.runs_json FROM record_runs u WHERE u.key = r.key AND u.update_date = r.update_date), '')"
+	// if that describes it, else ''.
+	runsOfR = "coalesce((SELECT u.runs_json FROM record_runs u WHERE u.rec = r.rowid AND u.key = r.key AND u.update_date = r.update_date), '')"
 )
 
 // runsSQL is a read of records in its two forms: without the runs ([0],
@@ -114,7 +128,7 @@ func (tx *Tx) PutRuns(key, updateDate, runs string) error {
 	if err := tx.ensureRuns(); err != nil {
 		return err
 	}
-	_, err := tx.exec(upsertRuns, key, updateDate, runs)
+	_, err := tx.exec(upsertRuns, runs, key, updateDate)
 	return err
 }
 
