@@ -142,9 +142,11 @@ type Claim struct {
 	mu           sync.Mutex
 	source       string // "" until known (a claim made by hash)
 	ended, taken bool
-	// remeasure: a claim on an unstable record, whose Record appends
-	// (remeasure.go).
+	// remeasure: a claim on a recorded schedule, whose Record appends
+	// (remeasure.go): unstable, or (mismatch) none of its runs matches
+	// the store's fingerprint rules (match.go).
 	remeasure bool
+	mismatch  Mismatch
 }
 
 // Token names the claim (the C ABI's and Python's handle on it).
@@ -156,10 +158,14 @@ func (c *Claim) Key() string { return c.ref.Key }
 // Lease is the claim's lease.
 func (c *Claim) Lease() time.Duration { return c.lease }
 
-// Remeasure reports whether the claim is on a recorded but unstable
-// schedule, whose Record appends a run (see "Re-measuring an unstable
-// record").
+// Remeasure reports whether the claim is on a recorded schedule, whose
+// Record appends a run (see "Re-measuring an unstable record").
 func (c *Claim) Remeasure() bool { return c.remeasure }
+
+// Mismatch is, for a claim on a record none of whose runs matches the
+// store's fingerprint rules, what differed in the closest run; nil
+// otherwise.
+func (c *Claim) Mismatch() Mismatch { return c.mismatch }
 
 // Schedule is the schedule as the caller gave it.
 func (c *Claim) Schedule() string { return c.schedule }
@@ -339,10 +345,13 @@ func (s *Store) peekOne(hash, sched string, opts ClaimOptions) (ClaimOutcome, bo
 		return ClaimOutcome{}, false, nil
 	}
 	r, err := s.newResult(rec)
-	if err == nil && opts.Remeasure && s.remeasurable(rec, r) {
-		return ClaimOutcome{}, false, nil // to claim
+	if err != nil {
+		return ClaimOutcome{}, true, err
 	}
-	return ClaimOutcome{Result: r}, true, err
+	if r == nil || opts.Remeasure && s.remeasurable(rec, r) {
+		return ClaimOutcome{}, false, nil // no run matches, or unstable: to claim
+	}
+	return ClaimOutcome{Result: r}, true, nil
 }
 
 // LookupOrClaimByHash is LookupOrClaim by program hash (see LookupByHash);

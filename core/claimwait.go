@@ -91,8 +91,10 @@ type pendingClaim struct {
 	holder *storage.Claim // the last claim of another worker seen on it
 	due    time.Time      // when its lease is due, if it stays unchanged
 	// remeasure: the schedule is recorded, and the claim is to measure
-	// it again (remeasure.go).
+	// it again (remeasure.go); mismatch: because no run matched the
+	// store's fingerprint rules, which fields differed (match.go).
 	remeasure bool
+	mismatch  Mismatch
 	// token is this call's claim token for the schedule, made by the
 	// first pass that claims it (not before: a hit needs none) and the
 	// same in every later pass: a pass that finds it on the claim knows
@@ -195,6 +197,10 @@ func (s *Store) peekResults(hash string, pend []*pendingClaim, out []ClaimOutcom
 		if err != nil {
 			return nil, err
 		}
+		if r == nil { // no run matches the store's rules: a miss
+			left = append(left, p)
+			continue
+		}
 		out[p.i].Result = r
 		s.claims.forget(p.key)
 	}
@@ -232,7 +238,7 @@ func (s *Store) readResults(ctx context.Context, hash string, pend []*pendingCla
 		if err != nil {
 			return nil, err
 		}
-		if remeasure && s.remeasurable(recs[i], r) {
+		if r == nil || remeasure && s.remeasurable(recs[i], r) {
 			left = append(left, p)
 			continue
 		}
@@ -291,17 +297,22 @@ func (s *Store) claimPass(ctx context.Context, programName, hash, source string,
 			if err != nil {
 				return err
 			}
+			// A record is claimed to be measured again when it is
+			// unstable (remeasure) or when none of its runs matches this
+			// store's fingerprint rules (res nil): either way the claim's
+			// record appends a run.
 			var res *Result
+			var mm Mismatch
 			if rec != nil {
-				if res, err = s.newResult(rec); err != nil {
+				if res, mm, err = s.judge(rec, r); err != nil {
 					return err
 				}
-				if !remeasure || !s.remeasurable(rec, res) {
+				if res != nil && (!remeasure || !s.remeasurable(rec, res)) {
 					results[p.i] = res
 					continue
 				}
 			}
-			p.remeasure = res != nil
+			p.remeasure, p.mismatch = rec != nil, mm
 			if claimedNow[p.key] {
 				continue // the same schedule twice in one batch: one claim
 			}
@@ -388,7 +399,8 @@ func newClaimToken() string {
 // claimOf is the caller's Claim of row c, this store's claim on p.
 func (s *Store) claimOf(c *storage.Claim, p *pendingClaim, lease time.Duration, source string) *Claim {
 	return &Claim{s: s, ref: storage.ClaimRef{Key: c.Key, Token: c.Token}, programName: c.ProgramName,
-		programHash: c.ProgramHash, schedule: p.given, lease: lease, source: source, remeasure: p.remeasure}
+		programHash: c.ProgramHash, schedule: p.given, lease: lease, source: source, remeasure: p.remeasure,
+		mismatch: p.mismatch}
 }
 
 // freshTokenPerPass is for a test's negative control only: each pass

@@ -99,11 +99,24 @@ func (s *Store) SetNoisePolicy(ctx context.Context, p NoisePolicy) error {
 	return nil
 }
 
-// newResult is resultOf(rec) judged by the store's noise policy.
-func (s *Store) newResult(rec *storage.Record) (*Result, error) {
-	r, err := resultOf(rec)
-	if r != nil {
-		r.Unstable = s.NoisePolicy().Unstable(r.Stats)
-	}
+// newResult is readResult with a read of its own.
+func (s *Store) newResult(rec *storage.Record) (*Result, error) { return s.readResult(rec, nil) }
+
+// readResult is resultOf(rec) judged by the store's noise policy, with
+// the times of the runs its match rules keep (match.go): nil when none
+// does, a miss to this store. read resolves unseen contexts (nil: a read
+// of its own).
+func (s *Store) readResult(rec *storage.Record, read storage.Reader) (*Result, error) {
+	r, _, err := s.judge(rec, read)
 	return r, err
+}
+
+// judge is readResult with, when no run matches, what differed.
+func (s *Store) judge(rec *storage.Record, read storage.Reader) (*Result, Mismatch, error) {
+	r, err := resultOf(rec)
+	if r == nil {
+		return nil, nil, err
+	}
+	r.Unstable = s.NoisePolicy().Unstable(r.Stats)
+	return s.matching(rec, r, read)
 }

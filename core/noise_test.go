@@ -79,3 +79,44 @@ func TestBadNoisePolicyRowFallsBack(t *testing.T) {
 		st.Close()
 	}
 }
+
+// A table of the runs tables' names but another shape (an earlier build,
+// or planted by anyone who may write the file) switches runs off; it
+// never makes a lookup or a record fail.
+func TestForeignRunsTableSwitchesRunsOff(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "cache.db")
+	st, err := Open(ctx, path, Options{CPUModel: "Test CPU"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	db, err := sql.Open("sqlite3", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("CREATE TABLE record_runs (key TEXT PRIMARY KEY, runs_json TEXT)"); err != nil {
+		t.Fatal(err)
+	}
+	// The negative control: this engine's read of runs fails on it.
+	if _, err := db.Exec("SELECT u.rec FROM record_runs u"); err == nil {
+		t.Fatal("the planted table has this engine's columns")
+	}
+	db.Close()
+	st, err = Open(ctx, path, Options{CPUModel: "Test CPU"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Record(ctx, "blur", src, Measurement{Schedule: sched, IsLegal: true, ExecutionTimes: Times(1, 2)}, false); err != nil {
+		t.Fatal(err)
+	}
+	r, err := st.Lookup(ctx, "blur", src, sched)
+	if err != nil || r == nil || r.Stats.Count != 2 {
+		t.Fatal(r, err)
+	}
+	runs, err := st.Runs(ctx, "blur", src, sched)
+	if err != nil || len(runs) != 1 || runs[0].Context != nil || len(runs[0].Times) != 2 {
+		t.Fatalf("runs %+v, %v: want one run of unknown context", runs, err)
+	}
+}

@@ -60,6 +60,10 @@ type Options struct {
 	// stored in the run context of every record this store writes
 	// (core/runctx; at most runctx.MaxTools).
 	Tools map[string]string
+	// Match are the fingerprint rules of this store's lookups (match.go):
+	// run-context field -> "exact", "any" or "family"; nil: every record
+	// matches, as in the original.
+	Match map[string]string
 }
 
 // Seconds is a convenience for the optional durations of Options.

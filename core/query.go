@@ -35,6 +35,8 @@ type Result struct {
 	// Unstable: the times break the store's noise policy (noise.go).
 	Unstable bool
 
+	matchedRuns int // the runs the store's match rules kept (match.go); 0: not counted
+
 	legal any // the stored is_legal value
 	times any // the stored execution_times value
 }
@@ -336,8 +338,8 @@ func (s *Store) GetProgramRecords(ctx context.Context, programName, source strin
 	err := s.be.View(ctx, "get_program_records", func(r storage.Reader) error {
 		out = out[:0]
 		return r.EachRecordOf(hash, func(rec *storage.Record) error {
-			res, err := s.newResult(rec)
-			if err == nil {
+			res, err := s.readResult(rec, r)
+			if err == nil && res != nil {
 				out = append(out, res)
 			}
 			return err

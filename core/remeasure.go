@@ -14,6 +14,9 @@ import (
 
 // # Re-measuring an unstable record
 //
+// (The same append serves a claim on a record none of whose runs
+// matches the store's fingerprint rules: match.go.)
+//
 // LookupOrClaim with ClaimOptions.Remeasure treats a recorded schedule
 // whose times break the noise policy (noise.go) as not yet measured well
 // enough: while it has had fewer than 1 + MaxRemeasures runs, it is
@@ -25,11 +28,18 @@ import (
 // keeps two workers from measuring it at the same time. A legal, stable
 // record, an illegal one, and one at its cap are hits as before.
 
-// remeasurable reports whether rec, read as r, is to be measured again
-// under the store's policy.
+// remeasurable reports whether rec, read as r (by the store's match
+// rules), is to be measured again under the store's policy.
 func (s *Store) remeasurable(rec *storage.Record, r *Result) bool {
 	p := s.NoisePolicy()
-	return r.IsLegal && p.Unstable(r.Stats) && len(runsOf(rec, r)) < 1+p.MaxRemeasures
+	if !r.IsLegal || !p.Unstable(r.Stats) {
+		return false
+	}
+	runs := r.matchedRuns
+	if runs == 0 {
+		runs = len(runsOf(rec, r))
+	}
+	return runs < 1+p.MaxRemeasures
 }
 
 // appendedResult is the result_json of rec with the times of newRJ (a
@@ -97,17 +107,23 @@ func (c *Claim) recordRemeasure(ctx context.Context, m Measurement, source strin
 			Hostname: s.hostname, Username: s.username, CreationDate: stamp, UpdateDate: stamp, SourceProject: s.opts.SourceProject}
 		runs := []runctx.Run{run}
 		if rec != nil {
-			res, err := s.newResult(rec)
+			full, err := resultOf(rec)
 			if err != nil {
 				return err
 			}
-			if !s.remeasurable(rec, res) {
-				return nil // stable or at its cap meanwhile (a late record)
-			}
-			if out.ResultJSON, err = appendedResult(res, row.ResultJSON); err != nil {
+			// What this store sees of it (its match rules): nil when no
+			// run matches, which this run then adds.
+			seen, err := s.readResult(rec, wr)
+			if err != nil {
 				return err
 			}
-			old := runsOf(rec, res)
+			if seen != nil && !s.remeasurable(rec, seen) {
+				return nil // stable or at its cap meanwhile (a late record)
+			}
+			if out.ResultJSON, err = appendedResult(full, row.ResultJSON); err != nil {
+				return err
+			}
+			old := runsOf(rec, full)
 			runs = make([]runctx.Run, 0, len(old)+1)
 			for _, r := range old {
 				runs = append(runs, r.Run)

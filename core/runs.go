@@ -20,6 +20,9 @@ type MeasurementRun struct {
 	// hold it (a run of a record written by the original library, which
 	// keeps none, has Run.Context "" too).
 	Context *runctx.Static
+	// Differs: for a store with fingerprint rules (match.go), what of the
+	// run's context differs from the store's by them (nil: it matches).
+	Differs Mismatch
 }
 
 // contextCache remembers the run contexts a store has read: a context is
@@ -71,6 +74,27 @@ func (c *contextCache) resolve(r storage.Reader, fps []string) (map[string]*runc
 	return out, nil
 }
 
+// resolveOwn is resolve with a read of s's own.
+func (c *contextCache) resolveOwn(s *Store, fps []string) (out map[string]*runctx.Static, err error) {
+	c.mu.Lock()
+	all := true
+	for _, fp := range fps {
+		if _, ok := c.m[fp]; !ok {
+			all = false
+			break
+		}
+	}
+	c.mu.Unlock()
+	if all {
+		return c.resolve(nil, fps)
+	}
+	err = s.be.View(context.Background(), "read run contexts", func(r storage.Reader) (err error) {
+		out, err = c.resolve(r, fps)
+		return err
+	})
+	return out, err
+}
+
 // runsOf splits rec's times into its runs; a record without stored runs
 // (or whose runs do not add up to its times: written by another tool)
 // is one run of unknown context.
@@ -113,7 +137,7 @@ func (s *Store) Runs(ctx context.Context, programName, source, sched string) ([]
 		if err != nil || rec == nil {
 			return err
 		}
-		res, err := s.newResult(rec)
+		res, err := resultOf(rec)
 		if err != nil {
 			return err
 		}
@@ -126,8 +150,12 @@ func (s *Store) Runs(ctx context.Context, programName, source, sched string) ([]
 		if err != nil {
 			return err
 		}
+		ours, ourFP := s.capture.Current()
 		for i := range out {
 			out[i].Context = found[out[i].Run.Context]
+			if len(s.match) > 0 && out[i].Run.Context != ourFP {
+				out[i].Differs = differs(s.match, out[i].Context, &ours)
+			}
 		}
 		return nil
 	})

@@ -54,6 +54,7 @@ type Store struct {
 
 	contexts contextCache     // runs.go
 	capture  *runctx.Capturer // the context of this store's writes
+	match    []fieldRule      // match.go
 }
 
 // Open connects to the database at path, creating it (and its directory)
@@ -74,6 +75,11 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, newError(KindValue, "%v", err)
 	}
 	opts.Tools = maps.Clone(opts.Tools)
+	match, err := compileMatch(opts.Match)
+	if err != nil {
+		return nil, err
+	}
+	opts.Match = maps.Clone(opts.Match)
 	s := &Store{
 		opts:          opts,
 		hostname:      identity.Hostname(),
@@ -83,7 +89,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		writesAllowed: true,
 		lockWait:      wait,
 	}
-	s.capture = runctx.NewCapturer(s.hostname, opts.Tools)
+	s.capture, s.match = runctx.NewCapturer(s.hostname, opts.Tools), match
 	if s.localCPU == "" {
 		s.localCPU = cpu.Model()
 	}

@@ -184,8 +184,13 @@ func TestLayoutOneConfigTableIsMigrated(t *testing.T) {
 	}
 	var layout string
 	var pk, indexes []string
-	if err := conn.QueryRow(ctx, `SELECT value FROM db_meta WHERE key = 'postgres_schema'`).Scan(&layout); err != nil || layout != "2" {
-		t.Fatalf("postgres_schema %q, %v; want 2", layout, err)
+	if err := conn.QueryRow(ctx, `SELECT value FROM db_meta WHERE key = 'postgres_schema'`).Scan(&layout); err != nil || layout != "3" {
+		t.Fatalf("postgres_schema %q, %v; want 3", layout, err)
+	}
+	var runsTables int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM information_schema.tables
+    WHERE table_schema = current_schema() AND table_name IN ('record_runs', 'run_contexts')`).Scan(&runsTables); err != nil || runsTables != 2 {
+		t.Fatalf("runs tables after the migrations: %d, %v; want 2", runsTables, err)
 	}
 	if err := conn.QueryRow(ctx, `SELECT array_agg(a.attname::text ORDER BY k.n) FROM pg_index i
     CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)

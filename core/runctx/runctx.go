@@ -474,3 +474,11 @@ func (c *Capturer) Capture(count int) (fp, contextJSON string, run Run) {
 	run.Count, run.At = count, identity.NowISO(t)
 	return c.fp, c.js, run
 }
+
+// Current is the context Capture would store now, and its fingerprint.
+func (c *Capturer) Current() (Static, string) {
+	fp, _, _ := c.Capture(0)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.static, fp
+}

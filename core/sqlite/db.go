@@ -77,8 +77,8 @@ type DB struct {
 	// connection (a sqlitefile.Backend keeps its connection across operations).
 	stmts map[string]*sql.Stmt
 
-	// runsTables: the runs tables were seen (runs.go).
-	runsTables bool
+	// runs is the state of the runs tables as last seen (runs.go).
+	runs int
 }
 
 // uriPath escapes the characters that end or alter the path part of an
@@ -356,7 +356,7 @@ func (d *DB) Tx(fn func(tx *Tx) error) error {
 			// Also a COMMIT that failed can leave the transaction open
 			// (SQLITE_BUSY, some I/O errors).
 			d.rollback()
-			d.runsTables = false // it may have created them (runs.go)
+			d.runs = runsUnseen // it may have created them (runs.go)
 		}
 	}()
 	if err := fn(&Tx{d: d}); err != nil {

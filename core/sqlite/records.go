@@ -119,7 +119,7 @@ func (d *DB) Lookup(key string) (*storage.Record, error) { return d.getRecord(lo
 // with the look for them (pick), so that the read costs one transaction
 // either way.
 func (d *DB) getRecord(q runsSQL, key string) (rec *storage.Record, err error) {
-	if d.runsTables {
+	if d.runs == runsKnown {
 		return d.getRecordBy(q[1], key)
 	}
 	err = d.inRead(func() error {

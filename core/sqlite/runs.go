@@ -68,24 +68,59 @@ func (d *DB) pick(q runsSQL) (string, error) {
 	return q[0], err
 }
 
-// hasRuns reports whether the database has the record_runs table (and so
-// run_contexts, created with it). Once seen it is remembered (no writer
-// drops it) until a transaction rolls back (which may have created it);
-// until then every read looks again, since another process may create it
-// at any time.
-func (d *DB) hasRuns() (bool, error) {
-	if d.runsTables {
-		return true, nil
+// The states of a database's runs tables, as a DB last saw them.
+const (
+	runsUnseen  = iota // not looked at, or absent when last looked
+	runsKnown          // both, of this engine's layout
+	runsForeign        // a table of one of their names with other columns
+)
+
+// runsLayoutSQL counts the runs tables' columns of this engine's layout,
+// and all their columns: equal and non-zero is runsKnown.
+const runsLayoutSQL = `SELECT
+  (SELECT count(*) FROM pragma_table_info('record_runs') WHERE name IN ('rec', 'key', 'update_date', 'runs_json')) +
+  (SELECT count(*) FROM pragma_table_info('run_contexts') WHERE name IN ('fingerprint', 'context_json')),
+  (SELECT count(*) FROM pragma_table_info('record_runs')) + (SELECT count(*) FROM pragma_table_info('run_contexts'))`
+
+// runsLayout looks at the runs tables: absent (runsUnseen), both of this
+// engine's layout, or otherwise foreign: a table of another shape (a
+// version of this engine before the layout settled, or one that anyone
+// who may write the file planted), whose reads and writes would fail
+// every lookup and record. A foreign table only switches runs off: reads
+// find none, writes store none. Once known or foreign the state is
+// remembered (no writer drops a table) until a transaction rolls back
+// (which may have created them); until then every read looks again,
+// since another process may create them at any time.
+func (d *DB) runsLayout() (int, error) {
+	if d.runs != runsUnseen {
+		return d.runs, nil
 	}
-	ok, err := d.hasTable(RunsTable)
-	d.runsTables = ok && err == nil
-	return ok, err
+	var ours, all int
+	if err := d.queryRow(runsLayoutSQL).Scan(&ours, &all); err != nil {
+		return runsUnseen, err
+	}
+	switch {
+	case all == 0:
+		return runsUnseen, nil
+	case ours == 6 && all == 6:
+		d.runs = runsKnown
+	default:
+		d.runs = runsForeign
+	}
+	return d.runs, nil
+}
+
+// hasRuns reports whether the database has the runs tables, of this
+// engine's layout.
+func (d *DB) hasRuns() (bool, error) {
+	l, err := d.runsLayout()
+	return l == runsKnown, err
 }
 
 // Contexts returns the context JSON of those fingerprints that are stored.
 func (d *DB) Contexts(fingerprints []string) (map[string]string, error) {
 	out := map[string]string{}
-	if ok, err := d.hasTable(ContextsTable); err != nil || !ok || len(fingerprints) == 0 {
+	if ok, err := d.hasRuns(); err != nil || !ok || len(fingerprints) == 0 {
 		return out, err
 	}
 	for len(fingerprints) > 0 {
@@ -109,23 +144,31 @@ func (d *DB) Contexts(fingerprints []string) (map[string]string, error) {
 	return out, nil
 }
 
-// ensureRuns creates the runs tables in the transaction unless present.
-func (tx *Tx) ensureRuns() error {
-	if tx.d.runsTables {
-		return nil // both: they are created together
+// ensureRuns creates the runs tables in the transaction unless present,
+// and reports whether runs can be written (not with foreign tables).
+func (tx *Tx) ensureRuns() (bool, error) {
+	switch l, err := tx.d.runsLayout(); {
+	case err != nil:
+		return false, err
+	case l == runsKnown:
+		return true, nil
+	case l == runsForeign:
+		return false, nil
 	}
 	for _, ddl := range []string{createRunsTable, createContextsTable} {
 		if _, err := tx.Exec(ddl); err != nil {
-			return err
+			return false, err
 		}
 	}
-	tx.d.runsTables = true // until a rollback (Tx)
-	return nil
+	tx.d.runs = runsUnseen // look again: another table of one of the names may have been there
+	ok, err := tx.d.hasRuns()
+	return ok, err
 }
 
-// PutRuns stores the runs of the record of key dated updateDate.
+// PutRuns stores the runs of the record of key dated updateDate (nothing
+// with foreign runs tables: see runsLayout).
 func (tx *Tx) PutRuns(key, updateDate, runs string) error {
-	if err := tx.ensureRuns(); err != nil {
+	if ok, err := tx.ensureRuns(); err != nil || !ok {
 		return err
 	}
 	_, err := tx.exec(upsertRuns, runs, key, updateDate)
@@ -134,7 +177,7 @@ func (tx *Tx) PutRuns(key, updateDate, runs string) error {
 
 // PutContext stores a run context unless its fingerprint is stored.
 func (tx *Tx) PutContext(fingerprint, contextJSON string) error {
-	if err := tx.ensureRuns(); err != nil {
+	if ok, err := tx.ensureRuns(); err != nil || !ok {
 		return err
 	}
 	_, err := tx.exec(insertContext, fingerprint, contextJSON)

@@ -395,7 +395,7 @@ func TestStreamingReadsUseTheIndex(t *testing.T) {
 			t.Fatalf("EachProgram sorts more than one program's records:\n%s", strings.Join(each, "\n"))
 		}
 	}
-	if err := db.Tx(func(tx *Tx) error { return tx.ensureRuns() }); err != nil {
+	if err := db.Tx(func(tx *Tx) error { _, err := tx.ensureRuns(); return err }); err != nil {
 		t.Fatal(err)
 	}
 	of := plan(t, db, recordsOfSQL[1], "h")
