@@ -192,7 +192,7 @@ var versionCString = C.CString(core.Version)
 //export tirastoreGo_version
 func tirastoreGo_version() *C.char { return versionCString }
 
-var openParams = []string{"source_project", "cpu_model", "slurm_cpus", "allow_cpu_mismatch", "create", "sharing", "stale_lock_timeout", "lock_timeout", "tools"}
+var openParams = []string{"source_project", "cpu_model", "slurm_cpus", "allow_cpu_mismatch", "create", "sharing", "stale_lock_timeout", "lock_timeout", "tools", "match"}
 
 // tirastore_open opens (creating if needed) the database at db_path: a
 // file, or a postgresql:// URL naming a database on a PostgreSQL server
@@ -254,6 +254,9 @@ func tirastoreGo_open(db_path *C.char, options_json *C.char, handle *C.uint64_t,
 		return reply(out, nil, err)
 	}
 	if o.Tools, err = a.strMap("tools"); err != nil {
+		return reply(out, nil, err)
+	}
+	if o.Match, err = a.strMap("match"); err != nil {
 		return reply(out, nil, err)
 	}
 	if err := a.check(openParams); err != nil {

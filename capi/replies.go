@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"sort"
 
 	"github.com/tirastore/tirastore/core"
 	"github.com/tirastore/tirastore/core/apierr"
@@ -163,10 +164,12 @@ func replyStable(r *core.Result) any {
 }
 
 // replyRun is one run of a record: {count, times, context, fingerprint,
-// slurm_job_id, load_avg, mhz, date}, the context as stored (an object;
-// null when unknown), load_avg and mhz null when they were unreadable.
+// slurm_job_id, load_avg, mhz, date, differs}, the context as stored (an
+// object; null when unknown), load_avg and mhz null when they were
+// unreadable, differs what the store's fingerprint rules find different
+// (replyMismatch; null when it matches or without rules).
 func replyRun(r *core.MeasurementRun) any {
-	o := pyjson.NewObjectCap(8)
+	o := pyjson.NewObjectCap(9)
 	o.Set("count", r.Count)
 	times := make([]any, len(r.Times))
 	for i, t := range r.Times {
@@ -183,6 +186,7 @@ func replyRun(r *core.MeasurementRun) any {
 	o.Set("load_avg", nullIfNegative(r.LoadAvg))
 	o.Set("mhz", nullIfNegative(r.MHz))
 	o.Set("date", r.At)
+	o.Set("differs", replyMismatch(r.Differs))
 	return o
 }
 
@@ -292,7 +296,7 @@ func claimHolderObject(h *core.ClaimHolder) *pyjson.Object {
 
 // replyClaim is this caller's claim, as a dict.
 func replyClaim(c *core.Claim) any {
-	o := pyjson.NewObjectCap(7)
+	o := pyjson.NewObjectCap(8)
 	o.Set("token", c.Token())
 	o.Set("key", c.Key())
 	o.Set("program_name", c.ProgramName())
@@ -300,6 +304,24 @@ func replyClaim(c *core.Claim) any {
 	o.Set("tiralib_schedule_string", c.Schedule())
 	o.Set("lease", c.Lease().Seconds())
 	o.Set("remeasure", c.Remeasure())
+	o.Set("mismatch", replyMismatch(c.Mismatch()))
+	return o
+}
+
+// replyMismatch is {field: [theirs, ours]} (core.Mismatch), null for none.
+func replyMismatch(m core.Mismatch) any {
+	if len(m) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	o := pyjson.NewObjectCap(len(m))
+	for _, k := range keys {
+		o.Set(k, []any{m[k][0], m[k][1]})
+	}
 	return o
 }
 

@@ -44,11 +44,17 @@ class Claim:
     Attributes: ``program_name``, ``tiralib_schedule_string`` (as given),
     ``lease`` (seconds), ``token`` (the claim's name in the database),
     ``remeasure`` (True for a claim on a recorded but unstable schedule,
-    made with ``remeasure_unstable=True``: its :meth:`record` appends the
-    new times to the record's, as a new run, and must be a legal result).
+    made with ``remeasure_unstable=True``, or on a record none of whose
+    runs matches the store's fingerprint rules: its :meth:`record` appends
+    the new times to the record's, as a new run, and must be a legal
+    result), ``mismatch`` (for the latter, ``{field: [theirs, ours]}`` of
+    the closest run; else None).
     """
 
-    __slots__ = ("_store", "_copy", "_source", "program_name", "tiralib_schedule_string", "lease", "token", "remeasure", "_ended")
+    __slots__ = (
+        "_store", "_copy", "_source", "program_name", "tiralib_schedule_string", "lease", "token", "remeasure",
+        "mismatch", "_ended",
+    )
 
     def __init__(self, store: "TiraStore", source: str, reply: dict[str, Any]) -> None:
         self._store = store
@@ -59,6 +65,7 @@ class Claim:
         self.lease: float = reply["lease"]
         self.token: str = reply["token"]
         self.remeasure: bool = reply["remeasure"]
+        self.mismatch: Optional[dict[str, list[str]]] = reply["mismatch"]
         self._ended = False
 
     def _check(self, what: str) -> None:

@@ -291,6 +291,18 @@ class TiraStore:
         with the host, CPU, cores, Slurm allocation, governor, load and
         date, in the run context of every record this store writes (see
         :meth:`runs`); at most 32, names up to 64 bytes, values up to 256
+    :param match: keyword only (new), fingerprint rules: this store trusts
+        only the runs of a record whose run context matches its own on the
+        fields named, each ``"exact"``, ``"any"`` or, for ``cpu_model``,
+        ``"family"`` (the same CPU vendor, family and model number: another
+        SKU of one microarchitecture); fields: ``host``, ``cpu_model``,
+        ``cpu_flags``, ``cores``, ``slurm_cpus_per_task``, ``governor``,
+        ``tools``. A lookup then returns the matching runs' times alone,
+        and a record none of whose runs matches (measured elsewhere, or by
+        the original library, which keeps no context) is a miss:
+        :meth:`lookup_or_claim` claims it, the claim's ``mismatch`` says
+        what differed, and its record appends a run. None (default): every
+        record matches, as in the original
     :raises TypeError: an argument has the wrong type
     :raises ValueError: *db_path* contains a NUL character, or a timeout is
         not a finite number
@@ -330,12 +342,13 @@ class TiraStore:
         create: bool = True,
         shared: Optional[bool] = None,
         tools: Optional[dict[str, str]] = None,
+        match: Optional[dict[str, str]] = None,
     ) -> None:
         if shared is not None and not isinstance(shared, bool):
             raise TypeError(f"TiraStore(): shared must be None or a bool, not {type(shared).__name__}")
         self._open(
             db_path, source_project, cpu_model, slurm_cpus, allow_cpu_mismatch, stale_lock_timeout, lock_timeout, create,
-            None if shared is None else "all" if shared else "private", tools=tools,
+            None if shared is None else "all" if shared else "private", tools=tools, match=match,
         )
 
     def _open(
@@ -351,6 +364,7 @@ class TiraStore:
         sharing: Optional[str] = None,
         stacklevel: int = 3,
         tools: Optional[dict[str, str]] = None,
+        match: Optional[dict[str, str]] = None,
     ) -> None:
         """The constructor's work, for it and for classes built on a store
         (PersistentCache), so that the open's warnings point at the line of
@@ -377,6 +391,8 @@ class TiraStore:
             options["sharing"] = sharing
         if tools is not None:
             options["tools"] = tools
+        if match is not None:
+            options["match"] = match
         self._handle, info = _native.open_store(path, options)
         self._closed = False
         _open_stores.add(self)
@@ -1022,7 +1038,10 @@ class TiraStore:
         ``cores``, ``slurm_cpus_per_task``, ``governor`` and ``tools``, named
         by ``fingerprint``; None for a record written by the original
         library, which keeps none), and the 1-minute load average, CPU
-        frequency (None where unreadable) and date of the run.
+        frequency (None where unreadable) and date of the run; with
+        fingerprint rules (``TiraStore(match=...)``), ``differs`` maps each
+        field on which the run's context differs from this store's to
+        ``[theirs, ours]`` (None when it matches, or without rules).
 
         :return: the list, or None when the schedule has no record
 

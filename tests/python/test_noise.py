@@ -248,3 +248,56 @@ def test_original_overwrite_leaves_runs_behind(tmp_path):
         [run] = s.runs("search", SRC, sc)
         assert run["context"] is None and run["times"] == [2.0, 2.0] and run["date"] == r.update_date
     assert orig.lookup(SRC, sc)[1] == [2.0, 2.0]
+
+
+def test_fingerprint_rules(make_store, db_path):
+    """A store with match rules sees only the runs taken in a context like
+    its own: a record measured under other tool versions is a miss, claimed
+    to be measured here (the claim says what differed); its record appends
+    a run, which that store alone sees; a store without rules sees all."""
+    sc = "R(L0,comps=['c'])"
+    old = make_store(tools={"gcc": "12"})
+    old.record("p", SRC, sc, True, [1.0] * 5)
+    new = make_store(tools={"gcc": "13"}, match={"tools": "exact", "cpu_model": "family"})
+    assert new.lookup("p", SRC, sc) is None
+    assert new.lookup_many("p", SRC, [sc]) == [None]
+    claim = new.lookup_or_claim("p", SRC, sc)
+    assert isinstance(claim, Claim) and claim.remeasure
+    assert claim.mismatch == {"tools": ["gcc=12", "gcc=13"]}
+    assert claim.record(True, [2.0] * 5) is True
+    assert new.lookup("p", SRC, sc).execution_times == [2.0] * 5
+    assert old.lookup("p", SRC, sc).execution_times == [1.0] * 5 + [2.0] * 5
+    same_as_old = make_store(tools={"gcc": "12"}, match={"tools": "exact"})
+    assert same_as_old.lookup("p", SRC, sc).execution_times == [1.0] * 5
+    runs = new.runs("p", SRC, sc)
+    assert [r["differs"] for r in runs] == [{"tools": ["gcc=12", "gcc=13"]}, None]
+    assert [r["differs"] for r in old.runs("p", SRC, sc)] == [None, None]  # no rules
+
+
+@sqlite_only
+def test_fingerprint_rules_refuse_records_without_context(tmp_path):
+    """A record the original library wrote carries no context: a store with
+    a rule on the CPU model does not take it as measured here."""
+    db = tmp_path / "o.db"
+    TiraStore(db, cpu_model=plan.TEST_CPU).close()
+    orig = OriginalStore(db, "old-project", stale_lock_timeout=600)
+    sc = "R(L1,comps=['c'])"
+    assert orig.record("search", SRC, sc, True, [3.0])
+    with TiraStore(db, cpu_model=plan.TEST_CPU, match={"cpu_model": "exact"}) as s:
+        assert s.lookup("search", SRC, sc) is None
+        claim = s.lookup_or_claim("search", SRC, sc)
+        [run] = s.runs("search", SRC, sc)
+        assert run["context"] is None and run["differs"]["cpu_model"][0] == "unknown"
+        assert claim.mismatch == run["differs"] and set(claim.mismatch) == {"cpu_model"}
+        claim.release()
+    with TiraStore(db, cpu_model=plan.TEST_CPU) as s:
+        assert s.lookup("search", SRC, sc).execution_times == [3.0]
+
+
+@pytest.mark.parametrize("match, exc", [
+    ({"nope": "exact"}, ValueError), ({"cores": "family"}, ValueError), ({"cpu_model": "fuzzy"}, ValueError),
+    ({"cpu_model": 1}, TypeError), ("cpu", TypeError),
+])
+def test_bad_fingerprint_rules(make_store, match, exc):
+    with pytest.raises(exc):
+        make_store(match=match)
