@@ -514,15 +514,15 @@ func replyCheckReport(r *operator.CheckReport) any {
 }
 
 // transferObject is import's and merge's counts: {programs, records,
-// added, same, conflicts, replaced, next, size, conflict_list:
+// added, same, conflicts, replaced, merged, next, size, conflict_list:
 // [{program_name, schedule, stored, incoming}]} (next null when done).
 func transferObject(r *operator.TransferResult) *pyjson.Object {
-	o := pyjson.NewObjectCap(9)
+	o := pyjson.NewObjectCap(10)
 	for _, f := range []struct {
 		k string
 		v int64
 	}{{"programs", r.Programs}, {"records", r.Records}, {"added", r.Added}, {"same", r.Same},
-		{"conflicts", r.Conflicts}, {"replaced", r.Replaced}} {
+		{"conflicts", r.Conflicts}, {"replaced", r.Replaced}, {"merged", r.Merged}} {
 		o.Set(f.k, f.v)
 	}
 	if r.Next < 0 {

@@ -47,24 +47,31 @@ func (s *Store) remeasurable(rec *storage.Record, r *Result) bool {
 func appendedResult(r *Result, newRJ string) (string, error) {
 	add := strings.TrimSuffix(strings.TrimPrefix(newRJ, `{"is_legal":true,"execution_times":`), "}")
 	_, old := r.Stored()
-	var oldText string
-	switch t := old.(type) {
-	case nil:
-		oldText = "[]"
-	case pyjson.Raw:
-		oldText = string(t)
-	default:
-		b, err := pyjson.Marshal(t, pyjson.Compact)
-		if err != nil {
-			return "", wrapError(KindInternal, err, "encode result_json: %v", err)
-		}
-		oldText = string(b)
+	oldText, err := storedListText(old)
+	if err != nil {
+		return "", err
 	}
 	merged := add
 	if oldText != "[]" {
 		merged = oldText[:len(oldText)-1] + "," + add[1:]
 	}
 	return `{"is_legal":true,"execution_times":` + merged + `}`, nil
+}
+
+// storedListText is a result's stored execution_times (Result.Stored) as
+// list text: as stored when it was canonical, else encoded; "[]" for null.
+func storedListText(old any) (string, error) {
+	switch t := old.(type) {
+	case nil:
+		return "[]", nil
+	case pyjson.Raw:
+		return string(t), nil
+	}
+	b, err := pyjson.Marshal(old, pyjson.Compact)
+	if err != nil {
+		return "", wrapError(KindInternal, err, "encode result_json: %v", err)
+	}
+	return string(b), nil
 }
 
 // recordRemeasure is Record of a claim on an unstable record: m's times

@@ -2,10 +2,12 @@ package core
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/tirastore/tirastore/core/internal/input"
 	"github.com/tirastore/tirastore/core/keys"
+	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/runctx"
 	"github.com/tirastore/tirastore/core/storage"
 )
@@ -160,4 +162,96 @@ func (s *Store) Runs(ctx context.Context, programName, source, sched string) ([]
 		return nil
 	})
 	return out, err
+}
+
+// RunsMerge is what MergeRuns made of two records of one key.
+type RunsMerge struct {
+	// ResultJSON and Runs are the merged record's: every time and run of
+	// the record here, then those of the other that this one lacks.
+	ResultJSON, Runs string
+	// Added counts the other record's runs that were added (0: nothing to
+	// write).
+	Added int
+	// Contexts are the fingerprints of the added runs' contexts.
+	Contexts []string
+}
+
+// MergeRuns merges theirs, a record of another database, into here, the
+// record of the same key in this one, keeping every sample: the runs of
+// theirs that here lacks (a run equal in count, context, date and times
+// is the same run, merged before) are appended, times and runs. Both
+// must be legal with times (ok false otherwise: the caller's conflict).
+func MergeRuns(here, theirs *storage.Record) (m RunsMerge, ok bool, err error) {
+	h, err := resultOf(here)
+	if err != nil {
+		return m, false, err
+	}
+	t, err := resultOf(theirs)
+	if err != nil {
+		return m, false, err
+	}
+	if !h.IsLegal || !t.IsLegal || len(h.ExecutionTimes) == 0 || len(t.ExecutionTimes) == 0 {
+		return m, false, nil
+	}
+	hr, tr := runsOf(here, h), runsOf(theirs, t)
+	runs := make([]runctx.Run, 0, len(hr)+len(tr))
+	for _, r := range hr {
+		runs = append(runs, r.Run)
+	}
+	var add []float64
+	for _, r := range tr {
+		if slices.ContainsFunc(hr, func(x MeasurementRun) bool {
+			return x.Count == r.Count && x.Run.Context == r.Run.Context && x.At == r.At && slices.Equal(x.Times, r.Times)
+		}) {
+			continue
+		}
+		runs = append(runs, r.Run)
+		add = append(add, r.Times...)
+		m.Added++
+		if r.Run.Context != "" && !slices.Contains(m.Contexts, r.Run.Context) {
+			m.Contexts = append(m.Contexts, r.Run.Context)
+		}
+	}
+	if m.Added == 0 {
+		return m, true, nil
+	}
+	b := []byte(`{"is_legal":true,"execution_times":`)
+	if _, old := h.Stored(); old != nil {
+		// The stored list as it is (appendedResult's rule): its text,
+		// less the closing bracket.
+		text, err := storedListText(old)
+		if err != nil {
+			return m, false, err
+		}
+		b = append(b, text[:len(text)-1]...)
+	} else {
+		b = append(b, '[')
+	}
+	for _, x := range add {
+		if b[len(b)-1] != '[' {
+			b = append(b, ',')
+		}
+		b = pyjson.AppendFloat(b, x)
+	}
+	m.ResultJSON, m.Runs = string(append(b, "]}"...)), runctx.EncodeRuns(runs)
+	return m, true, nil
+}
+
+// RunContexts are the fingerprints of the contexts rec's runs name (none
+// for a record without runs, or whose runs do not parse).
+func RunContexts(rec *storage.Record) []string {
+	if rec.Runs == "" {
+		return nil
+	}
+	runs, err := runctx.ParseRuns(rec.Runs)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, r := range runs {
+		if r.Context != "" && !slices.Contains(out, r.Context) {
+			out = append(out, r.Context)
+		}
+	}
+	return out
 }

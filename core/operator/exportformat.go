@@ -234,6 +234,9 @@ func (ew *exportWriter) write(b []byte) error {
 type TransferResult struct {
 	Programs, Records                int64
 	Added, Same, Conflicts, Replaced int64
+	// Merged counts the records measured in both databases whose samples
+	// were merged (a merge appends the runs this database lacks).
+	Merged int64
 	// Next is the offset the next call starts at, -1 when the file is
 	// done; Size is the file's size, for progress.
 	Next, Size int64

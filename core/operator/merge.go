@@ -3,9 +3,11 @@ package operator
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/tirastore/tirastore/core"
 	"github.com/tirastore/tirastore/core/apierr"
+	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/limits"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/storage"
@@ -18,11 +20,15 @@ import (
 // a time: each call opens the source as an existing database, reads up to
 // a number of records of the programs after a cursor under the source's
 // own lock, and writes them in one transaction of the store. Rows are
-// copied as they are (who measured them and when stay); a key already
-// here is "same" when its result is the one stored, else a conflict,
-// replaced only with overwrite. The records' CPU check applies between the
-// two databases: a source measured on another CPU model or
-// SLURM_CPUS_PER_TASK is refused unless allowCPUMismatch.
+// copied as they are (who measured them and when stay), with their runs
+// and the runs' contexts. A key already here is "same" when its result
+// is the one stored; when both are legal with times, every sample is
+// kept: the runs the record here lacks are appended (core.MergeRuns:
+// "merged"; merging again adds nothing); otherwise (legal against
+// illegal) it is a conflict, replaced only with overwrite. The records'
+// CPU check applies between the two databases: a source measured on
+// another CPU model or SLURM_CPUS_PER_TASK is refused unless
+// allowCPUMismatch.
 
 // MergeCursor is where a merge goes on: the last program merged.
 type MergeCursor struct{ Name, Hash string }
@@ -67,7 +73,8 @@ func Merge(ctx context.Context, s *core.Store, srcPath string, cursor *MergeCurs
 	}
 	var slice []program
 	var n int
-	err = src.Backend().View(ctx, "merge (read)", func(r storage.Reader) error {
+	var contexts map[string]string // of the slice's runs, by fingerprint
+	readSlice := func(r storage.Reader) error {
 		after := *cursor
 		for maxRecords <= 0 || n < maxRecords {
 			ps, err := r.ProgramsAfter(after.Name, after.Hash, 64)
@@ -94,6 +101,20 @@ func Merge(ctx context.Context, s *core.Store, srcPath string, cursor *MergeCurs
 			}
 		}
 		return nil
+	}
+	err = src.Backend().View(ctx, "merge (read)", func(r storage.Reader) error {
+		slice, n = nil, 0
+		if err := readSlice(r); err != nil {
+			return err
+		}
+		var fps []string
+		for _, p := range slice {
+			for _, rec := range p.recs {
+				fps = append(fps, core.RunContexts(rec)...)
+			}
+		}
+		contexts, err = r.Contexts(fps)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -119,9 +140,34 @@ func Merge(ctx context.Context, s *core.Store, srcPath string, cursor *MergeCurs
 				case here == nil:
 					res.Added++
 				case here.ResultJSON == rec.ResultJSON:
-					res.Same++
+					res.Same++ // one measurement, copied before (its runs as they are here)
 					continue
 				default:
+					m, both, err := core.MergeRuns(here, rec)
+					if err != nil {
+						return err
+					}
+					if both && !overwrite {
+						if m.Added == 0 {
+							res.Same++
+							continue
+						}
+						res.Merged++
+						stamp := identity.NowISO(time.Now())
+						merged := *here
+						merged.ResultJSON, merged.UpdateDate = m.ResultJSON, stamp
+						merged.ProgramName, merged.SourceCode, merged.Runs = "", "", ""
+						if _, err := w.PutRecord(&merged, true); err != nil {
+							return err
+						}
+						if err := putContexts(w, contexts, m.Contexts); err != nil {
+							return err
+						}
+						if err := w.PutRuns(rec.Key, stamp, m.Runs); err != nil {
+							return err
+						}
+						continue
+					}
 					res.Conflicts++
 					if listConflicts {
 						res.ConflictList = append(res.ConflictList, Conflict{p.Name, rec.Schedule, here.ResultJSON, rec.ResultJSON})
@@ -132,9 +178,17 @@ func Merge(ctx context.Context, s *core.Store, srcPath string, cursor *MergeCurs
 					res.Replaced++
 				}
 				row := *rec
-				row.ProgramName, row.SourceCode = "", ""
+				row.ProgramName, row.SourceCode, row.Runs = "", "", ""
 				if _, err := w.PutRecord(&row, overwrite); err != nil {
 					return err
+				}
+				if rec.Runs != "" {
+					if err := putContexts(w, contexts, core.RunContexts(rec)); err != nil {
+						return err
+					}
+					if err := w.PutRuns(rec.Key, rec.UpdateDate, rec.Runs); err != nil {
+						return err
+					}
 				}
 			}
 		}
@@ -146,6 +200,18 @@ func Merge(ctx context.Context, s *core.Store, srcPath string, cursor *MergeCurs
 	last := slice[len(slice)-1]
 	res.NextCursor = &MergeCursor{last.Name, last.Hash}
 	return res, nil
+}
+
+// putContexts stores the contexts of fps that the source held (texts).
+func putContexts(w storage.Writer, texts map[string]string, fps []string) error {
+	for _, fp := range fps {
+		if text, ok := texts[fp]; ok {
+			if err := w.PutContext(storage.RunContext{Fingerprint: fp, JSON: text}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // sameCPU refuses a source whose CPU metadata differs from the database

@@ -253,7 +253,7 @@ def cmd_export(args: argparse.Namespace, out: _Output) -> int:
 
 
 # What a slice of import or merge counts (the library's TransferResult).
-_COUNTS = ("programs", "records", "added", "same", "conflicts", "replaced")
+_COUNTS = ("programs", "records", "added", "same", "conflicts", "replaced", "merged")
 
 
 def _add_slice(totals: dict[str, int], r: dict[str, Any], conflicts: Any, **extra: Any) -> None:
@@ -266,8 +266,9 @@ def _add_slice(totals: dict[str, int], r: dict[str, Any], conflicts: Any, **extr
 
 
 def _counts_text(t: dict[str, Any], overwrite: bool) -> str:
+    merged = f", {t['merged']:,} measured in both (their samples merged)" if t.get("merged") else ""
     return (f"{t['records']:,} records of {t['programs']:,} programs: {t['added']:,} added, {t['same']:,} already "
-            f"there, {t['conflicts']:,} conflicting (same key, another result; {'replaced' if overwrite else 'kept'})")
+            f"there{merged}, {t['conflicts']:,} conflicting (same key, another result; {'replaced' if overwrite else 'kept'})")
 
 
 def _is_file(store: TiraStore) -> bool:

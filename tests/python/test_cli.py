@@ -376,7 +376,8 @@ def test_merge(db, tmp_path):
     other = tmp_path / "clusterB.db"
     with TiraStore(other, cpu_model=TEST_CPU, source_project="B") as s:
         s.record("blur", SRC, "S(L0,L1,2,8,comps=['c1'])", True, [0.25])  # the same as db's
-        s.record("blur", SRC, "S(L0,L1,3,8,comps=['c1'])", True, [9.0])  # conflicts with db's 0.1666...
+        s.record("blur", SRC, "S(L0,L1,3,8,comps=['c1'])", True, [9.0])  # measured in both: samples merged
+        s.record("blur", SRC, "S(L0,L1,1,8,comps=['c1'])", True, [7.0])  # illegal in db: a conflict
         for i in range(30):
             s.record(f"p{i:02d}", f"void p{i}() {{}}", "R(L0,comps=['c1'])", True, [float(i)])
         stamp = s.lookup("p07", "void p7() {}", "R(L0,comps=['c1'])")
@@ -384,17 +385,20 @@ def test_merge(db, tmp_path):
     r = tirastore("merge", db, other, "--conflicts", listed, "--json")
     assert r.returncode == 0, r.stderr
     [rep] = json.loads(r.stdout)["sources"]
-    assert (rep["records"], rep["added"], rep["same"], rep["conflicts"], rep["replaced"]) == (32, 30, 1, 1, 0)
+    assert (rep["records"], rep["added"], rep["same"], rep["merged"], rep["conflicts"], rep["replaced"]) == (33, 30, 1, 1, 1, 0)
     assert len(listed.read_text().splitlines()) == 1
     with TiraStore(db, cpu_model=TEST_CPU) as s:
         assert s.count() == 37
         got = s.lookup("p07", "void p7() {}", "R(L0,comps=['c1'])")
         assert (got.hostname, got.creation_date, got.source_project) == (stamp.hostname, stamp.creation_date, "B")
-        assert s.lookup("blur", SRC, "S(L0,L1,3,8,comps=['c1'])").execution_times != [9.0]
+        both = s.lookup("blur", SRC, "S(L0,L1,3,8,comps=['c1'])")
+        assert both.execution_times == [0.5 / 3, 9.0]  # every sample of both
+        runs = s.runs("blur", SRC, "S(L0,L1,3,8,comps=['c1'])")
+        assert [r["times"] for r in runs] == [[0.5 / 3], [9.0]] and all(r["context"] for r in runs)
     again = json.loads(tirastore("merge", db, other, "--json").stdout)["sources"][0]
-    assert (again["added"], again["same"], again["conflicts"]) == (0, 31, 1)
+    assert (again["added"], again["same"], again["merged"], again["conflicts"]) == (0, 32, 0, 1)
     over = json.loads(tirastore("merge", db, other, "--overwrite", "--json").stdout)["sources"][0]
-    assert over["replaced"] == 1
+    assert over["replaced"] == 2
     with TiraStore(db, cpu_model=TEST_CPU) as s:
         assert s.lookup("blur", SRC, "S(L0,L1,3,8,comps=['c1'])").execution_times == [9.0]
     # Another CPU: refused unless allowed; a missing source: nothing written, not created.
