@@ -8,6 +8,7 @@ import (
 	"github.com/tirastore/tirastore/core"
 	"github.com/tirastore/tirastore/core/keys"
 	"github.com/tirastore/tirastore/core/operator"
+	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/schedule"
 	"github.com/tirastore/tirastore/core/storage"
 	"github.com/tirastore/tirastore/core/timing"
@@ -147,6 +148,19 @@ var methods = map[string]method{
 			out[i] = replyRun(&runs[i])
 		}
 		return out, nil
+	}},
+	// stability counts the records by the noise policy (tirastore stats).
+	"stability": {true, noParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+		s, err := st.Stability(ctx)
+		if err != nil {
+			return nil, err
+		}
+		o := pyjson.NewObjectCap(4)
+		o.Set("policy", replyNoisePolicy(s.Policy))
+		o.Set("timed", s.Timed)
+		o.Set("unstable", s.Unstable)
+		o.Set("median_spread", s.MedianSpread)
+		return o, nil
 	}},
 	"noise_policy": {true, noParams, func(_ context.Context, st *core.Store, a *args) (any, error) {
 		return replyNoisePolicy(st.NoisePolicy()), nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/tirastore/tirastore/core/storage"
 	"github.com/tirastore/tirastore/core/timing"
@@ -119,4 +120,42 @@ func (s *Store) judge(rec *storage.Record, read storage.Reader) (*Result, Mismat
 	}
 	r.Unstable = s.NoisePolicy().Unstable(r.Stats)
 	return s.matching(rec, r, read)
+}
+
+// Stability counts the records by the noise policy: those with a finite
+// time, and those of them whose spread breaks it (tirastore stats). It
+// reads every record once, under one hold of the lock (as an export).
+type Stability struct {
+	Policy          NoisePolicy
+	Timed, Unstable int64
+	MedianSpread    float64 // of the timed records; 0 without any
+}
+
+// Stability scans the records and counts them by the store's policy.
+func (s *Store) Stability(ctx context.Context) (*Stability, error) {
+	p := s.NoisePolicy()
+	var spreads []float64
+	var unstable int64
+	err := s.be.EachProgram(ctx, func(_ storage.Program, rs []storage.ScheduleResult) error {
+		for _, r := range rs {
+			res, err := resultOf(&storage.Record{ResultJSON: r.ResultJSON, Schedule: r.Schedule})
+			if err != nil || res.Stats.Count == 0 {
+				continue // unreadable (stats counts those) or without a time
+			}
+			spreads = append(spreads, res.Stats.Spread)
+			if p.Unstable(res.Stats) {
+				unstable++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	st := &Stability{Policy: p, Timed: int64(len(spreads)), Unstable: unstable}
+	if len(spreads) > 0 {
+		slices.Sort(spreads)
+		st.MedianSpread = spreads[len(spreads)/2]
+	}
+	return st, nil
 }

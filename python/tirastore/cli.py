@@ -207,6 +207,7 @@ def cmd_stats(args: argparse.Namespace, out: _Output) -> int:
         s["file_size"] = os.stat(store.db_path).st_size if _is_file(store) else None
         s["db_path"] = str(store.db_path)
         s["config_entries"] = len(store._call("config_entries", namespace=None))  # every namespace
+        s["stability"] = store._call("stability")
         programs = store.program_stats() if args.by == "program" else None
     if programs is not None:
         s["programs"] = programs
@@ -221,6 +222,7 @@ def cmd_stats(args: argparse.Namespace, out: _Output) -> int:
             f"cpu_model       {s['cpu_model']}",
             f"slurm_cpus      {s['slurm_cpus']}",
             f"config entries  {s['config_entries']:,}",
+            _stability_text(s["stability"]),
         ]
         if programs is not None:
             rows = [
@@ -232,6 +234,17 @@ def cmd_stats(args: argparse.Namespace, out: _Output) -> int:
 
     out.result(s, text)
     return 0
+
+
+def _stability_text(st: dict[str, Any]) -> str:
+    """The stats line of the noise policy: how many timed records meet it."""
+    p = st["policy"]
+    rule = f"spread <= {p['max_spread'] * 100:.4g}% (PolyBench's rule), up to {p['max_remeasures']} re-measurements"
+    if not st["timed"]:
+        return f"noise policy    {rule}; no timed record"
+    return (f"noise policy    {rule}\n"
+            f"stability       {st['timed'] - st['unstable']:,} of {st['timed']:,} timed records stable, "
+            f"{st['unstable']:,} unstable; median spread {st['median_spread']:.2%}")
 
 
 def _export_arguments(p: argparse.ArgumentParser) -> None:

@@ -83,6 +83,14 @@ def test_stats(db):
     assert [(p["program_name"], p["records"], p["legal"], p["illegal"]) for p in by] == [("blur", 6, 4, 2), ("sharpen", 1, 1, 0)]
     table = tirastore("stats", db, "--by", "program").stdout
     assert "program  hash" in table and "blur" in table
+    # The noise policy and how many timed records meet it (one time each: stable).
+    assert doc["stability"] == {"policy": {"max_spread": 0.05, "max_remeasures": 3}, "timed": 5, "unstable": 0,
+                                "median_spread": 0.0}
+    assert "spread <= 5% (PolyBench's rule)" in r.stdout and "5 of 5 timed records stable" in r.stdout
+    with TiraStore(db, cpu_model=TEST_CPU) as s:
+        s.record("sharpen", "void sharpen() {}", "U(L0,2,comps=['c1'])", True, [1.0, 1.5, 0.6, 1.4, 0.8])
+    doc = json.loads(tirastore("stats", db, "--json").stdout)
+    assert (doc["stability"]["timed"], doc["stability"]["unstable"]) == (6, 1)
 
 
 def test_a_missing_database_is_never_created(tmp_path):
