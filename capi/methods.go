@@ -32,6 +32,9 @@ var (
 	// configParams name a kernel-config entry: its namespace (optional,
 	// "" by default) and the parts of the seed's key.
 	configParams = []string{"namespace", "device", "op_id", "call_key"}
+	// configGetParams: a get may also take configurations tuned under
+	// other device fingerprints (core/config.go, "Device fingerprints").
+	configGetParams = append(configParams[:len(configParams):len(configParams)], "other_devices")
 	recordParams = []string{"program_name", "program_source_code", "program_hash", "tiralib_schedule_string", "is_legal", "execution_times", "overwrite"}
 )
 
@@ -429,12 +432,16 @@ var methods = map[string]method{
 		return st.Delete(ctx, k)
 	}},
 	// The kernel-config cache (core/config.go): ejKernel's PersistentCache.
-	"config_get": {true, configParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+	"config_get": {true, configGetParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		ns, d, op, ck, err := configArgs(a)
 		if err != nil {
 			return nil, err
 		}
-		e, err := st.ConfigGet(ctx, ns, d, op, ck)
+		other, err := a.boolean("other_devices", false)
+		if err != nil {
+			return nil, err
+		}
+		e, err := st.ConfigGet(ctx, ns, d, op, ck, other)
 		if e == nil || err != nil {
 			return nil, err
 		}
@@ -463,12 +470,16 @@ var methods = map[string]method{
 	// config_value is config_get's fast form for bindings: [value] on a
 	// hit (a stored null stays distinguishable), null on a miss, without
 	// the entry's who and when.
-	"config_value": {true, configParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+	"config_value": {true, configGetParams, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		ns, d, op, ck, err := configArgs(a)
 		if err != nil {
 			return nil, err
 		}
-		e, err := st.ConfigValue(ctx, ns, d, op, ck)
+		other, err := a.boolean("other_devices", false)
+		if err != nil {
+			return nil, err
+		}
+		e, err := st.ConfigValue(ctx, ns, d, op, ck, other)
 		if e == nil || err != nil {
 			return nil, err
 		}

@@ -97,7 +97,7 @@ func BenchmarkConfigGetHit(b *testing.B) {
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if e, err := st.ConfigGet(ctx, "", "gpu:0", "mm@v1", "sig"); err != nil || e == nil {
+		if e, err := st.ConfigGet(ctx, "", "gpu:0", "mm@v1", "sig", false); err != nil || e == nil {
 			b.Fatal(e, err)
 		}
 	}

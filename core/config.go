@@ -26,6 +26,21 @@ import (
 // existed. The value is any JSON value, NaN and the infinities included,
 // as Python's json writes them. The CPU check of the records does not
 // apply: a configuration names its device in its key.
+//
+// # Device fingerprints
+//
+// ejKernel names a device by its fingerprint, "device_kind|platform
+// version": a GPU's names the hardware ("NVIDIA A100-SXM4-80GB|cuda
+// 12.2"), so the key alone keeps configurations of one GPU from another;
+// a CPU's does not ("cpu|"), and a configuration tuned on one CPU would
+// be served on any other. So every put keeps the run context it was
+// tuned in (core/runctx, as records do; storage.ConfigEntry.Context), and
+// a get of a CPU device (its fingerprint's kind is "cpu") refuses an
+// entry tuned on another CPU model: a miss, to tune here. An entry of
+// unknown context (put before contexts, or imported from a JSON file)
+// is served as before. Asked (otherDevices), a get serves any entry of
+// the key, and on a miss the most recent entry of the same operation and
+// call signature tuned under another fingerprint, to start from.
 
 // ConfigKey is the seed's key of an entry: "device|op_id|call_key".
 func ConfigKey(device, opID, callKey string) string {
@@ -60,22 +75,83 @@ func CheckConfigRef(namespace, device, opID, callKey string) error {
 // prove the entry current (a header read), as a lookup. A value stored
 // nested deeper than limits.MaxValueDepth is returned (its reply carries an
 // error in its place, TooDeep: see "Limits of stored values").
-func (s *Store) ConfigGet(ctx context.Context, namespace, device, opID, callKey string) (*ConfigEntry, error) {
+//
+// A CPU device's entry tuned on another CPU model is refused (see "Device
+// fingerprints") unless otherDevices, which also serves, on a miss, the
+// most recent entry of (opID, callKey) under another device.
+func (s *Store) ConfigGet(ctx context.Context, namespace, device, opID, callKey string, otherDevices bool) (*ConfigEntry, error) {
 	if err := checkConfigRef(namespace, device, opID, callKey); err != nil {
 		return nil, err
 	}
 	e, err := s.be.ConfigGet(ctx, namespace, ConfigKey(device, opID, callKey))
-	if err != nil || e == nil {
+	if err != nil {
 		return nil, err
 	}
+	if otherDevices {
+		if e == nil {
+			return s.configOfAnotherDevice(ctx, namespace, opID, callKey)
+		}
+		return (*ConfigEntry)(e), nil
+	}
+	if e == nil {
+		return nil, nil
+	}
+	if isCPUDevice(device) && e.Context != "" {
+		if ok, err := s.tunedOnThisCPU(e.Context); err != nil || !ok {
+			return nil, err
+		}
+	}
 	return (*ConfigEntry)(e), nil
+}
+
+// isCPUDevice reports whether device, a fingerprint ("cpu|..."), a name
+// ("cpu:0") or a kind ("cpu"), names a CPU, which says nothing of its
+// model.
+func isCPUDevice(device string) bool {
+	kind, _, _ := strings.Cut(device, "|")
+	kind, _, _ = strings.Cut(kind, ":")
+	return strings.EqualFold(strings.TrimSpace(kind), "cpu")
+}
+
+// tunedOnThisCPU reports whether the context fp has this store's CPU
+// model (an unreadable context: no, it cannot be told apart).
+func (s *Store) tunedOnThisCPU(fp string) (bool, error) {
+	ours, ourFP := s.capture.Current()
+	if fp == ourFP {
+		return true, nil
+	}
+	found, err := s.contexts.resolveOwn(s, []string{fp})
+	if err != nil {
+		return false, err
+	}
+	theirs := found[fp]
+	return theirs != nil && theirs.CPUModel == ours.CPUModel, nil
+}
+
+// configOfAnotherDevice is the most recent entry of (opID, callKey) in
+// namespace, of any device, or nil.
+func (s *Store) configOfAnotherDevice(ctx context.Context, namespace, opID, callKey string) (*ConfigEntry, error) {
+	var best *storage.ConfigEntry
+	err := s.be.View(ctx, "config get", func(r storage.Reader) error {
+		best = nil
+		return r.EachConfig(storage.ConfigFilter{Namespace: namespace, OpID: opID}, func(e *storage.ConfigEntry) error {
+			if e.CallKey == callKey && (best == nil || e.UpdateDate > best.UpdateDate) {
+				best = e
+			}
+			return nil
+		})
+	})
+	if err != nil || best == nil {
+		return nil, err
+	}
+	return (*ConfigEntry)(best), nil
 }
 
 // ConfigValue is ConfigGet for the bindings, which decode the value: one
 // stored nested deeper than limits.MaxValueDepth is a KindValue error
 // naming the entry.
-func (s *Store) ConfigValue(ctx context.Context, namespace, device, opID, callKey string) (*ConfigEntry, error) {
-	e, err := s.ConfigGet(ctx, namespace, device, opID, callKey)
+func (s *Store) ConfigValue(ctx context.Context, namespace, device, opID, callKey string, otherDevices bool) (*ConfigEntry, error) {
+	e, err := s.ConfigGet(ctx, namespace, device, opID, callKey, otherDevices)
 	if e != nil {
 		if msg := e.TooDeep(); msg != "" {
 			return nil, newError(KindValue, "%s", msg)
@@ -116,12 +192,16 @@ func (s *Store) ConfigPut(ctx context.Context, namespace, device, opID, callKey,
 		return false, wrapError(KindValue, err, "config %s: the value is not one JSON value: %v", name, err)
 	}
 	stamp := identity.NowISO(time.Now())
+	fp, js, _ := s.capture.Capture(0)
 	e := &storage.ConfigEntry{Namespace: namespace, Key: key, Device: device, OpID: opID, CallKey: callKey,
-		ValueJSON: valueJSON, Hostname: s.hostname, Username: s.username, CreationDate: stamp, UpdateDate: stamp}
+		ValueJSON: valueJSON, Hostname: s.hostname, Username: s.username, CreationDate: stamp, UpdateDate: stamp,
+		Context: fp}
 	var wrote bool
 	err := s.be.Update(ctx, "config put", func(w storage.Writer) (err error) {
-		wrote, err = w.PutConfig(e, overwrite)
-		return err
+		if wrote, err = w.PutConfig(e, overwrite); err != nil || !wrote {
+			return err
+		}
+		return w.PutContext(storage.RunContext{Fingerprint: fp, JSON: js})
 	})
 	return wrote, err
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tirastore/tirastore/core/storage"
 )
 
 // A database that only holds records never gets the config table: reads
@@ -15,7 +17,7 @@ import (
 func TestConfigReadsOfARecordsDatabase(t *testing.T) {
 	t.Parallel()
 	st := openTemp(t, Options{CPUModel: "X"})
-	if e, err := st.ConfigGet(ctx, "", "gpu:0", "matmul@v1", "k"); err != nil || e != nil {
+	if e, err := st.ConfigGet(ctx, "", "gpu:0", "matmul@v1", "k", false); err != nil || e != nil {
 		t.Fatalf("get: %v, %v", e, err)
 	}
 	if n, err := st.ConfigLen(ctx, ""); err != nil || n != 0 {
@@ -48,7 +50,7 @@ func TestConfigPutGetOverwrite(t *testing.T) {
 	if ok, err := st.ConfigPut(ctx, "", "gpu:0", "matmul@v1", "sig1", v1, true); err != nil || !ok {
 		t.Fatalf("put: %v, %v", ok, err)
 	}
-	e, err := st.ConfigGet(ctx, "", "gpu:0", "matmul@v1", "sig1")
+	e, err := st.ConfigGet(ctx, "", "gpu:0", "matmul@v1", "sig1", false)
 	if err != nil || e == nil || e.ValueJSON != v1 || e.Key != "gpu:0|matmul@v1|sig1" || e.CreationDate == "" || e.UpdateDate != e.CreationDate {
 		t.Fatalf("get: %+v, %v", e, err)
 	}
@@ -56,14 +58,14 @@ func TestConfigPutGetOverwrite(t *testing.T) {
 	if ok, err := st.ConfigPut(ctx, "", "gpu:0", "matmul@v1", "sig1", `1`, false); err != nil || ok {
 		t.Fatalf("put without overwrite: %v, %v; want false", ok, err)
 	}
-	if e2, _ := st.ConfigGet(ctx, "", "gpu:0", "matmul@v1", "sig1"); e2.ValueJSON != v1 {
+	if e2, _ := st.ConfigGet(ctx, "", "gpu:0", "matmul@v1", "sig1", false); e2.ValueJSON != v1 {
 		t.Fatalf("value after a put without overwrite: %s", e2.ValueJSON)
 	}
 	time.Sleep(2 * time.Millisecond)
 	if ok, err := st.ConfigPut(ctx, "", "gpu:0", "matmul@v1", "sig1", `[1,2]`, true); err != nil || !ok {
 		t.Fatalf("overwrite: %v, %v", ok, err)
 	}
-	e3, _ := st.ConfigGet(ctx, "", "gpu:0", "matmul@v1", "sig1")
+	e3, _ := st.ConfigGet(ctx, "", "gpu:0", "matmul@v1", "sig1", false)
 	if e3.ValueJSON != `[1,2]` || e3.CreationDate != e.CreationDate || e3.UpdateDate == e.UpdateDate {
 		t.Fatalf("after overwrite: %+v (first %+v)", e3, e)
 	}
@@ -155,5 +157,88 @@ func TestConfigConcurrentPutsKeepEverything(t *testing.T) {
 	}
 	if n, err := stores[0].ConfigLen(ctx, ""); err != nil || n != writers*each {
 		t.Fatalf("%d entries after %d puts (%v)", n, writers*each, err)
+	}
+}
+
+// A CPU device's fingerprint ("cpu|") names no CPU: an entry tuned on
+// another CPU model is refused unless asked; a GPU's names its hardware,
+// and an entry of unknown context is served as before. Asked, a miss is
+// served the most recent entry of the operation and call signature under
+// another device.
+func TestConfigDeviceFingerprints(t *testing.T) {
+	t.Parallel()
+	st := openTemp(t, Options{})
+	ours, _ := st.capture.Current()
+	plant := func(device, callKey string, cpuModel string) {
+		t.Helper()
+		other := ours
+		other.CPUModel = cpuModel
+		fp := other.Fingerprint()
+		if cpuModel == "" {
+			fp = "" // unknown context
+		}
+		err := st.Backend().Update(ctx, "plant", func(w storage.Writer) error {
+			if fp != "" {
+				if err := w.PutContext(storage.RunContext{Fingerprint: fp, JSON: other.JSON()}); err != nil {
+					return err
+				}
+			}
+			_, err := w.PutConfig(&storage.ConfigEntry{Key: ConfigKey(device, "mm", callKey), Device: device, OpID: "mm",
+				CallKey: callKey, ValueJSON: `"` + cpuModel + `"`, Hostname: "h", Username: "u", CreationDate: "2026-01-01",
+				UpdateDate: "2026-01-01", Context: fp}, true)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := func(device, callKey string, other bool) string {
+		t.Helper()
+		e, err := st.ConfigGet(ctx, "", device, "mm", callKey, other)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e == nil {
+			return "miss"
+		}
+		return e.ValueJSON
+	}
+	plant("cpu|", "a", "Some Other CPU")
+	if got := get("cpu|", "a", false); got != "miss" {
+		t.Errorf("a CPU entry tuned on another CPU model: %s, want a miss", got)
+	}
+	if got := get("cpu|", "a", true); got != `"Some Other CPU"` {
+		t.Errorf("asked for other devices: %s", got)
+	}
+	// The negative control: the same entry tuned on this CPU model.
+	plant("cpu|", "a", ours.CPUModel)
+	if got := get("cpu|", "a", false); got != `"`+ours.CPUModel+`"` {
+		t.Errorf("a CPU entry tuned on this CPU model: %s", got)
+	}
+	plant("NVIDIA A100-SXM4-80GB|cuda 12.2", "b", "Some Other CPU")
+	if got := get("NVIDIA A100-SXM4-80GB|cuda 12.2", "b", false); got != `"Some Other CPU"` {
+		t.Errorf("a GPU entry (its fingerprint names the device): %s", got)
+	}
+	plant("cpu:0", "c", "")
+	if got := get("cpu:0", "c", false); got != `""` {
+		t.Errorf("an entry of unknown context: %s", got)
+	}
+	if _, err := st.ConfigPut(ctx, "", "cpu|", "mm", "d", `{"block": 64}`, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := get("cpu|", "d", false); got != `{"block": 64}` {
+		t.Errorf("this store's own put: %s", got)
+	}
+	// Another GPU: a miss, unless asked, then the A100's.
+	if got := get("NVIDIA H100|cuda 12.4", "b", false); got != "miss" {
+		t.Errorf("another GPU's key: %s", got)
+	}
+	if got := get("NVIDIA H100|cuda 12.4", "b", true); got != `"Some Other CPU"` {
+		t.Errorf("another GPU's key, asked: %s", got)
+	}
+	for dev, cpu := range map[string]bool{"cpu|": true, "CPU": true, "cpu:0": true, " cpu |x": true, "gpu:0": false, "tpu|v4": false, "NVIDIA A100|": false} {
+		if isCPUDevice(dev) != cpu {
+			t.Errorf("isCPUDevice(%q) = %v", dev, !cpu)
+		}
 	}
 }

@@ -28,7 +28,7 @@ func TestConfigImportOnceAndExport(t *testing.T) {
 	if err != nil || !res.Found || res.Skipped || res.Added != 2 || res.Entries != 2 {
 		t.Fatalf("first import: %+v, %v", res, err)
 	}
-	if e, err := st.ConfigGet(ctx, "", "gpu:0", "mm", "b|c"); err != nil || e == nil || e.ValueJSON != "[1,2]" {
+	if e, err := st.ConfigGet(ctx, "", "gpu:0", "mm", "b|c", false); err != nil || e == nil || e.ValueJSON != "[1,2]" {
 		t.Fatalf("the call_key keeps its bars: %+v, %v", e, err)
 	}
 	if res, err = st.ConfigImportJSON(ctx, "", path, true, false); err != nil || !res.Skipped || res.Changed || res.Added != 0 {
@@ -86,7 +86,7 @@ func TestConfigGetSeesAnotherStoresPut(t *testing.T) {
 	}
 	defer b.Close()
 	value := func() string {
-		e, err := a.ConfigGet(ctx, "", "d", "op", "k")
+		e, err := a.ConfigGet(ctx, "", "d", "op", "k", false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,7 +147,7 @@ func TestConfigNamespacesImportExport(t *testing.T) {
 		t.Fatalf("a second once import of %s: %+v, %v", fa, res, err)
 	}
 	value := func(ns string) string {
-		e, err := st.ConfigGet(ctx, ns, "gpu:0", "fa@v1", "s")
+		e, err := st.ConfigGet(ctx, ns, "gpu:0", "fa@v1", "s", false)
 		if err != nil || e == nil || e.Namespace != ns {
 			t.Fatalf("get in %q: %+v, %v", ns, e, err)
 		}
@@ -195,7 +195,7 @@ func TestConfigNamespacesImportExport(t *testing.T) {
 		t.Fatalf("a too deep value in flash-attn: %v", err)
 	}
 	for _, call := range []func() error{
-		func() error { _, err := st.ConfigGet(ctx, "a\x00b", "d", "o", "k"); return err },
+		func() error { _, err := st.ConfigGet(ctx, "a\x00b", "d", "o", "k", false); return err },
 		func() error { _, err := st.ConfigPut(ctx, "a\x00b", "d", "o", "k", "1", true); return err },
 		func() error { _, err := st.ConfigLen(ctx, "a\x00b"); return err },
 		func() error { _, err := st.ConfigClear(ctx, "\xed\xa0\x80"); return err },

@@ -44,7 +44,8 @@ func (r *reader) eachProgram(fn func(storage.Program, []storage.ScheduleResult) 
 // backupTo writes the reader's snapshot into path, an empty file the
 // caller created (see storage.Backend.Backup), as a SQLite
 // database of the same tables (the original's schema, with the
-// kernel-config tables when there are entries): a copy that any TiraStore,
+// kernel-config tables when there are entries, the runs tables when there
+// are runs): a copy that any TiraStore,
 // or the original library, can open. Records go in insertion order, so
 // that the copy's rowid order, and hence its export, is the server's.
 // Claims are not copied: they belong to running workers.
@@ -76,15 +77,30 @@ func (r *reader) backupTo(path string) error {
 		if err != nil {
 			return err
 		}
-		err = r.eachRecordPage("SELECT rowid, "+recordColumnsOfR+" FROM records r", func(rows pgx.Rows) (int64, error) {
+		err = r.eachRecordPage("SELECT rowid, "+recordColumnsOfR+", "+runsOfR+" FROM records r", func(rows pgx.Rows) (int64, error) {
 			var id int64
 			var rec storage.Record
-			if err := rows.Scan(append([]any{&id}, sqlite.RecordFields(&rec)...)...); err != nil {
+			if err := rows.Scan(append(append([]any{&id}, sqlite.RecordFields(&rec)...), &rec.Runs)...); err != nil {
 				return 0, err
 			}
-			_, err := tx.PutRecord(&rec, false)
-			return id, err
+			if _, err := tx.PutRecord(&rec, false); err != nil {
+				return 0, err
+			}
+			if rec.Runs != "" {
+				return id, tx.PutRuns(rec.Key, rec.UpdateDate, rec.Runs)
+			}
+			return id, nil
 		})
+		if err != nil {
+			return err
+		}
+		err = r.rows(func(rows pgx.Rows) error {
+			var fp, text string
+			if err := rows.Scan(&fp, &text); err != nil {
+				return err
+			}
+			return tx.PutContext(fp, text)
+		}, "SELECT fingerprint, context_json FROM run_contexts ORDER BY fingerprint")
 		if err != nil {
 			return err
 		}

@@ -34,7 +34,8 @@ const (
 	// SchemaVersion is db_meta's schema_version this engine knows.
 	SchemaVersion = 2
 	// LayoutVersion is db_meta's postgres_schema this engine writes: 2
-	// since config entries have a namespace, 3 since records have runs.
+	// since config entries have a namespace, 3 since records have runs
+	// and config entries a context.
 	LayoutVersion = 3
 )
 
@@ -80,6 +81,7 @@ var schemaDDL = []string{
     username       TEXT COLLATE "C" NOT NULL,
     creation_date  TEXT COLLATE "C" NOT NULL,
     update_date    TEXT COLLATE "C" NOT NULL,
+    context        TEXT COLLATE "C" NOT NULL DEFAULT '',
     PRIMARY KEY (namespace, key)
 )`,
 	createConfigIndex,
@@ -146,8 +148,10 @@ var migrations = map[int][]string{
 		`DROP INDEX IF EXISTS idx_config_entries_device_op_id`,
 		createConfigIndex,
 	},
-	// 2 -> 3: records have runs (storage "Runs").
-	2: {createRunsTable, createContextsTable},
+	// 2 -> 3: records have runs (storage "Runs"), config entries the
+	// context they were tuned in.
+	2: {createRunsTable, createContextsTable,
+		`ALTER TABLE config_entries ADD COLUMN IF NOT EXISTS context TEXT COLLATE "C" NOT NULL DEFAULT ''`},
 }
 
 // init checks the server and the schema and creates or migrates the

@@ -412,11 +412,11 @@ func (r *reader) eachRecordPage(query string, scan func(pgx.Rows) (int64, error)
 	}
 }
 
-const configColumns = `namespace, key, device, op_id, call_key, value_json, hostname, username, creation_date, update_date`
+const configColumns = `namespace, key, device, op_id, call_key, value_json, hostname, username, creation_date, update_date, context`
 
 func configDst(e *storage.ConfigEntry) []any {
 	return []any{&e.Namespace, &e.Key, &e.Device, &e.OpID, &e.CallKey, &e.ValueJSON, &e.Hostname, &e.Username,
-		&e.CreationDate, &e.UpdateDate}
+		&e.CreationDate, &e.UpdateDate, &e.Context}
 }
 
 // getConfig reads one config entry through q (the pool or a transaction).
@@ -616,16 +616,16 @@ func (r *reader) Contexts(fingerprints []string) (map[string]string, error) {
 // PutConfig inserts e, or replaces the entry of its (namespace, key) if
 // overwrite.
 func (w *writer) PutConfig(e *storage.ConfigEntry, overwrite bool) (bool, error) {
-	q := "INSERT INTO config_entries (" + configColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+	q := "INSERT INTO config_entries (" + configColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
   ON CONFLICT (namespace, key) DO NOTHING`
 	if overwrite {
-		q = "INSERT INTO config_entries (" + configColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+		q = "INSERT INTO config_entries (" + configColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
   ON CONFLICT (namespace, key) DO UPDATE SET device = excluded.device, op_id = excluded.op_id,
        call_key = excluded.call_key, value_json = excluded.value_json, hostname = excluded.hostname,
-       username = excluded.username, update_date = excluded.update_date`
+       username = excluded.username, update_date = excluded.update_date, context = excluded.context`
 	}
 	n, err := w.exec(q, e.Namespace, e.Key, e.Device, e.OpID, e.CallKey, e.ValueJSON, e.Hostname, e.Username,
-		e.CreationDate, e.UpdateDate)
+		e.CreationDate, e.UpdateDate, e.Context)
 	return n > 0, err
 }
 

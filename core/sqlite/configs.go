@@ -17,13 +17,17 @@ import (
 // write (a database that only holds records never gets it); until then
 // every read finds it empty. The original library never looks at it.
 //
-// # Its two layouts
+// # Its layouts
 //
-// The first layout had no namespace: key TEXT PRIMARY KEY (configKeyed).
-// A database that has it is read as it is, every row in the namespace "",
-// through a subquery that adds the column (configLayout.source), and the
-// first config write of this engine rebuilds it into the current layout
-// (rebuildConfigTable) inside that write's transaction: a crash or an
+// The first layout had no namespace: key TEXT PRIMARY KEY (configKeyed);
+// the second no context (the fingerprint of the run context an entry was
+// tuned in: run_contexts, runs.go). A database that has one of them is
+// read as it is, every row of the first in the namespace "", of both of
+// context "", through a subquery that adds the columns
+// (configLayout.source). The first config write of this engine adds the
+// context column to the second (an ALTER TABLE, which rewrites nothing)
+// and rebuilds the first into the current layout (rebuildConfigTable),
+// inside that write's transaction: a crash or an
 // error leaves the old table or the new one, never neither, and no write
 // of an entry happens without it. The table's columns say its layout:
 // db_meta's schema_version stays the original's (docs/COMPAT.md), and the
@@ -43,6 +47,7 @@ const (
     username       TEXT NOT NULL,
     creation_date  TEXT NOT NULL,
     update_date    TEXT NOT NULL,
+    context        TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (namespace, key)
 )`
 	// ConfigIndex serves the listings of one namespace's entries of a
@@ -69,14 +74,17 @@ const (
     username     TEXT NOT NULL
 )`
 
-	// configColumns are the columns both layouts have; a read selects
-	// namespace first.
+	// configColumns are the columns every layout has; a read selects
+	// namespace first and context last (configRead).
 	configColumns = `key, device, op_id, call_key, value_json, hostname, username, creation_date, update_date`
-	insertConfig  = `INSERT OR IGNORE INTO config_entries (namespace, ` + configColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	upsertConfig  = `INSERT INTO config_entries (namespace, ` + configColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	configRead    = `namespace, ` + configColumns + `, context`
+	insertConfig  = `INSERT OR IGNORE INTO config_entries (` + configRead + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	upsertConfig  = `INSERT INTO config_entries (` + configRead + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
   ON CONFLICT(namespace, key) DO UPDATE SET device = excluded.device, op_id = excluded.op_id,
        call_key = excluded.call_key, value_json = excluded.value_json, hostname = excluded.hostname,
-       username = excluded.username, update_date = excluded.update_date`
+       username = excluded.username, update_date = excluded.update_date, context = excluded.context`
+	// addConfigContext brings the second layout to the third.
+	addConfigContext = `ALTER TABLE config_entries ADD COLUMN context TEXT NOT NULL DEFAULT ''`
 )
 
 // configLayout is the shape of a database's config table.
@@ -85,16 +93,20 @@ type configLayout int
 const (
 	configNone       configLayout = iota // no table yet: every read finds nothing
 	configKeyed                          // the first layout: key TEXT PRIMARY KEY, no namespace
-	configNamespaced                     // the current one: (namespace, key)
+	configNamespaced                     // the second: (namespace, key), no context
+	configContexts                       // the current one: with the context of each entry
 )
 
 // source is what a read selects the config rows from, each with its
-// namespace: the table itself, or the old one's rows in the namespace "".
-// SQLite flattens the subquery, so a read by key still uses the old
-// table's primary key.
+// namespace and context: the table itself, or an old one's rows in the
+// namespace "" and of no context ("": unknown). SQLite flattens the
+// subquery, so a read by key still uses the old table's primary key.
 func (l configLayout) source() string {
-	if l == configKeyed {
-		return `(SELECT '' AS namespace, ` + configColumns + ` FROM config_entries)`
+	switch l {
+	case configKeyed:
+		return `(SELECT '' AS namespace, ` + configColumns + `, '' AS context FROM config_entries)`
+	case configNamespaced:
+		return `(SELECT namespace, ` + configColumns + `, '' AS context FROM config_entries)`
 	}
 	return ConfigTable
 }
@@ -112,16 +124,19 @@ func (l configLayout) order() string {
 // configLayout tells whether the config table exists and in which layout,
 // in the one statement that was the look for the table before namespaces.
 func (d *DB) configLayout() (configLayout, error) {
-	var cols, ns int
-	err := d.queryRow(`SELECT count(*), count(CASE WHEN name = 'namespace' THEN 1 END)
-  FROM pragma_table_info('config_entries', 'main')`).Scan(&cols, &ns)
+	var cols, ns, ctx int
+	err := d.queryRow(`SELECT count(*), count(CASE WHEN name = 'namespace' THEN 1 END),
+       count(CASE WHEN name = 'context' THEN 1 END)
+  FROM pragma_table_info('config_entries', 'main')`).Scan(&cols, &ns, &ctx)
 	switch {
 	case err != nil || cols == 0:
 		return configNone, err
 	case ns == 0:
 		return configKeyed, nil
+	case ctx == 0:
+		return configNamespaced, nil
 	}
-	return configNamespaced, nil
+	return configContexts, nil
 }
 
 // hasTable reports whether the table name exists.
@@ -134,7 +149,7 @@ func (d *DB) hasTable(name string) (bool, error) {
 func scanConfig(sc scanner) (*storage.ConfigEntry, error) {
 	var e storage.ConfigEntry
 	err := sc.Scan(&e.Namespace, &e.Key, &e.Device, &e.OpID, &e.CallKey, &e.ValueJSON, &e.Hostname, &e.Username,
-		&e.CreationDate, &e.UpdateDate)
+		&e.CreationDate, &e.UpdateDate, &e.Context)
 	return &e, err
 }
 
@@ -144,7 +159,7 @@ func (d *DB) GetConfig(namespace, key string) (*storage.ConfigEntry, error) {
 	if err != nil || l == configNone {
 		return nil, err
 	}
-	e, err := scanConfig(d.queryRow("SELECT namespace, "+configColumns+" FROM "+l.source()+
+	e, err := scanConfig(d.queryRow("SELECT "+configRead+" FROM "+l.source()+
 		" WHERE namespace = ? AND key = ?", namespace, key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
@@ -170,7 +185,7 @@ func (d *DB) EachConfig(f storage.ConfigFilter, fn func(*storage.ConfigEntry) er
 	if f.OpID != "" {
 		where, args = append(where, "op_id = ?"), append(args, f.OpID)
 	}
-	q := "SELECT namespace, " + configColumns + " FROM " + l.source()
+	q := "SELECT " + configRead + " FROM " + l.source()
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -196,8 +211,11 @@ func (tx *Tx) configTable(create bool) (bool, error) {
 		return false, err
 	}
 	switch l {
-	case configNamespaced:
+	case configContexts:
 		return true, nil
+	case configNamespaced:
+		_, err := tx.Exec(addConfigContext)
+		return true, err
 	case configKeyed:
 		return true, tx.rebuildConfigTable()
 	}
@@ -261,7 +279,7 @@ func (tx *Tx) PutConfig(e *storage.ConfigEntry, overwrite bool) (bool, error) {
 		q = upsertConfig
 	}
 	return tx.changed(q, e.Namespace, e.Key, e.Device, e.OpID, e.CallKey, e.ValueJSON, e.Hostname, e.Username,
-		e.CreationDate, e.UpdateDate)
+		e.CreationDate, e.UpdateDate, e.Context)
 }
 
 // DeleteConfig removes the entry of (namespace, key) and reports whether

@@ -145,8 +145,8 @@ func TestOldConfigTableReadThenRebuiltByTheFirstWrite(t *testing.T) {
 	}
 	l, names := layoutOf(t, db)
 	want := []string{"index " + ConfigIndex, "index sqlite_autoindex_config_entries_1", "table config_entries"}
-	if l != configNamespaced || !slices.Equal(names, want) {
-		t.Fatalf("after the first write: layout %d, %q; want %d, %q", l, names, configNamespaced, want)
+	if l != configContexts || !slices.Equal(names, want) {
+		t.Fatalf("after the first write: layout %d, %q; want %d, %q", l, names, configContexts, want)
 	}
 	after := allConfigs(t, db)
 	if wantAll := append(slices.Clone(before), `flash-attn/gpu:0|op|k000="fa`); !slices.Equal(after, wantAll) {
@@ -214,7 +214,7 @@ func TestOldConfigTableRebuildIsTheWritesTransaction(t *testing.T) {
 				if k, err := c.write(tx); err != nil || k == 0 {
 					return fmt.Errorf("the write: %d, %v", k, err)
 				}
-				if l, _ := tx.d.configLayout(); l != configNamespaced {
+				if l, _ := tx.d.configLayout(); l != configContexts {
 					return fmt.Errorf("the write did not rebuild the table: layout %d", l)
 				}
 				return boom // the write fails after the rebuild
@@ -232,7 +232,7 @@ func TestOldConfigTableRebuildIsTheWritesTransaction(t *testing.T) {
 			if err := db.Tx(func(tx *Tx) error { _, err := c.write(tx); return err }); err != nil {
 				t.Fatal(err)
 			}
-			if l, _ := layoutOf(t, db); l != configNamespaced {
+			if l, _ := layoutOf(t, db); l != configContexts {
 				t.Fatalf("a write that committed left layout %d", l)
 			}
 			if got, _ := db.CountConfigs(""); got != int64(c.after) {
@@ -257,5 +257,61 @@ func TestConfigDeleteCreatesNoTable(t *testing.T) {
 	}
 	if l, names := layoutOf(t, db); l != configNone || len(names) != 0 {
 		t.Fatalf("layout %d, %q", l, names)
+	}
+}
+
+// The second layout (namespaced, without a context column) is read with
+// every entry of unknown context, and its first config write adds the
+// column (an ALTER TABLE in the write's transaction: a failed write
+// leaves the table as it was).
+func TestSecondConfigLayoutGainsContexts(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t, "c.db")
+	if err := db.Tx(func(tx *Tx) error {
+		_, err := tx.Exec(`CREATE TABLE config_entries (namespace TEXT NOT NULL DEFAULT '', key TEXT NOT NULL,
+  device TEXT NOT NULL, op_id TEXT NOT NULL, call_key TEXT NOT NULL, value_json TEXT NOT NULL, hostname TEXT NOT NULL,
+  username TEXT NOT NULL, creation_date TEXT NOT NULL, update_date TEXT NOT NULL, PRIMARY KEY (namespace, key))`)
+		if err == nil {
+			_, err = tx.Exec(`INSERT INTO config_entries VALUES ('ns', 'd|o|k', 'd', 'o', 'k', '1', 'h', 'u', 'c', 'u')`)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := db.configLayout(); l != configNamespaced {
+		t.Fatalf("layout %d, want the second", l)
+	}
+	e, err := db.GetConfig("ns", "d|o|k")
+	if err != nil || e == nil || e.Context != "" || e.ValueJSON != "1" {
+		t.Fatalf("read of the second layout: %+v, %v", e, err)
+	}
+	boom := errors.New("boom")
+	put := func(tx *Tx) error {
+		_, err := tx.PutConfig(&storage.ConfigEntry{Namespace: "ns", Key: "d|o|k2", Device: "d", OpID: "o", CallKey: "k2",
+			ValueJSON: "2", Hostname: "h", Username: "u", CreationDate: "c", UpdateDate: "u", Context: "fp"}, false)
+		return err
+	}
+	if err := db.Tx(func(tx *Tx) error {
+		if err := put(tx); err != nil {
+			return err
+		}
+		return boom
+	}); !errors.Is(err, boom) {
+		t.Fatal(err)
+	}
+	if l, _ := db.configLayout(); l != configNamespaced {
+		t.Fatalf("a failed write left layout %d", l)
+	}
+	if err := db.Tx(put); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := db.configLayout(); l != configContexts {
+		t.Fatalf("after a write: layout %d, want the current", l)
+	}
+	if e, err := db.GetConfig("ns", "d|o|k2"); err != nil || e == nil || e.Context != "fp" {
+		t.Fatalf("the written entry: %+v, %v", e, err)
+	}
+	if e, err := db.GetConfig("ns", "d|o|k"); err != nil || e == nil || e.Context != "" {
+		t.Fatalf("the old entry: %+v, %v", e, err)
 	}
 }

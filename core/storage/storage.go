@@ -100,6 +100,10 @@ type ConfigEntry struct {
 	Username     string
 	CreationDate string
 	UpdateDate   string
+	// Context is the fingerprint of the run context the entry was tuned
+	// in (a run_contexts row: see "Runs"); "" when unknown (an entry
+	// written before contexts, or imported from a JSON file).
+	Context string
 }
 
 // ConfigName is how messages name the config entry of key in namespace:

@@ -149,6 +149,17 @@ class PersistentCache(Generic[Cfg]):
         presumed dead (None: 600)
     :param bool create: False uses an existing database only: the first
         call raises :exc:`FileNotFoundError` without one, as tools need
+    :param bool other_devices: a configuration is tuned for a device, which
+        ejkernel names by its fingerprint (``"NVIDIA A100-SXM4-80GB|cuda
+        12.2"``, ``"cpu|"``); every put keeps the run context it was tuned
+        in (host, CPU model, ...). False (default): a get serves only what
+        was tuned for the device asked, and, for a CPU (whose fingerprint
+        names no model), only what was tuned on this CPU model (an entry
+        tuned on another is a miss, to tune here; one of unknown context,
+        written before contexts or imported from a JSON file, is served).
+        True: any entry of the key, and on a miss the most recent entry of
+        the operation and call signature tuned for another device, to
+        start from
     :raises TypeError: *path* is neither None, a str nor path-like, or
         *shared* is not None or a bool
 
@@ -173,6 +184,7 @@ class PersistentCache(Generic[Cfg]):
         lock_timeout: Optional[float] = None,
         stale_lock_timeout: Optional[float] = None,
         create: bool = True,
+        other_devices: bool = False,
     ) -> None:
         # Nothing here may touch the filesystem or load the library:
         # ejkernel constructs 39 caches while it is imported.
@@ -186,6 +198,9 @@ class PersistentCache(Generic[Cfg]):
         self._lock_timeout = lock_timeout
         self._stale_lock_timeout = stale_lock_timeout
         self._create = create
+        if not isinstance(other_devices, bool):
+            raise TypeError(f"PersistentCache(): other_devices must be a bool, not {type(other_devices).__name__}")
+        self._other_devices = other_devices
         self.loader = loader
         self.dumper = dumper
         self.cfg_type = cfg_type
@@ -345,6 +360,9 @@ class PersistentCache(Generic[Cfg]):
         returned value's containers in place: a cache that keeps its
         entries in this process (see above) shares them between gets.
 
+        A configuration tuned for another device is not served (see
+        *other_devices*).
+
         :param str device: the device fingerprint (``"gpu:0"``, ``"tpu:v4"``)
         :param str op_id: the operation with its version (``"matmul@v1"``)
         :param str call_key: the call signature
@@ -359,8 +377,10 @@ class PersistentCache(Generic[Cfg]):
             self._check("config_value", device, op_id, call_key)
             raw = None if self._memory is None else self._memory.get((device, op_id, call_key))
         else:
-            found = store._call_as("PersistentCache.get", "config_value", {
-                "device": device, "op_id": op_id, "call_key": call_key, "namespace": self._place["namespace"]})
+            args = {"device": device, "op_id": op_id, "call_key": call_key, "namespace": self._place["namespace"]}
+            if getattr(self, "_other_devices", False):  # (a cache pickled before it existed)
+                args["other_devices"] = True
+            found = store._call_as("PersistentCache.get", "config_value", args)
             raw = None if found is None else found[0]
         if raw is None:
             return None

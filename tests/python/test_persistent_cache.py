@@ -602,3 +602,53 @@ def test_a_put_is_seen_by_other_processes_at_once(tmp_path):
 def test_negative_control_cache_trusted_blindly(tmp_path, failpoints_lib):
     wrong = freshness(tmp_path, "cache-trust")
     assert wrong, "with the cache trusted blindly the observer still answered right: the check above could not fail"
+
+
+def _retune_elsewhere(db: Path, cpu_model: str) -> None:
+    """Make every config entry look tuned on a CPU model other than this
+    one: a context like this process's with another cpu_model, stored under
+    its fingerprint (as the library names contexts: the SHA-256 of their
+    canonical JSON)."""
+    import hashlib
+
+    con = sqlite3.connect(db)
+    try:
+        [(text,)] = con.execute("SELECT context_json FROM run_contexts").fetchall()
+        ctx = json.loads(text)
+        ctx["cpu_model"] = cpu_model
+        other = json.dumps(ctx, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        fp = hashlib.sha256(other.encode()).hexdigest()[:32]
+        con.execute("INSERT INTO run_contexts VALUES (?, ?)", (fp, other))
+        con.execute("UPDATE config_entries SET context = ?", (fp,))
+        con.commit()
+    finally:
+        con.close()
+
+
+def test_device_fingerprints(tmp_path):
+    """ejkernel's fingerprint of a CPU ("cpu|") names no model: a
+    configuration tuned on another CPU model is a miss unless asked; a GPU's
+    fingerprint names the GPU, and another GPU's configuration is served
+    only when asked, as a starting point."""
+    path = tmp_path / "mm.json"
+    cache = PersistentCache("mm", path)
+    assert cache.put("cpu|", "mm@v1", "m=64", {"block": 64})
+    assert cache.put("NVIDIA A100-SXM4-80GB|cuda 12.2", "mm@v1", "m=64", {"block": 128})
+    assert cache.get("cpu|", "mm@v1", "m=64") == Namespace(block=64)
+    cache.close()
+    _retune_elsewhere(tmp_path / "persistent-cache.tirastore.db", "Some Other CPU @ 1.0GHz")
+    here = PersistentCache("mm", path)
+    assert here.get("cpu|", "mm@v1", "m=64") is None
+    assert here.get("NVIDIA A100-SXM4-80GB|cuda 12.2", "mm@v1", "m=64") == Namespace(block=128)
+    assert here.get("NVIDIA H100|cuda 12.4", "mm@v1", "m=64") is None
+    asked = PersistentCache("mm", path, other_devices=True)
+    assert asked.get("cpu|", "mm@v1", "m=64") == Namespace(block=64)
+    assert asked.get("NVIDIA H100|cuda 12.4", "mm@v1", "m=64") is not None  # another GPU's, to start from
+    assert asked.get("NVIDIA H100|cuda 12.4", "mm@v1", "m=32") is None
+    # Tuned here again: served.
+    assert here.put("cpu|", "mm@v1", "m=64", {"block": 32})
+    assert here.get("cpu|", "mm@v1", "m=64") == Namespace(block=32)
+    with pytest.raises(TypeError):
+        PersistentCache("mm", path, other_devices="yes")
+    for c in (here, asked):
+        c.close()
