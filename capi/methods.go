@@ -35,7 +35,7 @@ var (
 	// configGetParams: a get may also take configurations tuned under
 	// other device fingerprints (core/config.go, "Device fingerprints").
 	configGetParams = append(configParams[:len(configParams):len(configParams)], "other_devices")
-	recordParams = []string{"program_name", "program_source_code", "program_hash", "tiralib_schedule_string", "is_legal", "execution_times", "overwrite"}
+	recordParams    = []string{"program_name", "program_source_code", "program_hash", "tiralib_schedule_string", "is_legal", "execution_times", "overwrite"}
 )
 
 // methods is the whole C-callable API besides open/close. New commands (the
