@@ -357,7 +357,7 @@ var methods = map[string]method{
 		}
 		return st.Backup(ctx, p)
 	}},
-	"export": {true, []string{"output_path", "fmt"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+	"export": {true, []string{"output_path", "fmt", "runs"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		p, err := a.str("output_path")
 		if err != nil {
 			return nil, err
@@ -369,7 +369,11 @@ var methods = map[string]method{
 		if _, given := a.obj.Get("fmt"); !given {
 			f = "json"
 		}
-		out, warnings, err := operator.Export(ctx, st, p, f)
+		runs, err := a.boolean("runs", false)
+		if err != nil {
+			return nil, err
+		}
+		out, warnings, err := operator.Export(ctx, st, p, f, runs)
 		if err != nil {
 			return nil, err
 		}

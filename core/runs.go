@@ -255,3 +255,130 @@ func RunContexts(rec *storage.Record) []string {
 	}
 	return out
 }
+
+// ExportRuns is a record's stored runs (storage.Record.Runs) as an export
+// carries them, with each context inline (texts: contexts by fingerprint):
+// a list of {"count", "context" (an object; null when unknown),
+// "slurm_job_id", "load_avg", "mhz" (null when unreadable), "date"}; nil
+// for none (no runs, or runs that do not parse).
+func ExportRuns(runs string, texts map[string]string) []any {
+	if runs == "" {
+		return nil
+	}
+	parsed, err := runctx.ParseRuns(runs)
+	if err != nil {
+		return nil
+	}
+	out := make([]any, len(parsed))
+	for i, r := range parsed {
+		o := pyjson.NewObjectCap(6)
+		o.Set("count", r.Count)
+		var ctx any // parsed, for the export's layout (indented or not)
+		if text, ok := texts[r.Context]; ok {
+			ctx, _ = pyjson.Parse([]byte(text))
+		}
+		o.Set("context", ctx)
+		o.Set("slurm_job_id", r.SlurmJobID)
+		o.Set("load_avg", unreadableAsNil(r.LoadAvg))
+		o.Set("mhz", unreadableAsNil(r.MHz))
+		o.Set("date", r.At)
+		out[i] = o
+	}
+	return out
+}
+
+// unreadableAsNil is f, or nil for the -1 of a value that was unreadable.
+func unreadableAsNil(f float64) any {
+	if f < 0 {
+		return nil
+	}
+	return f
+}
+
+// Bounds of what an import may store in a run: a context this engine
+// captures is about a kilobyte (its CPU flags), its texts short.
+const (
+	maxContextBytes = 64 << 10
+	maxRunText      = 256
+)
+
+// ImportRuns reads the runs of a measurement of count times from an
+// export (ExportRuns' form): the runs to store and the contexts they
+// name, each under the fingerprint of its content. A value that is not
+// that form, or runs that do not add up to count times, is an error
+// naming what is wrong.
+func ImportRuns(v any, count int) (runs string, contexts []storage.RunContext, err error) {
+	list, ok := v.([]any)
+	if !ok {
+		return "", nil, newError(KindValue, "runs is not a list")
+	}
+	out := make([]runctx.Run, len(list))
+	total := 0
+	for i, item := range list {
+		o, ok := item.(*pyjson.Object)
+		if !ok {
+			return "", nil, newError(KindValue, "runs[%d] is not an object", i)
+		}
+		n, _ := o.Get("count")
+		num, ok := n.(pyjson.Number)
+		c, err := num.Float64()
+		if !ok || err != nil || c < 0 || c != float64(int(c)) {
+			return "", nil, newError(KindValue, "runs[%d].count is not a count of times", i)
+		}
+		r := runctx.Run{Count: int(c), LoadAvg: -1, MHz: -1}
+		total += r.Count
+		if x, _ := o.Get("slurm_job_id"); x != nil {
+			if r.SlurmJobID, ok = x.(string); !ok {
+				return "", nil, newError(KindValue, "runs[%d].slurm_job_id is not a string", i)
+			}
+		}
+		if x, _ := o.Get("date"); x != nil {
+			if r.At, ok = x.(string); !ok {
+				return "", nil, newError(KindValue, "runs[%d].date is not a string", i)
+			}
+		}
+		for _, f := range []struct {
+			name string
+			dst  *float64
+		}{{"load_avg", &r.LoadAvg}, {"mhz", &r.MHz}} {
+			x, _ := o.Get(f.name)
+			if x == nil {
+				continue
+			}
+			num, ok := x.(pyjson.Number)
+			v, err := num.Float64()
+			if !ok || err != nil || !num.IsFinite() || v < 0 {
+				return "", nil, newError(KindValue, "runs[%d].%s is not a non-negative number", i, f.name)
+			}
+			*f.dst = v
+		}
+		if len(r.SlurmJobID) > maxRunText || len(r.At) > maxRunText {
+			return "", nil, newError(KindValue, "runs[%d]: slurm_job_id and date are at most %d bytes", i, maxRunText)
+		}
+		if x, _ := o.Get("context"); x != nil {
+			b, err := pyjson.Marshal(x, pyjson.Compact)
+			if err != nil {
+				return "", nil, newError(KindValue, "runs[%d].context: %v", i, err)
+			}
+			if len(b) > maxContextBytes {
+				return "", nil, newError(KindValue, "runs[%d].context is %d bytes, at most %d", i, len(b), maxContextBytes)
+			}
+			st, err := runctx.ParseStatic(string(b))
+			if err != nil {
+				return "", nil, newError(KindValue, "runs[%d].context: %v", i, err)
+			}
+			if err := runctx.CheckTools(st.Tools); err != nil {
+				return "", nil, newError(KindValue, "runs[%d].context: %v", i, err)
+			}
+			r.Context = st.Fingerprint()
+			if !slices.ContainsFunc(contexts, func(c storage.RunContext) bool { return c.Fingerprint == r.Context }) {
+				contexts = append(contexts, storage.RunContext{Fingerprint: r.Context, JSON: st.JSON()})
+			}
+		}
+		out[i] = r
+	}
+	if total != count {
+		return "", nil, newError(KindValue, "runs count %d times, execution_times holds %d", total, count)
+	}
+	return runctx.EncodeRuns(out), contexts, nil
+}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -29,9 +30,11 @@ import (
 // one {name: entry} object per line; an entry is {"Tiramisu_cpp": source,
 // "schedules_list": [{"schedule_str", "is_legal", "execution_times"}],
 // "program_name": name}, and a name with several sources becomes
-// <name>_v1, <name>_v2, ... The format is written (Export, exportWriter)
-// and read back (Import, exportReader) here, in one file, so that the two
-// sides change together.
+// <name>_v1, <name>_v2, ... An export with runs adds to each schedule the
+// "runs" of its record, each with its context inline (core.ExportRuns):
+// other tools ignore the key, and an import stores them. The format is
+// written (Export, exportWriter) and read back (Import, exportReader)
+// here, in one file, so that the two sides change together.
 
 // exportFormats are the formats the original's export accepts.
 var exportFormats = map[string]bool{"json": true, "jsonl": true}
@@ -43,7 +46,10 @@ var exportFormats = map[string]bool{"json": true, "jsonl": true}
 // of it, nor another database). A record whose result_json is not JSON
 // (a direct write to the table can leave one) is left out of the export
 // rather than failing it; warnings then say how many.
-func Export(ctx context.Context, s *core.Store, path, format string) (string, []string, error) {
+//
+// With runs, each schedule also carries its record's runs (see "The
+// original's export format").
+func Export(ctx context.Context, s *core.Store, path, format string, runs bool) (string, []string, error) {
 	if !exportFormats[format] {
 		return "", nil, apierr.New(apierr.KindValue, "fmt must be 'json' or 'jsonl', got %s", schedule.Repr(format))
 	}
@@ -61,9 +67,20 @@ func Export(ctx context.Context, s *core.Store, path, format string) (string, []
 	if err := s.CheckOutput(outfile.Export, out, nil); err != nil {
 		return "", nil, err
 	}
+	var contexts map[string]string
+	if runs {
+		// Read first, apart: few, and a context stored during the export
+		// only leaves a run of it without its context.
+		if err := s.Backend().View(ctx, "export", func(r storage.Reader) (err error) {
+			contexts, err = r.AllContexts()
+			return err
+		}); err != nil {
+			return "", nil, err
+		}
+	}
 	var ew *exportWriter
 	err = outfile.WriteReplacing(out, outfile.PermFor(s.Path()), func(w *bufio.Writer) error {
-		ew = &exportWriter{w: w, json: format == "json"}
+		ew = &exportWriter{w: w, json: format == "json", runs: runs, contexts: contexts}
 		err := s.Backend().EachProgram(ctx, ew.program)
 		if err == nil {
 			err = ew.finish()
@@ -97,6 +114,9 @@ type exportWriter struct {
 	err   error  // the first write error (the scan then stops)
 	// skipped counts the records left out: their result_json is not JSON.
 	skipped int64
+	// runs: each schedule carries its record's runs, with their contexts.
+	runs     bool
+	contexts map[string]string
 }
 
 // errExportWrite stops the scan after a write error (exportWriter.err).
@@ -123,10 +143,15 @@ func (ew *exportWriter) program(p storage.Program, rs []storage.ScheduleResult) 
 			ew.skipped++
 			continue
 		}
-		item := pyjson.NewObjectCap(3)
+		item := pyjson.NewObjectCap(4)
 		item.Set("schedule_str", r.Schedule)
 		item.Set("is_legal", legal)
 		item.Set("execution_times", times)
+		if ew.runs {
+			if runs := core.ExportRuns(r.Runs, ew.contexts); runs != nil {
+				item.Set("runs", runs)
+			}
+		}
 		list = append(list, item)
 	}
 	entry := pyjson.NewObjectCap(3)
@@ -295,11 +320,11 @@ func Import(ctx context.Context, s *core.Store, path string, offset int64, maxRe
 		if err != nil {
 			return nil, apierr.Wrap(apierr.KindValue, err, "%s (at byte %d) is not a TiraStore export: %v", abs, er.pos, err)
 		}
-		name, source, ms, err := exportEntry(key, entry)
+		name, source, ms, runs, err := exportEntry(key, entry)
 		if err != nil {
 			return nil, apierr.Wrap(apierr.KindValue, err, "%s: program %s: %v", abs, schedule.Repr(key), err)
 		}
-		if err := importProgram(ctx, s, name, source, ms, overwrite, listConflicts, res); err != nil {
+		if err := importProgram(ctx, s, name, source, ms, runs, overwrite, listConflicts, res); err != nil {
 			return nil, apierr.Prefix(fmt.Sprintf("%s: program %s: ", abs, schedule.Repr(key)), err)
 		}
 		res.Next = er.pos
@@ -310,14 +335,29 @@ func Import(ctx context.Context, s *core.Store, path string, offset int64, maxRe
 	return res, nil
 }
 
-// importProgram writes one program's measurements into s, counting them in
-// res.
-func importProgram(ctx context.Context, s *core.Store, name, source string, ms []core.Measurement, overwrite, list bool, res *TransferResult) error {
+// importProgram writes one program's measurements into s, with the runs
+// the export gave (runs[i] nil: none), counting them in res.
+func importProgram(ctx context.Context, s *core.Store, name, source string, ms []core.Measurement, runs []any, overwrite, list bool, res *TransferResult) error {
 	res.Programs++
 	res.Records += int64(len(ms))
 	w, bad, err := s.PrepareWrite(name, source, ms, overwrite)
 	if err != nil {
 		return apierr.Prefix(fmt.Sprintf("schedules_list[%d]: ", bad), err)
+	}
+	for i, v := range runs {
+		if v == nil {
+			continue
+		}
+		text, contexts, err := core.ImportRuns(v, len(ms[i].ExecutionTimes))
+		if err != nil {
+			return apierr.Prefix(fmt.Sprintf("schedules_list[%d]: ", i), err)
+		}
+		w.Rows[i].Runs = text
+		for _, c := range contexts {
+			if !slices.Contains(w.Contexts, c) {
+				w.Contexts = append(w.Contexts, c)
+			}
+		}
 	}
 	rows := w.Rows
 	keys := make([]string, len(rows))
@@ -364,11 +404,11 @@ func importProgram(ctx context.Context, s *core.Store, name, source string, ms [
 
 // exportEntry reads one program of an export: {"Tiramisu_cpp": source,
 // "schedules_list": [{"schedule_str", "is_legal", "execution_times"}],
-// "program_name": name}.
-func exportEntry(key string, v any) (name, source string, ms []core.Measurement, err error) {
+// "program_name": name}, and each schedule's "runs" (nil without).
+func exportEntry(key string, v any) (name, source string, ms []core.Measurement, runs []any, err error) {
 	o, ok := v.(*pyjson.Object)
 	if !ok {
-		return "", "", nil, errors.New("not an object")
+		return "", "", nil, nil, errors.New("not an object")
 	}
 	str := func(field string) (string, error) {
 		x, _ := o.Get(field)
@@ -390,20 +430,21 @@ func exportEntry(key string, v any) (name, source string, ms []core.Measurement,
 	x, _ := o.Get("schedules_list")
 	list, ok := x.([]any)
 	if !ok {
-		return "", "", nil, errors.New("schedules_list is not a list")
+		return "", "", nil, nil, errors.New("schedules_list is not a list")
 	}
 	ms = make([]core.Measurement, len(list))
+	runs = make([]any, len(list))
 	for i, it := range list {
 		item, ok := it.(*pyjson.Object)
 		if !ok {
-			return "", "", nil, fmt.Errorf("schedules_list[%d] is not an object", i)
+			return "", "", nil, nil, fmt.Errorf("schedules_list[%d] is not an object", i)
 		}
 		sv, _ := item.Get("schedule_str")
 		sched, ok := sv.(string)
 		lv, _ := item.Get("is_legal")
 		legal, lok := lv.(bool)
 		if !ok || !lok {
-			return "", "", nil, fmt.Errorf("schedules_list[%d]: schedule_str must be a string and is_legal a bool", i)
+			return "", "", nil, nil, fmt.Errorf("schedules_list[%d]: schedule_str must be a string and is_legal a bool", i)
 		}
 		tv, _ := item.Get("execution_times")
 		m := core.Measurement{Schedule: sched, IsLegal: legal}
@@ -414,16 +455,17 @@ func exportEntry(key string, v any) (name, source string, ms []core.Measurement,
 			for j, n := range t {
 				num, ok := n.(pyjson.Number)
 				if !ok {
-					return "", "", nil, fmt.Errorf("schedules_list[%d]: execution_times[%d] is not a number", i, j)
+					return "", "", nil, nil, fmt.Errorf("schedules_list[%d]: execution_times[%d] is not a number", i, j)
 				}
 				m.ExecutionTimes[j] = num
 			}
 		default:
-			return "", "", nil, fmt.Errorf("schedules_list[%d]: execution_times is neither a list nor null", i)
+			return "", "", nil, nil, fmt.Errorf("schedules_list[%d]: execution_times is neither a list nor null", i)
 		}
 		ms[i] = m
+		runs[i], _ = item.Get("runs")
 	}
-	return name, source, ms, nil
+	return name, source, ms, runs, nil
 }
 
 // exportReader yields the top-level members of an export one at a time,

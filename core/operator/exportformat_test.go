@@ -30,7 +30,7 @@ func TestImportExportRoundTrip(t *testing.T) {
 	}
 	dir := t.TempDir()
 	for _, format := range []string{"json", "jsonl"} {
-		out, _, err := Export(ctx, src, filepath.Join(dir, "a."+format), format)
+		out, _, err := Export(ctx, src, filepath.Join(dir, "a."+format), format, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,7 +52,7 @@ func TestImportExportRoundTrip(t *testing.T) {
 		if total.Programs != 5 || total.Added != 35 || slices < 3 {
 			t.Fatalf("%s: %d programs, %d added in %d slices", format, total.Programs, total.Added, slices)
 		}
-		back, _, err := Export(ctx, dst, filepath.Join(dir, "b."+format), format)
+		back, _, err := Export(ctx, dst, filepath.Join(dir, "b."+format), format, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +83,7 @@ func TestImportExportRoundTrip(t *testing.T) {
 	// The exports of an empty database import as nothing.
 	empty := openTemp(t, core.Options{CPUModel: "X"})
 	for _, format := range []string{"json", "jsonl"} {
-		out, _, err := Export(ctx, empty, filepath.Join(dir, "empty."+format), format)
+		out, _, err := Export(ctx, empty, filepath.Join(dir, "empty."+format), format, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -107,12 +107,12 @@ func TestImportExportRoundTrip(t *testing.T) {
 // as <name>_v1 and <name>_v2, in the original's JSON Lines layout.
 func TestExportFormats(t *testing.T) {
 	st := openTemp(t, core.Options{})
-	if _, _, err := Export(ctx, st, filepath.Join(t.TempDir(), "x"), "xml"); core.KindOf(err) != core.KindValue || err.Error() != "fmt must be 'json' or 'jsonl', got 'xml'" {
+	if _, _, err := Export(ctx, st, filepath.Join(t.TempDir(), "x"), "xml", false); core.KindOf(err) != core.KindValue || err.Error() != "fmt must be 'json' or 'jsonl', got 'xml'" {
 		t.Fatalf("bad format: %v", err)
 	}
 	st.Record(ctx, "é", "a", core.Measurement{Schedule: sched, IsLegal: true, ExecutionTimes: core.Times(1)}, false)
 	st.Record(ctx, "é", "b", core.Measurement{Schedule: sched, IsLegal: false}, false)
-	out, _, err := Export(ctx, st, filepath.Join(t.TempDir(), "x.jsonl"), "jsonl")
+	out, _, err := Export(ctx, st, filepath.Join(t.TempDir(), "x.jsonl"), "jsonl", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,5 +120,68 @@ func TestExportFormats(t *testing.T) {
 	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], `{"é_v1": {"Tiramisu_cpp": `) {
 		t.Fatalf("jsonl: %q", b)
+	}
+}
+
+// An export with runs carries each record's runs and their contexts, and
+// an import stores them: the other database's runs say where and how the
+// times were taken. Runs that do not add up are refused, naming the entry.
+func TestExportImportRuns(t *testing.T) {
+	src := openTemp(t, core.Options{CPUModel: "X", Tools: map[string]string{"tiramisu": "1.2"}})
+	if _, err := src.Record(ctx, "p", "void p() {}", core.Measurement{Schedule: "R(L0,comps=['c'])", IsLegal: true,
+		ExecutionTimes: core.Times(1, 2, 3)}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Record(ctx, "p", "void p() {}", core.Measurement{Schedule: "R(L1,comps=['c'])"}, false); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	plain, _, err := Export(ctx, src, filepath.Join(dir, "plain.json"), "json", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(plain); strings.Contains(string(b), `"runs"`) {
+		t.Fatalf("an export without runs has them:\n%s", b)
+	}
+	out, _, err := Export(ctx, src, filepath.Join(dir, "runs.json"), "json", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(out)
+	if !strings.Contains(string(b), `"runs"`) || !strings.Contains(string(b), `"tiramisu": "1.2"`) {
+		t.Fatalf("an export with runs:\n%s", b)
+	}
+	dst := openTemp(t, core.Options{CPUModel: "X"})
+	if _, err := Import(ctx, dst, out, 0, 0, false, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, sched := range []string{"R(L0,comps=['c'])", "R(L1,comps=['c'])"} {
+		want, err := src.Runs(ctx, "p", "void p() {}", sched)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := dst.Runs(ctx, "p", "void p() {}", sched)
+		if err != nil || len(got) != len(want) {
+			t.Fatalf("%s: runs %+v, %v; want %+v", sched, got, err, want)
+		}
+		for i := range want {
+			if got[i].Count != want[i].Count || got[i].Context == nil || got[i].Context.Fingerprint() != want[i].Context.Fingerprint() ||
+				got[i].At != want[i].At {
+				t.Errorf("%s run %d: %+v, want %+v", sched, i, got[i], want[i])
+			}
+		}
+	}
+	bad := strings.Replace(string(b), `"count": 3`, `"count": 2`, 1)
+	if bad == string(b) {
+		t.Fatal("the export has no run of three times to break")
+	}
+	badPath := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(badPath, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other := openTemp(t, core.Options{CPUModel: "X"})
+	_, err = Import(ctx, other, badPath, 0, 0, false, false)
+	if core.KindOf(err) != core.KindValue || !strings.Contains(err.Error(), "schedules_list[0]: runs count 2 times, execution_times holds 3") {
+		t.Fatalf("runs that do not add up: %v", err)
 	}
 }

@@ -90,8 +90,8 @@ func TestOutputsRefuseTheDatabaseAndItsFiles(t *testing.T) {
 	names := dirNames(t, dir)
 	for out, want := range cases {
 		calls := map[string]func() error{
-			"export":      func() error { _, _, err := operator.Export(ctx, st, out, "json"); return err },
-			"jsonl":       func() error { _, _, err := operator.Export(ctx, st, out, "jsonl"); return err },
+			"export":      func() error { _, _, err := operator.Export(ctx, st, out, "json", false); return err },
+			"jsonl":       func() error { _, _, err := operator.Export(ctx, st, out, "jsonl", false); return err },
 			"export_json": func() error { _, _, err := st.ConfigExportJSON(ctx, "", out); return err },
 			"backup":      func() error { _, err := st.Backup(ctx, out); return err },
 		}
@@ -122,7 +122,7 @@ func TestOutputsRefuseTheDatabaseAndItsFiles(t *testing.T) {
 			t.Fatalf("backup %d: %v", i, err)
 		}
 	}
-	if _, _, err := operator.Export(ctx, st, filepath.Join(dir, "dump.json"), "json"); err != nil {
+	if _, _, err := operator.Export(ctx, st, filepath.Join(dir, "dump.json"), "json", false); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := st.ConfigExportJSON(ctx, "", filepath.Join(dir, "seed.json")); err != nil {

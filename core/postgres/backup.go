@@ -23,10 +23,10 @@ func (r *reader) eachProgram(fn func(storage.Program, []storage.ScheduleResult) 
 			results := []storage.ScheduleResult{}
 			err := r.rows(func(rows pgx.Rows) error {
 				var sr storage.ScheduleResult
-				err := rows.Scan(&sr.Schedule, &sr.ResultJSON)
+				err := rows.Scan(&sr.Schedule, &sr.ResultJSON, &sr.Runs)
 				results = append(results, sr)
 				return err
-			}, "SELECT schedule, result_json FROM records WHERE program_hash = $1 ORDER BY creation_date, rowid", p.Hash)
+			}, "SELECT r.schedule, r.result_json, "+runsOfR+" FROM records r WHERE r.program_hash = $1 ORDER BY r.creation_date, r.rowid", p.Hash)
 			if err != nil {
 				return err
 			}

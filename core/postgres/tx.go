@@ -601,6 +601,18 @@ func (w *writer) PutContext(c storage.RunContext) error {
 	return err
 }
 
+// AllContexts returns every stored run context by fingerprint.
+func (r *reader) AllContexts() (map[string]string, error) {
+	out := map[string]string{}
+	err := r.rows(func(rows pgx.Rows) error {
+		var f, j string
+		err := rows.Scan(&f, &j)
+		out[f] = j
+		return err
+	}, "SELECT fingerprint, context_json FROM run_contexts")
+	return out, err
+}
+
 // Contexts returns the context JSON of those fingerprints that are stored.
 func (r *reader) Contexts(fingerprints []string) (map[string]string, error) {
 	out := map[string]string{}

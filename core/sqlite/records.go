@@ -220,11 +220,11 @@ func (d *DB) programs(query string, args ...any) ([]storage.Program, error) {
 // (TestEachProgramMatchesPerProgramReads). A program without records comes
 // once, with r.rowid NULL. The source is not in this statement: selected
 // here it would be read and copied once per record.
-const eachProgramSQL = `WITH o(hash, name, id) AS MATERIALIZED (
+var eachProgramSQL = withRuns(`WITH o(hash, name, id) AS MATERIALIZED (
     SELECT program_hash, program_name, rowid FROM programs ORDER BY program_name, program_hash, rowid)
-SELECT o.id, o.hash, o.name, r.rowid IS NOT NULL, coalesce(r.schedule, ''), coalesce(r.result_json, '')
+SELECT o.id, o.hash, o.name, r.rowid IS NOT NULL, coalesce(r.schedule, ''), coalesce(r.result_json, ''), %s
   FROM o LEFT JOIN records r ON r.program_hash = o.hash
-  ORDER BY o.name, o.hash, o.id, r.creation_date, r.rowid`
+  ORDER BY o.name, o.hash, o.id, r.creation_date, r.rowid`)
 
 // programSourceSQL reads the source of the program of eachProgramSQL's
 // current row, once per program.
@@ -245,7 +245,11 @@ func (d *DB) EachProgram(fn func(p storage.Program, results []storage.ScheduleRe
 		if err != nil {
 			return err
 		}
-		rows, err := d.query(eachProgramSQL)
+		query, err := d.pick(eachProgramSQL)
+		if err != nil {
+			return err
+		}
+		rows, err := d.query(query)
 		if err != nil {
 			return err
 		}
@@ -263,7 +267,7 @@ func (d *DB) EachProgram(fn func(p storage.Program, results []storage.ScheduleRe
 				has bool
 				sr  storage.ScheduleResult
 			)
-			if err := rows.Scan(&id, &p.Hash, &p.Name, &has, &sr.Schedule, &sr.ResultJSON); err != nil {
+			if err := rows.Scan(&id, &p.Hash, &p.Name, &has, &sr.Schedule, &sr.ResultJSON, &sr.Runs); err != nil {
 				return err
 			}
 			if !started || id != curID {

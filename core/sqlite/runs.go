@@ -110,6 +110,13 @@ func (d *DB) runsLayout() (int, error) {
 	return d.runs, nil
 }
 
+// ForeignRuns reports whether the database has runs tables of another
+// shape (see runsLayout), for a notice at open.
+func (d *DB) ForeignRuns() (bool, error) {
+	l, err := d.runsLayout()
+	return l == runsForeign, err
+}
+
 // hasRuns reports whether the database has the runs tables, of this
 // engine's layout.
 func (d *DB) hasRuns() (bool, error) {
@@ -142,6 +149,22 @@ func (d *DB) Contexts(fingerprints []string) (map[string]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// AllContexts returns every stored run context by fingerprint.
+func (d *DB) AllContexts() (map[string]string, error) {
+	out := map[string]string{}
+	if ok, err := d.hasRuns(); err != nil || !ok {
+		return out, err
+	}
+	err := eachRow(d, func(sc scanner) (kv [2]string, err error) {
+		err = sc.Scan(&kv[0], &kv[1])
+		return kv, err
+	}, func(kv [2]string) error {
+		out[kv[0]] = kv[1]
+		return nil
+	}, "SELECT fingerprint, context_json FROM run_contexts")
+	return out, err
 }
 
 // ensureRuns creates the runs tables in the transaction unless present,

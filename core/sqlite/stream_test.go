@@ -384,8 +384,11 @@ func TestStreamingReadsUseTheIndex(t *testing.T) {
 	db, _ := newDB(t, "p.db")
 	fillPrograms(t, db, 3, 50)
 	idx := "USING INDEX " + RecordsProgramIndex
+	if err := db.Tx(func(tx *Tx) error { _, err := tx.ensureRuns(); return err }); err != nil {
+		t.Fatal(err)
+	}
 
-	each := plan(t, db, eachProgramSQL)
+	each := plan(t, db, eachProgramSQL[1])
 	if !mentions(each, idx) || slices.Contains(each, "0 USE TEMP B-TREE FOR ORDER BY") ||
 		!mentions(each, "MATERIALIZE o") {
 		t.Fatalf("EachProgram plan:\n%s", strings.Join(each, "\n"))
@@ -394,9 +397,6 @@ func TestStreamingReadsUseTheIndex(t *testing.T) {
 		if strings.HasPrefix(l, "0 ") && strings.Contains(l, "TEMP B-TREE") && !strings.Contains(l, "LAST 2 TERMS") {
 			t.Fatalf("EachProgram sorts more than one program's records:\n%s", strings.Join(each, "\n"))
 		}
-	}
-	if err := db.Tx(func(tx *Tx) error { _, err := tx.ensureRuns(); return err }); err != nil {
-		t.Fatal(err)
 	}
 	of := plan(t, db, recordsOfSQL[1], "h")
 	if !mentions(of, idx) || mentions(of, "TEMP B-TREE") {
@@ -412,7 +412,7 @@ func TestStreamingReadsUseTheIndex(t *testing.T) {
 	}
 	// Negative control: the same statement on the original's schema.
 	orig, _ := newOriginalDB(t, "o.db")
-	if p := plan(t, orig, eachProgramSQL); mentions(p, idx) {
+	if p := plan(t, orig, eachProgramSQL[0]); mentions(p, idx) {
 		t.Fatalf("plan without the index mentions it:\n%s", strings.Join(p, "\n"))
 	}
 }

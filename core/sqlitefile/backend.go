@@ -60,6 +60,9 @@ type Backend struct {
 	// existing directory ("" if they can).
 	madeDir   bool
 	dirNotice string
+	// runsNotice says that the runs tables are of another layout
+	// (core/sqlite runs.go), "" if not.
+	runsNotice string
 
 	// fresh: open a new connection for every operation (see conn.go).
 	fresh bool
@@ -135,6 +138,9 @@ func Open(ctx context.Context, path string, cfg storage.Config) (*Backend, *stor
 	var notices []string
 	if s.dirNotice != "" {
 		notices = append(notices, s.dirNotice)
+	}
+	if s.runsNotice != "" {
+		notices = append(notices, s.runsNotice)
 	}
 	return s, &storage.Opened{Meta: meta, Notices: notices}, nil
 }
@@ -242,6 +248,13 @@ func (s *Backend) initOrValidate(ctx context.Context) (meta map[string]string, e
 		// cannot be given it (a read-only file, say) works without, and a
 		// refusal by the fence is reported by fenced.
 		_, _ = db.EnsureIndexes()
+	}
+	if foreign, err := db.ForeignRuns(); err != nil {
+		return nil, s.classify(err, "open")
+	} else if foreign {
+		s.runsNotice = fmt.Sprintf("%s: its tables %s and %s are not of this version's layout (an earlier build, or "+
+			"written by another tool): records are read and written without their runs and run contexts", s.path,
+			sqlite.RunsTable, sqlite.ContextsTable)
 	}
 	meta = map[string]string{}
 	for _, k := range metaKeys {

@@ -76,10 +76,12 @@ type Program struct {
 	Source string
 }
 
-// ScheduleResult is the part of a record that an export writes.
+// ScheduleResult is the part of a record that an export writes, with
+// its runs (see "Runs"; "" when it has none).
 type ScheduleResult struct {
 	Schedule   string
 	ResultJSON string
+	Runs       string
 }
 
 // ConfigEntry is one entry of the kernel-config table (ejKernel's
@@ -520,6 +522,9 @@ type Reader interface {
 	// Contexts returns the run contexts of those fingerprints that are
 	// stored: their JSON, by fingerprint.
 	Contexts(fingerprints []string) (map[string]string, error)
+	// AllContexts returns every stored run context (few: one per
+	// machine, allocation and tool versions), for an export.
+	AllContexts() (map[string]string, error)
 
 	// GetClaims returns the claims of those keys that have one, by key.
 	GetClaims(keys []string) (map[string]*Claim, error)

@@ -251,6 +251,8 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
     _add_db(p)
     p.add_argument("out", metavar="OUT", help="the file to write")
     p.add_argument("--format", choices=["json", "jsonl"], default="json", help="one JSON object, or one line per program")
+    p.add_argument("--runs", action="store_true",
+                   help="give each schedule the runs of its record, with their contexts (import stores them)")
 
 
 @_command("export", "write every record in the original's export format", _export_arguments)
@@ -258,7 +260,7 @@ def cmd_export(args: argparse.Namespace, out: _Output) -> int:
     """Write every program and its measurements to OUT in the original TiraStore's export format (docs/COMPAT.md),
     under the lock; OUT is replaced atomically."""
     with _open_store(args) as store:
-        path = store.export(args.out, fmt=args.format)
+        path = store.export(args.out, fmt=args.format, runs=args.runs)
         n = store.count()
     doc = {"path": str(path), "format": args.format, "records": n}
     out.result(doc, lambda: f"exported {n:,} records to {doc['path']}")

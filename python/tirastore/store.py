@@ -895,7 +895,7 @@ class TiraStore:
         dest = None if backup_path is None else _fspath("TiraStore.backup", "backup_path", backup_path)
         return Path(self._call("backup", backup_path=dest))
 
-    def export(self, output_path: PathLike, fmt: str = "json") -> Path:
+    def export(self, output_path: PathLike, fmt: str = "json", runs: bool = False) -> Path:
         """Export every program and its measurements to a JSON or JSON Lines file.
 
         The original's format: one entry per program, keyed by its name
@@ -907,6 +907,10 @@ class TiraStore:
         :param output_path: the file to write (str or path-like)
         :param str fmt: ``"json"`` (one indented object) or ``"jsonl"``
             (one object per program and line)
+        :param bool runs: keyword (new): also give each schedule the
+            ``"runs"`` of its record (as :meth:`runs` lists them, each with
+            its context, without the times), which ``tirastore import``
+            stores; other readers of the format ignore the key
         :return: the :class:`~pathlib.Path` written
         :raises ValueError: *fmt* is neither ``"json"`` nor ``"jsonl"``, or
             *output_path* is the database itself (by name or as the same
@@ -921,7 +925,8 @@ class TiraStore:
         >>> json.loads(store.export("dataset.json").read_text())["blur"]["schedules_list"]
         [{'schedule_str': "R(L0,comps=['c1'])", 'is_legal': True, 'execution_times': [0.04]}]
         """
-        return Path(self._call("export", output_path=_fspath("TiraStore.export", "output_path", output_path), fmt=fmt))
+        args: dict[str, Any] = {"runs": runs} if runs is not False else {}
+        return Path(self._call("export", output_path=_fspath("TiraStore.export", "output_path", output_path), fmt=fmt, **args))
 
     # -- admin -------------------------------------------------------------
 
