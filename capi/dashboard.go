@@ -78,7 +78,7 @@ var dashboardMethods = map[string]method{
 		if err != nil {
 			return nil, err
 		}
-		if v := boardOf(st).Program(hash, f); v != nil {
+		if v := boardOf(st).Program(hash, f, st.NoisePolicy()); v != nil {
 			return replyProgramView(v), nil
 		}
 		return nil, nil
@@ -235,7 +235,7 @@ func replyProgramView(v *dashboard.ProgramView) any {
 	o.Set("bucket_width", v.Width)
 	top := make([]*pyjson.Object, len(v.Top))
 	for i, s := range v.Top {
-		t := pyjson.NewObjectCap(10)
+		t := pyjson.NewObjectCap(12)
 		t.Set("schedule", s.Schedule)
 		t.Set("hostname", s.Hostname)
 		t.Set("creation_date", s.CreationDate)
@@ -245,6 +245,8 @@ func replyProgramView(v *dashboard.ProgramView) any {
 		t.Set("q1", s.Q1)
 		t.Set("q3", s.Q3)
 		t.Set("max", s.Max)
+		t.Set("spread", s.Relative)
+		t.Set("stable", s.Stable)
 		top[i] = t
 	}
 	o.Set("top", top)

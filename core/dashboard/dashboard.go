@@ -35,6 +35,7 @@ import (
 
 	"github.com/tirastore/tirastore/core"
 	"github.com/tirastore/tirastore/core/storage"
+	"github.com/tirastore/tirastore/core/timing"
 	"github.com/tirastore/tirastore/core/tuning"
 )
 
@@ -231,24 +232,11 @@ func outcome(r *storage.Record) (legal bool, times []float64) {
 }
 
 // RecordTime is a record's time: the median of the finite numbers among
-// its execution times (false if none). The board and `tirastore plot`
-// (SearchOf) take it so, robust to one slow or lucky run.
+// its execution times (false if none), core/timing's. The board and
+// `tirastore plot` (SearchOf) take it so, robust to one slow or lucky run.
 func RecordTime(times []float64) (float64, bool) {
-	xs := make([]float64, 0, len(times))
-	for _, t := range times {
-		if !math.IsNaN(t) && !math.IsInf(t, 0) {
-			xs = append(xs, t)
-		}
-	}
-	if len(xs) == 0 {
-		return 0, false
-	}
-	sort.Float64s(xs)
-	if n := len(xs); n%2 == 1 {
-		return xs[n/2], true
-	} else {
-		return (xs[n/2-1] + xs[n/2]) / 2, true
-	}
+	st, ok := timing.Summarize(times)
+	return st.Median, ok
 }
 
 // minuteOf is the Unix minute of a record's creation date: the engine's
@@ -442,7 +430,11 @@ type Spread struct {
 	Time                             float64 // the median: the record's time
 	Runs                             int     // finite times
 	Min, Q1, Q3, Max                 float64
-	x                                int64 // its position: equal times in insertion order
+	// Relative is core/timing's spread (PolyBench's rule); Stable whether
+	// it meets the store's noise policy (set by Program).
+	Relative float64
+	Stable   bool
+	x        int64 // its position: equal times in insertion order
 }
 
 func spreadOf(r *storage.Record, t float64, times []float64) Spread {
@@ -459,8 +451,9 @@ func spreadOf(r *storage.Record, t float64, times []float64) Spread {
 		hi := min(lo+1, len(xs)-1)
 		return xs[lo] + (xs[hi]-xs[lo])*(pos-float64(lo))
 	}
+	st, _ := timing.Summarize(xs)
 	return Spread{Schedule: r.Schedule, Hostname: r.Hostname, CreationDate: r.CreationDate, Time: t,
-		Runs: len(xs), Min: xs[0], Q1: q(0.25), Q3: q(0.75), Max: xs[len(xs)-1]}
+		Runs: len(xs), Min: xs[0], Q1: q(0.25), Q3: q(0.75), Max: xs[len(xs)-1], Relative: st.Spread}
 }
 
 // ProgramRow is a program's line of the overview: of the records a
@@ -696,8 +689,9 @@ type ProgramView struct {
 }
 
 // Program returns the view of the program of hash, of the records f
-// selects, or nil when the board has none of them.
-func (b *Board) Program(hash string, f Filter) *ProgramView {
+// selects, or nil when the board has none of them; its fastest records are
+// judged by policy.
+func (b *Board) Program(hash string, f Filter, policy core.NoisePolicy) *ProgramView {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := b.programs[hash]
@@ -731,6 +725,9 @@ func (b *Board) Program(hash string, f Filter) *ProgramView {
 		return a.Time < c.Time || a.Time == c.Time && a.x < c.x
 	})
 	v.Top = v.Top[:min(len(v.Top), TopSchedules)]
+	for i := range v.Top {
+		v.Top[i].Stable = !policy.Unstable(timing.Stats{Count: v.Top[i].Runs, Spread: v.Top[i].Relative})
+	}
 	d := mergeDownsamples(ds)
 	v.Scatter, v.Width = d.points(), d.width
 	return v

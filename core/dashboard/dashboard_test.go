@@ -62,13 +62,21 @@ func TestBoardAggregates(t *testing.T) {
 		t.Fatalf("programs %+v", o.Programs)
 	}
 	hash := o.Programs[1].Hash
-	v := b.Program(hash, Filter{})
+	v := b.Program(hash, Filter{}, core.DefaultNoisePolicy)
 	if fmt.Sprint(v.Steps) != "[{0 0.5} {2 0.3}]" || v.BestSchedule != "U(L0,4,comps=['c1'])" {
 		t.Fatalf("steps %v best %q", v.Steps, v.BestSchedule)
 	}
 	if len(v.Top) != 3 || v.Top[0].Time != 0.3 || v.Top[0].Min != 0.2 || v.Top[0].Max != 0.9 || v.Top[0].Runs != 3 ||
 		v.Top[1].Time != 0.4 || v.Top[2].Time != 0.5 {
 		t.Fatalf("top %+v", v.Top)
+	}
+	// 0.2, 0.3, 0.9: 93% around their mean, unstable by the default
+	// policy, stable by one that allows 100%.
+	if v.Top[0].Stable || math.Abs(v.Top[0].Relative-0.13/0.14) > 1e-9 {
+		t.Fatalf("the fastest record's spread %g, stable %v", v.Top[0].Relative, v.Top[0].Stable)
+	}
+	if loose := b.Program(hash, Filter{}, core.NoisePolicy{MaxSpread: 1}); !loose.Top[0].Stable {
+		t.Fatal("a 93% spread is unstable under a policy of 100%")
 	}
 	if f := o.Fleet[0]; len(f.Names) != 1 || f.Counts[0][len(f.Counts[0])-1] == 0 {
 		t.Fatalf("fleet by host %+v", f)
@@ -87,7 +95,7 @@ func TestBoardAggregates(t *testing.T) {
 	if len(o2.Programs) != 1 || o2.Programs[0].Name != "blur" || o2.Programs[0].Best != 0.1 || o2.Records != 6 {
 		t.Fatalf("incremental overview %+v", o2)
 	}
-	if math.IsNaN(o2.Programs[0].Best) || b.Program("no such hash", Filter{}) != nil {
+	if math.IsNaN(o2.Programs[0].Best) || b.Program("no such hash", Filter{}, core.DefaultNoisePolicy) != nil {
 		t.Fatal("program lookups")
 	}
 }
@@ -111,7 +119,7 @@ func TestBoardChunks(t *testing.T) {
 	if added, done, _ = b.Refresh(ctx, st, 0); added != n-tuning.DashboardChunkRows || !done {
 		t.Fatalf("rest = %d, %v", added, done)
 	}
-	v := b.Program(b.Overview(0, Filter{}).Programs[0].Hash, Filter{})
+	v := b.Program(b.Overview(0, Filter{}).Programs[0].Hash, Filter{}, core.DefaultNoisePolicy)
 	if len(v.Scatter) > MaxPoints || v.Width < 2 {
 		t.Fatalf("scatter of %d records: %d points, width %d", n, len(v.Scatter), v.Width)
 	}
@@ -265,16 +273,16 @@ func TestFilter(t *testing.T) {
 		t.Fatalf("nobody: %+v", o)
 	}
 	hash := all.Programs[0].Hash
-	v := b.Program(hash, Filter{})
+	v := b.Program(hash, Filter{}, core.DefaultNoisePolicy)
 	if fmt.Sprint(v.Steps) != "[{0 0.9} {1 0.5} {5 0.4}]" || len(v.Scatter) != 5 || len(v.Top) != 5 || v.Top[0].Time != 0.4 {
 		t.Fatalf("blur: steps %v scatter %v top %+v", v.Steps, v.Scatter, v.Top)
 	}
-	v = b.Program(hash, Filter{Host: str("n1")})
+	v = b.Program(hash, Filter{Host: str("n1")}, core.DefaultNoisePolicy)
 	if fmt.Sprint(v.Steps) != "[{0 0.9} {2 0.7} {4 0.6} {5 0.4}]" || fmt.Sprint(v.Scatter) != "[{0 0.9} {2 0.7} {4 0.6} {5 0.4}]" ||
 		v.Records != 4 || v.Top[1].Time != 0.6 || len(v.Top) != 4 {
 		t.Fatalf("blur of n1: %+v", v)
 	}
-	if b.Program(hash, Filter{Project: str("none")}) != nil {
+	if b.Program(hash, Filter{Project: str("none")}, core.DefaultNoisePolicy) != nil {
 		t.Fatal("a program without a selected record has no view")
 	}
 }
@@ -292,7 +300,7 @@ func TestMergedScatter(t *testing.T) {
 	b := board(recs...)
 	str := func(s string) *string { return &s }
 	for _, f := range []Filter{{}, {Host: str("b")}} {
-		v := b.Program("h-p", f)
+		v := b.Program("h-p", f, core.DefaultNoisePolicy)
 		if len(v.Scatter) > MaxPoints || v.Width < 2 || len(v.Scatter) < MaxPoints/4 {
 			t.Fatalf("%v: %d points, width %d", f, len(v.Scatter), v.Width)
 		}
