@@ -46,7 +46,7 @@ func TestReplyResultShape(t *testing.T) {
 	want := `{"is_legal":true,"execution_times":[1,1.0,0.042,1e-05],"schedule":"S(L0,L1,4,8,comps=['c1'])",` +
 		`"hostname":"` + r.Hostname + `","username":"` + r.Username + `","creation_date":"` + r.CreationDate +
 		`","update_date":"` + r.UpdateDate + `","source_project":"p1",` +
-		`"stable":false}`
+		`"stable":false,"stats":"4 0.521 0.479 1e-05 0.9999804114573387"}`
 	if err != nil || string(b) != want {
 		t.Fatalf("reply %s, %v\nwant  %s", b, err, want)
 	}

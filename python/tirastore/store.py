@@ -55,9 +55,10 @@ class TimingStats(NamedTuple):
 
 
 _UNSET = object()
+_new_stats = tuple.__new__  # TimingStats from its six values, without NamedTuple's argument parsing
 
 
-@dataclass
+@dataclass(init=False)
 class LookupResult:
     """A stored measurement, as :meth:`TiraStore.lookup` returns it.
 
@@ -96,41 +97,75 @@ class LookupResult:
     source_project: str
     stable: Optional[bool] = None
 
+    def __init__(
+        self,
+        is_legal: bool,
+        execution_times: Optional[list],
+        schedule: str,
+        hostname: str,
+        username: str,
+        creation_date: str,
+        update_date: str,
+        source_project: str,
+        stable: Optional[bool] = None,
+        stats: Union[None, str, TimingStats] = None,
+    ) -> None:
+        # Written out rather than generated, for stats: not a field (the
+        # original's fields and stable are), the library's statistics as it
+        # sends them with every hit, one string of numbers, read when first
+        # asked for (see the stats property).
+        self.is_legal = is_legal
+        self.execution_times = execution_times
+        self.schedule = schedule
+        self.hostname = hostname
+        self.username = username
+        self.creation_date = creation_date
+        self.update_date = update_date
+        self.source_project = source_project
+        self.stable = stable
+        self._stats = _UNSET if stats is None else stats
+
     @property
     def stats(self) -> Optional[TimingStats]:
-        """The statistics of the finite times (None without), computed by the
-        library when first asked for (a hit's reply carries only ``stable``)."""
-        st = self.__dict__.get("_stats", _UNSET)
-        if st is _UNSET:
+        """The statistics of the finite times (None without), computed by the library."""
+        st = self._stats
+        if st.__class__ is str:
+            count, median, mad, low, spread = st.split()
+            st = self._stats = _new_stats(TimingStats, (int(count), float(median), float(mad), float(low), float(spread), self.stable))
+        elif st is _UNSET:  # made by hand (LookupResult(**r.to_dict())): the library computes them
             got = _native.call(0, "timing_stats", execution_times=self.execution_times)
-            st = None if got is None else TimingStats(stable=self.stable, **got)
-            self.__dict__["_stats"] = st
+            st = self._stats = None if got is None else TimingStats(stable=self.stable, **got)
         return st
 
     @property
     def median(self) -> Optional[float]:
         """The median of the finite times (None without)."""
-        return None if self.stats is None else self.stats.median
+        st = self.stats
+        return None if st is None else st[1]
 
     @property
     def mad(self) -> Optional[float]:
         """The median absolute deviation of the finite times (None without)."""
-        return None if self.stats is None else self.stats.mad
+        st = self.stats
+        return None if st is None else st[2]
 
     @property
     def min(self) -> Optional[float]:
         """The fastest finite time (None without)."""
-        return None if self.stats is None else self.stats.min
+        st = self.stats
+        return None if st is None else st[3]
 
     @property
     def count(self) -> int:
         """How many finite times the record holds."""
-        return 0 if self.stats is None else self.stats.count
+        st = self.stats
+        return 0 if st is None else st[0]
 
     @property
     def spread(self) -> Optional[float]:
         """The relative spread of the times by PolyBench's rule (None without)."""
-        return None if self.stats is None else self.stats.spread
+        st = self.stats
+        return None if st is None else st[4]
 
     def to_dict(self) -> dict[str, Any]:
         """Return the fields as a plain dict, keyed as the original's ``to_dict()``.
