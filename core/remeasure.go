@@ -2,9 +2,11 @@ package core
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
+	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/identity"
 	"github.com/tirastore/tirastore/core/pyjson"
 	"github.com/tirastore/tirastore/core/runctx"
@@ -66,6 +68,10 @@ func storedListText(old any) (string, error) {
 		return "[]", nil
 	case pyjson.Raw:
 		return string(t), nil
+	case []any:
+	default:
+		return "", newError(KindValue, "its stored execution_times is not a list (%T): times cannot be appended to it; "+
+			"record it again with overwrite", old)
 	}
 	b, err := pyjson.Marshal(old, pyjson.Compact)
 	if err != nil {
@@ -128,7 +134,7 @@ func (c *Claim) recordRemeasure(ctx context.Context, m Measurement, source strin
 				return nil // stable or at its cap meanwhile (a late record)
 			}
 			if out.ResultJSON, err = appendedResult(full, row.ResultJSON); err != nil {
-				return err
+				return apierr.Prefix(fmt.Sprintf("%s: record %s (schedule %s): ", s.path, row.Key, schedule.Repr(row.Schedule)), err)
 			}
 			old := runsOf(rec, full)
 			runs = make([]runctx.Run, 0, len(old)+1)

@@ -221,7 +221,7 @@ func MergeRuns(here, theirs *storage.Record) (m RunsMerge, ok bool, err error) {
 		// less the closing bracket.
 		text, err := storedListText(old)
 		if err != nil {
-			return m, false, err
+			return m, false, nil // not a list of times: the caller's conflict
 		}
 		b = append(b, text[:len(text)-1]...)
 	} else {
