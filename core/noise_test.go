@@ -2,7 +2,6 @@ package core
 
 import (
 	"database/sql"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -53,22 +52,10 @@ func TestNoisePolicyJudgesLookups(t *testing.T) {
 // one) is named in a notice, and the default applies.
 func TestBadNoisePolicyRowFallsBack(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "cache.db")
-	st, err := Open(ctx, path, Options{CPUModel: "Test CPU"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
+	path := newDatabaseFile(t)
 	for _, row := range []string{`not json`, `{"max_spread": -3, "max_remeasures": 2}`} {
-		db, err := sql.Open("sqlite3", path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := db.Exec("INSERT OR REPLACE INTO db_meta (key, value) VALUES (?, ?)", storage.NoisePolicyKey, row); err != nil {
-			t.Fatal(err)
-		}
-		db.Close()
-		st, err := Open(ctx, path, Options{CPUModel: "Test CPU"})
+		execRaw(t, path, "INSERT OR REPLACE INTO db_meta (key, value) VALUES (?, ?)", storage.NoisePolicyKey, row)
+		st, err := Open(ctx, path, Options{CPUModel: "X"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,25 +72,18 @@ func TestBadNoisePolicyRowFallsBack(t *testing.T) {
 // never makes a lookup or a record fail.
 func TestForeignRunsTableSwitchesRunsOff(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "cache.db")
-	st, err := Open(ctx, path, Options{CPUModel: "Test CPU"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
+	path := newDatabaseFile(t)
+	execRaw(t, path, "CREATE TABLE record_runs (key TEXT PRIMARY KEY, runs_json TEXT)")
+	// The negative control: this engine's read of runs fails on it.
 	db, err := sql.Open("sqlite3", path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec("CREATE TABLE record_runs (key TEXT PRIMARY KEY, runs_json TEXT)"); err != nil {
-		t.Fatal(err)
-	}
-	// The negative control: this engine's read of runs fails on it.
 	if _, err := db.Exec("SELECT u.rec FROM record_runs u"); err == nil {
 		t.Fatal("the planted table has this engine's columns")
 	}
 	db.Close()
-	st, err = Open(ctx, path, Options{CPUModel: "Test CPU"})
+	st, err := Open(ctx, path, Options{CPUModel: "X"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -195,23 +195,38 @@ func TestURLRefused(t *testing.T) {
 	st.Close()
 }
 
-func TestNewerSchemaRefused(t *testing.T) {
-	t.Parallel()
+// newDatabaseFile creates a database of this engine (of CPU model X) in
+// a directory of the test's own, closed, and returns its path.
+func newDatabaseFile(t *testing.T) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "cache.db")
 	st, err := Open(ctx, path, Options{CPUModel: "X"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	st.Close()
+	return path
+}
+
+// execRaw runs one statement on the database file at path with the stdlib
+// driver, as another tool (or anyone who may write the file) would.
+func execRaw(t *testing.T, path, query string, args ...any) {
+	t.Helper()
 	db, err := sql.Open("sqlite3", path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec(`UPDATE db_meta SET value = '3' WHERE key = 'schema_version'`); err != nil {
+	defer db.Close()
+	if _, err := db.Exec(query, args...); err != nil {
 		t.Fatal(err)
 	}
-	db.Close()
-	_, err = Open(ctx, path, Options{CPUModel: "X"})
+}
+
+func TestNewerSchemaRefused(t *testing.T) {
+	t.Parallel()
+	path := newDatabaseFile(t)
+	execRaw(t, path, `UPDATE db_meta SET value = '3' WHERE key = 'schema_version'`)
+	_, err := Open(ctx, path, Options{CPUModel: "X"})
 	if KindOf(err) != KindDatabase || !strings.Contains(err.Error(), "newer") {
 		t.Fatalf("got %v", err)
 	}
