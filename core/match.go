@@ -213,14 +213,7 @@ func (s *Store) matching(rec *storage.Record, r *Result, read storage.Reader) (*
 	}
 	out := *r
 	out.ExecutionTimes = kept
-	b := []byte{'['}
-	for i, t := range kept {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = pyjson.AppendFloat(b, t)
-	}
-	out.times = pyjson.Raw(append(b, ']'))
+	out.times = pyjson.Raw(floatList(kept))
 	out.Stats, _ = timing.Summarize(kept)
 	out.Unstable = s.NoisePolicy().Unstable(out.Stats)
 	out.matchedRuns = matchedRuns

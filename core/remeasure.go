@@ -47,8 +47,13 @@ func (s *Store) remeasurable(rec *storage.Record, r *Result) bool {
 // appendedResult is the result_json of rec with the times of newRJ (a
 // legal measurement's result_json, as resultJSON writes it) appended.
 func appendedResult(r *Result, newRJ string) (string, error) {
-	add := strings.TrimSuffix(strings.TrimPrefix(newRJ, `{"is_legal":true,"execution_times":`), "}")
 	_, old := r.Stored()
+	return withAppended(old, strings.TrimSuffix(strings.TrimPrefix(newRJ, `{"is_legal":true,"execution_times":`), "}"))
+}
+
+// withAppended is a legal result_json whose times are the stored ones
+// (old: Result.Stored's) followed by those of add, a list's JSON text.
+func withAppended(old any, add string) (string, error) {
 	oldText, err := storedListText(old)
 	if err != nil {
 		return "", err
@@ -58,6 +63,18 @@ func appendedResult(r *Result, newRJ string) (string, error) {
 		merged = oldText[:len(oldText)-1] + "," + add[1:]
 	}
 	return `{"is_legal":true,"execution_times":` + merged + `}`, nil
+}
+
+// floatList is xs as a JSON list, each number as Python's repr writes it.
+func floatList(xs []float64) string {
+	b := []byte{'['}
+	for i, x := range xs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = pyjson.AppendFloat(b, x)
+	}
+	return string(append(b, ']'))
 }
 
 // storedListText is a result's stored execution_times (Result.Stored) as

@@ -215,25 +215,11 @@ func MergeRuns(here, theirs *storage.Record) (m RunsMerge, ok bool, err error) {
 	if m.Added == 0 {
 		return m, true, nil
 	}
-	b := []byte(`{"is_legal":true,"execution_times":`)
-	if _, old := h.Stored(); old != nil {
-		// The stored list as it is (appendedResult's rule): its text,
-		// less the closing bracket.
-		text, err := storedListText(old)
-		if err != nil {
-			return m, false, nil // not a list of times: the caller's conflict
-		}
-		b = append(b, text[:len(text)-1]...)
-	} else {
-		b = append(b, '[')
+	_, old := h.Stored()
+	if m.ResultJSON, err = withAppended(old, floatList(add)); err != nil {
+		return m, false, nil // not a list of times: the caller's conflict
 	}
-	for _, x := range add {
-		if b[len(b)-1] != '[' {
-			b = append(b, ',')
-		}
-		b = pyjson.AppendFloat(b, x)
-	}
-	m.ResultJSON, m.Runs = string(append(b, "]}"...)), runctx.EncodeRuns(runs)
+	m.Runs = runctx.EncodeRuns(runs)
 	return m, true, nil
 }
 
