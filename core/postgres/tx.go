@@ -603,25 +603,24 @@ func (w *writer) PutContext(c storage.RunContext) error {
 
 // AllContexts returns every stored run context by fingerprint.
 func (r *reader) AllContexts() (map[string]string, error) {
-	out := map[string]string{}
-	err := r.rows(func(rows pgx.Rows) error {
-		var f, j string
-		err := rows.Scan(&f, &j)
-		out[f] = j
-		return err
-	}, "SELECT fingerprint, context_json FROM run_contexts")
-	return out, err
+	return r.contexts("SELECT fingerprint, context_json FROM run_contexts")
 }
 
 // Contexts returns the context JSON of those fingerprints that are stored.
 func (r *reader) Contexts(fingerprints []string) (map[string]string, error) {
+	return r.contexts("SELECT fingerprint, context_json FROM run_contexts WHERE fingerprint = ANY($1)", fingerprints)
+}
+
+// contexts runs query, a read of (fingerprint, context_json) rows, into a
+// map by fingerprint.
+func (r *reader) contexts(query string, args ...any) (map[string]string, error) {
 	out := map[string]string{}
 	err := r.rows(func(rows pgx.Rows) error {
 		var f, j string
 		err := rows.Scan(&f, &j)
 		out[f] = j
 		return err
-	}, "SELECT fingerprint, context_json FROM run_contexts WHERE fingerprint = ANY($1)", fingerprints)
+	}, query, args...)
 	return out, err
 }
 

@@ -137,14 +137,8 @@ func (d *DB) Contexts(fingerprints []string) (map[string]string, error) {
 			args[i] = f
 		}
 		fingerprints = fingerprints[n:]
-		err := eachRow(d, func(sc scanner) (kv [2]string, err error) {
-			err = sc.Scan(&kv[0], &kv[1])
-			return kv, err
-		}, func(kv [2]string) error {
-			out[kv[0]] = kv[1]
-			return nil
-		}, "SELECT fingerprint, context_json FROM run_contexts WHERE fingerprint IN (?"+strings.Repeat(", ?", n-1)+")", args...)
-		if err != nil {
+		if err := d.contextsInto(out, "SELECT fingerprint, context_json FROM run_contexts WHERE fingerprint IN (?"+
+			strings.Repeat(", ?", n-1)+")", args...); err != nil {
 			return nil, err
 		}
 	}
@@ -157,14 +151,18 @@ func (d *DB) AllContexts() (map[string]string, error) {
 	if ok, err := d.hasRuns(); err != nil || !ok {
 		return out, err
 	}
-	err := eachRow(d, func(sc scanner) (kv [2]string, err error) {
+	return out, d.contextsInto(out, "SELECT fingerprint, context_json FROM run_contexts")
+}
+
+// contextsInto adds the (fingerprint, context_json) rows of query to out.
+func (d *DB) contextsInto(out map[string]string, query string, args ...any) error {
+	return eachRow(d, func(sc scanner) (kv [2]string, err error) {
 		err = sc.Scan(&kv[0], &kv[1])
 		return kv, err
 	}, func(kv [2]string) error {
 		out[kv[0]] = kv[1]
 		return nil
-	}, "SELECT fingerprint, context_json FROM run_contexts")
-	return out, err
+	}, query, args...)
 }
 
 // ensureRuns creates the runs tables in the transaction unless present,
