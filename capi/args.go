@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -270,19 +271,11 @@ func (a *args) integer(name string, def int64) (int64, error) {
 // seconds is an optional duration in (fractional) seconds: nil when
 // absent or null (the engine's default; core/options.go).
 func (a *args) seconds(name string) (*time.Duration, error) {
-	v, ok := a.get(name)
-	if !ok || v == nil {
-		return nil, nil
+	f, err := a.finite(name, "a finite number of seconds", 1e9)
+	if f == nil || err != nil {
+		return nil, err
 	}
-	n, ok := v.(pyjson.Number)
-	if !ok {
-		return nil, a.typeErr(name, "float", v)
-	}
-	f, err := n.Float64()
-	if err != nil || !n.IsFinite() || f > 1e9 || f < -1e9 {
-		return nil, &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("%s(): %s must be a finite number of seconds, got %s", a.method, name, n)}
-	}
-	return core.Seconds(f), nil
+	return core.Seconds(*f), nil
 }
 
 // strMap is an optional object of strings (absent or null: nil).
@@ -309,6 +302,12 @@ func (a *args) strMap(name string) (map[string]string, error) {
 
 // number is an optional finite number: nil when absent or null.
 func (a *args) number(name string) (*float64, error) {
+	return a.finite(name, "a finite number", math.Inf(1))
+}
+
+// finite is an optional number (nil when absent or null) that must be
+// finite and at most bound in magnitude, what naming it in the error.
+func (a *args) finite(name, what string, bound float64) (*float64, error) {
 	v, ok := a.get(name)
 	if !ok || v == nil {
 		return nil, nil
@@ -318,8 +317,8 @@ func (a *args) number(name string) (*float64, error) {
 		return nil, a.typeErr(name, "float", v)
 	}
 	f, err := n.Float64()
-	if err != nil || !n.IsFinite() {
-		return nil, &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("%s(): %s must be a finite number, got %s", a.method, name, n)}
+	if err != nil || !n.IsFinite() || math.Abs(f) > bound {
+		return nil, &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("%s(): %s must be %s, got %s", a.method, name, what, n)}
 	}
 	return &f, nil
 }
