@@ -464,12 +464,7 @@ func (c *Capturer) Capture(count int) (fp, contextJSON string, run Run) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := now()
-	if c.read.IsZero() || t.Sub(c.read) >= RefreshEvery || t.Before(c.read) {
-		c.static = CaptureStatic(c.host, c.tools)
-		c.fp, c.js = c.static.Fingerprint(), c.static.JSON()
-		c.dynamic = CaptureRun(c.fp, 0)
-		c.read = t
-	}
+	c.refresh(t)
 	run = c.dynamic
 	run.Count, run.At = count, identity.NowISO(t)
 	return c.fp, c.js, run
@@ -477,8 +472,19 @@ func (c *Capturer) Capture(count int) (fp, contextJSON string, run Run) {
 
 // Current is the context Capture would store now, and its fingerprint.
 func (c *Capturer) Current() (Static, string) {
-	fp, _, _ := c.Capture(0)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.static, fp
+	c.refresh(now())
+	return c.static, c.fp
+}
+
+// refresh reads the system again if what c holds was read RefreshEvery
+// before t (or never); c.mu is held.
+func (c *Capturer) refresh(t time.Time) {
+	if c.read.IsZero() || t.Sub(c.read) >= RefreshEvery || t.Before(c.read) {
+		c.static = CaptureStatic(c.host, c.tools)
+		c.fp, c.js = c.static.Fingerprint(), c.static.JSON()
+		c.dynamic = CaptureRun(c.fp, 0)
+		c.read = t
+	}
 }
