@@ -201,19 +201,11 @@ func replyRun(r *core.MeasurementRun) any {
 	}
 	o.Set("fingerprint", r.Run.Context)
 	o.Set("slurm_job_id", r.SlurmJobID)
-	o.Set("load_avg", nullIfNegative(r.LoadAvg))
-	o.Set("mhz", nullIfNegative(r.MHz))
+	o.Set("load_avg", core.UnreadableAsNil(r.LoadAvg))
+	o.Set("mhz", core.UnreadableAsNil(r.MHz))
 	o.Set("date", r.At)
 	o.Set("differs", replyMismatch(r.Differs))
 	return o
-}
-
-// nullIfNegative is f, or null for the -1 of a value that was unreadable.
-func nullIfNegative(f float64) any {
-	if f < 0 {
-		return nil
-	}
-	return f
 }
 
 // replyNoisePolicy is {max_spread, max_remeasures}.

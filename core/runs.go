@@ -265,16 +265,18 @@ func ExportRuns(runs string, texts map[string]string) []any {
 		}
 		o.Set("context", ctx)
 		o.Set("slurm_job_id", r.SlurmJobID)
-		o.Set("load_avg", unreadableAsNil(r.LoadAvg))
-		o.Set("mhz", unreadableAsNil(r.MHz))
+		o.Set("load_avg", UnreadableAsNil(r.LoadAvg))
+		o.Set("mhz", UnreadableAsNil(r.MHz))
 		o.Set("date", r.At)
 		out[i] = o
 	}
 	return out
 }
 
-// unreadableAsNil is f, or nil for the -1 of a value that was unreadable.
-func unreadableAsNil(f float64) any {
+// UnreadableAsNil is a run's load average or frequency (runctx.Run) as
+// a reply or an export shows it: f, or nil (null) for the -1 of a value
+// that was unreadable.
+func UnreadableAsNil(f float64) any {
 	if f < 0 {
 		return nil
 	}
