@@ -358,7 +358,8 @@ func (a *args) measurement(obj *pyjson.Object, prefix string) (core.Measurement,
 	return out, err
 }
 
-// outcome is a measurement's is_legal and execution_times (its schedule
+// outcome is a measurement's is_legal, execution_times and, for a result
+// without a time of its own, censored and timed_out_after (its schedule
 // left empty: a claim knows it).
 func (a *args) outcome(obj *pyjson.Object, prefix string) (core.Measurement, error) {
 	var m core.Measurement
@@ -370,8 +371,24 @@ func (a *args) outcome(obj *pyjson.Object, prefix string) (core.Measurement, err
 		return m, a.typeErr(prefix+"is_legal", "bool", legal)
 	}
 	var err error
-	m.ExecutionTimes, err = a.times(obj, prefix)
-	return m, err
+	if m.ExecutionTimes, err = a.times(obj, prefix); err != nil {
+		return m, err
+	}
+	if c, _ := obj.Get("censored"); c != nil {
+		if m.Censored, ok = c.(string); !ok {
+			return m, a.typeErr(prefix+"censored", "str or None", c)
+		}
+	}
+	if t, _ := obj.Get("timed_out_after"); t != nil {
+		n, ok := t.(pyjson.Number)
+		if !ok {
+			return m, a.typeErr(prefix+"timed_out_after", "int or float", t)
+		}
+		if m.TimedOutAfter, err = n.Float64(); err != nil || !n.IsFinite() {
+			return m, &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("%s(): %stimed_out_after must be a finite number, got %s", a.method, prefix, n)}
+		}
+	}
+	return m, nil
 }
 
 // strList is a required list of strings (lookup_many's schedules).

@@ -35,7 +35,8 @@ var (
 	// configGetParams: a get may also take configurations tuned under
 	// other device fingerprints (core/config.go, "Device fingerprints").
 	configGetParams = append(configParams[:len(configParams):len(configParams)], "other_devices")
-	recordParams    = []string{"program_name", "program_source_code", "program_hash", "tiralib_schedule_string", "is_legal", "execution_times", "overwrite"}
+	recordParams    = []string{"program_name", "program_source_code", "program_hash", "tiralib_schedule_string", "is_legal", "execution_times", "overwrite",
+		"censored", "timed_out_after"}
 )
 
 // methods is the whole C-callable API besides open/close. New commands (the
@@ -252,7 +253,7 @@ var methods = map[string]method{
 		}
 		return replyEach(replyClaimOutcome)(st.LookupManyOrClaim(ctx, name, prog.Source, scheds, opts))
 	}},
-	"claim_record": {true, []string{"token", "program_source_code", "is_legal", "execution_times"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
+	"claim_record": {true, []string{"token", "program_source_code", "is_legal", "execution_times", "censored", "timed_out_after"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {
 		c, err := heldClaim(st, a)
 		if err != nil {
 			return nil, err

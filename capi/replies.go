@@ -121,10 +121,12 @@ func replyLimits() any {
 // replyResult is a result as an object of the original's LookupResult
 // fields, in their order: the stored JSON values untouched (a stored list
 // of numbers in its compact text: core.Result.Stored), then the texts;
-// then "stable" (replyStable) and "stats" (replyStatsText).
+// then "stable" (replyStable) and "stats" (replyStatsText); and
+// "censored" only for a record that has no time of its own (the times of
+// a "timeout" are its limit, a lower bound).
 func replyResult(r *core.Result) any {
 	legal, times := r.Stored()
-	o := pyjson.NewObjectCap(10)
+	o := pyjson.NewObjectCap(11)
 	o.Set("is_legal", legal)
 	o.Set("execution_times", times)
 	o.Set("schedule", r.Schedule)
@@ -135,6 +137,9 @@ func replyResult(r *core.Result) any {
 	o.Set("source_project", r.SourceProject)
 	o.Set("stable", replyStable(r))
 	o.Set("stats", replyStatsText(r))
+	if r.Censored != "" {
+		o.Set("censored", r.Censored)
+	}
 	return o
 }
 
@@ -154,9 +159,9 @@ func replyTimingStats(st timing.Stats) any {
 }
 
 // replyStable is whether r's times meet the store's noise policy, null
-// without a finite time.
+// without a finite time or when its time is a bound (a timeout).
 func replyStable(r *core.Result) any {
-	if r.Stats.Count == 0 {
+	if r.Stats.Count == 0 || r.Stats.LowerBound {
 		return nil
 	}
 	return !r.Unstable

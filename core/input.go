@@ -19,6 +19,11 @@ type Measurement struct {
 	Schedule       string
 	IsLegal        bool
 	ExecutionTimes []pyjson.Number
+	// Censored says the measurement gave no time of its own: ""
+	// (measured), CensoredTimeout (then TimedOutAfter is the time limit
+	// in seconds) or CensoredCompileFailure (see censored.go).
+	Censored      string
+	TimedOutAfter float64
 }
 
 // Times converts float64 measurements into the number form Measurement
@@ -38,6 +43,12 @@ func Times(xs ...float64) []pyjson.Number {
 // renders one per entry, and the generic encoder was the largest part of
 // preparing an entry. TestResultJSONMatchesMarshal holds the two equal.
 func (m *Measurement) resultJSON() (string, error) {
+	if m.Censored != "" {
+		return m.censoredJSON()
+	}
+	if m.TimedOutAfter != 0 {
+		return "", newError(KindValue, "timed_out_after is given only with censored='timeout'")
+	}
 	if m.IsLegal && len(m.ExecutionTimes) == 0 {
 		return "", newError(KindValue, "execution_times must be provided (non-empty list) when is_legal is True.")
 	}

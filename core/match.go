@@ -215,6 +215,7 @@ func (s *Store) matching(rec *storage.Record, r *Result, read storage.Reader) (*
 	out.ExecutionTimes = kept
 	out.times = pyjson.Raw(floatList(kept))
 	out.Stats, _ = timing.Summarize(kept)
+	out.Stats.LowerBound = r.Stats.LowerBound
 	out.Unstable = s.NoisePolicy().Unstable(out.Stats)
 	out.matchedRuns = matchedRuns
 	return &out, nil, nil

@@ -34,6 +34,10 @@ type Result struct {
 	Stats timing.Stats
 	// Unstable: the times break the store's noise policy (noise.go).
 	Unstable bool
+	// Censored: the record holds no time of its own (censored.go): ""
+	// (measured), CensoredTimeout (ExecutionTimes is the time limit, a
+	// lower bound, as Stats says) or CensoredCompileFailure.
+	Censored string
 
 	matchedRuns int // the runs the store's match rules kept (match.go); 0: not counted
 
@@ -51,17 +55,25 @@ func (r *Result) Stored() (legal, times any) { return r.legal, r.times }
 // (NaN and Infinity tokens included), naming the record key in its error:
 // lookups, put, and the export (core/operator) read results so.
 func ParseResult(key, resultJSON string) (legal, times any, err error) {
-	v, err := pyjson.Parse([]byte(resultJSON))
+	obj, err := parseResultObject(key, resultJSON)
 	if err != nil {
-		return nil, nil, newError(KindValue, "record %s: result_json is not valid JSON: %v", key, err)
-	}
-	obj, ok := v.(*pyjson.Object)
-	if !ok {
-		return nil, nil, newError(KindValue, "record %s: result_json is not a JSON object", key)
+		return nil, nil, err
 	}
 	legal, _ = obj.Get("is_legal")
 	times, _ = obj.Get("execution_times")
 	return legal, times, nil
+}
+
+func parseResultObject(key, resultJSON string) (*pyjson.Object, error) {
+	v, err := pyjson.Parse([]byte(resultJSON))
+	if err != nil {
+		return nil, newError(KindValue, "record %s: result_json is not valid JSON: %v", key, err)
+	}
+	obj, ok := v.(*pyjson.Object)
+	if !ok {
+		return nil, newError(KindValue, "record %s: result_json is not a JSON object", key)
+	}
+	return obj, nil
 }
 
 func resultOf(rec *storage.Record) (*Result, error) {
@@ -77,10 +89,12 @@ func resultOf(rec *storage.Record) (*Result, error) {
 		return nil, newError(KindValue, "%s", tooDeepStored(fmt.Sprintf("record %s (schedule %s): its result_json",
 			rec.Key, schedule.Repr(rec.Schedule)), d, "delete the record (TiraStore.delete(key)) or record it again with overwrite"))
 	}
-	legal, times, err := ParseResult(rec.Key, rec.ResultJSON)
+	obj, err := parseResultObject(rec.Key, rec.ResultJSON)
 	if err != nil {
 		return nil, err
 	}
+	legal, _ := obj.Get("is_legal")
+	times, _ := obj.Get("execution_times")
 	r.legal, r.times = legal, times
 	switch l := legal.(type) {
 	case bool:
@@ -99,6 +113,10 @@ func resultOf(rec *storage.Record) (*Result, error) {
 		}
 	}
 	r.Stats, _ = timing.Summarize(r.ExecutionTimes)
+	if c, ok := obj.Get("censored"); ok {
+		r.Censored = censoredOf(c, r)
+		r.Stats.LowerBound = r.Censored == CensoredTimeout
+	}
 	return r, nil
 }
 

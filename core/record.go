@@ -112,7 +112,7 @@ func (s *Store) stampRuns(w *storage.Write, ms []Measurement) {
 	fp, js, run := s.capture.Capture(0)
 	w.Contexts = []storage.RunContext{{Fingerprint: fp, JSON: js}}
 	for i := range w.Rows {
-		run.Count = len(ms[i].ExecutionTimes)
+		run.Count = ms[i].storedTimes()
 		w.Rows[i].Runs = runctx.EncodeRuns([]runctx.Run{run})
 	}
 }

@@ -180,7 +180,8 @@ type RunsMerge struct {
 // record of the same key in this one, keeping every sample: the runs of
 // theirs that here lacks (a run equal in count, context, date and times
 // is the same run, merged before) are appended, times and runs. Both
-// must be legal with times (ok false otherwise: the caller's conflict).
+// must be legal with times of their own, neither censored (ok false
+// otherwise: the caller's conflict).
 func MergeRuns(here, theirs *storage.Record) (m RunsMerge, ok bool, err error) {
 	h, err := resultOf(here)
 	if err != nil {
@@ -190,7 +191,7 @@ func MergeRuns(here, theirs *storage.Record) (m RunsMerge, ok bool, err error) {
 	if err != nil {
 		return m, false, err
 	}
-	if !h.IsLegal || !t.IsLegal || len(h.ExecutionTimes) == 0 || len(t.ExecutionTimes) == 0 {
+	if !h.IsLegal || !t.IsLegal || len(h.ExecutionTimes) == 0 || len(t.ExecutionTimes) == 0 || h.Censored != "" || t.Censored != "" {
 		return m, false, nil
 	}
 	hr, tr := runsOf(here, h), runsOf(theirs, t)

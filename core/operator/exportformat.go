@@ -32,7 +32,8 @@ import (
 // "program_name": name}, and a name with several sources becomes
 // <name>_v1, <name>_v2, ... An export with runs adds to each schedule the
 // "runs" of its record, each with its context inline (core.ExportRuns):
-// other tools ignore the key, and an import stores them. The format is
+// other tools ignore the key, and an import stores them. A censored
+// result (core/censored.go) has its "censored" kind beside its times. The format is
 // written (Export, exportWriter) and read back (Import, exportReader)
 // here, in one file, so that the two sides change together.
 
@@ -143,10 +144,13 @@ func (ew *exportWriter) program(p storage.Program, rs []storage.ScheduleResult) 
 			ew.skipped++
 			continue
 		}
-		item := pyjson.NewObjectCap(4)
+		item := pyjson.NewObjectCap(5)
 		item.Set("schedule_str", r.Schedule)
 		item.Set("is_legal", legal)
 		item.Set("execution_times", times)
+		if c := core.ResultCensored(r.ResultJSON); c != "" {
+			item.Set("censored", c)
+		}
 		if ew.runs {
 			if runs := core.ExportRuns(r.Runs, ew.contexts); runs != nil {
 				item.Set("runs", runs)
@@ -461,6 +465,12 @@ func exportEntry(key string, v any) (name, source string, ms []core.Measurement,
 			}
 		default:
 			return "", "", nil, nil, fmt.Errorf("schedules_list[%d]: execution_times is neither a list nor null", i)
+		}
+		if cv, ok := item.Get("censored"); ok && cv != nil {
+			kind, _ := cv.(string)
+			if err := m.SetCensored(kind); err != nil {
+				return "", "", nil, nil, fmt.Errorf("schedules_list[%d]: %v", i, err)
+			}
 		}
 		ms[i] = m
 		runs[i], _ = item.Get("runs")

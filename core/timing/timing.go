@@ -28,6 +28,10 @@ type Stats struct {
 	MAD    float64 // median absolute deviation from Median (unscaled)
 	Min    float64
 	Spread float64 // see the package comment; 0 for a single time
+	// LowerBound: the times are lower bounds, not samples (a run stopped
+	// at its time limit); set by the reader of a censored record, never
+	// by Summarize.
+	LowerBound bool
 }
 
 // Summarize computes the statistics of times; ok is false when none is

@@ -72,12 +72,23 @@ class Claim:
         if self._copy != _native.lib_copy:
             raise ValueError(f"Claim.{what}(): this claim belongs to the process that made it (this is a forked child or another interpreter)")
 
-    def record(self, is_legal: bool, execution_times: Optional[list] = None) -> bool:
+    def record(
+        self,
+        is_legal: bool,
+        execution_times: Optional[list] = None,
+        *,
+        censored: Optional[str] = None,
+        timed_out_after: Optional[float] = None,
+    ) -> bool:
         """Record the measurement and end the claim, in one transaction.
 
         :param bool is_legal: whether the schedule is legal for the program
         :param execution_times: the measured times (as for
             :meth:`TiraStore.record`)
+        :param censored: ``"timeout"`` or ``"compile_failure"`` for a
+            result without a time of its own, with *timed_out_after* for a
+            timeout (as for :meth:`TiraStore.record`); a re-measurement
+            takes only times: release it instead
         :return: True if written; False if someone recorded the schedule
             meanwhile (possible only after the claim expired), or, for a
             re-measurement, if the record became stable or reached its cap
@@ -93,6 +104,8 @@ class Claim:
             program_source_code=self._source,
             is_legal=is_legal,
             execution_times=execution_times,
+            censored=censored,
+            timed_out_after=timed_out_after,
         )
         self._ended = True
         return wrote

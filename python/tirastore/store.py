@@ -43,7 +43,9 @@ class TimingStats(NamedTuple):
       of the rest, relative to that mean (0.05 is 5%; 0 for one time);
     * ``stable``: whether ``spread`` is within the database's noise policy
       (:meth:`TiraStore.noise_policy`); None for a result not read from a
-      store.
+      store;
+    * ``lower_bound``: the times are not samples but a lower bound (a run
+      stopped at its time limit: ``LookupResult.censored == "timeout"``).
     """
 
     count: int
@@ -52,10 +54,11 @@ class TimingStats(NamedTuple):
     min: float
     spread: float
     stable: bool
+    lower_bound: bool = False
 
 
 _UNSET = object()
-_new_stats = tuple.__new__  # TimingStats from its six values, without NamedTuple's argument parsing
+_new_stats = tuple.__new__  # TimingStats from its seven values, without NamedTuple's argument parsing
 
 
 @dataclass(init=False)
@@ -77,8 +80,12 @@ class LookupResult:
     times meet the database's noise policy (:meth:`TiraStore.noise_policy`);
     the statistics of the times, ``stats`` (a :class:`TimingStats`, or None
     without a finite time), also as the properties ``median``, ``mad``,
-    ``min``, ``count`` and ``spread``. ``to_dict()`` keeps the original's
-    keys.
+    ``min``, ``count`` and ``spread``; ``censored`` (str or None): None for
+    a measured result, ``"timeout"`` for a run stopped at its time limit
+    (``execution_times`` is then ``[limit]``, a lower bound, also as
+    ``timed_out_after``), ``"compile_failure"`` for a schedule that did not
+    compile (``is_legal`` False: its legality is unknown).
+    ``to_dict()`` keeps the original's keys.
 
     >>> store.record("blur", "void blur() {}", "R(L0,comps=[c1])", True, [0.041, 0.04, 0.04, 0.043, 0.04])
     True
@@ -96,6 +103,7 @@ class LookupResult:
     update_date: str
     source_project: str
     stable: Optional[bool] = None
+    censored: Optional[str] = None
 
     def __init__(
         self,
@@ -109,6 +117,7 @@ class LookupResult:
         source_project: str,
         stable: Optional[bool] = None,
         stats: Union[None, str, TimingStats] = None,
+        censored: Optional[str] = None,
     ) -> None:
         # Written out rather than generated, for stats: not a field (the
         # original's fields and stable are), the library's statistics as it
@@ -123,6 +132,7 @@ class LookupResult:
         self.update_date = update_date
         self.source_project = source_project
         self.stable = stable
+        self.censored = censored
         self._stats = _UNSET if stats is None else stats
 
     @property
@@ -131,11 +141,21 @@ class LookupResult:
         st = self._stats
         if st.__class__ is str:
             count, median, mad, low, spread = st.split()
-            st = self._stats = _new_stats(TimingStats, (int(count), float(median), float(mad), float(low), float(spread), self.stable))
+            st = self._stats = _new_stats(
+                TimingStats,
+                (int(count), float(median), float(mad), float(low), float(spread), self.stable, self.censored == "timeout"),
+            )
         elif st is _UNSET:  # made by hand (LookupResult(**r.to_dict())): the library computes them
             got = _native.call(0, "timing_stats", execution_times=self.execution_times)
-            st = self._stats = None if got is None else TimingStats(stable=self.stable, **got)
+            st = self._stats = None if got is None else TimingStats(stable=self.stable, lower_bound=self.censored == "timeout", **got)
         return st
+
+    @property
+    def timed_out_after(self) -> Optional[float]:
+        """The time limit a censored ``"timeout"`` run was stopped at, in seconds (None otherwise)."""
+        if self.censored != "timeout" or not self.execution_times:
+            return None
+        return self.execution_times[0]
 
     @property
     def median(self) -> Optional[float]:
@@ -761,6 +781,9 @@ class TiraStore:
         is_legal: bool,
         execution_times: Optional[list] = None,
         overwrite: bool = False,
+        *,
+        censored: Optional[str] = None,
+        timed_out_after: Optional[float] = None,
     ) -> bool:
         """Store one measurement of a schedule of a program.
 
@@ -778,10 +801,18 @@ class TiraStore:
             numbers when *is_legal*, else a list or None
         :param bool overwrite: replace an existing record (keeping its
             creation date)
+        :param censored: (new) a result without a time of its own:
+            ``"timeout"``, the run was stopped at *timed_out_after* seconds
+            (is_legal True, no *execution_times*; the record's time is that
+            limit, a lower bound), or ``"compile_failure"`` (is_legal
+            False, no times). Workers of the original library read them as
+            a legal schedule as slow as its limit and as an illegal one.
+        :param timed_out_after: the time limit of a ``"timeout"``, seconds
         :return: True if written; False if the record existed and
             *overwrite* is False
         :raises ValueError: an invalid schedule, no *execution_times* for a
-            legal schedule, a NaN or infinite time, a NUL character or lone
+            legal schedule, a censored result that does not fit the rules
+            above, a NaN or infinite time, a NUL character or lone
             surrogate in a string, a source longer than
             ``tirastore.limits()["max_text_bytes"]`` (256 MiB; refused
             before it is sent: docs/limits.md)
@@ -794,7 +825,22 @@ class TiraStore:
         False
         >>> store.record("blur", "void blur() {}", "R(L0,comps=['c1'])", True, [0.05], overwrite=True)
         True
+        >>> store.record("blur", "void blur() {}", "U(L0,4,comps=['c1'])", True, censored="timeout", timed_out_after=30.0)
+        True
+        >>> r = store.lookup("blur", "void blur() {}", "U(L0,4,comps=['c1'])")
+        >>> r.censored, r.timed_out_after, r.execution_times, r.stats.lower_bound
+        ('timeout', 30.0, [30.0], True)
         """
+        if censored is None and timed_out_after is None:
+            return self._write(
+                "record",
+                program_source_code,
+                program_name=program_name,
+                tiralib_schedule_string=tiralib_schedule_string,
+                is_legal=is_legal,
+                execution_times=execution_times,
+                overwrite=overwrite,
+            )
         return self._write(
             "record",
             program_source_code,
@@ -803,6 +849,8 @@ class TiraStore:
             is_legal=is_legal,
             execution_times=execution_times,
             overwrite=overwrite,
+            censored=censored,
+            timed_out_after=timed_out_after,
         )
 
     def record_many(self, program_name: str, program_source_code: str, schedules: list, overwrite: bool = False) -> int:
@@ -818,7 +866,8 @@ class TiraStore:
         :param schedules: a list of dicts, one per measurement, each with
             the keys ``tiralib_schedule_string`` (str), ``is_legal`` (bool)
             and ``execution_times`` (list of numbers, or None when not
-            legal), as :meth:`record` takes them
+            legal), and optionally ``censored`` and ``timed_out_after``,
+            as :meth:`record` takes them
         :param bool overwrite: replace existing records
         :return: the number of records written
         :raises ValueError: an entry is invalid (as for :meth:`record`)
