@@ -159,11 +159,13 @@ var methods = map[string]method{
 		if err != nil {
 			return nil, err
 		}
-		o := pyjson.NewObjectCap(4)
+		o := pyjson.NewObjectCap(6)
 		o.Set("policy", replyNoisePolicy(s.Policy))
 		o.Set("timed", s.Timed)
 		o.Set("unstable", s.Unstable)
 		o.Set("median_spread", s.MedianSpread)
+		o.Set("timed_out", s.TimedOut)
+		o.Set("compile_failures", s.CompileFailure)
 		return o, nil
 	}},
 	"noise_policy": {true, noParams, func(_ context.Context, st *core.Store, a *args) (any, error) {

@@ -123,24 +123,37 @@ func (s *Store) judge(rec *storage.Record, read storage.Reader) (*Result, Mismat
 }
 
 // Stability counts the records by the noise policy: those with a finite
-// time, and those of them whose spread breaks it (tirastore stats). It
+// time, and those of them whose spread breaks it (tirastore stats), and
+// the censored ones, which have no time of their own (censored.go). It
 // reads every record once, under one hold of the lock (as an export).
 type Stability struct {
-	Policy          NoisePolicy
-	Timed, Unstable int64
-	MedianSpread    float64 // of the timed records; 0 without any
+	Policy                   NoisePolicy
+	Timed, Unstable          int64
+	MedianSpread             float64 // of the timed records; 0 without any
+	TimedOut, CompileFailure int64
 }
 
 // Stability scans the records and counts them by the store's policy.
 func (s *Store) Stability(ctx context.Context) (*Stability, error) {
 	p := s.NoisePolicy()
 	var spreads []float64
-	var unstable int64
+	var unstable, timedOut, compileFailure int64
 	err := s.be.EachProgram(ctx, func(_ storage.Program, rs []storage.ScheduleResult) error {
 		for _, r := range rs {
 			res, err := resultOf(&storage.Record{ResultJSON: r.ResultJSON, Schedule: r.Schedule})
-			if err != nil || res.Stats.Count == 0 {
-				continue // unreadable (stats counts those) or without a time
+			if err != nil {
+				continue // unreadable: stats counts those
+			}
+			switch res.Censored {
+			case CensoredTimeout:
+				timedOut++
+				continue
+			case CensoredCompileFailure:
+				compileFailure++
+				continue
+			}
+			if res.Stats.Count == 0 {
+				continue // without a time
 			}
 			spreads = append(spreads, res.Stats.Spread)
 			if p.Unstable(res.Stats) {
@@ -152,7 +165,7 @@ func (s *Store) Stability(ctx context.Context) (*Stability, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &Stability{Policy: p, Timed: int64(len(spreads)), Unstable: unstable}
+	st := &Stability{Policy: p, Timed: int64(len(spreads)), Unstable: unstable, TimedOut: timedOut, CompileFailure: compileFailure}
 	if len(spreads) > 0 {
 		slices.Sort(spreads)
 		st.MedianSpread = spreads[len(spreads)/2]

@@ -240,11 +240,15 @@ def _stability_text(st: dict[str, Any]) -> str:
     """The stats line of the noise policy: how many timed records meet it."""
     p = st["policy"]
     rule = f"spread <= {p['max_spread'] * 100:.4g}% (PolyBench's rule), up to {p['max_remeasures']} re-measurements"
+    censored = ""
+    if st["timed_out"] or st["compile_failures"]:
+        censored = (f"\ncensored        {st['timed_out']:,} timed out (their limit a lower bound), "
+                    f"{st['compile_failures']:,} failed to compile")
     if not st["timed"]:
-        return f"noise policy    {rule}; no timed record"
+        return f"noise policy    {rule}; no timed record{censored}"
     return (f"noise policy    {rule}\n"
             f"stability       {st['timed'] - st['unstable']:,} of {st['timed']:,} timed records stable, "
-            f"{st['unstable']:,} unstable; median spread {st['median_spread']:.2%}")
+            f"{st['unstable']:,} unstable; median spread {st['median_spread']:.2%}{censored}")
 
 
 def _export_arguments(p: argparse.ArgumentParser) -> None:
