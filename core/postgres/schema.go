@@ -35,8 +35,9 @@ const (
 	SchemaVersion = 2
 	// LayoutVersion is db_meta's postgres_schema this engine writes: 2
 	// since config entries have a namespace, 3 since records have runs
-	// and config entries a context.
-	LayoutVersion = 3
+	// and config entries a context, 4 since claims name their Slurm
+	// cluster.
+	LayoutVersion = 4
 )
 
 // schemaLock is the advisory lock (a transaction-scoped one) that
@@ -111,7 +112,8 @@ var schemaDDL = []string{
     lease          DOUBLE PRECISION NOT NULL,
     renewals       BIGINT NOT NULL,
     claimed_at     TEXT COLLATE "C" NOT NULL,
-    renewed_at     TEXT COLLATE "C" NOT NULL
+    renewed_at     TEXT COLLATE "C" NOT NULL,
+    slurm_cluster  TEXT COLLATE "C" NOT NULL DEFAULT ''
 )`,
 	createRunsTable,
 	createContextsTable,
@@ -152,6 +154,8 @@ var migrations = map[int][]string{
 	// context they were tuned in.
 	2: {createRunsTable, createContextsTable,
 		`ALTER TABLE config_entries ADD COLUMN IF NOT EXISTS context TEXT COLLATE "C" NOT NULL DEFAULT ''`},
+	// 3 -> 4: a claim names the Slurm cluster of its job.
+	3: {`ALTER TABLE claims ADD COLUMN IF NOT EXISTS slurm_cluster TEXT COLLATE "C" NOT NULL DEFAULT ''`},
 }
 
 // init checks the server and the schema and creates or migrates the

@@ -184,8 +184,8 @@ func TestLayoutOneConfigTableIsMigrated(t *testing.T) {
 	}
 	var layout string
 	var pk, indexes []string
-	if err := conn.QueryRow(ctx, `SELECT value FROM db_meta WHERE key = 'postgres_schema'`).Scan(&layout); err != nil || layout != "3" {
-		t.Fatalf("postgres_schema %q, %v; want 3", layout, err)
+	if err := conn.QueryRow(ctx, `SELECT value FROM db_meta WHERE key = 'postgres_schema'`).Scan(&layout); err != nil || layout != "4" {
+		t.Fatalf("postgres_schema %q, %v; want 4", layout, err)
 	}
 	var runsTables int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM information_schema.tables

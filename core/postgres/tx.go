@@ -485,7 +485,7 @@ func (r *reader) ConfigImported(path string) (*storage.ConfigImport, error) {
 }
 
 const claimColumns = `key, program_hash, program_name, schedule, token, hostname, pid, start_time, boot_id,
-    pid_ns, slurm_job_id, username, lease, renewals, claimed_at, renewed_at`
+    pid_ns, slurm_job_id, username, lease, renewals, claimed_at, renewed_at, slurm_cluster`
 
 // claimSelect adds what the server's clock leaves of each lease.
 const claimSelect = "SELECT " + claimColumns + `,
@@ -498,7 +498,7 @@ func scanClaim(rows pgx.Rows) (*storage.Claim, error) {
 	var startTime, pidNS int64
 	err := rows.Scan(&c.Key, &c.ProgramHash, &c.ProgramName, &c.Schedule, &c.Token, &c.Hostname, &c.PID,
 		&startTime, &c.BootID, &pidNS, &c.SlurmJobID, &c.Username, &c.LeaseSeconds, &c.Renewals,
-		&c.ClaimedAt, &c.RenewedAt, &left)
+		&c.ClaimedAt, &c.RenewedAt, &c.SlurmCluster, &left)
 	c.StartTime, c.PIDNS = uint64(startTime), uint64(pidNS)
 	c.ServerClock, c.ExpiresIn = true, time.Duration(left*float64(time.Second))
 	return &c, err
@@ -673,14 +673,15 @@ func (w *writer) PutMeta(key, value string) error {
 // server's clock (its lease counts from there).
 func (w *writer) PutClaim(c *storage.Claim) error {
 	_, err := w.exec(`INSERT INTO claims (`+claimColumns+`)
-  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, `+serverNow+`, `+serverNow+`)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, `+serverNow+`, `+serverNow+`, $15)
   ON CONFLICT (key) DO UPDATE SET program_hash = excluded.program_hash, program_name = excluded.program_name,
        schedule = excluded.schedule, token = excluded.token, hostname = excluded.hostname, pid = excluded.pid,
        start_time = excluded.start_time, boot_id = excluded.boot_id, pid_ns = excluded.pid_ns,
        slurm_job_id = excluded.slurm_job_id, username = excluded.username, lease = excluded.lease,
-       renewals = excluded.renewals, claimed_at = excluded.claimed_at, renewed_at = excluded.renewed_at`,
+       renewals = excluded.renewals, claimed_at = excluded.claimed_at, renewed_at = excluded.renewed_at,
+       slurm_cluster = excluded.slurm_cluster`,
 		c.Key, c.ProgramHash, c.ProgramName, c.Schedule, c.Token, c.Hostname, c.PID, int64(c.StartTime), c.BootID,
-		int64(c.PIDNS), c.SlurmJobID, c.Username, c.LeaseSeconds, c.Renewals)
+		int64(c.PIDNS), c.SlurmJobID, c.Username, c.LeaseSeconds, c.Renewals, c.SlurmCluster)
 	return err
 }
 

@@ -154,15 +154,17 @@ type Claim struct {
 	// old holder's release or renewal no longer matches.
 	Token string
 	// Who holds it: host, pid and what proves the pid's process dead on
-	// that host (core/liveness.Process), the Slurm job ("" outside one) and
-	// the user.
-	Hostname   string
-	PID        int
-	StartTime  uint64
-	BootID     string
-	PIDNS      uint64
-	SlurmJobID string
-	Username   string
+	// that host (core/liveness.Process), the Slurm job and the cluster
+	// that knows it ("" outside one, or written by a version before the
+	// cluster was recorded) and the user.
+	Hostname     string
+	PID          int
+	StartTime    uint64
+	BootID       string
+	PIDNS        uint64
+	SlurmJobID   string
+	SlurmCluster string
+	Username     string
 	// LeaseSeconds is how long a waiter lets the row stay unrenewed.
 	LeaseSeconds float64
 	// Renewals counts the holder's renewals: each changes the row.

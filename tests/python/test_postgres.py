@@ -468,7 +468,7 @@ def test_the_schema_is_the_sqlite_one(pg_cluster, url):
     assert tables["db_meta"] == ["key", "value"]
     assert {"config_entries", "config_imports", "claims", "record_runs", "run_contexts"} <= set(tables)
     meta = {r["key"]: r["value"] for r in raw_query(url, "SELECT key, value FROM db_meta")}
-    assert meta["schema_version"] == "2" and meta["postgres_schema"] == "3"
+    assert meta["schema_version"] == "2" and meta["postgres_schema"] == "4"
     assert meta["cpu_model"] == TEST_CPU and meta["slurm_cpus"] == "4"
 
 
