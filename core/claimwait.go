@@ -418,11 +418,15 @@ func (s *Store) newClaimRow(p *pendingClaim, programName, hash string, lease tim
 		token = newClaimToken()
 	}
 	me := liveness.Self()
+	job, cluster := environ.Get("SLURM_JOB_ID"), ""
+	if job != "" {
+		cluster = environ.Get("SLURM_CLUSTER_NAME")
+	}
 	return &storage.Claim{
 		Key: p.key, ProgramHash: hash, ProgramName: programName, Schedule: p.norm,
 		Token: token, Hostname: s.hostname, PID: os.Getpid(),
 		StartTime: me.StartTime, BootID: me.BootID, PIDNS: me.PIDNS,
-		SlurmJobID: environ.Get("SLURM_JOB_ID"), Username: s.username,
+		SlurmJobID: job, SlurmCluster: cluster, Username: s.username,
 		LeaseSeconds: lease.Seconds(), ClaimedAt: at, RenewedAt: at,
 	}
 }
