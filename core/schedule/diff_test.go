@@ -70,7 +70,11 @@ var (
 		"\\", "\x00", "\x7f", "\u00ad", "\u0378", "\ue000", "\U0010ffff", "\U0001F600",
 		"\u200b", "\u00e9", "comps=["}
 	genNames = []string{"S", "I", "R", "P", "T2", "T3", "U", "F", "S", "R", "T2", "T3",
-		"T", "T10", "s", "r", "SS", "Rx", "", "X", "T2x", "\u00c9", "1S"}
+		"D", "E", "M", "TG", "T", "T10", "s", "r", "SS", "Rx", "", "X", "T2x", "\u00c9", "1S",
+		"TG2", "DD", "d", "tg", "G", "MM"}
+	// genKnown is every known transformation name, TiraLib's D, E, M and TG
+	// among them.
+	genKnown = []string{"S", "I", "R", "P", "T2", "T3", "U", "F", "D", "E", "M", "TG"}
 )
 
 func (g *gen) digits() string {
@@ -161,14 +165,15 @@ func (g *gen) comps() string {
 }
 
 func (g *gen) transformation() string {
-	name := g.pick("S", "I", "R", "P", "T2", "T3", "U", "F")
+	name := g.pick(genKnown...)
 	if g.bad() {
 		name = g.pick(genNames...)
 	}
 	args, ok := transformations[name]
 	if !ok || g.bad() {
-		args = transformations[g.pick("S", "I", "R", "P", "T2", "T3", "U", "F")]
+		args = transformations[g.pick(genKnown...)]
 	}
+	loops := 0 // how many loop levels argLoops wrote, for argSizes
 	var b strings.Builder
 	b.WriteString(name)
 	if g.bad() {
@@ -199,6 +204,66 @@ func (g *gen) transformation() string {
 			b.WriteString(g.digits())
 		case argComps:
 			b.WriteString(g.comps())
+		case argLoops:
+			loops = 1 + g.r.Intn(3)
+			b.WriteString(g.list(loops, "", "", func() string {
+				if g.bad() {
+					return g.pick("l", "", "LL", "L-") + g.digits()
+				}
+				return "L" + g.digits()
+			}))
+		case argSizes:
+			n := loops
+			if n == 0 || g.bad() { // as many sizes as loop levels, or not
+				n = g.r.Intn(4)
+			}
+			b.WriteString(g.list(n, "", "", func() string {
+				if g.bad() {
+					return g.pick("-", "+", "L") + g.digits()
+				}
+				return g.digits()
+			}))
+		case argMatrix:
+			count := []int{1, 4, 4, 9, 9, 16}[g.r.Intn(6)]
+			if g.r.Intn(5) == 0 { // a count that is not a square
+				count = []int{0, 2, 3, 5, 8, 10}[g.r.Intn(6)]
+			}
+			wrong := -1 // the one entry with a mistake, if any
+			if g.bad() {
+				wrong = g.r.Intn(count + 1)
+			}
+			i := -1
+			b.WriteString(g.list(count, "[", "]", func() string {
+				i++
+				switch {
+				case i == wrong:
+					return g.pick("--", "+", "", "L", "1.0", "-") + g.digits()
+				case g.r.Intn(4) == 0:
+					return g.pick("", "-") + g.pick(genDigits...)
+				case g.r.Intn(3) == 0:
+					return "-" + strconv.Itoa(g.r.Intn(5))
+				}
+				return strconv.Itoa(g.r.Intn(3))
+			}))
+		case argDistribution:
+			open := "distribution="
+			if g.bad() {
+				open = g.pick("distribution", "Distribution=", "distrib=", "", "comps=")
+			}
+			b.WriteString(open)
+			b.WriteString(g.list(1+g.r.Intn(3), "[", "]", func() string {
+				var w strings.Builder
+				for n := g.r.Intn(3); n >= 0; n-- {
+					w.WriteString(g.compName())
+					if n > 0 {
+						w.WriteString(",")
+					}
+				}
+				if g.bad() {
+					return g.pick("", "[]", "[[", w.String(), "["+w.String(), w.String()+"]")
+				}
+				return "[" + w.String() + "]"
+			}))
 		}
 	}
 	if g.bad() {
@@ -206,6 +271,34 @@ func (g *gen) transformation() string {
 	} else {
 		b.WriteString(")")
 	}
+	return b.String()
+}
+
+// list writes n items joined by ",", between open and close, and now and
+// then makes a mistake in the brackets or in one joint (one per list, so
+// that long lists, such as a 4x4 matrix, are still often right).
+func (g *gen) list(n int, open, close string, item func() string) string {
+	var b strings.Builder
+	if open != "" && g.bad() {
+		open = g.pick("", "(", "[[")
+	}
+	b.WriteString(open)
+	wrong := -1
+	if n > 1 && g.bad() {
+		wrong = 1 + g.r.Intn(n-1)
+	}
+	for i := 0; i < n; i++ {
+		if i == wrong {
+			b.WriteString(g.pick("", ";", ",,", "],["))
+		} else if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString(item())
+	}
+	if close != "" && g.bad() {
+		close = g.pick("", ")", "]]", ",]")
+	}
+	b.WriteString(close)
 	return b.String()
 }
 
@@ -286,7 +379,8 @@ func (g *gen) schedule() string {
 	}
 	if g.r.Intn(5) == 0 {
 		s = g.mutate(s, func() string {
-			return g.pick("|", "(", ")", ",", "]", "[", "comps=[", "'", `"`, "-", "L", "T2", g.compName(), g.digits())
+			return g.pick("|", "(", ")", ",", "]", "[", "comps=[", "'", `"`, "-", "L", "T2", "TG", "M([",
+				"distribution=[", ",[", "],", g.compName(), g.digits())
 		})
 	}
 	return s

@@ -10,6 +10,12 @@
 // docs/COMPAT.md, sections "Whitespace", "Program normalization and
 // hash" and "Schedule normalization and validation".
 //
+// One departure is deliberate: Validate also accepts the actions TiraLib
+// prints that the original does not know (D, E, M and TG), so that every
+// schedule TiraLib explores can be recorded. Normalize is the original's
+// rule on those strings too, so their keys are the ones an old worker
+// computes: it finds such records, although it cannot record them.
+//
 // Strings are UTF-8. Bytes that are not valid UTF-8 (which a Python str cannot
 // hold) are kept as they are, never count as whitespace, digits or word
 // characters, and appear in error messages as Python's surrogateescape would

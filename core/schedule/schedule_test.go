@@ -41,6 +41,12 @@ var normalizeCases = []struct{ in, want string }{
 	{"comps=[\U0001F600]", "comps=['\U0001F600']"}, // astral kept
 	{"R(L0,comps=[\xff])", "R(L0,comps=['\xff'])"}, // invalid UTF-8 byte kept
 	{"comps=[\u00a0'a'\u2028,\u2029\"b\"]", "comps=['a','b']"},
+	// TiraLib's actions: the same rule, nothing else (D's groups are no
+	// comps=[...] block).
+	{"D(L1,comps=[comp05],distribution=[['comp05'], [\"comp06\"]])",
+		"D(L1,comps=['comp05'],distribution=[['comp05'],[\"comp06\"]])"},
+	{"M([1, 0, 0, -1],comps=[c])", "M([1,0,0,-1],comps=['c'])"},
+	{"TG(L1,L2,10,5,comps=['a', \"b\"])", "TG(L1,L2,10,5,comps=['a','b'])"},
 }
 
 func TestNormalize(t *testing.T) {
@@ -55,7 +61,8 @@ func TestNormalize(t *testing.T) {
 }
 
 // validateCases are inputs and the original's validate_schedule reason
-// ("" means valid).
+// ("" means valid), then TiraLib's D, E, M and TG, which the original calls
+// unknown and this library accepts.
 var validateCases = []struct{ in, reason string }{
 	{"", ""},
 	{"S(L0,L1,4,8,comps=['c1'])", ""},
@@ -138,6 +145,46 @@ var validateCases = []struct{ in, reason string }{
 	{"R(L\U0001E4F0,comps=[a])", `Malformed R transformation: 'R(L\U0001e4f0,comps=[a])'`},
 	{"R(L0,comps=[c\xff])", `Malformed R transformation: 'R(L0,comps=[c\udcff])'`},
 	{"T2(L0,L1,4,8,comps=[a])|R(L0,comps=[])|r", "Malformed R transformation: 'R(L0,comps=[])'"},
+	{"D(L1,comps=[comp05],distribution=[['comp05'], ['comp06'], ['comp03', 'comp04']])", ""},
+	{`D(L0,comps=['a'],distribution=[[a],["b",c_1,'d']])`, ""},
+	{"E(comps=['comp'])", ""},
+	{"M([1, 0, 0, 1],comps=['comp00'])", ""},
+	{"M([-1],comps=[c])", ""},
+	{"M([1,0,0,0,-1,0,0,0,\u0661],comps=[c])", ""},
+	{"TG(L1,L2,10,5,comps=['R_up_init', 'R_up', 'A_out'])", ""},
+	{"TG(L0,32,comps=[c])", ""},
+	{"TG(L\u0661,L1,L2,4,\u0664,4,comps=[c])", ""},
+	{"S(L0,L1,1,-1,comps=[a])|D(L0,comps=[a],distribution=[[a],[b]])|E(comps=[b])|M([0,1,1,0],comps=[a])|TG(L0,8,comps=[a,b])", ""},
+	{"D(L1,comps=[a])", "Malformed D transformation: 'D(L1,comps=[a])'"},
+	{"D(L1,comps=[a],distribution=[])", "Malformed D transformation: 'D(L1,comps=[a],distribution=[])'"},
+	{"D(L1,comps=[a],distribution=[[]])", "Malformed D transformation: 'D(L1,comps=[a],distribution=[[]])'"},
+	{"D(L1,comps=[a],distribution=[a])", "Malformed D transformation: 'D(L1,comps=[a],distribution=[a])'"},
+	{"D(L1,comps=[a],distribution=[[a],])", "Malformed D transformation: 'D(L1,comps=[a],distribution=[[a],])'"},
+	{"D(L1,comps=[a],distribution=[[a]],)", "Malformed D transformation: 'D(L1,comps=[a],distribution=[[a]],)'"},
+	{"D(comps=[a],distribution=[[a]])", "Malformed D transformation: 'D(comps=[a],distribution=[[a]])'"},
+	{"D(L1,distribution=[[a]],comps=[a])", "Malformed D transformation: 'D(L1,distribution=[[a]],comps=[a])'"},
+	{"D(L1,comps=[a],distribution=[[1x]])", "Malformed D transformation: 'D(L1,comps=[a],distribution=[[1x]])'"},
+	{"E(comps=[])", "Malformed E transformation: 'E(comps=[])'"},
+	{"E(L0,comps=[a])", "Malformed E transformation: 'E(L0,comps=[a])'"},
+	{"E()", "Malformed E transformation: 'E()'"},
+	{"M([],comps=[c])", "Malformed M transformation: 'M([],comps=[c])'"},
+	{"M([1,0,0],comps=[c])", "Malformed M transformation: 'M([1,0,0],comps=[c])' (3 entries do not make a square matrix)"},
+	{"M([1,0,0],comps=[c]", "Malformed M transformation: 'M([1,0,0],comps=[c]'"}, // not square, and malformed anyway
+	{"M([1,0,0,+1],comps=[c])", "Malformed M transformation: 'M([1,0,0,+1],comps=[c])'"},
+	{"M([1,0,0,1])", "Malformed M transformation: 'M([1,0,0,1])'"},
+	{"M(1,0,0,1,comps=[c])", "Malformed M transformation: 'M(1,0,0,1,comps=[c])'"},
+	{"M([1.0],comps=[c])", "Malformed M transformation: 'M([1.0],comps=[c])'"},
+	{"Mx([1],comps=[c])", "Malformed M transformation: 'Mx([1],comps=[c])'"},
+	{"TG(L0,L1,32,comps=[c])", "Malformed TG transformation: 'TG(L0,L1,32,comps=[c])'"},
+	{"TG(L0,32,32,comps=[c])", "Malformed TG transformation: 'TG(L0,32,32,comps=[c])'"},
+	{"TG(L0,L1,comps=[c])", "Malformed TG transformation: 'TG(L0,L1,comps=[c])'"},
+	{"TG(32,comps=[c])", "Malformed TG transformation: 'TG(32,comps=[c])'"},
+	{"TG(L0,-32,comps=[c])", "Malformed TG transformation: 'TG(L0,-32,comps=[c])'"},
+	{"TG(L0,L1,32,L2,32,comps=[c])", "Malformed TG transformation: 'TG(L0,L1,32,L2,32,comps=[c])'"},
+	{"TG(comps=[c])", "Malformed TG transformation: 'TG(comps=[c])'"},
+	{"TG2(L0,4,comps=[c])", "Unknown transformation: 'TG2' in 'TG2(L0,4,comps=[c])'"},
+	{"DE(comps=[a])", "Unknown transformation: 'DE' in 'DE(comps=[a])'"},
+	{"G(L0,4,comps=[c])", "Unknown transformation: 'G' in 'G(L0,4,comps=[c])'"},
 }
 
 func TestValidate(t *testing.T) {
@@ -166,6 +213,9 @@ func TestNormalizeThenValidate(t *testing.T) {
 		{"R(L0,comps=['a,b'])", true, true},       // valid both ways, but 2 comps after
 		{"R(L0,comps=['a|b'])", false, false},     // '|' splits before anything
 		{"R(L0,comps=[a,])", false, true},         // empty item becomes ''
+		// D's groups are not a comps=[...] block: normalizing leaves them.
+		{"D(L0,comps=[1x],distribution=[[a]])", false, true},
+		{"D(L0,comps=[a],distribution=[[1x]])", false, false},
 	}
 	for _, c := range cases {
 		raw, _ := Validate(c.in)

@@ -86,8 +86,10 @@ def validate_schedule(schedule: str) -> tuple[bool, str]:
 
     The schedule is one or more ``|``-separated transformations among
     ``S I R P T2 T3 U F``, each with its loop levels, integers and
-    ``comps=[...]`` list. Whitespace is ignored; an empty schedule is valid.
-    :meth:`TiraStore.record` checks the normalized schedule this way.
+    ``comps=[...]`` list, or among ``D E M TG``, the other actions TiraLib
+    prints, which the original library rejected. Whitespace is ignored; an
+    empty schedule is valid. :meth:`TiraStore.record` checks the normalized
+    schedule this way.
 
     :param str schedule: the schedule to check; any falsy value (``None``,
         ``""``) is valid, as in the original
@@ -97,6 +99,8 @@ def validate_schedule(schedule: str) -> tuple[bool, str]:
     :raises ValueError: *schedule* contains a lone surrogate
 
     >>> validate_schedule("S(L0,L1,4,8,comps=['c1'])|U(L2,4,comps=[c1])")
+    (True, '')
+    >>> validate_schedule("TG(L1,L2,10,5,comps=['c1'])|M([0, 1, 1, 0],comps=['c1'])")
     (True, '')
     >>> validate_schedule("U(L2,4)")
     (False, "Malformed U transformation: 'U(L2,4)'")

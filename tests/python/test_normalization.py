@@ -231,6 +231,13 @@ VALID_SCHEDULES = [
     "R(L0,comps=['c'])\u3000",
     "\u0085R(L0,comps=['c'])",
     "R(L0,comps=[a,'b',\"c\"])",
+    # TiraLib's other actions, which the original rejected as unknown
+    "D(L1,comps=[comp05],distribution=[['comp05'], ['comp06'], ['comp03', 'comp04']])",
+    "E(comps=['comp'])",
+    "M([1, 0, 0, 1],comps=['comp00'])",
+    "M([-1],comps=[c])",
+    "TG(L1,L2,10,5,comps=['R_up_init', 'R_up', 'A_out'])",
+    "TG(L\u0661,32,comps=[c])",
 ]
 
 INVALID_SCHEDULES = [
@@ -289,6 +296,16 @@ INVALID_SCHEDULES = [
     "comps=['c']",
     "S",
     "R(L0,comps=[c]);R(L0,comps=[c])",
+    "D(L1,comps=[a])",
+    "D(L1,comps=[a],distribution=[a])",
+    "D(L1,comps=[a],distribution=[[]])",
+    "E(comps=[])",
+    "M([1,0,0],comps=[c])",
+    "M([],comps=[c])",
+    "M([1,0,0,+1],comps=[c])",
+    "TG(L0,L1,32,comps=[c])",
+    "TG(L0,-32,comps=[c])",
+    "TG2(L0,4,comps=[c])",
 ]
 
 
@@ -344,6 +361,13 @@ def test_validate_returns_tuple_of_bool_and_str():
         ("T3(L0,L1,4,4,4,comps=[c])", "Malformed T3 transformation: 'T3(L0,L1,4,4,4,comps=[c])'"),
         ("U(L0,-2,comps=[c])", "Malformed U transformation: 'U(L0,-2,comps=[c])'"),
         ("F(L0,1,comps=[c])", "Malformed F transformation: 'F(L0,1,comps=[c])'"),
+        ("D(L1,comps=[a])", "Malformed D transformation: 'D(L1,comps=[a])'"),
+        ("TG(L0,L1,32,comps=[c])", "Malformed TG transformation: 'TG(L0,L1,32,comps=[c])'"),
+        # a well-formed M whose entries are no square matrix says so
+        (
+            "M([1,0,0],comps=[c])",
+            "Malformed M transformation: 'M([1,0,0],comps=[c])' (3 entries do not make a square matrix)",
+        ),
         ("S", "Malformed S transformation: 'S'"),
         # whitespace is removed before the segment is quoted in the reason
         ("R( L0 )", "Malformed R transformation: 'R(L0)'"),
@@ -499,6 +523,7 @@ def test_program_functions_type_error(bad):
 
 _FRAGMENTS = [
     "S", "I", "R", "P", "T2", "T3", "U", "F", "X", "T", "s", "(", ")", ",", "|",
+    "D", "E", "M", "TG", "[", "[1,0,0,1]", "distribution=[", "['c1']", "-1",
     "L0", "L1", "L12", "L\u0661", "L\u00b2", "L", "4", "-4", "32", "\u0663", "-",
     "comps=[", "]", "comps=[]", "'c1'", '"c2"', "c3", "_x", "\u00e9", "a\u00bd",
     "'a,b'", "'", '"', " ", "\u3000", "\u00a0", "\u0085", "\u200b", "\t", "\n",
@@ -509,6 +534,8 @@ _GOOD = [
     "S(L0,L1,4,8,comps=['c1'])", "S(L0,L1,-4,8,comps=[c1])", "I(L0,L1,comps=[a])",
     "R(L0,comps=['c1'])", "P(L1,comps=[\"x\"])", "T2(L0,L1,32,32,comps=[c])",
     "T3(L0,L1,L2,4,4,4,comps=[c])", "U(L1,8,comps=[c])", "F(L0,comps=[c1,c2])",
+    "D(L0,comps=[c1],distribution=[['c1'], ['c2', \"c3\"]])", "E(comps=['c1'])",
+    "M([1, 0, -1, 1],comps=['c1'])", "TG(L0,L1,L2,8,16,32,comps=['c1', 'c2'])",
 ]
 
 

@@ -17,6 +17,7 @@ where idem lists the schedules whose normalization is not idempotent.
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 
@@ -25,7 +26,7 @@ _Q = r"""(?:'[^']*'|"[^"]*")"""
 _CN = r"(?:" + _Q + r"|[A-Za-z_]\w*)"
 _COMPS = r"comps=\[" + _CN + r"(?:," + _CN + r")*\]"
 _LX, _INT, _SINT = r"L\d+", r"\d+", r"-?\d+"
-# Each transformation's arguments, in order.
+# Each transformation's arguments, in order: the original's grammar.
 GRAMMAR = {
     "S": [_LX, _LX, _SINT, _SINT, _COMPS],
     "I": [_LX, _LX, _COMPS],
@@ -36,7 +37,18 @@ GRAMMAR = {
     "U": [_LX, _INT, _COMPS],
     "F": [_LX, _COMPS],
 }
-_PATTERNS = {k: re.compile(k + r"\(" + ",".join(v) + r"\)") for k, v in GRAMMAR.items()}
+# The other actions TiraLib prints, which this library accepts and the
+# original rejects as unknown. Group 1 of M is its entries (a perfect square
+# of them); groups 1 and 2 of TG its loop levels and its tile sizes (as many
+# of each).
+_GROUP = r"\[" + _CN + r"(?:," + _CN + r")*\]"
+GRAMMAR_TIRALIB = {
+    "D": [_LX, _COMPS, r"distribution=\[" + _GROUP + r"(?:," + _GROUP + r")*\]"],
+    "E": [_COMPS],
+    "M": [r"\[(" + _SINT + r"(?:," + _SINT + r")*)\]", _COMPS],
+    "TG": [r"(" + _LX + r"(?:," + _LX + r")*)", r"(" + _INT + r"(?:," + _INT + r")*)", _COMPS],
+}
+_PATTERNS = {k: re.compile(k + r"\(" + ",".join(v) + r"\)") for k, v in {**GRAMMAR, **GRAMMAR_TIRALIB}.items()}
 _NAME = re.compile(r"[A-Z][A-Z0-9]*")
 
 
@@ -70,8 +82,13 @@ def validate_schedule(s: str) -> tuple[bool, str]:
         rule = _PATTERNS.get(name)
         if rule is None:
             return False, f"Unknown transformation: {name!r} in {seg!r}"
-        if not rule.fullmatch(seg):
+        m = rule.fullmatch(seg)
+        if not m or (name == "TG" and m.group(1).count(",") != m.group(2).count(",")):
             return False, f"Malformed {name} transformation: {seg!r}"
+        if name == "M":
+            n = m.group(1).count(",") + 1
+            if math.isqrt(n) ** 2 != n:
+                return False, f"Malformed M transformation: {seg!r} ({n} entries do not make a square matrix)"
     return True, ""
 
 
