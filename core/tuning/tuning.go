@@ -52,6 +52,46 @@ const (
 	ClaimReleaseAtExit = 2 * time.Second
 )
 
+// Asking Slurm whether a claim's holder's job has ended (core/slurmjob).
+// A node's waiters share one answer file, so these are per node, not per
+// process.
+const (
+	// SlurmInterval is the least time between two queries of a node (one
+	// sacct, and squeue for what sacct did not list). A waiter needs the
+	// answer only once its holder has stopped renewing, tens of seconds
+	// into a ClaimLease, so an answer a second old costs nothing; it is
+	// ClaimMaxPoll, how often a waiter reads the claims anyway. Every
+	// query loads the controller (or slurmdbd), which all the nodes of a
+	// cluster share.
+	SlurmInterval = time.Second
+	// SlurmTimeout bounds one query, all of its commands (sacct gets half
+	// of it, so that squeue still runs when slurmdbd does not answer): a
+	// Slurm client waits 10 s for an answer (MessageTimeout's default)
+	// before it gives up on its own. A querier that went silent is replaced
+	// after twice this.
+	SlurmTimeout = 10 * time.Second
+	// SlurmWantedIntervals: a job is asked about while some waiter of the
+	// node asked for it within this many intervals. A waiter asks at every
+	// read of the claims (at most ClaimMaxPoll apart), so only a job that
+	// no waiter waits on any more drops out of the queries.
+	SlurmWantedIntervals = 10
+	// SlurmKeep is how long an answer stays in the file after the last
+	// waiter asked for it: an ended job stays ended, and a waiter that
+	// comes back to it within a few minutes needs no query.
+	SlurmKeep = 5 * time.Minute
+	// SlurmMaxJobs bounds the jobs the file remembers and one query asks
+	// about (the most recently wanted): a node waits on a few holders'
+	// jobs at a time, and at about a hundred bytes a job this keeps the
+	// file a tenth of SlurmFileMax, and a command line some kilobytes.
+	SlurmMaxJobs = 1024
+	// SlurmFileMax bounds what is read of the answer file: a larger file
+	// is none that this package wrote, and is read as empty.
+	SlurmFileMax = 1 << 20
+	// SlurmOutputMax bounds what is read of one command's output: some
+	// hundred bytes a job; more is not the answer to our question.
+	SlurmOutputMax = 1 << 20
+)
+
 // The hard-link lock (core/sqlitefile/internal/lock).
 const (
 	// MinBackoff and MaxBackoff bound the full-jitter backoff between two

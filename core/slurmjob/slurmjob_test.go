@@ -1,0 +1,387 @@
+package slurmjob
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// newTestAsker is an Asker on a fresh directory.
+func newTestAsker(t *testing.T, interval, timeout time.Duration) (*Asker, string) {
+	dir := t.TempDir()
+	return New(Options{Dir: dir, Interval: interval, Timeout: timeout}), dir
+}
+
+func TestEndedFromSqueue(t *testing.T) {
+	f := newFakes(t)
+	f.set("squeue", squeueEnded, "", 0)
+	a, dir := newTestAsker(t, time.Hour, 5*time.Second)
+	got := a.Ended(context.Background(), testCluster, []string{"16", "17", "22"})
+	if !reflect.DeepEqual(got, map[string]string{"22": "TIMEOUT"}) {
+		t.Fatalf("Ended = %v", got)
+	}
+	sq := f.calls("squeue")
+	if len(f.calls("sacct")) != 1 || len(sq) != 1 {
+		t.Fatalf("sacct %v, squeue %v", f.calls("sacct"), sq)
+	}
+	if want := "-h -a -t all -j 16,17,22 -o %A|%T"; sq[0].args != want {
+		t.Fatalf("squeue %q, want %q", sq[0].args, want)
+	}
+	// The answers are in the file, for the node's other processes.
+	b, err := os.ReadFile(filepath.Join(dir, fileName(testCluster)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := parseDoc(b)
+	if d.Querier != nil || d.Jobs["22"].State != "TIMEOUT" || d.Jobs["16"].State != "RUNNING" {
+		t.Fatalf("file: %s", b)
+	}
+	st, _ := os.Stat(filepath.Join(dir, fileName(testCluster)))
+	if st.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v", st.Mode())
+	}
+	// Within the interval, no other query: the answer comes from the file.
+	a2 := New(Options{Dir: dir, Interval: time.Hour})
+	if got := a2.Ended(context.Background(), testCluster, []string{"22", "16"}); !reflect.DeepEqual(got, map[string]string{"22": "TIMEOUT"}) {
+		t.Fatalf("second asker: %v", got)
+	}
+	if len(f.calls("squeue")) != 1 {
+		t.Fatal("a second query within the interval")
+	}
+}
+
+func TestSacctFirst(t *testing.T) {
+	f := newFakes(t)
+	f.set("sacct", "101|CANCELLED by 0\n102|RUNNING\n", "", 0)
+	f.set("squeue", "103|COMPLETED\n", "", 0)
+	a, _ := newTestAsker(t, time.Hour, 5*time.Second)
+	got := a.Ended(context.Background(), testCluster, []string{"101", "102", "103"})
+	if !reflect.DeepEqual(got, map[string]string{"101": "CANCELLED", "103": "COMPLETED"}) {
+		t.Fatalf("Ended = %v", got)
+	}
+	sa, sq := f.calls("sacct"), f.calls("squeue")
+	if len(sa) != 1 || sa[0].args != "-X -n -P -j 101,102,103 --starttime now-2days -o JobIDRaw,State" {
+		t.Fatalf("sacct %v", sa)
+	}
+	// squeue is asked only about what sacct did not list.
+	if len(sq) != 1 || !strings.Contains(sq[0].args, "-j 103 ") {
+		t.Fatalf("squeue %v", sq)
+	}
+}
+
+func TestPurged(t *testing.T) {
+	f := newFakes(t)
+	ctx := context.Background()
+
+	// The real squeue leaves a forgotten job (1) out of a list.
+	f.set("squeue", squeueEnded, "", 0)
+	a, _ := newTestAsker(t, time.Hour, 5*time.Second)
+	got := a.Ended(ctx, testCluster, []string{"1", "16", "17", "22"})
+	if !reflect.DeepEqual(got, map[string]string{"1": Purged, "22": "TIMEOUT"}) {
+		t.Fatalf("list: %v", got)
+	}
+
+	// Asked about it alone, it fails.
+	f.set("squeue", "", squeuePurgedOne, 1)
+	a, _ = newTestAsker(t, time.Hour, 5*time.Second)
+	if got := a.Ended(ctx, testCluster, []string{"1"}); !reflect.DeepEqual(got, map[string]string{"1": Purged}) {
+		t.Fatalf("one: %v", got)
+	}
+
+	// With PrivateData=jobs, another user's running job is missing
+	// alike: nothing is inferred.
+	f.set("scontrol", scontrolPrivate, "", 0)
+	f.set("squeue", squeueEnded, "", 0)
+	a, _ = newTestAsker(t, time.Hour, 5*time.Second)
+	if got := a.Ended(ctx, testCluster, []string{"1", "22"}); !reflect.DeepEqual(got, map[string]string{"22": "TIMEOUT"}) {
+		t.Fatalf("PrivateData=jobs: %v", got)
+	}
+	f.set("squeue", "", squeuePurgedOne, 1)
+	a, _ = newTestAsker(t, time.Hour, 5*time.Second)
+	if got := a.Ended(ctx, testCluster, []string{"1"}); got != nil {
+		t.Fatalf("PrivateData=jobs, one: %v", got)
+	}
+
+	// scontrol failing: nothing inferred either.
+	f.set("scontrol", "", "slurm_load_ctl_conf error: Unable to contact slurm controller (connect failure)\n", 1)
+	f.set("squeue", squeueEnded, "", 0)
+	a, _ = newTestAsker(t, time.Hour, 5*time.Second)
+	if got := a.Ended(ctx, testCluster, []string{"1", "22"}); !reflect.DeepEqual(got, map[string]string{"22": "TIMEOUT"}) {
+		t.Fatalf("scontrol failing: %v", got)
+	}
+	f.set("scontrol", scontrolNone, "", 0)
+
+	// A line that does not parse, or a complaint on stderr, and squeue's
+	// silence about a job proves nothing.
+	for _, c := range []struct{ out, errText string }{
+		{"JOBID|STATE\n22|TIMEOUT\n", ""},
+		{"22|TIMEOUT\n", "squeue: error: something odd\n"},
+	} {
+		f.set("squeue", c.out, c.errText, 0)
+		a, _ = newTestAsker(t, time.Hour, 5*time.Second)
+		if got := a.Ended(ctx, testCluster, []string{"1", "22"}); !reflect.DeepEqual(got, map[string]string{"22": "TIMEOUT"}) {
+			t.Fatalf("%q %q: %v", c.out, c.errText, got)
+		}
+	}
+}
+
+// A squeue that fails a whole list for one unknown job (as another version
+// might): each job is then asked about alone.
+func TestSqueueOneByOne(t *testing.T) {
+	f := newFakes(t)
+	f.write("squeue", `#!/bin/sh
+echo "0 $*" >> '`+f.dir+`/squeue.log'
+case "$*" in
+*"-j 5 "*) echo '5|CANCELLED' ;;
+*"-j 6 "*) echo '6|RUNNING' ;;
+*) echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1 ;;
+esac
+`, 0o755)
+	a, _ := newTestAsker(t, time.Hour, 5*time.Second)
+	got := a.Ended(context.Background(), testCluster, []string{"5", "6", "7"})
+	if !reflect.DeepEqual(got, map[string]string{"5": "CANCELLED", "7": Purged}) {
+		t.Fatalf("Ended = %v", got)
+	}
+	if n := len(f.calls("squeue")); n != 4 {
+		t.Fatalf("%d squeue calls, want 1 + 3", n)
+	}
+}
+
+// A failing or missing command is "unknown", never "ended".
+func TestFailuresAreUnknown(t *testing.T) {
+	f := newFakes(t)
+	ctx := context.Background()
+	f.set("squeue", "", "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n", 1)
+	a, _ := newTestAsker(t, time.Hour, 5*time.Second)
+	if got := a.Ended(ctx, testCluster, []string{"1", "2"}); got != nil {
+		t.Fatalf("failing squeue: %v", got)
+	}
+	for _, name := range []string{"sacct", "squeue", "scontrol"} {
+		os.Remove(filepath.Join(f.dir, name))
+	}
+	a, _ = newTestAsker(t, time.Hour, 5*time.Second)
+	if got := a.Ended(ctx, testCluster, []string{"1", "2"}); got != nil {
+		t.Fatalf("no commands: %v", got)
+	}
+}
+
+// Only the local cluster's jobs, and only valid ids, are asked about.
+func TestNothingAsked(t *testing.T) {
+	f := newFakes(t)
+	f.set("squeue", "1|CANCELLED\n", "", 0)
+	a, _ := newTestAsker(t, 0, 0)
+	ctx := context.Background()
+	if got := a.Ended(ctx, "other", []string{"1"}); got != nil {
+		t.Fatalf("other cluster: %v", got)
+	}
+	if got := a.Ended(ctx, "", []string{"1"}); got != nil {
+		t.Fatalf("no cluster: %v", got)
+	}
+	if got := a.Ended(ctx, testCluster, []string{"12x", "-j", "0", "007", "1;true", "1,2", "12_3", ""}); got != nil {
+		t.Fatalf("invalid ids: %v", got)
+	}
+	t.Setenv("SLURM_CLUSTER_NAME", "")
+	if got := a.Ended(ctx, "", []string{"1"}); got != nil {
+		t.Fatalf("outside Slurm: %v", got)
+	}
+	if n := len(f.calls("sacct")) + len(f.calls("squeue")); n != 0 {
+		t.Fatalf("%d commands run", n)
+	}
+}
+
+// A hung command is killed at the timeout, with its children, and counts
+// as unknown; the next query comes an interval later.
+func TestHungSqueue(t *testing.T) {
+	f := newFakes(t)
+	f.flag("squeue.hang", true)
+	f.set("squeue", "1|CANCELLED\n", "", 0)
+	const timeout = 500 * time.Millisecond
+	a, _ := newTestAsker(t, time.Second, timeout)
+	t0 := time.Now()
+	got := a.Ended(context.Background(), testCluster, []string{"1"})
+	if el := time.Since(t0); el > timeout+2*time.Second {
+		t.Fatalf("Ended took %v", el)
+	}
+	if got != nil {
+		t.Fatalf("hung squeue: %v", got)
+	}
+	pids := f.hungPIDs()
+	if len(pids) != 1 {
+		t.Fatalf("hung pids %v", pids)
+	}
+	for deadline := time.Now().Add(2 * time.Second); running(pids[0]); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the hung fake's child %d still runs", pids[0])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	f.flag("squeue.hang", false)
+	time.Sleep(time.Second)
+	if got := a.Ended(context.Background(), testCluster, []string{"1"}); !reflect.DeepEqual(got, map[string]string{"1": "CANCELLED"}) {
+		t.Fatalf("after the hang: %v", got)
+	}
+}
+
+// A cancelled context kills the query at once.
+func TestContextCancel(t *testing.T) {
+	f := newFakes(t)
+	f.flag("squeue.hang", true)
+	a, _ := newTestAsker(t, time.Hour, time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	if got := a.Ended(ctx, testCluster, []string{"1"}); got != nil {
+		t.Fatalf("Ended = %v", got)
+	}
+	if el := time.Since(t0); el > 5*time.Second {
+		t.Fatalf("Ended took %v", el)
+	}
+}
+
+// Many goroutines and several processes asking at once make one query.
+func TestOneQueryPerNode(t *testing.T) {
+	f := newFakes(t)
+	f.set("squeue", "7|CANCELLED\n8|RUNNING\n9|PENDING\n", "", 0)
+	dir := t.TempDir()
+	const interval = 3 * time.Second
+	start := time.Now().Add(700 * time.Millisecond) // the children have started by then
+	ids := []string{"7", "8", "9"}
+	kids := startChildren(t, 6, 8, dir, interval, 10*time.Second, ids, start, time.Second)
+	a := New(Options{Dir: dir, Interval: interval, Timeout: 10 * time.Second})
+	time.Sleep(time.Until(start))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	seen := map[string]string{}
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for end := start.Add(time.Second); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+				for id, s := range a.Ended(context.Background(), testCluster, ids) {
+					mu.Lock()
+					seen[id] = s
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	res := append(kids.wait(), seen)
+	if n, m := len(f.calls("squeue")), len(f.calls("sacct")); n != 1 || m != 1 {
+		t.Fatalf("%d squeue and %d sacct calls, want 1 each: %v", n, m, f.calls("squeue"))
+	}
+	for i, r := range res {
+		if !reflect.DeepEqual(r, map[string]string{"7": "CANCELLED"}) {
+			t.Errorf("process %d saw %v", i, r)
+		}
+	}
+}
+
+// Asking on and on, the node makes one query per interval, however many ask.
+func TestQueryRate(t *testing.T) {
+	f := newFakes(t)
+	f.set("squeue", "8|RUNNING\n", "", 0)
+	dir := t.TempDir()
+	const interval = 400 * time.Millisecond
+	const dur = 3 * time.Second
+	start := time.Now().Add(700 * time.Millisecond)
+	kids := startChildren(t, 4, 4, dir, interval, 10*time.Second, []string{"8"}, start, dur)
+	kids.wait()
+	calls := f.calls("squeue")
+	if max := int(dur/interval) + 1; len(calls) < 3 || len(calls) > max {
+		t.Fatalf("%d queries in %v at one per %v", len(calls), dur, interval)
+	}
+	for i := 1; i < len(calls); i++ {
+		// The querier dates a query before it starts the command, which
+		// logs it some milliseconds later.
+		if gap := calls[i].at.Sub(calls[i-1].at); gap < interval-150*time.Millisecond {
+			t.Fatalf("queries %d and %d %v apart: %v", i-1, i, gap, calls)
+		}
+	}
+}
+
+// A querier that stopped (SIGSTOP) holds the others off for about twice
+// the timeout; one that was killed, not at all.
+func TestStoppedOrKilledQuerier(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGSTOP, syscall.SIGKILL} {
+		t.Run(sig.String(), func(t *testing.T) {
+			f := newFakes(t)
+			f.set("squeue", "7|CANCELLED\n", "", 0)
+			f.flag("squeue.blockable", true)
+			dir := t.TempDir()
+			const timeout = time.Second
+			// The child becomes the querier, and its squeue hangs.
+			kid := startChildren(t, 1, 1, dir, 50*time.Millisecond, time.Minute, []string{"7"}, time.Now(), 0, "FAKE_BLOCK=1")
+			path := filepath.Join(dir, fileName(testCluster))
+			pid := kid.cmds[0].Process.Pid
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				b, _ := os.ReadFile(path)
+				if q := parseDoc(b).Querier; q != nil && q.PID == pid && len(f.hungPIDs()) > 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the child never became the querier")
+				}
+			}
+			marked := time.Now()
+			kid.cmds[0].Process.Signal(sig)
+			if sig == syscall.SIGKILL {
+				kid.cmds[0].Wait()
+			}
+			a := New(Options{Dir: dir, Interval: 50 * time.Millisecond, Timeout: timeout})
+			var got map[string]string
+			for deadline := time.Now().Add(4 * timeout); got == nil; time.Sleep(10 * time.Millisecond) {
+				got = a.Ended(context.Background(), testCluster, []string{"7"})
+				if time.Now().After(deadline) {
+					t.Fatal("no answer in twice the wait")
+				}
+			}
+			el := time.Since(marked)
+			if !reflect.DeepEqual(got, map[string]string{"7": "CANCELLED"}) {
+				t.Fatalf("Ended = %v", got)
+			}
+			if sig == syscall.SIGSTOP && (el < 2*timeout-300*time.Millisecond || el > 2*timeout+time.Second) {
+				t.Fatalf("a stopped querier replaced after %v, want about %v", el, 2*timeout)
+			}
+			if sig == syscall.SIGKILL && el > timeout {
+				t.Fatalf("a dead querier replaced after %v", el)
+			}
+			kid.cmds[0].Process.Kill()
+		})
+	}
+}
+
+// A process stopped while it holds the flock does not stop the others
+// for longer than about twice the timeout: they then ask on their own.
+func TestFlockHeldTooLong(t *testing.T) {
+	f := newFakes(t)
+	f.set("squeue", "7|CANCELLED\n", "", 0)
+	const timeout = 300 * time.Millisecond
+	a, dir := newTestAsker(t, 50*time.Millisecond, timeout)
+	fd, err := openFile(filepath.Join(dir, fileName(testCluster)), fileFlags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFile(fd)
+	if ok, err := tryLock(fd); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	t0 := time.Now()
+	var got map[string]string
+	for got == nil && time.Since(t0) < 5*timeout {
+		got = a.Ended(context.Background(), testCluster, []string{"7"})
+		if got == nil && len(f.calls("squeue")) > 0 {
+			t.Fatal("queried without its answer")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if el := time.Since(t0); got == nil || el < 2*timeout || el > 2*timeout+time.Second {
+		t.Fatalf("answer %v after %v, want one after %v", got, el, 2*timeout)
+	}
+}
