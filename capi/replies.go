@@ -292,7 +292,7 @@ func replyClaimHolder(h *core.ClaimHolder) any {
 // claimHolderObject is replyClaimHolder's object, with room for check's
 // "recorded".
 func claimHolderObject(h *core.ClaimHolder) *pyjson.Object {
-	o := pyjson.NewObjectCap(14)
+	o := pyjson.NewObjectCap(17)
 	o.Set("key", h.Key)
 	o.Set("program_hash", h.ProgramHash)
 	o.Set("program_name", h.ProgramName)
@@ -300,6 +300,9 @@ func claimHolderObject(h *core.ClaimHolder) *pyjson.Object {
 	o.Set("hostname", h.Hostname)
 	o.Set("pid", h.PID)
 	o.Set("slurm_job_id", nullIfEmpty(h.SlurmJobID))
+	o.Set("slurm_cluster", nullIfEmpty(h.SlurmCluster))
+	o.Set("job_state", nullIfEmpty(h.JobState))
+	o.Set("job_ended", h.JobEnded)
 	o.Set("username", h.Username)
 	o.Set("lease", h.Lease.Seconds())
 	o.Set("renewals", h.Renewals)

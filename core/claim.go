@@ -101,10 +101,17 @@ type ClaimHolder struct {
 	Key, ProgramHash, ProgramName, Schedule string
 	Hostname                                string
 	PID                                     int
-	SlurmJobID, Username                    string
-	Lease                                   time.Duration
-	Renewals                                int64
-	ClaimedAt, RenewedAt                    string
+	SlurmJobID, SlurmCluster, Username      string
+	// JobState is what Slurm says of the holder's job ("RUNNING",
+	// "SUSPENDED", "CANCELLED", ...; claimslurm.go), "" when it was not
+	// asked or did not say: only listings (Claims) ask. JobEnded: that
+	// state says the job is over (core/slurmjob.Terminal), so the next
+	// waiter takes the claim over.
+	JobState             string
+	JobEnded             bool
+	Lease                time.Duration
+	Renewals             int64
+	ClaimedAt, RenewedAt string
 	// Dead: its process is provably gone (it died on this host); such a
 	// claim is taken over by the next caller.
 	Dead bool
@@ -115,7 +122,7 @@ type ClaimHolder struct {
 
 func newClaimHolder(c *storage.Claim, dead bool) *ClaimHolder {
 	return &ClaimHolder{Key: c.Key, ProgramHash: c.ProgramHash, ProgramName: c.ProgramName, Schedule: c.Schedule,
-		Hostname: c.Hostname, PID: c.PID, SlurmJobID: c.SlurmJobID, Username: c.Username,
+		Hostname: c.Hostname, PID: c.PID, SlurmJobID: c.SlurmJobID, SlurmCluster: c.SlurmCluster, Username: c.Username,
 		Lease: time.Duration(c.LeaseSeconds * float64(time.Second)), Renewals: c.Renewals,
 		ClaimedAt: c.ClaimedAt, RenewedAt: c.RenewedAt, Dead: dead}
 }
@@ -125,6 +132,9 @@ func (h *ClaimHolder) describe() string {
 	job := ""
 	if h.SlurmJobID != "" {
 		job = ", Slurm job " + h.SlurmJobID
+		if h.SlurmCluster != "" {
+			job += " of cluster " + h.SlurmCluster
+		}
 	}
 	return fmt.Sprintf("%s pid %d%s, claimed at %s, lease %gs", h.Hostname, h.PID, job, h.ClaimedAt, h.Lease.Seconds())
 }
@@ -294,6 +304,9 @@ type claimState struct {
 	// seen: the state of other workers' claims as this store last read
 	// it, with when it first saw that state (the lease's clock).
 	seen map[string]sighting
+	// ended: claims whose holder's Slurm job was seen ended
+	// (claimslurm.go), by key.
+	ended map[string]jobEnd
 	// renewing: the renewer goroutine runs; wake tells it that the set of
 	// claims (and so the shortest lease) changed; stop ends it.
 	renewing bool
@@ -452,5 +465,8 @@ func (s *Store) Claims(ctx context.Context) ([]*ClaimHolder, error) {
 			return nil
 		})
 	})
+	if err == nil {
+		jobStates(ctx, out)
+	}
 	return out, err
 }

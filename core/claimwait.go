@@ -47,7 +47,8 @@ const maxSightings = 1 << 14
 // taken over (its holder is dead on this host, or it stayed unchanged for
 // its lease here), and when its lease will be due if it stays unchanged.
 func (cs *claimState) look(s *Store, c *storage.Claim, now time.Time) (takeable, dead bool, due time.Time) {
-	if liveness.GoneFromThisHost(s.hostname, c.Hostname, c.PID, liveness.Process{StartTime: c.StartTime, BootID: c.BootID, PIDNS: c.PIDNS}) {
+	if liveness.GoneFromThisHost(s.hostname, c.Hostname, c.PID, liveness.Process{StartTime: c.StartTime, BootID: c.BootID, PIDNS: c.PIDNS}) ||
+		cs.jobEnded(c) {
 		return true, true, now
 	}
 	lease := time.Duration(c.LeaseSeconds * float64(time.Second))
@@ -79,6 +80,7 @@ func (cs *claimState) look(s *Store, c *storage.Claim, now time.Time) (takeable,
 func (cs *claimState) forget(key string) {
 	cs.mu.Lock()
 	delete(cs.seen, key)
+	delete(cs.ended, key)
 	cs.mu.Unlock()
 }
 
@@ -160,6 +162,9 @@ func (s *Store) lookupOrClaim(ctx context.Context, programName, hash, source str
 				}
 			}
 			return out, nil
+		}
+		if s.askSlurm(ctx, pend, time.Now()) {
+			continue // a holder's job has ended: take its claim now
 		}
 		// Wait: probe the cache and the holders of this host often, read
 		// under the lock with backoff, or when a lease is due.
@@ -248,11 +253,12 @@ func (s *Store) readResults(ctx context.Context, hash string, pend []*pendingCla
 	return left, nil
 }
 
-// someoneGone reports whether a holder of this host died or a lease is
-// due, either of which makes the waiter read the claims now.
+// someoneGone reports whether a holder of this host died, a holder's
+// Slurm job ended or a lease is due, any of which makes the waiter read
+// the claims now.
 func (s *Store) someoneGone(pend []*pendingClaim, now time.Time) bool {
 	for _, p := range pend {
-		if h := p.holder; h == nil || !now.Before(p.due) ||
+		if h := p.holder; h == nil || !now.Before(p.due) || s.claims.jobEnded(h) ||
 			liveness.GoneFromThisHost(s.hostname, h.Hostname, h.PID, liveness.Process{StartTime: h.StartTime, BootID: h.BootID, PIDNS: h.PIDNS}) {
 			return true
 		}

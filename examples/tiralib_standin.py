@@ -88,7 +88,7 @@ class Schedule:
 
     def is_legal(self, with_ast: bool = False) -> bool:
         time.sleep(self.run_seconds / 4)  # a legality check compiles
-        self.legality = _unit(str(self), "legal") >= self.illegal_share
+        self.legality = _unit(str(self), "legality") >= self.illegal_share
         return self.legality
 
     def execute(

@@ -76,7 +76,8 @@ def worker(db: str, seed: int, budget_ms: float) -> dict:
             except MeasurementTimedOut:
                 timed_out += 1
                 continue
-            measured += schedule.executions
+            finally:
+                measured += schedule.executions  # 0 when the store answered
             if times and (best is None or min(times) < best[0]):
                 best = (min(times), str(schedule) or "(no transformation)")
     return {"seed": seed, "measured": measured, "illegal": illegal, "timed_out": timed_out, "best": best}
@@ -95,9 +96,9 @@ def main(argv: list[str]) -> int:
     with ctx.Pool(args.workers) as pool:
         results = pool.starmap(worker, [(args.db, seed, args.budget_ms) for seed in range(args.workers)])
     for r in results:
-        print(f"worker {r['seed']}: measured {r['measured']}, illegal {r['illegal']}, timed out {r['timed_out']}")
+        print(f"worker {r['seed']}: measured {r['measured']}; saw {r['illegal']} illegal, {r['timed_out']} timed out")
     total = sum(r["measured"] for r in results)
-    print(f"{total} measurements by {args.workers} workers for {len(SPACE)} schedules")
+    print(f"{total} measurements by {args.workers} workers of {len(SPACE)} schedules")
     best = min((r["best"] for r in results if r["best"]), default=None)
     if best:
         print(f"fastest: {best[1]} at {best[0]} ms")

@@ -168,6 +168,17 @@ func New(o Options) *Asker {
 // (the commands are killed when either ends); otherwise it answers at once
 // from the node's last answers.
 func (a *Asker) Ended(ctx context.Context, cluster string, jobIDs []string) map[string]string {
+	return a.states(ctx, cluster, jobIDs, true)
+}
+
+// States is Ended with every state Slurm gave, ended or not ("RUNNING",
+// "SUSPENDED", ...): what a listing of claims shows. Jobs it has no
+// answer for are left out.
+func (a *Asker) States(ctx context.Context, cluster string, jobIDs []string) map[string]string {
+	return a.states(ctx, cluster, jobIDs, false)
+}
+
+func (a *Asker) states(ctx context.Context, cluster string, jobIDs []string, endedOnly bool) map[string]string {
 	if cluster == "" || cluster != LocalCluster() {
 		return nil
 	}
@@ -182,7 +193,7 @@ func (a *Asker) Ended(ctx context.Context, cluster string, jobIDs []string) map[
 		}
 		v.finish(a, r)
 	}
-	return v.answer(ids)
+	return v.answer(ids, endedOnly)
 }
 
 // view returns the state of cluster's answers.

@@ -176,13 +176,14 @@ func (v *view) finish(a *Asker, r *round) {
 	}
 }
 
-// answer returns the ended jobs of ids, as this process knows them.
-func (v *view) answer(ids []string) map[string]string {
+// answer returns the states of ids (the ended ones alone if endedOnly),
+// as this process knows them.
+func (v *view) answer(ids []string, endedOnly bool) map[string]string {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	var out map[string]string
 	for _, id := range ids {
-		if s := v.jobs[id].State; Terminal(s) {
+		if s := v.jobs[id].State; s != "" && (!endedOnly || Terminal(s)) {
 			if out == nil {
 				out = map[string]string{}
 			}

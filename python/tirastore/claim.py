@@ -154,8 +154,12 @@ class Claim:
 class ClaimInfo:
     """A claim as :meth:`TiraStore.claims` lists it: who is measuring what.
 
-    ``hostname``, ``pid``, ``slurm_job_id`` (None outside Slurm) and
-    ``username`` name the holder; ``program_name``, ``program_hash``,
+    ``hostname``, ``pid``, ``slurm_job_id`` and ``slurm_cluster`` (None
+    outside Slurm) and ``username`` name the holder, ``job_state`` is what
+    Slurm says of its job (``"RUNNING"``, ``"SUSPENDED"``, ``"CANCELLED"``,
+    ...; None when the job is of another cluster or Slurm did not answer),
+    ``job_ended`` whether that state says the job is over (its claim then
+    goes to the next caller); ``program_name``, ``program_hash``,
     ``tiralib_schedule_string`` (normalized) and ``key`` the measurement;
     ``lease`` (seconds), ``renewals``, ``claimed_at`` and ``renewed_at``
     (UTC ISO 8601, the holder's clock) its life; ``dead`` is True when its
@@ -170,6 +174,9 @@ class ClaimInfo:
     hostname: str
     pid: int
     slurm_job_id: Optional[str]
+    slurm_cluster: Optional[str]
+    job_state: Optional[str]
+    job_ended: bool
     username: str
     lease: float
     renewals: int

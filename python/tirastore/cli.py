@@ -611,8 +611,8 @@ def _ago(iso: str, now: float) -> str:
 
 @_command("claims", "who is measuring what (claims of lookup_or_claim)", _add_db)
 def cmd_claims(args: argparse.Namespace, out: _Output) -> int:
-    """List the claims of lookup_or_claim: the schedules being measured, by whom (host, pid, Slurm job, user), how
-    long ago they were claimed and last renewed (by the holder's clock), their lease, and whether the holder is
+    """List the claims of lookup_or_claim: the schedules being measured, by whom (host, pid, Slurm job and what
+    Slurm says of it, user), how long ago they were claimed and last renewed (by the holder's clock), their lease, and whether the holder is
     provably dead (on this host)."""
     with _open_store(args) as store:
         claims = [dataclasses.asdict(c) for c in store.claims()]
@@ -622,16 +622,24 @@ def cmd_claims(args: argparse.Namespace, out: _Output) -> int:
         if not claims:
             return "no claims: nobody is measuring"
         rows = [
-            (c["program_name"], c["tiralib_schedule_string"], c["hostname"], c["pid"], c["slurm_job_id"] or "-",
+            (c["program_name"], c["tiralib_schedule_string"], c["hostname"], c["pid"], _job_text(c),
              c["username"], _ago(c["claimed_at"], now), f"{c['lease']:g}s", _ago(c["renewed_at"], now),
              "dead" if c["dead"] else "alive?")
             for c in claims
         ]
-        table = _table(["program", "schedule", "host", "pid", "job", "user", "age", "lease", "renewed", "holder"], rows)
+        table = _table(["program", "schedule", "host", "pid", "Slurm job", "user", "age", "lease", "renewed", "holder"],
+                       rows)
         return f"{table}\n{len(claims)} claim(s); ages by the holders' clocks; a dead holder's claim goes to the next caller"
 
     out.result(claims, text)
     return 0
+
+
+def _job_text(c: dict[str, Any]) -> str:
+    """A claim's Slurm job: its id and, when Slurm said, its state."""
+    if not c["slurm_job_id"]:
+        return "-"
+    return f"{c['slurm_job_id']} {c['job_state']}" if c["job_state"] else c["slurm_job_id"]
 
 
 def _holder_text(st: dict[str, Any]) -> str:

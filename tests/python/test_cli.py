@@ -85,7 +85,7 @@ def test_stats(db):
     assert "program  hash" in table and "blur" in table
     # The noise policy and how many timed records meet it (one time each: stable).
     assert doc["stability"] == {"policy": {"max_spread": 0.05, "max_remeasures": 3}, "timed": 5, "unstable": 0,
-                                "median_spread": 0.0}
+                                "median_spread": 0.0, "timed_out": 0, "compile_failures": 0}
     assert "spread <= 5% (PolyBench's rule)" in r.stdout and "5 of 5 timed records stable" in r.stdout
     with TiraStore(db, cpu_model=TEST_CPU) as s:
         s.record("sharpen", "void sharpen() {}", "U(L0,2,comps=['c1'])", True, [1.0, 1.5, 0.6, 1.4, 0.8])

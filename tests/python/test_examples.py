@@ -420,3 +420,45 @@ def test_autotune_cache_bad_arguments(tmp_path):
     assert proc.returncode == 2
     assert "--workers must be at least 1" in proc.stderr
     assert not (tmp_path / "tirastore-demo").exists()
+
+
+# ---------------------------------------------------------------------------
+# tiralib_worker.py
+# ---------------------------------------------------------------------------
+
+
+def _tiralib_example():
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import tiralib_standin
+        import tiralib_worker
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    return tiralib_standin, tiralib_worker
+
+
+def test_tiralib_worker_measures_each_schedule_once(tmp_path):
+    standin, worker = _tiralib_example()
+    program = standin.TiramisuProgram.from_name("function_example")
+    legal = 0
+    for actions in worker.SPACE:
+        s = standin.Schedule(program)
+        s.add_optimizations(actions)
+        legal += s.is_legal() if actions else 1
+    assert 0 < legal < len(worker.SPACE)  # the space has illegal schedules too
+    db = tmp_path / "tw.db"
+    out = run([sys.executable, EXAMPLES / "tiralib_worker.py", "--db", db, "--workers", "3"], cwd=tmp_path).stdout
+    assert f"{legal} measurements by 3 workers of {len(worker.SPACE)} schedules" in out, out
+    again = run([sys.executable, EXAMPLES / "tiralib_worker.py", "--db", db, "--workers", "2"], cwd=tmp_path).stdout
+    assert f"0 measurements by 2 workers of {len(worker.SPACE)} schedules" in again, again
+    with tirastore.TiraStore(db) as store:
+        assert store.stats()["total_records"] == len(worker.SPACE)
+
+
+def test_tiralib_worker_records_a_budget_that_ran_out_as_a_timeout(tmp_path):
+    db = tmp_path / "tw.db"
+    out = run([sys.executable, EXAMPLES / "tiralib_worker.py", "--db", db, "--workers", "2", "--budget-ms", "20"],
+              cwd=tmp_path).stdout
+    assert "timed out" in out
+    r = run([sys.executable, "-m", "tirastore", "stats", db]).stdout
+    assert re.search(r"censored +[1-9]\d* timed out", r), r

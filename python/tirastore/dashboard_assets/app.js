@@ -430,14 +430,17 @@
     const rows = claims.map((c) => {
       const renewed = since(c.renewed_at);
       const overdue = renewed > c.lease;
-      const holder = c.dead ? "dead (taken over by the next caller)" : overdue ? "overdue: no renewal within its lease" : "alive?";
+      const ended = c.job_ended;
+      const holder = c.dead ? "dead (taken over by the next caller)" : ended ? "its job ended (taken over by the next caller)" :
+        overdue ? "overdue: no renewal within its lease" : "alive?";
+      const job = c.slurm_job_id ? c.slurm_job_id + (c.job_state ? " " + c.job_state : "") : "–";
       const age = num(duration(since(c.claimed_at)));
       age.title = "claimed " + showDate(parseDate(c.claimed_at));
       const ren = num(duration(renewed) + " ago");
       ren.title = "renewed " + showDate(parseDate(c.renewed_at));
       return row([el("td", c.program_name, "mono"), el("td", c.tiralib_schedule_string, "mono"), el("td", c.hostname),
-        num(c.pid), el("td", c.slurm_job_id || "–"), el("td", c.username), age, ren, num(duration(c.lease)),
-        el("td", holder, c.dead || overdue ? "bad" : "")]);
+        num(c.pid), el("td", job, ended || c.job_state === "SUSPENDED" ? "bad" : ""), el("td", c.username), age, ren,
+        num(duration(c.lease)), el("td", holder, c.dead || ended || overdue ? "bad" : "")]);
     });
     if (!rows.length) rows.push(row([el("td", "nobody is measuring", "muted")]));
     fill($("claims").tBodies[0], rows);
