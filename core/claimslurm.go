@@ -8,6 +8,7 @@ import (
 	"github.com/tirastore/tirastore/core/liveness"
 	"github.com/tirastore/tirastore/core/slurmjob"
 	"github.com/tirastore/tirastore/core/storage"
+	"github.com/tirastore/tirastore/core/tuning"
 )
 
 // # Claims that follow the Slurm job
@@ -54,16 +55,11 @@ func (s *Store) askSlurm(ctx context.Context, pend []*pendingClaim, now time.Tim
 	var ids []string
 	var asked []*pendingClaim
 	for _, p := range pend {
-		h := p.holder
-		if h == nil || !s.slurmJudged(h, cluster) || s.claims.jobEnded(h) {
-			continue
+		if s.slurmDue(p, cluster, now) {
+			p.slurmAsked = now
+			ids = append(ids, p.holder.SlurmJobID)
+			asked = append(asked, p)
 		}
-		lease := time.Duration(h.LeaseSeconds * float64(time.Second))
-		if unchangedSince := p.due.Add(-lease); now.Sub(unchangedSince) < overdueAfter(lease) {
-			continue
-		}
-		ids = append(ids, h.SlurmJobID)
-		asked = append(asked, p)
 	}
 	if len(ids) == 0 {
 		return false
@@ -77,6 +73,33 @@ func (s *Store) askSlurm(ctx context.Context, pend []*pendingClaim, now time.Tim
 		}
 	}
 	return marked
+}
+
+// slurmDue reports whether p's holder is to be asked about now: judged by
+// Slurm from here, overdue, not known ended, and not asked about within
+// tuning.SlurmInterval (the node asks no more often; a suspended job stays
+// overdue, and must not make its waiters read the claims in a loop).
+func (s *Store) slurmDue(p *pendingClaim, cluster string, now time.Time) bool {
+	h := p.holder
+	if h == nil || cluster == "" || !s.slurmJudged(h, cluster) || s.claims.jobEnded(h) ||
+		now.Sub(p.slurmAsked) < tuning.SlurmInterval {
+		return false
+	}
+	lease := time.Duration(h.LeaseSeconds * float64(time.Second))
+	unchangedSince := p.due.Add(-lease)
+	return now.Sub(unchangedSince) >= overdueAfter(lease)
+}
+
+// slurmDueAny reports whether a holder of pend is to be asked about now,
+// which makes the waiter read the claims (and ask) at once.
+func (s *Store) slurmDueAny(pend []*pendingClaim, now time.Time) bool {
+	cluster := slurmjob.LocalCluster()
+	for _, p := range pend {
+		if s.slurmDue(p, cluster, now) {
+			return true
+		}
+	}
+	return false
 }
 
 // jobEnd is a claim whose holder's Slurm job was seen ended: the claim

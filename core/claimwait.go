@@ -97,6 +97,9 @@ type pendingClaim struct {
 	// store's fingerprint rules, which fields differed (match.go).
 	remeasure bool
 	mismatch  Mismatch
+	// slurmAsked: when Slurm was last asked about its holder's job
+	// (claimslurm.go).
+	slurmAsked time.Time
 	// token is this call's claim token for the schedule, made by the
 	// first pass that claims it (not before: a hit needs none) and the
 	// same in every later pass: a pass that finds it on the claim knows
@@ -181,7 +184,7 @@ func (s *Store) lookupOrClaim(ctx context.Context, programName, hash, source str
 				return out, err
 			}
 			now := time.Now()
-			if !now.Before(next) || s.someoneGone(pend, now) {
+			if !now.Before(next) || s.someoneGone(pend, now) || s.slurmDueAny(pend, now) {
 				break
 			}
 		}
@@ -254,8 +257,8 @@ func (s *Store) readResults(ctx context.Context, hash string, pend []*pendingCla
 }
 
 // someoneGone reports whether a holder of this host died, a holder's
-// Slurm job ended or a lease is due, any of which makes the waiter read
-// the claims now.
+// Slurm job ended or a lease is due, any of which makes the waiter take
+// claims over now.
 func (s *Store) someoneGone(pend []*pendingClaim, now time.Time) bool {
 	for _, p := range pend {
 		if h := p.holder; h == nil || !now.Before(p.due) || s.claims.jobEnded(h) ||

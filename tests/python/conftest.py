@@ -115,7 +115,7 @@ def tiered(fast: Any, soak: Any, name: str = "n") -> list:
 # rather than --dist loadgroup, whose xdist_group marks pytest 9.2 no
 # longer carries to the scheduler.)
 ONE_WORKER_MODULES = ("test_packaging", "test_postgres", "test_pgbouncer", "test_dashboard", "test_examples",
-                      "test_multinode", "test_mixed_fleet", "test_ejkernel", "test_slurm")
+                      "test_multinode", "test_mixed_fleet", "test_ejkernel", "test_slurm", "test_slurm_claims")
 
 
 def _one_worker(nodeid: str) -> bool:

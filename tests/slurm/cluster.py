@@ -130,7 +130,7 @@ def slurm_conf_text(d: dict) -> str:
     hw = " ".join(f"{k}={v}" for k, v in d["hardware"].items())
     return f"""\
 # Written by tests/slurm/cluster.py: a private one-node test cluster.
-ClusterName=tirastore-test
+ClusterName={d['cluster_name']}
 SlurmctldHost={d['node']}(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
@@ -183,6 +183,7 @@ class Cluster:
         self.conf = Path(state["conf"])
         self.node = state["node"]
         self.partition = state["partition"]
+        self.cluster_name = state["cluster_name"]
         self.env = clean_env()
         self.env["SLURM_CONF"] = str(self.conf)
 
@@ -478,6 +479,11 @@ def start(workdir, timeout: float = 60.0, die_with_parent: bool = True) -> Clust
         "munge_socket": str(sock_dir / "munge" / "munge.socket"),
         "node": socket.gethostname().split(".")[0],
         "partition": PARTITION,
+        # Unique to this cluster: a job id names a job only with its
+        # cluster, and clients key what they remember of jobs by it
+        # (TiraStore's node-wide answer file), so two test clusters at
+        # once must not share a name.
+        "cluster_name": "tirastore-test-" + os.urandom(4).hex(),
         "pids": {},
     }
     cluster = Cluster(state)
