@@ -8,7 +8,8 @@ schedule. The holder's job is then cancelled (scancel) or suspended
 * cancelled: the waiter asks Slurm once the renewal is overdue, learns that
   the job has ended, and takes the claim over within 5 s;
 * suspended: Slurm says SUSPENDED, which is not an end: the claim is left
-  to its lease, and `tirastore claims` shows the job's state;
+  to its lease, and `tirastore claims` and the dashboard show the job's
+  state;
 * the negative control, the waiter's Slurm commands off its PATH (Slurm
   unreachable): a cancelled job's claim is taken over only at the end of
   its lease.
@@ -134,9 +135,9 @@ class Scenario:
         self.procs.append((p, log))
         return p
 
-    def start_holder(self) -> dict:
+    def start_holder(self, lease: float = LEASE) -> dict:
         events = self.root / "holder.json"
-        p = self.srun("holder", [sys.executable, "-c", HOLDER, str(self.db), str(LEASE), str(events), SRC, SCHED])
+        p = self.srun("holder", [sys.executable, "-c", HOLDER, str(self.db), str(lease), str(events), SRC, SCHED])
         deadline = time.monotonic() + 60
         while not events.exists() or not events.read_text():
             assert p.poll() is None and time.monotonic() < deadline, self.logs()
@@ -277,6 +278,47 @@ def test_a_suspended_jobs_claim_is_left_to_its_lease(scenario):
     assert took is not None, scenario.logs()
     print(f"suspended: taken over {took - t:.2f} s after suspend")
     assert took - t >= LEASE - 1.0, f"taken over {took - t:.2f} s after suspend"
+
+
+def test_the_dashboard_shows_each_claims_job_state(scenario):
+    """Rendered by headless Chromium, from the waiters' node: the holder's
+    job running, suspended, then cancelled (its claim flagged ended)."""
+    import chromium
+
+    if chromium.executable() is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("chromium is not installed: .ci/run installs it")
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    holder = scenario.start_holder(lease=600.0)  # only Slurm's word ends it here
+    prefix = other_node_prefix("claims-node3")
+    if prefix is None:
+        pytest.skip("cannot run a process as on another node here (needs root and unshare)")
+    env = job_env(scenario.cluster)
+    env["SLURM_CLUSTER_NAME"] = scenario.cluster.cluster_name
+    proc = subprocess.Popen(prefix + [sys.executable, "-m", "tirastore", "dashboard", str(scenario.db), "--port", "0"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    browser = None
+    cells = "[...document.querySelectorAll('#claims tbody td')].map(td => td.textContent)"
+    try:
+        line = proc.stdout.readline()
+        assert " on http" in line, (line, proc.stderr.read() if proc.poll() is not None else "")
+        browser = chromium.Chromium()
+        browser.navigate(line.split(" on ", 1)[1].split(" ")[0])
+        for action, cell, verdict in ((None, "RUNNING", "alive?"), ("suspend", "SUSPENDED", "alive?"),
+                                      ("scancel", "CANCELLED", "its job ended (taken over by the next caller)")):
+            if action == "suspend":
+                assert scenario.cluster.run("scontrol", "suspend", holder["job"]).returncode == 0
+            elif action == "scancel":
+                assert scenario.cluster.run("scancel", holder["job"]).returncode == 0
+            want = f"{holder['job']} {cell}"
+            assert browser.wait_for(f"{cells}.includes({json.dumps(want)})", timeout=30), browser.evaluate(cells)
+            assert browser.evaluate(f"{cells}.at(-1)") == verdict
+        assert browser.errors() == []
+    finally:
+        if browser is not None:
+            browser.close()
+        proc.terminate()
+        proc.wait(10)
 
 
 def answer_file(cluster_name: str) -> str:
