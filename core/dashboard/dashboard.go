@@ -222,13 +222,22 @@ func (b *Board) add(r *storage.Record) {
 }
 
 // outcome reads a record's result as lookups do (core.ParseResult's
-// rules, through core.ResultOf): whether it is legal and its times.
+// rules, through core.ResultOf): whether it is legal and its times, none
+// for a censored result (a timeout's limit is a bound, not a time).
 func outcome(r *storage.Record) (legal bool, times []float64) {
 	res, err := core.ResultOf(r)
 	if err != nil {
 		return false, nil
 	}
-	return res.IsLegal, res.ExecutionTimes
+	return res.IsLegal, timesOf(res)
+}
+
+// timesOf is r's times, none when r is censored.
+func timesOf(r *core.Result) []float64 {
+	if r.Censored != "" {
+		return nil
+	}
+	return r.ExecutionTimes
 }
 
 // RecordTime is a record's time: the median of the finite numbers among
@@ -756,7 +765,7 @@ func SearchOf(recs []*core.Result) *Search {
 			s.IllegalX = append(s.IllegalX, x)
 			continue
 		}
-		t, ok := RecordTime(r.ExecutionTimes)
+		t, ok := RecordTime(timesOf(r))
 		if !ok {
 			s.UntimedX = append(s.UntimedX, x)
 			continue

@@ -372,3 +372,22 @@ func TestSearchOf(t *testing.T) {
 		t.Fatalf("no records: %+v (lists must be empty, not nil: they are sent as JSON lists)", s)
 	}
 }
+
+// A timed-out record's limit is a bound, not a time: the board and the
+// plot count it legal and untimed.
+func TestCensoredRecordsAreUntimed(t *testing.T) {
+	rec := &storage.Record{Key: "k", ProgramHash: "h", ProgramName: "p", Schedule: "R(L0,comps=['c'])",
+		ResultJSON: `{"is_legal":true,"execution_times":[30.0],"censored":"timeout"}`,
+		Hostname: "n", Username: "u", CreationDate: "2026-01-01T00:00:00+00:00", UpdateDate: "2026-01-01T00:00:00+00:00"}
+	legal, times := outcome(rec)
+	if !legal || times != nil {
+		t.Fatalf("outcome of a timeout: %v %v; want legal, no times", legal, times)
+	}
+	res, err := core.ResultOf(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := SearchOf([]*core.Result{res}); len(s.UntimedX) != 1 || len(s.X) != 0 {
+		t.Fatalf("SearchOf a timeout: %+v; want one untimed point", s)
+	}
+}

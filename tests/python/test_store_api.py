@@ -170,10 +170,12 @@ def test_two_stores_on_same_file_see_each_other(make_store, db_path):
 
 def test_lookup_result_dataclass_fields():
     # The original's fields, in its order, then whether the times meet the
-    # noise policy (with a default: LookupResult(**to_dict()) still works).
+    # noise policy and whether the result is censored (with defaults:
+    # LookupResult(**to_dict()) still works).
     assert dataclasses.is_dataclass(LookupResult)
-    assert [f.name for f in dataclasses.fields(LookupResult)] == RESULT_FIELDS + ["stable"]
-    assert LookupResult(**{f: None for f in RESULT_FIELDS}).stable is None
+    assert [f.name for f in dataclasses.fields(LookupResult)] == RESULT_FIELDS + ["stable", "censored"]
+    made = LookupResult(**{f: None for f in RESULT_FIELDS})
+    assert made.stable is None and made.censored is None
 
 
 def test_lookup_result_to_dict(store):
