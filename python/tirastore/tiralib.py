@@ -155,16 +155,15 @@ class CachedSchedule:
 
         A schedule found illegal is recorded; a legal one is recorded only
         with its times (by :meth:`execute`). ``with_ast=True`` asks TiraLib
-        (the caller wants its tree), and records an illegal answer.
+        (the caller wants its tree), and records an illegal answer. A
+        schedule another worker is measuring is checked here, not waited
+        for.
 
         :raises CompileFailed: the schedule is recorded as failing to compile
         """
-        if not with_ast:
-            hit = self.lookup()
-            if hit is not None:
-                self._raise_censored(hit, legality=True)
-                return bool(hit.is_legal)
-        claim = self._claim()
+        # Not waiting for another worker's whole measurement to learn
+        # what a compile tells: busy elsewhere (None), check it here.
+        claim = self._claim(wait=False)
         if isinstance(claim, LookupResult):
             self._raise_censored(claim, legality=True)
             if not with_ast:
@@ -232,11 +231,12 @@ class CachedSchedule:
 
     # -- the steps -----------------------------------------------------
 
-    def _claim(self) -> "LookupResult | Claim | None":
-        """lookup_or_claim of the schedule (None: writes are disabled, measure without recording)."""
+    def _claim(self, wait: bool = True) -> "LookupResult | Claim | None":
+        """lookup_or_claim of the schedule (None: writes are disabled, or,
+        without wait, another worker is measuring it: go on without recording)."""
         try:
             return self.store.lookup_or_claim(self.program_name, self.program_source_code, str(self.schedule),
-                                              lease=self._lease, remeasure_unstable=self._remeasure)
+                                              lease=self._lease, wait=wait, remeasure_unstable=self._remeasure)
         except PermissionError:
             hit = self.lookup()
             if hit is not None:

@@ -176,3 +176,13 @@ def test_bad_arguments_are_refused(store, program):
     with pytest.raises(ValueError, match="Malformed T2"):
         CachedSchedule(bad, store).execute()
     assert bad.calls == []
+
+
+def test_is_legal_does_not_wait_for_another_workers_measurement(store, make_store, db_path, program):
+    other = make_store(db_path)
+    busy = other.lookup_or_claim("function_blur", CachedSchedule(make(program), store).program_source_code, "|".join(SCHED))
+    assert busy is not None and not hasattr(busy, "execution_times")
+    s = make(program)
+    assert CachedSchedule(s, store).is_legal() is True  # checked here, at once
+    assert s.calls == [("is_legal", False)]
+    busy.release()
