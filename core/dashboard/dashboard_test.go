@@ -378,7 +378,7 @@ func TestSearchOf(t *testing.T) {
 func TestCensoredRecordsAreUntimed(t *testing.T) {
 	rec := &storage.Record{Key: "k", ProgramHash: "h", ProgramName: "p", Schedule: "R(L0,comps=['c'])",
 		ResultJSON: `{"is_legal":true,"execution_times":[30.0],"censored":"timeout"}`,
-		Hostname: "n", Username: "u", CreationDate: "2026-01-01T00:00:00+00:00", UpdateDate: "2026-01-01T00:00:00+00:00"}
+		Hostname:   "n", Username: "u", CreationDate: "2026-01-01T00:00:00+00:00", UpdateDate: "2026-01-01T00:00:00+00:00"}
 	legal, times := outcome(rec)
 	if !legal || times != nil {
 		t.Fatalf("outcome of a timeout: %v %v; want legal, no times", legal, times)
