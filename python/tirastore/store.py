@@ -831,16 +831,11 @@ class TiraStore:
         >>> r.censored, r.timed_out_after, r.execution_times, r.stats.lower_bound
         ('timeout', 30.0, [30.0], True)
         """
-        if censored is None and timed_out_after is None:
-            return self._write(
-                "record",
-                program_source_code,
-                program_name=program_name,
-                tiralib_schedule_string=tiralib_schedule_string,
-                is_legal=is_legal,
-                execution_times=execution_times,
-                overwrite=overwrite,
-            )
+        censoring = {}  # sent only when given: a measured result's request stays as it was
+        if censored is not None:
+            censoring["censored"] = censored
+        if timed_out_after is not None:
+            censoring["timed_out_after"] = timed_out_after
         return self._write(
             "record",
             program_source_code,
@@ -849,8 +844,7 @@ class TiraStore:
             is_legal=is_legal,
             execution_times=execution_times,
             overwrite=overwrite,
-            censored=censored,
-            timed_out_after=timed_out_after,
+            **censoring,
         )
 
     def record_many(self, program_name: str, program_source_code: str, schedules: list, overwrite: bool = False) -> int:

@@ -55,6 +55,7 @@ records; pass ``program_source_code`` to name the source yourself.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import time
 from typing import TYPE_CHECKING, Any, Optional
@@ -169,7 +170,7 @@ class CachedSchedule:
             if not with_ast:
                 return bool(claim.is_legal)
             claim = None
-        with _released(claim):
+        with claim if claim is not None else contextlib.nullcontext():  # releases it unless recorded
             legal = self._check_legality(claim, with_ast)
             if not legal and claim is not None:
                 claim.record(False, None)
@@ -197,7 +198,7 @@ class CachedSchedule:
         claim = self._claim()
         if isinstance(claim, LookupResult):
             return self._times_of(claim)
-        with _released(claim):
+        with claim if claim is not None else contextlib.nullcontext():  # releases it unless recorded
             remeasure = claim is not None and claim.remeasure
             if not remeasure and not self._check_legality(claim, False):
                 if claim is not None:
@@ -262,21 +263,6 @@ class CachedSchedule:
             raise CompileFailed(f"schedule {str(self.schedule)!r} is recorded as failing to compile")
         if hit.censored == "timeout" and not legality:
             raise MeasurementTimedOut(str(self.schedule), hit.timed_out_after)
-
-
-class _released:
-    """Releases a claim that is still held when the block ends (an
-    exception, or nothing to record): another worker measures it."""
-
-    def __init__(self, claim: "Claim | None") -> None:
-        self.claim = claim
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.claim is not None:
-            self.claim.release()  # a recorded claim: nothing to do
 
 
 def _stable_source(program: Any) -> Optional[str]:

@@ -186,6 +186,21 @@ class Scenario:
             assert time.monotonic() < deadline, "the holder did not renew its claim"
             time.sleep(0.02)
 
+    def act_after_a_renewal(self, *command: str) -> float:
+        """Run a Slurm command (on the holder's job) right after one of the
+        holder's renewals; return when."""
+        self.right_after_a_renewal()
+        t = time.time()
+        r = self.cluster.run(*command)
+        assert r.returncode == 0, r.stderr
+        return t
+
+    def delay(self, out: Path, since: float) -> float:
+        """Seconds from since until the waiter got the claim or the result."""
+        took = self.took(out, LEASE + 15)
+        assert took is not None, self.logs()
+        return took - since
+
     def took(self, out: Path, timeout: float) -> Optional[float]:
         """When the waiter got the claim or the result (None: not by timeout)."""
         deadline = time.monotonic() + timeout
@@ -227,13 +242,9 @@ def scenario(slurm_cluster, tmp_path):  # noqa: F811
 def test_a_cancelled_jobs_claim_is_taken_over_within_5_s(scenario):
     holder = scenario.start_holder()
     out = scenario.start_waiters()
-    scenario.right_after_a_renewal()
-    t = time.time()
-    assert scenario.cluster.run("scancel", holder["job"]).returncode == 0
-    took = scenario.took(out, LEASE + 15)
-    assert took is not None, scenario.logs()
-    print(f"taken over {took - t:.2f} s after scancel")
-    assert took - t < TAKEOVER, f"taken over {took - t:.2f} s after scancel\n{scenario.logs()}"
+    delay = scenario.delay(out, scenario.act_after_a_renewal("scancel", holder["job"]))
+    print(f"taken over {delay:.2f} s after scancel")
+    assert delay < TAKEOVER, f"taken over {delay:.2f} s after scancel\n{scenario.logs()}"
     from tirastore import TiraStore
 
     with TiraStore(scenario.db, cpu_model="test", slurm_cpus="N/A") as s:
@@ -244,24 +255,17 @@ def test_a_cancelled_jobs_claim_is_taken_over_within_5_s(scenario):
 def test_negative_control_without_slurm_the_lease_decides(scenario, tmp_path):
     holder = scenario.start_holder()
     out = scenario.start_waiters(path=tools_without_slurm(tmp_path / "noslurm"))
-    scenario.right_after_a_renewal()
-    t = time.time()
-    assert scenario.cluster.run("scancel", holder["job"]).returncode == 0
-    took = scenario.took(out, LEASE + 15)
-    assert took is not None, scenario.logs()
-    print(f"without Slurm: taken over {took - t:.2f} s after scancel")
+    delay = scenario.delay(out, scenario.act_after_a_renewal("scancel", holder["job"]))
+    print(f"without Slurm: taken over {delay:.2f} s after scancel")
     # Unchanged since the renewal before scancel: taken at its lease's end.
-    assert took - t >= LEASE - 1.0, f"taken over {took - t:.2f} s after scancel without Slurm\n{scenario.logs()}"
-    assert took - t >= TAKEOVER
+    assert delay >= LEASE - 1.0, f"taken over {delay:.2f} s after scancel without Slurm\n{scenario.logs()}"
+    assert delay >= TAKEOVER
 
 
 def test_a_suspended_jobs_claim_is_left_to_its_lease(scenario):
     holder = scenario.start_holder()
     out = scenario.start_waiters()
-    scenario.right_after_a_renewal()
-    t = time.time()
-    r = scenario.cluster.run("scontrol", "suspend", holder["job"])
-    assert r.returncode == 0, r.stderr
+    t = scenario.act_after_a_renewal("scontrol", "suspend", holder["job"])
     # The listing, from the waiters' node, shows the job's state.
     prefix = other_node_prefix("claims-node3")
     env = job_env(scenario.cluster)
@@ -274,10 +278,9 @@ def test_a_suspended_jobs_claim_is_left_to_its_lease(scenario):
     assert [(c["slurm_job_id"], c["slurm_cluster"], c["job_state"], c["job_ended"]) for c in claims] == [
         (holder["job"], scenario.cluster.cluster_name, "SUSPENDED", False)], claims
     assert scenario.took(out, TAKEOVER + 0.5 - (time.time() - t)) is None, "a suspended job's claim was taken over early"
-    took = scenario.took(out, LEASE + 15)
-    assert took is not None, scenario.logs()
-    print(f"suspended: taken over {took - t:.2f} s after suspend")
-    assert took - t >= LEASE - 1.0, f"taken over {took - t:.2f} s after suspend"
+    delay = scenario.delay(out, t)
+    print(f"suspended: taken over {delay:.2f} s after suspend")
+    assert delay >= LEASE - 1.0, f"taken over {delay:.2f} s after suspend"
 
 
 def test_the_dashboard_shows_each_claims_job_state(scenario):
@@ -334,8 +337,7 @@ def fleet_queries(scenario, tmp_path, n: int, plant: str = "") -> tuple[int, flo
     path = counting_slurm(tmp_path / "bin", count) + os.pathsep + scenario.env["PATH"]
     holder = scenario.start_holder()
     out = scenario.start_waiters(n, path=path, plant=plant)
-    scenario.right_after_a_renewal()
-    assert scenario.cluster.run("scontrol", "suspend", holder["job"]).returncode == 0
+    scenario.act_after_a_renewal("scontrol", "suspend", holder["job"])
     tooks = [scenario.took(Path(f"{out}.{i}"), LEASE + 30) for i in range(n)]
     assert None not in tooks, scenario.logs()
     calls = [line.split() for line in count.read_text().splitlines()] if count.exists() else []
