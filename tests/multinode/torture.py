@@ -79,8 +79,11 @@ carry no self-kill failpoint. verify_results.py
 logs: every schedule recorded exactly once, with the value of a run that
 measured it; the run told True is the one stored; nobody claimed a
 schedule after it was read back recorded; a schedule measured twice only
-because every measurer but the last was killed inside its claim (an
-earlier measurer that acknowledged its record, True or False, fails); a
+because every measurer but the last was killed inside its claim, or held
+it past its lease while its renewals waited for the busy lock (its
+record returned a lease or more after it asked, and the taker claimed a
+lease or more after that; any other earlier measurer that acknowledged
+its record, True or False, fails); a
 claim of a killed claimer taken over from another host not before its
 lease; no claim left in the table but those of killed runs. Then a fresh store
 calls lookup_or_claim(wait=True) for every claim left, with lock_timeout
@@ -1480,7 +1483,8 @@ def main(argv=None) -> int:
               f"{ci.get('schedules measured more than once', '?')} schedules, "
               f"{ci.get('schedules measured again after a kill inside the claim', '?')} of them after a "
               f"kill inside the claim ({second} takers told False: the killed holder's record landed "
-              f"after its death)")
+              f"after its death), {ci.get('live claims taken over after their lease (renewals waited for the lock)', 0)} "
+              f"after a live holder's renewals waited for the lock past the lease")
         print(f"  claim calls:              lookup_or_claim median {cl.get('lookup_p50', float('nan')):.3f} s, "
               f"slowest {cl.get('lookup_max', float('nan')):.3f} s; longest claim "
               f"{cl.get('hold_max', 0.0):.2f} s ({ci.get('claims held longer than the lease', '?')} longer "

@@ -460,7 +460,7 @@ def verify_claims(log_dir: Path, claimers: list, nclaims: int, rows: dict, table
     # renewals fail meanwhile (they need the lock): a figure, not a fault.
     info["claims held longer than the lease"] = sum(1 for h in holds if h > lease)
 
-    dup_schedules = extra = legit = 0
+    dup_schedules = extra = legit = expired_live = 0
     same_host_takeovers = other_host_takeovers = 0
     worst_same = worst_other = 0.0
     committed_then_killed = 0
@@ -518,25 +518,38 @@ def verify_claims(log_dir: Path, claimers: list, nclaims: int, rows: dict, table
             extra += len(ms) - 1
         # Measured more than once: legitimate only if every measurer but
         # the last was killed inside its claim (its claim was then taken
-        # over). The last may learn that its record came second: a killed
-        # holder's record can still commit after its death (another
-        # process of its node commits the requests it had published, group
-        # commit), after its claim was taken over.
-        bad = False
+        # over), or held it past its lease while its renewals waited for
+        # the lock. The last may learn that its record came second: a
+        # killed holder's record can still commit after its death, after
+        # its claim was taken over.
+        bad = killed_redo = False
         for i, m in enumerate(ms[:-1]):
+            nxt = ms[i + 1]
             if m.get("open") and m["pid"] in killed:
+                killed_redo = True
+                continue
+            # A live holder whose renewals could not get the busy lock for
+            # a lease loses its claim: the lease's rule (its own record
+            # waits for the lock too). Both of its necessary conditions
+            # must hold: the holder's record returned a lease or more
+            # after it asked (the claim was made after it asked), and the
+            # taker claimed a lease or more after that.
+            if (m["rec"] is not None and m["rec"].get("t", 0.0) - m["asked"] >= lease
+                    and nxt["t"] - m["asked"] >= lease):
+                expired_live += 1
                 continue
             bad = True
-            nxt = ms[i + 1]
             if m["rec"] is not None:
                 v.append(f"{label}: MEASURED TWICE - claimer {m['w']} (pid {m['pid']}) measured it and was "
                          f"not killed during its claim (its record returned {m['rec'].get('returned')}, taken "
                          f"over: {m['rec'].get('taken_over')}), and claimer {nxt['w']} (pid {nxt['pid']}) "
-                         f"measured it {nxt['t'] - m['t']:.3f} s later; claimer {sw} pid {spid}'s value is stored")
-        if (len(ms) > 1 and not bad and ms[-1] is not mr and ms[-1]["rec"] is not None
+                         f"measured it {nxt['t'] - m['t']:.3f} s later ({nxt['t'] - m['asked']:.3f} s after the "
+                         f"first asked, whose record returned {m['rec'].get('t', 0.0) - m['asked']:.3f} s after "
+                         f"it asked; lease {lease:g} s); claimer {sw} pid {spid}'s value is stored")
+        if (len(ms) > 1 and not bad and mr.get("open") and ms[-1] is not mr and ms[-1]["rec"] is not None
                 and not ms[-1]["rec"].get("returned")):
             posthumous += 1
-        if len(ms) > 1 and not bad:
+        if len(ms) > 1 and not bad and killed_redo:
             legit += 1
         # Takeovers of the claims of killed claimers, and the lease.
         for i, m in enumerate(ms[:-1]):
@@ -562,6 +575,7 @@ def verify_claims(log_dir: Path, claimers: list, nclaims: int, rows: dict, table
     info["schedules measured more than once"] = dup_schedules
     info["extra measurements"] = extra
     info["schedules measured again after a kill inside the claim"] = legit
+    info["live claims taken over after their lease (renewals waited for the lock)"] = expired_live
     info["killed after recording, before the acknowledgement"] = committed_then_killed
     info["takers whose record came second to the killed holder's"] = posthumous
     info["claims of killed claimers taken over on their host"] = same_host_takeovers

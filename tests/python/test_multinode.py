@@ -433,3 +433,68 @@ def test_verifier_checks_distinct_hosts(bad_run):
     _sql(bad_run / "db" / "cache.db", ("UPDATE records SET hostname='elsewhere' WHERE key=?",
                                        (_key_unique(1, 1),)))
     _check(bad_run, r"hostname 'elsewhere', but its writer \(worker 1\) ran on \['node001'\]")
+
+
+# ---- the torture's claim verifier, on logs written by hand -------------------
+
+LEASE = 4.0
+
+
+def _claim_run(tmp_path, holder_recorded: float, taker_measuring: float, killed_holder: bool = False):
+    """One claim schedule measured by two claimers: claimer 0 asks at t=100
+    and claims it (measuring at 100.01), then records at holder_recorded
+    (True; unless killed_holder: its run dies inside the claim); claimer 1
+    asks at 101 and measures it at taker_measuring (its record False, or
+    True if the holder died). Returns verify_claims's violations and
+    figures."""
+    key, spec = next(iter(plan.claim_plan(1).items()))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+
+    def write(w, pid, entries):
+        runs = [(pid, [{"op": "start", "hostname": "h"}, *entries, {"op": "done", "errors": 0}])]
+        if killed_holder and w == 0:  # killed inside the claim, then restarted
+            runs = [(pid, runs[0][1][:-1]), (pid + 100, [{"op": "start", "hostname": "h"},
+                                                         {"op": "done", "errors": 0}])]
+        with open(logs / f"claim-{w}.jsonl", "w") as f:
+            for p, es in runs:
+                for e in es:
+                    f.write(json.dumps({"w": w, "pid": p, "t": e.pop("t", 0.0), **e}) + "\n")
+
+    held = [{"op": "measuring", "s": 0, "asked": 100.0, "t": 100.01}]
+    if not killed_holder:
+        held.append({"op": "recorded", "s": 0, "returned": True, "taken_over": False, "t": holder_recorded})
+    write(0, 10, held)
+    write(1, 11, [{"op": "measuring", "s": 0, "asked": 101.0, "t": taker_measuring},
+                  {"op": "recorded", "s": 0, "returned": killed_holder, "taken_over": False,
+                   "t": taker_measuring + 0.05}])
+    stored = (1, 11) if killed_holder else (0, 10)
+    rows = {key: (spec["schedule"], spec["program_hash"],
+                  json.dumps({"is_legal": True, "execution_times": plan.claim_times(0, *stored)}),
+                  plan.project(stored[0]))}
+    v, figures, _ = verify_results.verify_claims(logs, [0, 1], 1, rows, [], LEASE)
+    return v, figures["info"]
+
+
+def test_claim_verifier_takeover_of_a_killed_holder(tmp_path):
+    v, info = _claim_run(tmp_path, 0.0, 105.0, killed_holder=True)
+    assert v == [] and info["schedules measured again after a kill inside the claim"] == 1
+
+
+def test_claim_verifier_a_live_claim_taken_over_after_its_lease(tmp_path):
+    """A live holder whose record waited for the lock past its lease: the
+    taker's claim a lease after the holder asked is the lease's rule."""
+    v, info = _claim_run(tmp_path, 105.5, 104.5)
+    assert v == []
+    assert info["live claims taken over after their lease (renewals waited for the lock)"] == 1
+    assert info["schedules measured again after a kill inside the claim"] == 0
+
+
+@pytest.mark.parametrize("holder_recorded, taker_measuring", [
+    (105.5, 103.0),  # taken over before the holder's lease could run out
+    (103.5, 104.5),  # the holder recorded within its lease: nothing expired
+    (100.5, 100.9),  # both within the lease
+])
+def test_claim_verifier_negative_control_a_live_claim_measured_twice(tmp_path, holder_recorded, taker_measuring):
+    v, _ = _claim_run(tmp_path, holder_recorded, taker_measuring)
+    assert any("MEASURED TWICE" in x for x in v), v
