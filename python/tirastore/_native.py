@@ -177,6 +177,11 @@ class _LoadOnFirstUse:
 ffi: Any = _LoadOnFirstUse("ffi")
 lib: Any = _LoadOnFirstUse("lib")
 
+# The type of a call's reply pointer: its name until ffi is loaded, then
+# the type itself (a name is looked up in cffi's cache at every call: half
+# of ffi.new's cost).
+_REPLY_OUT: Any = "char **"
+
 # Which copy of the library this process uses: 0 in the process that
 # imported the package, +1 in each forked child (see "Fork safety" above). A
 # handle is valid only in the copy that opened it.
@@ -210,13 +215,14 @@ def _load() -> None:
     finds nothing left to do. The first copy of a lineage is the library
     file itself; a forked child's is a fresh copy (:func:`_load_fresh_copy`).
     """
-    global ffi, lib, loaded_from, _mapped
+    global ffi, lib, loaded_from, _mapped, _REPLY_OUT
     with reopen_lock:
         if type(ffi) is _LoadOnFirstUse:
             from cffi import FFI
 
             new = FFI()
             new.cdef(CDEF)
+            _REPLY_OUT = new.typeof("char **")
             ffi = new
         if type(lib) is not _LoadOnFirstUse:
             return
@@ -596,7 +602,7 @@ def open_store(db_path: str, options: dict[str, Any]) -> tuple[int, dict[str, An
     except UnicodeEncodeError:
         path = os.fsencode(db_path)  # undecodable bytes of a POSIX file name
     handle = ffi.new("uint64_t *")
-    out = ffi.new("char **")
+    out = ffi.new(_REPLY_OUT)
     status = lib.tirastore_open(path, _encode("TiraStore", options), handle, out)
     info = _reply(status, out)
     return int(handle[0]), info
@@ -604,13 +610,13 @@ def open_store(db_path: str, options: dict[str, Any]) -> tuple[int, dict[str, An
 
 def close_store(handle: int) -> None:
     """Close a handle (an unknown handle raises ValueError)."""
-    out = ffi.new("char **")
+    out = ffi.new(_REPLY_OUT)
     _reply(lib.tirastore_close(handle, out), out)
 
 
 def call(handle: int, method: str, **args: Any) -> Any:
     """Run one library method; handle 0 for the standalone utilities."""
-    out = ffi.new("char **")
+    out = ffi.new(_REPLY_OUT)
     # Named as the library's own messages name it (capi/args.go, displayName).
     where = f"TiraStore.{method}" if handle else method
     status = lib.tirastore_call(handle, method.encode("ascii"), _encode(where, args), out)
@@ -621,7 +627,7 @@ def call_as(where: str, handle: int, method: str, args: dict[str, Any]) -> Any:
     """:func:`call` of a method that serves another class's (the library's
     messages name ``config_value`` ``PersistentCache.get``): *where* names
     it in the errors found here, before the call, as the library's do."""
-    out = ffi.new("char **")
+    out = ffi.new(_REPLY_OUT)
     status = lib.tirastore_call(handle, method.encode("ascii"), _encode(where, args), out)
     return _reply(status, out)
 

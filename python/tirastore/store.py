@@ -160,32 +160,40 @@ class LookupResult:
     @property
     def median(self) -> Optional[float]:
         """The median of the finite times (None without)."""
-        st = self.stats
-        return None if st is None else st[1]
+        return self._stat(1)
 
     @property
     def mad(self) -> Optional[float]:
         """The median absolute deviation of the finite times (None without)."""
-        st = self.stats
-        return None if st is None else st[2]
+        return self._stat(2)
 
     @property
     def min(self) -> Optional[float]:
         """The fastest finite time (None without)."""
-        st = self.stats
-        return None if st is None else st[3]
+        return self._stat(3)
 
     @property
     def count(self) -> int:
         """How many finite times the record holds."""
-        st = self.stats
-        return 0 if st is None else st[0]
+        return self._stat(0)
 
     @property
     def spread(self) -> Optional[float]:
         """The relative spread of the times by PolyBench's rule (None without)."""
+        return self._stat(4)
+
+    def _stat(self, i: int) -> Any:
+        """Field i of :attr:`stats`. From the library's string, the field
+        alone ("count median mad min spread"): reading one number of it
+        costs a fifth of reading all five, and most callers want one."""
+        st = self._stats
+        if st.__class__ is str:
+            field = st.split(" ", i + 1)[i]
+            return int(field) if i == 0 else float(field)
         st = self.stats
-        return None if st is None else st[4]
+        if st is None:
+            return 0 if i == 0 else None
+        return st[i]
 
     def to_dict(self) -> dict[str, Any]:
         """Return the fields as a plain dict, keyed as the original's ``to_dict()``.
@@ -210,6 +218,23 @@ class LookupResult:
             "update_date": self.update_date,
             "source_project": self.source_project,
         }
+
+
+def _result(found: dict[str, Any]) -> LookupResult:
+    """The LookupResult of a record as the library replies it (a hit's hot
+    path): its keys are the result's attributes, but ``stats``, the
+    library's string of statistics (null without a finite time), which is
+    kept as ``_stats`` until read; ``stable`` and ``censored``, when not
+    sent, are the class's defaults. Set in one assignment rather than
+    through ``__init__``, whose eleven keyword arguments cost a hit more
+    than its statistics do."""
+    found["_stats"] = found.pop("stats", None)
+    r = _new_object(LookupResult)
+    r.__dict__ = found
+    return r
+
+
+_new_object = object.__new__
 
 
 def _fspath(where: str, name: str, value: Any) -> str:
@@ -606,7 +631,7 @@ class TiraStore:
         ref = self._program(program_source_code)
         found = self._call("lookup", program_name=program_name, tiralib_schedule_string=tiralib_schedule_string, **ref)
         self._remember(ref)
-        return None if found is None else LookupResult(**found)
+        return None if found is None else _result(found)
 
     def lookup_many(
         self, program_name: str, program_source_code: str, schedules: list[str]
@@ -634,7 +659,7 @@ class TiraStore:
         ref = self._program(program_source_code)
         found = self._call("lookup_many", program_name=program_name, schedules=schedules, **ref)
         self._remember(ref)
-        return [None if r is None else LookupResult(**r) for r in found]
+        return [None if r is None else _result(r) for r in found]
 
     def lookup_or_claim(
         self,
@@ -755,7 +780,7 @@ class TiraStore:
 
     def _outcome(self, source: str, out: dict[str, Any]) -> Union[LookupResult, Claim, None]:
         if "result" in out:
-            return LookupResult(**out["result"])
+            return _result(out["result"])
         if "claim" in out:
             return Claim(self, source, out["claim"])
         return None
@@ -943,7 +968,7 @@ class TiraStore:
         ["R(L0,comps=['c1'])"]
         """
         rows = self._call("get_program_records", program_name=program_name, program_source_code=program_source_code)
-        return [LookupResult(**r) for r in rows]
+        return [_result(r) for r in rows]
 
     # -- backup & export ---------------------------------------------------
 

@@ -205,6 +205,22 @@ def test_statistics_and_policy_on_read(make_store):
             store.set_noise_policy(**bad)
 
 
+@pytest.mark.parametrize("times", [[0.5], [3, 1, 2], [1.0, 1.02, 0.99, 1.0, 1.3], [1, 2.5],
+                                   [0.0, 0.0], [1e-300, 5e-324, 1e300], [7], None])
+def test_each_statistic_read_alone_is_the_statistics_field(make_store, times):
+    """A hit's fields (median, mad, min, count, spread) read one by one
+    from the library's reply are those of its stats, read first or not."""
+    store = make_store()
+    store.record("p", SRC, "R(L0,comps=['c'])", times is not None, times)
+    names = ("count", "median", "mad", "min", "spread")
+    alone = [getattr(store.lookup("p", SRC, "R(L0,comps=['c'])"), n) for n in names]
+    r = store.lookup("p", SRC, "R(L0,comps=['c'])")
+    st = r.stats
+    want = [0, None, None, None, None] if st is None else [getattr(st, n) for n in names]
+    assert alone == want and [getattr(r, n) for n in names] == want
+    assert [type(x) for x in alone] == [type(x) for x in want]
+
+
 def test_remeasure_claim(make_store):
     """An unstable record is claimed only with remeasure_unstable; the
     claim appends a run; a second asker meanwhile gets the record; an
