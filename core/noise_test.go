@@ -88,7 +88,7 @@ func TestForeignRunsTableSwitchesRunsOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if n := strings.Join(st.Notices(), "\n"); !strings.Contains(n, "record_runs and run_contexts are not of this version's layout") {
+	if n := strings.Join(st.Notices(), "\n"); !strings.Contains(n, "record_runs, record_run_batches and run_contexts are not of this version's layout") {
 		t.Errorf("notices %q: want one about the runs tables", n)
 	}
 	if _, err := st.Record(ctx, "blur", src, Measurement{Schedule: sched, IsLegal: true, ExecutionTimes: Times(1, 2)}, false); err != nil {

@@ -111,6 +111,7 @@ func (s *Store) record(ctx context.Context, programName string, prog ProgramRef,
 func (s *Store) stampRuns(w *storage.Write, ms []Measurement) {
 	fp, js, run := s.capture.Capture(0)
 	w.Contexts = []storage.RunContext{{Fingerprint: fp, JSON: js}}
+	w.RunTail = runctx.RunTail(&run)
 	for i := range w.Rows {
 		run.Count = ms[i].storedTimes()
 		w.Rows[i].Runs = runctx.EncodeRuns([]runctx.Run{run})

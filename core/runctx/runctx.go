@@ -380,10 +380,29 @@ func EncodeRuns(runs []Run) string {
 }
 
 // appendRun appends r as a JSON object (finite numbers: CaptureRun makes
-// no other, and a caller's own Run must be as finite).
+// no other, and a caller's own Run must be as finite): RunsHead, its
+// count, and its tail (appendRunTail).
 func appendRun(b []byte, r *Run) []byte {
-	b = append(b, `{"n":`...)
+	b = append(b, RunsHead[1:]...)
 	b = strconv.AppendInt(b, int64(r.Count), 10)
+	return appendRunTail(b, r)
+}
+
+// RunsHead and RunTail split the runs of a record measured in one run:
+// EncodeRuns of that run alone is RunsHead, its count in decimal, and
+// RunTail of the run. A backend that stores one run for a batch of
+// records stores its tail once, and a read rebuilds each record's runs
+// from its own count of times (storage "Runs").
+const RunsHead = `[{"n":`
+
+// RunTail is what follows the count in EncodeRuns of r alone (see
+// RunsHead).
+func RunTail(r *Run) string {
+	return string(append(appendRunTail(make([]byte, 0, 128), r), ']'))
+}
+
+// appendRunTail appends r's JSON object after its count.
+func appendRunTail(b []byte, r *Run) []byte {
 	b = append(b, `,"context":`...)
 	b = appendJSONString(b, r.Context)
 	if r.SlurmJobID != "" {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -454,6 +455,11 @@ func TestEncodeRunsAsEncodingJSON(t *testing.T) {
 	for i := range runs {
 		if back[i] != runs[i] {
 			t.Errorf("run %d: %+v, want %+v", i, back[i], runs[i])
+		}
+	}
+	for _, r := range runs { // one run alone: RunsHead, its count, RunTail
+		if got, want := RunsHead+strconv.Itoa(r.Count)+RunTail(&r), EncodeRuns([]Run{r}); got != want {
+			t.Errorf("head, count and tail:\n got %s\nwant %s", got, want)
 		}
 	}
 	if got := EncodeRuns(nil); got != "[]" {

@@ -375,6 +375,21 @@ func (tx *Tx) PutRecord(r *storage.Record, overwrite bool) (bool, error) {
 	return tx.changed(q, RecordValues(r)...)
 }
 
+// InsertRecord writes r unless its key is stored, and returns its rowid
+// and whether it wrote (PutRecord without overwrite, for a write that
+// stores its records' run once: PutRunBatch).
+func (tx *Tx) InsertRecord(r *storage.Record) (rowid int64, inserted bool, err error) {
+	res, err := tx.exec(insertRecord, RecordValues(r)...)
+	if err != nil {
+		return 0, false, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return 0, false, err
+	}
+	rowid, err = res.LastInsertId()
+	return rowid, err == nil, err
+}
+
 // DeleteRecord removes a record, and its runs, and reports whether it
 // existed.
 func (tx *Tx) DeleteRecord(key string) (bool, error) {

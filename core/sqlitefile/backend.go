@@ -252,9 +252,9 @@ func (s *Backend) initOrValidate(ctx context.Context) (meta map[string]string, e
 	if foreign, err := db.ForeignRuns(); err != nil {
 		return nil, s.classify(err, "open")
 	} else if foreign {
-		s.runsNotice = fmt.Sprintf("%s: its tables %s and %s are not of this version's layout (an earlier build, or "+
-			"written by another tool): records are read and written without their runs and run contexts", s.path,
-			sqlite.RunsTable, sqlite.ContextsTable)
+		s.runsNotice = fmt.Sprintf("%s: its tables %s, %s and %s are not of this version's layout (an earlier build, "+
+			"or written by another tool): records are read and written without their runs and run contexts", s.path,
+			sqlite.RunsTable, sqlite.RunBatchesTable, sqlite.ContextsTable)
 	}
 	meta = map[string]string{}
 	for _, k := range metaKeys {

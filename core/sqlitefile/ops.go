@@ -136,11 +136,46 @@ func putWrite(tx *sqlite.Tx, w *storage.Write, stamp string) (int, error) {
 		}
 	}
 	written := 0
+	// A write of new records measured in one run stores it once for
+	// each range of rowids it inserted (sqlite's "runs tables"); an
+	// overwrite, which keeps the rowid of a record it replaces, and a
+	// write of runs of their own (an import) store them per record.
+	batch := w.RunTail != "" && !w.Overwrite
+	var first, last int64 // the range of rowids inserted since the last flush
+	inRange := 0
+	flush := func() error {
+		if inRange == 0 {
+			return nil
+		}
+		inRange = 0
+		return tx.PutRunBatch(first, last, stamp, w.RunTail)
+	}
 	for _, p := range w.Rows {
 		rec := &storage.Record{
 			Key: p.Key, ProgramHash: w.Hash, Schedule: p.Schedule, ResultJSON: p.ResultJSON,
 			Hostname: w.Hostname, Username: w.Username, CreationDate: stamp, UpdateDate: stamp,
 			SourceProject: w.SourceProject,
+		}
+		if batch {
+			rowid, ok, err := insertRecord(tx, rec)
+			if err != nil {
+				return 0, err
+			}
+			if !ok {
+				continue
+			}
+			written++
+			if inRange > 0 && rowid != last+1 {
+				if err := flush(); err != nil {
+					return 0, err
+				}
+			}
+			if inRange == 0 {
+				first = rowid
+			}
+			last = rowid
+			inRange++
+			continue
 		}
 		ok, err := putRecord(tx, rec, w.Overwrite)
 		if err != nil {
@@ -154,6 +189,9 @@ func putWrite(tx *sqlite.Tx, w *storage.Write, stamp string) (int, error) {
 				}
 			}
 		}
+	}
+	if err := flush(); err != nil {
+		return 0, err
 	}
 	for _, c := range w.Contexts {
 		if written == 0 {
@@ -279,10 +317,23 @@ func (w writer) PutRecord(r *storage.Record, overwrite bool) (bool, error) {
 // program's foreign key.
 func putRecord(tx *sqlite.Tx, r *storage.Record, overwrite bool) (bool, error) {
 	ok, err := tx.PutRecord(r, overwrite)
+	return ok, noProgram(err)
+}
+
+// insertRecord is tx.InsertRecord, a missing program row reported as
+// putRecord reports it.
+func insertRecord(tx *sqlite.Tx, r *storage.Record) (int64, bool, error) {
+	rowid, ok, err := tx.InsertRecord(r)
+	return rowid, ok, noProgram(err)
+}
+
+// noProgram is err, storage.ErrNoProgram when it is the foreign key's
+// constraint failure.
+func noProgram(err error) error {
 	if sqlite.IsConstraint(err) {
-		return false, fmt.Errorf("%w (%v)", storage.ErrNoProgram, err)
+		return fmt.Errorf("%w (%v)", storage.ErrNoProgram, err)
 	}
-	return ok, err
+	return err
 }
 
 // PutProgram writes p in the transaction unless present.

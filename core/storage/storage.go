@@ -60,7 +60,10 @@ type Record struct {
 // record leaves the row, which no longer matches and is ignored. Neither
 // table is known to the original library, whose readers and writers go
 // on as before. A backend reads a record's runs with the record (Runs),
-// in lookups too, so that a cache holds both.
+// in lookups too, so that a cache holds both. The records of one record
+// or record_many share one run, that of their write (Write.RunTail): a
+// backend may keep it once per write and rebuild each record's runs,
+// byte for byte, from the record's own count of times.
 
 // RunContext is one row of the run_contexts table: a context's JSON
 // (core/runctx.Static.JSON) under its fingerprint.
@@ -276,6 +279,11 @@ type Write struct {
 	// Contexts are the run contexts its rows' runs name, stored unless
 	// present.
 	Contexts []RunContext `json:"contexts,omitempty"`
+	// RunTail, when set, is the one run every row was measured in, as
+	// runctx.RunTail writes it: each row's Runs is that run alone,
+	// counting the row's stored times (see "Runs"). A backend may store
+	// it once for the rows the write inserts instead of once per row.
+	RunTail string `json:"run_tail,omitempty"`
 }
 
 // Row is one validated record of a Write: its key, normalized schedule and

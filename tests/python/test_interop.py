@@ -299,7 +299,7 @@ def test_written_db_schema_matches_original(store, db_path, tmp_path):
     }
     # The original's tables, and this engine's runs tables, which the
     # original's readers and writers never name.
-    assert tables == {"db_meta", "programs", "records", "record_runs", "run_contexts"}
+    assert tables == {"db_meta", "programs", "records", "record_runs", "record_run_batches", "run_contexts"}
     ref = _reference_schema(tmp_path)
     for t, cols in EXPECTED_COLUMNS.items():
         assert _table_info(db_path, t) == cols, t
