@@ -37,9 +37,9 @@ import (
 // record into another write's range, it does not match, as above. A
 // record's own row, when it matches, comes first.
 const (
-	RunsTable       = "record_runs"
-	RunBatchesTable = "record_run_batches"
-	ContextsTable   = "run_contexts"
+	RunsTable       = "record_runs"        // a record's own runs, named in notices
+	RunBatchesTable = "record_run_batches" // the run of a write's new records, named in notices
+	ContextsTable   = "run_contexts"       // run contexts by fingerprint, named in notices
 	createRunsTable = `CREATE TABLE IF NOT EXISTS record_runs (
     rec          INTEGER PRIMARY KEY,
     key          TEXT NOT NULL,
