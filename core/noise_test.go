@@ -72,34 +72,39 @@ func TestBadNoisePolicyRowFallsBack(t *testing.T) {
 // never makes a lookup or a record fail.
 func TestForeignRunsTableSwitchesRunsOff(t *testing.T) {
 	t.Parallel()
-	path := newDatabaseFile(t)
-	execRaw(t, path, "CREATE TABLE record_runs (key TEXT PRIMARY KEY, runs_json TEXT)")
-	// The negative control: this engine's read of runs fails on it.
-	db, err := sql.Open("sqlite3", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec("SELECT u.rec FROM record_runs u"); err == nil {
-		t.Fatal("the planted table has this engine's columns")
-	}
-	db.Close()
-	st, err := Open(ctx, path, Options{CPUModel: "X"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if n := strings.Join(st.Notices(), "\n"); !strings.Contains(n, "record_runs, record_run_batches and run_contexts are not of this version's layout") {
-		t.Errorf("notices %q: want one about the runs tables", n)
-	}
-	if _, err := st.Record(ctx, "blur", src, Measurement{Schedule: sched, IsLegal: true, ExecutionTimes: Times(1, 2)}, false); err != nil {
-		t.Fatal(err)
-	}
-	r, err := st.Lookup(ctx, "blur", src, sched)
-	if err != nil || r == nil || r.Stats.Count != 2 {
-		t.Fatal(r, err)
-	}
-	runs, err := st.Runs(ctx, "blur", src, sched)
-	if err != nil || len(runs) != 1 || runs[0].Context != nil || len(runs[0].Times) != 2 {
-		t.Fatalf("runs %+v, %v: want one run of unknown context", runs, err)
+	for _, c := range []struct{ plant, read string }{
+		{"CREATE TABLE record_runs (key TEXT PRIMARY KEY, runs_json TEXT)", "SELECT u.rec FROM record_runs u"},
+		{"CREATE TABLE record_run_batches (first INTEGER PRIMARY KEY, runs TEXT)", "SELECT b.run_tail FROM record_run_batches b"},
+	} {
+		path := newDatabaseFile(t)
+		execRaw(t, path, c.plant)
+		// The negative control: this engine's read of runs fails on it.
+		db, err := sql.Open("sqlite3", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec(c.read); err == nil {
+			t.Fatalf("%s: the planted table has this engine's columns", c.plant)
+		}
+		db.Close()
+		st, err := Open(ctx, path, Options{CPUModel: "X"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Join(st.Notices(), "\n"); !strings.Contains(n, "record_runs, record_run_batches and run_contexts are not of this version's layout") {
+			t.Errorf("%s: notices %q: want one about the runs tables", c.plant, n)
+		}
+		if _, err := st.Record(ctx, "blur", src, Measurement{Schedule: sched, IsLegal: true, ExecutionTimes: Times(1, 2)}, false); err != nil {
+			t.Fatal(err)
+		}
+		r, err := st.Lookup(ctx, "blur", src, sched)
+		if err != nil || r == nil || r.Stats.Count != 2 {
+			t.Fatal(c.plant, r, err)
+		}
+		runs, err := st.Runs(ctx, "blur", src, sched)
+		if err != nil || len(runs) != 1 || runs[0].Context != nil || len(runs[0].Times) != 2 {
+			t.Fatalf("%s: runs %+v, %v: want one run of unknown context", c.plant, runs, err)
+		}
+		st.Close()
 	}
 }

@@ -213,27 +213,3 @@ func TestRunsOfTheEarlierLayout(t *testing.T) {
 		checkOneRun(t, before, m)
 	}
 }
-
-// The batches table of another shape is foreign, as the other runs
-// tables are (TestForeignRunsTableSwitchesRunsOff).
-func TestForeignBatchesTableSwitchesRunsOff(t *testing.T) {
-	t.Parallel()
-	path := newDatabaseFile(t)
-	execRaw(t, path, "CREATE TABLE record_run_batches (first INTEGER PRIMARY KEY, runs TEXT)")
-	st, err := Open(ctx, path, Options{CPUModel: "X"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if n := strings.Join(st.Notices(), "\n"); !strings.Contains(n, "are not of this version's layout") {
-		t.Errorf("notices %q: want one about the runs tables", n)
-	}
-	m := batchMeasurements(1, 1)[0]
-	if _, err := st.Record(ctx, "p", src, m, false); err != nil {
-		t.Fatal(err)
-	}
-	runs, err := st.Runs(ctx, "p", src, m.Schedule)
-	if err != nil || len(runs) != 1 || runs[0].Context != nil {
-		t.Fatalf("runs %+v, %v: want one run of unknown context", runs, err)
-	}
-}

@@ -97,7 +97,10 @@ func withRuns(format string) runsSQL {
 
 // where is q with clause appended to every form.
 func (q runsSQL) where(clause string) runsSQL {
-	return runsSQL{q[0] + clause, q[1] + clause, q[2] + clause}
+	for i := range q {
+		q[i] += clause
+	}
+	return q
 }
 
 // pick is the form of q this database can run.
