@@ -35,8 +35,9 @@ func TestMain(m *testing.M) {
 }
 
 // child calls Ended from SLURMJOB_GOROUTINES goroutines, each again and
-// again until SLURMJOB_FOR has passed since SLURMJOB_START (Unix ns), and
-// prints the union of the answers as JSON.
+// again until SLURMJOB_FOR has passed since SLURMJOB_START (Unix ns), or,
+// with SLURMJOB_STOP, until that file exists, and prints the union of the
+// answers as JSON.
 func child() int {
 	env := func(k string) string { return os.Getenv("SLURMJOB_" + k) }
 	interval, _ := time.ParseDuration(env("INTERVAL"))
@@ -61,7 +62,11 @@ func child() int {
 					seen[id] = s
 				}
 				mu.Unlock()
-				if !time.Now().Before(end) {
+				if stop := env("STOP"); stop != "" {
+					if _, err := os.Stat(stop); err == nil {
+						return
+					}
+				} else if !time.Now().Before(end) {
 					return
 				}
 				time.Sleep(2 * time.Millisecond)
