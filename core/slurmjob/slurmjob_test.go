@@ -349,17 +349,22 @@ func TestStoppedOrKilledQuerier(t *testing.T) {
 			}
 			a := New(Options{Dir: dir, Interval: 50 * time.Millisecond, Timeout: timeout})
 			var got map[string]string
-			for deadline := time.Now().Add(4 * timeout); got == nil; time.Sleep(10 * time.Millisecond) {
+			// A stopped querier's upper bound leaves a loaded machine (the
+			// race detector, other tests on two cores) seconds of slack:
+			// what must hold exactly is that it is not replaced early. A
+			// killed one's stays below the stopped one's lower bound, so
+			// that the two cases are told apart.
+			for deadline := time.Now().Add(2*timeout + 5*time.Second); got == nil; time.Sleep(10 * time.Millisecond) {
 				got = a.Ended(context.Background(), testCluster, []string{"7"})
 				if time.Now().After(deadline) {
-					t.Fatal("no answer in twice the wait")
+					t.Fatal("no answer seconds after the querier's wait")
 				}
 			}
 			el := time.Since(marked)
 			if !reflect.DeepEqual(got, map[string]string{"7": "CANCELLED"}) {
 				t.Fatalf("Ended = %v", got)
 			}
-			if sig == syscall.SIGSTOP && (el < 2*timeout-300*time.Millisecond || el > 2*timeout+time.Second) {
+			if sig == syscall.SIGSTOP && (el < 2*timeout-300*time.Millisecond || el > 2*timeout+3*time.Second) {
 				t.Fatalf("a stopped querier replaced after %v, want about %v", el, 2*timeout)
 			}
 			if sig == syscall.SIGKILL && el > timeout {
@@ -387,14 +392,14 @@ func TestFlockHeldTooLong(t *testing.T) {
 	}
 	t0 := time.Now()
 	var got map[string]string
-	for got == nil && time.Since(t0) < 5*timeout {
+	for got == nil && time.Since(t0) < 2*timeout+5*time.Second {
 		got = a.Ended(context.Background(), testCluster, []string{"7"})
 		if got == nil && len(f.calls("squeue")) > 0 {
 			t.Fatal("queried without its answer")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if el := time.Since(t0); got == nil || el < 2*timeout || el > 2*timeout+time.Second {
+	if el := time.Since(t0); got == nil || el < 2*timeout || el > 2*timeout+3*time.Second {
 		t.Fatalf("answer %v after %v, want one after %v", got, el, 2*timeout)
 	}
 }
