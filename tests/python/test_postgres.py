@@ -528,8 +528,8 @@ def test_a_claim_expires_by_the_servers_clock(pg_cluster, url, tmp_path):
             t0 = time.monotonic()
             took = b.lookup_or_claim("blur", SRC_BLUR, SCHED_S, wait=False)
             assert took is not None and not isinstance(took, LookupResult)
-            assert time.monotonic() - t0 < 0.5
-            assert b.claims()[0].hostname == took.hostname if hasattr(took, "hostname") else True
+            assert time.monotonic() - t0 < 10  # not after watching it for its 30 s lease
+            assert [(c.pid, c.lease) for c in b.claims()] == [(os.getpid(), took.lease)]  # ours now
             took.release()
     finally:
         holder.kill()
