@@ -10,6 +10,7 @@ package pgtest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -38,8 +39,19 @@ type Cluster struct {
 var (
 	cluster *Cluster
 	why     string // why there is none
+	// missing says the cluster's script found PostgreSQL not installed
+	// (its exit status 3): only then may a test skip. A failure of an
+	// installed PostgreSQL, or of the script, fails the tests.
+	missing bool
 	schemas atomic.Int64
 )
+
+// notInstalled reports whether err is the exit status 3 by which
+// pgcluster.py and pgbouncer.py say a program they need is not installed.
+func notInstalled(err error) bool {
+	var exit *exec.ExitError
+	return errors.As(err, &exit) && exit.ExitCode() == 3
+}
 
 // script is tests/pg/pgcluster.py of this source tree.
 func script() string {
@@ -71,6 +83,7 @@ func Main(m *testing.M) {
 	}
 	if err != nil {
 		why = fmt.Sprintf("no PostgreSQL test cluster: %v", err)
+		missing = notInstalled(err)
 	}
 	code := m.Run()
 	if bouncer != nil {
@@ -83,12 +96,12 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
-// Need returns the cluster, or skips t (fails it under CI=true) when
-// there is none.
+// Need returns the cluster, or skips t when PostgreSQL is not installed
+// (fails it under CI=true, and whenever the cluster failed to start).
 func Need(t testing.TB) *Cluster {
 	t.Helper()
 	if cluster == nil {
-		if os.Getenv("CI") == "true" {
+		if os.Getenv("CI") == "true" || !missing {
 			t.Fatal(why)
 		}
 		t.Skip(why)
@@ -152,7 +165,10 @@ var (
 	bouncer     *Bouncer
 	bouncerOnce sync.Once
 	bouncerWhy  string
-	databases   atomic.Int64
+	// bouncerMissing: pgbouncer.py's exit status 3, as missing for the
+	// cluster.
+	bouncerMissing bool
+	databases      atomic.Int64
 )
 
 func bouncerScript() string { return filepath.Join(filepath.Dir(script()), "pgbouncer.py") }
@@ -176,10 +192,11 @@ func NeedBouncer(t testing.TB) *Bouncer {
 		}
 		if err != nil {
 			bouncerWhy = fmt.Sprintf("no PgBouncer: %v", err)
+			bouncerMissing = notInstalled(err)
 		}
 	})
 	if bouncer == nil {
-		if os.Getenv("CI") == "true" {
+		if os.Getenv("CI") == "true" || !bouncerMissing {
 			t.Fatal(bouncerWhy)
 		}
 		t.Skip(bouncerWhy)
