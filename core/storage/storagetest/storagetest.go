@@ -861,12 +861,20 @@ func testRuns(t *testing.T, open Open) {
 			if err != nil || got == nil || got.Runs != rec.Runs {
 				return fmt.Errorf("get %s: %+v, %v; lookup's runs %q", k, got, err, rec.Runs)
 			}
-			return r.EachRecordOf(h, func(o *storage.Record) error {
-				if o.Key == k && o.Runs != rec.Runs {
-					return fmt.Errorf("program's record %s has runs %q; lookup's %q", k, o.Runs, rec.Runs)
+			seen := 0
+			err = r.EachRecordOf(h, func(o *storage.Record) error {
+				if o.Key == k {
+					seen++
+					if o.Runs != rec.Runs {
+						return fmt.Errorf("program's record %s has runs %q; lookup's %q", k, o.Runs, rec.Runs)
+					}
 				}
 				return nil
 			})
+			if err == nil && seen != 1 {
+				err = fmt.Errorf("the program's records list %s %d times", k, seen)
+			}
+			return err
 		})
 		if err != nil {
 			t.Fatal(err)

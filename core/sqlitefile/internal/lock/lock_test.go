@@ -669,7 +669,18 @@ func TestAcquireErrors(t *testing.T) {
 	if err == nil || errors.As(err, &te) || !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("missing dir: want an immediate not-exist error, got %v", err)
 	}
-	// The in-process mutex must have been released.
+	// The in-process mutex must have been released: the same Lock acquires
+	// once its directory exists (a leaked mutex: a wait until ctx ends).
+	if err := os.MkdirAll(filepath.Dir(l.path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := l.Acquire(ctx); err != nil {
+		t.Fatalf("after a failed Acquire: %v", err)
+	}
+	l.Release()
+	l.Close()
 	dir := t.TempDir()
 	l = New(filepath.Join(dir, "x.db.lock"), Options{})
 	if err := os.Chmod(dir, 0o500); err != nil {
