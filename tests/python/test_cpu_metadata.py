@@ -379,15 +379,18 @@ def test_mismatch_banner_in_recwarn(tmp_path, db_path, recwarn):
     assert (w.filename, w.lineno) == (__file__, line)  # the caller's TiraStore(...) line
 
 
-def test_simplefilter_ignore_silences_the_banner(tmp_path, db_path, recwarn):
+def test_simplefilter_ignore_silences_the_banner(tmp_path, db_path, recwarn, capfd):
     db = db_path
     _create(db, cpu="X", slurm="4")
     recwarn.clear()
+    capfd.readouterr()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TiraStoreWarning)
         s = TiraStore(db, cpu_model="Y", slurm_cpus="4")
     try:
         assert s.writes_allowed is False
         assert not [w for w in recwarn if issubclass(w.category, TiraStoreWarning)]
+        out, err = capfd.readouterr()
+        assert BANNER_HEAD.strip() not in out + err  # not printed either (the original printed it)
     finally:
         s.close()

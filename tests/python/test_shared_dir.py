@@ -300,6 +300,7 @@ def test_a_fifo_at_any_name_blocks_no_store(shared, what):
         # A stale lock whose break lock is a FIFO: the breakers judge the
         # FIFO by its inode alone (it is never opened) and time out
         # meanwhile, saying what keeps the lock.
+        assert errors, results
         for r in errors:
             assert r["error"].startswith("TimeoutError") and planted in r["error"] and "uid 65534" in r["error"], r
     else:

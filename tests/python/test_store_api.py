@@ -137,6 +137,7 @@ def test_close_then_use_raises(store, tmp_path):
 def test_close_is_idempotent(store):
     store.close()
     store.close()
+    assert store.closed
 
 
 def test_context_manager(db_path):
@@ -773,7 +774,7 @@ def test_put_arbitrary_key(store):
 
 
 def test_put_unknown_program_hash_fails(store):
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError, match="is not in the programs table"):
         store.put("k" * 64, "f" * 64, SCHED_R, '{"is_legal":false,"execution_times":null}')
     assert store.count() == 0
     # the store keeps working

@@ -62,9 +62,10 @@ def _hold_lock(lock_path: Path) -> None:
     ticket.unlink()
 
 
-def _progress_while_blocked(call) -> tuple[int, float]:
+def _progress_while_blocked(call) -> tuple[int, float, object]:
     """Run call() in a thread while the main thread counts; returns how many
-    times the main thread got to run per 10 ms slot during the call."""
+    times the main thread got to run per 10 ms slot during the call, how
+    long the call took, and what it returned (or raised)."""
     done = threading.Event()
     result: list = []
 
@@ -84,7 +85,7 @@ def _progress_while_blocked(call) -> tuple[int, float]:
         ticks += 1
     th.join()
     elapsed = time.monotonic() - start
-    return ticks, elapsed
+    return ticks, elapsed, result[0]
 
 
 def test_gil_released_while_waiting_for_the_lock(tmp_path, record_property):
@@ -115,7 +116,8 @@ def test_gil_released_while_waiting_for_the_lock(tmp_path, record_property):
             th.join()
         return errs
 
-    ticks, elapsed = _progress_while_blocked(eight_blocked_lookups)
+    ticks, elapsed, errs = _progress_while_blocked(eight_blocked_lookups)
+    assert len(errs) == 8 and all(isinstance(e, TimeoutError) for e in errs), errs  # all waited for the lock
     record_property("main_thread_ticks_during_blocked_calls", ticks)
     print(f"\nGIL released: main thread ran {ticks} times in {elapsed:.2f} s while 8 threads waited for the lock")
     assert elapsed >= 1.0
@@ -136,7 +138,8 @@ def test_gil_released_while_waiting_for_the_lock(tmp_path, record_property):
         pydll.tirastore_free(out)
         return status
 
-    ticks_held, elapsed_held = _progress_while_blocked(held_gil_wait)
+    ticks_held, elapsed_held, status = _progress_while_blocked(held_gil_wait)
+    assert status == 5  # TIRASTORE_ERR_TIMEOUT: it waited for the lock
     print(f"negative control (GIL held): main thread ran {ticks_held} times in {elapsed_held:.2f} s")
     assert elapsed_held >= 1.0
     assert ticks_held <= 0.2 * elapsed_held / 0.01
