@@ -130,7 +130,7 @@ func claimSection(cfg *config, res *results) error {
 					return fmt.Errorf("claims %s %s: %w", impl, v, err)
 				}
 				if err != nil {
-					res.Skipped["claims/"+impl] = err.Error()
+					res.fail("claims/"+impl, err)
 					delete(raw, impl)
 					cfg.logf("claims %s %s: %v", impl, v, err)
 					break

@@ -122,11 +122,11 @@ type cliffResults struct {
 	BesideThrash *summary `json:"thrash_beside_neighbour"`
 }
 
-// cliffSection runs the section; a failure is kept in res.Skipped["cliff"].
+// cliffSection runs the section; a failure is kept in res.Failed["cliff"].
 func cliffSection(cfg *config, res *results) *cliffResults {
 	out, err := runCliff(cfg)
 	if err != nil {
-		res.Skipped["cliff"] = err.Error()
+		res.fail("cliff", err)
 		cfg.logf("cliff: %v", err)
 	}
 	return out

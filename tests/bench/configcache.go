@@ -106,7 +106,7 @@ func configSection(cfg *config, res *results) error {
 			}
 			m, err := configPython(cfg, impl, round)
 			if err != nil {
-				res.Skipped["latency/"+impl] = err.Error()
+				res.fail("latency/"+impl, err)
 				delete(raw, impl)
 				cfg.logf("config %s: %v", impl, err)
 				continue

@@ -119,18 +119,18 @@ type dashResults struct {
 	VisibleMet    *bool    `json:"new_record_visible_met"`
 }
 
-// dashboardSection runs the section; failures go to res.Skipped
+// dashboardSection runs the section; failures go to res.Failed
 // ("dashboard": the whole section, "dashboard/page": the browser's rows).
 func dashboardSection(cfg *config, res *results) {
 	z := cfg.Dash
 	out := &dashResults{Sizes: z, Records: z.Programs * z.Records}
 	if err := cfg.fresh(); err != nil {
-		res.Skipped["dashboard"] = err.Error()
+		res.fail("dashboard", err)
 		return
 	}
 	t0 := time.Now()
 	if err := dashPreload(cfg.dbPath(), z); err != nil {
-		res.Skipped["dashboard"] = err.Error()
+		res.fail("dashboard", err)
 		cfg.logf("dashboard: %v", err)
 		return
 	}
@@ -140,7 +140,7 @@ func dashboardSection(cfg *config, res *results) {
 	}
 	cfg.logf("dashboard: %d programs x %d records written in %.2f s (%.0f MiB)", z.Programs, z.Records, float64(out.BuildS), float64(out.DBBytes)/(1<<20))
 	if err := dashHolds(cfg.dbPath(), z, out); err != nil {
-		res.Skipped["dashboard"] = err.Error()
+		res.fail("dashboard", err)
 		cfg.logf("dashboard: %v", err)
 		return
 	}
@@ -153,7 +153,7 @@ func dashboardSection(cfg *config, res *results) {
 	page, err := dashRunPage(cfg, z)
 	switch {
 	case err != nil:
-		res.Skipped["dashboard/page"] = err.Error()
+		res.fail("dashboard/page", err)
 		cfg.logf("dashboard page: %v", err)
 		return
 	case page.Skipped != "":

@@ -109,7 +109,7 @@ func ejkernelSection(cfg *config, res *results) {
 	}
 	r, err := ejkernelRuns(cfg, py)
 	if err != nil {
-		res.Skipped["ejkernel_import"] = err.Error()
+		res.fail("ejkernel_import", err)
 		cfg.logf("ejkernel import row: %v", err)
 		return
 	}

@@ -108,7 +108,7 @@ func latencySection(cfg *config, res *results) error {
 		}
 		rows, err := pairedFloor(cfg, impl, z)
 		if err != nil {
-			res.Skipped["paired_floor/"+impl] = err.Error()
+			res.fail("paired_floor/"+impl, err)
 			cfg.logf("paired floor %s: %v", impl, err)
 			continue
 		}
@@ -132,7 +132,7 @@ func latencyPythonRound(cfg *config, res *results, raw map[string]map[string]*st
 		}
 		m, err := latencyPython(cfg, impl, round)
 		if err != nil {
-			res.Skipped["latency/"+impl] = err.Error()
+			res.fail("latency/"+impl, err)
 			delete(raw, impl)
 			cfg.logf("latency %s: %v", impl, err)
 			continue

@@ -47,7 +47,9 @@
 // It prints one table per section, then which of the targets hold,
 // and writes every raw figure as JSON. The exit code is 0 even when targets
 // are missed: this is a measurement, not a test (a harness failure, e.g. a
-// lost record, is reported in the tables and the JSON).
+// lost record or a client that failed, is reported in the tables and the
+// JSON: "failed" lists the parts left out because their run failed, where
+// "skipped" also holds those left out for a missing prerequisite).
 //
 // The database lives 5 path components below the bench directory
 // (<dir>/a/b/c/d/cache.db), as deep as the original's reference

@@ -94,7 +94,12 @@ func poolerRows(cfg *config, c *pgCluster, res *results) (*poolerLimits, []*pool
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		res.Skipped["postgres/pooler"] = fmt.Sprintf("pgbouncer.py start: %v: %s", err, lastLines(stderr.String(), 3))
+		err = fmt.Errorf("pgbouncer.py start: %w: %s", err, lastLines(stderr.String(), 3))
+		if notInstalled(err) {
+			res.Skipped["postgres/pooler"] = err.Error()
+		} else {
+			res.fail("postgres/pooler", err)
+		}
 		cfg.logf("postgres pooler rows skipped: %s", res.Skipped["postgres/pooler"])
 		return nil, nil
 	}
@@ -106,14 +111,14 @@ func poolerRows(cfg *config, c *pgCluster, res *results) (*poolerLimits, []*pool
 		Version   string `json:"version"`
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &b); err != nil {
-		res.Skipped["postgres/pooler"] = err.Error()
+		res.fail("postgres/pooler", err)
 		return nil, nil
 	}
 	lim := &poolerLimits{PoolSize: b.PoolSize, Ops: 20}
 	out, err := c.psqlDB("postgres", `SELECT current_setting('max_connections')::int, current_setting('superuser_reserved_connections')::int
 		+ coalesce(current_setting('reserved_connections', true)::int, 0)`)
 	if _, err2 := fmt.Sscanf(strings.ReplaceAll(out, "|", " "), "%d %d", &lim.MaxConnections, &lim.Reserved); err != nil || err2 != nil {
-		res.Skipped["postgres/pooler"] = fmt.Sprintf("the server's connection settings: %v %v", err, err2)
+		res.fail("postgres/pooler", fmt.Errorf("the server's connection settings: %v %v", err, err2))
 		return nil, nil
 	}
 	clients := []int{64, 256, 1000}

@@ -119,7 +119,7 @@ func startCluster(cfg *config, args ...string) (*pgCluster, error) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("pgcluster.py start: %v: %s", err, lastLines(strings.TrimSpace(stderr.String()), 3))
+		return nil, fmt.Errorf("pgcluster.py start: %w: %s", err, lastLines(strings.TrimSpace(stderr.String()), 3))
 	}
 	c := &pgCluster{cfg: cfg, dir: dir}
 	if err := json.Unmarshal(stdout.Bytes(), c); err != nil || c.URL == "" {
@@ -227,13 +227,17 @@ func (c *pgCluster) location(backend string) pgLocation {
 	}}
 }
 
-// postgresSection runs the section; nil (and res.Skipped["postgres"])
-// when no cluster can be started.
+// postgresSection runs the section; nil (and res.Skipped["postgres"], or
+// res.Failed when PostgreSQL is installed) when no cluster can be started.
 func postgresSection(cfg *config, res *results) *pgResults {
 	t0 := time.Now()
 	c, err := startCluster(cfg)
 	if err != nil {
-		res.Skipped["postgres"] = err.Error()
+		if notInstalled(err) {
+			res.Skipped["postgres"] = err.Error()
+		} else {
+			res.fail("postgres", err)
+		}
 		cfg.logf("postgres section skipped: %v", err)
 		return nil
 	}
@@ -310,7 +314,7 @@ func pgLatency(cfg *config, c *pgCluster, res *results) map[string]map[string]*o
 			}
 			m, err := pgLatencyRun(cfg, c.location(b), b, round)
 			if err != nil {
-				res.Skipped["postgres/latency/"+b] = err.Error()
+				res.fail("postgres/latency/"+b, err)
 				delete(raw, b)
 				cfg.logf("postgres latency %s: %v", b, err)
 				continue

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -58,7 +60,29 @@ type results struct {
 	// Realistic is the realistic section's runs (realistic.go).
 	Realistic []*realRun        `json:"realistic,omitempty"`
 	Skipped   map[string]string `json:"skipped"`
-	ElapsedS  float64           `json:"elapsed_s"`
+	// Failed holds the parts of Skipped that are left out because their
+	// run failed (a client's error, a server that did not start), not for
+	// a missing prerequisite.
+	Failed   map[string]string `json:"failed,omitempty"`
+	ElapsedS float64           `json:"elapsed_s"`
+}
+
+// fail leaves the part key out of the results, as a skipped one, because
+// its run failed with err.
+func (r *results) fail(key string, err error) {
+	if r.Failed == nil {
+		r.Failed = map[string]string{}
+	}
+	r.Failed[key] = err.Error()
+	r.Skipped[key] = "failed: " + err.Error()
+}
+
+// notInstalled reports whether err is the exit status 3 by which
+// tests/pg/pgcluster.py and pgbouncer.py say a program they need is not
+// installed: a missing prerequisite, where any other error is a failure.
+func notInstalled(err error) bool {
+	var exit *exec.ExitError
+	return errors.As(err, &exit) && exit.ExitCode() == 3
 }
 
 func configJSON(cfg *config) map[string]any {
