@@ -403,24 +403,35 @@ func (s *Store) LookupManyOrClaimByHash(ctx context.Context, programName, hash s
 }
 
 // StaleClaims are the claims nobody will end: a holder dead on this host,
-// or a schedule recorded meanwhile (a record made without ending its
-// claim: by an older library, say); with remove they are removed, in the
-// transaction that found them. A waiter takes such claims over or
-// ignores them anyway; the operator's check (core/operator) lists them
-// and --repair removes them, by the claims' own rules, which live here.
+// a holder whose Slurm job has ended (asked as a waiter asks, in one
+// question before the transaction: claimslurm.go), or a schedule recorded
+// meanwhile (a record made without ending its claim: by an older library,
+// say); with remove they are removed, in the transaction that found them.
+// A waiter takes such claims over or ignores them anyway; the operator's
+// check (core/operator) lists them and --repair removes them, by the
+// claims' own rules, which live here.
 func (s *Store) StaleClaims(ctx context.Context, remove bool) ([]*ClaimHolder, error) {
+	ended, err := s.endedJobClaims(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out []*ClaimHolder
 	var refs []storage.ClaimRef
 	find := func(r storage.Reader) error {
 		out, refs = nil, nil
 		return r.EachClaim(func(c *storage.Claim) error {
 			dead := liveness.GoneFromThisHost(s.hostname, c.Hostname, c.PID, liveness.Process{StartTime: c.StartTime, BootID: c.BootID, PIDNS: c.PIDNS})
+			end, jobEnded := ended[c.Token]
+			jobEnded = jobEnded && end.renewals == c.Renewals // not renewed since
 			rec, err := r.Get(c.Key)
-			if err != nil || (!dead && rec == nil) {
+			if err != nil || (!dead && !jobEnded && rec == nil) {
 				return err
 			}
 			h := newClaimHolder(c, dead)
 			h.Recorded = rec != nil
+			if jobEnded {
+				h.JobState, h.JobEnded = end.state, true
+			}
 			out, refs = append(out, h), append(refs, storage.ClaimRef{Key: c.Key, Token: c.Token})
 			return nil
 		})
@@ -433,7 +444,7 @@ func (s *Store) StaleClaims(ctx context.Context, remove bool) ([]*ClaimHolder, e
 	// (gone, whichever run removed it).
 	var found []*ClaimHolder
 	seen := map[string]bool{}
-	err := s.be.UpdateClaims(ctx, "remove stale claims", func(w storage.ClaimWriter) error {
+	err = s.be.UpdateClaims(ctx, "remove stale claims", func(w storage.ClaimWriter) error {
 		if err := find(w); err != nil {
 			return err
 		}

@@ -129,6 +129,42 @@ func (cs *claimState) jobEnded(c *storage.Claim) bool {
 	return ok && e.token == c.Token && e.renewals == c.Renewals
 }
 
+// endedJobClaims are the claims, by token, whose holder's Slurm job has
+// ended, as they stood when Slurm was asked (a renewal since makes the
+// claim another): of the claims judged by Slurm from here (slurmJudged),
+// in one question, outside any transaction. Nil outside a Slurm cluster.
+func (s *Store) endedJobClaims(ctx context.Context) (map[string]jobEnd, error) {
+	cluster := slurmjob.LocalCluster()
+	if cluster == "" {
+		return nil, nil
+	}
+	var judged []storage.Claim
+	err := s.be.View(ctx, "list claims", func(r storage.Reader) error {
+		judged = judged[:0]
+		return r.EachClaim(func(c *storage.Claim) error {
+			if s.slurmJudged(c, cluster) {
+				judged = append(judged, *c)
+			}
+			return nil
+		})
+	})
+	if err != nil || len(judged) == 0 {
+		return nil, err
+	}
+	ids := make([]string, len(judged))
+	for i, c := range judged {
+		ids[i] = c.SlurmJobID
+	}
+	states := slurmJobs().Ended(ctx, cluster, ids)
+	out := make(map[string]jobEnd)
+	for _, c := range judged {
+		if state, ok := states[c.SlurmJobID]; ok {
+			out[c.Token] = jobEnd{token: c.Token, renewals: c.Renewals, state: state}
+		}
+	}
+	return out, nil
+}
+
 // jobStates fills the JobState of the listed holders whose job is of this
 // process's cluster, in one question to Slurm (shared with the node, as
 // the waiters' are).

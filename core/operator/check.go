@@ -59,8 +59,8 @@ type CheckReport struct {
 	Tables            *storage.TableCheck
 	Records, Programs int64
 	// StaleClaims are measurement claims (lookup_or_claim) that nobody
-	// will end: their holder died on this host, or their schedule is
-	// recorded; --repair removes them.
+	// will end: their holder died on this host or its Slurm job ended, or
+	// their schedule is recorded; --repair removes them.
 	StaleClaims []*core.ClaimHolder
 	// Notices are the open's warnings (a directory other users cannot
 	// use).
@@ -398,8 +398,11 @@ func checkOpen(ctx context.Context, rep *CheckReport, s *core.Store, repair bool
 	}
 	for _, c := range rep.StaleClaims {
 		why := "its holder died"
-		if c.Recorded {
+		switch {
+		case c.Recorded:
 			why = "its schedule is recorded"
+		case c.JobEnded:
+			why = fmt.Sprintf("its Slurm job %s ended: %s", c.SlurmJobID, c.JobState)
 		}
 		what := fmt.Sprintf("the measurement claim on %s of %s by %s pid %d (%s)", schedule.Repr(c.Schedule), c.ProgramName, c.Hostname, c.PID, why)
 		if repair {

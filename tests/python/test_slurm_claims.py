@@ -362,3 +362,48 @@ def test_negative_control_an_unusable_answer_file_makes_each_waiter_ask(scenario
     queries, span, _ = fleet_queries(scenario, tmp_path, n, plant=plant)
     print(f"{n} waiters that cannot share: {queries} queries in {span:.2f} s")
     assert queries >= 2 * n, f"{queries} queries in {span:.2f} s by {n} waiters that could not share"
+
+
+def test_check_repair_removes_the_claim_of_an_ended_job(scenario):
+    """`tirastore check`, run from another node inside the cluster, calls
+    the claim of a cancelled job stale, naming the job and its state, and
+    --repair removes it. Negative control: the same claim while its job is
+    suspended is not stale (its holder may resume), and stays."""
+    holder = scenario.start_holder(lease=600.0)  # only Slurm's word ends it here
+    prefix = other_node_prefix("claims-node3")
+    if prefix is None:
+        pytest.skip("cannot run a process as on another node here (needs root and unshare)")
+    env = job_env(scenario.cluster)
+    env["SLURM_CLUSTER_NAME"] = scenario.cluster.cluster_name
+
+    def check(*args: str) -> tuple[int, dict]:
+        r = subprocess.run(prefix + [sys.executable, "-m", "tirastore", "check", "--json", *args, str(scenario.db)],
+                           env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode in (0, 1), r.stderr
+        return r.returncode, json.loads(r.stdout)
+
+    assert scenario.cluster.run("scontrol", "suspend", holder["job"]).returncode == 0
+    rc, rep = check("--repair")
+    assert rc == 0 and rep["stale_measurement_claims"] == [], rep
+    assert scenario.renewals() >= 0  # the claim is still there
+    assert scenario.cluster.run("scontrol", "resume", holder["job"]).returncode == 0
+    assert scenario.cluster.run("scancel", holder["job"]).returncode == 0
+    deadline = time.monotonic() + 60
+    while True:  # Slurm may take a moment to call the job ended
+        rc, rep = check()
+        if rep["stale_measurement_claims"] or time.monotonic() > deadline:
+            break
+        time.sleep(1.1)  # the node's answers are a second old at most
+    stale = rep["stale_measurement_claims"]
+    assert rc == 1 and [(c["slurm_job_id"], c["job_ended"], c["recorded"]) for c in stale] == [
+        (holder["job"], True, False)], rep
+    assert stale[0]["job_state"] in ("CANCELLED", "COMPLETED", "FAILED"), stale
+    text = subprocess.run(prefix + [sys.executable, "-m", "tirastore", "check", str(scenario.db)],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert f"(its Slurm job {holder['job']} ended: {stale[0]['job_state']}) is stale" in text.stdout, text
+    rc, rep = check("--repair")
+    assert rc == 0 and len(rep["stale_measurement_claims"]) == 1, rep
+    from tirastore import TiraStore
+
+    with TiraStore(scenario.db, cpu_model="test", slurm_cpus="N/A") as s:
+        assert s.claims() == []
