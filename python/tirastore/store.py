@@ -998,7 +998,7 @@ class TiraStore:
         dest = None if backup_path is None else _fspath("TiraStore.backup", "backup_path", backup_path)
         return Path(self._call("backup", backup_path=dest))
 
-    def export(self, output_path: PathLike, fmt: str = "json", runs: bool = False) -> Path:
+    def export(self, output_path: PathLike, fmt: str = "json", *, runs: bool = False) -> Path:
         """Export every program and its measurements to a JSON or JSON Lines file.
 
         The original's format: one entry per program, keyed by its name
