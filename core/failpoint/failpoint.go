@@ -83,7 +83,8 @@ const (
 	// OutputTrust is a switch: output paths (export, backup, export_json,
 	// the CLI's conflicts file, plots) are written without the output
 	// check of core/outfile, over the database, its lock or another
-	// database if asked (the negative control of
+	// database if asked, and a database is made at the name of another's
+	// lock file or journal (the negative controls of
 	// tests/python/test_output_paths.py).
 	OutputTrust = "output-trust"
 	// ValueDepthUnlimited is a switch: the engine stores and returns JSON

@@ -14,7 +14,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -170,7 +169,7 @@ func (c *outputCheck) run() error {
 			return c.refuse("the file this call reads (" + abs + ")")
 		}
 	}
-	if what := anyCompanion(c.out); what != "" {
+	if what := sqlitefile.CompanionName(c.out); what != "" {
 		return c.refuse(what)
 	}
 	if !exists {
@@ -179,7 +178,7 @@ func (c *outputCheck) run() error {
 	if ost.Mode&unix.S_IFMT != unix.S_IFREG {
 		return c.refuse(shareddir.Describe(&ost) + ", not a regular file (an output replaces a regular file or makes a new one)")
 	}
-	isDB, err := hasSQLiteHeader(c.out)
+	isDB, err := sqlitefile.HasSQLiteHeader(c.out)
 	if err != nil {
 		k, ok := apierr.OSKind(err)
 		if !ok {
@@ -268,50 +267,6 @@ func companionOf(db, out string, exists bool, ost *unix.Stat_t) string {
 		}
 	}
 	return ""
-}
-
-// anyCompanion says what out is when its name is one a database keeps
-// beside it, whatever database: a name of the lock's family, or the
-// journal (-wal, -shm) of an existing database file.
-func anyCompanion(out string) string {
-	dir, base := filepath.Split(out)
-	// The lock a name of the family would belong to: <...>.db.lock.
-	lp := filepath.Join(dir, ".db.lock")
-	if i := strings.Index(base, ".db.lock"); i >= 0 {
-		lp = filepath.Join(dir, base[:i+len(".db.lock")])
-	}
-	if what := sqlitefile.LockNameOf(lp, base); what != "" {
-		return what + " of a TiraStore database in " + filepath.Clean(dir) + " (a name of the lock protocol)"
-	}
-	for _, suffix := range []string{"-journal", "-wal", "-shm"} {
-		db, ok := strings.CutSuffix(out, suffix)
-		if !ok {
-			continue
-		}
-		if isDB, err := hasSQLiteHeader(db); err == nil && isDB {
-			for _, f := range sqlite.Companions(db) {
-				if f.Path == out {
-					return f.What + " of the database " + db
-				}
-			}
-		}
-	}
-	return ""
-}
-
-// hasSQLiteHeader reports whether the regular file at path starts with
-// SQLite's header; a missing file or another kind of file is not a
-// database. It opens without following a link or blocking (core/shareddir).
-func hasSQLiteHeader(path string) (bool, error) {
-	f, _, err := shareddir.Open(path, os.O_RDONLY)
-	switch {
-	case errors.Is(err, fs.ErrNotExist) || shareddir.IsRefused(err):
-		return false, nil
-	case err != nil:
-		return false, err
-	}
-	defer f.Close()
-	return sqlite.HasHeader(f)
 }
 
 // sameDir reports whether the directories a and b are one: the same path,

@@ -101,6 +101,15 @@ func Open(ctx context.Context, path string, cfg storage.Config) (*Backend, *stor
 	if err := notADirectory(path); err != nil {
 		return nil, nil, err
 	}
+	// A typo that names another database's lock file or journal: a
+	// database made there would hold that lock for good, or make the
+	// other database unusable. (A database already there is opened.)
+	if what := CompanionName(path); what != "" && !failpoint.Enabled(failpoint.OutputTrust) {
+		if isDB, err := HasSQLiteHeader(path); err != nil || !isDB {
+			return nil, nil, apierr.New(apierr.KindValue, "%s is the name of %s: no database is opened or made "+
+				"there (give the database's own path, or choose another name)", path, what)
+		}
+	}
 	if cfg.MustExist {
 		if err := Existing(path); err != nil {
 			return nil, nil, err

@@ -11,10 +11,14 @@ database has the same bytes, its lock does not exist, no temporary file is
 left, and its records, config entries, claims and db_meta read as before
 with integrity_check ok.
 
+No database is made (TiraStore(), import, merge, config import-ejkernel)
+at the name of the database's lock file, break lock or journal either.
+
 The negative controls run the same calls with the failpoints build's
 output-trust switch, which skips the engine's check: the same assertions
 then catch the database replaced by a JSON file, the lock written over (the
-next open waits for it and times out), and another database replaced.
+next open waits for it and times out), another database replaced, and a
+database made at the lock's name (which holds the lock for good).
 """
 
 from __future__ import annotations
@@ -307,7 +311,68 @@ def test_cli_outputs_refuse_the_database_its_files_and_other_databases(world, tm
     assert not [p for p in d.iterdir() if ".tmp-" in p.name]
 
 
+# The names of the database's own files: a database made at one of them
+# would hold the lock for good, or stand where SQLite looks for the
+# database's journal.
+COMPANION_NAMES = ["cache.db.lock", "cache.db.lock.break", "cache.db-journal", "cache.db-wal", "cache.db-shm"]
+
+# Each way a database is made at a path given by the user: the library, and
+# the CLI commands that create their target.
+MAKERS = textwrap.dedent("""
+    import json, subprocess, sys, warnings
+    warnings.simplefilter("ignore")
+    from tirastore import TiraStore
+    target, dump, db, seed = sys.argv[1:5]
+    out = []
+    try:
+        TiraStore(target, lock_timeout=5).close()
+        out.append(["TiraStore", ""])
+    except Exception as e:
+        out.append(["TiraStore", f"{type(e).__name__}: {e}"])
+    for argv in (["import", target, dump], ["merge", target, db, "--lock-timeout", "5"],
+                 ["config", "import-ejkernel", target, seed, "--lock-timeout", "5"]):
+        r = subprocess.run([sys.executable, "-m", "tirastore", *argv], capture_output=True, text=True, timeout=120)
+        out.append([argv[0], "" if r.returncode == 0 else r.stderr.strip()])
+    print(json.dumps(out))
+""")
+
+
+def make_databases_at(w: dict[str, Any], tmp_path: Path, name: str, lib: Optional[Path] = None) -> list[list[str]]:
+    dump = tmp_path / "dump.json"
+    if not dump.exists():
+        with TiraStore(w["db"], create=False, allow_cpu_mismatch=True) as s:
+            s.export(dump)
+    target = w["dir"] / name
+    r = subprocess.run([sys.executable, "-c", MAKERS, str(target), str(dump), str(w["db"]), str(w["seed"])],
+                       capture_output=True, text=True, env=_env(lib), timeout=600)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", COMPANION_NAMES)
+def test_no_database_is_made_at_the_name_of_a_databases_file(world, tmp_path, name):
+    """TiraStore(), import, merge and config import-ejkernel given the name
+    of the database's lock file or journal (a typo) refuse with a
+    ValueError naming it, and make nothing there: the database is as
+    before and free to use."""
+    before = state(world)
+    for maker, err in make_databases_at(world, tmp_path, name):
+        assert err, f"{maker} made a database at {name}"
+        assert f"{world['dir'] / name} is the name of the " in err and "no database is opened or made there" in err, err
+        assert maker != "TiraStore" or err.startswith("ValueError: "), err
+    assert problems(before, state(world)) == []
+    assert lock_free(world["db"])
+
+
 # -- negative controls: the check skipped (failpoints build, output-trust) ------------------
+
+
+def test_negative_control_a_database_made_at_the_lock_blocks_everyone(world, tmp_path, failpoints_lib):
+    before = state(world)
+    made = make_databases_at(world, tmp_path, "cache.db.lock", lib=failpoints_lib)
+    assert made[0] == ["TiraStore", ""], made  # nothing refused it
+    assert "names: new ['cache.db.lock'], gone []" in problems(before, state(world))
+    assert not lock_free(world["db"])
 
 
 def test_negative_control_export_over_the_database_destroys_it(world, failpoints_lib):
