@@ -245,6 +245,10 @@ func (s *Backend) initOrValidate(ctx context.Context) (meta map[string]string, e
 		if !created && !emptyFile(s.path) {
 			return nil, apierr.New(apierr.KindDatabase, "%s is an SQLite database but not a TiraStore one (tables db_meta, programs, records missing)", s.path)
 		}
+		if !created && s.cfg.MustExist {
+			return nil, apierr.New(apierr.KindDatabase, "%s is an empty file, not a database: an existing database was "+
+				"asked for, so none was made in it", s.path)
+		}
 		m := s.cfg.NewMeta
 		if err := db.Init(m["cpu_model"], m["slurm_cpus"], m["created_at"]); err != nil {
 			return nil, s.classify(err, "initialise the database")

@@ -103,6 +103,25 @@ def test_a_missing_database_is_never_created(tmp_path):
     assert not (tmp_path / "typo").exists() and sorted(os.listdir(tmp_path)) == []
 
 
+def test_an_empty_file_is_not_made_a_database_by_a_reading_command(tmp_path):
+    """An empty file is not an existing database: the commands that open
+    existing databases only (and TiraStore(create=False)) refuse it and
+    leave it empty. TiraStore() with create=True, as the original, makes a
+    database in it."""
+    notes = tmp_path / "notes.txt"
+    notes.write_bytes(b"")
+    for cmd in (["stats", notes], ["claims", notes], ["export", notes, tmp_path / "x.json"], ["config", "list", notes]):
+        r = tirastore(*cmd)
+        assert r.returncode == 1, (cmd, r.stdout, r.stderr)
+        assert f"{notes} is an empty file, not a database" in r.stderr and "Traceback" not in r.stderr, (cmd, r.stderr)
+    with pytest.raises(sqlite3.DatabaseError, match="is an empty file, not a database"):
+        TiraStore(notes, cpu_model=TEST_CPU, create=False)
+    assert notes.read_bytes() == b"" and sorted(os.listdir(tmp_path)) == ["notes.txt"]
+    with TiraStore(notes, cpu_model=TEST_CPU) as s:
+        assert s.count() == 0
+    assert notes.stat().st_size > 0
+
+
 def test_a_corrupt_file_exits_1(tmp_path):
     bad = tmp_path / "bad.db"
     bad.write_bytes(b"this is not a database" * 100)
