@@ -612,6 +612,31 @@ var methods = map[string]method{
 		}
 		return replyWith(replyLockStatus)(operator.BreakLock(path, opts, force))
 	}},
+	// import_check is the error import ("export") or config_import
+	// ("config") would give for input_path before writing anything: what
+	// a command that creates its database asks first, so that a refused
+	// input leaves no new database behind.
+	"import_check": {false, []string{"input_path", "format", "namespace"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {
+		path, err := a.str("input_path")
+		if err != nil {
+			return nil, err
+		}
+		format, err := a.str("format")
+		if err != nil {
+			return nil, err
+		}
+		switch format {
+		case "export":
+			return nil, operator.CheckImport(path)
+		case "config":
+			ns, err := a.namespace()
+			if err != nil {
+				return nil, err
+			}
+			return nil, core.CheckConfigImport(ns, path)
+		}
+		return nil, &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("import_check(): format must be \"export\" or \"config\", got %q", format)}
+	}},
 	// import reads an export back in, a slice at a time
 	// (core/operator/exportformat.go).
 	"import": {true, []string{"input_path", "offset", "max_records", "overwrite", "list_conflicts"}, func(ctx context.Context, st *core.Store, a *args) (any, error) {

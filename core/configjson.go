@@ -86,15 +86,12 @@ func (s *Store) ConfigImportJSON(ctx context.Context, namespace, path string, on
 		return nil, err
 	}
 	res := &ConfigImportResult{Path: abs}
-	fi, err := os.Stat(abs)
+	fi, err := statSeedFile(abs)
 	if once && errors.Is(err, fs.ErrNotExist) {
 		return res, nil
 	}
 	if err != nil {
-		return nil, input.ReadError(err, "PersistentCache file", abs)
-	}
-	if fi.IsDir() {
-		return nil, input.ReadError(&fs.PathError{Op: "open", Path: abs, Err: syscall.EISDIR}, "PersistentCache file", abs)
+		return nil, err
 	}
 	res.Found = true
 	if once {
@@ -201,7 +198,51 @@ func fileSHA256(path string) (string, error) {
 // it. It is opened as every file beside a database is (core/shareddir): never
 // blocking on a FIFO, never through a link at its name.
 func (s *Store) readSeedFile(namespace, path string) (*seedFile, error) {
+	return readSeedFile(namespace, path, s.hostname, s.username)
+}
+
+// CheckConfigImport is the error ConfigImportJSON (not once) would give
+// for the seed file path before it writes anything: the file cannot be
+// read, or is not a seed file of entries valid in namespace. A command
+// that creates its database refuses the input first.
+func CheckConfigImport(namespace, path string) error {
+	if err := input.Text("namespace", namespace); err != nil {
+		return err
+	}
+	abs, err := input.File("path", path)
+	if err != nil {
+		return err
+	}
+	if _, err := statSeedFile(abs); err != nil {
+		return err
+	}
+	_, err = readSeedFile(namespace, abs, "", "")
+	return err
+}
+
+// statSeedFile is the status of the seed file at abs, or why it cannot be
+// read (missing: an error that is fs.ErrNotExist; a directory).
+func statSeedFile(abs string) (os.FileInfo, error) {
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return nil, input.ReadError(err, "PersistentCache file", abs)
+	}
+	if fi.IsDir() {
+		return nil, input.ReadError(&fs.PathError{Op: "open", Path: abs, Err: syscall.EISDIR}, "PersistentCache file", abs)
+	}
+	return fi, nil
+}
+
+// readSeedFile is Store.readSeedFile with the entries stamped by hostname
+// and username.
+func readSeedFile(namespace, path, hostname, username string) (*seedFile, error) {
 	fh, st, err := shareddir.Open(path, os.O_RDONLY)
+	var refused *shareddir.Refused
+	if errors.As(err, &refused) {
+		return nil, newError(KindOS, "%s is %s, not a regular file: a PersistentCache file is read from a regular "+
+			"file (write a stream to a file first; a file another user planted at that name is its owner's or "+
+			"root's to remove)", path, refused.What)
+	}
 	if err != nil {
 		return nil, input.ReadError(err, "PersistentCache file", path)
 	}
@@ -223,7 +264,7 @@ func (s *Store) readSeedFile(namespace, path string) (*seedFile, error) {
 	sum := sha256.Sum256(data)
 	f := &seedFile{mark: storage.ConfigImport{Path: path, Size: int64(len(data)), MtimeNS: st.Mtim.Nano(),
 		SHA256: hex.EncodeToString(sum[:]), Entries: int64(obj.Len()), ImportedAt: stamp,
-		Hostname: s.hostname, Username: s.username}}
+		Hostname: hostname, Username: username}}
 	var bad error
 	obj.Range(func(key string, val any) bool {
 		parts := strings.SplitN(key, "|", 3)
@@ -245,7 +286,7 @@ func (s *Store) readSeedFile(namespace, path string) (*seedFile, error) {
 			return false
 		}
 		f.entries = append(f.entries, &storage.ConfigEntry{Namespace: namespace, Key: key, Device: parts[0], OpID: parts[1],
-			CallKey: parts[2], ValueJSON: string(b), Hostname: s.hostname, Username: s.username,
+			CallKey: parts[2], ValueJSON: string(b), Hostname: hostname, Username: username,
 			CreationDate: stamp, UpdateDate: stamp})
 		return true
 	})

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tirastore/tirastore/core"
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/internal/input"
@@ -290,21 +292,9 @@ func Import(ctx context.Context, s *core.Store, path string, offset int64, maxRe
 	if err := s.CheckWrites(); err != nil {
 		return nil, err
 	}
-	// Never blocks: a FIFO would hold open(2) until a writer comes, past
-	// Ctrl-C, and a pipe cannot be read in slices by byte offset.
-	f, fi, err := shareddir.Open(abs, os.O_RDONLY)
-	var refused *shareddir.Refused
-	if errors.As(err, &refused) && fi == nil {
-		if st, serr := os.Stat(abs); serr == nil && st.IsDir() {
-			perr := &fs.PathError{Op: "read", Path: abs, Err: syscall.EISDIR}
-			return nil, apierr.Wrap(apierr.KindOS, perr, "cannot read export %s: %v", abs, perr)
-		}
-		return nil, apierr.New(apierr.KindValue, "%s is %s, not a regular file: import reads an export file in "+
-			"slices, by byte offset, which a pipe cannot give; write the stream to a file first (e.g. "+
-			"`zcat export.json.gz > export.json`) and import that", abs, refused.What)
-	}
+	f, fi, err := openExport(abs)
 	if err != nil {
-		return nil, input.ReadError(err, "export", abs)
+		return nil, err
 	}
 	defer f.Close()
 	res := &TransferResult{Size: fi.Size, Next: -1}
@@ -316,17 +306,13 @@ func Import(ctx context.Context, s *core.Store, path string, offset int64, maxRe
 		return nil, apierr.Wrap(apierr.KindValue, err, "%s is not a TiraStore export: %v", abs, err)
 	}
 	for maxRecords <= 0 || res.Records < int64(maxRecords) {
-		key, entry, err := er.next()
+		key, name, source, ms, runs, err := er.entry(abs)
 		if errors.Is(err, io.EOF) {
 			res.Next = -1
 			return res, nil
 		}
 		if err != nil {
-			return nil, apierr.Wrap(apierr.KindValue, err, "%s (at byte %d) is not a TiraStore export: %v", abs, er.pos, err)
-		}
-		name, source, ms, runs, err := exportEntry(key, entry)
-		if err != nil {
-			return nil, apierr.Wrap(apierr.KindValue, err, "%s: program %s: %v", abs, schedule.Repr(key), err)
+			return nil, err
 		}
 		if err := importProgram(ctx, s, name, source, ms, runs, overwrite, listConflicts, res); err != nil {
 			return nil, apierr.Prefix(fmt.Sprintf("%s: program %s: ", abs, schedule.Repr(key)), err)
@@ -337,6 +323,54 @@ func Import(ctx context.Context, s *core.Store, path string, offset int64, maxRe
 		res.Next = -1
 	}
 	return res, nil
+}
+
+// CheckImport is the error Import would give for the export file path
+// before it writes anything: the file cannot be read as an export (not a
+// regular file, not an export, a first program that is not one), so that
+// a command that creates its database refuses the input first.
+func CheckImport(path string) error {
+	abs, err := input.File("input_path", path)
+	if err != nil {
+		return err
+	}
+	f, fi, err := openExport(abs)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if fi.Size == 0 {
+		return nil
+	}
+	er, err := newExportReader(f, 0)
+	if err != nil {
+		return apierr.Wrap(apierr.KindValue, err, "%s is not a TiraStore export: %v", abs, err)
+	}
+	if _, _, _, _, _, err := er.entry(abs); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}
+
+// openExport opens the export file abs for reading. It never blocks: a
+// FIFO would hold open(2) until a writer comes, past Ctrl-C, and a pipe
+// cannot be read in slices by byte offset.
+func openExport(abs string) (*os.File, *unix.Stat_t, error) {
+	f, fi, err := shareddir.Open(abs, os.O_RDONLY)
+	var refused *shareddir.Refused
+	if errors.As(err, &refused) && fi == nil {
+		if st, serr := os.Stat(abs); serr == nil && st.IsDir() {
+			perr := &fs.PathError{Op: "read", Path: abs, Err: syscall.EISDIR}
+			return nil, nil, apierr.Wrap(apierr.KindOS, perr, "cannot read export %s: %v", abs, perr)
+		}
+		return nil, nil, apierr.New(apierr.KindValue, "%s is %s, not a regular file: import reads an export file in "+
+			"slices, by byte offset, which a pipe cannot give; write the stream to a file first (e.g. "+
+			"`zcat export.json.gz > export.json`) and import that", abs, refused.What)
+	}
+	if err != nil {
+		return nil, nil, input.ReadError(err, "export", abs)
+	}
+	return f, fi, nil
 }
 
 // importProgram writes one program's measurements into s, with the runs
@@ -508,6 +542,23 @@ func newExportReader(f *os.File, offset int64) (*exportReader, error) {
 		er.read()
 	}
 	return er, nil
+}
+
+// entry reads the next program of the export abs (io.EOF after the last)
+// and checks it: its key, name, source, measurements and runs.
+func (er *exportReader) entry(abs string) (key, name, source string, ms []core.Measurement, runs []any, err error) {
+	key, v, err := er.next()
+	if errors.Is(err, io.EOF) {
+		return "", "", "", nil, nil, err
+	}
+	if err != nil {
+		return "", "", "", nil, nil, apierr.Wrap(apierr.KindValue, err, "%s (at byte %d) is not a TiraStore export: %v", abs, er.pos, err)
+	}
+	name, source, ms, runs, err = exportEntry(key, v)
+	if err != nil {
+		return "", "", "", nil, nil, apierr.Wrap(apierr.KindValue, err, "%s: program %s: %v", abs, schedule.Repr(key), err)
+	}
+	return key, name, source, ms, runs, nil
 }
 
 func (er *exportReader) read() (byte, error) {

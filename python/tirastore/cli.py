@@ -348,7 +348,9 @@ def cmd_import(args: argparse.Namespace, out: _Output) -> int:
     first line) into DB, a slice at a time; DB is created if it does not exist. Records already there with the same
     result are skipped; a record with the same key and another result is a conflict, kept unless --overwrite.
     Imported records are stamped with this host, user and time."""
-    size = os.stat(args.input).st_size  # a missing input creates no database
+    # A missing or refused input creates no database.
+    size = os.stat(args.input).st_size
+    _native.call(0, "import_check", input_path=args.input, format="export")
     created = not _exists(args.db, args.lock_timeout)
     totals = dict.fromkeys(_COUNTS, 0)
     with _conflicts_file(args, [args.db], [args.input]) as (_, conflicts):
@@ -569,6 +571,8 @@ def _config_import_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_config_import(args: argparse.Namespace, out: _Output) -> int:
     """Import ejKernel's PersistentCache JSON file ({"device|op_id|call_key": value}) in one transaction, all or
     nothing. Creates DB if it does not exist."""
+    # A missing or refused file creates no database.
+    _native.call(0, "import_check", input_path=args.file, format="config", namespace=args.namespace or "")
     with _open_cache(args, create=True) as cache:  # its purpose: the only command that creates a database
         res = cache._opened("import_json")._call("config_import", namespace=_namespace(args, cache),
                                                  path=args.file, overwrite=args.overwrite)

@@ -103,6 +103,29 @@ def test_a_missing_database_is_never_created(tmp_path):
     assert not (tmp_path / "typo").exists() and sorted(os.listdir(tmp_path)) == []
 
 
+def test_a_refused_input_creates_no_database(tmp_path):
+    """import and config import-ejkernel create their database, but only
+    for an input they can read: a file that is not an export (or not a
+    PersistentCache file), a first program that is not one, or a device is
+    refused before the database is made."""
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json")
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps({"blur": {"Tiramisu_cpp": "void blur() {}", "schedules_list": "oops"}}, indent=2))
+    for cmd, says in ((["import", "{db}", bad], "is not a TiraStore export"),
+                      (["import", "{db}", wrong], "program 'blur'"),
+                      (["import", "{db}", "/dev/null"], "is a character device"),
+                      (["config", "import-ejkernel", "{db}", bad], "is not a PersistentCache file"),
+                      (["config", "import-ejkernel", "{db}", "/dev/null"], "is a character device")):
+        db = tmp_path / "new" / "cache.db"
+        r = tirastore(*[str(db) if a == "{db}" else a for a in cmd])
+        assert r.returncode == 1 and says in r.stderr and "Traceback" not in r.stderr, (cmd, r.stderr)
+        assert not (tmp_path / "new").exists(), cmd
+    good = tmp_path / "good.json"
+    good.write_text("{}")
+    assert tirastore("import", tmp_path / "new" / "cache.db", good).returncode == 0  # control: a good one does
+
+
 def test_an_empty_file_is_not_made_a_database_by_a_reading_command(tmp_path):
     """An empty file is not an existing database: the commands that open
     existing databases only (and TiraStore(create=False)) refuse it and

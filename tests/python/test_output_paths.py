@@ -338,12 +338,13 @@ MAKERS = textwrap.dedent("""
 
 
 def make_databases_at(w: dict[str, Any], tmp_path: Path, name: str, lib: Optional[Path] = None) -> list[list[str]]:
-    dump = tmp_path / "dump.json"
+    dump, seed = tmp_path / "dump.json", tmp_path / "seed-import.json"
     if not dump.exists():
         with TiraStore(w["db"], create=False, allow_cpu_mismatch=True) as s:
             s.export(dump)
+        seed.write_text(json.dumps({"gpu:0|mm@v1|m=16": {"block_m": 16}}))
     target = w["dir"] / name
-    r = subprocess.run([sys.executable, "-c", MAKERS, str(target), str(dump), str(w["db"]), str(w["seed"])],
+    r = subprocess.run([sys.executable, "-c", MAKERS, str(target), str(dump), str(w["db"]), str(seed)],
                        capture_output=True, text=True, env=_env(lib), timeout=600)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
