@@ -447,6 +447,12 @@ func (s *Store) claimTimeout(pend []*pendingClaim) error {
 	for _, p := range pend {
 		if p.holder != nil {
 			who = newClaimHolder(p.holder, false).describe()
+			me := liveness.Self()
+			if liveness.OnThisHost(s.hostname, p.holder.Hostname, liveness.Process{StartTime: p.holder.StartTime,
+				BootID: p.holder.BootID, PIDNS: p.holder.PIDNS}) && p.holder.PID == os.Getpid() && p.holder.StartTime == me.StartTime {
+				who += ": this very process, which has not recorded or released that claim (record or release " +
+					"it before asking for its schedule again, or ask with wait=False)"
+			}
 			break
 		}
 	}

@@ -419,3 +419,24 @@ def test_ctrl_c_interrupts_a_wait_for_a_claim(tmp_path, db_path, control):
     else:
         assert line[0] == "KeyboardInterrupt", line
         assert float(line[1]) - sent < 1.0, f"interrupted {float(line[1]) - sent:.2f}s after SIGINT"
+
+
+def test_waiting_on_ones_own_claim_says_so(tmp_path, db_path):
+    """A worker that asks again for a schedule it holds the claim of waits
+    for itself: the TimeoutError says the holder is this very process and
+    what to do. Control: the same wait on another process's claim names
+    that process, without saying so."""
+    db = db_path
+    with TiraStore(db, cpu_model=TEST_CPU, lock_timeout=0.5) as s:
+        claim = s.lookup_or_claim("search", SRC, SCHEDS[0])
+        with pytest.raises(TimeoutError, match="this very process, which has not recorded or released that claim"):
+            s.lookup_or_claim("search", SRC, SCHEDS[0])
+        assert s.lookup_or_claim("search", SRC, SCHEDS[0], wait=False) is None
+        claim.release()
+    with TiraStore(db, cpu_model=TEST_CPU) as s:
+        claim = s.lookup_or_claim("search", SRC, SCHEDS[0])
+        p = subprocess.run([sys.executable, "-c", WAITER, str(db), TEST_CPU, "0.5", SCHEDS[0]], capture_output=True,
+                           text=True, timeout=120)
+        claim.release()
+    assert "TimeoutError" in p.stdout and f"pid {os.getpid()}" in p.stdout, p
+    assert "this very process" not in p.stdout, p.stdout
