@@ -90,6 +90,9 @@ func (s *Store) Backup(ctx context.Context, dest string) (string, error) {
 		dest = filepath.Join(dir, pypath.Stem(base)+"_"+stamp+".db")
 	}
 	intoDir := strings.HasSuffix(dest, "/") // "snapshots/": a directory, created if missing
+	if err := outfile.Given(outfile.Backup, dest); err != nil {
+		return "", err
+	}
 	dest, err := input.Path("backup path", dest)
 	if err != nil {
 		return "", err

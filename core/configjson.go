@@ -307,6 +307,9 @@ func (s *Store) ConfigExportJSON(ctx context.Context, namespace, path string) (s
 	if err := input.Text("namespace", namespace); err != nil {
 		return "", 0, err
 	}
+	if err := outfile.Given(outfile.ConfigExport, path); err != nil {
+		return "", 0, err
+	}
 	out, err := input.File("output_path", path)
 	if err != nil {
 		return "", 0, err

@@ -59,6 +59,9 @@ func Export(ctx context.Context, s *core.Store, path, format string, runs bool) 
 	if err := input.Text("output_path", path); err != nil {
 		return "", nil, err
 	}
+	if err := outfile.Given(outfile.Export, path); err != nil {
+		return "", nil, err
+	}
 	out, err := input.Path("export path", path)
 	if err != nil {
 		return "", nil, err

@@ -95,6 +95,26 @@ func ParseKind(name string) (Kind, bool) {
 	return 0, false
 }
 
+// Given refuses the output path p as the caller gave it when it names,
+// through links, an existing pipe, socket or device (/dev/stdout, a
+// terminal): an output is written to a new file beside its path and
+// renamed into place, which none of these can take, and its resolved path
+// (a /proc/<pid>/fd/pipe:[...] link target) says nothing to the user.
+// kind is what the output is for.
+func Given(kind Kind, p string) error {
+	var st unix.Stat_t
+	if p == "" || unix.Stat(p, &st) != nil {
+		return nil
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG, unix.S_IFDIR:
+		return nil
+	}
+	return apierr.New(apierr.KindValue, "%s %s is %s, not a regular file: an output is written to a new file "+
+		"beside its path and renamed into place, which a pipe or device cannot take; give a file name, "+
+		"refused, nothing was written", outputKinds[kind].label, p, shareddir.Describe(&st))
+}
+
 // Check resolves the output path p of kind (as every path argument is
 // resolved: core/pypath) and refuses it when writing there would replace
 // a database or a file of one (see "Output files"). dbs are the databases
@@ -102,6 +122,9 @@ func ParseKind(name string) (Kind, bool) {
 // the files it reads. It returns the absolute path.
 func Check(kind Kind, p string, dbs, inputs []string) (string, error) {
 	label := outputKinds[kind].label
+	if err := Given(kind, p); err != nil {
+		return "", err
+	}
 	out, err := input.File(label, p)
 	if err != nil {
 		return "", err

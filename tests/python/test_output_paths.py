@@ -311,6 +311,20 @@ def test_cli_outputs_refuse_the_database_its_files_and_other_databases(world, tm
     assert not [p for p in d.iterdir() if ".tmp-" in p.name]
 
 
+def test_an_output_to_a_pipe_is_refused_saying_so(world):
+    """/dev/stdout on a pipe resolves to /proc/<pid>/fd/pipe:[...], a name
+    that is nowhere: each output given it is refused as a FIFO, naming the
+    path as given, and nothing is written."""
+    db = world["db"]
+    before = state(world)
+    for argv in (["export", db, "/dev/stdout"], ["export", db, "/dev/stdout", "--format", "jsonl"],
+                 ["backup", db, "/dev/stdout"], ["config", "export-ejkernel", db, "/dev/stdout"]):
+        r = run_cli(*argv)  # its stdout is a pipe
+        assert r.returncode == 1 and r.stdout == "", (argv, r.stdout, r.stderr)
+        assert " /dev/stdout is a FIFO owned by uid " in r.stderr and "give a file name" in r.stderr, (argv, r.stderr)
+    assert problems(before, state(world)) == []
+
+
 # The names of the database's own files: a database made at one of them
 # would hold the lock for good, or stand where SQLite looks for the
 # database's journal.
