@@ -317,8 +317,11 @@ func (a *args) finite(name, what string, bound float64) (*float64, error) {
 		return nil, a.typeErr(name, "float", v)
 	}
 	f, err := n.Float64()
-	if err != nil || !n.IsFinite() || math.Abs(f) > bound {
+	if err != nil || !n.IsFinite() {
 		return nil, &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("%s(): %s must be %s, got %s", a.method, name, what, n)}
+	}
+	if math.Abs(f) > bound {
+		return nil, &core.Error{Kind: core.KindValue, Message: fmt.Sprintf("%s(): %s must be %s of at most %g in magnitude, got %s", a.method, name, what, bound, n)}
 	}
 	return &f, nil
 }

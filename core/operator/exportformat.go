@@ -452,7 +452,10 @@ func exportEntry(key string, v any) (name, source string, ms []core.Measurement,
 		return "", "", nil, nil, errors.New("not an object")
 	}
 	str := func(field string) (string, error) {
-		x, _ := o.Get(field)
+		x, found := o.Get(field)
+		if !found {
+			return "", fmt.Errorf("%s is missing", field)
+		}
 		s, ok := x.(string)
 		if !ok {
 			return "", fmt.Errorf("%s is not a string", field)
@@ -468,9 +471,12 @@ func exportEntry(key string, v any) (name, source string, ms []core.Measurement,
 	if err = input.Texts("program_name", name, "Tiramisu_cpp", source); err != nil {
 		return
 	}
-	x, _ := o.Get("schedules_list")
+	x, found := o.Get("schedules_list")
 	list, ok := x.([]any)
-	if !ok {
+	switch {
+	case !found:
+		return "", "", nil, nil, errors.New("schedules_list is missing")
+	case !ok:
 		return "", "", nil, nil, errors.New("schedules_list is not a list")
 	}
 	ms = make([]core.Measurement, len(list))

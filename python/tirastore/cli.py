@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import re
 import sqlite3
@@ -669,8 +670,21 @@ def _holder_text(st: dict[str, Any]) -> str:
     )
 
 
+def _seconds(text: str) -> float:
+    """A number of seconds (--lock-timeout, --stale-lock-timeout): a
+    finite number, else a usage error; what its values mean and which
+    are allowed, the library says."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (a finite number)")
+    return value
+
+
 def _add_stale_lock_timeout(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--stale-lock-timeout", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--stale-lock-timeout", type=_seconds, default=None, metavar="SECONDS",
                    help="count a holder without heartbeat as dead after this (default: the library's, 600)")
 
 
@@ -868,7 +882,7 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("-q", "--quiet", action="store_true", help="no warnings or progress on stderr")
     common.add_argument(
         "--lock-timeout",
-        type=float,
+        type=_seconds,
         default=None,
         metavar="SECONDS",
         help="how long to wait for the database's lock (default: the library's, 600; 0: try once)",

@@ -103,6 +103,14 @@ def test_a_missing_database_is_never_created(tmp_path):
     assert not (tmp_path / "typo").exists() and sorted(os.listdir(tmp_path)) == []
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "soon"])
+def test_a_timeout_that_is_not_a_number_is_a_usage_error(db, value):
+    for option in ("--lock-timeout", "--stale-lock-timeout"):
+        r = tirastore("check", db, option, value)
+        assert r.returncode == 2, (option, value, r.stderr)
+        assert f"argument {option}: {value!r} is not a number of seconds" in r.stderr, r.stderr
+
+
 def test_a_refused_input_creates_no_database(tmp_path):
     """import and config import-ejkernel create their database, but only
     for an input they can read: a file that is not an export (or not a
@@ -111,9 +119,13 @@ def test_a_refused_input_creates_no_database(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("not json")
     wrong = tmp_path / "wrong.json"
-    wrong.write_text(json.dumps({"blur": {"Tiramisu_cpp": "void blur() {}", "schedules_list": "oops"}}, indent=2))
+    wrong.write_text(json.dumps({"blur": {"Tiramisu_cpp": "void blur() {}", "schedules_list": "oops",
+                                          "program_name": "blur"}}, indent=2))
+    nameless = tmp_path / "nameless.json"
+    nameless.write_text(json.dumps({"blur": {"Tiramisu_cpp": "void blur() {}", "schedules_list": []}}, indent=2))
     for cmd, says in ((["import", "{db}", bad], "is not a TiraStore export"),
-                      (["import", "{db}", wrong], "program 'blur'"),
+                      (["import", "{db}", wrong], "program 'blur': schedules_list is not a list"),
+                      (["import", "{db}", nameless], "program 'blur': program_name is missing"),
                       (["import", "{db}", "/dev/null"], "is a character device"),
                       (["config", "import-ejkernel", "{db}", bad], "is not a PersistentCache file"),
                       (["config", "import-ejkernel", "{db}", "/dev/null"], "is a character device")):

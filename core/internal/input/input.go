@@ -26,7 +26,12 @@ func Text(field, s string) error {
 		return TextTooLong(field, int64(len(s)))
 	}
 	if !utf8.ValidString(s) {
-		return apierr.New(apierr.KindValue, "%s is not valid UTF-8 (lone surrogates cannot be stored)", field)
+		shown := s
+		if len(shown) > 200 {
+			shown = shown[:200] + "..."
+		}
+		return apierr.New(apierr.KindValue, "%s is not valid UTF-8 (lone surrogates, such as a file name's bytes "+
+			"that are not UTF-8, cannot be stored): %q", field, shown)
 	}
 	if i := strings.IndexByte(s, 0); i >= 0 {
 		return apierr.New(apierr.KindValue, "%s contains a NUL character at offset %d", field, i)
