@@ -120,7 +120,7 @@ func (s *Store) lookupOrClaim(ctx context.Context, programName, hash, source str
 		norm := schedule.Normalize(sc)
 		if err == nil {
 			if ok, reason := schedule.Validate(norm); !ok {
-				err = newError(KindValue, "Invalid schedule string: %s", reason)
+				err = invalidSchedule(reason)
 			}
 		}
 		if err != nil && many {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/internal/input"
@@ -26,9 +27,29 @@ func prepare(programHash string, m *Measurement) (storage.Row, error) {
 	}
 	norm := schedule.Normalize(m.Schedule)
 	if ok, reason := schedule.Validate(norm); !ok {
-		return storage.Row{}, newError(KindValue, "Invalid schedule string: %s", reason)
+		return storage.Row{}, invalidSchedule(reason)
 	}
 	return storage.Row{Key: keys.RecordKeyNormalized(programHash, norm), Schedule: norm, ResultJSON: rj}, nil
+}
+
+// maxReasonRunes is how much of a validation reason an error shows: the
+// reason quotes the bad segment, which may be megabytes long, and a
+// worker's log should not be flooded with it (callers match on the
+// reason's beginning, which stays).
+const maxReasonRunes = 300
+
+// invalidSchedule is the original's ValueError for a schedule Validate
+// refused with reason, the reason cut at maxReasonRunes.
+func invalidSchedule(reason string) error {
+	if n := utf8.RuneCountInString(reason); n > maxReasonRunes {
+		cut := 0
+		for range maxReasonRunes {
+			_, size := utf8.DecodeRuneInString(reason[cut:])
+			cut += size
+		}
+		reason = fmt.Sprintf("%s... (%d characters in all)", reason[:cut], n)
+	}
+	return newError(KindValue, "Invalid schedule string: %s", reason)
 }
 
 // Record stores one measurement and reports whether it wrote (false when the

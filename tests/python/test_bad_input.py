@@ -424,3 +424,26 @@ def test_a_directory_as_the_database_path_says_a_file_is_expected(tmp_path):
             TiraStore(given)
         assert str(d / "cache.db") in str(e.value) and "planted" not in str(e.value)
     assert list(d.iterdir()) == []
+
+
+@pytest.mark.parametrize("bad", ["(" * 200_000, "U(L0,4,comps=['c1'])|" + "Z" * 300_000, "S(L0," + "é" * 100_000 + ")"])
+def test_a_huge_invalid_schedule_is_not_echoed_whole(seeded, bad):
+    """The error of a megabyte-long invalid schedule quotes its beginning
+    (the reason's first 300 characters, as the original's begins) and says
+    how long the reason was, rather than repeating the input, twice for an
+    unknown name. Control: a short invalid schedule's message is the
+    original's reason whole."""
+    from conftest import oracle_validate_schedule
+
+    store, check = seeded
+    with pytest.raises(ValueError) as e:
+        store.record("blur", SRC_BLUR, bad, False)
+    ok, reason = oracle_validate_schedule(bad)
+    msg = str(e.value)
+    assert not ok and len(msg) < 500, len(msg)
+    assert msg.startswith("Invalid schedule string: " + reason[:250]), msg[:300]
+    assert msg.endswith(f"... ({len(reason)} characters in all)"), msg[-80:]
+    with pytest.raises(ValueError) as e:
+        store.record("blur", SRC_BLUR, "Z(L0,comps=['c1'])", False)
+    assert str(e.value) == "Invalid schedule string: " + oracle_validate_schedule("Z(L0,comps=['c1'])")[1]
+    check()
