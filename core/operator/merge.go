@@ -3,6 +3,7 @@ package operator
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/tirastore/tirastore/core"
@@ -55,7 +56,7 @@ func Merge(ctx context.Context, s *core.Store, srcPath string, cursor *MergeCurs
 		return nil, err
 	}
 	defer src.Close()
-	if src.Path() == s.Path() {
+	if src.Path() == s.Path() || sameFile(src.Path(), s.Path()) {
 		return nil, apierr.New(apierr.KindValue, "cannot merge %s into itself", s.Path())
 	}
 	if !allowCPUMismatch {
@@ -243,4 +244,14 @@ func str(p *string) string {
 		return ""
 	}
 	return *p
+}
+
+// sameFile reports whether the database files a and b are one file under
+// two names (a hard link: its lock would be another file, so the merge
+// would read and write one database under two locks). A server's
+// database has no file: never.
+func sameFile(a, b string) bool {
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(fa, fb)
 }

@@ -2,7 +2,9 @@ package operator
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tirastore/tirastore/core"
@@ -54,5 +56,15 @@ func TestMergeSlices(t *testing.T) {
 	}
 	if _, err := Merge(ctx, dst, dst.Path(), nil, 0, false, false, false); core.KindOf(err) != core.KindValue {
 		t.Fatalf("merge into itself: %v", err)
+	}
+	// The same file under another name (a hard link, whose lock is another
+	// file): refused as well.
+	hard := filepath.Join(filepath.Dir(dst.Path()), "hard.db")
+	if err := os.Link(dst.Path(), hard); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Merge(ctx, dst, hard, nil, 0, false, false, false); core.KindOf(err) != core.KindValue ||
+		!strings.Contains(err.Error(), "into itself") {
+		t.Fatalf("merge of a hard link into itself: %v", err)
 	}
 }
