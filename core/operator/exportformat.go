@@ -560,7 +560,11 @@ func (er *exportReader) entry(abs string) (key, name, source string, ms []core.M
 	if errors.Is(err, io.EOF) {
 		return "", "", "", nil, nil, err
 	}
-	if err != nil {
+	var se *syntaxError
+	switch {
+	case errors.As(err, &se):
+		return "", "", "", nil, nil, apierr.Wrap(apierr.KindValue, err, "%s is not a TiraStore export: %v", abs, err)
+	case err != nil:
 		return "", "", "", nil, nil, apierr.Wrap(apierr.KindValue, err, "%s (at byte %d) is not a TiraStore export: %v", abs, er.pos, err)
 	}
 	name, source, ms, runs, err = exportEntry(key, v)
@@ -627,7 +631,7 @@ func (er *exportReader) next() (string, any, error) {
 		}
 		v, perr := pyjson.Parse(bytes.TrimRight(line, "\r\n"))
 		if perr != nil {
-			return "", nil, perr
+			return "", nil, atByte(perr, er.pos-int64(len(line)))
 		}
 		o, ok := v.(*pyjson.Object)
 		if !ok || o.Len() != 1 {
@@ -666,13 +670,32 @@ func (er *exportReader) next() (string, any, error) {
 	}
 	kv, err := pyjson.Parse(kb)
 	if err != nil {
-		return "", nil, err
+		return "", nil, atByte(err, er.pos-int64(len(vb))-int64(len(kb))) // about: space and ':' lie between
 	}
 	v, err := pyjson.Parse(vb)
 	if err != nil {
-		return "", nil, err
+		return "", nil, atByte(err, er.pos-int64(len(vb)))
 	}
 	return kv.(string), v, nil
+}
+
+// syntaxError is a JSON syntax error of an export, at a byte of the file
+// (pyjson's offsets are into the one value it parsed).
+type syntaxError struct {
+	msg string
+	at  int64
+}
+
+func (e *syntaxError) Error() string { return fmt.Sprintf("%s at byte %d", e.msg, e.at) }
+
+// atByte is err, from parsing a value that starts at byte start of the
+// file, with the file's position when it is a syntax error.
+func atByte(err error, start int64) error {
+	var se *pyjson.SyntaxError
+	if errors.As(err, &se) {
+		return &syntaxError{msg: se.Msg, at: start + int64(se.Offset)}
+	}
+	return err
 }
 
 // value reads the bytes of one JSON string or container, by its brackets

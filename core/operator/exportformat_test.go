@@ -185,3 +185,43 @@ func TestExportImportRuns(t *testing.T) {
 		t.Fatalf("runs that do not add up: %v", err)
 	}
 }
+
+// A syntax error in an export is reported at its byte in the file (the
+// parser's offsets are into one program's value), in both formats, and
+// CheckImport gives the same error for the first program.
+func TestImportSyntaxErrorAtItsByte(t *testing.T) {
+	src := openTemp(t, core.Options{CPUModel: "X"})
+	for p := 0; p < 3; p++ {
+		if _, err := src.RecordMany(ctx, fmt.Sprintf("p%d", p), fmt.Sprintf("void f%d() {}", p),
+			[]core.Measurement{{Schedule: "R(L0,comps=['c1'])", IsLegal: false}}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	for _, format := range []string{"json", "jsonl"} {
+		out, _, err := Export(ctx, src, filepath.Join(dir, "a."+format), format, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(out)
+		for _, program := range []int{0, 2} { // the first, which CheckImport reads, and the last
+			at := strings.Index(string(b), fmt.Sprintf(`"p%d"`, program))
+			at += strings.Index(string(b[at:]), "false")
+			bad := append(append(append([]byte{}, b[:at]...), '@'), b[at+5:]...)
+			path := filepath.Join(dir, fmt.Sprintf("bad%d.%s", program, format))
+			if err := os.WriteFile(path, bad, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			dst := openTemp(t, core.Options{CPUModel: "X"})
+			_, err := Import(ctx, dst, path, 0, 0, false, false)
+			want := fmt.Sprintf("%s is not a TiraStore export: Expecting value at byte %d", path, at)
+			if err == nil || err.Error() != want {
+				t.Fatalf("%s, program %d: %v; want %q", format, program, err, want)
+			}
+			cerr := CheckImport(path)
+			if program == 0 && (cerr == nil || cerr.Error() != want) || program != 0 && cerr != nil {
+				t.Fatalf("%s, program %d: CheckImport: %v", format, program, cerr)
+			}
+		}
+	}
+}
