@@ -469,10 +469,15 @@ class TiraStore:
             options["create"] = create
         if sharing is not None:  # PersistentCache's choice (the library's config_location)
             options["sharing"] = sharing
-        if tools is not None:
-            options["tools"] = tools
-        if match is not None:
-            options["match"] = match
+        for name, value in (("tools", tools), ("match", match)):
+            if value is None:
+                continue
+            # JSON has str keys only: json.dumps would turn 1 into "1"
+            # unseen, so a key of another type is the caller's mistake.
+            bad = next((k for k in value if not isinstance(k, str)), None) if isinstance(value, dict) else None
+            if bad is not None:
+                raise TypeError(f"TiraStore(): {name} keys must be str, not {type(bad).__name__} ({bad!r})")
+            options[name] = value
         self._handle, info = _native.open_store(path, options)
         self._closed = False
         _open_stores.add(self)

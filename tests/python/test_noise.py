@@ -312,8 +312,20 @@ def test_fingerprint_rules_refuse_records_without_context(tmp_path):
 
 @pytest.mark.parametrize("match, exc", [
     ({"nope": "exact"}, ValueError), ({"cores": "family"}, ValueError), ({"cpu_model": "fuzzy"}, ValueError),
-    ({"cpu_model": 1}, TypeError), ("cpu", TypeError),
+    ({"cpu_model": 1}, TypeError), ("cpu", TypeError), ({1: "exact"}, TypeError),
 ])
 def test_bad_fingerprint_rules(make_store, match, exc):
     with pytest.raises(exc):
         make_store(match=match)
+
+
+@pytest.mark.parametrize("tools, says", [
+    ({1: "x"}, "tools keys must be str, not int (1)"), ({"gcc": 13}, 'tools["gcc"] must be str, not int'),
+    (["gcc"], "tools must be dict of str, not list"),
+])
+def test_bad_tools(make_store, tools, says):
+    """tools is a dict of str to str: a key json.dumps would turn into a
+    str unseen (1 into "1") is refused as a value is."""
+    with pytest.raises(TypeError) as e:
+        make_store(tools=tools)
+    assert says in str(e.value)
