@@ -77,8 +77,11 @@ const (
   ON CONFLICT (key) DO UPDATE SET update_date = excluded.update_date, runs_json = excluded.runs_json`
 	putContextsSQL = `INSERT INTO run_contexts (fingerprint, context_json)
   SELECT * FROM unnest($1::text[], $2::text[]) ON CONFLICT (fingerprint) DO NOTHING`
+	// releaseSQL deletes the released claims ($1 keys, $2 tokens) that
+	// their tokens still name, and any claim on a key whose record this
+	// write stored (dated $3, as putRunsSQL tells them; storage.Write).
 	releaseSQL = `DELETE FROM claims c USING unnest($1::text[], $2::text[]) AS t(k, tok)
-  WHERE c.key = t.k AND c.token = t.tok`
+  WHERE c.key = t.k AND (c.token = t.tok OR EXISTS (SELECT 1 FROM records r WHERE r.key = t.k AND r.update_date = $3))`
 	renewSQL = `UPDATE claims c SET renewals = c.renewals + 1, renewed_at = ` + serverNow + `
   FROM unnest($1::text[], $2::text[]) AS t(k, tok) WHERE c.key = t.k AND c.token = t.tok`
 )
@@ -237,7 +240,7 @@ func (s *Backend) Write(ctx context.Context, w *storage.Write) (int, error) {
 		}
 		if len(w.Release) > 0 {
 			k, t := refArrays(w.Release)
-			b.Queue(releaseSQL, k, t)
+			b.Queue(releaseSQL, k, t, stamp)
 		}
 		if len(w.Renew) > 0 {
 			k, t := refArrays(w.Renew)

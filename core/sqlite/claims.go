@@ -150,6 +150,15 @@ func (tx *Tx) DeleteClaim(key, token string) (bool, error) {
 	return tx.changed("DELETE FROM claims WHERE key = ? AND token = ?", key, token)
 }
 
+// DeleteClaimOfKey deletes the claim on key, whatever its token (token is
+// ignored: DeleteClaim's signature), and reports whether there was one.
+func (tx *Tx) DeleteClaimOfKey(key, _ string) (bool, error) {
+	if ok, err := tx.d.hasTable(ClaimTable); err != nil || !ok {
+		return false, err
+	}
+	return tx.changed("DELETE FROM claims WHERE key = ?", key)
+}
+
 // RenewClaims counts a renewal, dated at, of every claim of refs that
 // its token still names, and returns those it renewed.
 func (tx *Tx) RenewClaims(refs []storage.ClaimRef, at string) ([]storage.ClaimRef, error) {

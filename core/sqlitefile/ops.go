@@ -136,6 +136,12 @@ func putWrite(tx *sqlite.Tx, w *storage.Write, stamp string) (int, error) {
 		}
 	}
 	written := 0
+	// wrote are the keys of the released claims whose record this write
+	// stored: their claims end whatever their token (storage.Write).
+	var wrote map[string]bool
+	if len(w.Release) > 0 {
+		wrote = make(map[string]bool, len(w.Release))
+	}
 	// A write of new records measured in one run stores it once for
 	// each range of rowids it inserted (sqlite's "runs tables"); an
 	// overwrite, which keeps the rowid of a record it replaces, and a
@@ -165,6 +171,9 @@ func putWrite(tx *sqlite.Tx, w *storage.Write, stamp string) (int, error) {
 				continue
 			}
 			written++
+			if wrote != nil {
+				wrote[p.Key] = true
+			}
 			if inRange > 0 && rowid != last+1 {
 				if err := flush(); err != nil {
 					return 0, err
@@ -183,6 +192,9 @@ func putWrite(tx *sqlite.Tx, w *storage.Write, stamp string) (int, error) {
 		}
 		if ok {
 			written++
+			if wrote != nil {
+				wrote[p.Key] = true
+			}
 			if p.Runs != "" {
 				if err := tx.PutRuns(p.Key, stamp, p.Runs); err != nil {
 					return 0, err
@@ -202,7 +214,11 @@ func putWrite(tx *sqlite.Tx, w *storage.Write, stamp string) (int, error) {
 		}
 	}
 	for _, c := range w.Release {
-		if _, err := tx.DeleteClaim(c.Key, c.Token); err != nil {
+		del := tx.DeleteClaim
+		if wrote[c.Key] {
+			del = tx.DeleteClaimOfKey
+		}
+		if _, err := del(c.Key, c.Token); err != nil {
 			return 0, err
 		}
 	}

@@ -269,7 +269,11 @@ type Write struct {
 	// nothing.
 	ProgramStored bool `json:"program_stored,omitempty"`
 	// Release are claims that the write ends (a claimer's record): each
-	// is deleted in the write's transaction if its token still names it.
+	// is deleted in the write's transaction if its token still names it;
+	// and when the write stores the record of a released claim's key, any
+	// claim on that key is deleted (a late record after a takeover: the
+	// schedule is recorded, the taker's claim measures nothing, and a
+	// taker that died would leave it for good).
 	Release []ClaimRef `json:"release,omitempty"`
 	// Renew are other claims of the writer, renewed in the write's
 	// transaction (dated by it) if their tokens still name them: a

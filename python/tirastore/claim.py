@@ -35,8 +35,8 @@ class Claim:
     other hosts (as they are when it is stopped: a suspended Slurm job, a
     paused VM). A late :meth:`record`, after such a takeover, still stores
     the result if nobody has recorded the schedule meanwhile (and returns
-    True); otherwise it returns False, as :meth:`TiraStore.record` does for
-    an existing record.
+    True, ending the taker's claim with it); otherwise it returns False, as
+    :meth:`TiraStore.record` does for an existing record.
 
     A claim belongs to the process that made it: it cannot be pickled, and
     in a child made by ``fork()`` it cannot be recorded or released.

@@ -181,8 +181,9 @@ def test_killed_claimer_is_taken_over_at_once_on_its_host(tmp_path, db_path, whe
 def test_stopped_claimer_on_another_node_is_taken_over_after_its_lease(tmp_path, db_path, late):
     """A claimer SIGSTOPped on another simulated node loses its claim after
     its lease plus a small margin; after SIGCONT its late record stores the
-    result if the taker has not recorded yet (and the taker's record then
-    returns False), and returns False if the taker has. Exactly one record."""
+    result if the taker has not recorded yet, ending the taker's claim (the
+    taker's record then returns False), and returns False if the taker has.
+    Exactly one record."""
     prefix = _other_node_prefix()
     if prefix is None:
         pytest.skip("cannot simulate another node here: needs root and unshare --uts --mount")
@@ -209,6 +210,7 @@ def test_stopped_claimer_on_another_node_is_taken_over_after_its_lease(tmp_path,
         assert holder.returncode == 0
         if late == "late-record-wins":
             assert out.split()[1] == "True", out
+            assert s.claims() == []  # the taker's claim ended with the record (a dead taker's would stay)
             assert claim.record(True, [1.0]) is False
         else:
             assert out.split()[1] == "False", out

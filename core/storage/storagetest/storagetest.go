@@ -745,6 +745,28 @@ func testClaims(t *testing.T, open Open) {
 	}); err != nil || !slices.Equal(all, []string{"B"}) {
 		t.Fatalf("EachClaim: %v %v", all, err)
 	}
+	// A late record, after a takeover (the token no longer names the
+	// claim): when it stores the record, the taker's claim ends too; when
+	// the schedule was recorded already, another's claim on it (a
+	// re-measurement's) stays.
+	late := func(sched, token string) int {
+		t.Helper()
+		n, err := b.Write(ctx, &storage.Write{Hash: h, Name: "conv", Source: "src", Hostname: "h", Username: "u",
+			Rows:    []storage.Row{{Key: key(h, sched), Schedule: sched, ResultJSON: `{"is_legal":true,"execution_times":[1.0]}`}},
+			Release: []storage.ClaimRef{{Key: key(h, sched), Token: token}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	put(claim("L", "taker"))
+	if n := late("L", "holder"); n != 1 || len(claims(key(h, "L"))) != 0 {
+		t.Fatalf("a late record that stores the schedule: %d written, claims %+v", n, claims(key(h, "L")))
+	}
+	put(claim("L", "remeasurer"))
+	if n := late("L", "holder"); n != 0 || claims(key(h, "L"))[key(h, "L")] == nil {
+		t.Fatalf("a late record of a recorded schedule: %d written, claims %+v", n, claims(key(h, "L")))
+	}
 }
 
 // testCheckDepths: CheckTables names the stored values nested deeper than
