@@ -450,8 +450,9 @@ func (s *Store) claimTimeout(pend []*pendingClaim) error {
 			me := liveness.Self()
 			if liveness.OnThisHost(s.hostname, p.holder.Hostname, liveness.Process{StartTime: p.holder.StartTime,
 				BootID: p.holder.BootID, PIDNS: p.holder.PIDNS}) && p.holder.PID == os.Getpid() && p.holder.StartTime == me.StartTime {
-				who += ": this very process, which has not recorded or released that claim (record or release " +
-					"it before asking for its schedule again, or ask with wait=False)"
+				who += ": this very process, a claim it has not recorded or released (record or release it " +
+					"before asking for its schedule again, or ask with wait=False), unless another of its threads " +
+					"is still measuring"
 			}
 			break
 		}

@@ -653,6 +653,7 @@ func (er *exportReader) next() (string, any, error) {
 	if c != '"' {
 		return "", nil, fmt.Errorf("expected a program name, found %q", c)
 	}
+	keyAt := er.pos
 	kb, err := er.value()
 	if err != nil {
 		return "", nil, err
@@ -670,7 +671,7 @@ func (er *exportReader) next() (string, any, error) {
 	}
 	kv, err := pyjson.Parse(kb)
 	if err != nil {
-		return "", nil, atByte(err, er.pos-int64(len(vb))-int64(len(kb))) // about: space and ':' lie between
+		return "", nil, atByte(err, keyAt)
 	}
 	v, err := pyjson.Parse(vb)
 	if err != nil {

@@ -105,7 +105,15 @@ func Open(ctx context.Context, path string, cfg storage.Config) (*Backend, *stor
 	// database made there would hold that lock for good, or make the
 	// other database unusable. (A database already there is opened.)
 	if what := CompanionName(path); what != "" && !failpoint.Enabled(failpoint.OutputTrust) {
-		if isDB, err := HasSQLiteHeader(path); err != nil || !isDB {
+		isDB, err := HasSQLiteHeader(path)
+		if err != nil {
+			k, ok := apierr.OSKind(err)
+			if !ok {
+				k = apierr.KindOS
+			}
+			return nil, nil, apierr.Wrap(k, err, "cannot open database %s: %v", path, err)
+		}
+		if !isDB {
 			return nil, nil, apierr.New(apierr.KindValue, "%s is the name of %s: no database is opened or made "+
 				"there (give the database's own path, or choose another name)", path, what)
 		}

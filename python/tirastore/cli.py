@@ -306,11 +306,17 @@ def _label(store: TiraStore) -> str:
 
 def _exists(location: str, lock_timeout: Optional[float] = None) -> bool:
     """Whether there is a database at location (a file, a server's tables):
-    the library's open that creates nothing says."""
+    the library's open that creates nothing says. An empty file is none
+    (the library refuses it as such): a command that creates its
+    destination makes one in it, as TiraStore() does."""
     try:
         TiraStore(location, allow_cpu_mismatch=True, lock_timeout=lock_timeout, create=False).close()
     except FileNotFoundError:
         return False
+    except sqlite3.DatabaseError:
+        if os.path.isfile(location) and os.path.getsize(location) == 0:
+            return False
+        raise
     return True
 
 

@@ -474,9 +474,9 @@ class TiraStore:
                 continue
             # JSON has str keys only: json.dumps would turn 1 into "1"
             # unseen, so a key of another type is the caller's mistake.
-            bad = next((k for k in value if not isinstance(k, str)), None) if isinstance(value, dict) else None
-            if bad is not None:
-                raise TypeError(f"TiraStore(): {name} keys must be str, not {type(bad).__name__} ({bad!r})")
+            bad = [k for k in value if not isinstance(k, str)] if isinstance(value, dict) else []
+            if bad:
+                raise TypeError(f"TiraStore(): {name} keys must be str, not {type(bad[0]).__name__} ({bad[0]!r})")
             options[name] = value
         self._handle, info = _native.open_store(path, options)
         self._closed = False

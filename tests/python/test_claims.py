@@ -431,7 +431,7 @@ def test_waiting_on_ones_own_claim_says_so(tmp_path, db_path):
     db = db_path
     with TiraStore(db, cpu_model=TEST_CPU, lock_timeout=0.5) as s:
         claim = s.lookup_or_claim("search", SRC, SCHEDS[0])
-        with pytest.raises(TimeoutError, match="this very process, which has not recorded or released that claim"):
+        with pytest.raises(TimeoutError, match="this very process, a claim it has not recorded or released"):
             s.lookup_or_claim("search", SRC, SCHEDS[0])
         assert s.lookup_or_claim("search", SRC, SCHEDS[0], wait=False) is None
         claim.release()

@@ -155,6 +155,14 @@ def test_an_empty_file_is_not_made_a_database_by_a_reading_command(tmp_path):
     with TiraStore(notes, cpu_model=TEST_CPU) as s:
         assert s.count() == 0
     assert notes.stat().st_size > 0
+    # The commands that create their destination make one in an empty file.
+    dump = tmp_path / "dump.json"
+    dump.write_text("{}")
+    for cmd in (["import", "{db}", dump], ["merge", "{db}", notes], ["config", "import-ejkernel", "{db}", dump]):
+        target = tmp_path / f"empty-{cmd[0]}.db"
+        target.write_bytes(b"")
+        r = tirastore(*[target if a == "{db}" else a for a in cmd])
+        assert r.returncode == 0 and target.stat().st_size > 0, (cmd, r.stderr)
 
 
 def test_a_corrupt_file_exits_1(tmp_path):

@@ -320,7 +320,8 @@ def test_bad_fingerprint_rules(make_store, match, exc):
 
 
 @pytest.mark.parametrize("tools, says", [
-    ({1: "x"}, "tools keys must be str, not int (1)"), ({"gcc": 13}, 'tools["gcc"] must be str, not int'),
+    ({1: "x"}, "tools keys must be str, not int (1)"), ({None: "x"}, "tools keys must be str, not NoneType (None)"),
+    ({"gcc": 13}, 'tools["gcc"] must be str, not int'),
     (["gcc"], "tools must be dict of str, not list"),
 ])
 def test_bad_tools(make_store, tools, says):
