@@ -223,5 +223,16 @@ func TestImportSyntaxErrorAtItsByte(t *testing.T) {
 				t.Fatalf("%s, program %d: CheckImport: %v", format, program, cerr)
 			}
 		}
+		// A bad escape in a program's name: at the backslash.
+		at := strings.Index(string(b), `"p1"`)
+		bad := strings.Replace(string(b), `"p1"`, `"p\q"`, 1)
+		path := filepath.Join(dir, "badname."+format)
+		if err := os.WriteFile(path, []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err = Import(ctx, openTemp(t, core.Options{CPUModel: "X"}), path, 0, 0, false, false)
+		if want := fmt.Sprintf("at byte %d", at+2); err == nil || !strings.HasSuffix(err.Error(), want) {
+			t.Fatalf("%s, a bad name: %v; want the error %s", format, err, want)
+		}
 	}
 }
