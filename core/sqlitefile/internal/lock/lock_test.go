@@ -500,8 +500,10 @@ func TestStaleLockBroken(t *testing.T) {
 	if !errors.As(err, &te) || te.Holder == nil || te.Holder.Hostname != "livenode" {
 		t.Fatalf("fresh lock: want timeout naming livenode, got %v", err)
 	}
-	// Same file, shorter StaleTimeout: broken.
-	opt.StaleTimeout = time.Second
+	// Same file, shorter StaleTimeout: broken (within seconds: the
+	// timeout is no longer what is tested, and a loaded machine needs
+	// more than 100 ms to break a lock).
+	opt.StaleTimeout, opt.Timeout = time.Second, 10*time.Second
 	l = tr.New(t, path, opt)
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatalf("custom StaleTimeout: %v", err)
@@ -511,11 +513,11 @@ func TestStaleLockBroken(t *testing.T) {
 	// Integer timestamps (a Python int) count too; negative StaleTimeout never
 	// breaks.
 	writeLockFile(t, path, `{"hostname": "n", "pid": 3, "timestamp": 1000}`)
-	opt.StaleTimeout = -1
+	opt.StaleTimeout, opt.Timeout = -1, 100*time.Millisecond
 	if err := tr.New(t, path, opt).Acquire(context.Background()); !errors.As(err, &te) {
 		t.Fatalf("StaleTimeout<0 must never break: %v", err)
 	}
-	opt.StaleTimeout = 0
+	opt.StaleTimeout, opt.Timeout = 0, 10*time.Second
 	l = tr.New(t, path, opt)
 	if err := l.Acquire(context.Background()); err != nil {
 		t.Fatalf("int timestamp: %v", err)
