@@ -13,8 +13,6 @@ import (
 	"strings"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/tirastore/tirastore/core"
 	"github.com/tirastore/tirastore/core/apierr"
 	"github.com/tirastore/tirastore/core/internal/input"
@@ -295,18 +293,14 @@ func Import(ctx context.Context, s *core.Store, path string, offset int64, maxRe
 	if err := s.CheckWrites(); err != nil {
 		return nil, err
 	}
-	f, fi, err := openExport(abs)
+	f, size, er, err := openExport(abs, offset)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	res := &TransferResult{Size: fi.Size, Next: -1}
-	if fi.Size == 0 {
+	res := &TransferResult{Size: size, Next: -1}
+	if er == nil {
 		return res, nil // the jsonl export of an empty database
-	}
-	er, err := newExportReader(f, offset)
-	if err != nil {
-		return nil, apierr.Wrap(apierr.KindValue, err, "%s is not a TiraStore export: %v", abs, err)
 	}
 	for maxRecords <= 0 || res.Records < int64(maxRecords) {
 		key, name, source, ms, runs, err := er.entry(abs)
@@ -337,17 +331,13 @@ func CheckImport(path string) error {
 	if err != nil {
 		return err
 	}
-	f, fi, err := openExport(abs)
+	f, _, er, err := openExport(abs, 0)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	if fi.Size == 0 {
+	if er == nil {
 		return nil
-	}
-	er, err := newExportReader(f, 0)
-	if err != nil {
-		return apierr.Wrap(apierr.KindValue, err, "%s is not a TiraStore export: %v", abs, err)
 	}
 	if _, _, _, _, _, err := er.entry(abs); err != nil && !errors.Is(err, io.EOF) {
 		return err
@@ -355,25 +345,35 @@ func CheckImport(path string) error {
 	return nil
 }
 
-// openExport opens the export file abs for reading. It never blocks: a
-// FIFO would hold open(2) until a writer comes, past Ctrl-C, and a pipe
-// cannot be read in slices by byte offset.
-func openExport(abs string) (*os.File, *unix.Stat_t, error) {
+// openExport opens the export file abs for reading from byte offset: the
+// file, its size and a reader of it (nil for an empty file, the jsonl
+// export of an empty database). It never blocks: a FIFO would hold
+// open(2) until a writer comes, past Ctrl-C, and a pipe cannot be read in
+// slices by byte offset.
+func openExport(abs string, offset int64) (*os.File, int64, *exportReader, error) {
 	f, fi, err := shareddir.Open(abs, os.O_RDONLY)
 	var refused *shareddir.Refused
 	if errors.As(err, &refused) && fi == nil {
 		if st, serr := os.Stat(abs); serr == nil && st.IsDir() {
 			perr := &fs.PathError{Op: "read", Path: abs, Err: syscall.EISDIR}
-			return nil, nil, apierr.Wrap(apierr.KindOS, perr, "cannot read export %s: %v", abs, perr)
+			return nil, 0, nil, apierr.Wrap(apierr.KindOS, perr, "cannot read export %s: %v", abs, perr)
 		}
-		return nil, nil, apierr.New(apierr.KindValue, "%s is %s, not a regular file: import reads an export file in "+
+		return nil, 0, nil, apierr.New(apierr.KindValue, "%s is %s, not a regular file: import reads an export file in "+
 			"slices, by byte offset, which a pipe cannot give; write the stream to a file first (e.g. "+
 			"`zcat export.json.gz > export.json`) and import that", abs, refused.What)
 	}
 	if err != nil {
-		return nil, nil, input.ReadError(err, "export", abs)
+		return nil, 0, nil, input.ReadError(err, "export", abs)
 	}
-	return f, fi, nil
+	if fi.Size == 0 {
+		return f, 0, nil, nil
+	}
+	er, err := newExportReader(f, offset)
+	if err != nil {
+		f.Close()
+		return nil, 0, nil, apierr.Wrap(apierr.KindValue, err, "%s is not a TiraStore export: %v", abs, err)
+	}
+	return f, fi.Size, er, nil
 }
 
 // importProgram writes one program's measurements into s, with the runs
