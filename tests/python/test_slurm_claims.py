@@ -171,6 +171,17 @@ class Scenario:
         time.sleep(1.0)  # the waiters have seen the claim
         return out
 
+    def on_another_node(self) -> tuple[list, dict]:
+        """A command prefix and environment that run a tirastore command as
+        on a third node of the cluster, inside it (SLURM_CLUSTER_NAME set,
+        so that the command asks Slurm about the holders' jobs)."""
+        prefix = other_node_prefix("claims-node3")
+        if prefix is None:
+            pytest.skip("cannot run a process as on another node here (needs root and unshare)")
+        env = job_env(self.cluster)
+        env["SLURM_CLUSTER_NAME"] = self.cluster.cluster_name
+        return prefix, env
+
     def renewals(self) -> int:
         from tirastore import TiraStore
 
@@ -268,9 +279,7 @@ def test_a_suspended_jobs_claim_is_left_to_its_lease(scenario):
     out = scenario.start_waiters()
     t = scenario.act_after_a_renewal("scontrol", "suspend", holder["job"])
     # The listing, from the waiters' node, shows the job's state.
-    prefix = other_node_prefix("claims-node3")
-    env = job_env(scenario.cluster)
-    env["SLURM_CLUSTER_NAME"] = scenario.cluster.cluster_name
+    prefix, env = scenario.on_another_node()
     time.sleep(0.5)
     listing = subprocess.run(prefix + [sys.executable, "-m", "tirastore", "claims", "--json", str(scenario.db)],
                              env=env, capture_output=True, text=True, timeout=60)
@@ -294,11 +303,7 @@ def test_the_dashboard_shows_each_claims_job_state(scenario):
             pytest.fail("chromium is not installed: .ci/run installs it")
         pytest.skip("chromium is not installed (apt-get install chromium)")
     holder = scenario.start_holder(lease=600.0)  # only Slurm's word ends it here
-    prefix = other_node_prefix("claims-node3")
-    if prefix is None:
-        pytest.skip("cannot run a process as on another node here (needs root and unshare)")
-    env = job_env(scenario.cluster)
-    env["SLURM_CLUSTER_NAME"] = scenario.cluster.cluster_name
+    prefix, env = scenario.on_another_node()
     proc = subprocess.Popen(prefix + [sys.executable, "-m", "tirastore", "dashboard", str(scenario.db), "--port", "0"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     browser = None
@@ -371,11 +376,7 @@ def test_check_repair_removes_the_claim_of_an_ended_job(scenario):
     --repair removes it. Negative control: the same claim while its job is
     suspended is not stale (its holder may resume), and stays."""
     holder = scenario.start_holder(lease=600.0)  # only Slurm's word ends it here
-    prefix = other_node_prefix("claims-node3")
-    if prefix is None:
-        pytest.skip("cannot run a process as on another node here (needs root and unshare)")
-    env = job_env(scenario.cluster)
-    env["SLURM_CLUSTER_NAME"] = scenario.cluster.cluster_name
+    prefix, env = scenario.on_another_node()
 
     def check(*args: str) -> tuple[int, dict]:
         r = subprocess.run(prefix + [sys.executable, "-m", "tirastore", "check", "--json", *args, str(scenario.db)],
