@@ -91,13 +91,13 @@ lint:
 	$(PYTHON3) tests/docs_links.py
 
 # Test tiers (docs/design.md, "Tests and tiers"). `make test` is the
-# fast tier: every test, each negative control included, with fleets and
-# stress runs at the size that still shows their property (go test -short;
-# pytest -m "not soak"). `make soak` is the long tier: the same fleets at
-# full size and the soaks (go test without -short; pytest -m soak; the
-# benchmark's -quick run is TestQuickRun there). Every test command runs
-# under tests/isolate: a TMPDIR and HOME of the run's own, so that two runs
-# at once, or another user's files in /tmp, change nothing.
+# fast tier: every test but the soak-only runs, each with its negative
+# control, fleets and stress runs at the size that still shows their
+# property (go test -short; pytest -m "not soak"). `make soak` is the long
+# tier: the same fleets at full size and the soaks (go test without -short;
+# pytest -m soak; the benchmark's -quick run is TestQuickRun there). Every
+# test command runs under tests/isolate: a TMPDIR and HOME of the run's own,
+# so that two runs at once, or another user's files in /tmp, change nothing.
 ISOLATE := tests/isolate
 # pytest-xdist workers: most tests wait (for a lock, a child, a server), so
 # more workers than cores pay; TEST_JOBS=0 runs in one process.

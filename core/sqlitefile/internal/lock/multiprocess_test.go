@@ -197,19 +197,29 @@ func runChildrenCmds(t *testing.T, dir string, n, cycles int, noLock bool, env, 
 	return got
 }
 
-// TestMultiProcessMutualExclusion: 8 processes x 200 locked increments.
+// fleetSize is the number of processes and of locked increments each makes
+// in the mutual-exclusion test and its negative control: 4 x 50 in the fast
+// tier (-short), which the control still shows losing increments, and
+// 8 x 200 in the soak tier.
+func fleetSize() (procs, cycles int) {
+	if testing.Short() {
+		return 4, 50
+	}
+	return 8, 200
+}
+
+// TestMultiProcessMutualExclusion: processes each making locked increments
+// of one counter file lose none.
 func TestMultiProcessMutualExclusion(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("multi-process test")
-	}
+	procs, cycles := fleetSize()
 	dir := physTempDir(t)
 	start := time.Now()
-	got := runChildren(t, dir, 8, 200, false)
-	if got != 1600 {
-		t.Fatalf("counter = %d, want 1600", got)
+	got := runChildren(t, dir, procs, cycles, false)
+	if got != procs*cycles {
+		t.Fatalf("counter = %d, want %d", got, procs*cycles)
 	}
-	t.Logf("8 processes x 200 cycles in %v", time.Since(start))
+	t.Logf("%d processes x %d cycles in %v", procs, cycles, time.Since(start))
 	if cs := tickets(t, dir); len(cs) != 0 {
 		t.Errorf("tickets left: %v", cs)
 	}
@@ -298,13 +308,11 @@ func Test64Contenders(t *testing.T) {
 // increments; otherwise the test above proves nothing.
 func TestMultiProcessNegativeControl(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("multi-process test")
-	}
+	procs, cycles := fleetSize()
 	dir := physTempDir(t)
-	got := runChildren(t, dir, 8, 200, true)
-	t.Logf("without locking: counter = %d of 1600", got)
-	if got >= 1600 {
+	got := runChildren(t, dir, procs, cycles, true)
+	t.Logf("without locking: counter = %d of %d", got, procs*cycles)
+	if got >= procs*cycles {
 		t.Fatalf("negative control did not lose increments (counter %d): the critical section is too narrow to test anything", got)
 	}
 }
@@ -360,21 +368,23 @@ for _ in range(cycles):
     release(lock_path, tmp)
 `
 
-// TestMixedGoAndPythonWorkers: 4 Go processes and 4 Python processes using
-// the original protocol exclude each other.
+// TestMixedGoAndPythonWorkers: Go processes and as many Python processes
+// using the original protocol exclude each other (2 + 2 x 50 increments in
+// the fast tier, 4 + 4 x 150 in the soak tier).
 func TestMixedGoAndPythonWorkers(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("multi-process test")
-	}
 	pytest.Python(t)
+	each, cycles := 4, 150
+	if testing.Short() {
+		each, cycles = 2, 50
+	}
 	dir := physTempDir(t)
 	var extra []*exec.Cmd
-	for i := 0; i < 4; i++ {
-		extra = append(extra, pytest.Command(t, pyWorker, dir, "150"))
+	for i := 0; i < each; i++ {
+		extra = append(extra, pytest.Command(t, pyWorker, dir, strconv.Itoa(cycles)))
 	}
-	if got := runChildren(t, dir, 4, 150, false, extra...); got != 1200 {
-		t.Fatalf("counter = %d, want 1200", got)
+	if got, want := runChildren(t, dir, each, cycles, false, extra...), 2*each*cycles; got != want {
+		t.Fatalf("counter = %d, want %d", got, want)
 	}
 	if cs := tickets(t, dir); len(cs) != 0 {
 		t.Errorf("tickets left: %v", cs)
