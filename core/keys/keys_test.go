@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"math/rand"
+	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -82,32 +83,13 @@ func TestRecordKeyNormalizes(t *testing.T) {
 	}
 }
 
+// pythonKeys computes program hashes and record keys with the tests' one
+// reference of the rules (core/schedule/testdata/reference.py, whose
+// directory is its first argument).
 const pythonKeys = `
-import hashlib, json, re, sys
-
-def normalize_schedule(s):
-    if not s:
-        return ""
-    s = re.sub(r"\s+", "", s)
-    def repl(m):
-        return "comps=[" + ",".join("'" + x.strip("'\"") + "'" for x in m.group(1).split(",")) + "]"
-    return re.sub(r"comps=\[([^\]]*)\]", repl, s)
-
-def normalize_program(source):
-    if not source:
-        return ""
-    s = re.sub(r"/\*.*?\*/", "", source, flags=re.DOTALL)
-    s = re.sub(r"//[^\n]*", "", s)
-    s = re.sub(r'^\s*#\s*include\s*[<"][^>"]*[>"]\s*$', "", s, flags=re.MULTILINE)
-    return re.sub(r"\s+", "", s)
-
-def program_hash(source):
-    return hashlib.sha256(normalize_program(source).encode("utf-8")).hexdigest()
-
-def record_key(h, sched):
-    doc = {"tiralib_schedule_string": normalize_schedule(sched), "program_hash": h}
-    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import reference
 
 def dec(x):
     # Inputs travel as hex of their bytes; invalid UTF-8 becomes lone
@@ -117,8 +99,8 @@ def dec(x):
 out = []
 for c in json.load(sys.stdin):
     src, h, sched = dec(c["src"]), dec(c["hash"]), dec(c["sched"])
-    ph = program_hash(src) if c["valid"] else ""
-    out.append([ph, record_key(ph if c["useph"] else h, sched)])
+    ph = reference.program_hash(src) if c["valid"] else ""
+    out.append([ph, reference.record_key_for_hash(ph if c["useph"] else h, sched)])
 json.dump(out, sys.stdout)
 `
 
@@ -175,7 +157,11 @@ func TestDifferentialPython(t *testing.T) {
 		cases = append(cases, keyCase{Src: hx(src), Hash: hx(h), Sched: hx(sched), Valid: utf8.ValidString(src), UsePH: i%2 == 0 && utf8.ValidString(src)})
 	}
 	var out [][2]string
-	pytest.RunJSON(t, pythonKeys, cases, &out)
+	ref, err := filepath.Abs(filepath.Join("..", "schedule", "testdata"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pytest.RunJSON(t, pythonKeys, cases, &out, ref)
 	if len(out) != len(cases) {
 		t.Fatalf("python output: %d results for %d cases", len(out), len(cases))
 	}

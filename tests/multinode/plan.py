@@ -3,8 +3,8 @@ and the harnesses (torture.py, the pytest files).
 
 Everything here is plain stdlib Python written from docs/COMPAT.md,
 never a call into the library under test, so the verifier can judge the
-library with it: the record keys and program hashes are recomputed here
-with hashlib/json.
+library with it: the record keys and program hashes are recomputed by the
+tests' one reference of the rules (core/schedule/testdata/reference.py).
 
 The plan for W workers, R unique records each and C contested records:
 
@@ -25,10 +25,10 @@ stored row also names its writer.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
-from typing import Any, Optional
+import sys
+from pathlib import Path
+from typing import Optional
 
 OVERWRITE_WORKER = 0
 OVERWRITE_CONTESTED = 0
@@ -38,47 +38,17 @@ TEST_SLURM = "N/A"
 
 
 # ---------------------------------------------------------------------------
-# Oracles from COMPAT.md (independent of the library)
+# Oracles from COMPAT.md (independent of the library): the one reference of
+# the schedule, program and key rules, core/schedule/testdata/reference.py
 # ---------------------------------------------------------------------------
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "core" / "schedule" / "testdata"))
+import reference  # noqa: E402
 
-def _strip_ws(s: str) -> str:
-    return "".join(ch for ch in s if not ch.isspace())
-
-
-_COMPS = re.compile(r"comps=\[([^\]]*)\]")
-
-
-def normalize_schedule(s: str) -> str:
-    if not s:
-        return ""
-    s = _strip_ws(s)
-    return _COMPS.sub(
-        lambda m: "comps=[" + ",".join("'" + x.strip("'\"") + "'" for x in m.group(1).split(",")) + "]",
-        s,
-    )
-
-
-def normalize_program(src: str) -> str:
-    if not src:
-        return ""
-    text = re.sub(r"/\*.*?\*/", "", src, flags=re.DOTALL)
-    text = re.sub(r"//[^\n]*", "", text)
-    text = re.sub(r'^\s*#\s*include\s*[<"][^>"]*[>"]\s*$', "", text, flags=re.MULTILINE)
-    return _strip_ws(text)
-
-
-def program_hash(src: str) -> str:
-    return hashlib.sha256(normalize_program(src).encode("utf-8")).hexdigest()
-
-
-def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-
-
-def record_key(src: str, schedule: str) -> str:
-    obj = {"program_hash": program_hash(src), "tiralib_schedule_string": normalize_schedule(schedule)}
-    return hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()
+normalize_schedule = reference.normalize_schedule
+normalize_program = reference.normalize_program
+program_hash = reference.program_hash
+record_key = reference.record_key
 
 
 def result_json(is_legal: bool, times: Optional[list]) -> str:

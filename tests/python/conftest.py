@@ -8,7 +8,6 @@ and never call into the library under test, so they can judge it.
 from __future__ import annotations
 
 import atexit
-import hashlib
 import json
 import os
 import re
@@ -206,8 +205,8 @@ def _own_environment(monkeypatch):
 # ---------------------------------------------------------------------------
 
 
-# The schedule and program rules: the one reference, shared with the Go
-# tests (core/schedule/testdata/reference.py).
+# The schedule, program and key rules: the one reference, shared with the
+# Go tests (core/schedule/testdata/reference.py).
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "core" / "schedule" / "testdata"))
 import reference  # noqa: E402
 
@@ -215,23 +214,9 @@ strip_ws = reference.strip_ws
 oracle_normalize_schedule = reference.normalize_schedule
 oracle_validate_schedule = reference.validate_schedule
 oracle_normalize_program = reference.normalize_program
-
-
-def oracle_program_hash(src: str) -> str:
-    return hashlib.sha256(oracle_normalize_program(src).encode("utf-8")).hexdigest()
-
-
-def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-
-
-def expected_key(source: str, schedule: str) -> str:
-    """Record key, computed independently of the library (COMPAT.md)."""
-    obj = {
-        "program_hash": oracle_program_hash(source),
-        "tiralib_schedule_string": oracle_normalize_schedule(schedule),
-    }
-    return hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()
+oracle_program_hash = reference.program_hash
+canonical_json = reference.canonical_json
+expected_key = reference.record_key  # the record key, independently of the library
 
 
 def expected_result_json(is_legal: bool, times: Optional[Iterable[Any]]) -> str:

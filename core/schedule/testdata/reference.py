@@ -1,6 +1,7 @@
-"""The reference of the schedule and program rules: the one oracle the tests
-judge the engine by (core/schedule's differential and fuzz tests, and
-tests/python through conftest.py).
+"""The reference of the schedule, program and key rules: the one oracle the
+tests judge the engine by (core/schedule's differential and fuzz tests,
+core/keys' differential test, tests/python through conftest.py and the
+torture run's plan, tests/multinode/plan.py).
 
 Written from docs/COMPAT.md, with Python's own `re` on str patterns, whose
 \\s, \\d and \\w are exactly the original's (str.isspace(),
@@ -16,6 +17,7 @@ where idem lists the schedules whose normalization is not idempotent.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -99,6 +101,27 @@ def normalize_program(src: str) -> str:
     text = re.sub(r"//[^\n]*", "", text)
     text = re.sub(r'^\s*#\s*include\s*[<"][^>"]*[>"]\s*$', "", text, flags=re.MULTILINE)
     return strip_ws(text)
+
+
+def program_hash(src: str) -> str:
+    """The SHA-256 of the normalized program, as the program_hash column."""
+    return hashlib.sha256(normalize_program(src).encode("utf-8")).hexdigest()
+
+
+def canonical_json(obj) -> str:
+    """The original's canonical JSON: sorted keys, no spaces, ASCII only."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def record_key_for_hash(ph: str, schedule: str) -> str:
+    """The record key of a program hash and a schedule."""
+    doc = {"program_hash": ph, "tiralib_schedule_string": normalize_schedule(schedule)}
+    return hashlib.sha256(canonical_json(doc).encode("utf-8")).hexdigest()
+
+
+def record_key(src: str, schedule: str) -> str:
+    """The record key of a program's source and a schedule."""
+    return record_key_for_hash(program_hash(src), schedule)
 
 
 def answer(req: dict) -> dict:
