@@ -19,10 +19,11 @@ import (
 // so that the original's workers (which read only is_legal and
 // execution_times) still read something sensible:
 //
-//	timed out after T seconds: {"is_legal":true,"execution_times":[T],"censored":"timeout"}
-//	failed to compile:         {"is_legal":false,"execution_times":null,"censored":"compile_failure"}
+//	timed out after T:  {"is_legal":true,"execution_times":[T],"censored":"timeout"}
+//	failed to compile:  {"is_legal":false,"execution_times":null,"censored":"compile_failure"}
 //
-// An old worker thus reads a timed-out schedule as legal and at least as
+// T is in the unit of the times the database holds (the engine does not
+// know it; TiraLib's are milliseconds). An old worker thus reads a timed-out schedule as legal and at least as
 // slow as its limit (never the faster for being cut), and a compile
 // failure as illegal (not to be tried again); this library reads the key
 // back (Result.Censored) and marks the statistics of a timeout as a lower
@@ -36,7 +37,7 @@ import (
 // The values of Measurement.Censored and Result.Censored.
 const (
 	// CensoredTimeout: the run was stopped at Measurement.TimedOutAfter
-	// seconds; its time is at least that.
+	// (in the unit of the execution times); its time is at least that.
 	CensoredTimeout = "timeout"
 	// CensoredCompileFailure: the schedule failed to compile; neither its
 	// time nor its legality is known.
@@ -54,10 +55,10 @@ func (m *Measurement) censoredJSON() (string, error) {
 		}
 		t := m.TimedOutAfter
 		if t == 0 {
-			return "", newError(KindValue, "a timed-out measurement (censored='timeout') needs timed_out_after: the time limit, in seconds")
+			return "", newError(KindValue, "a timed-out measurement (censored='timeout') needs timed_out_after: the time limit, in the unit of the execution times")
 		}
 		if !(t > 0) || math.IsInf(t, 0) {
-			return "", newError(KindValue, "timed_out_after must be a positive, finite number of seconds, got %s", pyjson.FormatFloat(t))
+			return "", newError(KindValue, "timed_out_after must be a positive, finite number (the limit, in the unit of the execution times), got %s", pyjson.FormatFloat(t))
 		}
 		return `{"is_legal":true,"execution_times":[` + pyjson.FormatFloat(t) + `],"censored":"timeout"}`, nil
 	case CensoredCompileFailure:

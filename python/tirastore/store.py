@@ -832,12 +832,13 @@ class TiraStore:
         :param bool overwrite: replace an existing record (keeping its
             creation date)
         :param censored: (new) a result without a time of its own:
-            ``"timeout"``, the run was stopped at *timed_out_after* seconds
+            ``"timeout"``, the run was stopped at *timed_out_after*
             (is_legal True, no *execution_times*; the record's time is that
             limit, a lower bound), or ``"compile_failure"`` (is_legal
             False, no times). Workers of the original library read them as
             a legal schedule as slow as its limit and as an illegal one.
-        :param timed_out_after: the time limit of a ``"timeout"``, seconds
+        :param timed_out_after: the time limit of a ``"timeout"``, in the
+            unit of the execution times (it is stored as the record's time)
         :return: True if written; False if the record existed and
             *overwrite* is False
         :raises ValueError: an invalid schedule, no *execution_times* for a

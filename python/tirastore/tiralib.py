@@ -33,7 +33,10 @@ What is recorded:
   ``time_budget`` ran out before the first run, with ``min_runs=0``): a
   censored ``"timeout"`` at the budget; and a ``TimeoutError`` or
   ``subprocess.TimeoutExpired`` raised by the measurement, a ``"timeout"``
-  at its limit (its ``timeout`` attribute, else the time it ran);
+  at its limit (its ``timeout`` attribute, else the time it ran). A
+  timeout's limit is recorded in milliseconds, the unit of the times
+  TiraLib returns, so that a reader of ``execution_times`` alone (an older
+  worker) sees it as the lower bound it is;
 * a compile failure: the exception classes the caller names in
   ``compile_failures`` (none by default: TiraLib raises the same
   classes for a broken installation as for a schedule that does not
@@ -77,10 +80,10 @@ class IllegalSchedule(Exception):
 
 class MeasurementTimedOut(TimeoutError):
     """The schedule is recorded as timed out: its time is at least
-    ``timed_out_after`` seconds."""
+    ``timed_out_after`` milliseconds (TiraLib's unit)."""
 
     def __init__(self, schedule: str, timed_out_after: float) -> None:
-        super().__init__(f"schedule {schedule!r} timed out after {timed_out_after:g} s (recorded)")
+        super().__init__(f"schedule {schedule!r} timed out after {timed_out_after:g} ms (recorded)")
         self.timed_out_after = timed_out_after
 
 
@@ -209,8 +212,9 @@ class CachedSchedule:
                 times = self.schedule.execute(min_runs=min_runs, max_runs=max_runs, time_budget=time_budget,
                                               delete_files=delete_files)
             except (TimeoutError, subprocess.TimeoutExpired) as e:
-                limit = getattr(e, "timeout", None)
-                limit = float(limit) if isinstance(limit, (int, float)) and limit > 0 else time.monotonic() - started
+                limit = getattr(e, "timeout", None)  # seconds, as the ran time
+                limit = 1000.0 * (float(limit) if isinstance(limit, (int, float)) and limit > 0
+                                  else time.monotonic() - started)
                 if claim is not None and not remeasure:
                     claim.record(True, None, censored="timeout", timed_out_after=limit)
                 raise MeasurementTimedOut(str(self.schedule), limit) from e
@@ -221,7 +225,7 @@ class CachedSchedule:
             times = list(times)
             if not times:
                 if time_budget and time_budget > 0:
-                    limit = time_budget / 1000.0
+                    limit = float(time_budget)
                     if claim is not None and not remeasure:
                         claim.record(True, None, censored="timeout", timed_out_after=limit)
                     raise MeasurementTimedOut(str(self.schedule), limit)

@@ -120,19 +120,32 @@ def test_a_budget_that_ran_out_is_a_censored_timeout(store, program):
     s = make(program, times=[])
     with pytest.raises(MeasurementTimedOut) as e:
         CachedSchedule(s, store).execute(min_runs=0, time_budget=250.0)
-    assert e.value.timed_out_after == 0.25
+    assert e.value.timed_out_after == 250.0  # milliseconds, as TiraLib's times
     r = CachedSchedule(make(program), store).lookup()
-    assert (r.censored, r.timed_out_after, r.is_legal) == ("timeout", 0.25, True)
+    assert (r.censored, r.timed_out_after, r.is_legal) == ("timeout", 250.0, True)
     with pytest.raises(MeasurementTimedOut):  # a hit raises it too, without measuring
         CachedSchedule(make(program), store).execute()
     assert CachedSchedule(make(program), store).is_legal() is True
+
+
+def test_a_timeouts_bound_is_in_the_unit_of_tiralibs_times(store, program):
+    """An older worker reads a timeout's bound as its execution_times: in
+    TiraLib's milliseconds it is at least the time the schedule takes, where
+    a bound in seconds would make it the fastest schedule of the search."""
+    slow = make(program, "U(L3,4,comps=['comp00'])")
+    with pytest.raises(MeasurementTimedOut):
+        CachedSchedule(slow, store).execute(min_runs=0, time_budget=0.5)  # ms: below one run
+    bound = CachedSchedule(make(program, "U(L3,4,comps=['comp00'])"), store).lookup().execution_times
+    other = make(program, "U(L3,4,comps=['comp00'])")
+    took = tiralib_standin.Schedule.execute(other, min_runs=1)  # what the run really takes, ms
+    assert bound == [0.5] and min(took) >= bound[0], (bound, took)
 
 
 def test_a_subprocess_timeout_is_recorded_at_its_limit(store, program):
     s = make(program, raises=subprocess.TimeoutExpired(["./wrapper"], 30))
     with pytest.raises(MeasurementTimedOut):
         CachedSchedule(s, store).execute()
-    assert CachedSchedule(make(program), store).lookup().timed_out_after == 30.0
+    assert CachedSchedule(make(program), store).lookup().timed_out_after == 30000.0  # ms
 
 
 def test_compile_failures_are_recorded_only_when_named(store, program):
