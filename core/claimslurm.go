@@ -48,7 +48,7 @@ func (s *Store) slurmJudged(c *storage.Claim, cluster string) bool {
 // are overdue (see above) and marks those whose job has ended, so that
 // the next pass takes them over; it reports whether it marked any.
 func (s *Store) askSlurm(ctx context.Context, pend []*pendingClaim, now time.Time) bool {
-	cluster := slurmjob.LocalCluster()
+	cluster := slurmJobs().Cluster(ctx)
 	if cluster == "" {
 		return false
 	}
@@ -92,8 +92,8 @@ func (s *Store) slurmDue(p *pendingClaim, cluster string, now time.Time) bool {
 
 // slurmDueAny reports whether a holder of pend is to be asked about now,
 // which makes the waiter read the claims (and ask) at once.
-func (s *Store) slurmDueAny(pend []*pendingClaim, now time.Time) bool {
-	cluster := slurmjob.LocalCluster()
+func (s *Store) slurmDueAny(ctx context.Context, pend []*pendingClaim, now time.Time) bool {
+	cluster := slurmJobs().Cluster(ctx)
 	for _, p := range pend {
 		if s.slurmDue(p, cluster, now) {
 			return true
@@ -134,7 +134,7 @@ func (cs *claimState) jobEnded(c *storage.Claim) bool {
 // claim another): of the claims judged by Slurm from here (slurmJudged),
 // in one question, outside any transaction. Nil outside a Slurm cluster.
 func (s *Store) endedJobClaims(ctx context.Context) (map[string]jobEnd, error) {
-	cluster := slurmjob.LocalCluster()
+	cluster := slurmJobs().Cluster(ctx)
 	if cluster == "" {
 		return nil, nil
 	}
@@ -169,7 +169,7 @@ func (s *Store) endedJobClaims(ctx context.Context) (map[string]jobEnd, error) {
 // process's cluster, in one question to Slurm (shared with the node, as
 // the waiters' are).
 func jobStates(ctx context.Context, hs []*ClaimHolder) {
-	cluster := slurmjob.LocalCluster()
+	cluster := slurmJobs().Cluster(ctx)
 	if cluster == "" {
 		return
 	}

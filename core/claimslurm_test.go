@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -43,7 +44,7 @@ func TestSlurmDue(t *testing.T) {
 	if s.slurmDue(p, "c1", now) {
 		t.Error("asked again within SlurmInterval")
 	}
-	if s.slurmDueAny([]*pendingClaim{holder("c1", "42", "node2")}, now) != true {
+	if s.slurmDueAny(context.Background(), []*pendingClaim{holder("c1", "42", "node2")}, now) != true {
 		t.Error("slurmDueAny missed an overdue holder")
 	}
 	c := p.holder

@@ -184,7 +184,7 @@ func (s *Store) lookupOrClaim(ctx context.Context, programName, hash, source str
 				return out, err
 			}
 			now := time.Now()
-			if !now.Before(next) || s.someoneGone(pend, now) || s.slurmDueAny(pend, now) {
+			if !now.Before(next) || s.someoneGone(pend, now) || s.slurmDueAny(ctx, pend, now) {
 				break
 			}
 		}

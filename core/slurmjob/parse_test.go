@@ -182,3 +182,16 @@ func TestTerminal(t *testing.T) {
 		}
 	}
 }
+
+func TestParseClusterName(t *testing.T) {
+	for out, want := range map[string]string{
+		scontrolNone: "",
+		"AuthType                = auth/munge\nClusterName             = cluster1\nCompleteWait            = 0 sec\n": "cluster1",
+		"ClusterName=c2": "c2",
+		"":               "",
+	} {
+		if got := parseClusterName([]byte(out)); got != want {
+			t.Errorf("parseClusterName(%q) = %q, want %q", out, got, want)
+		}
+	}
+}

@@ -184,6 +184,20 @@ func parsePrivacy(out []byte) privacy {
 	return privacyUnknown
 }
 
+// parseClusterName reads the ClusterName line of `scontrol show config`
+// ("" if there is none):
+//
+//	ClusterName             = cluster1
+func parseClusterName(out []byte) string {
+	for _, line := range strings.Split(string(out), "\n") {
+		key, val, ok := strings.Cut(line, "=")
+		if ok && strings.TrimSpace(key) == "ClusterName" {
+			return strings.TrimSpace(val)
+		}
+	}
+	return ""
+}
+
 // parseStates reads the lines "id|state" of `sacct -P -o JobIDRaw,State`
 // or `squeue -o %A|%T` and returns the states of the jobs in want (the
 // first word: sacct writes "CANCELLED by 1234"). clean is false if a line

@@ -96,11 +96,11 @@ func Terminal(state string) bool {
 	return terminal[firstWord(state)]
 }
 
-// LocalCluster is the cluster this process runs in, SLURM_CLUSTER_NAME as
-// Slurm sets it in a job's environment ("" outside a job): a job id names a
-// job only together with its cluster, and Ended answers only for this one.
-// It reads the live environment (core/environ), as the claim rows that
-// record it do.
+// LocalCluster is the cluster of the job this process runs in,
+// SLURM_CLUSTER_NAME as Slurm sets it in a job's environment ("" outside a
+// job): a job id names a job only together with its cluster. It reads the
+// live environment (core/environ), as the claim rows that record it do.
+// Asker.Cluster adds the cluster of a node outside any job.
 func LocalCluster() string {
 	return environ.Get("SLURM_CLUSTER_NAME")
 }
@@ -135,6 +135,12 @@ type Asker struct {
 	views   map[string]*view // by cluster
 	privacy privacy          // what scontrol said of PrivateData
 	rounds  atomic.Uint64    // numbers this process's queries
+
+	// The node's cluster outside a job (Cluster): asked of scontrol at
+	// most once per interval until it answers, under clusterMu.
+	clusterMu    sync.Mutex
+	cluster      string
+	clusterAsked time.Time
 }
 
 // New returns an Asker with o's settings.
@@ -152,14 +158,38 @@ func New(o Options) *Asker {
 	return a
 }
 
+// Cluster is the cluster whose jobs this process can judge: LocalCluster
+// inside a job; outside one (a login node's `tirastore dashboard`,
+// `claims` or `check`), the ClusterName that `scontrol show config`
+// gives, asked at most once per interval until it answers, within the
+// query timeout. "" where Slurm is not installed or does not answer: then
+// nothing is asked about, and the leases decide.
+func (a *Asker) Cluster(ctx context.Context) string {
+	if c := LocalCluster(); c != "" {
+		return c
+	}
+	a.clusterMu.Lock()
+	defer a.clusterMu.Unlock()
+	if a.cluster != "" || (!a.clusterAsked.IsZero() && time.Since(a.clusterAsked) < a.interval) {
+		return a.cluster
+	}
+	a.clusterAsked = time.Now()
+	ctx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
+	if out, _, err := run(ctx, "scontrol", "show", "config"); err == nil {
+		a.cluster = parseClusterName(out)
+	}
+	return a.cluster
+}
+
 // Ended returns, for each of jobIDs that Slurm says has ended, its state
 // ("CANCELLED", "TIMEOUT", Purged, ...; Terminal is true of each); nil if
 // none. A job missing from the map is running, suspended, pending, unknown,
 // or not asked about yet: call again later.
 //
 // cluster is the cluster of the jobs (the holder's SLURM_CLUSTER_NAME);
-// only LocalCluster's jobs are asked about, so Ended answers nothing for
-// "" or another cluster. Job ids must be SLURM_JOB_ID values, plain
+// only the jobs of this process's Cluster are asked about, so Ended
+// answers nothing for "" or another cluster. Job ids must be SLURM_JOB_ID values, plain
 // decimal numbers; anything else is ignored and never reaches a command
 // line.
 //
@@ -179,7 +209,7 @@ func (a *Asker) States(ctx context.Context, cluster string, jobIDs []string) map
 }
 
 func (a *Asker) states(ctx context.Context, cluster string, jobIDs []string, endedOnly bool) map[string]string {
-	if cluster == "" || cluster != LocalCluster() {
+	if cluster == "" || cluster != a.Cluster(ctx) {
 		return nil
 	}
 	ids := validIDs(jobIDs)

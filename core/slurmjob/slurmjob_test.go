@@ -409,3 +409,42 @@ func TestFlockHeldTooLong(t *testing.T) {
 		t.Fatalf("answer %v after %v, want one after %v", got, el, 2*timeout)
 	}
 }
+
+// Outside a job (no SLURM_CLUSTER_NAME: a login node's dashboard), the
+// cluster is scontrol's ClusterName: asked at most once per interval while
+// scontrol fails, never again once it answered; that cluster's jobs are
+// then asked about, and no other's.
+func TestClusterOutsideAJob(t *testing.T) {
+	f := newFakes(t)
+	t.Setenv("SLURM_CLUSTER_NAME", "")
+	f.set("scontrol", "", "slurm_load_ctl_conf error: Unable to contact slurm controller\n", 1)
+	f.set("squeue", "22|CANCELLED\n", "", 0)
+	ctx := context.Background()
+	a, _ := newTestAsker(t, time.Hour, 5*time.Second)
+	if c := a.Cluster(ctx); c != "" {
+		t.Fatalf("Cluster = %q with scontrol failing", c)
+	}
+	if got := a.Ended(ctx, testCluster, []string{"22"}); got != nil {
+		t.Fatalf("Ended = %v without a known cluster", got)
+	}
+	if n := len(f.calls("scontrol")); n != 1 {
+		t.Fatalf("scontrol asked %d times within the interval", n)
+	}
+	if n := len(f.calls("sacct")) + len(f.calls("squeue")); n != 0 {
+		t.Fatalf("%d queries without a known cluster", n)
+	}
+
+	f.set("scontrol", scontrolNone+"ClusterName             = "+testCluster+"\n", "", 0)
+	b, _ := newTestAsker(t, time.Hour, 5*time.Second)
+	if got := b.Ended(ctx, testCluster, []string{"22"}); !reflect.DeepEqual(got, map[string]string{"22": "CANCELLED"}) {
+		t.Fatalf("Ended = %v on the login node of %s", got, testCluster)
+	}
+	if got := b.Ended(ctx, "other", []string{"22"}); got != nil {
+		t.Fatalf("another cluster's job: %v", got)
+	}
+	n := len(f.calls("scontrol"))
+	b.interval = 0
+	if c := b.Cluster(ctx); c != testCluster || len(f.calls("scontrol")) != n {
+		t.Fatalf("Cluster = %q, scontrol asked again (%d, %d) after it answered", c, n, len(f.calls("scontrol")))
+	}
+}

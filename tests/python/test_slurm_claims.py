@@ -171,15 +171,18 @@ class Scenario:
         time.sleep(1.0)  # the waiters have seen the claim
         return out
 
-    def on_another_node(self) -> tuple[list, dict]:
+    def on_another_node(self, in_job: bool = True) -> tuple[list, dict]:
         """A command prefix and environment that run a tirastore command as
-        on a third node of the cluster, inside it (SLURM_CLUSTER_NAME set,
-        so that the command asks Slurm about the holders' jobs)."""
+        on a third node of the cluster: in a job (SLURM_CLUSTER_NAME set,
+        as Slurm sets it), or as on a login node (not set: the command
+        learns the cluster from scontrol)."""
         prefix = other_node_prefix("claims-node3")
         if prefix is None:
             pytest.skip("cannot run a process as on another node here (needs root and unshare)")
         env = job_env(self.cluster)
-        env["SLURM_CLUSTER_NAME"] = self.cluster.cluster_name
+        env.pop("SLURM_CLUSTER_NAME", None)
+        if in_job:
+            env["SLURM_CLUSTER_NAME"] = self.cluster.cluster_name
         return prefix, env
 
     def renewals(self) -> int:
@@ -294,8 +297,9 @@ def test_a_suspended_jobs_claim_is_left_to_its_lease(scenario):
 
 
 def test_the_dashboard_shows_each_claims_job_state(scenario):
-    """Rendered by headless Chromium, from the waiters' node: the holder's
-    job running, suspended, then cancelled (its claim flagged ended)."""
+    """Rendered by headless Chromium, as on a login node (outside any job):
+    the holder's job running, suspended, then cancelled (its claim flagged
+    ended)."""
     import chromium
 
     if chromium.executable() is None:
@@ -303,7 +307,7 @@ def test_the_dashboard_shows_each_claims_job_state(scenario):
             pytest.fail("chromium is not installed: .ci/run installs it")
         pytest.skip("chromium is not installed (apt-get install chromium)")
     holder = scenario.start_holder(lease=600.0)  # only Slurm's word ends it here
-    prefix, env = scenario.on_another_node()
+    prefix, env = scenario.on_another_node(in_job=False)
     proc = subprocess.Popen(prefix + [sys.executable, "-m", "tirastore", "dashboard", str(scenario.db), "--port", "0"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     browser = None
@@ -371,12 +375,12 @@ def test_negative_control_an_unusable_answer_file_makes_each_waiter_ask(scenario
 
 
 def test_check_repair_removes_the_claim_of_an_ended_job(scenario):
-    """`tirastore check`, run from another node inside the cluster, calls
-    the claim of a cancelled job stale, naming the job and its state, and
+    """`tirastore check`, run as on a login node of the cluster, calls the
+    claim of a cancelled job stale, naming the job and its state, and
     --repair removes it. Negative control: the same claim while its job is
     suspended is not stale (its holder may resume), and stays."""
     holder = scenario.start_holder(lease=600.0)  # only Slurm's word ends it here
-    prefix, env = scenario.on_another_node()
+    prefix, env = scenario.on_another_node(in_job=False)
 
     def check(*args: str) -> tuple[int, dict]:
         r = subprocess.run(prefix + [sys.executable, "-m", "tirastore", "check", "--json", *args, str(scenario.db)],
