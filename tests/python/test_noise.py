@@ -83,37 +83,52 @@ with TiraStore(db, cpu_model=cpu, tools={"fake-measurer": "1"}) as s, open(log, 
 ORIG_SCHEDS = [f"R(L{i},comps=['o'])" for i in range(10)]
 
 
-def _original_worker(db: Path, stop: threading.Event, seen: dict) -> None:
-    """The original library's worker: reads the fleet's records and writes
-    its own, under its own lock, until the fleet is done."""
+def _measurements(logs: list[Path]) -> int:
+    """How many measurements the fleet has logged so far."""
+    return sum(log.read_text().count("\n") for log in logs if log.exists())
+
+
+def _original_worker(db: Path, stop: threading.Event, seen: dict, go: Path, logs: list[Path],
+                     writes: list[float]) -> None:
+    """The original library's worker: from the fleet's start until it is
+    done, reads the fleet's records and writes its own under its own lock,
+    one after every fifth measurement of the fleet (the time of each in
+    writes)."""
     orig = OriginalStore(db, "old-project", stale_lock_timeout=600)
-    i = 0
+    while not go.exists() and not stop.is_set():
+        time.sleep(0.001)
+    i = k = 0
     while not stop.is_set() or i < len(ORIG_SCHEDS):
-        if i < len(ORIG_SCHEDS):
+        if i < len(ORIG_SCHEDS) and (stop.is_set() or _measurements(logs) >= 5 * i):
             assert orig.record("search", SRC, ORIG_SCHEDS[i], True, [0.5 + i]) is True
-        for sc in SCHEDS[i % 5::5]:
+            writes.append(time.time())
+            i += 1
+        for sc in SCHEDS[k % 5::5]:
             got = orig.lookup(SRC, sc)
             if got is not None:
                 legal, times, _, norm = got
                 assert legal is True and len(times) % 5 == 0 and norm == plan.normalize_schedule(sc), got
                 seen[sc] = max(seen.get(sc, 0), len(times))
-        i += 1
+        k += 1
         time.sleep(0.01)
 
 
-def _fleet(tmp_path: Path, db: Path, mode: str) -> dict[str, list[tuple[float, float, int]]]:
+def _fleet(tmp_path: Path, db: Path, mode: str) -> tuple[dict[str, list[tuple[float, float, int]]], list[float]]:
+    """Four workers measure SCHEDS (mode "claims": through lookup_or_claim;
+    "plain": lookup and record) beside an original worker: the spans of
+    each schedule's measurements, and the times of the original's writes."""
     with TiraStore(db, cpu_model=plan.TEST_CPU) as s:
         assert s.set_noise_policy(max_spread=0.05, max_remeasures=3) == {"max_spread": 0.05, "max_remeasures": 3}
     go = tmp_path / "go"
     logs = [tmp_path / f"w{w}.log" for w in range(4)]
     procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(db), str(w), mode, str(logs[w]), str(go),
                                plan.TEST_CPU, repr(NOISY)]) for w in range(4)]
-    stop, seen = threading.Event(), {}
+    stop, seen, writes = threading.Event(), {}, []
     orig_error: list = []
 
     def run_orig():
         try:
-            _original_worker(db, stop, seen)
+            _original_worker(db, stop, seen, go, logs, writes)
         except BaseException as e:  # reported below
             orig_error.append(e)
 
@@ -133,7 +148,7 @@ def _fleet(tmp_path: Path, db: Path, mode: str) -> dict[str, list[tuple[float, f
         for line in log.read_text().splitlines():
             sc, t0, t1, w = line.split("\t")
             measured[sc].append((float(t0), float(t1), int(w)))
-    return measured
+    return measured, writes
 
 
 def _overlaps(spans: list[tuple[float, float, int]]) -> bool:
@@ -144,8 +159,12 @@ def _overlaps(spans: list[tuple[float, float, int]]) -> bool:
 @sqlite_only
 def test_noisy_schedules_are_measured_again_never_twice_at_once(tmp_path):
     db = tmp_path / "noise.db"
-    measured = _fleet(tmp_path, db, "claims")
+    measured, writes = _fleet(tmp_path, db, "claims")
     assert set(measured) == set(SCHEDS)
+    # The original worker wrote while the fleet measured, not before it.
+    spans = [span for spans in measured.values() for span in spans]
+    first, last = min(t0 for t0, _, _ in spans), max(t1 for _, t1, _ in spans)
+    assert sum(first < t < last for t in writes) >= len(ORIG_SCHEDS) - 1, (first, last, writes)
     for sc, spans in measured.items():
         assert not _overlaps(spans), (sc, spans)
         if sc not in NOISY:
@@ -174,7 +193,7 @@ def test_noisy_schedules_are_measured_again_never_twice_at_once(tmp_path):
 def test_negative_control_without_claims_measures_twice(tmp_path):
     """The same decisions without claims: some schedule is measured by two
     workers at once, or a stable one more than once."""
-    measured = _fleet(tmp_path, tmp_path / "noise.db", "plain")
+    measured, _ = _fleet(tmp_path, tmp_path / "noise.db", "plain")
     doubled = [sc for sc, spans in measured.items() if _overlaps(spans) or (sc not in NOISY and len(spans) > 1)]
     assert doubled, "no schedule was measured twice without claims"
 
