@@ -286,7 +286,7 @@ type Conflict struct {
 // Next of an earlier call) until about maxRecords records (at least one
 // program) have been read; see "Importing an export".
 func Import(ctx context.Context, s *core.Store, path string, offset int64, maxRecords int, overwrite, listConflicts bool) (*TransferResult, error) {
-	abs, err := input.File("input_path", path)
+	abs, err := exportPath(path)
 	if err != nil {
 		return nil, err
 	}
@@ -327,7 +327,7 @@ func Import(ctx context.Context, s *core.Store, path string, offset int64, maxRe
 // regular file, not an export, a first program that is not one), so that
 // a command that creates its database refuses the input first.
 func CheckImport(path string) error {
-	abs, err := input.File("input_path", path)
+	abs, err := exportPath(path)
 	if err != nil {
 		return err
 	}
@@ -345,6 +345,41 @@ func CheckImport(path string) error {
 	return nil
 }
 
+// exportPath is the absolute form of the export file path. A pipe given
+// by a name (/dev/stdin, a shell's <(zcat x.gz)) is a link to no file
+// ("pipe:[N]"): it is refused here by what stat(2) says of it, which
+// neither opens nor blocks; openExport refuses a FIFO that has a name.
+func exportPath(path string) (string, error) {
+	abs, err := input.File("input_path", path)
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Lstat(abs); !errors.Is(err, fs.ErrNotExist) {
+		return abs, nil // a file, refused or read by openExport
+	}
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() && !fi.IsDir() {
+		what := "a special file"
+		switch t := fi.Mode().Type(); {
+		case t&fs.ModeNamedPipe != 0:
+			what = "a pipe"
+		case t&fs.ModeSocket != 0:
+			what = "a socket"
+		case t&fs.ModeCharDevice != 0:
+			what = "a character device"
+		}
+		return "", notAnExportFile(path, what)
+	}
+	return abs, nil
+}
+
+// notAnExportFile is the refusal of an input that is what, not a regular
+// file, with the way to import its stream.
+func notAnExportFile(path, what string) error {
+	return apierr.New(apierr.KindValue, "%s is %s, not a regular file: import reads an export file in "+
+		"slices, by byte offset, which a pipe cannot give; write the stream to a file first (e.g. "+
+		"`zcat export.json.gz > export.json`) and import that", path, what)
+}
+
 // openExport opens the export file abs for reading from byte offset: the
 // file, its size and a reader of it (nil for an empty file, the jsonl
 // export of an empty database). It never blocks: a FIFO would hold
@@ -358,9 +393,7 @@ func openExport(abs string, offset int64) (*os.File, int64, *exportReader, error
 			perr := &fs.PathError{Op: "read", Path: abs, Err: syscall.EISDIR}
 			return nil, 0, nil, apierr.Wrap(apierr.KindOS, perr, "cannot read export %s: %v", abs, perr)
 		}
-		return nil, 0, nil, apierr.New(apierr.KindValue, "%s is %s, not a regular file: import reads an export file in "+
-			"slices, by byte offset, which a pipe cannot give; write the stream to a file first (e.g. "+
-			"`zcat export.json.gz > export.json`) and import that", abs, refused.What)
+		return nil, 0, nil, notAnExportFile(abs, refused.What)
 	}
 	if err != nil {
 		return nil, 0, nil, input.ReadError(err, "export", abs)

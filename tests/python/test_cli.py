@@ -432,6 +432,25 @@ def test_import_from_a_fifo_is_refused_at_once(db, tmp_path):
     assert out.startswith("ended 1:") and "is a FIFO" in out and "write the stream to a file first" in out, out
 
 
+def test_import_from_a_pipe_by_name_is_refused_saying_so(db, tmp_path):
+    """A pipe named by a path (`tirastore import DB /dev/stdin < x`, a
+    shell's `<(zcat x.gz)`) resolves to no file: it is refused as a pipe,
+    with what to do, not as a missing /proc/PID/fd/pipe:[N] file. Fails
+    where the path is resolved and opened as given (the ENOENT it gave)."""
+    dump = tmp_path / "dump.json"
+    with TiraStore(db, cpu_model=TEST_CPU) as s:
+        s.export(dump)
+    with open(dump, "rb") as f:
+        p = subprocess.Popen([sys.executable, "-m", "tirastore", "import", str(db), "/dev/stdin"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = p.communicate(f.read(), timeout=60)
+    err = err.decode()
+    assert p.returncode == 1 and "/dev/stdin is a pipe" in err and "write the stream to a file first" in err, err
+    r = subprocess.run(["bash", "-c", f'exec "$0" -m tirastore import "$1" <(cat "$2")', sys.executable, str(db), str(dump)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert r.returncode == 1 and "is a pipe" in r.stderr and "pipe:[" not in r.stderr, r.stderr
+
+
 def test_negative_control_import_opening_a_fifo_ignores_ctrl_c(db, tmp_path, failpoints_lib):
     """NEGATIVE CONTROL: opened as before (shareddir-trust), the FIFO blocks
     the import in open(2), and Ctrl-C does not end it."""
