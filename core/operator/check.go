@@ -378,7 +378,7 @@ func checkOpen(ctx context.Context, rep *CheckReport, s *core.Store, repair bool
 		rep.Problems = append(rep.Problems, fmt.Sprintf("%d records whose program row is missing (lookups cannot return them)", rep.Tables.Orphans))
 	}
 	if rep.Tables.BadResults > 0 {
-		rep.Problems = append(rep.Problems, fmt.Sprintf("%d records whose result_json is not JSON", rep.Tables.BadResults))
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%d records whose result_json is not JSON or not a JSON object", rep.Tables.BadResults))
 	}
 	if t := rep.Tables; t.DeepCount > 0 {
 		more := ""

@@ -190,16 +190,22 @@ func (r *reader) CountPrograms() (int64, error) { return r.count("SELECT count(*
 
 // legalOf is SQLite's json_extract(result_json, '$.is_legal') compared
 // with 1 (true, 1) and 0 (false, 0), as the original's stats counted:
-// 1, 0 or NULL. The result's NaN and Infinity tokens (Python's JSON) are
-// made numbers first, which PostgreSQL's JSON refuses.
+// 1, 0 or NULL, of the lenientJSONB of the column.
 const legalOf = `(SELECT CASE jsonb_typeof(j.v)
         WHEN 'boolean' THEN CASE WHEN j.v = 'true'::jsonb THEN 1 ELSE 0 END
         WHEN 'number' THEN CASE WHEN (j.v #>> '{}')::numeric = 1 THEN 1 WHEN (j.v #>> '{}')::numeric = 0 THEN 0 END
         END
-   FROM (SELECT regexp_replace(%s, '-?\mInfinity\M|\mNaN\M', '0', 'g')::jsonb -> 'is_legal' AS v) j)`
+   FROM (SELECT %s -> 'is_legal' AS v) j)`
 
 func legalExpr(col string) string {
-	return fmt.Sprintf(legalOf, col)
+	return fmt.Sprintf(legalOf, lenientJSONB(col))
+}
+
+// lenientJSONB is the jsonb of the text column col as Python's json reads
+// it: its NaN and Infinity tokens made numbers first, which PostgreSQL's
+// JSON refuses. A text that is not JSON fails the statement (notJSON).
+func lenientJSONB(col string) string {
+	return fmt.Sprintf(`regexp_replace(%s, '-?\mInfinity\M|\mNaN\M', '0', 'g')::jsonb`, col)
 }
 
 // notJSON reports whether err is PostgreSQL's refusal of a text that is
@@ -229,8 +235,9 @@ func (r *reader) withSavepoint(fn func() error) error {
 }
 
 // legalOfParsed is legalOf of a result_json that Go parses: 1, 0, or -1
-// (neither; also for a text that is not JSON). Only the scans that step
-// in when a result_json is not JSON use it (see Summary).
+// (neither); ok is false for a text that is not JSON or not a JSON object
+// (Summary's Unreadable). Only the scans that step in when a result_json
+// is not JSON use it (see Summary).
 func legalOfParsed(resultJSON string) (legal int, ok bool) {
 	v, err := pyjson.Parse([]byte(resultJSON))
 	if err != nil {
@@ -238,7 +245,7 @@ func legalOfParsed(resultJSON string) (legal int, ok bool) {
 	}
 	obj, isObj := v.(*pyjson.Object)
 	if !isObj {
-		return -1, true
+		return -1, false
 	}
 	switch l, _ := obj.Get("is_legal"); l := l.(type) {
 	case bool:
@@ -261,8 +268,9 @@ func legalOfParsed(resultJSON string) (legal int, ok bool) {
 func (r *reader) Summary() (*storage.Summary, error) {
 	var s storage.Summary
 	err := r.withSavepoint(func() error {
-		_, err := r.row([]any{&s.Total, &s.Legal, &s.Illegal}, `SELECT count(*), count(*) FILTER (WHERE l = 1), count(*) FILTER (WHERE l = 0)
-  FROM (SELECT `+legalExpr("result_json")+` AS l FROM records) x`)
+		_, err := r.row([]any{&s.Total, &s.Legal, &s.Illegal, &s.Unreadable}, `SELECT count(*), count(*) FILTER (WHERE l = 1),
+       count(*) FILTER (WHERE l = 0), count(*) FILTER (WHERE t <> 'object')
+  FROM (SELECT `+legalExpr("result_json")+` AS l, jsonb_typeof(`+lenientJSONB("result_json")+`) AS t FROM records) x`)
 		return err
 	})
 	if notJSON(err) {
@@ -353,7 +361,7 @@ func (r *reader) ProgramSummaries() ([]storage.ProgramSummary, error) {
 }
 
 // CheckTables counts orphans and records whose result is not JSON (as
-// Python reads it). PostgreSQL checks its pages itself (and pg_amcheck
+// Python reads it) or not a JSON object. PostgreSQL checks its pages itself (and pg_amcheck
 // does on demand): Integrity says "ok" once the tables could be read.
 func (r *reader) CheckTables() (*storage.TableCheck, error) {
 	c := &storage.TableCheck{Integrity: []string{"ok"}}
@@ -368,7 +376,9 @@ func (r *reader) CheckTables() (*storage.TableCheck, error) {
 		if err := rows.Scan(&id, &j, &key); err != nil {
 			return 0, err
 		}
-		if _, err := pyjson.Parse([]byte(j)); err != nil {
+		if v, err := pyjson.Parse([]byte(j)); err != nil {
+			c.BadResults++
+		} else if _, ok := v.(*pyjson.Object); !ok {
 			c.BadResults++
 		}
 		c.CheckDepth("record", key, j)

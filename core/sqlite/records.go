@@ -421,14 +421,18 @@ func (d *DB) count(query string, args ...any) (n int64, err error) {
 // (JSON5, the text json_extract accepts).
 const legalOf = "CASE WHEN json_valid(%[1]s, 2) THEN json_extract(%[1]s, '$.is_legal') END"
 
+// unreadable is 1 for a result_json that is not JSON or not a JSON object
+// (what core.ParseResult refuses, so what the export leaves out), else 0.
+const unreadable = "CASE WHEN json_valid(result_json, 2) THEN json_type(result_json) <> 'object' ELSE 1 END"
+
 // Summary computes the counts with the original's queries, a record whose
-// result_json is not JSON counted as Unreadable.
+// result_json is not JSON or not an object counted as Unreadable.
 func (d *DB) Summary() (*storage.Summary, error) {
 	var s storage.Summary
 	var err error
 	if err = d.queryRow(fmt.Sprintf(`SELECT COUNT(*), COALESCE(SUM(l = 1), 0), COALESCE(SUM(l = 0), 0),
-       COALESCE(SUM(NOT json_valid(result_json, 2)), 0)
-  FROM (SELECT result_json, %s AS l FROM records)`, fmt.Sprintf(legalOf, "result_json"))).Scan(
+       COALESCE(SUM(%s), 0)
+  FROM (SELECT result_json, %s AS l FROM records)`, unreadable, fmt.Sprintf(legalOf, "result_json"))).Scan(
 		&s.Total, &s.Legal, &s.Illegal, &s.Unreadable); err != nil {
 		return nil, err
 	}
@@ -474,7 +478,7 @@ func (d *DB) CheckTables() (*storage.TableCheck, error) {
 		return nil, err
 	}
 	// As JSON5 text: the NaN and Infinity of the original's results pass.
-	if c.BadResults, err = d.count("SELECT COUNT(*) FROM records WHERE NOT json_valid(result_json, 2)"); err != nil {
+	if c.BadResults, err = d.count("SELECT COUNT(*) FROM records WHERE " + unreadable); err != nil {
 		return nil, err
 	}
 	if err := d.checkDepths(&c); err != nil {

@@ -211,8 +211,9 @@ type TableCheck struct {
 	// Integrity is SQLite's integrity_check: ["ok"] when sound.
 	Integrity []string
 	// Orphans are records whose program row is missing; BadResults
-	// records whose result_json is not valid JSON (both -1, not
-	// counted, when the integrity check failed).
+	// records whose result_json is not valid JSON or not a JSON object,
+	// which no reader can use (both -1, not counted, when the integrity
+	// check failed).
 	Orphans, BadResults int64
 	// DeepValues names the stored JSON values (a record's result_json,
 	// a config entry's value) nested deeper than limits.MaxValueDepth,
@@ -246,9 +247,10 @@ func (c *TableCheck) CheckDepth(kind, key, text string) {
 type Summary struct {
 	Total, Legal, Illegal, Programs int64
 	SourceProjects, Users           []string
-	// Unreadable counts the records whose result_json is not JSON (a
-	// direct write to the table can leave one): in Total, neither Legal
-	// nor Illegal. The original's stats() failed on the first of them.
+	// Unreadable counts the records whose result_json is not JSON or
+	// not a JSON object (a direct write to the table can leave one; the
+	// export leaves them out): in Total, neither Legal nor Illegal. The
+	// original's stats() failed on the first that was not JSON.
 	Unreadable int64
 }
 

@@ -710,7 +710,7 @@ def _check_arguments(p: argparse.ArgumentParser) -> None:
 @_command("check", "integrity, orphans, schema, journal, lock, leftovers", _check_arguments)
 def cmd_check(args: argparse.Namespace, out: _Output) -> int:
     """Check a database: SQLite's integrity_check under the lock, records without their program, results that are
-    not JSON, the schema version, a crashed writer's journal or a foreign one (never rolled back), the lock (holder,
+    not JSON objects, the schema version, a crashed writer's journal or a foreign one (never rolled back), the lock (holder,
     age, alive?) and its leftover ticket files. Exit 1 on any problem. --repair does what is safe: break an abandoned
     lock (never a live holder's; a lock file that is not a record only once unchanged for the stale timeout), remove
     the ticket files of dead processes and stale measurement claims, move aside a foreign journal that cannot be a

@@ -320,11 +320,12 @@ def test_export_non_finite_values_from_original_db(tmp_path):
 
 @sqlite_only
 def test_a_result_that_is_not_json_is_skipped_and_reported(tmp_path):
-    """One record whose result_json is not JSON (any writer of a 0666
-    database can plant one) does not make stats and export fail for the
-    whole database: stats counts it in total_records only, export leaves it
-    out, and both say so with a TiraStoreWarning naming the count; so does
-    the command line, which exits 0."""
+    """One record whose result_json is not JSON and one whose is JSON but
+    not an object (any writer of a 0666 database can plant them) do not
+    make stats and export fail for the whole database: stats counts them
+    in total_records only, export leaves them out, and both say so with a
+    TiraStoreWarning naming the same count; so does the command line, which
+    exits 0."""
     import subprocess
     import sys
     import warnings
@@ -333,27 +334,28 @@ def test_a_result_that_is_not_json_is_skipped_and_reported(tmp_path):
 
     db = tmp_path / "c.db"
     with TiraStore(db, cpu_model=TEST_CPU, slurm_cpus=TEST_SLURM) as s:
-        for i, legal in enumerate((True, False, True)):
+        for i, legal in enumerate((True, False, True, True)):
             s.record("p", "void f(){}", f"U(L0,{i + 2},comps=['c'])", legal, [float(i)] if legal else None)
     con = sqlite3.connect(db)
     with con:
         con.execute("UPDATE records SET result_json = '{not json' WHERE schedule = ?", ("U(L0,4,comps=['c'])",))
+        con.execute("UPDATE records SET result_json = '[1, 2]' WHERE schedule = ?", ("U(L0,5,comps=['c'])",))
     con.close()
     with TiraStore(db, cpu_model=TEST_CPU, slurm_cpus=TEST_SLURM) as s:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             st = s.stats()
             out = s.export(tmp_path / "e.json")
-    assert (st["total_records"], st["legal_records"], st["illegal_records"]) == (3, 1, 1), st
+    assert (st["total_records"], st["legal_records"], st["illegal_records"]) == (4, 1, 1), st
     assert [w.category for w in caught] == [TiraStoreWarning, TiraStoreWarning], caught
-    assert all("1 record(s)" in str(w.message) and str(db) in str(w.message) for w in caught), caught
+    assert all("2 record(s)" in str(w.message) and str(db) in str(w.message) for w in caught), caught
     assert caught[0].filename == __file__, "the warning points at the caller's line"
     exported = json.loads(out.read_text())
     assert [x["schedule_str"] for x in exported["p"]["schedules_list"]] == ["U(L0,2,comps=['c'])",
                                                                            "U(L0,3,comps=['c'])"]
     for args in (["stats", str(db)], ["export", str(db), str(tmp_path / "c.json")]):
         r = subprocess.run([sys.executable, "-m", "tirastore", *args], capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0 and "warning: 1 record(s)" in r.stderr, (args, r.stdout, r.stderr)
+        assert r.returncode == 0 and "warning: 2 record(s)" in r.stderr, (args, r.stdout, r.stderr)
 
 
 def test_export_onto_a_directory_raises_is_a_directory(store, tmp_path):
