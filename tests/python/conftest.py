@@ -449,6 +449,20 @@ _pg_cluster = None  # the session's throwaway cluster (ON_PG)
 _pg_schemas = 0
 
 
+def import_dev_dependency(name: str):
+    """The module name, a dev dependency of pyproject.toml: pytest.importorskip,
+    except under CI=true, where the Makefile has installed every one and a
+    missing one fails the test rather than skip it unseen."""
+    if os.environ.get("CI") == "true":
+        import importlib
+
+        try:
+            return importlib.import_module(name)
+        except ImportError as e:
+            pytest.fail(f"{name} is a dev dependency (pyproject.toml) and is missing: {e}")
+    return pytest.importorskip(name)
+
+
 @pytest.fixture(scope="session")
 def pg_cluster():
     """A throwaway PostgreSQL cluster for the session (tests/pg/pgcluster.py);

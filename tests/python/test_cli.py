@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_CPU
+from conftest import TEST_CPU, import_dev_dependency
 from tirastore import TiraStore
 
 SRC = "void blur() {}"
@@ -282,7 +282,7 @@ def test_config_commands_on_an_ejkernel_json_path(tmp_path):
 
 
 def test_plot(db, tmp_path):
-    pytest.importorskip("matplotlib")
+    import_dev_dependency("matplotlib")
     out = tmp_path / "blur.png"
     r = tirastore("plot", db, "--program", "blur", "-o", out)
     assert r.returncode == 0, r.stderr

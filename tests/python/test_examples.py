@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import tirastore
+from conftest import import_dev_dependency
 from tirastore import _native
 
 REPO = Path(__file__).resolve().parents[2]
@@ -120,8 +121,8 @@ def run_in_kernel(cells: list[str] | None, cwd: Path, env: dict, notebook: Path 
 
     A cell that raises fails the test with the kernel's traceback, unless *allow_errors*.
     """
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
+    nbformat = import_dev_dependency("nbformat")
+    nbclient = import_dev_dependency("nbclient")
     from jupyter_client.manager import AsyncKernelManager
 
     if notebook is not None:

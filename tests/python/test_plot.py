@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_CPU, oracle_program_hash
+from conftest import TEST_CPU, import_dev_dependency, oracle_program_hash
 
 from tirastore.plot import MISSING_MATPLOTLIB, _log_scale, plot_program, program_series
 
@@ -138,7 +138,7 @@ def test_log_scale_decision():
 
 
 def test_plot_png_svg_pdf(plot_store, tmp_path):
-    pytest.importorskip("matplotlib")
+    import_dev_dependency("matplotlib")
     out = tmp_path / "out"
     out.mkdir()
     png = plot_program(plot_store, NAME, out / "search.png")
@@ -156,14 +156,14 @@ def test_plot_png_svg_pdf(plot_store, tmp_path):
 
 
 def test_plot_relative_path_is_returned_absolute(plot_store, tmp_path, monkeypatch):
-    pytest.importorskip("matplotlib")
+    import_dev_dependency("matplotlib")
     monkeypatch.chdir(tmp_path)
     p = plot_program(plot_store, NAME, "rel.png")
     assert p.is_absolute() and p == tmp_path / "rel.png" and p.stat().st_size > 0
 
 
 def test_plot_two_sources_and_one_of_them(plot_store, tmp_path):
-    pytest.importorskip("matplotlib")
+    import_dev_dependency("matplotlib")
     for i in range(7):
         plot_store.record(NAME, SRC2, _sched(100 + i), i != 3, None if i == 3 else [1e-4 * (i + 1)])
     assert len(program_series(plot_store, NAME)) == 2
@@ -178,7 +178,7 @@ def test_plot_two_sources_and_one_of_them(plot_store, tmp_path):
 
 
 def test_plot_program_without_records(make_store, tmp_path):
-    pytest.importorskip("matplotlib")
+    import_dev_dependency("matplotlib")
     store = make_store()
     store.record(NAME, SRC, _sched(0), True, [1.0])
     for k in store.keys():
@@ -188,7 +188,7 @@ def test_plot_program_without_records(make_store, tmp_path):
 
 
 def test_plot_unknown_name(plot_store, tmp_path):
-    pytest.importorskip("matplotlib")
+    import_dev_dependency("matplotlib")
     with pytest.raises(ValueError, match="no program named 'nosuch'"):
         plot_program(plot_store, "nosuch", tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
