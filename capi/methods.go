@@ -87,9 +87,8 @@ var methods = map[string]method{
 		return replyLimits(), nil
 	}},
 	// timing_stats are the statistics a result's times get (core/timing),
-	// for a binding that shows them: a lookup's reply carries only
-	// "stable", so that a hit does not pay for five numbers it may not
-	// read.
+	// for a result a binding made itself (a lookup's reply carries them
+	// as "stats", one string of numbers: replyStatsText).
 	"timing_stats": {false, []string{"execution_times"}, func(_ context.Context, _ *core.Store, a *args) (any, error) {
 		nums, err := a.times(a.obj, "")
 		if err != nil {

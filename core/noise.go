@@ -168,7 +168,7 @@ func (s *Store) Stability(ctx context.Context) (*Stability, error) {
 	st := &Stability{Policy: p, Timed: int64(len(spreads)), Unstable: unstable, TimedOut: timedOut, CompileFailure: compileFailure}
 	if len(spreads) > 0 {
 		slices.Sort(spreads)
-		st.MedianSpread = spreads[len(spreads)/2]
+		st.MedianSpread = timing.Median(spreads)
 	}
 	return st, nil
 }

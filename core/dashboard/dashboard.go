@@ -437,8 +437,9 @@ func (d *downsample) points() []Point {
 type Spread struct {
 	Schedule, Hostname, CreationDate string
 	Time                             float64 // the median: the record's time
-	Runs                             int     // finite times
+	Count                            int     // finite times
 	Min, Q1, Q3, Max                 float64
+	MAD                              float64 // median absolute deviation (core/timing)
 	// Relative is core/timing's spread (PolyBench's rule); Stable whether
 	// it meets the store's noise policy (set by Program).
 	Relative float64
@@ -462,7 +463,7 @@ func spreadOf(r *storage.Record, t float64, times []float64) Spread {
 	}
 	st, _ := timing.Summarize(xs)
 	return Spread{Schedule: r.Schedule, Hostname: r.Hostname, CreationDate: r.CreationDate, Time: t,
-		Runs: len(xs), Min: xs[0], Q1: q(0.25), Q3: q(0.75), Max: xs[len(xs)-1], Relative: st.Spread}
+		Count: len(xs), Min: xs[0], Q1: q(0.25), Q3: q(0.75), Max: xs[len(xs)-1], MAD: st.MAD, Relative: st.Spread}
 }
 
 // ProgramRow is a program's line of the overview: of the records a
@@ -735,7 +736,7 @@ func (b *Board) Program(hash string, f Filter, policy core.NoisePolicy) *Program
 	})
 	v.Top = v.Top[:min(len(v.Top), TopSchedules)]
 	for i := range v.Top {
-		v.Top[i].Stable = !policy.Unstable(timing.Stats{Count: v.Top[i].Runs, Spread: v.Top[i].Relative})
+		v.Top[i].Stable = !policy.Unstable(timing.Stats{Count: v.Top[i].Count, Spread: v.Top[i].Relative})
 	}
 	d := mergeDownsamples(ds)
 	v.Scatter, v.Width = d.points(), d.width

@@ -66,7 +66,8 @@ func TestBoardAggregates(t *testing.T) {
 	if fmt.Sprint(v.Steps) != "[{0 0.5} {2 0.3}]" || v.BestSchedule != "U(L0,4,comps=['c1'])" {
 		t.Fatalf("steps %v best %q", v.Steps, v.BestSchedule)
 	}
-	if len(v.Top) != 3 || v.Top[0].Time != 0.3 || v.Top[0].Min != 0.2 || v.Top[0].Max != 0.9 || v.Top[0].Runs != 3 ||
+	if len(v.Top) != 3 || v.Top[0].Time != 0.3 || v.Top[0].Min != 0.2 || v.Top[0].Max != 0.9 || v.Top[0].Count != 3 ||
+		math.Abs(v.Top[0].MAD-0.1) > 1e-9 ||
 		v.Top[1].Time != 0.4 || v.Top[2].Time != 0.5 {
 		t.Fatalf("top %+v", v.Top)
 	}

@@ -48,7 +48,7 @@ func Summarize(times []float64) (st Stats, ok bool) {
 		return Stats{}, false
 	}
 	slices.Sort(xs)
-	st.Count, st.Min, st.Median = len(xs), xs[0], median(xs)
+	st.Count, st.Min, st.Median = len(xs), xs[0], Median(xs)
 	st.Spread = spread(xs)
 	// The deviations overwrite the sorted times, which are not needed
 	// any more (a lookup computes this at every hit: no second buffer).
@@ -56,12 +56,13 @@ func Summarize(times []float64) (st Stats, ok bool) {
 		xs[i] = math.Abs(x - st.Median)
 	}
 	slices.Sort(xs)
-	st.MAD = median(xs)
+	st.MAD = Median(xs)
 	return st, true
 }
 
-// median of sorted xs (not empty).
-func median(xs []float64) float64 {
+// Median of sorted xs (not empty): the middle one, or the mean of the
+// middle two for an even count; every median the store reports is this.
+func Median(xs []float64) float64 {
 	n := len(xs)
 	if n%2 == 1 {
 		return xs[n/2]

@@ -198,6 +198,8 @@ def _add_db(p: argparse.ArgumentParser,
 def _stats_arguments(p: argparse.ArgumentParser) -> None:
     _add_db(p)
     p.add_argument("--by", choices=["program"], help="add a table with one row per program")
+    p.add_argument("--program", metavar="NAME",
+                   help="add a table of the program's records, fastest first: times, min, median, MAD, spread, stable")
 
 
 @_command("stats", "counts, programs, users, CPU metadata, size", _stats_arguments)
@@ -210,8 +212,11 @@ def cmd_stats(args: argparse.Namespace, out: _Output) -> int:
         s["config_entries"] = len(store._call("config_entries", namespace=None))  # every namespace
         s["stability"] = store._call("stability")
         programs = store.program_stats() if args.by == "program" else None
+        records = _record_stats(store, args.program) if args.program is not None else None
     if programs is not None:
         s["programs"] = programs
+    if records is not None:
+        s["records"] = records
 
     def text() -> str:
         lines = [
@@ -231,10 +236,55 @@ def cmd_stats(args: argparse.Namespace, out: _Output) -> int:
                 for p in programs
             ]
             lines += ["", _table(["program", "hash", "records", "legal", "illegal", "last record"], rows)]
+        if records is not None:
+            lines += ["", f"records of {args.program!r}, fastest first (in the unit of their times):",
+                      _record_table(records)]
         return "\n".join(lines)
 
     out.result(s, text)
     return 0
+
+
+def _record_stats(store: TiraStore, name: str) -> list[dict[str, Any]]:
+    """The records of every source version of the program name with the
+    library's statistics of their times: the timed ones by median, fastest
+    first, then the censored, the illegal and the untimed ones."""
+    versions = store.get_program_source(name)
+    if not versions:
+        raise ValueError(f"no program named {name!r} in {store.db_path}")
+    rows = []
+    for v in versions:
+        for r in store.get_program_records(name, v["source_code"]):
+            rows.append({"program_hash": v["program_hash"], "schedule": r.schedule, "is_legal": r.is_legal,
+                         "count": r.count, "min": r.min, "median": r.median, "mad": r.mad, "spread": r.spread,
+                         "stable": r.stable, "censored": r.censored, "hostname": r.hostname,
+                         "creation_date": r.creation_date})
+
+    def order(r: dict[str, Any]) -> tuple:
+        timed = r["is_legal"] and r["censored"] is None and r["median"] is not None
+        return (0, r["median"]) if timed else (1 if r["censored"] else 2 if not r["is_legal"] else 3, 0.0)
+
+    return sorted(rows, key=order)
+
+
+def _record_table(records: list[dict[str, Any]]) -> str:
+    """The text table of _record_stats."""
+    def num(x: Optional[float]) -> str:
+        return "-" if x is None else f"{x:.4g}"
+
+    def state(r: dict[str, Any]) -> str:
+        if r["censored"] == "timeout":
+            return f"timed out after {num(r['min'])}"
+        if r["censored"]:
+            return r["censored"].replace("_", " ")
+        if not r["is_legal"]:
+            return "illegal"
+        return "-" if r["stable"] is None else "stable" if r["stable"] else "unstable"
+
+    rows = [(r["schedule"], r["count"], num(r["min"]), num(r["median"]), num(r["mad"]),
+             "-" if r["spread"] is None or r["censored"] else f"{r['spread']:.1%}", state(r), r["hostname"])
+            for r in records]
+    return _table(["schedule", "times", "min", "median", "MAD", "spread", "state", "host"], rows)
 
 
 def _stability_text(st: dict[str, Any]) -> str:

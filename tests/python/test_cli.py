@@ -93,6 +93,39 @@ def test_stats(db):
     assert (doc["stability"]["timed"], doc["stability"]["unstable"]) == (6, 1)
 
 
+def test_stats_of_a_program_shows_each_records_statistics(tmp_path):
+    """`stats --program NAME`: every record of every source version of the
+    program with the library's statistics of its times (count, min,
+    median, MAD, spread, stable by the noise policy), the timed ones
+    fastest first, then the censored and the illegal; and the median
+    spread of the database is the median of an even count (the mean of
+    the middle two). An unknown name is an error naming it."""
+    db = tmp_path / "s.db"
+    with TiraStore(db, cpu_model=TEST_CPU) as s:
+        s.record("blur", "void f() {}", "U(L0,2,comps=['c'])", True, [1.0, 1.1, 0.9, 1.0, 1.0])
+        s.record("blur", "void f() {}", "U(L0,3,comps=['c'])", True, [0.5, 0.6])
+        s.record("blur", "void f() {}", "U(L0,4,comps=['c'])", False, None)
+        s.record("blur", "void f() {}", "U(L0,5,comps=['c'])", True, None, censored="timeout", timed_out_after=30.0)
+        s.record("blur", "void f2() {}", "U(L0,6,comps=['c'])", True, [2.0])
+        s.record("sharpen", "void g() {}", "U(L0,2,comps=['c'])", True, [1.0, 1.2])
+    doc = json.loads(tirastore("stats", db, "--program", "blur", "--json").stdout)
+    rows = [(r["schedule"][:7], r["count"], r["min"], r["median"], r["stable"], r["censored"]) for r in doc["records"]]
+    assert rows == [("U(L0,3,", 2, 0.5, 0.55, False, None), ("U(L0,2,", 5, 0.9, 1.0, True, None),
+                    ("U(L0,6,", 1, 2.0, 2.0, True, None), ("U(L0,5,", 1, 30.0, 30.0, None, "timeout"),
+                    ("U(L0,4,", 0, None, None, None, None)], rows
+    first = doc["records"][0]
+    assert first["mad"] == pytest.approx(0.05) and first["spread"] == pytest.approx(0.05 / 0.55), first
+    assert len({r["program_hash"] for r in doc["records"]}) == 2
+    # Spreads 0, 0 (blur), 0.05/0.55 twice (blur, sharpen): the median is
+    # their middle two's mean, not the upper one.
+    assert doc["stability"]["median_spread"] == pytest.approx(0.05 / 0.55 / 2), doc["stability"]
+    text = tirastore("stats", db, "--program", "blur").stdout
+    assert "schedule" in text and "MAD" in text and "unstable" in text and "timed out after 30" in text, text
+    assert text.index("U(L0,3,") < text.index("U(L0,2,") < text.index("U(L0,4,"), text
+    r = tirastore("stats", db, "--program", "nope")
+    assert r.returncode == 1 and "no program named 'nope'" in r.stderr, r.stderr
+
+
 def test_a_missing_database_is_never_created(tmp_path):
     typo = tmp_path / "typo" / "cahce.db"
     for cmd in (["stats", typo], ["export", typo, tmp_path / "x.json"], ["backup", typo, tmp_path / "b.db"],

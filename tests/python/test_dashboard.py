@@ -149,9 +149,15 @@ def test_page_shows_its_content(browser, served):
     summary = browser.evaluate("document.getElementById('program-summary').textContent")
     assert summary.startswith("60 records: 48 legal, 12 illegal"), summary
     assert browser.evaluate("document.querySelectorAll('#spread tbody tr').length") == 10
-    # Each fastest schedule's deviation by PolyBench's rule, marked when
-    # the database's noise policy calls it unstable.
-    devs = browser.evaluate("[...document.querySelectorAll('#spread tbody tr')].map(tr => tr.cells[7].textContent)")
+    # Each fastest schedule's median, MAD and count of times (the
+    # engine's statistics), and its deviation by PolyBench's rule, marked
+    # when the database's noise policy calls it unstable.
+    heads = browser.evaluate("[...document.querySelectorAll('#spread thead th')].map(th => th.textContent)")
+    assert heads[2:5] == ["median (s)", "MAD", "times"], heads
+    stats = browser.evaluate("[...document.querySelectorAll('#spread tbody tr')].map(tr => "
+                             "[2, 3, 4].map(i => +tr.cells[i].textContent.replace(/,/g, '')))")
+    assert all(med > 0 and mad >= 0 and count >= 1 for med, mad, count in stats), stats
+    devs = browser.evaluate("[...document.querySelectorAll('#spread tbody tr')].map(tr => tr.cells[8].textContent)")
     assert all(re.fullmatch(r"\d+\.\d%( unstable)?", d) for d in devs), devs
     health = browser.evaluate("document.getElementById('health').textContent")
     assert "75 (61 legal, 14 illegal)" in health and "free" in health and "none recorded" in health, health
@@ -374,7 +380,7 @@ def test_dates_are_readable(browser, fleet, in_tz):
     for name, shown, title in cells:
         assert shown == _local(last[name], in_tz) and title == "as stored: " + last[name], (name, shown, title)
     assert browser.wait_for("document.querySelectorAll('#spread tbody tr').length === 10")
-    recorded = browser.evaluate("[...document.querySelectorAll('#spread tbody tr')].map(tr => tr.cells[9].textContent)")
+    recorded = browser.evaluate("[...document.querySelectorAll('#spread tbody tr')].map(tr => tr.cells[10].textContent)")
     assert all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", d) for d in recorded), recorded
     health = browser.evaluate("document.getElementById('health').textContent")
     assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d \(\d+ (s|min|h|days) ago\) by ", health), health

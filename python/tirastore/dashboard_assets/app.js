@@ -384,8 +384,8 @@
       cell.appendChild(bar);
       cell.title = "q1 " + secs(s.q1) + " s, q3 " + secs(s.q3) + " s";
       const dev = num((100 * s.spread).toFixed(1) + "%" + (s.stable ? "" : " unstable"), s.stable ? "" : "unstable");
-      return row([num(i + 1), el("td", s.schedule, "mono"), num(secs(s.time)), num(s.runs), num(secs(s.min)),
-        num(secs(s.max)), cell, dev, el("td", s.hostname), dateCell(s.creation_date)]);
+      return row([num(i + 1), el("td", s.schedule, "mono"), num(secs(s.time)), num(s.mad === null || s.mad === undefined ? "–" : Number(s.mad).toPrecision(2)), num(s.count),
+        num(secs(s.min)), num(secs(s.max)), cell, dev, el("td", s.hostname), dateCell(s.creation_date)]);
     });
     fill($("spread").tBodies[0], rows);
   }
