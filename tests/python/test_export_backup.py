@@ -358,6 +358,42 @@ def test_a_result_that_is_not_json_is_skipped_and_reported(tmp_path):
         assert r.returncode == 0 and "warning: 2 record(s)" in r.stderr, (args, r.stdout, r.stderr)
 
 
+def test_export_with_runs_carries_each_run_and_its_context_through_import(tmp_path):
+    """export(runs=True) and `tirastore export --runs` write the same file:
+    each schedule with its runs (times, run context, fingerprint, load,
+    date; an illegal one's run has no time, only where it was judged);
+    `tirastore import` of it gives the new database the same runs().
+    A plain export carries none (the original's format): imported, the
+    record has one run without a context, as a record the original wrote."""
+    import subprocess
+    import sys
+
+    a, sched = tmp_path / "a.db", "U(L0,2,comps=['c'])"
+    with TiraStore(a, cpu_model=TEST_CPU, tools={"gcc": "13.2"}) as s:
+        s.record("blur", "void f() {}", sched, True, [0.04, 0.041])
+        s.record("blur", "void f() {}", "U(L0,3,comps=['c'])", False, None)
+        expected = s.runs("blur", "void f() {}", sched)
+        with_runs = s.export(tmp_path / "runs.json", runs=True)
+        plain = s.export(tmp_path / "plain.json")
+    cli = tmp_path / "cli.json"
+    r = subprocess.run([sys.executable, "-m", "tirastore", "export", str(a), str(cli), "--runs"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and cli.read_bytes() == with_runs.read_bytes(), r.stderr
+    [timed, illegal] = json.loads(with_runs.read_text())["blur"]["schedules_list"]
+    assert [run["context"]["tools"] for run in timed["runs"]] == [{"gcc": "13.2"}], timed
+    assert [(run["count"], run["context"]["tools"]) for run in illegal["runs"]] == [(0, {"gcc": "13.2"})], illegal
+    assert all("runs" not in x for x in json.loads(plain.read_text())["blur"]["schedules_list"])
+    for source, db in ((with_runs, tmp_path / "b.db"), (plain, tmp_path / "p.db")):
+        r = subprocess.run([sys.executable, "-m", "tirastore", "import", str(db), str(source),
+                            "--allow-cpu-mismatch"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+    with TiraStore(tmp_path / "b.db", cpu_model=TEST_CPU) as s:
+        assert s.runs("blur", "void f() {}", sched) == expected
+    with TiraStore(tmp_path / "p.db", cpu_model=TEST_CPU) as s:
+        [run] = s.runs("blur", "void f() {}", sched)
+    assert (run["times"], run["context"], run["fingerprint"]) == ([0.04, 0.041], None, ""), run
+
+
 def test_export_onto_a_directory_raises_is_a_directory(store, tmp_path):
     with pytest.raises(IsADirectoryError):
         store.export(tmp_path)
