@@ -231,16 +231,27 @@ def test_readme_ctypes_snippet_runs_in_a_kernel(tmp_path):
 
 
 def test_readme_lists_every_subcommand():
-    """The README's `tirastore` block names every subcommand, one line each."""
+    """The README's `tirastore` block names every subcommand, one line each,
+    and each action of a group (`lock status`, `config get`, ...)."""
     from tirastore import cli
 
-    parser = cli._parser()
-    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    def commands(parser: argparse.ArgumentParser) -> dict:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        return subs[0].choices if subs else {}
+
+    expected = []
+    for name, p in commands(cli._parser()).items():
+        actions = commands(p)
+        expected += [f"{name} {a}" for a in actions] if actions else [name]
     text = (REPO / "README.md").read_text()
     section = text[text.index("## The `tirastore` command"):]
     block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
-    listed = [line.split()[1] for line in block.splitlines() if line.startswith("tirastore ")]
-    assert sorted(set(listed)) == sorted(sub.choices), (listed, sorted(sub.choices))
+    listed = []
+    for line in block.splitlines():
+        if line.startswith("tirastore "):
+            words = line.split()
+            listed.append(" ".join(words[1:3]) if " ".join(words[1:3]) in expected else words[1])
+    assert sorted(set(listed)) == sorted(expected), (listed, sorted(expected))
     assert len(listed) == len(set(listed)), "a subcommand listed twice"
 
 
