@@ -92,18 +92,19 @@ def _original_worker(db: Path, stop: threading.Event, seen: dict, go: Path, logs
                      writes: list[float]) -> None:
     """The original library's worker: from the fleet's start until it is
     done, reads the fleet's records and writes its own under its own lock,
-    one after every fifth measurement of the fleet (the time of each in
-    writes)."""
+    the first after the fleet's first measurement, then one after every
+    second (the time of each in writes), so that they fall within the
+    fleet's work even when this thread runs slowly on a loaded machine."""
     orig = OriginalStore(db, "old-project", stale_lock_timeout=600)
     while not go.exists() and not stop.is_set():
         time.sleep(0.001)
     i = k = 0
     while not stop.is_set() or i < len(ORIG_SCHEDS):
-        if i < len(ORIG_SCHEDS) and (stop.is_set() or _measurements(logs) >= 5 * i):
-            assert orig.record("search", SRC, ORIG_SCHEDS[i], True, [0.5 + i]) is True
-            writes.append(time.time())
-            i += 1
         for sc in SCHEDS[k % 5::5]:
+            if i < len(ORIG_SCHEDS) and (stop.is_set() or _measurements(logs) > 2 * i):
+                assert orig.record("search", SRC, ORIG_SCHEDS[i], True, [0.5 + i]) is True
+                writes.append(time.time())
+                i += 1
             got = orig.lookup(SRC, sc)
             if got is not None:
                 legal, times, _, norm = got
@@ -161,10 +162,11 @@ def test_noisy_schedules_are_measured_again_never_twice_at_once(tmp_path):
     db = tmp_path / "noise.db"
     measured, writes = _fleet(tmp_path, db, "claims")
     assert set(measured) == set(SCHEDS)
-    # The original worker wrote while the fleet measured, not before it.
+    # The original worker wrote while the fleet measured, not before or
+    # after it (two writes may trail on a loaded machine).
     spans = [span for spans in measured.values() for span in spans]
     first, last = min(t0 for t0, _, _ in spans), max(t1 for _, t1, _ in spans)
-    assert sum(first < t < last for t in writes) >= len(ORIG_SCHEDS) - 1, (first, last, writes)
+    assert sum(first < t < last for t in writes) >= len(ORIG_SCHEDS) - 2, (first, last, writes)
     for sc, spans in measured.items():
         assert not _overlaps(spans), (sc, spans)
         if sc not in NOISY:
