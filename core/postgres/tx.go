@@ -361,8 +361,9 @@ func (r *reader) ProgramSummaries() ([]storage.ProgramSummary, error) {
 }
 
 // CheckTables counts orphans and records whose result is not JSON (as
-// Python reads it) or not a JSON object. PostgreSQL checks its pages itself (and pg_amcheck
-// does on demand): Integrity says "ok" once the tables could be read.
+// Python reads it) or not a JSON object. PostgreSQL checks its pages
+// itself (and pg_amcheck does on demand): Integrity says "ok" once the
+// tables could be read.
 func (r *reader) CheckTables() (*storage.TableCheck, error) {
 	c := &storage.TableCheck{Integrity: []string{"ok"}}
 	var err error

@@ -189,9 +189,9 @@ func (a *Asker) Cluster(ctx context.Context) string {
 //
 // cluster is the cluster of the jobs (the holder's SLURM_CLUSTER_NAME);
 // only the jobs of this process's Cluster are asked about, so Ended
-// answers nothing for "" or another cluster. Job ids must be SLURM_JOB_ID values, plain
-// decimal numbers; anything else is ignored and never reaches a command
-// line.
+// answers nothing for "" or another cluster. Job ids must be SLURM_JOB_ID
+// values, plain decimal numbers; anything else is ignored and never
+// reaches a command line.
 //
 // Ended never waits for another process. When this call is the node's
 // querier it runs the query, bounded by the Asker's Timeout and by ctx
