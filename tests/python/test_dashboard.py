@@ -428,8 +428,10 @@ def test_filters(browser, fleet):
     assert axes["project"]["names"] == ["mcts"] and set(axes["host"]["names"]) == {"node031", "node032"}, axes
     assert axes["user"]["names"] == ["mbaghdadi"]
     selected = browser.evaluate("document.getElementById('program-name').textContent")
-    summary = browser.evaluate("document.getElementById('program-summary').textContent")
-    assert summary.startswith(f"{want[selected][0]} records selected"), (selected, summary)
+    # The shown program's view is fetched after the overview: wait for it.
+    assert browser.wait_for(f"document.getElementById('program-summary').textContent.startsWith("
+                            f"'{want[selected][0]} records selected')"), (
+        selected, browser.evaluate("document.getElementById('program-summary').textContent"))
     assert "project=mcts" in browser.evaluate("location.hash")
     # Two dimensions at once; then a reload keeps them.
     _choose(browser, "host", "node032")
