@@ -88,9 +88,15 @@ def _bed_dbs(bed, name: str, nworkers: int) -> tuple[list[Path], Path]:
 # ---------------------------------------------------------------------------
 
 
+# Without faults nothing is to be broken: a stale timeout no stall of a
+# loaded machine reaches (two fast tiers at once stalled a holder 5.5 s,
+# past the 1 s the kill tests use to recover quickly).
+NO_FAULT_STALE = 60.0
+
+
 def test_four_phases_one_directory(tmp_path):
     db, logs = tmp_path / "shared" / "cache.db", tmp_path / "logs"
-    res = _fleet([db] * 4, logs, nrecords=10, ncontested=5)
+    res = _fleet([db] * 4, logs, nrecords=10, ncontested=5, stale=NO_FAULT_STALE)
     assert not res.failed and not res.timed_out, res
     v, summary = _verify(db, logs, 4, 10, 5)
     assert v == []
@@ -101,7 +107,7 @@ def test_four_phases_one_directory(tmp_path):
 def test_four_phases_fuse_bed(bed, tmp_path):
     dbs, backing_db = _bed_dbs(bed, "a", 4)
     logs = tmp_path / "logs"
-    res = _fleet(dbs, logs, nrecords=10, ncontested=5)
+    res = _fleet(dbs, logs, nrecords=10, ncontested=5, stale=NO_FAULT_STALE)
     assert not res.failed and not res.timed_out, res
     v, summary = _verify(backing_db, logs, 4, 10, 5)
     assert v == []
